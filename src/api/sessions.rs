@@ -1,0 +1,598 @@
+//! Handlers of the Sessions API (`/v1/ws/{workspaceSlug}/agent/sessions/...`). Each one parses and
+//! validates, calls the sessions core, and shapes the seed's JSON.
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::body::{self, Query};
+use super::context::AppState;
+use crate::error::{Error, Result};
+use crate::runner::Delivery;
+use crate::sessions::{
+    self, Actor, CreateIn, HistoryQuery, InputCommon, ListQuery, MessageIn, Submitted, view,
+};
+use crate::timeline::{AttachmentRef, Behavior, Tier};
+
+const SCHEMA_CREATE: &str = "POST_v1_ws__workspaceSlug__agent_sessions.request.json";
+const SCHEMA_CHILD: &str =
+    "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__sessions.request.json";
+const SCHEMA_MESSAGE: &str =
+    "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__messages.request.json";
+const SCHEMA_NOTE: &str = "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__note.request.json";
+const SCHEMA_ANSWER: &str =
+    "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__answer.request.json";
+const SCHEMA_TITLE: &str = "PATCH_v1_ws__workspaceSlug__agent_sessions__sessionId_.request.json";
+const SCHEMA_ARCHIVE: &str =
+    "PUT_v1_ws__workspaceSlug__agent_sessions__sessionId__archive.request.json";
+const SCHEMA_READ: &str = "PUT_v1_ws__workspaceSlug__agent_sessions__sessionId__read.request.json";
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ImageBody {
+    data: String,
+    mime_type: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AttachmentBody {
+    path: String,
+    name: String,
+    bytes: u64,
+    mime_type: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateBody {
+    prompt: String,
+    client_request_id: Option<String>,
+    cwd: Option<String>,
+    #[serde(default)]
+    images: Vec<ImageBody>,
+    #[serde(default)]
+    attachments: Vec<AttachmentBody>,
+    tier: Option<Tier>,
+    behavior: Option<Behavior>,
+    mode: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageBody {
+    prompt: String,
+    client_request_id: Option<String>,
+    #[serde(default)]
+    images: Vec<ImageBody>,
+    #[serde(default)]
+    attachments: Vec<AttachmentBody>,
+    tier: Option<Tier>,
+    behavior: Option<Behavior>,
+    source_session_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NoteBody {
+    note: String,
+    client_request_id: Option<String>,
+    #[serde(default)]
+    images: Vec<ImageBody>,
+    #[serde(default)]
+    attachments: Vec<AttachmentBody>,
+    source_session_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AnswerBody {
+    answer: String,
+    client_request_id: Option<String>,
+    #[serde(default)]
+    images: Vec<ImageBody>,
+    #[serde(default)]
+    attachments: Vec<AttachmentBody>,
+    source_session_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TitleBody {
+    title: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ArchiveBody {
+    archived: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReadBody {
+    seq: u64,
+}
+
+fn json_response(body: String) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "application/json"))
+        .body(body)
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| Error::Internal(format!("cannot encode response: {e}")))
+}
+
+fn check_text(field: &str, text: &str, max_chars: usize) -> Result<()> {
+    if text.chars().count() > max_chars {
+        return Err(Error::invalid(format!(
+            "{field}: longer than {max_chars} characters"
+        )));
+    }
+    Ok(())
+}
+
+/// An attachment path names a file inside the workspace drive: relative, no `..`, no control
+/// characters.
+fn attachment_ref(i: usize, a: AttachmentBody) -> Result<AttachmentRef> {
+    let bad = |why: &str| Error::invalid(format!("attachments/{i}/path: {why}"));
+    let path = a.path.trim_start_matches("./");
+    if path.starts_with('/') || path.starts_with('\\') || path.contains(':') {
+        return Err(bad("must be relative to the workspace drive"));
+    }
+    if path.chars().any(char::is_control) {
+        return Err(bad("contains control characters"));
+    }
+    if path.split(['/', '\\']).any(|seg| seg == "..") {
+        return Err(bad("must stay inside the workspace drive"));
+    }
+    if a.name.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "attachments/{i}/name: contains control characters"
+        )));
+    }
+    Ok(AttachmentRef {
+        path: path.to_owned(),
+        name: a.name,
+        bytes: a.bytes,
+        mime_type: a.mime_type,
+    })
+}
+
+fn common(
+    client_request_id: Option<String>,
+    images: Vec<ImageBody>,
+    attachments: Vec<AttachmentBody>,
+    source_session_id: Option<String>,
+    fingerprint: String,
+) -> Result<InputCommon> {
+    Ok(InputCommon {
+        client_request_id: client_request_id.map(|id| id.to_ascii_lowercase()),
+        images: images
+            .into_iter()
+            .map(|i| sessions::ImageIn {
+                data: i.data,
+                mime_type: i.mime_type,
+            })
+            .collect(),
+        attachments: attachments
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| attachment_ref(i, a))
+            .collect::<Result<_>>()?,
+        fingerprint,
+        source_session_id,
+    })
+}
+
+/// A session's working directory, normalised: relative to the drive, `.` and `..` resolved, never
+/// escaping it (R65, R67). The filesystem check happens where the drive is known.
+pub fn normalise_cwd(cwd: &str) -> Result<String> {
+    if cwd.starts_with('/') || cwd.starts_with('\\') {
+        return Err(Error::InvalidCwd("outside_drive"));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in cwd.split(['/', '\\']) {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(Error::InvalidCwd("outside_drive"));
+                }
+            }
+            s => parts.push(s),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// `CreateSessionResponse`: the session ref, its snapshot and its first history page (R27).
+async fn created(state: &AppState, actor: &Actor, s: &Submitted) -> Result<HttpResponse> {
+    let row = state.sessions.detail_row(actor, &s.key.id).await?;
+    let history = state
+        .sessions
+        .history_of(
+            row.pk,
+            HistoryQuery::Forward {
+                cursor: 0,
+                limit: 100,
+            },
+        )
+        .await?;
+    Ok(json_response(format!(
+        "{{\"session\":{},\"snapshot\":{},\"history\":{},\"dispatched\":false,\"delivery\":\"{}\"}}",
+        to_json(&view::session_ref(&row))?,
+        to_json(&view::detail(&row))?,
+        history.to_json(),
+        s.delivery.as_str()
+    )))
+}
+
+fn delivery_ack(d: Delivery) -> HttpResponse {
+    HttpResponse::Ok().json(json!({"ok": true, "delivery": d.as_str()}))
+}
+
+async fn create_input(
+    state: &AppState,
+    req: &HttpRequest,
+    payload: web::Payload,
+    schema: &str,
+    target: &str,
+) -> Result<CreateIn> {
+    let limits = &state.sessions.config().limits;
+    let body::Json { value: b, raw } =
+        body::json::<CreateBody>(req, payload, limits.max_body_bytes, schema).await?;
+    check_text("prompt", &b.prompt, limits.max_prompt_chars)?;
+    let cwd = b
+        .cwd
+        .as_deref()
+        .map(normalise_cwd)
+        .transpose()?
+        .filter(|c| !c.is_empty());
+    let fp = body::fingerprint("create", target, &raw);
+    Ok(CreateIn {
+        prompt: b.prompt,
+        cwd,
+        tier: b.tier,
+        behavior: b.behavior.unwrap_or(Behavior::Steer),
+        mode: b.mode,
+        common: common(b.client_request_id, b.images, b.attachments, None, fp)?,
+    })
+}
+
+pub async fn create(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let input = create_input(&state, &req, payload, SCHEMA_CREATE, "").await?;
+    let s = state.sessions.create(&actor, input, None).await?;
+    created(&state, &actor, &s).await
+}
+
+pub async fn create_child(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let parent = path.into_inner().1;
+    let input = create_input(&state, &req, payload, SCHEMA_CHILD, &parent).await?;
+    let s = state.sessions.create(&actor, input, Some(parent)).await?;
+    created(&state, &actor, &s).await
+}
+
+pub async fn list(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+) -> Result<HttpResponse> {
+    let q = Query::parse(&req)?;
+    let limits = &state.sessions.config().limits;
+    let cursor = q.get("cursor").map(str::to_owned);
+    if cursor.as_deref() == Some("") {
+        return Err(Error::invalid("cursor: must not be empty"));
+    }
+    let search = q.get("search").map(str::to_owned);
+    if let Some(s) = &search
+        && s.chars().count() > 200
+    {
+        return Err(Error::invalid("search: longer than 200 characters"));
+    }
+    let bucket = match q.get("bucket") {
+        None => None,
+        Some(b @ ("asking" | "running" | "scheduled" | "done")) => Some(b.to_owned()),
+        Some(_) => {
+            return Err(Error::invalid(
+                "bucket: must be one of asking, running, scheduled, done",
+            ));
+        }
+    };
+    let archived_only = match q.get("archived") {
+        None | Some("exclude") => false,
+        Some("only") => true,
+        Some(_) => return Err(Error::invalid("archived: must be exclude or only")),
+    };
+    let agent_id = match q.get("agentId") {
+        Some("") => return Err(Error::invalid("agentId: must not be empty")),
+        other => other.map(str::to_owned),
+    };
+    let exclude_default = match q.get("excludeDefault") {
+        None => false,
+        Some("true") => true,
+        Some(_) => return Err(Error::invalid("excludeDefault: must be true when present")),
+    };
+    let limit = q.limit("limit", 20, limits.list_page_max)?;
+    let (rows, next) = state
+        .sessions
+        .list(
+            &actor,
+            ListQuery {
+                cursor,
+                limit,
+                search,
+                bucket,
+                archived_only,
+                agent_id,
+                exclude_default,
+            },
+        )
+        .await?;
+    let sessions: Vec<_> = rows.iter().map(view::summary).collect();
+    let mut body = json!({ "sessions": sessions });
+    if let Some(next) = next {
+        body["nextCursor"] = json!(next);
+    }
+    Ok(HttpResponse::Ok().json(body))
+}
+
+pub async fn detail(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse> {
+    let row = state.sessions.detail_row(&actor, &path.1).await?;
+    Ok(json_response(to_json(&view::detail(&row))?))
+}
+
+/// Parses `cursor` / `before` / `limit` (S7); both cursors together are refused (R32).
+pub fn history_query(req: &HttpRequest, max: u32) -> Result<HistoryQuery> {
+    let q = Query::parse(req)?;
+    let limit = q.limit("limit", 100, max)?;
+    match (q.uint53("cursor")?, q.uint53("before")?) {
+        (Some(_), Some(_)) => Err(Error::invalid("cursor and before cannot be combined")),
+        (_, Some(before)) => Ok(HistoryQuery::Backward { before, limit }),
+        (cursor, None) => Ok(HistoryQuery::Forward {
+            cursor: cursor.unwrap_or(0),
+            limit,
+        }),
+    }
+}
+
+pub async fn history(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+) -> Result<HttpResponse> {
+    let q = history_query(&req, state.sessions.config().limits.history_page_max)?;
+    let page = state.sessions.history(&actor, &path.1, q).await?;
+    Ok(json_response(page.to_json()))
+}
+
+pub async fn message(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let session_id = &path.1;
+    let limits = &state.sessions.config().limits;
+    let body::Json { value: b, raw } =
+        body::json::<MessageBody>(&req, payload, limits.max_body_bytes, SCHEMA_MESSAGE).await?;
+    check_text("prompt", &b.prompt, limits.max_prompt_chars)?;
+    let fp = body::fingerprint("message", session_id, &raw);
+    let input = MessageIn {
+        prompt: b.prompt,
+        tier: b.tier,
+        behavior: b.behavior.unwrap_or(Behavior::Steer),
+        common: common(
+            b.client_request_id,
+            b.images,
+            b.attachments,
+            b.source_session_id,
+            fp,
+        )?,
+    };
+    let s = state.sessions.message(&actor, session_id, input).await?;
+    Ok(delivery_ack(s.delivery))
+}
+
+pub async fn note(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let session_id = &path.1;
+    let limits = &state.sessions.config().limits;
+    let body::Json { value: b, raw } =
+        body::json::<NoteBody>(&req, payload, limits.max_body_bytes, SCHEMA_NOTE).await?;
+    let fp = body::fingerprint("note", session_id, &raw);
+    let common = common(
+        b.client_request_id,
+        b.images,
+        b.attachments,
+        b.source_session_id,
+        fp,
+    )?;
+    let seq = state
+        .sessions
+        .note(&actor, session_id, b.note, common)
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "seq": seq })))
+}
+
+pub async fn answer(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let session_id = &path.1;
+    let limits = &state.sessions.config().limits;
+    let body::Json { value: b, raw } =
+        body::json::<AnswerBody>(&req, payload, limits.max_body_bytes, SCHEMA_ANSWER).await?;
+    check_text("answer", &b.answer, limits.max_prompt_chars)?;
+    let fp = body::fingerprint("answer", session_id, &raw);
+    let common = common(
+        b.client_request_id,
+        b.images,
+        b.attachments,
+        b.source_session_id,
+        fp,
+    )?;
+    let s = state
+        .sessions
+        .answer(&actor, session_id, b.answer, common)
+        .await?;
+    Ok(delivery_ack(s.delivery))
+}
+
+pub async fn interrupt(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse> {
+    state.sessions.interrupt(&actor, &path.1).await?;
+    Ok(HttpResponse::Ok().json(json!({ "ok": true })))
+}
+
+pub async fn set_title(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let limit = state.sessions.config().limits.max_body_bytes;
+    let b = body::json::<TitleBody>(&req, payload, limit, SCHEMA_TITLE)
+        .await?
+        .value;
+    if b.title.chars().any(char::is_control) {
+        return Err(Error::invalid("title: contains control characters"));
+    }
+    let row = state.sessions.set_title(&actor, &path.1, b.title).await?;
+    Ok(json_response(to_json(&view::summary(&row))?))
+}
+
+pub async fn archive(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let limit = state.sessions.config().limits.max_body_bytes;
+    let b = body::json::<ArchiveBody>(&req, payload, limit, SCHEMA_ARCHIVE)
+        .await?
+        .value;
+    let row = state
+        .sessions
+        .set_archived(&actor, &path.1, b.archived)
+        .await?;
+    Ok(json_response(to_json(&view::summary(&row))?))
+}
+
+pub async fn mark_read(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let limit = state.sessions.config().limits.max_body_bytes;
+    let b = body::json::<ReadBody>(&req, payload, limit, SCHEMA_READ)
+        .await?
+        .value;
+    let last = state.sessions.mark_read(&actor, &path.1, b.seq).await?;
+    Ok(HttpResponse::Ok().json(json!({ "lastReadSeq": last })))
+}
+
+pub async fn delete(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse> {
+    state.sessions.delete(&actor, &path.1).await?;
+    Ok(HttpResponse::Ok().json(json!({ "deleted": true })))
+}
+
+pub async fn activity(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+) -> Result<HttpResponse> {
+    let q = Query::parse(&req)?;
+    let limit = q.limit("limitPerAgent", 24, 100)?;
+    let owners = state.sessions.activity(&actor, limit).await?;
+    let owners: Vec<Value> = owners
+        .iter()
+        .map(|o| {
+            let mut v = json!({
+                "agentId": o.agent_id,
+                "sessions": o.sessions.iter().map(view::summary).collect::<Vec<_>>(),
+                "truncated": o.truncated,
+            });
+            if let Some(chat) = &o.chat {
+                v["chat"] = json!(view::summary(chat));
+            }
+            v
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "owners": owners })))
+}
+
+pub async fn image(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String, String)>,
+) -> Result<HttpResponse> {
+    let (_, session_id, storage_id) = path.into_inner();
+    let img = state
+        .sessions
+        .image(&actor, &session_id, &storage_id)
+        .await?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, img.mime_type))
+        .insert_header((
+            header::CACHE_CONTROL,
+            "private, max-age=31536000, immutable",
+        ))
+        .insert_header((
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; sandbox",
+        ))
+        .body(img.data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalise_cwd;
+
+    #[test]
+    fn cwd_normalisation_r67() {
+        assert_eq!(
+            normalise_cwd("projects/drafts/../release").unwrap(),
+            "projects/release"
+        );
+        assert_eq!(normalise_cwd("./a//b/").unwrap(), "a/b");
+        assert!(normalise_cwd("../x").is_err());
+        assert!(normalise_cwd("/etc").is_err());
+        assert!(normalise_cwd("a/../../b").is_err());
+    }
+}

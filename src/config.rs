@@ -1,0 +1,184 @@
+//! Configuration: embedded defaults, overridden by a TOML file, then by environment variables and
+//! flags. Every key is documented in `config.example.toml`; unknown keys are refused so a typo never
+//! silently falls back to a default.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP server listens on.
+    pub bind: String,
+    /// Folder holding the database, the drive and everything else sessiond keeps.
+    pub data_dir: PathBuf,
+    /// `text` for people, `json` for log collectors.
+    pub log_format: LogFormat,
+    pub store: StoreConfig,
+    pub runner: RunnerConfig,
+    pub limits: Limits,
+    pub stream: StreamConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Synchronous {
+    /// WAL + NORMAL: a commit survives a process crash; the last commits before a power loss may
+    /// be rolled back (never corrupted).
+    Normal,
+    /// WAL + FULL: every commit is fsynced before it is acknowledged.
+    Full,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    pub synchronous: Synchronous,
+    /// Read-only connections in the query pool.
+    pub read_connections: u32,
+    /// Most write requests the writer folds into one transaction.
+    pub max_batch: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunnerConfig {
+    /// Turns that may run at once across all sessions.
+    pub workers: usize,
+    /// How long a submission waits for the runner to take its input before answering `queued`.
+    pub ack_window_ms: u64,
+    /// How long an interrupted turn may take to stop on its own before it is cut off.
+    pub interrupt_grace_ms: u64,
+    /// How long a `/wait` request observes before answering 202 pending.
+    pub wait_deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest accepted request body (JSON included images are counted here).
+    pub max_body_bytes: usize,
+    /// Longest prompt or answer, in characters.
+    pub max_prompt_chars: usize,
+    /// Largest `limit` for the session list (the seed's maximum is 100).
+    pub list_page_max: u32,
+    /// Largest `limit` for history pages (the seed's maximum is 500).
+    pub history_page_max: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    /// Interval between `: keep-alive` comments on idle SSE streams.
+    pub keepalive_ms: u64,
+    /// Open SSE streams allowed per session.
+    pub max_subscribers_per_session: usize,
+    /// Live frames buffered per session before a slow subscriber is cut off (it resumes by seq).
+    pub channel_capacity: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: "127.0.0.1:8080".into(),
+            data_dir: PathBuf::from("./sessiond-data"),
+            log_format: LogFormat::Text,
+            store: StoreConfig::default(),
+            runner: RunnerConfig::default(),
+            limits: Limits::default(),
+            stream: StreamConfig::default(),
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            synchronous: Synchronous::Normal,
+            read_connections: 8,
+            max_batch: 512,
+        }
+    }
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            workers: 64,
+            ack_window_ms: 1000,
+            interrupt_grace_ms: 5000,
+            wait_deadline_ms: 30_000,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 32 * 1024 * 1024,
+            max_prompt_chars: 200_000,
+            list_page_max: 100,
+            history_page_max: 500,
+        }
+    }
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            keepalive_ms: 15_000,
+            max_subscribers_per_session: 1024,
+            channel_capacity: 1024,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file; every key is optional.
+    pub fn from_file(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let cfg: Config = toml::from_str(&text)
+            .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Rejects values that cannot work, with a message naming the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.runner.workers == 0 {
+            return Err("runner.workers must be at least 1".into());
+        }
+        if !(1..=100).contains(&self.limits.list_page_max) {
+            return Err("limits.list_page_max must be between 1 and 100".into());
+        }
+        if !(1..=500).contains(&self.limits.history_page_max) {
+            return Err("limits.history_page_max must be between 1 and 500".into());
+        }
+        if self.limits.max_body_bytes < 1024 {
+            return Err("limits.max_body_bytes must be at least 1024".into());
+        }
+        if self.store.read_connections == 0 || self.store.max_batch == 0 {
+            return Err("store.read_connections and store.max_batch must be at least 1".into());
+        }
+        if self.stream.channel_capacity < 16 || self.stream.max_subscribers_per_session == 0 {
+            return Err("stream.channel_capacity must be at least 16 and stream.max_subscribers_per_session at least 1".into());
+        }
+        if self.stream.keepalive_ms == 0 {
+            return Err("stream.keepalive_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("sessiond.db")
+    }
+}

@@ -1,0 +1,245 @@
+//! The scripted engine: deterministic turns driven by directives in the prompt, for demos and tests.
+//!
+//! One directive per line:
+//!
+//! | line | effect |
+//! |---|---|
+//! | `/reply TEXT` | streams TEXT as a delta, then stores it as the reply |
+//! | `/stream N` | streams N deltas (`chunk 1 ` … `chunk N `), then stores their concatenation |
+//! | `/slow MS` | pauses MS milliseconds before every later step and between deltas |
+//! | `/ask QUESTION \| OPTION \| OPTION` | asks; after the answer the script goes on with the lines after it, or, with none left, replies `answer: <answer>` |
+//! | `/sleep MS` | sleeps until now + MS; on wake the script goes on with the lines after it |
+//! | `/tool NAME` | a `tool_call_start` and a `tool_call` step for tool NAME |
+//! | `/todos A; B; C` | a `todos` event with one pending item per entry |
+//! | `/fail MESSAGE` | ends the turn with `complete` status `failed` and MESSAGE as error |
+//!
+//! A prompt whose first line is not a directive is answered `echo: <prompt>`; other plain lines in
+//! a script are replied as they are. A steer message that reaches a running turn is run after the
+//! current step as more lines of the same script; plain steer text is acknowledged with
+//! `steered: <text>`.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
+use crate::clock;
+use crate::error::Result;
+use crate::runner::TurnIo;
+use crate::timeline::{AskOption, AskQuestion, Event, Step, Todo, TodoStatus, ToolOutputPart};
+
+pub struct ScriptedEngine;
+
+/// What survives an `ask` or a `sleep`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Continuation {
+    lines: Vec<String>,
+    slow_ms: u64,
+}
+
+fn is_directive(line: &str) -> bool {
+    const NAMES: [&str; 8] = [
+        "reply", "stream", "slow", "ask", "sleep", "tool", "todos", "fail",
+    ];
+    line.strip_prefix('/')
+        .map(|rest| {
+            let name = rest.split_whitespace().next().unwrap_or("");
+            NAMES.contains(&name)
+        })
+        .unwrap_or(false)
+}
+
+/// Turns a prompt into script lines.
+fn script_of(text: &str, prefix_plain: &str) -> Vec<String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    match lines.first() {
+        Some(first) if is_directive(first) => lines.iter().map(|l| (*l).to_owned()).collect(),
+        _ => vec![format!("/reply {prefix_plain}{text}")],
+    }
+}
+
+impl Engine for ScriptedEngine {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
+    fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
+        Box::pin(async move {
+            let resumed: Option<Continuation> = input
+                .resume
+                .clone()
+                .and_then(|v| serde_json::from_value(v).ok());
+            let (mut script, mut slow_ms): (VecDeque<String>, u64) = match (input.kind, resumed) {
+                (InputKind::Answer, Some(c)) if c.lines.is_empty() => (
+                    VecDeque::from([format!("/reply answer: {}", input.text)]),
+                    c.slow_ms,
+                ),
+                (InputKind::Answer | InputKind::Wake, Some(c)) => (c.lines.into(), c.slow_ms),
+                (InputKind::Answer, None) => (
+                    VecDeque::from([format!("/reply answer: {}", input.text)]),
+                    0,
+                ),
+                (InputKind::Wake, None) => return Ok(TurnEnd::Complete { result: None }),
+                (InputKind::Prompt, _) => (script_of(&input.text, "echo: ").into(), 0),
+            };
+            let mut last_text: Option<String> = None;
+            let mut first = true;
+            loop {
+                if !first {
+                    for steer in io.take_steers().await? {
+                        for (i, line) in script_of(&steer, "steered: ").into_iter().enumerate() {
+                            script.insert(i, line);
+                        }
+                    }
+                }
+                let Some(line) = script.pop_front() else {
+                    break;
+                };
+                if io.is_cancelled() {
+                    return Ok(TurnEnd::Interrupted);
+                }
+                if !first && slow_ms > 0 && !io.pause(slow_ms).await {
+                    return Ok(TurnEnd::Interrupted);
+                }
+                first = false;
+                let (name, arg) = match line.strip_prefix('/') {
+                    Some(rest) if is_directive(&line) => {
+                        let mut parts = rest.splitn(2, char::is_whitespace);
+                        (
+                            parts.next().unwrap_or(""),
+                            parts.next().unwrap_or("").trim(),
+                        )
+                    }
+                    _ => ("reply", line.as_str()),
+                };
+                match name {
+                    "reply" => {
+                        io.delta(Step::TextDelta {
+                            delta: arg.to_owned(),
+                        });
+                        io.emit(Event::Step {
+                            step: Step::Text {
+                                text: arg.to_owned(),
+                            },
+                        })
+                        .await?;
+                        io.say(arg);
+                        last_text = Some(arg.to_owned());
+                    }
+                    "stream" => {
+                        let n: u32 = arg.parse().unwrap_or(1).min(100_000);
+                        let mut text = String::new();
+                        for i in 1..=n {
+                            if i > 1 && slow_ms > 0 && !io.pause(slow_ms).await {
+                                return Ok(TurnEnd::Interrupted);
+                            }
+                            if io.is_cancelled() {
+                                return Ok(TurnEnd::Interrupted);
+                            }
+                            let delta = format!("chunk {i} ");
+                            text.push_str(&delta);
+                            io.delta(Step::TextDelta { delta });
+                        }
+                        io.emit(Event::Step {
+                            step: Step::Text { text: text.clone() },
+                        })
+                        .await?;
+                        io.say(&text);
+                        last_text = Some(text);
+                    }
+                    "slow" => slow_ms = arg.parse().unwrap_or(0).min(600_000),
+                    "ask" => {
+                        let mut parts = arg.split('|').map(str::trim);
+                        let question = parts.next().unwrap_or("").to_owned();
+                        let options = parts
+                            .filter(|o| !o.is_empty())
+                            .map(|o| AskOption {
+                                label: o.to_owned(),
+                                description: None,
+                            })
+                            .collect();
+                        let resume = json!(Continuation {
+                            lines: script.into(),
+                            slow_ms
+                        });
+                        return Ok(TurnEnd::Ask {
+                            questions: vec![AskQuestion {
+                                question,
+                                header: None,
+                                options,
+                                multi_select: None,
+                            }],
+                            resume,
+                        });
+                    }
+                    "sleep" => {
+                        let ms: i64 = arg.parse().unwrap_or(0);
+                        let resume = json!(Continuation {
+                            lines: script.into(),
+                            slow_ms
+                        });
+                        return Ok(TurnEnd::Sleep {
+                            wake_at: clock::now_ms() + ms.clamp(0, 365 * 24 * 3_600_000),
+                            resume,
+                        });
+                    }
+                    "tool" => {
+                        let id = format!("call_{}", io.next_local_id());
+                        let input = json!({ "script": true });
+                        io.emit(Event::Step {
+                            step: Step::ToolCallStart {
+                                tool_name: arg.to_owned(),
+                                tool_call_id: id.clone(),
+                                input: Some(input.clone()),
+                            },
+                        })
+                        .await?;
+                        io.emit(Event::Step {
+                            step: Step::ToolCall {
+                                tool_name: arg.to_owned(),
+                                tool_call_id: id,
+                                input: Some(input),
+                                is_error: false,
+                                output: Some(vec![ToolOutputPart::Text {
+                                    text: format!("{arg}: ok"),
+                                }]),
+                            },
+                        })
+                        .await?;
+                    }
+                    "todos" => {
+                        let todos = arg
+                            .split(';')
+                            .map(str::trim)
+                            .filter(|t| !t.is_empty())
+                            .enumerate()
+                            .map(|(i, t)| Todo {
+                                id: format!("todo-{}", i + 1),
+                                content: t.to_owned(),
+                                status: TodoStatus::Pending,
+                            })
+                            .collect();
+                        io.set_todos(todos).await?;
+                    }
+                    "fail" => {
+                        return Ok(TurnEnd::Failed {
+                            error: if arg.is_empty() {
+                                "failed".into()
+                            } else {
+                                arg.to_owned()
+                            },
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            Ok(TurnEnd::Complete { result: last_text })
+        })
+    }
+}

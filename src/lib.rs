@@ -1,0 +1,20 @@
+//! sessiond hosts durable agent sessions on one machine.
+//!
+//! Start with `ARCHITECTURE.md` for the map; each module's doc comment says what it owns.
+
+pub mod api;
+pub mod bus;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod ids;
+pub mod runner;
+pub mod server;
+pub mod sessions;
+pub mod store;
+pub mod timeline;
+pub mod web;
+
+pub use error::{Error, Result};

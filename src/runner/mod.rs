@@ -1,0 +1,395 @@
+//! The runner: a dispatcher and a fixed pool of turn slots that execute agent turns off the HTTP
+//! threads.
+//!
+//! * A session never runs two turns at once (invariant 7); the dispatcher owns the set of active
+//!   sessions and a FIFO of sessions with work waiting for a free slot.
+//! * Every turn claims its session with a new fencing generation; writes from a turn that lost it
+//!   (cut off after an interrupt's grace period) are refused (invariant 8).
+//! * Inputs are durable before the runner hears of them; the runner only ever reads them back from
+//!   the store, so a restart re-delivers everything not yet taken, in order.
+
+mod turn;
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::clock;
+use crate::config::RunnerConfig;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::store::{SessionKey, Store};
+
+pub use turn::TurnIo;
+
+/// The answer a submission gets from the runner (R64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// A turn took the input (or it joined the running turn as a steer).
+    Accepted,
+    /// The input is durable and the session drain will deliver it later.
+    Queued,
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Accepted => "accepted",
+            Delivery::Queued => "queued",
+        }
+    }
+}
+
+enum Msg {
+    Deliver {
+        key: SessionKey,
+        follow_up: bool,
+        ack: Option<oneshot::Sender<Delivery>>,
+    },
+    Interrupt {
+        key: SessionKey,
+    },
+    ForceStop {
+        pk: i64,
+        generation: u64,
+    },
+    TurnEnded {
+        pk: i64,
+        outcome: turn::Outcome,
+    },
+    Deleted {
+        pk: i64,
+    },
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// Signals shared between the dispatcher and one running turn.
+pub(crate) struct TurnControl {
+    pub cancel: watch::Sender<bool>,
+    pub steer_pending: AtomicBool,
+    pub steer_notify: Notify,
+    /// The fencing generation once the turn has claimed its session (0 before).
+    pub generation: AtomicU64,
+}
+
+struct Active {
+    key: SessionKey,
+    control: Arc<TurnControl>,
+    task: JoinHandle<()>,
+}
+
+pub(crate) struct Shared {
+    pub store: Store,
+    pub engine: Arc<dyn Engine>,
+    pub cfg: RunnerConfig,
+}
+
+#[derive(Clone)]
+pub struct Runner {
+    tx: mpsc::UnboundedSender<Msg>,
+    ack_window: Duration,
+}
+
+impl Runner {
+    /// Recovers what a previous process left behind, then starts the dispatcher on `rt`.
+    pub fn start(
+        store: Store,
+        engine: Arc<dyn Engine>,
+        cfg: RunnerConfig,
+        rt: &tokio::runtime::Handle,
+    ) -> Result<Runner> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let ack_window = Duration::from_millis(cfg.ack_window_ms);
+        let shared = Arc::new(Shared { store, engine, cfg });
+        let recovered = rt.block_on(turn::recover(&shared))?;
+        let mut dispatcher = Dispatcher {
+            shared,
+            tx: tx.clone(),
+            active: HashMap::new(),
+            ready: VecDeque::new(),
+            queued: HashSet::new(),
+            timers: BTreeSet::new(),
+            shutdown: None,
+        };
+        for (key, due) in recovered {
+            dispatcher.schedule(key, due);
+        }
+        rt.spawn(dispatcher.run(rx));
+        Ok(Runner { tx, ack_window })
+    }
+
+    /// Tells the runner a durable input is waiting and waits (up to the ack window) for its answer.
+    pub async fn deliver(&self, key: SessionKey, follow_up: bool) -> Delivery {
+        let (ack, rx) = oneshot::channel();
+        if self
+            .tx
+            .send(Msg::Deliver {
+                key,
+                follow_up,
+                ack: Some(ack),
+            })
+            .is_err()
+        {
+            return Delivery::Queued;
+        }
+        match tokio::time::timeout(self.ack_window, rx).await {
+            Ok(Ok(d)) => d,
+            _ => Delivery::Queued,
+        }
+    }
+
+    /// Nudges the runner without waiting for an answer (e.g. a wake or a note that changes nothing).
+    pub fn poke(&self, key: SessionKey) {
+        let _ = self.tx.send(Msg::Deliver {
+            key,
+            follow_up: true,
+            ack: None,
+        });
+    }
+
+    pub fn interrupt(&self, key: SessionKey) {
+        let _ = self.tx.send(Msg::Interrupt { key });
+    }
+
+    pub fn session_deleted(&self, pk: i64) {
+        let _ = self.tx.send(Msg::Deleted { pk });
+    }
+
+    /// Interrupts every running turn and waits (up to the grace period) for their terminals.
+    pub async fn shutdown(&self) {
+        let (done, rx) = oneshot::channel();
+        if self.tx.send(Msg::Shutdown { done }).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+struct Dispatcher {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Msg>,
+    active: HashMap<i64, Active>,
+    ready: VecDeque<SessionKey>,
+    queued: HashSet<i64>,
+    /// `(due_ms, pk, id)`: sessions whose next input may only run later (sleep wakes).
+    timers: BTreeSet<(i64, i64, String)>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Dispatcher {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        loop {
+            let next_timer = self.timers.first().map(|(due, _, _)| *due);
+            let sleep = async {
+                match next_timer {
+                    Some(due) => {
+                        let wait = (due - clock::now_ms()).max(0) as u64;
+                        tokio::time::sleep(Duration::from_millis(wait)).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    Some(msg) => self.handle(msg),
+                    None => break,
+                },
+                () = sleep => self.fire_timers(),
+            }
+            if self.shutdown.is_some() && self.active.is_empty() {
+                if let Some(done) = self.shutdown.take() {
+                    let _ = done.send(());
+                }
+                break;
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Deliver {
+                key,
+                follow_up,
+                ack,
+            } => self.deliver(key, follow_up, ack),
+            Msg::Interrupt { key } => self.interrupt(&key),
+            Msg::ForceStop { pk, generation } => self.force_stop(pk, generation),
+            Msg::TurnEnded { pk, outcome } => {
+                self.active.remove(&pk);
+                if let Some(key) = outcome.key {
+                    if outcome.more {
+                        self.enqueue(key.clone());
+                    }
+                    if let Some(due) = outcome.next_due {
+                        self.timers.insert((due, key.pk, key.id));
+                    }
+                }
+                self.fill_slots();
+            }
+            Msg::Deleted { pk } => {
+                if let Some(active) = self.active.remove(&pk) {
+                    active.task.abort();
+                }
+                self.ready.retain(|k| k.pk != pk);
+                self.queued.remove(&pk);
+                self.timers.retain(|(_, p, _)| *p != pk);
+                self.fill_slots();
+            }
+            Msg::Shutdown { done } => {
+                self.ready.clear();
+                self.queued.clear();
+                self.timers.clear();
+                for active in self.active.values() {
+                    let _ = active.control.cancel.send(true);
+                }
+                let grace = self.shared.cfg.interrupt_grace_ms;
+                let tx = self.tx.clone();
+                let pks: Vec<(i64, u64)> = self
+                    .active
+                    .iter()
+                    .map(|(pk, a)| (*pk, a.control.generation.load(Ordering::SeqCst)))
+                    .collect();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(grace)).await;
+                    for (pk, generation) in pks {
+                        let _ = tx.send(Msg::ForceStop { pk, generation });
+                    }
+                });
+                self.shutdown = Some(done);
+            }
+        }
+    }
+
+    fn deliver(
+        &mut self,
+        key: SessionKey,
+        follow_up: bool,
+        ack: Option<oneshot::Sender<Delivery>>,
+    ) {
+        let reply = |ack: Option<oneshot::Sender<Delivery>>, d: Delivery| {
+            if let Some(ack) = ack {
+                let _ = ack.send(d);
+            }
+        };
+        if self.shutdown.is_some() {
+            return reply(ack, Delivery::Queued);
+        }
+        if let Some(active) = self.active.get(&key.pk) {
+            if follow_up {
+                return reply(ack, Delivery::Queued);
+            }
+            active.control.steer_pending.store(true, Ordering::SeqCst);
+            active.control.steer_notify.notify_one();
+            return reply(ack, Delivery::Accepted);
+        }
+        if self.active.len() < self.shared.cfg.workers {
+            self.start_turn(key, ack);
+        } else {
+            self.enqueue(key);
+            reply(ack, Delivery::Queued);
+        }
+    }
+
+    fn enqueue(&mut self, key: SessionKey) {
+        if self.queued.insert(key.pk) {
+            self.ready.push_back(key);
+        }
+    }
+
+    fn schedule(&mut self, key: SessionKey, due: i64) {
+        if due <= clock::now_ms() {
+            self.enqueue(key);
+        } else {
+            self.timers.insert((due, key.pk, key.id));
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = clock::now_ms();
+        while let Some((due, _, _)) = self.timers.first() {
+            if *due > now {
+                break;
+            }
+            if let Some((_, pk, id)) = self.timers.pop_first()
+                && !self.active.contains_key(&pk)
+            {
+                self.enqueue(SessionKey { pk, id });
+            }
+        }
+        self.fill_slots();
+    }
+
+    fn fill_slots(&mut self) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        while self.active.len() < self.shared.cfg.workers {
+            let Some(key) = self.ready.pop_front() else {
+                break;
+            };
+            self.queued.remove(&key.pk);
+            if self.active.contains_key(&key.pk) {
+                // It will look for more work when its turn ends.
+                continue;
+            }
+            self.start_turn(key, None);
+        }
+    }
+
+    fn start_turn(&mut self, key: SessionKey, ack: Option<oneshot::Sender<Delivery>>) {
+        let control = Arc::new(TurnControl {
+            cancel: watch::channel(false).0,
+            steer_pending: AtomicBool::new(false),
+            steer_notify: Notify::new(),
+            generation: AtomicU64::new(0),
+        });
+        let pk = key.pk;
+        let task = tokio::spawn(turn::run(
+            Arc::clone(&self.shared),
+            key.clone(),
+            Arc::clone(&control),
+            ack,
+            self.tx.clone(),
+        ));
+        self.active.insert(pk, Active { key, control, task });
+    }
+
+    fn interrupt(&mut self, key: &SessionKey) {
+        let Some(active) = self.active.get(&key.pk) else {
+            return;
+        };
+        let _ = active.control.cancel.send(true);
+        let generation = active.control.generation.load(Ordering::SeqCst);
+        let tx = self.tx.clone();
+        let grace = self.shared.cfg.interrupt_grace_ms;
+        let pk = key.pk;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(grace)).await;
+            let _ = tx.send(Msg::ForceStop { pk, generation });
+        });
+    }
+
+    /// Cuts off a turn that ignored its interrupt: the task is dropped and the runner writes the
+    /// `interrupted` terminal itself; anything the old turn still tries to write is fenced off.
+    fn force_stop(&mut self, pk: i64, generation: u64) {
+        let Some(active) = self.active.get(&pk) else {
+            return;
+        };
+        if active.control.generation.load(Ordering::SeqCst) != generation {
+            return;
+        }
+        active.task.abort();
+        let shared = Arc::clone(&self.shared);
+        let tx = self.tx.clone();
+        let key = active.key.clone();
+        tokio::spawn(async move {
+            let outcome = turn::force_interrupted(&shared, key, generation).await;
+            let _ = tx.send(Msg::TurnEnded { pk, outcome });
+        });
+    }
+}

@@ -1,0 +1,574 @@
+//! One turn: claim the session, run the engine through a [`TurnIo`], write the terminal.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::{Delivery, Msg, Shared, TurnControl};
+use crate::bus::Frame;
+use crate::engine::{InputKind, TurnEnd, TurnInput};
+use crate::error::{Error, Result};
+use crate::sessions::projection;
+use crate::store::{self, SessionKey, Store};
+use crate::timeline::{
+    AgentLoopState, AgentStatus, CompleteStatus, Event, Level, Step, SystemMetadata, Tier, Todo,
+    TurnState, TurnStateStatus, Usage,
+};
+
+/// What the dispatcher needs to know when a turn is over.
+pub(crate) struct Outcome {
+    pub key: Option<SessionKey>,
+    /// Another input may run now.
+    pub more: bool,
+    /// The earliest queued input that may only run later (a sleep's wake).
+    pub next_due: Option<i64>,
+}
+
+impl Outcome {
+    fn idle(key: SessionKey) -> Outcome {
+        Outcome {
+            key: Some(key),
+            more: false,
+            next_due: None,
+        }
+    }
+}
+
+/// What a claim hands the turn.
+struct Claim {
+    generation: u64,
+    kind: InputKind,
+    text: String,
+    tier: Option<Tier>,
+    cwd: Option<String>,
+    mode: String,
+    resume: Option<Value>,
+    last_seq: u64,
+    steers_waiting: bool,
+}
+
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    key: SessionKey,
+    control: Arc<TurnControl>,
+    ack: Option<oneshot::Sender<Delivery>>,
+    tx: mpsc::UnboundedSender<Msg>,
+) {
+    let pk = key.pk;
+    let outcome = match run_turn(&shared, key.clone(), &control, ack).await {
+        Ok(outcome) => outcome,
+        Err(Error::StaleTurn | Error::NotFound) => Outcome {
+            key: None,
+            more: false,
+            next_due: None,
+        },
+        Err(e) => {
+            tracing::error!(session = %key.id, error = %e, "turn failed");
+            Outcome::idle(key)
+        }
+    };
+    let _ = tx.send(Msg::TurnEnded { pk, outcome });
+}
+
+async fn run_turn(
+    shared: &Shared,
+    key: SessionKey,
+    control: &Arc<TurnControl>,
+    ack: Option<oneshot::Sender<Delivery>>,
+) -> Result<Outcome> {
+    let claim = claim(&shared.store, key.clone()).await?;
+    let Some(claim) = claim else {
+        if let Some(ack) = ack {
+            let _ = ack.send(Delivery::Queued);
+        }
+        return Ok(Outcome::idle(key));
+    };
+    control.generation.store(claim.generation, Ordering::SeqCst);
+    control
+        .steer_pending
+        .fetch_or(claim.steers_waiting, Ordering::SeqCst);
+    if let Some(ack) = ack {
+        let _ = ack.send(Delivery::Accepted);
+    }
+    let mut io = TurnIo {
+        store: shared.store.clone(),
+        key: key.clone(),
+        generation: claim.generation,
+        cancel: control.cancel.subscribe(),
+        control: Arc::clone(control),
+        last_seq: claim.last_seq,
+        turn_started: claim.last_seq,
+        mode: claim.mode.clone(),
+        messages: Vec::new(),
+        usage: Usage::default(),
+        todos: None,
+        local_ids: 0,
+    };
+    if !claim.text.is_empty() {
+        io.messages
+            .push(json!({"role": "user", "content": claim.text}));
+        io.usage.input += estimate_tokens(&claim.text);
+    }
+    let input = TurnInput {
+        kind: claim.kind,
+        text: claim.text,
+        resume: claim.resume,
+        tier: claim.tier,
+        cwd: claim.cwd,
+    };
+    let engine = Arc::clone(&shared.engine);
+    let end = match engine.run(&mut io, input).await {
+        Ok(end) => end,
+        Err(Error::StaleTurn) => return Err(Error::StaleTurn),
+        Err(e) => TurnEnd::Failed {
+            error: e.to_string(),
+        },
+    };
+    finish(&shared.store, key, claim.generation, end, io).await
+}
+
+async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
+    store
+        .write(move |tx| {
+            let Some(input) = tx.next_input(&key)? else {
+                return Ok(None);
+            };
+            let Some(generation) = tx.claim_turn(&key)? else {
+                return Ok(None);
+            };
+            tx.remove_input(&key, input.seq)?;
+            let kind = match input.kind.as_str() {
+                "answer" => InputKind::Answer,
+                "wake" => InputKind::Wake,
+                _ => InputKind::Prompt,
+            };
+            if kind != InputKind::Wake {
+                // A message before the wake time wakes the session early.
+                tx.remove_inputs_of_kind(&key, "wake")?;
+                let attempt_kind = match input.kind.as_str() {
+                    "initial" => "initial_prompt",
+                    "answer" => "answer",
+                    _ => "message",
+                };
+                let attempt = json!({
+                    "attemptId": crate::ids::new_id(),
+                    "throughSeq": input.seq,
+                    "kind": attempt_kind,
+                    "createdAt": tx.now,
+                });
+                tx.set_delivered(&key, input.seq, &attempt.to_string())?;
+            }
+            let resume = match kind {
+                InputKind::Prompt => None,
+                _ => tx
+                    .engine_state(&key)?
+                    .and_then(|s| serde_json::from_str(&s).ok()),
+            };
+            let row = tx.session_row(&key)?;
+            let mut messages = Vec::new();
+            if !input.text.is_empty() {
+                messages.push(json!({"role": "user", "content": input.text}));
+            }
+            let state = turn_state(
+                TurnStateStatus::Running,
+                &row.mode,
+                AgentStatus::Running,
+                messages,
+                None,
+            );
+            let started = tx.append(&key, &Event::TurnStarted { state })?;
+            if kind != InputKind::Wake {
+                tx.record_input_turn(&key, input.seq, started)?;
+            }
+            tx.set_turn_status(&key, "running")?;
+            projection::refresh_follow_up_queue(tx, &key)?;
+            let steers_waiting = tx
+                .pending_inputs(&key)?
+                .iter()
+                .any(|p| p.kind != "answer" && p.kind != "wake" && p.behavior == "steer");
+            Ok(Some(Claim {
+                generation,
+                kind,
+                text: input.text,
+                tier: input.tier.as_deref().and_then(Tier::parse),
+                cwd: row.cwd,
+                mode: row.mode,
+                resume,
+                last_seq: started,
+                steers_waiting,
+            }))
+        })
+        .await
+}
+
+pub(crate) fn turn_state(
+    status: TurnStateStatus,
+    mode: &str,
+    agent_status: AgentStatus,
+    messages: Vec<Value>,
+    todos: Option<Vec<Todo>>,
+) -> TurnState {
+    TurnState {
+        status,
+        mode: serde_json::from_str(mode).unwrap_or_else(|_| json!("agent")),
+        agent: AgentLoopState {
+            status: agent_status,
+            messages,
+        },
+        todos,
+        follow_up_queue: None,
+    }
+}
+
+fn estimate_tokens(text: &str) -> f64 {
+    (text.chars().count() as f64 / 4.0).ceil()
+}
+
+async fn finish(
+    store: &Store,
+    key: SessionKey,
+    generation: u64,
+    end: TurnEnd,
+    io: TurnIo,
+) -> Result<Outcome> {
+    let TurnIo {
+        mode,
+        messages,
+        mut usage,
+        todos,
+        ..
+    } = io;
+    usage.total_tokens = usage.input + usage.output;
+    store
+        .write(move |tx| {
+            tx.check_generation(&key, generation)?;
+            if usage.total_tokens > 0.0 {
+                tx.append(&key, &usage_event(&usage))?;
+            }
+            let (status, agent_status) = match &end {
+                TurnEnd::Complete { .. } => (TurnStateStatus::Completed, AgentStatus::Completed),
+                TurnEnd::Failed { .. } => (TurnStateStatus::Failed, AgentStatus::Failed),
+                TurnEnd::Ask { .. } => (TurnStateStatus::WaitingForHuman, AgentStatus::Waiting),
+                TurnEnd::Sleep { .. } => (TurnStateStatus::Sleeping, AgentStatus::Waiting),
+                TurnEnd::Interrupted => (TurnStateStatus::Interrupted, AgentStatus::Cancelled),
+            };
+            let state = turn_state(status, &mode, agent_status, messages, todos);
+            let (event, turn_status, engine_state, wake_at) = match end {
+                TurnEnd::Complete { result } => (
+                    Event::Complete {
+                        state,
+                        status: CompleteStatus::Completed,
+                        result,
+                        error: None,
+                    },
+                    "complete",
+                    None,
+                    None,
+                ),
+                TurnEnd::Failed { error } => (
+                    Event::Complete {
+                        state,
+                        status: CompleteStatus::Failed,
+                        result: None,
+                        error: Some(error),
+                    },
+                    "complete",
+                    None,
+                    None,
+                ),
+                TurnEnd::Ask { questions, resume } => (
+                    Event::Ask { state, questions },
+                    "ask",
+                    Some(resume.to_string()),
+                    None,
+                ),
+                TurnEnd::Sleep { wake_at, resume } => (
+                    Event::Sleep {
+                        state,
+                        wake_at: wake_at as f64,
+                    },
+                    "sleep",
+                    Some(resume.to_string()),
+                    Some(wake_at),
+                ),
+                TurnEnd::Interrupted => (Event::Interrupted { state }, "interrupted", None, None),
+            };
+            let seq = tx.append(&key, &event)?;
+            tx.release_turn(&key, engine_state.as_deref(), wake_at)?;
+            if let Some(wake_at) = wake_at {
+                tx.enqueue_input(
+                    &key,
+                    &store::NewInput {
+                        seq,
+                        kind: "wake",
+                        behavior: "steer",
+                        tier: None,
+                        text: "",
+                        images: None,
+                        not_before: wake_at,
+                    },
+                )?;
+            }
+            settle(tx, key, turn_status)
+        })
+        .await
+}
+
+/// After a terminal: the status the session shows and what the dispatcher should do next.
+fn settle(tx: &mut store::Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome> {
+    let pending = tx.pending_inputs(&key)?;
+    let now = tx.now;
+    let more = pending.iter().any(|p| p.not_before <= now);
+    let next_due = pending
+        .iter()
+        .filter(|p| p.not_before > now)
+        .map(|p| p.not_before)
+        .min();
+    tx.set_turn_status(&key, if more { "running" } else { turn_status })?;
+    Ok(Outcome {
+        key: Some(key),
+        more,
+        next_due,
+    })
+}
+
+fn usage_event(usage: &Usage) -> Event {
+    Event::Usage {
+        turn_usage: usage.clone(),
+        usage_by_model: Vec::new(),
+        last_message_usage: usage.clone(),
+        effective_context_window: 0.0,
+        context_window_usage: Default::default(),
+    }
+}
+
+/// Writes the `interrupted` terminal for a turn that was cut off or lost, with a system event
+/// saying why. Refused (and harmless) when the turn already ended.
+async fn write_lost_turn(
+    store: &Store,
+    key: SessionKey,
+    generation: Option<u64>,
+    message: &'static str,
+    code: Option<&'static str>,
+) -> Result<Outcome> {
+    store
+        .write(move |tx| {
+            if let Some(generation) = generation {
+                tx.check_generation(&key, generation)?;
+            }
+            let row = tx.session_row(&key)?;
+            tx.append(
+                &key,
+                &Event::System {
+                    level: Level::Warn,
+                    message: message.to_owned(),
+                    metadata: code.map(|c| SystemMetadata { code: c.to_owned() }),
+                },
+            )?;
+            let state = turn_state(
+                TurnStateStatus::Interrupted,
+                &row.mode,
+                AgentStatus::Cancelled,
+                Vec::new(),
+                None,
+            );
+            tx.append(&key, &Event::Interrupted { state })?;
+            tx.release_turn(&key, None, None)?;
+            settle(tx, key, "interrupted")
+        })
+        .await
+}
+
+pub(crate) async fn force_interrupted(
+    shared: &Shared,
+    key: SessionKey,
+    generation: u64,
+) -> Outcome {
+    let fallback = Outcome::idle(key.clone());
+    match write_lost_turn(
+        &shared.store,
+        key,
+        Some(generation),
+        "the turn did not stop within the interrupt grace period and was cut off",
+        None,
+    )
+    .await
+    {
+        Ok(outcome) => outcome,
+        Err(_) => fallback,
+    }
+}
+
+/// Ends every turn a previous process left running and returns the sessions with queued inputs
+/// (with the time their first input may run).
+pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
+    let store = &shared.store;
+    let stale = store.read(store::active_turn_sessions).await?;
+    for (pk, id) in stale {
+        tracing::warn!(session = %id, "ending a turn left running by a previous process");
+        write_lost_turn(
+            store,
+            SessionKey { pk, id },
+            None,
+            "sessiond stopped while this turn was running; the turn was interrupted",
+            Some("runner_exited"),
+        )
+        .await?;
+    }
+    let pending = store
+        .read(store::sessions_with_pending_inputs)
+        .await?;
+    Ok(pending
+        .into_iter()
+        .map(|(pk, id, due)| (SessionKey { pk, id }, due))
+        .collect())
+}
+
+/// The engine's handle on its turn: durable appends (fenced), live deltas, steering and
+/// cancellation.
+pub struct TurnIo {
+    store: Store,
+    key: SessionKey,
+    generation: u64,
+    cancel: watch::Receiver<bool>,
+    control: Arc<TurnControl>,
+    last_seq: u64,
+    turn_started: u64,
+    mode: String,
+    messages: Vec<Value>,
+    usage: Usage,
+    todos: Option<Vec<Todo>>,
+    local_ids: u64,
+}
+
+impl TurnIo {
+    pub fn session_id(&self) -> &str {
+        &self.key.id
+    }
+
+    /// True once the turn has been interrupted; engines stop at their next step.
+    pub fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Waits `ms` unless interrupted first; returns false when interrupted.
+    pub async fn pause(&mut self, ms: u64) -> bool {
+        if self.is_cancelled() {
+            return false;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(ms)) => !self.is_cancelled(),
+            _ = self.cancel.changed() => false,
+        }
+    }
+
+    /// Appends a durable event unless this turn has lost its session.
+    pub async fn emit(&mut self, event: Event) -> Result<u64> {
+        let key = self.key.clone();
+        let generation = self.generation;
+        let seq = self
+            .store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                tx.append(&key, &event)
+            })
+            .await?;
+        self.last_seq = seq;
+        Ok(seq)
+    }
+
+    /// Broadcasts volatile progress (a delta); never stored.
+    pub fn delta(&mut self, step: Step) {
+        let event = Event::Step { step };
+        let Ok(body) = serde_json::to_string(&event) else {
+            return;
+        };
+        self.store.bus().publish_volatile(
+            &self.key.id,
+            self.last_seq,
+            Frame {
+                seq: None,
+                event_type: "step".into(),
+                data: format!("{{\"event\":{body}}}"),
+            },
+        );
+    }
+
+    /// Records assistant text in the turn's conversation and usage.
+    pub fn say(&mut self, text: &str) {
+        self.usage.output += estimate_tokens(text);
+        self.messages
+            .push(json!({"role": "assistant", "content": text}));
+    }
+
+    pub fn next_local_id(&mut self) -> u64 {
+        self.local_ids += 1;
+        self.local_ids
+    }
+
+    /// Replaces the session's todo list (event + snapshot field).
+    pub async fn set_todos(&mut self, todos: Vec<Todo>) -> Result<()> {
+        let key = self.key.clone();
+        let generation = self.generation;
+        let doc = serde_json::to_string(&todos).map_err(|e| Error::Internal(e.to_string()))?;
+        self.todos = Some(todos.clone());
+        let seq = self
+            .store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                let seq = tx.append(&key, &Event::Todos { todos })?;
+                tx.set_json_column(&key, store::JsonColumn::Todos, Some(&doc))?;
+                Ok(seq)
+            })
+            .await?;
+        self.last_seq = seq;
+        Ok(())
+    }
+
+    /// Takes the steer messages that arrived since the last call (oldest first), marking them
+    /// delivered to this turn.
+    pub async fn take_steers(&mut self) -> Result<Vec<String>> {
+        if !self.control.steer_pending.swap(false, Ordering::SeqCst) {
+            return Ok(Vec::new());
+        }
+        let key = self.key.clone();
+        let generation = self.generation;
+        let turn_started = self.turn_started_seq();
+        let texts = self
+            .store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                let mut texts = Vec::new();
+                for input in tx.pending_inputs(&key)? {
+                    if input.kind == "answer" || input.kind == "wake" || input.behavior != "steer" {
+                        continue;
+                    }
+                    tx.remove_input(&key, input.seq)?;
+                    tx.record_input_turn(&key, input.seq, turn_started)?;
+                    let attempt = json!({
+                        "attemptId": crate::ids::new_id(),
+                        "throughSeq": input.seq,
+                        "kind": "message",
+                        "createdAt": tx.now,
+                    });
+                    tx.set_delivered(&key, input.seq, &attempt.to_string())?;
+                    texts.push(input.text);
+                }
+                Ok(texts)
+            })
+            .await?;
+        for text in &texts {
+            self.usage.input += estimate_tokens(text);
+            self.messages.push(json!({"role": "user", "content": text}));
+        }
+        Ok(texts)
+    }
+
+    /// The seq of this turn's `turn_started`; steers that join the turn are recorded against it.
+    fn turn_started_seq(&self) -> u64 {
+        self.turn_started
+    }
+}

@@ -1,0 +1,124 @@
+//! `sessiond serve`: wires storage, the runner and the HTTP server together, and takes them down
+//! in the right order on SIGINT/SIGTERM (streams ended, turns interrupted, writer flushed).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::{App, HttpServer, middleware, web};
+
+use crate::api::{self, AppState};
+use crate::bus::Bus;
+use crate::config::Config;
+use crate::engine::{Engine, scripted::ScriptedEngine};
+use crate::runner::Runner;
+use crate::sessions::Sessions;
+use crate::store::Store;
+
+/// The workspace that exists from the first start.
+pub const DEFAULT_WORKSPACE: &str = "default";
+
+/// Opens the data directory and the store, creating both when missing.
+pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| format!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
+    let store = Store::open(&cfg.db_path(), &cfg.store, bus).map_err(|e| e.to_string())?;
+    store
+        .write_blocking(|tx| {
+            tx.ensure_workspace(DEFAULT_WORKSPACE, "Default")
+                .map(|_| ())
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(store)
+}
+
+pub fn serve(cfg: Config) -> Result<(), String> {
+    api::schema::self_check()?;
+    let addr: SocketAddr = cfg
+        .bind
+        .parse()
+        .map_err(|_| format!("invalid bind address {:?} (expected ADDR:PORT)", cfg.bind))?;
+    let cfg = Arc::new(cfg);
+    let bus = Bus::new(
+        cfg.stream.channel_capacity,
+        cfg.stream.max_subscribers_per_session,
+    );
+    let store = open_store(&cfg, Arc::clone(&bus))?;
+
+    // Turns run on their own runtime, never on the HTTP workers.
+    let runner_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("sessiond-runner")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runner runtime: {e}"))?;
+    let engine: Arc<dyn Engine> = Arc::new(ScriptedEngine);
+    tracing::info!(engine = engine.name(), "engine for agent root");
+    let runner = Runner::start(
+        store.clone(),
+        engine,
+        cfg.runner.clone(),
+        runner_rt.handle(),
+    )
+    .map_err(|e| format!("cannot start runner: {e}"))?;
+    let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
+    let state = web::Data::new(AppState::new(sessions));
+
+    let system = actix_web::rt::System::new();
+    let result = system.block_on(async {
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .wrap(
+                    middleware::DefaultHeaders::new()
+                        .add(("X-Content-Type-Options", "nosniff"))
+                        .add(("Referrer-Policy", "no-referrer"))
+                        .add(("X-Frame-Options", "DENY")),
+                )
+                .configure(api::routes_with_ui)
+        })
+        .disable_signals()
+        .shutdown_timeout(10)
+        .bind(addr)
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let bound = server.addrs().first().copied().unwrap_or(addr);
+        println!("sessiond listening on http://{bound}");
+        let server = server.run();
+        let handle = server.handle();
+        let bus = Arc::clone(&bus);
+        actix_web::rt::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            bus.close_all();
+            handle.stop(true).await;
+        });
+        server.await.map_err(|e| format!("server error: {e}"))
+    });
+    // HTTP is down: stop turns (they write their terminals), then flush the writer.
+    runner_rt.block_on(runner.shutdown());
+    store.close();
+    runner_rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    tracing::info!("stopped");
+    result
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,63 @@
+//! Schema migrations: the files of `migrations/`, compiled in and applied in order.
+//!
+//! The applied version is SQLite's `user_version`. A database written by a newer sessiond is
+//! refused rather than half-understood.
+
+use rusqlite::Connection;
+use rust_embed::RustEmbed;
+
+use crate::error::{Error, Result};
+
+#[derive(RustEmbed)]
+#[folder = "migrations/"]
+#[include = "*.sql"]
+struct Migrations;
+
+/// `(version, sql)` in ascending order; file names start with their version (`0001_init.sql`).
+fn migrations() -> Vec<(i64, String)> {
+    let mut out: Vec<(i64, String)> = Migrations::iter()
+        .filter_map(|name| {
+            let version = name.split('_').next()?.parse::<i64>().ok()?;
+            let file = Migrations::get(&name)?;
+            Some((version, String::from_utf8_lossy(&file.data).into_owned()))
+        })
+        .collect();
+    out.sort_by_key(|(v, _)| *v);
+    out
+}
+
+/// The schema version this binary writes.
+pub static SCHEMA_VERSION: std::sync::LazyLock<i64> =
+    std::sync::LazyLock::new(|| migrations().last().map(|(v, _)| *v).unwrap_or(0));
+
+fn current_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+}
+
+pub fn check_version(conn: &Connection) -> Result<i64> {
+    let found = current_version(conn)?;
+    if found > *SCHEMA_VERSION {
+        return Err(Error::Storage(format!(
+            "the database has schema version {found}, newer than this sessiond understands ({}); \
+             run a newer sessiond or restore a backup",
+            *SCHEMA_VERSION
+        )));
+    }
+    Ok(found)
+}
+
+pub fn migrate(conn: &Connection) -> Result<()> {
+    let found = check_version(conn)?;
+    for (version, sql) in migrations() {
+        if version <= found {
+            continue;
+        }
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(&sql)
+            .map_err(|e| Error::Storage(format!("migration {version} failed: {e}")))?;
+        tx.pragma_update(None, "user_version", version)?;
+        tx.commit()?;
+        tracing::info!(version, "applied migration");
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! SQLite storage: one writer thread with group commit, a pool of read-only connections.
+//!
+//! This module is the only place that speaks SQL. Its surface is narrow on purpose (append events
+//! and update projections atomically, read ranges, queue inputs, pointers) so that another backend
+//! can stand behind the same calls when sessiond grows beyond one machine.
+//!
+//! * Writes go through [`Store::write`]: the closure runs on the writer thread inside a savepoint of
+//!   a batch transaction; the caller is answered only after COMMIT (invariant 3). A failing closure
+//!   rolls back its own savepoint and leaves the rest of the batch intact.
+//! * Reads go through [`Store::read`] on a blocking thread with a pooled read-only connection.
+//! * Keyset pagination only; nothing here uses OFFSET.
+
+mod migrate;
+pub mod reads;
+mod writer;
+pub mod writes;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::bus::Bus;
+use crate::config::{StoreConfig, Synchronous};
+use crate::error::{Error, Result};
+
+pub use migrate::SCHEMA_VERSION;
+pub use reads::*;
+pub use writer::Tx;
+pub use writes::*;
+
+type Pool = r2d2::Pool<SqliteConnectionManager>;
+
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    writer: writer::WriterHandle,
+    readers: Pool,
+    bus: Arc<Bus>,
+}
+
+/// Pragmas every connection gets. `busy_timeout` comes first so that the others wait instead of
+/// failing while another process (e.g. `sessiond backup`) holds a lock.
+fn apply_common_pragmas(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+/// Opens the write connection: WAL, the configured `synchronous`, migrations applied.
+pub fn open_write_connection(path: &Path, cfg: &StoreConfig) -> Result<Connection> {
+    let conn = Connection::open(path)
+        .map_err(|e| Error::Storage(format!("cannot open {}: {e}", path.display())))?;
+    apply_common_pragmas(&conn)?;
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::Storage(format!(
+            "cannot enable WAL (journal_mode is {mode})"
+        )));
+    }
+    let sync = match cfg.synchronous {
+        Synchronous::Normal => "NORMAL",
+        Synchronous::Full => "FULL",
+    };
+    conn.pragma_update(None, "synchronous", sync)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "cache_size", -32_000)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    migrate::migrate(&conn)?;
+    Ok(conn)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, applies migrations and starts the writer.
+    pub fn open(path: &Path, cfg: &StoreConfig, bus: Arc<Bus>) -> Result<Store> {
+        let conn = open_write_connection(path, cfg)?;
+        let manager = SqliteConnectionManager::file(path)
+            .with_flags(
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .with_init(|c| {
+                apply_common_pragmas(c)?;
+                c.set_prepared_statement_cache_capacity(64);
+                Ok(())
+            });
+        let readers = r2d2::Pool::builder()
+            .max_size(cfg.read_connections)
+            .min_idle(Some(1))
+            .build(manager)?;
+        let writer = writer::spawn(conn, cfg.max_batch, Arc::clone(&bus))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                writer,
+                readers,
+                bus,
+            }),
+        })
+    }
+
+    pub fn bus(&self) -> &Arc<Bus> {
+        &self.inner.bus
+    }
+
+    /// Runs `f` on the writer thread inside the current batch; resolves after COMMIT.
+    pub async fn write<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.writer.write(f).await
+    }
+
+    /// Like [`Store::write`], for callers outside an async runtime (CLI, tests).
+    pub fn write_blocking<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.writer.write_blocking(f)
+    }
+
+    /// Runs a query on a pooled read-only connection, off the async threads.
+    pub async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let pool = self.inner.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = pool.get()?;
+            f(&conn)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("read task failed: {e}")))?
+    }
+
+    /// Synchronous read for non-async callers.
+    pub fn read_blocking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = self.inner.readers.get()?;
+        f(&conn)
+    }
+
+    /// Stops accepting writes, lets the writer finish what it has and waits for it.
+    pub fn close(&self) {
+        self.inner.writer.close();
+    }
+
+    /// Writes a consistent copy of the live database to `dest` (`VACUUM INTO`).
+    pub fn backup_to(db_path: &Path, dest: &Path) -> Result<()> {
+        backup(db_path, dest)
+    }
+}
+
+/// `VACUUM INTO` from a separate connection: readers and the running server's writer are not
+/// blocked, and the copy is a single consistent snapshot.
+pub fn backup(db_path: &Path, dest: &Path) -> Result<()> {
+    if !db_path.exists() {
+        return Err(Error::invalid(format!(
+            "no database at {}",
+            db_path.display()
+        )));
+    }
+    if dest.exists() {
+        return Err(Error::invalid(format!("{} already exists", dest.display())));
+    }
+    let conn = Connection::open_with_flags(db_path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| Error::Storage(format!("cannot open {}: {e}", db_path.display())))?;
+    apply_common_pragmas(&conn)?;
+    migrate::check_version(&conn)?;
+    let dest = dest
+        .to_str()
+        .ok_or_else(|| Error::invalid("backup path must be valid UTF-8"))?;
+    conn.execute("VACUUM INTO ?1", [dest])?;
+    Ok(())
+}

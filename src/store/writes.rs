@@ -1,0 +1,533 @@
+//! Everything the writer thread does to the database, as methods on [`Tx`].
+
+use rusqlite::{OptionalExtension, params};
+use serde_json::Value;
+
+use super::Tx;
+use crate::bus::Frame;
+use crate::error::{Error, Result};
+use crate::timeline::Event;
+
+/// A session as the writer addresses it: the public id and the compact internal key.
+#[derive(Debug, Clone)]
+pub struct SessionKey {
+    pub pk: i64,
+    pub id: String,
+}
+
+pub struct NewSession<'a> {
+    pub id: &'a str,
+    pub workspace_id: &'a str,
+    pub agent_id: &'a str,
+    pub user_id: &'a str,
+    pub title: &'a str,
+    pub cwd: Option<&'a str>,
+    pub created_by_session_id: Option<&'a str>,
+    pub tier: Option<&'a str>,
+    pub mode: &'a str,
+    pub requested_machine: Option<&'a str>,
+}
+
+/// A queued input for the runner.
+pub struct NewInput<'a> {
+    pub seq: u64,
+    pub kind: &'a str,
+    pub behavior: &'a str,
+    pub tier: Option<&'a str>,
+    pub text: &'a str,
+    pub images: Option<&'a str>,
+    pub not_before: i64,
+}
+
+/// The original result of a `clientRequestId`.
+#[derive(Debug, Clone)]
+pub struct ClientRequest {
+    pub fingerprint: String,
+    pub session_id: String,
+    pub input_seq: u64,
+}
+
+impl Tx<'_> {
+    /// Finds a workspace by slug, creating it (and its `root` agent) when missing.
+    pub fn ensure_workspace(&mut self, slug: &str, name: &str) -> Result<String> {
+        if let Some(id) = self
+            .conn
+            .query_row("SELECT id FROM workspaces WHERE slug = ?1", [slug], |r| {
+                r.get(0)
+            })
+            .optional()?
+        {
+            return Ok(id);
+        }
+        let id = crate::ids::new_id();
+        self.conn.execute(
+            "INSERT INTO workspaces (id, slug, name, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![id, slug, name, self.now],
+        )?;
+        self.conn.execute(
+            "INSERT INTO agents (id, workspace_id, slug, name, anchor, created_at)
+             VALUES (?1, ?2, 'root', 'Drive', '', ?3)",
+            params![crate::ids::new_id(), id, self.now],
+        )?;
+        Ok(id)
+    }
+
+    pub fn session_key(&self, workspace_id: &str, session_id: &str) -> Result<SessionKey> {
+        self.conn
+            .prepare_cached("SELECT pk FROM sessions WHERE id = ?1 AND workspace_id = ?2")?
+            .query_row([session_id, workspace_id], |r| r.get(0))
+            .optional()?
+            .map(|pk| SessionKey {
+                pk,
+                id: session_id.to_owned(),
+            })
+            .ok_or(Error::NotFound)
+    }
+
+    pub fn insert_session(&mut self, s: &NewSession<'_>) -> Result<SessionKey> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO sessions (id, workspace_id, agent_id, user_id, title, title_origin,
+                    title_status, turn_status, bucket, cwd, created_by_session_id, tier, mode,
+                    requested_machine, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'excerpt', 'complete', 'running', 'running', ?6, ?7,
+                    ?8, ?9, ?10, ?11, ?11)",
+            )?
+            .execute(params![
+                s.id,
+                s.workspace_id,
+                s.agent_id,
+                s.user_id,
+                s.title,
+                s.cwd,
+                s.created_by_session_id,
+                s.tier,
+                s.mode,
+                s.requested_machine,
+                self.now
+            ])?;
+        let pk = self.conn.last_insert_rowid();
+        self.conn
+            .prepare_cached(
+                "INSERT INTO session_search (rowid, title, prompts) VALUES (?1, ?2, '')",
+            )?
+            .execute(params![pk, s.title])?;
+        Ok(SessionKey {
+            pk,
+            id: s.id.to_owned(),
+        })
+    }
+
+    /// Appends one durable event: next seq, projection counters, and a bus frame after COMMIT.
+    pub fn append(&mut self, key: &SessionKey, event: &Event) -> Result<u64> {
+        let body = serde_json::to_string(event)
+            .map_err(|e| Error::Internal(format!("cannot encode event: {e}")))?;
+        self.append_raw(key, event.type_name(), &body, !event.is_input())
+    }
+
+    /// Appends an already-encoded event body (`{"type":...}`).
+    pub fn append_raw(
+        &mut self,
+        key: &SessionKey,
+        event_type: &str,
+        body: &str,
+        output: bool,
+    ) -> Result<u64> {
+        let seq: i64 = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET last_event_seq = last_event_seq + 1, updated_at = ?2,
+                    last_output_seq = CASE WHEN ?3 THEN last_event_seq + 1 ELSE last_output_seq END
+                 WHERE pk = ?1 RETURNING last_event_seq",
+            )?
+            .query_row(params![key.pk, self.now, output], |r| r.get(0))
+            .optional()?
+            .ok_or(Error::NotFound)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO events (session_pk, seq, type, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![key.pk, seq, event_type, body, self.now])?;
+        let seq = seq as u64;
+        let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
+        self.publish(
+            &key.id,
+            Frame {
+                seq: Some(seq),
+                event_type: event_type.into(),
+                data,
+            },
+        );
+        Ok(seq)
+    }
+
+    /// Adds a prompt to the session's search document.
+    pub fn index_prompt(&mut self, key: &SessionKey, prompt: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE session_search SET prompts = prompts || char(10) || ?2 WHERE rowid = ?1",
+            )?
+            .execute(params![key.pk, prompt])?;
+        Ok(())
+    }
+
+    /// Sets the turn status and the bucket derived from it (and from the machine, when present).
+    pub fn set_turn_status(&mut self, key: &SessionKey, turn_status: &str) -> Result<()> {
+        let machine: Option<String> = self
+            .conn
+            .prepare_cached("SELECT machine FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| r.get(0))?;
+        let activity = machine
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<Value>(m).ok())
+            .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned));
+        let bucket = crate::sessions::bucket::derive(turn_status, activity.as_deref());
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET turn_status = ?2, bucket = ?3, updated_at = ?4 WHERE pk = ?1",
+            )?
+            .execute(params![key.pk, turn_status, bucket, self.now])?;
+        Ok(())
+    }
+
+    /// Writes one projection column that holds JSON (or NULL).
+    pub fn set_json_column(
+        &mut self,
+        key: &SessionKey,
+        column: JsonColumn,
+        value: Option<&str>,
+    ) -> Result<()> {
+        let sql = format!(
+            "UPDATE sessions SET {} = ?2, updated_at = ?3 WHERE pk = ?1",
+            column.name()
+        );
+        self.conn
+            .prepare_cached(&sql)?
+            .execute(params![key.pk, value, self.now])?;
+        Ok(())
+    }
+
+    pub fn set_tier(&mut self, key: &SessionKey, tier: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET tier = ?2 WHERE pk = ?1")?
+            .execute(params![key.pk, tier])?;
+        Ok(())
+    }
+
+    /// PATCH title: manual titles are final (never regenerated).
+    pub fn set_manual_title(&mut self, key: &SessionKey, title: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET title = ?2, title_origin = 'manual', title_status = 'complete',
+                    updated_at = ?3 WHERE pk = ?1",
+            )?
+            .execute(params![key.pk, title, self.now])?;
+        self.conn
+            .prepare_cached("UPDATE session_search SET title = ?2 WHERE rowid = ?1")?
+            .execute(params![key.pk, title])?;
+        Ok(())
+    }
+
+    pub fn set_archived(&mut self, key: &SessionKey, archived: bool) -> Result<()> {
+        // Archiving twice keeps the first archivedAt (the call is declared idempotent).
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET archived_at = CASE WHEN ?2 THEN COALESCE(archived_at, ?3) END,
+                    updated_at = ?3 WHERE pk = ?1",
+            )?
+            .execute(params![key.pk, archived, self.now])?;
+        Ok(())
+    }
+
+    /// Moves the read marker forward only; returns the marker after the call.
+    pub fn mark_read(&mut self, key: &SessionKey, user_id: &str, seq: u64) -> Result<u64> {
+        let seq = seq as i64;
+        let marker: i64 = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO read_markers (session_pk, user_id, last_read_seq) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session_pk, user_id)
+                 DO UPDATE SET last_read_seq = max(last_read_seq, excluded.last_read_seq)
+                 RETURNING last_read_seq",
+            )?
+            .query_row(params![key.pk, user_id, seq], |r| r.get(0))?;
+        Ok(marker as u64)
+    }
+
+    /// Permanently removes a session, its timeline, inputs, images, markers and default binding.
+    pub fn delete_session(&mut self, key: &SessionKey) -> Result<()> {
+        let c = self.conn;
+        c.execute("DELETE FROM events WHERE session_pk = ?1", [key.pk])?;
+        c.execute("DELETE FROM pending_inputs WHERE session_pk = ?1", [key.pk])?;
+        c.execute("DELETE FROM input_turns WHERE session_pk = ?1", [key.pk])?;
+        c.execute("DELETE FROM images WHERE session_pk = ?1", [key.pk])?;
+        c.execute("DELETE FROM read_markers WHERE session_pk = ?1", [key.pk])?;
+        c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
+        c.execute(
+            "DELETE FROM default_sessions WHERE session_id = ?1",
+            [&key.id],
+        )?;
+        c.execute(
+            "DELETE FROM client_requests WHERE session_id = ?1",
+            [&key.id],
+        )?;
+        c.execute("DELETE FROM sessions WHERE pk = ?1", [key.pk])?;
+        Ok(())
+    }
+
+    pub fn find_client_request(
+        &self,
+        workspace_id: &str,
+        client_request_id: &str,
+    ) -> Result<Option<ClientRequest>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT fingerprint, session_id, input_seq FROM client_requests
+                 WHERE workspace_id = ?1 AND client_request_id = ?2",
+            )?
+            .query_row([workspace_id, client_request_id], |r| {
+                Ok(ClientRequest {
+                    fingerprint: r.get(0)?,
+                    session_id: r.get(1)?,
+                    input_seq: r.get::<_, i64>(2)? as u64,
+                })
+            })
+            .optional()?)
+    }
+
+    pub fn record_client_request(
+        &mut self,
+        workspace_id: &str,
+        client_request_id: &str,
+        fingerprint: &str,
+        session_id: &str,
+        input_seq: u64,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO client_requests (workspace_id, client_request_id, fingerprint, session_id,
+                    input_seq, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                workspace_id,
+                client_request_id,
+                fingerprint,
+                session_id,
+                input_seq as i64,
+                self.now
+            ])?;
+        Ok(())
+    }
+
+    /// Stores an inline image once per session (content-addressed).
+    pub fn put_image(
+        &mut self,
+        key: &SessionKey,
+        storage_id: &str,
+        mime_type: &str,
+        data: &[u8],
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO images (session_pk, storage_id, mime_type, bytes, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                key.pk,
+                storage_id,
+                mime_type,
+                data.len() as i64,
+                data
+            ])?;
+        Ok(())
+    }
+
+    pub fn enqueue_input(&mut self, key: &SessionKey, input: &NewInput<'_>) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO pending_inputs (session_pk, seq, kind, behavior, tier, text, images, not_before)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                key.pk,
+                input.seq as i64,
+                input.kind,
+                input.behavior,
+                input.tier,
+                input.text,
+                input.images,
+                input.not_before
+            ])?;
+        Ok(())
+    }
+
+    /// The oldest input that may run now, if any.
+    pub fn next_input(&self, key: &SessionKey) -> Result<Option<PendingInput>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT seq, kind, behavior, tier, text, images, not_before FROM pending_inputs
+                 WHERE session_pk = ?1 AND not_before <= ?2 ORDER BY seq LIMIT 1",
+            )?
+            .query_row(params![key.pk, self.now], PendingInput::from_row)
+            .optional()?)
+    }
+
+    /// Every queued input of a session, oldest first.
+    pub fn pending_inputs(&self, key: &SessionKey) -> Result<Vec<PendingInput>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, kind, behavior, tier, text, images, not_before FROM pending_inputs
+             WHERE session_pk = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([key.pk], PendingInput::from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn remove_input(&mut self, key: &SessionKey, seq: u64) -> Result<()> {
+        self.conn
+            .prepare_cached("DELETE FROM pending_inputs WHERE session_pk = ?1 AND seq = ?2")?
+            .execute(params![key.pk, seq as i64])?;
+        Ok(())
+    }
+
+    pub fn remove_inputs_of_kind(&mut self, key: &SessionKey, kind: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("DELETE FROM pending_inputs WHERE session_pk = ?1 AND kind = ?2")?
+            .execute(params![key.pk, kind])?;
+        Ok(())
+    }
+
+    /// Starts a turn: bumps the fencing generation and marks the session active. Fails with
+    /// `None` when a turn is already active.
+    pub fn claim_turn(&mut self, key: &SessionKey) -> Result<Option<u64>> {
+        let generation: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET turn_generation = turn_generation + 1, turn_active = 1,
+                    wake_at = NULL
+                 WHERE pk = ?1 AND turn_active = 0 RETURNING turn_generation",
+            )?
+            .query_row([key.pk], |r| r.get(0))
+            .optional()?;
+        Ok(generation.map(|g| g as u64))
+    }
+
+    /// Refuses a write from a turn that no longer holds the session (fencing, invariant 8).
+    pub fn check_generation(&self, key: &SessionKey, generation: u64) -> Result<()> {
+        let current: Option<(i64, bool)> = self
+            .conn
+            .prepare_cached("SELECT turn_generation, turn_active FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        match current {
+            Some((g, true)) if g as u64 == generation => Ok(()),
+            Some(_) => Err(Error::StaleTurn),
+            None => Err(Error::NotFound),
+        }
+    }
+
+    /// Ends the active turn (the terminal event is appended by the caller in the same job).
+    pub fn release_turn(
+        &mut self,
+        key: &SessionKey,
+        engine_state: Option<&str>,
+        wake_at: Option<i64>,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET turn_active = 0, engine_state = ?2, wake_at = ?3 WHERE pk = ?1",
+            )?
+            .execute(params![key.pk, engine_state, wake_at])?;
+        Ok(())
+    }
+
+    pub fn set_delivered(
+        &mut self,
+        key: &SessionKey,
+        through_seq: u64,
+        attempt: &str,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET last_delivered_input_seq = max(last_delivered_input_seq, ?2),
+                    delivery_attempt = ?3 WHERE pk = ?1",
+            )?
+            .execute(params![key.pk, through_seq as i64, attempt])?;
+        Ok(())
+    }
+
+    pub fn engine_state(&self, key: &SessionKey) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT engine_state FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| r.get(0))?)
+    }
+
+    /// The projection row as the runner needs it while holding the writer.
+    pub fn session_row(&self, key: &SessionKey) -> Result<super::SessionRow> {
+        super::reads::session_row_by_pk(self.conn, key.pk, None)?.ok_or(Error::NotFound)
+    }
+}
+
+/// Projection columns that hold JSON documents.
+#[derive(Debug, Clone, Copy)]
+pub enum JsonColumn {
+    Todos,
+    FollowUpQueue,
+    MachineState,
+    Machine,
+}
+
+impl JsonColumn {
+    fn name(self) -> &'static str {
+        match self {
+            JsonColumn::Todos => "todos",
+            JsonColumn::FollowUpQueue => "follow_up_queue",
+            JsonColumn::MachineState => "machine_state",
+            JsonColumn::Machine => "machine",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PendingInput {
+    pub seq: u64,
+    pub kind: String,
+    pub behavior: String,
+    pub tier: Option<String>,
+    pub text: String,
+    pub images: Option<String>,
+    pub not_before: i64,
+}
+
+impl PendingInput {
+    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingInput> {
+        Ok(PendingInput {
+            seq: r.get::<_, i64>(0)? as u64,
+            kind: r.get(1)?,
+            behavior: r.get(2)?,
+            tier: r.get(3)?,
+            text: r.get(4)?,
+            images: r.get(5)?,
+            not_before: r.get(6)?,
+        })
+    }
+}
+
+impl Tx<'_> {
+    /// Records that the turn started at `turn_started_seq` took input `input_seq`.
+    pub fn record_input_turn(
+        &mut self,
+        key: &SessionKey,
+        input_seq: u64,
+        turn_started_seq: u64,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO input_turns (session_pk, input_seq, turn_started_seq) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![key.pk, input_seq as i64, turn_started_seq as i64])?;
+        Ok(())
+    }
+}

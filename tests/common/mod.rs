@@ -1,0 +1,462 @@
+//! Test harness: starts the real `sessiond` binary on an ephemeral loopback port with a temporary
+//! data dir and talks HTTP/SSE to it. Responses are checked against the seed JSON Schemas in
+//! `schemas/`.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::{Client, Response};
+use serde_json::{Value, json};
+
+pub const WS: &str = "default";
+
+/// A running server. Killed (SIGKILL) when dropped; `stop` sends SIGTERM and waits.
+pub struct Server {
+    child: Option<Child>,
+    pub base: String,
+    pub data_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    pub http: Client,
+    extra_args: Vec<String>,
+}
+
+fn client() -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("http client")
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Starts with extra command-line arguments (e.g. `["--config", path]`).
+    pub fn start_with(args: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let mut s = Server::spawn(&dir, args.iter().map(|s| s.to_string()).collect());
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts with a config file containing `toml`.
+    pub fn start_with_config(toml: &str) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cfg = tmp.path().join("sessiond.toml");
+        std::fs::write(&cfg, toml).expect("write config");
+        let dir = tmp.path().join("data");
+        let mut s = Server::spawn(&dir, vec!["--config".into(), cfg.display().to_string()]);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    fn spawn(data_dir: &Path, extra_args: Vec<String>) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
+        cmd.arg("serve")
+            .arg("--bind")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(&extra_args)
+            .env("SESSIOND_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn sessiond");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("read first line");
+        let base = line
+            .trim()
+            .strip_prefix("sessiond listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_owned();
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = reader.read_to_string(&mut sink);
+        });
+        Server {
+            child: Some(child),
+            base,
+            data_dir: data_dir.to_path_buf(),
+            _tmp: None,
+            http: client(),
+            extra_args,
+        }
+    }
+
+    /// SIGKILL, then start again on the same data dir (new port).
+    pub fn kill9_and_restart(&mut self) {
+        self.kill9();
+        let mut fresh = Server::spawn(&self.data_dir.clone(), self.extra_args.clone());
+        self.child = fresh.child.take();
+        self.base = std::mem::take(&mut fresh.base);
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        unsafe_sigterm(c.id());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = c.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("server did not stop within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Restarts after `stop`/`kill9` on the same data dir.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the server first");
+        let mut fresh = Server::spawn(&self.data_dir.clone(), self.extra_args.clone());
+        self.child = fresh.child.take();
+        self.base = std::mem::take(&mut fresh.base);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// `/v1/ws/default/agent/sessions{rest}`
+    pub fn sessions_url(&self, rest: &str) -> String {
+        format!("{}/v1/ws/{WS}/agent/sessions{rest}", self.base)
+    }
+
+    pub fn get(&self, url: &str) -> (u16, Value) {
+        into_json(self.http.get(url).send().expect("GET"))
+    }
+
+    pub fn post(&self, url: &str, body: &Value) -> (u16, Value) {
+        into_json(self.http.post(url).json(body).send().expect("POST"))
+    }
+
+    pub fn post_raw(&self, url: &str, body: impl Into<reqwest::blocking::Body>) -> (u16, Value) {
+        into_json(
+            self.http
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .expect("POST"),
+        )
+    }
+
+    pub fn put(&self, url: &str, body: &Value) -> (u16, Value) {
+        into_json(self.http.put(url).json(body).send().expect("PUT"))
+    }
+
+    pub fn patch(&self, url: &str, body: &Value) -> (u16, Value) {
+        into_json(self.http.patch(url).json(body).send().expect("PATCH"))
+    }
+
+    pub fn delete(&self, url: &str) -> (u16, Value) {
+        into_json(self.http.delete(url).send().expect("DELETE"))
+    }
+
+    /// Creates a session and returns the full CreateSessionResponse (asserting 200).
+    pub fn create(&self, body: Value) -> Value {
+        let (status, v) = self.post(&self.sessions_url(""), &body);
+        assert_eq!(status, 200, "create failed: {v}");
+        v
+    }
+
+    /// Creates a session from a prompt and returns its id.
+    pub fn create_prompt(&self, prompt: &str) -> String {
+        let v = self.create(json!({ "prompt": prompt }));
+        v["session"]["sessionId"]
+            .as_str()
+            .expect("sessionId")
+            .to_owned()
+    }
+
+    /// Every stored event of a session (walks history forward).
+    pub fn history_all(&self, session_id: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let (status, page) = self.get(
+                &self.sessions_url(&format!("/{session_id}/history?cursor={cursor}&limit=500")),
+            );
+            assert_eq!(status, 200, "history failed: {page}");
+            let events = page["events"].as_array().expect("events").clone();
+            out.extend(events);
+            match page.get("nextCursor").and_then(Value::as_u64) {
+                Some(next) => cursor = next,
+                None => return out,
+            }
+        }
+    }
+
+    /// Polls history until an event of one of `types` appears at or after `from_seq`; returns it.
+    pub fn wait_for_event(
+        &self,
+        session_id: &str,
+        types: &[&str],
+        from_seq: u64,
+        timeout: Duration,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let events = self.history_all(session_id);
+            if let Some(e) = events.iter().find(|e| {
+                e["seq"].as_u64().unwrap_or(0) >= from_seq
+                    && types.contains(&e["event"]["type"].as_str().unwrap_or(""))
+            }) {
+                return e.clone();
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "no {types:?} event in session {session_id} after seq {from_seq}: {events:#?}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the next terminal event (complete, ask, interrupted, sleep) at or after `from_seq`.
+    pub fn wait_terminal(&self, session_id: &str, from_seq: u64) -> Value {
+        self.wait_for_event(
+            session_id,
+            &["complete", "ask", "interrupted", "sleep"],
+            from_seq,
+            Duration::from_secs(20),
+        )
+    }
+
+    pub fn detail(&self, session_id: &str) -> Value {
+        let (status, v) = self.get(&self.sessions_url(&format!("/{session_id}")));
+        assert_eq!(status, 200, "detail failed: {v}");
+        v
+    }
+
+    /// Opens the SSE stream of a session.
+    pub fn sse(&self, session_id: &str, since: Option<u64>, last_event_id: Option<u64>) -> Sse {
+        let mut url = self.sessions_url(&format!("/{session_id}/events"));
+        if let Some(s) = since {
+            url.push_str(&format!("?since={s}"));
+        }
+        let mut req = Client::builder()
+            .timeout(None)
+            .build()
+            .expect("client")
+            .get(url)
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id.to_string());
+        }
+        let resp = req.send().expect("SSE connect");
+        Sse::new(resp)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn unsafe_sigterm(pid: u32) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+}
+
+pub fn into_json(resp: Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().unwrap_or_default();
+    let v = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("non-JSON body (status {status}): {text}"))
+    };
+    (status, v)
+}
+
+/// One SSE message.
+#[derive(Debug, Clone)]
+pub struct SseFrame {
+    pub id: Option<u64>,
+    pub data: Value,
+}
+
+/// A blocking SSE reader. Frames are parsed on a background thread; `next` waits with a timeout.
+pub struct Sse {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    rx: std::sync::mpsc::Receiver<SseItem>,
+}
+
+#[derive(Debug)]
+pub enum SseItem {
+    Frame(SseFrame),
+    Comment(String),
+    End,
+}
+
+impl Sse {
+    fn new(resp: Response) -> Sse {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let reader = BufReader::new(resp);
+            let mut id = None;
+            let mut data = String::new();
+            for line in reader.lines() {
+                let Ok(line) = line else { break };
+                if line.is_empty() {
+                    if !data.is_empty() {
+                        let v: Value = serde_json::from_str(&data).expect("SSE data is JSON");
+                        if tx.send(SseItem::Frame(SseFrame { id, data: v })).is_err() {
+                            return;
+                        }
+                    }
+                    id = None;
+                    data.clear();
+                } else if let Some(c) = line.strip_prefix(':') {
+                    let _ = tx.send(SseItem::Comment(c.trim().to_owned()));
+                } else if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            let _ = tx.send(SseItem::End);
+        });
+        Sse {
+            status,
+            headers,
+            rx,
+        }
+    }
+
+    /// The next data frame (skipping comments), or `None` on timeout/end.
+    pub fn next_frame(&self, timeout: Duration) -> Option<SseFrame> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.rx.recv_timeout(left) {
+                Ok(SseItem::Frame(f)) => return Some(f),
+                Ok(SseItem::Comment(_)) => continue,
+                Ok(SseItem::End) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// The next item of any kind (frame, comment or end).
+    pub fn next_item(&self, timeout: Duration) -> Option<SseItem> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+
+    /// Reads frames until one carries a terminal event; returns all frames read.
+    pub fn until_terminal(&self, timeout: Duration) -> Vec<SseFrame> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        while let Some(f) = self.next_frame(deadline.saturating_duration_since(Instant::now())) {
+            let t = f.data["event"]["type"].as_str().unwrap_or("").to_owned();
+            out.push(f);
+            if matches!(t.as_str(), "complete" | "ask" | "interrupted" | "sleep") {
+                return out;
+            }
+        }
+        panic!("no terminal within {timeout:?}; got {out:#?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seed schemas
+
+fn schema_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas")
+}
+
+static VALIDATORS: LazyLock<Mutex<HashMap<String, &'static jsonschema::Validator>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn validator_for_value(key: &str, schema: &Value) -> &'static jsonschema::Validator {
+    let mut map = VALIDATORS.lock().unwrap();
+    if let Some(v) = map.get(key) {
+        return v;
+    }
+    let v: &'static jsonschema::Validator = Box::leak(Box::new(
+        jsonschema::validator_for(schema).expect("schema compiles"),
+    ));
+    map.insert(key.to_owned(), v);
+    v
+}
+
+pub fn load_schema(rel: &str) -> Value {
+    let path = schema_dir().join(rel);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("schema JSON")
+}
+
+/// Asserts `instance` validates against `schemas/sessions/<file>` (e.g.
+/// `GET_v1_ws__workspaceSlug__agent_sessions.response.json`).
+pub fn assert_schema(file: &str, instance: &Value) {
+    let rel = format!("sessions/{file}");
+    let schema = load_schema(&rel);
+    let v = validator_for_value(&rel, &schema);
+    let errors: Vec<String> = v
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{file}: {errors:#?}\ninstance: {instance:#}"
+    );
+}
+
+/// The `KnownSessionEvent` branch of the seed's event union (without the `UnknownEvent` fallback,
+/// which would accept anything with a string `type`).
+fn known_event_schema() -> Value {
+    let history = load_schema(
+        "sessions/GET_v1_ws__workspaceSlug__agent_sessions__sessionId__history.response.json",
+    );
+    history["properties"]["events"]["items"]["properties"]["event"]["anyOf"][0].clone()
+}
+
+/// Asserts an event is a *known* seed event variant (strict: no fallback to `UnknownEvent`).
+pub fn assert_known_event(event: &Value) {
+    let schema = known_event_schema();
+    let v = validator_for_value("#known-event", &schema);
+    let errors: Vec<String> = v.iter_errors(event).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "event is not a known seed variant: {errors:#?}\n{event:#}"
+    );
+}
+
+pub fn event_types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["event"]["type"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+pub fn new_uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
