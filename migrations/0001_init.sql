@@ -55,7 +55,8 @@ CREATE TABLE sessions (
     turn_active               INTEGER NOT NULL DEFAULT 0,
     -- Engine continuation kept across an ask or a sleep (opaque JSON owned by the engine).
     engine_state              TEXT,
-    wake_at                   INTEGER
+    wake_at                   INTEGER,
+    next_task_id              INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX sessions_by_created ON sessions (workspace_id, created_at DESC, id DESC);
 CREATE INDEX sessions_by_bucket ON sessions (workspace_id, bucket, created_at DESC, id DESC);
@@ -129,4 +130,14 @@ CREATE TABLE input_turns (
     input_seq         INTEGER NOT NULL,
     turn_started_seq  INTEGER NOT NULL,
     PRIMARY KEY (session_pk, input_seq)
+) WITHOUT ROWID;
+
+-- Background work of a turn (task_started ... task_settled); running rows left by a crash settle
+-- as `lost` on the next start.
+CREATE TABLE tasks (
+    session_pk  INTEGER NOT NULL,
+    id          TEXT NOT NULL,
+    body        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    PRIMARY KEY (session_pk, id)
 ) WITHOUT ROWID;

@@ -59,6 +59,8 @@ pub struct RunnerConfig {
     pub interrupt_grace_ms: u64,
     /// How long a `/wait` request observes before answering 202 pending.
     pub wait_deadline_ms: u64,
+    /// Interval of `heartbeat` events while a turn has background tasks running.
+    pub heartbeat_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -116,6 +118,7 @@ impl Default for RunnerConfig {
             ack_window_ms: 1000,
             interrupt_grace_ms: 5000,
             wait_deadline_ms: 30_000,
+            heartbeat_ms: 5_000,
         }
     }
 }

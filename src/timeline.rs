@@ -382,6 +382,26 @@ pub enum Event {
     Todos {
         todos: Vec<Todo>,
     },
+    TaskStarted {
+        /// A seed `Task` document.
+        task: Value,
+    },
+    TaskOutput {
+        task_id: String,
+        chunk: String,
+    },
+    TaskSettled {
+        /// A seed `TaskSettlement` document.
+        settlement: Value,
+    },
+    Heartbeat {
+        timestamp: f64,
+        active_task_ids: Vec<String>,
+    },
+    StateMachine {
+        /// The full `StateMachineState` (a document patch: it replaces the previous one).
+        state_machine: Value,
+    },
     FollowUpQueue {
         follow_up_queue: Vec<FollowUpQueueItem>,
     },
@@ -432,6 +452,11 @@ impl Event {
             Event::TurnStarted { .. } => "turn_started",
             Event::Step { .. } => "step",
             Event::Todos { .. } => "todos",
+            Event::TaskStarted { .. } => "task_started",
+            Event::TaskOutput { .. } => "task_output",
+            Event::TaskSettled { .. } => "task_settled",
+            Event::Heartbeat { .. } => "heartbeat",
+            Event::StateMachine { .. } => "state_machine",
             Event::FollowUpQueue { .. } => "follow_up_queue",
             Event::Usage { .. } => "usage",
             Event::System { .. } => "system",

@@ -33,6 +33,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route("", web::get().to(sessions::list))
             .route("", web::post().to(sessions::create))
             .route("/activity", web::get().to(sessions::activity))
+            .route("/wait", web::post().to(sessions::create_wait))
             .route("/{sessionId}", web::get().to(sessions::detail))
             .route("/{sessionId}", web::patch().to(sessions::set_title))
             .route("/{sessionId}", web::delete().to(sessions::delete))
@@ -43,8 +44,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 web::get().to(sessions::image),
             )
             .route("/{sessionId}/messages", web::post().to(sessions::message))
+            .route(
+                "/{sessionId}/messages/wait",
+                web::post().to(sessions::message_wait),
+            )
             .route("/{sessionId}/note", web::post().to(sessions::note))
             .route("/{sessionId}/answer", web::post().to(sessions::answer))
+            .route(
+                "/{sessionId}/answer/wait",
+                web::post().to(sessions::answer_wait),
+            )
             .route(
                 "/{sessionId}/interrupt",
                 web::post().to(sessions::interrupt),
@@ -54,6 +63,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(
                 "/{sessionId}/sessions",
                 web::post().to(sessions::create_child),
+            )
+            .route(
+                "/{sessionId}/sessions/wait",
+                web::post().to(sessions::create_child_wait),
             ),
     );
 }

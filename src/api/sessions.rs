@@ -11,7 +11,8 @@ use super::context::AppState;
 use crate::error::{Error, Result};
 use crate::runner::Delivery;
 use crate::sessions::{
-    self, Actor, CreateIn, HistoryQuery, InputCommon, ListQuery, MessageIn, Submitted, view,
+    self, Actor, CreateIn, HistoryQuery, InputCommon, ListQuery, MessageIn, Submitted, WaitOutcome,
+    view,
 };
 use crate::timeline::{AttachmentRef, Behavior, Tier};
 
@@ -23,6 +24,13 @@ const SCHEMA_MESSAGE: &str =
 const SCHEMA_NOTE: &str = "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__note.request.json";
 const SCHEMA_ANSWER: &str =
     "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__answer.request.json";
+const SCHEMA_CREATE_WAIT: &str = "POST_v1_ws__workspaceSlug__agent_sessions_wait.request.json";
+const SCHEMA_CHILD_WAIT: &str =
+    "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__sessions_wait.request.json";
+const SCHEMA_MESSAGE_WAIT: &str =
+    "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__messages_wait.request.json";
+const SCHEMA_ANSWER_WAIT: &str =
+    "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__answer_wait.request.json";
 const SCHEMA_TITLE: &str = "PATCH_v1_ws__workspaceSlug__agent_sessions__sessionId_.request.json";
 const SCHEMA_ARCHIVE: &str =
     "PUT_v1_ws__workspaceSlug__agent_sessions__sessionId__archive.request.json";
@@ -270,6 +278,17 @@ pub async fn create(
     created(&state, &actor, &s).await
 }
 
+pub async fn create_wait(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let input = create_input(&state, &req, payload, SCHEMA_CREATE_WAIT, "").await?;
+    let s = state.sessions.create(&actor, input, None).await?;
+    wait_response(&state, &s).await
+}
+
 pub async fn create_child(
     state: web::Data<AppState>,
     actor: Actor,
@@ -281,6 +300,46 @@ pub async fn create_child(
     let input = create_input(&state, &req, payload, SCHEMA_CHILD, &parent).await?;
     let s = state.sessions.create(&actor, input, Some(parent)).await?;
     created(&state, &actor, &s).await
+}
+
+pub async fn create_child_wait(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let parent = path.into_inner().1;
+    let input = create_input(&state, &req, payload, SCHEMA_CHILD_WAIT, &parent).await?;
+    let s = state.sessions.create(&actor, input, Some(parent)).await?;
+    wait_response(&state, &s).await
+}
+
+/// The `/wait` answer (R46, R49): 200 with the durable terminal, or 202 pending at the deadline.
+async fn wait_response(state: &AppState, s: &Submitted) -> Result<HttpResponse> {
+    match state
+        .sessions
+        .wait_for_terminal(&s.key, s.input_seq)
+        .await?
+    {
+        WaitOutcome::Terminal { event, cwd } => {
+            let cwd = match cwd.filter(|c| !c.is_empty()) {
+                Some(c) => format!(",\"cwd\":{}", to_json(&c)?),
+                None => String::new(),
+            };
+            Ok(json_response(format!(
+                "{{\"sessionId\":{},\"inputSeq\":{}{cwd},\"terminal\":{}}}",
+                to_json(&s.key.id)?,
+                s.input_seq,
+                view::entry_json(&event)
+            )))
+        }
+        WaitOutcome::Pending => Ok(HttpResponse::Accepted().json(json!({
+            "sessionId": s.key.id,
+            "inputSeq": s.input_seq,
+            "status": "pending",
+        }))),
+    }
 }
 
 pub async fn list(
@@ -381,17 +440,17 @@ pub async fn history(
     Ok(json_response(page.to_json()))
 }
 
-pub async fn message(
-    state: web::Data<AppState>,
-    actor: Actor,
-    path: web::Path<(String, String)>,
-    req: HttpRequest,
+async fn submit_message(
+    state: &AppState,
+    actor: &Actor,
+    session_id: &str,
+    req: &HttpRequest,
     payload: web::Payload,
-) -> Result<HttpResponse> {
-    let session_id = &path.1;
+    schema: &str,
+) -> Result<Submitted> {
     let limits = &state.sessions.config().limits;
     let body::Json { value: b, raw } =
-        body::json::<MessageBody>(&req, payload, limits.max_body_bytes, SCHEMA_MESSAGE).await?;
+        body::json::<MessageBody>(req, payload, limits.max_body_bytes, schema).await?;
     check_text("prompt", &b.prompt, limits.max_prompt_chars)?;
     let fp = body::fingerprint("message", session_id, &raw);
     let input = MessageIn {
@@ -406,8 +465,29 @@ pub async fn message(
             fp,
         )?,
     };
-    let s = state.sessions.message(&actor, session_id, input).await?;
+    state.sessions.message(actor, session_id, input).await
+}
+
+pub async fn message(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let s = submit_message(&state, &actor, &path.1, &req, payload, SCHEMA_MESSAGE).await?;
     Ok(delivery_ack(s.delivery))
+}
+
+pub async fn message_wait(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let s = submit_message(&state, &actor, &path.1, &req, payload, SCHEMA_MESSAGE_WAIT).await?;
+    wait_response(&state, &s).await
 }
 
 pub async fn note(
@@ -436,17 +516,17 @@ pub async fn note(
     Ok(HttpResponse::Ok().json(json!({ "seq": seq })))
 }
 
-pub async fn answer(
-    state: web::Data<AppState>,
-    actor: Actor,
-    path: web::Path<(String, String)>,
-    req: HttpRequest,
+async fn submit_answer(
+    state: &AppState,
+    actor: &Actor,
+    session_id: &str,
+    req: &HttpRequest,
     payload: web::Payload,
-) -> Result<HttpResponse> {
-    let session_id = &path.1;
+    schema: &str,
+) -> Result<Submitted> {
     let limits = &state.sessions.config().limits;
     let body::Json { value: b, raw } =
-        body::json::<AnswerBody>(&req, payload, limits.max_body_bytes, SCHEMA_ANSWER).await?;
+        body::json::<AnswerBody>(req, payload, limits.max_body_bytes, schema).await?;
     check_text("answer", &b.answer, limits.max_prompt_chars)?;
     let fp = body::fingerprint("answer", session_id, &raw);
     let common = common(
@@ -456,11 +536,32 @@ pub async fn answer(
         b.source_session_id,
         fp,
     )?;
-    let s = state
+    state
         .sessions
-        .answer(&actor, session_id, b.answer, common)
-        .await?;
+        .answer(actor, session_id, b.answer, common)
+        .await
+}
+
+pub async fn answer(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let s = submit_answer(&state, &actor, &path.1, &req, payload, SCHEMA_ANSWER).await?;
     Ok(delivery_ack(s.delivery))
+}
+
+pub async fn answer_wait(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let s = submit_answer(&state, &actor, &path.1, &req, payload, SCHEMA_ANSWER_WAIT).await?;
+    wait_response(&state, &s).await
 }
 
 pub async fn interrupt(

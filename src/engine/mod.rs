@@ -63,4 +63,14 @@ pub enum TurnEnd {
 pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
     fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>>;
+
+    /// A short title for a session from its first prompt and reply, when the engine can make one;
+    /// `None` keeps the excerpt title.
+    fn title<'a>(
+        &'a self,
+        _prompt: &'a str,
+        _reply: &'a str,
+    ) -> Option<BoxFuture<'a, Result<String>>> {
+        None
+    }
 }

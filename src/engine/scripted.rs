@@ -12,6 +12,8 @@
 //! | `/tool NAME` | a `tool_call_start` and a `tool_call` step for tool NAME |
 //! | `/todos A; B; C` | a `todos` event with one pending item per entry |
 //! | `/fail MESSAGE` | ends the turn with `complete` status `failed` and MESSAGE as error |
+//! | `/task NAME MS` | runs a background task NAME for MS milliseconds: `task_started`, `task_output` every 100 ms, `heartbeat`s, `task_settled` |
+//! | `/title TEXT` | after the first turn, the automatic title is TEXT (`/title !fail` makes title generation fail) |
 //!
 //! A prompt whose first line is not a directive is answered `echo: <prompt>`; other plain lines in
 //! a script are replied as they are. A steer message that reaches a running turn is run after the
@@ -40,8 +42,8 @@ struct Continuation {
 }
 
 fn is_directive(line: &str) -> bool {
-    const NAMES: [&str; 8] = [
-        "reply", "stream", "slow", "ask", "sleep", "tool", "todos", "fail",
+    const NAMES: [&str; 10] = [
+        "reply", "stream", "slow", "ask", "sleep", "tool", "todos", "fail", "task", "title",
     ];
     line.strip_prefix('/')
         .map(|rest| {
@@ -67,6 +69,25 @@ fn script_of(text: &str, prefix_plain: &str) -> Vec<String> {
 impl Engine for ScriptedEngine {
     fn name(&self) -> &'static str {
         "scripted"
+    }
+
+    fn title<'a>(
+        &'a self,
+        prompt: &'a str,
+        _reply: &'a str,
+    ) -> Option<BoxFuture<'a, Result<String>>> {
+        let title = prompt
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("/title "))?
+            .trim()
+            .to_owned();
+        Some(Box::pin(async move {
+            if title == "!fail" {
+                Err(crate::Error::Internal("title generation failed".into()))
+            } else {
+                Ok(title)
+            }
+        }))
     }
 
     fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
@@ -227,6 +248,29 @@ impl Engine for ScriptedEngine {
                             .collect();
                         io.set_todos(todos).await?;
                     }
+                    "task" => {
+                        let mut parts = arg.split_whitespace();
+                        let name = parts.next().unwrap_or("task").to_owned();
+                        let ms: u64 = parts
+                            .next()
+                            .and_then(|m| m.parse().ok())
+                            .unwrap_or(0)
+                            .min(3_600_000);
+                        let id = io
+                            .start_task("tool", &name, &format!("{name} ({ms} ms)"))
+                            .await?;
+                        let ticks = (ms / 100).max(1);
+                        for i in 1..=ticks {
+                            if !io.pause(ms / ticks).await {
+                                io.settle_task(&id, "stopped", json!("interrupted")).await?;
+                                return Ok(TurnEnd::Interrupted);
+                            }
+                            io.task_output(&id, &format!("tick {i}/{ticks}\n")).await?;
+                        }
+                        io.settle_task(&id, "completed", json!(format!("{name} done")))
+                            .await?;
+                    }
+                    "title" => {}
                     "fail" => {
                         return Ok(TurnEnd::Failed {
                             error: if arg.is_empty() {

@@ -8,6 +8,7 @@
 //! * Inputs are durable before the runner hears of them; the runner only ever reads them back from
 //!   the store, so a restart re-delivers everything not yet taken, in order.
 
+pub mod machine;
 mod turn;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};

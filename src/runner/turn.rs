@@ -7,12 +7,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::machine::{MachineState, StepEnd};
 use super::{Delivery, Msg, Shared, TurnControl};
 use crate::bus::Frame;
+use crate::clock;
 use crate::engine::{InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
 use crate::sessions::projection;
-use crate::store::{self, SessionKey, Store};
+use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
     AgentLoopState, AgentStatus, CompleteStatus, Event, Level, Step, SystemMetadata, Tier, Todo,
     TurnState, TurnStateStatus, Usage,
@@ -37,10 +39,17 @@ impl Outcome {
     }
 }
 
+/// Inputs that come from outside (they are delivered and observed by `/wait`); `wake` and
+/// `machine` are the runner's own.
+fn is_external(kind: &str) -> bool {
+    matches!(kind, "initial" | "message" | "answer")
+}
+
 /// What a claim hands the turn.
 struct Claim {
     generation: u64,
     kind: InputKind,
+    initial: bool,
     text: String,
     tier: Option<Tier>,
     cwd: Option<String>,
@@ -48,6 +57,8 @@ struct Claim {
     resume: Option<Value>,
     last_seq: u64,
     steers_waiting: bool,
+    /// The turn runs a state of the session's machine.
+    machine_step: bool,
 }
 
 pub(crate) async fn run(
@@ -74,7 +85,7 @@ pub(crate) async fn run(
 }
 
 async fn run_turn(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     key: SessionKey,
     control: &Arc<TurnControl>,
     ack: Option<oneshot::Sender<Delivery>>,
@@ -106,12 +117,17 @@ async fn run_turn(
         usage: Usage::default(),
         todos: None,
         local_ids: 0,
+        active_tasks: Vec::new(),
+        heartbeat_every: Duration::from_millis(shared.cfg.heartbeat_ms.max(1)),
+        last_heartbeat: tokio::time::Instant::now(),
+        last_text: None,
     };
     if !claim.text.is_empty() {
         io.messages
             .push(json!({"role": "user", "content": claim.text}));
         io.usage.input += estimate_tokens(&claim.text);
     }
+    let prompt = claim.text.clone();
     let input = TurnInput {
         kind: claim.kind,
         text: claim.text,
@@ -127,7 +143,94 @@ async fn run_turn(
             error: e.to_string(),
         },
     };
-    finish(&shared.store, key, claim.generation, end, io).await
+    let reply = io.last_text.clone().unwrap_or_default();
+    let completed = matches!(end, TurnEnd::Complete { .. });
+    let outcome = finish(
+        &shared.store,
+        key.clone(),
+        claim.generation,
+        claim.machine_step,
+        end,
+        io,
+    )
+    .await?;
+    if claim.initial && completed {
+        spawn_title(shared, key, prompt, reply);
+    }
+    Ok(outcome)
+}
+
+/// Asks the engine for an automatic title after the first turn (manual titles are never touched).
+fn spawn_title(shared: &Arc<Shared>, key: SessionKey, prompt: String, reply: String) {
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let Some(generate) = shared.engine.title(&prompt, &reply) else {
+            return;
+        };
+        let k = key.clone();
+        if shared
+            .store
+            .write(move |tx| tx.set_auto_title(&k, None, "generating"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let title = match tokio::time::timeout(Duration::from_secs(60), generate).await {
+            Ok(Ok(t)) => Some(
+                t.trim()
+                    .trim_matches(['"', '\''])
+                    .chars()
+                    .take(120)
+                    .collect::<String>(),
+            ),
+            _ => None,
+        }
+        .filter(|t| !t.is_empty());
+        let _ = shared
+            .store
+            .write(move |tx| match &title {
+                Some(t) => tx.set_auto_title(&key, Some(t), "complete"),
+                None => tx.set_auto_title(&key, None, "failed"),
+            })
+            .await;
+    });
+}
+
+fn load_machine(row: &store::SessionRow) -> Option<MachineState> {
+    row.machine_state
+        .as_deref()
+        .and_then(|m| serde_json::from_str::<MachineState>(m).ok())
+}
+
+fn machine_activity(row: &store::SessionRow) -> Option<String> {
+    row.machine
+        .as_deref()
+        .and_then(|m| serde_json::from_str::<Value>(m).ok())
+        .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned))
+}
+
+/// Stores the machine state and its projection and appends a `state_machine` event.
+fn save_machine(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    m: &MachineState,
+    activity: &str,
+    wake_at: Option<i64>,
+) -> Result<u64> {
+    let state = serde_json::to_value(m).map_err(|e| Error::Internal(e.to_string()))?;
+    tx.set_json_column(key, JsonColumn::MachineState, Some(&state.to_string()))?;
+    tx.set_json_column(
+        key,
+        JsonColumn::Machine,
+        Some(&m.projection(activity, wake_at).to_string()),
+    )?;
+    tx.append(
+        key,
+        &Event::StateMachine {
+            state_machine: state,
+        },
+    )
 }
 
 async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
@@ -148,6 +251,8 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             if kind != InputKind::Wake {
                 // A message before the wake time wakes the session early.
                 tx.remove_inputs_of_kind(&key, "wake")?;
+            }
+            if is_external(&input.kind) {
                 let attempt_kind = match input.kind.as_str() {
                     "initial" => "initial_prompt",
                     "answer" => "answer",
@@ -168,9 +273,29 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                     .and_then(|s| serde_json::from_str(&s).ok()),
             };
             let row = tx.session_row(&key)?;
+            let mut text = input.text.clone();
+            let mut machine_step = false;
+            if let Some(mut m) = load_machine(&row).filter(|m| !m.is_finished()) {
+                let paused = matches!(
+                    machine_activity(&row).as_deref(),
+                    Some("waiting" | "sleeping")
+                );
+                machine_step = match input.kind.as_str() {
+                    "initial" | "machine" => true,
+                    "answer" | "wake" => paused,
+                    _ => false,
+                };
+                if machine_step {
+                    if matches!(input.kind.as_str(), "initial" | "machine") {
+                        text = m.current_prompt().unwrap_or(text);
+                    }
+                    m.start_step(tx.now);
+                    save_machine(tx, &key, &m, "running", None)?;
+                }
+            }
             let mut messages = Vec::new();
-            if !input.text.is_empty() {
-                messages.push(json!({"role": "user", "content": input.text}));
+            if !text.is_empty() {
+                messages.push(json!({"role": "user", "content": text}));
             }
             let state = turn_state(
                 TurnStateStatus::Running,
@@ -180,7 +305,7 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 None,
             );
             let started = tx.append(&key, &Event::TurnStarted { state })?;
-            if kind != InputKind::Wake {
+            if is_external(&input.kind) {
                 tx.record_input_turn(&key, input.seq, started)?;
             }
             tx.set_turn_status(&key, "running")?;
@@ -188,17 +313,19 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             let steers_waiting = tx
                 .pending_inputs(&key)?
                 .iter()
-                .any(|p| p.kind != "answer" && p.kind != "wake" && p.behavior == "steer");
+                .any(|p| p.kind == "message" && p.behavior == "steer");
             Ok(Some(Claim {
                 generation,
                 kind,
-                text: input.text,
+                initial: input.kind == "initial",
+                text,
                 tier: input.tier.as_deref().and_then(Tier::parse),
                 cwd: row.cwd,
                 mode: row.mode,
                 resume,
                 last_seq: started,
                 steers_waiting,
+                machine_step,
             }))
         })
         .await
@@ -227,10 +354,27 @@ fn estimate_tokens(text: &str) -> f64 {
     (text.chars().count() as f64 / 4.0).ceil()
 }
 
+/// Settles every task still running with `status` (`stopped` when the turn ends or is cut off,
+/// `lost` after a crash).
+fn settle_running_tasks(tx: &mut Tx<'_>, key: &SessionKey, status: &str) -> Result<()> {
+    for (id, body) in tx.running_tasks(key)? {
+        let mut task: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({}));
+        task["status"] = json!(status);
+        tx.put_task(key, &id, &task.to_string(), status)?;
+        let mut settlement = json!({ "id": id, "status": status, "settledAt": tx.now });
+        if status == "stopped" {
+            settlement["reason"] = json!("the turn ended before the task finished");
+        }
+        tx.append(key, &Event::TaskSettled { settlement })?;
+    }
+    Ok(())
+}
+
 async fn finish(
     store: &Store,
     key: SessionKey,
     generation: u64,
+    machine_step: bool,
     end: TurnEnd,
     io: TurnIo,
 ) -> Result<Outcome> {
@@ -239,12 +383,14 @@ async fn finish(
         messages,
         mut usage,
         todos,
+        last_text,
         ..
     } = io;
     usage.total_tokens = usage.input + usage.output;
     store
         .write(move |tx| {
             tx.check_generation(&key, generation)?;
+            settle_running_tasks(tx, &key, "stopped")?;
             if usage.total_tokens > 0.0 {
                 tx.append(&key, &usage_event(&usage))?;
             }
@@ -254,6 +400,12 @@ async fn finish(
                 TurnEnd::Ask { .. } => (TurnStateStatus::WaitingForHuman, AgentStatus::Waiting),
                 TurnEnd::Sleep { .. } => (TurnStateStatus::Sleeping, AgentStatus::Waiting),
                 TurnEnd::Interrupted => (TurnStateStatus::Interrupted, AgentStatus::Cancelled),
+            };
+            let step_end = match &end {
+                TurnEnd::Complete { .. } => StepEnd::Completed,
+                TurnEnd::Failed { .. } => StepEnd::Failed,
+                TurnEnd::Interrupted => StepEnd::Interrupted,
+                TurnEnd::Ask { .. } | TurnEnd::Sleep { .. } => StepEnd::Paused,
             };
             let state = turn_state(status, &mode, agent_status, messages, todos);
             let (event, turn_status, engine_state, wake_at) = match end {
@@ -299,26 +451,66 @@ async fn finish(
             let seq = tx.append(&key, &event)?;
             tx.release_turn(&key, engine_state.as_deref(), wake_at)?;
             if let Some(wake_at) = wake_at {
-                tx.enqueue_input(
-                    &key,
-                    &store::NewInput {
-                        seq,
-                        kind: "wake",
-                        behavior: "steer",
-                        tier: None,
-                        text: "",
-                        images: None,
-                        not_before: wake_at,
-                    },
-                )?;
+                enqueue_internal(tx, &key, seq, "wake", "", wake_at)?;
+            }
+            if machine_step {
+                advance_machine(tx, &key, step_end, last_text.as_deref(), wake_at)?;
             }
             settle(tx, key, turn_status)
         })
         .await
 }
 
+fn enqueue_internal(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    seq: u64,
+    kind: &str,
+    text: &str,
+    not_before: i64,
+) -> Result<()> {
+    tx.enqueue_input(
+        key,
+        &store::NewInput {
+            seq,
+            kind,
+            behavior: "steer",
+            tier: None,
+            text,
+            images: None,
+            not_before,
+        },
+    )
+}
+
+/// Moves the session's machine after the turn of one of its states; queues the next state.
+fn advance_machine(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    end: StepEnd,
+    result: Option<&str>,
+    wake_at: Option<i64>,
+) -> Result<()> {
+    let row = tx.session_row(key)?;
+    let Some(mut m) = load_machine(&row).filter(|m| !m.is_finished()) else {
+        return Ok(());
+    };
+    let next = m.advance(end, result, tx.now);
+    let activity = match (end, &next) {
+        (_, Some(_)) => "running",
+        (StepEnd::Paused, None) if wake_at.is_some() => "sleeping",
+        (StepEnd::Paused, None) => "waiting",
+        _ => "idle",
+    };
+    let seq = save_machine(tx, key, &m, activity, wake_at)?;
+    if let Some(prompt) = next {
+        enqueue_internal(tx, key, seq, "machine", &prompt, 0)?;
+    }
+    Ok(())
+}
+
 /// After a terminal: the status the session shows and what the dispatcher should do next.
-fn settle(tx: &mut store::Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome> {
+fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome> {
     let pending = tx.pending_inputs(&key)?;
     let now = tx.now;
     let more = pending.iter().any(|p| p.not_before <= now);
@@ -345,8 +537,8 @@ fn usage_event(usage: &Usage) -> Event {
     }
 }
 
-/// Writes the `interrupted` terminal for a turn that was cut off or lost, with a system event
-/// saying why. Refused (and harmless) when the turn already ended.
+/// Writes the `interrupted` terminal for a turn that was cut off (`generation` given) or lost in
+/// a crash, with a system event saying why. Refused (and harmless) when the turn already ended.
 async fn write_lost_turn(
     store: &Store,
     key: SessionKey,
@@ -360,6 +552,15 @@ async fn write_lost_turn(
                 tx.check_generation(&key, generation)?;
             }
             let row = tx.session_row(&key)?;
+            settle_running_tasks(
+                tx,
+                &key,
+                if generation.is_some() {
+                    "stopped"
+                } else {
+                    "lost"
+                },
+            )?;
             tx.append(
                 &key,
                 &Event::System {
@@ -377,6 +578,9 @@ async fn write_lost_turn(
             );
             tx.append(&key, &Event::Interrupted { state })?;
             tx.release_turn(&key, None, None)?;
+            if machine_activity(&row).as_deref() == Some("running") {
+                advance_machine(tx, &key, StepEnd::Interrupted, None, None)?;
+            }
             settle(tx, key, "interrupted")
         })
         .await
@@ -418,16 +622,14 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
         )
         .await?;
     }
-    let pending = store
-        .read(store::sessions_with_pending_inputs)
-        .await?;
+    let pending = store.read(store::sessions_with_pending_inputs).await?;
     Ok(pending
         .into_iter()
         .map(|(pk, id, due)| (SessionKey { pk, id }, due))
         .collect())
 }
 
-/// The engine's handle on its turn: durable appends (fenced), live deltas, steering and
+/// The engine's handle on its turn: durable appends (fenced), live deltas, steering, tasks and
 /// cancellation.
 pub struct TurnIo {
     store: Store,
@@ -442,6 +644,10 @@ pub struct TurnIo {
     usage: Usage,
     todos: Option<Vec<Todo>>,
     local_ids: u64,
+    active_tasks: Vec<String>,
+    heartbeat_every: Duration,
+    last_heartbeat: tokio::time::Instant,
+    last_text: Option<String>,
 }
 
 impl TurnIo {
@@ -502,6 +708,7 @@ impl TurnIo {
         self.usage.output += estimate_tokens(text);
         self.messages
             .push(json!({"role": "assistant", "content": text}));
+        self.last_text = Some(text.to_owned());
     }
 
     pub fn next_local_id(&mut self) -> u64 {
@@ -520,11 +727,94 @@ impl TurnIo {
             .write(move |tx| {
                 tx.check_generation(&key, generation)?;
                 let seq = tx.append(&key, &Event::Todos { todos })?;
-                tx.set_json_column(&key, store::JsonColumn::Todos, Some(&doc))?;
+                tx.set_json_column(&key, JsonColumn::Todos, Some(&doc))?;
                 Ok(seq)
             })
             .await?;
         self.last_seq = seq;
+        Ok(())
+    }
+
+    /// Starts a background task of this turn (`kind`: tool, subagent or scheduled) and returns
+    /// its id (`t1`, `t2`, ...).
+    pub async fn start_task(&mut self, kind: &str, name: &str, label: &str) -> Result<String> {
+        let key = self.key.clone();
+        let generation = self.generation;
+        let (kind, name, label) = (kind.to_owned(), name.to_owned(), label.to_owned());
+        let (id, seq) = self
+            .store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                let id = tx.next_task_id(&key)?;
+                let task = json!({
+                    "id": id, "kind": kind, "name": name, "label": label,
+                    "ownerScopeId": format!("turn-{generation}"),
+                    "status": "running", "startedAt": tx.now,
+                });
+                tx.put_task(&key, &id, &task.to_string(), "running")?;
+                let seq = tx.append(&key, &Event::TaskStarted { task })?;
+                Ok((id, seq))
+            })
+            .await?;
+        self.last_seq = seq;
+        self.active_tasks.push(id.clone());
+        Ok(id)
+    }
+
+    /// Appends a chunk of a task's output, and a heartbeat when one is due.
+    pub async fn task_output(&mut self, id: &str, chunk: &str) -> Result<()> {
+        self.emit(Event::TaskOutput {
+            task_id: id.to_owned(),
+            chunk: chunk.to_owned(),
+        })
+        .await?;
+        if self.last_heartbeat.elapsed() >= self.heartbeat_every {
+            self.heartbeat().await?;
+        }
+        Ok(())
+    }
+
+    /// A `heartbeat` naming the tasks still running.
+    pub async fn heartbeat(&mut self) -> Result<()> {
+        self.last_heartbeat = tokio::time::Instant::now();
+        self.emit(Event::Heartbeat {
+            timestamp: clock::now_ms() as f64,
+            active_task_ids: self.active_tasks.clone(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Settles a task: `completed` with `result`, `failed` with `error`, `stopped` with `reason`.
+    pub async fn settle_task(&mut self, id: &str, status: &str, detail: Value) -> Result<()> {
+        let key = self.key.clone();
+        let generation = self.generation;
+        let (id_c, status_c) = (id.to_owned(), status.to_owned());
+        let seq = self
+            .store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                let body = tx
+                    .running_tasks(&key)?
+                    .into_iter()
+                    .find(|(t, _)| *t == id_c)
+                    .map(|(_, b)| b)
+                    .ok_or_else(|| Error::Internal(format!("task {id_c} is not running")))?;
+                let mut task: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({}));
+                task["status"] = json!(status_c);
+                tx.put_task(&key, &id_c, &task.to_string(), &status_c)?;
+                let mut settlement = json!({ "id": id_c, "status": status_c, "settledAt": tx.now });
+                let field = match status_c.as_str() {
+                    "completed" => "result",
+                    "failed" => "error",
+                    _ => "reason",
+                };
+                settlement[field] = detail;
+                tx.append(&key, &Event::TaskSettled { settlement })
+            })
+            .await?;
+        self.last_seq = seq;
+        self.active_tasks.retain(|t| t != id);
         Ok(())
     }
 
@@ -536,14 +826,14 @@ impl TurnIo {
         }
         let key = self.key.clone();
         let generation = self.generation;
-        let turn_started = self.turn_started_seq();
+        let turn_started = self.turn_started;
         let texts = self
             .store
             .write(move |tx| {
                 tx.check_generation(&key, generation)?;
                 let mut texts = Vec::new();
                 for input in tx.pending_inputs(&key)? {
-                    if input.kind == "answer" || input.kind == "wake" || input.behavior != "steer" {
+                    if input.kind != "message" || input.behavior != "steer" {
                         continue;
                     }
                     tx.remove_input(&key, input.seq)?;
@@ -565,10 +855,5 @@ impl TurnIo {
             self.messages.push(json!({"role": "user", "content": text}));
         }
         Ok(texts)
-    }
-
-    /// The seq of this turn's `turn_started`; steers that join the turn are recorded against it.
-    fn turn_started_seq(&self) -> u64 {
-        self.turn_started
     }
 }

@@ -8,6 +8,7 @@ mod images;
 pub mod projection;
 mod query;
 pub mod view;
+mod wait;
 
 use std::sync::Arc;
 
@@ -16,12 +17,14 @@ use serde_json::Value;
 use crate::clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::runner::machine::{self, MachineState};
 use crate::runner::{Delivery, Runner};
-use crate::store::{self, NewInput, NewSession, SessionKey, Store, Tx};
+use crate::store::{self, JsonColumn, NewInput, NewSession, SessionKey, Store, Tx};
 use crate::timeline::{AttachmentRef, Behavior, Event, InputKind, Sender, StoredImageRef, Tier};
 
 pub use images::{ImageIn, hex};
 pub use query::{AgentActivity, HistoryQuery, ListQuery};
+pub use wait::WaitOutcome;
 
 /// Who is acting, in which workspace. Built by the HTTP layer from the credential.
 #[derive(Debug, Clone)]
@@ -177,6 +180,7 @@ impl Sessions {
         parent: Option<String>,
     ) -> Result<Submitted> {
         let images = images::decode_all(&input.common.images)?;
+        let machine = input.mode.as_ref().map(machine::validate).transpose()?;
         let actor_c = actor.clone();
         let (key, seq, fresh) = self
             .store
@@ -201,7 +205,10 @@ impl Sessions {
                     tier = tier.or(prow.tier);
                     created_by = Some(pkey.id);
                 }
-                let requested_machine = input.mode.as_ref().map(|m| m.to_string());
+                let definition = machine
+                    .as_ref()
+                    .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
+                    .transpose()?;
                 let id = crate::ids::new_id();
                 let title = excerpt(&input.prompt);
                 let key = tx.insert_session(&NewSession {
@@ -213,9 +220,20 @@ impl Sessions {
                     cwd: cwd.as_deref(),
                     created_by_session_id: created_by.as_deref(),
                     tier: tier.as_deref(),
-                    mode: "\"agent\"",
-                    requested_machine: requested_machine.as_deref(),
+                    mode: definition.as_deref().unwrap_or("\"agent\""),
+                    requested_machine: definition.as_deref(),
                 })?;
+                if let Some(def) = machine {
+                    let state = MachineState::new(def, &input.prompt, tx.now);
+                    let doc = serde_json::to_string(&state)
+                        .map_err(|e| Error::Internal(e.to_string()))?;
+                    tx.set_json_column(&key, JsonColumn::MachineState, Some(&doc))?;
+                    tx.set_json_column(
+                        &key,
+                        JsonColumn::Machine,
+                        Some(&state.projection("running", None).to_string()),
+                    )?;
+                }
                 tx.append(
                     &key,
                     &Event::SessionCreated {

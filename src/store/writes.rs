@@ -260,6 +260,7 @@ impl Tx<'_> {
         c.execute("DELETE FROM events WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM pending_inputs WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM input_turns WHERE session_pk = ?1", [key.pk])?;
+        c.execute("DELETE FROM tasks WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM images WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM read_markers WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
@@ -529,5 +530,72 @@ impl Tx<'_> {
             )?
             .execute(params![key.pk, input_seq as i64, turn_started_seq as i64])?;
         Ok(())
+    }
+}
+
+impl Tx<'_> {
+    /// Allocates the next task id of a session (`t1`, `t2`, ...).
+    pub fn next_task_id(&mut self, key: &SessionKey) -> Result<String> {
+        let n: i64 = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET next_task_id = next_task_id + 1 WHERE pk = ?1
+                 RETURNING next_task_id - 1",
+            )?
+            .query_row([key.pk], |r| r.get(0))?;
+        Ok(format!("t{n}"))
+    }
+
+    /// Stores a task's current `Task` document and status.
+    pub fn put_task(&mut self, key: &SessionKey, id: &str, body: &str, status: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO tasks (session_pk, id, body, status) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (session_pk, id) DO UPDATE SET body = excluded.body, status = excluded.status",
+            )?
+            .execute(params![key.pk, id, body, status])?;
+        Ok(())
+    }
+
+    /// Tasks still marked running (e.g. left behind by a crash).
+    pub fn running_tasks(&self, key: &SessionKey) -> Result<Vec<(String, String)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, body FROM tasks WHERE session_pk = ?1 AND status = 'running' ORDER BY id",
+        )?;
+        let rows = stmt.query_map([key.pk], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Sets an automatic title unless the title is manual (manual titles are final).
+    pub fn set_auto_title(
+        &mut self,
+        key: &SessionKey,
+        title: Option<&str>,
+        status: &str,
+    ) -> Result<bool> {
+        let changed = match title {
+            Some(title) => self
+                .conn
+                .prepare_cached(
+                    "UPDATE sessions SET title = ?2, title_origin = 'auto', title_status = ?3,
+                        updated_at = ?4 WHERE pk = ?1 AND title_origin <> 'manual'",
+                )?
+                .execute(params![key.pk, title, status, self.now])?,
+            None => self
+                .conn
+                .prepare_cached(
+                    "UPDATE sessions SET title_status = ?2, updated_at = ?3
+                     WHERE pk = ?1 AND title_origin <> 'manual'",
+                )?
+                .execute(params![key.pk, status, self.now])?,
+        };
+        if changed > 0
+            && let Some(title) = title
+        {
+            self.conn
+                .prepare_cached("UPDATE session_search SET title = ?2 WHERE rowid = ?1")?
+                .execute(params![key.pk, title])?;
+        }
+        Ok(changed > 0)
     }
 }
