@@ -141,3 +141,13 @@ CREATE TABLE tasks (
     status      TEXT NOT NULL,
     PRIMARY KEY (session_pk, id)
 ) WITHOUT ROWID;
+
+-- Short-lived, write-only upload grants for one drive folder; only the token's hash is kept.
+CREATE TABLE upload_grants (
+    id              TEXT PRIMARY KEY,
+    token_hash      TEXT NOT NULL,
+    workspace_id    TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
+    prefix          TEXT NOT NULL,
+    expires_at      INTEGER NOT NULL,
+    created_at      INTEGER NOT NULL
+);

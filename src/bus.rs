@@ -33,8 +33,23 @@ struct Topic {
     subscribers: usize,
     tail: Vec<Arc<Frame>>,
     tail_bytes: usize,
-    /// Last durable seq published; the tail continues after it.
+    /// Last durable seq that settled the tail (an output of the agent); the tail continues after
+    /// it. Inputs appended meanwhile (a note, a steer) do not move it.
     last_seq: u64,
+}
+
+/// Does a durable event of this type settle the volatile tail? Everything the agent writes does
+/// (its durable text follows the deltas it streamed); inputs that others append while a turn
+/// streams do not (invariant 6). Mirrors `timeline::Event::is_input`.
+pub fn settles_tail(event_type: &str) -> bool {
+    !matches!(
+        event_type,
+        "session_created"
+            | "prompt_submitted"
+            | "note_submitted"
+            | "answer_submitted"
+            | "interrupt_requested"
+    )
 }
 
 pub struct Bus {
@@ -47,7 +62,8 @@ pub struct Bus {
 /// A live subscription plus the volatile tail that was current when it began.
 pub struct Subscription {
     pub rx: broadcast::Receiver<Arc<Frame>>,
-    /// Volatile frames published after durable seq `tail_after` and not yet settled.
+    /// Volatile frames published after durable output seq `tail_after` and not yet settled (inputs
+    /// with higher seqs may have been appended since).
     pub tail: Vec<Arc<Frame>>,
     pub tail_after: u64,
     guard: SubscriberGuard,
@@ -128,11 +144,13 @@ impl Bus {
     pub fn publish_durable(&self, session_id: &str, frame: Frame) {
         let mut topics = self.lock();
         if let Some(topic) = topics.get_mut(session_id) {
-            topic.last_seq = frame.seq.unwrap_or(topic.last_seq);
-            topic.tail.clear();
-            topic.tail_bytes = 0;
+            if settles_tail(&frame.event_type) {
+                topic.last_seq = frame.seq.unwrap_or(topic.last_seq);
+                topic.tail.clear();
+                topic.tail_bytes = 0;
+            }
             let _ = topic.tx.send(Arc::new(frame));
-            if topic.subscribers == 0 {
+            if topic.subscribers == 0 && topic.tail.is_empty() {
                 topics.remove(session_id);
             }
         }

@@ -15,6 +15,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `text` for people, `json` for log collectors.
     pub log_format: LogFormat,
+    /// The base URL clients reach this server at (upload grants hand it out as `vmBaseUrl`);
+    /// defaults to `http://<bound address>`.
+    pub public_url: Option<String>,
     pub store: StoreConfig,
     pub runner: RunnerConfig,
     pub limits: Limits,
@@ -74,6 +77,10 @@ pub struct Limits {
     pub list_page_max: u32,
     /// Largest `limit` for history pages (the seed's maximum is 500).
     pub history_page_max: u32,
+    /// Largest file accepted by an upload PUT.
+    pub max_upload_bytes: u64,
+    /// How long a minted upload grant accepts new uploads.
+    pub upload_grant_ttl_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -93,6 +100,7 @@ impl Default for Config {
             bind: "127.0.0.1:8080".into(),
             data_dir: PathBuf::from("./sessiond-data"),
             log_format: LogFormat::Text,
+            public_url: None,
             store: StoreConfig::default(),
             runner: RunnerConfig::default(),
             limits: Limits::default(),
@@ -130,6 +138,8 @@ impl Default for Limits {
             max_prompt_chars: 200_000,
             list_page_max: 100,
             history_page_max: 500,
+            max_upload_bytes: 100 * 1024 * 1024,
+            upload_grant_ttl_ms: 15 * 60 * 1000,
         }
     }
 }

@@ -30,6 +30,12 @@ pub enum Error {
     InvalidCwd(&'static str),
     #[error("another move of the working directory won")]
     CwdConflict,
+    #[error("a file with that name already exists")]
+    Exists,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Conflict(&'static str, String),
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("too many open streams for this session")]
@@ -61,6 +67,9 @@ impl Error {
             Error::NotAsking => "not_asking",
             Error::InvalidCwd(_) => "invalid_cwd",
             Error::CwdConflict => "cwd_conflict",
+            Error::Exists => "exists",
+            Error::Forbidden(_) => "forbidden",
+            Error::Conflict(code, _) => code,
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::TooManyStreams => "too_many_streams",
             Error::ShuttingDown => "unavailable",
@@ -87,13 +96,16 @@ impl ResponseError for Error {
         match self {
             Error::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::NotFound | Error::AgentNotFound | Error::NoDefaultSession => {
                 StatusCode::NOT_FOUND
             }
             Error::IdempotencyConflict
             | Error::NotAsking
             | Error::CwdConflict
-            | Error::StaleTurn => StatusCode::CONFLICT,
+            | Error::StaleTurn
+            | Error::Exists
+            | Error::Conflict(..) => StatusCode::CONFLICT,
             Error::InvalidCwd(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,

@@ -2,19 +2,23 @@
 //!
 //! Start with `ARCHITECTURE.md` for the map; each module's doc comment says what it owns.
 
+pub mod agents;
 pub mod api;
 pub mod bus;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod drive;
 pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod runner;
+pub mod secret;
 pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod timeline;
+pub mod uploads;
 pub mod web;
 
 pub use error::{Error, Result};

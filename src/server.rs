@@ -9,6 +9,7 @@ use actix_web::{App, HttpServer, middleware, web};
 use crate::api::{self, AppState};
 use crate::bus::Bus;
 use crate::config::Config;
+use crate::drive::Drive;
 use crate::engine::{Engine, scripted::ScriptedEngine};
 use crate::runner::Runner;
 use crate::sessions::Sessions;
@@ -27,6 +28,9 @@ pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
             tx.ensure_workspace(DEFAULT_WORKSPACE, "Default")
                 .map(|_| ())
         })
+        .map_err(|e| e.to_string())?;
+    Drive::root_for(&cfg.data_dir, DEFAULT_WORKSPACE)
+        .ensure()
         .map_err(|e| e.to_string())?;
     Ok(store)
 }
@@ -62,6 +66,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
     let state = web::Data::new(AppState::new(sessions));
+    let state_for_url = state.clone();
 
     let system = actix_web::rt::System::new();
     let result = system.block_on(async {
@@ -81,6 +86,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .bind(addr)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let bound = server.addrs().first().copied().unwrap_or(addr);
+        state_for_url.set_base_url(format!("http://{bound}"));
         println!("sessiond listening on http://{bound}");
         let server = server.run();
         let handle = server.handle();

@@ -142,9 +142,18 @@ fn canonical(v: &Value, out: &mut String) {
 }
 
 /// What makes a retry "the same request": the operation, its target and its body.
+/// `clientRequestId` is matched case-insensitively (it is stored lowercased), so its case is not
+/// part of the fingerprint either.
 pub fn fingerprint(operation: &str, target: &str, body: &Value) -> String {
     let mut text = String::new();
-    canonical(body, &mut text);
+    match body.get("clientRequestId").and_then(Value::as_str) {
+        Some(id) if id.bytes().any(|b| b.is_ascii_uppercase()) => {
+            let mut body = body.clone();
+            body["clientRequestId"] = Value::String(id.to_ascii_lowercase());
+            canonical(&body, &mut text);
+        }
+        _ => canonical(body, &mut text),
+    }
     let mut h = Sha256::new();
     h.update(operation.as_bytes());
     h.update([0]);
@@ -168,6 +177,13 @@ mod tests {
             fingerprint("create", "", &a),
             fingerprint("message", "", &a)
         );
+    }
+
+    #[test]
+    fn fingerprint_ignores_client_request_id_case() {
+        let a = json!({"prompt": "x", "clientRequestId": "4b27f182-b3e8-47c4-9fb8-5a488243ab92"});
+        let b = json!({"prompt": "x", "clientRequestId": "4B27F182-B3E8-47C4-9FB8-5A488243AB92"});
+        assert_eq!(fingerprint("create", "", &a), fingerprint("create", "", &b));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use actix_web::{FromRequest, HttpRequest, dev::Payload, web};
 
@@ -23,6 +23,7 @@ pub const LOCAL_USER: &str = "local";
 pub struct AppState {
     pub sessions: Sessions,
     workspaces: RwLock<HashMap<String, Arc<str>>>,
+    base_url: OnceLock<String>,
 }
 
 impl AppState {
@@ -30,7 +31,23 @@ impl AppState {
         AppState {
             sessions,
             workspaces: RwLock::new(HashMap::new()),
+            base_url: OnceLock::new(),
         }
+    }
+
+    /// Records the address the server is reachable at (once it is bound).
+    pub fn set_base_url(&self, url: String) {
+        let _ = self.base_url.set(url);
+    }
+
+    /// `public_url` from the config, else `http://<bound address>`.
+    pub fn base_url(&self) -> String {
+        self.sessions
+            .config()
+            .public_url
+            .clone()
+            .or_else(|| self.base_url.get().cloned())
+            .unwrap_or_else(|| format!("http://{}", self.sessions.config().bind))
     }
 
     /// Workspace id by slug; cached, since slugs never move.

@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::body::{Query, parse_uint53};
 use super::context::AppState;
-use crate::bus::{Frame, Subscription};
+use crate::bus::{self, Frame, Subscription};
 use crate::error::Result;
 use crate::sessions::Actor;
 use crate::store::{self, Store, StoredEvent};
@@ -37,6 +37,8 @@ struct StreamState {
     phase: Phase,
     keepalive: Duration,
     closed: watch::Receiver<bool>,
+    /// The backlog already carried an output past the tail's start: the tail is stale.
+    tail_settled: bool,
 }
 
 fn durable_frame(e: &StoredEvent) -> String {
@@ -86,6 +88,7 @@ pub async fn events(
         sub,
         phase: Phase::Backlog,
         keepalive: Duration::from_millis(cfg.keepalive_ms),
+        tail_settled: false,
     };
     let body = stream::unfold(st, next_chunk);
     Ok(HttpResponse::Ok()
@@ -128,15 +131,19 @@ async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
                 let mut out = String::new();
                 for e in &events {
                     out.push_str(&durable_frame(e));
+                    if e.seq > st.sub.tail_after && bus::settles_tail(&e.event_type) {
+                        st.tail_settled = true;
+                    }
                 }
                 st.last = events.last().map(|e| e.seq).unwrap_or(st.last);
                 return Some((Ok(web::Bytes::from(out)), st));
             }
             Phase::Tail => {
                 st.phase = Phase::Live;
-                // The tail belongs after durable seq `tail_after`; if the backlog already went
-                // past it, the tail was settled by a durable event and is stale.
-                if st.sub.tail_after == st.last && !st.sub.tail.is_empty() {
+                // The tail belongs after durable output seq `tail_after`; if the backlog already
+                // carried a later output, the tail was settled by it and is stale. Inputs appended
+                // after `tail_after` (a note, a steer) leave it current.
+                if !st.tail_settled && st.last >= st.sub.tail_after && !st.sub.tail.is_empty() {
                     let out: String = st.sub.tail.iter().map(|f| live_frame(f)).collect();
                     st.sub.tail.clear();
                     return Some((Ok(web::Bytes::from(out)), st));

@@ -1,10 +1,12 @@
 //! The HTTP surface: routes of every API family, mapped onto thin handlers.
 
+mod agents;
 pub mod body;
 pub mod context;
 mod events;
 pub mod schema;
 mod sessions;
+mod uploads;
 
 use actix_web::{HttpResponse, web};
 use serde_json::json;
@@ -34,6 +36,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route("", web::post().to(sessions::create))
             .route("/activity", web::get().to(sessions::activity))
             .route("/wait", web::post().to(sessions::create_wait))
+            .route("/attachments/session", web::post().to(uploads::mint))
             .route("/{sessionId}", web::get().to(sessions::detail))
             .route("/{sessionId}", web::patch().to(sessions::set_title))
             .route("/{sessionId}", web::delete().to(sessions::delete))
@@ -67,7 +70,41 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(
                 "/{sessionId}/sessions/wait",
                 web::post().to(sessions::create_child_wait),
+            )
+            .route("/{sessionId}/cwd", web::post().to(sessions::move_cwd)),
+    );
+    cfg.service(
+        web::scope("/v1/ws/{workspaceSlug}/agents")
+            .route("", web::get().to(agents::list))
+            .route("", web::post().to(agents::create))
+            .route("/{agentSlug}", web::get().to(agents::get))
+            .route("/{agentSlug}", web::patch().to(agents::update))
+            .route("/{agentSlug}", web::delete().to(agents::delete))
+            .route(
+                "/{agentSlug}/sessions/default",
+                web::get().to(agents::get_default),
+            )
+            .route(
+                "/{agentSlug}/sessions/default",
+                web::put().to(agents::put_default),
+            )
+            .route(
+                "/{agentSlug}/sessions/default/history",
+                web::get().to(agents::default_history),
+            )
+            .route(
+                "/{agentSlug}/sessions/default/messages",
+                web::post().to(agents::default_message),
+            )
+            .route(
+                "/{agentSlug}/sessions/default/messages/wait",
+                web::post().to(agents::default_message_wait),
             ),
+    );
+    // Upload tokens only: no other credential is accepted on this path.
+    cfg.route(
+        &format!("{}/{{grantId}}/{{filename}}", crate::uploads::UPLOAD_PREFIX),
+        web::put().to(uploads::put),
     );
 }
 

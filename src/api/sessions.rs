@@ -69,7 +69,7 @@ struct CreateBody {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct MessageBody {
+pub struct MessageBody {
     prompt: String,
     client_request_id: Option<String>,
     #[serde(default)]
@@ -126,7 +126,7 @@ fn json_response(body: String) -> HttpResponse {
         .body(body)
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
+pub fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| Error::Internal(format!("cannot encode response: {e}")))
 }
 
@@ -192,29 +192,8 @@ fn common(
     })
 }
 
-/// A session's working directory, normalised: relative to the drive, `.` and `..` resolved, never
-/// escaping it (R65, R67). The filesystem check happens where the drive is known.
-pub fn normalise_cwd(cwd: &str) -> Result<String> {
-    if cwd.starts_with('/') || cwd.starts_with('\\') {
-        return Err(Error::InvalidCwd("outside_drive"));
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for seg in cwd.split(['/', '\\']) {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return Err(Error::InvalidCwd("outside_drive"));
-                }
-            }
-            s => parts.push(s),
-        }
-    }
-    Ok(parts.join("/"))
-}
-
 /// `CreateSessionResponse`: the session ref, its snapshot and its first history page (R27).
-async fn created(state: &AppState, actor: &Actor, s: &Submitted) -> Result<HttpResponse> {
+pub async fn created(state: &AppState, actor: &Actor, s: &Submitted) -> Result<HttpResponse> {
     let row = state.sessions.detail_row(actor, &s.key.id).await?;
     let history = state
         .sessions
@@ -250,12 +229,7 @@ async fn create_input(
     let body::Json { value: b, raw } =
         body::json::<CreateBody>(req, payload, limits.max_body_bytes, schema).await?;
     check_text("prompt", &b.prompt, limits.max_prompt_chars)?;
-    let cwd = b
-        .cwd
-        .as_deref()
-        .map(normalise_cwd)
-        .transpose()?
-        .filter(|c| !c.is_empty());
+    let cwd = b.cwd;
     let fp = body::fingerprint("create", target, &raw);
     Ok(CreateIn {
         prompt: b.prompt,
@@ -316,7 +290,7 @@ pub async fn create_child_wait(
 }
 
 /// The `/wait` answer (R46, R49): 200 with the durable terminal, or 202 pending at the deadline.
-async fn wait_response(state: &AppState, s: &Submitted) -> Result<HttpResponse> {
+pub async fn wait_response(state: &AppState, s: &Submitted) -> Result<HttpResponse> {
     match state
         .sessions
         .wait_for_terminal(&s.key, s.input_seq)
@@ -440,6 +414,33 @@ pub async fn history(
     Ok(json_response(page.to_json()))
 }
 
+/// A message body checked and turned into the core's input (shared with the default alias).
+pub fn message_input(
+    state: &AppState,
+    b: MessageBody,
+    raw: &Value,
+    target: &str,
+) -> Result<MessageIn> {
+    check_text(
+        "prompt",
+        &b.prompt,
+        state.sessions.config().limits.max_prompt_chars,
+    )?;
+    let fp = body::fingerprint("message", target, raw);
+    Ok(MessageIn {
+        prompt: b.prompt,
+        tier: b.tier,
+        behavior: b.behavior.unwrap_or(Behavior::Steer),
+        common: common(
+            b.client_request_id,
+            b.images,
+            b.attachments,
+            b.source_session_id,
+            fp,
+        )?,
+    })
+}
+
 async fn submit_message(
     state: &AppState,
     actor: &Actor,
@@ -451,20 +452,7 @@ async fn submit_message(
     let limits = &state.sessions.config().limits;
     let body::Json { value: b, raw } =
         body::json::<MessageBody>(req, payload, limits.max_body_bytes, schema).await?;
-    check_text("prompt", &b.prompt, limits.max_prompt_chars)?;
-    let fp = body::fingerprint("message", session_id, &raw);
-    let input = MessageIn {
-        prompt: b.prompt,
-        tier: b.tier,
-        behavior: b.behavior.unwrap_or(Behavior::Steer),
-        common: common(
-            b.client_request_id,
-            b.images,
-            b.attachments,
-            b.source_session_id,
-            fp,
-        )?,
-    };
+    let input = message_input(state, b, &raw, session_id)?;
     state.sessions.message(actor, session_id, input).await
 }
 
@@ -681,19 +669,25 @@ pub async fn image(
         .body(img.data))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::normalise_cwd;
+#[derive(Debug, Deserialize)]
+struct CwdBody {
+    cwd: String,
+}
 
-    #[test]
-    fn cwd_normalisation_r67() {
-        assert_eq!(
-            normalise_cwd("projects/drafts/../release").unwrap(),
-            "projects/release"
-        );
-        assert_eq!(normalise_cwd("./a//b/").unwrap(), "a/b");
-        assert!(normalise_cwd("../x").is_err());
-        assert!(normalise_cwd("/etc").is_err());
-        assert!(normalise_cwd("a/../../b").is_err());
-    }
+const SCHEMA_CWD: &str = "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__cwd.request.json";
+
+/// `POST …/{sessionId}/cwd` (R66–R69): `{session:{id, cwd}}` with the canonical cwd.
+pub async fn move_cwd(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let limit = state.sessions.config().limits.max_body_bytes;
+    let b = body::json::<CwdBody>(&req, payload, limit, SCHEMA_CWD)
+        .await?
+        .value;
+    let cwd = state.sessions.move_cwd(&actor, &path.1, &b.cwd).await?;
+    Ok(HttpResponse::Ok().json(json!({ "session": { "id": path.1, "cwd": cwd } })))
 }

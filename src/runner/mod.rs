@@ -184,6 +184,9 @@ struct Dispatcher {
 
 impl Dispatcher {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        // Start what recovery queued (inputs left by a previous process) without waiting for a
+        // message or a timer to come along.
+        self.fill_slots();
         loop {
             let next_timer = self.timers.first().map(|(due, _, _)| *due);
             let sleep = async {

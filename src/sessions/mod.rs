@@ -12,15 +12,20 @@ mod wait;
 
 use std::sync::Arc;
 
+use rusqlite::OptionalExtension;
 use serde_json::Value;
 
+use crate::agents;
 use crate::clock;
 use crate::config::Config;
+use crate::drive::Drive;
 use crate::error::{Error, Result};
 use crate::runner::machine::{self, MachineState};
 use crate::runner::{Delivery, Runner};
 use crate::store::{self, JsonColumn, NewInput, NewSession, SessionKey, Store, Tx};
-use crate::timeline::{AttachmentRef, Behavior, Event, InputKind, Sender, StoredImageRef, Tier};
+use crate::timeline::{
+    AttachmentRef, Behavior, Event, InputKind, Level, Sender, StoredImageRef, Tier,
+};
 
 pub use images::{ImageIn, hex};
 pub use query::{AgentActivity, HistoryQuery, ListQuery};
@@ -172,15 +177,131 @@ impl Sessions {
         })
     }
 
+    /// The drive of the actor's workspace.
+    pub fn drive(&self, actor: &Actor) -> Drive {
+        Drive::root_for(&self.cfg.data_dir, &actor.workspace_slug)
+    }
+
+    /// The original result of a retried `clientRequestId`, looked up before anything else is
+    /// resolved (R50: a retry keeps observing the original input even if a parent or an alias
+    /// has moved since).
+    async fn lookup_replay(
+        &self,
+        actor: &Actor,
+        common: &InputCommon,
+    ) -> Result<Option<(SessionKey, u64)>> {
+        let Some(id) = common.client_request_id.clone() else {
+            return Ok(None);
+        };
+        let ws = actor.workspace_id.clone();
+        let fingerprint = common.fingerprint.clone();
+        self.store
+            .read(move |c| {
+                let found: Option<(String, String, i64)> = c
+                    .query_row(
+                        "SELECT fingerprint, session_id, input_seq FROM client_requests
+                         WHERE workspace_id = ?1 AND client_request_id = ?2",
+                        [&ws, &id],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .optional()?;
+                match found {
+                    None => Ok(None),
+                    Some((fp, _, _)) if fp != fingerprint => Err(Error::IdempotencyConflict),
+                    Some((_, sid, seq)) => {
+                        let pk: i64 =
+                            c.query_row("SELECT pk FROM sessions WHERE id = ?1", [&sid], |r| {
+                                r.get(0)
+                            })?;
+                        Ok(Some((SessionKey { pk, id: sid }, seq as u64)))
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn replayed_submission(&self, key: SessionKey, input_seq: u64) -> Result<Submitted> {
+        let delivery = self.replay_delivery(&key, input_seq).await?;
+        Ok(Submitted {
+            key,
+            input_seq,
+            fresh: false,
+            delivery,
+        })
+    }
+
+    /// Attachment paths must name files inside the drive; they are stored in canonical form.
+    fn check_attachments(&self, actor: &Actor, common: &mut InputCommon) -> Result<()> {
+        if common.attachments.is_empty() {
+            return Ok(());
+        }
+        let drive = self.drive(actor);
+        for (i, a) in common.attachments.iter_mut().enumerate() {
+            a.path = drive
+                .check_file(&a.path)
+                .map_err(|e| Error::invalid(format!("attachments/{i}/path: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// Creates a session from its first prompt (root create, or child create under `parent`).
     pub async fn create(
         &self,
         actor: &Actor,
-        input: CreateIn,
+        mut input: CreateIn,
         parent: Option<String>,
     ) -> Result<Submitted> {
+        if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
+            return self.replayed_submission(key, seq).await;
+        }
         let images = images::decode_all(&input.common.images)?;
         let machine = input.mode.as_ref().map(machine::validate).transpose()?;
+        self.check_attachments(actor, &mut input.common)?;
+        let drive = self.drive(actor);
+        let all_agents = agents::list(&self.store, &actor.workspace_id).await?;
+        let plan = match &parent {
+            Some(parent) => {
+                let prow = self.detail_row(actor, parent).await?;
+                let anchor = all_agents
+                    .iter()
+                    .find(|a| a.id == prow.agent_id)
+                    .map(|a| a.anchor.clone())
+                    .unwrap_or_default();
+                // R53: omitted cwd and tier come from the parent; a child stays with the parent's agent.
+                let cwd = match &input.cwd {
+                    Some(c) => non_root_str(drive.check_cwd(c, &anchor)?),
+                    None => prow.cwd.clone(),
+                };
+                Plan {
+                    agent_id: prow.agent_id.clone(),
+                    cwd,
+                    tier: input
+                        .tier
+                        .map(|t| t.as_str().to_owned())
+                        .or(prow.tier.clone()),
+                    created_by: Some(prow.id.clone()),
+                    mode: None,
+                    bind_default: false,
+                }
+            }
+            None => {
+                let cwd = input
+                    .cwd
+                    .as_deref()
+                    .map(|c| drive.check_cwd(c, ""))
+                    .transpose()?;
+                let owner = agents::owner_of(&all_agents, cwd.as_deref().unwrap_or(""))
+                    .ok_or(Error::AgentNotFound)?;
+                Plan {
+                    agent_id: owner.id.clone(),
+                    cwd: cwd.and_then(non_root_str),
+                    tier: input.tier.map(|t| t.as_str().to_owned()),
+                    created_by: None,
+                    mode: None,
+                    bind_default: false,
+                }
+            }
+        };
         let actor_c = actor.clone();
         let (key, seq, fresh) = self
             .store
@@ -189,75 +310,17 @@ impl Sessions {
                 if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
                     return Ok((key, seq, false));
                 }
-                let agent_id: String = tx.conn().query_row(
-                    "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
-                    [&actor.workspace_id],
-                    |r| r.get(0),
-                )?;
-                let (mut cwd, mut tier) =
-                    (input.cwd.clone(), input.tier.map(|t| t.as_str().to_owned()));
-                let mut created_by = None;
-                if let Some(parent) = &parent {
-                    let pkey = tx.session_key(&actor.workspace_id, parent)?;
-                    let prow = tx.session_row(&pkey)?;
-                    // R53: omitted cwd and tier come from the parent.
-                    cwd = cwd.or(prow.cwd);
-                    tier = tier.or(prow.tier);
-                    created_by = Some(pkey.id);
+                if let Some(parent) = &plan.created_by {
+                    // The parent may have been deleted since it was read.
+                    tx.session_key(&actor.workspace_id, parent)?;
                 }
-                let definition = machine
-                    .as_ref()
-                    .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
-                    .transpose()?;
-                let id = crate::ids::new_id();
-                let title = excerpt(&input.prompt);
-                let key = tx.insert_session(&NewSession {
-                    id: &id,
-                    workspace_id: &actor.workspace_id,
-                    agent_id: &agent_id,
-                    user_id: &actor.user_id,
-                    title: &title,
-                    cwd: cwd.as_deref(),
-                    created_by_session_id: created_by.as_deref(),
-                    tier: tier.as_deref(),
-                    mode: definition.as_deref().unwrap_or("\"agent\""),
-                    requested_machine: definition.as_deref(),
-                })?;
-                if let Some(def) = machine {
-                    let state = MachineState::new(def, &input.prompt, tx.now);
-                    let doc = serde_json::to_string(&state)
-                        .map_err(|e| Error::Internal(e.to_string()))?;
-                    tx.set_json_column(&key, JsonColumn::MachineState, Some(&doc))?;
-                    tx.set_json_column(
-                        &key,
-                        JsonColumn::Machine,
-                        Some(&state.projection("running", None).to_string()),
-                    )?;
-                }
-                tx.append(
-                    &key,
-                    &Event::SessionCreated {
-                        prompt: input.prompt.clone(),
-                        created_at: clock::rfc3339(tx.now),
-                        client_request_id: input.common.client_request_id.clone(),
-                    },
-                )?;
-                let seq = append_prompt(
-                    tx,
-                    &actor,
-                    &key,
-                    &input.prompt,
-                    InputKind::Initial,
-                    input.behavior,
-                    tier.as_deref(),
-                    &input.common,
-                    &images,
-                )?;
+                let (key, seq) =
+                    insert_new_session(tx, &actor, &plan, &input, machine, None, &images)?;
                 Ok((key, seq, true))
             })
             .await?;
+        // R24: a new session has no turn yet, so steer and follow-up start alike.
         let delivery = if fresh {
-            // R24: a new session has no turn yet, so steer and follow-up start alike.
             self.runner.deliver(key.clone(), false).await
         } else {
             self.replay_delivery(&key, seq).await?
@@ -275,9 +338,13 @@ impl Sessions {
         &self,
         actor: &Actor,
         session_id: &str,
-        input: MessageIn,
+        mut input: MessageIn,
     ) -> Result<Submitted> {
+        if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
+            return self.replayed_submission(key, seq).await;
+        }
         let images = images::decode_all(&input.common.images)?;
+        self.check_attachments(actor, &mut input.common)?;
         let actor_c = actor.clone();
         let session_id = session_id.to_owned();
         let follow_up = input.behavior == Behavior::FollowUp;
@@ -289,32 +356,8 @@ impl Sessions {
                     return Ok((key, seq, false, false));
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;
-                let row = tx.session_row(&key)?;
-                // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
-                let tier = match input.tier {
-                    Some(t) => {
-                        tx.set_tier(&key, t.as_str())?;
-                        Some(t.as_str().to_owned())
-                    }
-                    None => row.tier.clone(),
-                };
-                let seq = append_prompt(
-                    tx,
-                    &actor,
-                    &key,
-                    &input.prompt,
-                    InputKind::Message,
-                    input.behavior,
-                    tier.as_deref(),
-                    &input.common,
-                    &images,
-                )?;
-                if !row.turn_active {
-                    tx.set_turn_status(&key, "running")?;
-                } else if input.behavior == Behavior::FollowUp {
-                    projection::refresh_follow_up_queue(tx, &key)?;
-                }
-                Ok((key, seq, true, row.turn_active))
+                let (seq, active) = add_message(tx, &actor, &key, &input, &images)?;
+                Ok((key, seq, true, active))
             })
             .await?;
         let delivery = if fresh {
@@ -328,6 +371,184 @@ impl Sessions {
             fresh,
             delivery,
         })
+    }
+
+    /// Posts to an agent's default session (R57, R62): the first message creates and binds it in
+    /// one transaction (two concurrent first messages make exactly one session); later ones
+    /// message it. Returns whether this call created the session.
+    pub async fn default_message(
+        &self,
+        actor: &Actor,
+        agent_slug: &str,
+        mut input: MessageIn,
+        agent_first_message: Option<String>,
+    ) -> Result<(Submitted, bool)> {
+        if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
+            let created = self.is_initial_input(&key, seq).await?;
+            return Ok((self.replayed_submission(key, seq).await?, created));
+        }
+        let agent = agents::get(&self.store, &actor.workspace_id, agent_slug).await?;
+        let images = images::decode_all(&input.common.images)?;
+        self.check_attachments(actor, &mut input.common)?;
+        let anchor = self.drive(actor).make_dir(&agent.anchor)?;
+        let actor_c = actor.clone();
+        let follow_up = input.behavior == Behavior::FollowUp;
+        let (key, seq, fresh, created, active) = self
+            .store
+            .write(move |tx| {
+                let actor = actor_c;
+                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
+                    return Ok((key, seq, false, false, false));
+                }
+                if let Some(sid) = tx.default_session(&agent.id)? {
+                    let key = tx.session_key(&actor.workspace_id, &sid)?;
+                    let (seq, active) = add_message(tx, &actor, &key, &input, &images)?;
+                    return Ok((key, seq, true, false, active));
+                }
+                let plan = Plan {
+                    agent_id: agent.id.clone(),
+                    cwd: non_root_str(anchor),
+                    tier: input.tier.map(|t| t.as_str().to_owned()),
+                    created_by: None,
+                    // R61: default sessions launch in automatic mode.
+                    mode: Some("\"auto\""),
+                    bind_default: true,
+                };
+                let create = CreateIn {
+                    prompt: input.prompt.clone(),
+                    cwd: None,
+                    tier: input.tier,
+                    behavior: input.behavior,
+                    mode: None,
+                    common: input.common.clone(),
+                };
+                let (key, seq) = insert_new_session(
+                    tx,
+                    &actor,
+                    &plan,
+                    &create,
+                    None,
+                    agent_first_message.as_deref(),
+                    &images,
+                )?;
+                Ok((key, seq, true, true, false))
+            })
+            .await?;
+        let delivery = if fresh {
+            self.runner.deliver(key.clone(), follow_up && active).await
+        } else {
+            self.replay_delivery(&key, seq).await?
+        };
+        Ok((
+            Submitted {
+                key,
+                input_seq: seq,
+                fresh,
+                delivery,
+            },
+            created,
+        ))
+    }
+
+    /// Whether `seq` is the session's first prompt (the retried call created the session).
+    async fn is_initial_input(&self, key: &SessionKey, seq: u64) -> Result<bool> {
+        let pk = key.pk;
+        self.store
+            .read(move |c| {
+                let body: Option<String> = c
+                    .query_row(
+                        "SELECT body FROM events WHERE session_pk = ?1 AND seq = ?2",
+                        rusqlite::params![pk, seq as i64],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                Ok(body.is_some_and(|b| b.contains("\"inputKind\":\"initial\"")))
+            })
+            .await
+    }
+
+    /// The agent's default session, if bound (R56: unbound is not an error).
+    pub async fn default_session(
+        &self,
+        actor: &Actor,
+        agent_slug: &str,
+    ) -> Result<Option<store::SessionRow>> {
+        let agent = agents::get(&self.store, &actor.workspace_id, agent_slug).await?;
+        let (ws, user) = (actor.workspace_id.clone(), actor.user_id.clone());
+        self.store
+            .read(move |c| match store::default_session_id(c, &agent.id)? {
+                Some(id) => store::session_row(c, &ws, &id, &user).map(Some),
+                None => Ok(None),
+            })
+            .await
+    }
+
+    /// Points the alias at a session of that owner, or at nothing (R58, R59).
+    pub async fn set_default_session(
+        &self,
+        actor: &Actor,
+        agent_slug: &str,
+        session_id: Option<String>,
+    ) -> Result<Option<store::SessionRow>> {
+        let agent = agents::get(&self.store, &actor.workspace_id, agent_slug).await?;
+        let ws = actor.workspace_id.clone();
+        let agent_id = agent.id.clone();
+        let target = session_id.clone();
+        self.store
+            .write(move |tx| {
+                if let Some(sid) = &target {
+                    let key = tx.session_key(&ws, sid)?;
+                    if tx.session_row(&key)?.agent_id != agent_id {
+                        return Err(Error::NotFound);
+                    }
+                }
+                tx.set_default(&agent_id, target.as_deref())
+            })
+            .await?;
+        match session_id {
+            Some(id) => self.detail_row(actor, &id).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Moves a session's working directory (R66–R69): validated on the filesystem, applied with a
+    /// compare-and-swap, effective from the next turn. Returns the canonical cwd.
+    pub async fn move_cwd(&self, actor: &Actor, session_id: &str, cwd: &str) -> Result<String> {
+        let row = self.detail_row(actor, session_id).await?;
+        let anchor = agents::list(&self.store, &actor.workspace_id)
+            .await?
+            .into_iter()
+            .find(|a| a.id == row.agent_id)
+            .map(|a| a.anchor)
+            .unwrap_or_default();
+        let canonical = self.drive(actor).check_cwd(cwd, &anchor)?;
+        let new = non_root_str(canonical.clone());
+        let ws = actor.workspace_id.clone();
+        let id = row.id.clone();
+        let shown = if canonical.is_empty() {
+            ".".to_owned()
+        } else {
+            canonical
+        };
+        let message = format!("working directory moved to {shown}; it applies from the next turn");
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                if !tx.swap_cwd(&key, row.cwd.as_deref(), new.as_deref())? {
+                    return Err(Error::CwdConflict);
+                }
+                tx.append(
+                    &key,
+                    &Event::System {
+                        level: Level::Info,
+                        message,
+                        metadata: None,
+                    },
+                )?;
+                Ok(())
+            })
+            .await?;
+        Ok(shown)
     }
 
     /// Adds a note: durable context that starts no turn.
@@ -522,6 +743,132 @@ impl Sessions {
         self.store.bus().close_session(&key.id);
         Ok(())
     }
+}
+
+/// Where a new session goes and what it starts with.
+struct Plan {
+    agent_id: String,
+    cwd: Option<String>,
+    tier: Option<String>,
+    created_by: Option<String>,
+    /// `TurnMode` JSON; `None` means `"agent"` (or the machine definition when there is one).
+    mode: Option<&'static str>,
+    /// Bind the new session as the agent's default (first default-alias message).
+    bind_default: bool,
+}
+
+/// The drive root is stored as no cwd.
+fn non_root_str(cwd: String) -> Option<String> {
+    if cwd.is_empty() { None } else { Some(cwd) }
+}
+
+/// Inserts a session with its `session_created`, optional `agent_message` and first
+/// `prompt_submitted`; returns the key and the prompt's seq.
+fn insert_new_session(
+    tx: &mut Tx<'_>,
+    actor: &Actor,
+    plan: &Plan,
+    input: &CreateIn,
+    machine: Option<machine::Definition>,
+    agent_first_message: Option<&str>,
+    images: &[images::Decoded],
+) -> Result<(SessionKey, u64)> {
+    let definition = machine
+        .as_ref()
+        .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
+        .transpose()?;
+    let id = crate::ids::new_id();
+    let title = excerpt(&input.prompt);
+    let key = tx.insert_session(&NewSession {
+        id: &id,
+        workspace_id: &actor.workspace_id,
+        agent_id: &plan.agent_id,
+        user_id: &actor.user_id,
+        title: &title,
+        cwd: plan.cwd.as_deref(),
+        created_by_session_id: plan.created_by.as_deref(),
+        tier: plan.tier.as_deref(),
+        mode: definition.as_deref().or(plan.mode).unwrap_or("\"agent\""),
+        requested_machine: definition.as_deref(),
+    })?;
+    if let Some(def) = machine {
+        let state = MachineState::new(def, &input.prompt, tx.now);
+        let doc = serde_json::to_string(&state).map_err(|e| Error::Internal(e.to_string()))?;
+        tx.set_json_column(&key, JsonColumn::MachineState, Some(&doc))?;
+        tx.set_json_column(
+            &key,
+            JsonColumn::Machine,
+            Some(&state.projection("running", None).to_string()),
+        )?;
+    }
+    if plan.bind_default {
+        tx.set_default(&plan.agent_id, Some(&id))?;
+    }
+    tx.append(
+        &key,
+        &Event::SessionCreated {
+            prompt: input.prompt.clone(),
+            created_at: clock::rfc3339(tx.now),
+            client_request_id: input.common.client_request_id.clone(),
+        },
+    )?;
+    if let Some(message) = agent_first_message.filter(|m| !m.is_empty()) {
+        tx.append(
+            &key,
+            &Event::AgentMessage {
+                message: message.to_owned(),
+                created_at: clock::rfc3339(tx.now),
+            },
+        )?;
+    }
+    let seq = append_prompt(
+        tx,
+        actor,
+        &key,
+        &input.prompt,
+        InputKind::Initial,
+        input.behavior,
+        plan.tier.as_deref(),
+        &input.common,
+        images,
+    )?;
+    Ok((key, seq))
+}
+
+/// Appends a message to an existing session; returns its seq and whether a turn was running.
+fn add_message(
+    tx: &mut Tx<'_>,
+    actor: &Actor,
+    key: &SessionKey,
+    input: &MessageIn,
+    images: &[images::Decoded],
+) -> Result<(u64, bool)> {
+    let row = tx.session_row(key)?;
+    // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
+    let tier = match input.tier {
+        Some(t) => {
+            tx.set_tier(key, t.as_str())?;
+            Some(t.as_str().to_owned())
+        }
+        None => row.tier.clone(),
+    };
+    let seq = append_prompt(
+        tx,
+        actor,
+        key,
+        &input.prompt,
+        InputKind::Message,
+        input.behavior,
+        tier.as_deref(),
+        &input.common,
+        images,
+    )?;
+    if !row.turn_active {
+        tx.set_turn_status(key, "running")?;
+    } else if input.behavior == Behavior::FollowUp {
+        projection::refresh_follow_up_queue(tx, key)?;
+    }
+    Ok((seq, row.turn_active))
 }
 
 /// Appends `prompt_submitted`, indexes the prompt, queues it for the runner and remembers the

@@ -290,20 +290,29 @@ pub struct AgentRow {
     pub slug: String,
     pub name: String,
     pub anchor: String,
+    /// Engine configuration (JSON object).
+    pub engine: String,
+    pub created_at: i64,
+}
+
+const AGENT_COLUMNS: &str = "id, slug, name, anchor, engine, created_at";
+
+fn agent_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AgentRow> {
+    Ok(AgentRow {
+        id: r.get(0)?,
+        slug: r.get(1)?,
+        name: r.get(2)?,
+        anchor: r.get(3)?,
+        engine: r.get(4)?,
+        created_at: r.get(5)?,
+    })
 }
 
 pub fn agents(conn: &Connection, workspace_id: &str) -> Result<Vec<AgentRow>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, slug, name, anchor FROM agents WHERE workspace_id = ?1 ORDER BY slug",
-    )?;
-    let rows = stmt.query_map([workspace_id], |r| {
-        Ok(AgentRow {
-            id: r.get(0)?,
-            slug: r.get(1)?,
-            name: r.get(2)?,
-            anchor: r.get(3)?,
-        })
-    })?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {AGENT_COLUMNS} FROM agents WHERE workspace_id = ?1 ORDER BY slug"
+    ))?;
+    let rows = stmt.query_map([workspace_id], agent_from_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
@@ -313,15 +322,38 @@ pub fn agent_by_slug(
     slug: &str,
 ) -> Result<Option<AgentRow>> {
     Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {AGENT_COLUMNS} FROM agents WHERE workspace_id = ?1 AND slug = ?2"
+        ))?
+        .query_row([workspace_id, slug], agent_from_row)
+        .optional()?)
+}
+
+pub fn agent_by_id(conn: &Connection, agent_id: &str) -> Result<Option<AgentRow>> {
+    Ok(conn
+        .prepare_cached(&format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = ?1"))?
+        .query_row([agent_id], agent_from_row)
+        .optional()?)
+}
+
+pub struct GrantRow {
+    pub token_hash: String,
+    pub workspace_id: String,
+    pub prefix: String,
+    pub expires_at: i64,
+}
+
+pub fn upload_grant(conn: &Connection, id: &str) -> Result<Option<GrantRow>> {
+    Ok(conn
         .prepare_cached(
-            "SELECT id, slug, name, anchor FROM agents WHERE workspace_id = ?1 AND slug = ?2",
+            "SELECT token_hash, workspace_id, prefix, expires_at FROM upload_grants WHERE id = ?1",
         )?
-        .query_row([workspace_id, slug], |r| {
-            Ok(AgentRow {
-                id: r.get(0)?,
-                slug: r.get(1)?,
-                name: r.get(2)?,
-                anchor: r.get(3)?,
+        .query_row([id], |r| {
+            Ok(GrantRow {
+                token_hash: r.get(0)?,
+                workspace_id: r.get(1)?,
+                prefix: r.get(2)?,
+                expires_at: r.get(3)?,
             })
         })
         .optional()?)

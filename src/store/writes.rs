@@ -133,6 +133,11 @@ impl Tx<'_> {
         body: &str,
         output: bool,
     ) -> Result<u64> {
+        debug_assert_eq!(
+            output,
+            crate::bus::settles_tail(event_type),
+            "bus::settles_tail disagrees with Event::is_input for {event_type}"
+        );
         let seq: i64 = self
             .conn
             .prepare_cached(
@@ -597,5 +602,134 @@ impl Tx<'_> {
                 .execute(params![key.pk, title])?;
         }
         Ok(changed > 0)
+    }
+}
+
+impl Tx<'_> {
+    pub fn insert_agent(
+        &mut self,
+        workspace_id: &str,
+        slug: &str,
+        name: &str,
+        anchor: &str,
+        engine: &str,
+    ) -> Result<super::AgentRow> {
+        let id = crate::ids::new_id();
+        let inserted = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO agents (id, workspace_id, slug, name, anchor, engine, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (workspace_id, slug) DO NOTHING",
+            )?
+            .execute(params![
+                id,
+                workspace_id,
+                slug,
+                name,
+                anchor,
+                engine,
+                self.now
+            ])?;
+        if inserted == 0 {
+            return Err(Error::Conflict(
+                "agent_exists",
+                format!("an agent with slug {slug} already exists"),
+            ));
+        }
+        super::agent_by_id(self.conn, &id)?.ok_or(Error::AgentNotFound)
+    }
+
+    pub fn update_agent(
+        &mut self,
+        agent_id: &str,
+        name: &str,
+        anchor: &str,
+        engine: &str,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE agents SET name = ?2, anchor = ?3, engine = ?4 WHERE id = ?1")?
+            .execute(params![agent_id, name, anchor, engine])?;
+        Ok(())
+    }
+
+    /// Deletes an agent that owns no sessions (its sessions would lose their owner).
+    pub fn delete_agent(&mut self, agent_id: &str) -> Result<()> {
+        let sessions: i64 = self.conn.query_row(
+            "SELECT count(*) FROM sessions WHERE agent_id = ?1",
+            [agent_id],
+            |r| r.get(0),
+        )?;
+        if sessions > 0 {
+            return Err(Error::Conflict(
+                "agent_has_sessions",
+                format!("the agent still owns {sessions} sessions; delete them first"),
+            ));
+        }
+        self.conn.execute(
+            "DELETE FROM default_sessions WHERE agent_id = ?1",
+            [agent_id],
+        )?;
+        self.conn
+            .execute("DELETE FROM agents WHERE id = ?1", [agent_id])?;
+        Ok(())
+    }
+
+    /// Points an owner's default alias at a session, or clears it.
+    pub fn set_default(&mut self, agent_id: &str, session_id: Option<&str>) -> Result<()> {
+        match session_id {
+            Some(sid) => self
+                .conn
+                .prepare_cached(
+                    "INSERT INTO default_sessions (agent_id, session_id) VALUES (?1, ?2)
+                     ON CONFLICT (agent_id) DO UPDATE SET session_id = excluded.session_id",
+                )?
+                .execute(params![agent_id, sid])?,
+            None => self
+                .conn
+                .prepare_cached("DELETE FROM default_sessions WHERE agent_id = ?1")?
+                .execute([agent_id])?,
+        };
+        Ok(())
+    }
+
+    pub fn default_session(&self, agent_id: &str) -> Result<Option<String>> {
+        super::default_session_id(self.conn, agent_id)
+    }
+
+    /// Moves a session's cwd only if it still is `expected` (compare-and-swap).
+    pub fn swap_cwd(
+        &mut self,
+        key: &SessionKey,
+        expected: Option<&str>,
+        cwd: Option<&str>,
+    ) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET cwd = ?3, updated_at = ?4 WHERE pk = ?1 AND cwd IS ?2",
+            )?
+            .execute(params![key.pk, expected, cwd, self.now])?;
+        Ok(n == 1)
+    }
+
+    pub fn insert_upload_grant(
+        &mut self,
+        id: &str,
+        token_hash: &str,
+        workspace_id: &str,
+        prefix: &str,
+        expires_at: i64,
+    ) -> Result<()> {
+        // Expired grants are of no use to anyone; drop them as new ones are minted.
+        self.conn
+            .prepare_cached("DELETE FROM upload_grants WHERE expires_at < ?1")?
+            .execute([self.now - 24 * 3_600_000])?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO upload_grants (id, token_hash, workspace_id, prefix, expires_at, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![id, token_hash, workspace_id, prefix, expires_at, self.now])?;
+        Ok(())
     }
 }

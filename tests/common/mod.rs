@@ -460,3 +460,126 @@ pub fn event_types(events: &[Value]) -> Vec<String> {
 pub fn new_uuid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
+
+// ---------------------------------------------------------------------------------------------
+// Generic helpers added for tests/sessions_api.rs
+
+impl Server {
+    /// GET returning the status, the headers and the raw body (for non-JSON bodies such as images).
+    pub fn get_bytes(&self, url: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+        let resp = self.http.get(url).send().expect("GET");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().expect("body").to_vec();
+        (status, headers, body)
+    }
+}
+
+/// Calls `f` every 20 ms until it returns `Some`; panics with `what` after `timeout`.
+pub fn poll_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Percent-encodes a query-string value (everything but RFC 3986 unreserved characters).
+pub fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process and database helpers (robustness / CLI tests)
+
+/// A `sessiond` command with the environment cleared of sessiond's own variables, so the outer
+/// environment cannot change what a test runs.
+pub fn sessiond_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
+    cmd.env_remove("SESSIOND_CONFIG")
+        .env_remove("SESSIOND_DATA_DIR")
+        .env_remove("SESSIOND_BIND")
+        .env("SESSIOND_LOG", "warn")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` to completion, killing it (and failing) if it takes longer than `timeout`.
+pub fn run_bounded(mut cmd: Command, timeout: Duration) -> std::process::Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn command");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let out_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("command did not finish within {timeout:?}: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
+    }
+}
+
+/// Opens a sessiond database read-only (safe while the server runs: WAL readers never block it).
+pub fn open_db_readonly(path: &Path) -> rusqlite::Connection {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    conn.busy_timeout(Duration::from_secs(10))
+        .expect("busy_timeout");
+    conn
+}
+
+/// `SELECT count(*) FROM <table>`.
+pub fn count_rows(conn: &rusqlite::Connection, table: &str) -> i64 {
+    conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap_or_else(|e| panic!("count {table}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch event check (tests/sessions_api.rs)
+
+/// `assert_known_event` for many events, loading the seed schema once instead of once per event.
+pub fn assert_known_events<'a>(events: impl IntoIterator<Item = &'a Value>) {
+    let schema = known_event_schema();
+    let v = validator_for_value("#known-event", &schema);
+    for event in events {
+        let errors: Vec<String> = v.iter_errors(event).map(|e| e.to_string()).collect();
+        assert!(
+            errors.is_empty(),
+            "event is not a known seed variant: {errors:#?}\n{event:#}"
+        );
+    }
+}

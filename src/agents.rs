@@ -1,0 +1,204 @@
+//! Agents: the owners of default sessions and of drive anchors.
+//!
+//! Every workspace has the reserved `root` agent, whose anchor is the whole drive. Other agents
+//! get an anchor folder (by default `agents/<slug>`) that their sessions' cwd must stay inside.
+//! Agents are managed through the JSON routes, the CLI and the config file; all three end here.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::drive::{self, Drive};
+use crate::error::{Error, Result};
+use crate::store::{self, AgentRow, Store};
+
+pub const ROOT_SLUG: &str = "root";
+
+/// Fields of a new agent (or of a change, where `None` keeps the current value).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpec {
+    pub slug: Option<String>,
+    pub name: Option<String>,
+    pub anchor: Option<String>,
+    pub engine: Option<Value>,
+}
+
+/// Engine kinds an agent may name.
+pub const ENGINE_KINDS: [&str; 1] = ["scripted"];
+
+fn check_slug(slug: &str) -> Result<()> {
+    let ok = !slug.is_empty()
+        && slug.len() <= 63
+        && slug
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !slug.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "slug: 1 to 63 characters of a-z, 0-9 and '-', not starting with '-'",
+        ))
+    }
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.trim().is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            "name: 1 to 100 characters, no control characters",
+        ));
+    }
+    Ok(())
+}
+
+fn check_engine(engine: &Value) -> Result<String> {
+    let obj = engine
+        .as_object()
+        .ok_or_else(|| Error::invalid("engine: must be an object"))?;
+    if let Some(kind) = obj.get("kind") {
+        let kind = kind.as_str().unwrap_or_default();
+        if !ENGINE_KINDS.contains(&kind) {
+            return Err(Error::invalid(format!(
+                "engine/kind: must be one of {}",
+                ENGINE_KINDS.join(", ")
+            )));
+        }
+    }
+    Ok(engine.to_string())
+}
+
+/// An agent as the API shows it.
+pub fn view(a: &AgentRow) -> Value {
+    json!({
+        "id": a.id,
+        "slug": a.slug,
+        "name": a.name,
+        "anchor": a.anchor,
+        "engine": serde_json::from_str::<Value>(&a.engine).unwrap_or_else(|_| json!({})),
+        "createdAt": a.created_at,
+    })
+}
+
+pub async fn list(store: &Store, workspace_id: &str) -> Result<Vec<AgentRow>> {
+    let ws = workspace_id.to_owned();
+    store.read(move |c| store::agents(c, &ws)).await
+}
+
+pub async fn get(store: &Store, workspace_id: &str, slug: &str) -> Result<AgentRow> {
+    let (ws, slug) = (workspace_id.to_owned(), slug.to_owned());
+    store
+        .read(move |c| store::agent_by_slug(c, &ws, &slug))
+        .await?
+        .ok_or(Error::AgentNotFound)
+}
+
+pub fn create_blocking(
+    store: &Store,
+    drive: &Drive,
+    workspace_id: &str,
+    spec: AgentSpec,
+) -> Result<AgentRow> {
+    let (slug, name, anchor, engine) = prepare_new(drive, spec)?;
+    let ws = workspace_id.to_owned();
+    store.write_blocking(move |tx| tx.insert_agent(&ws, &slug, &name, &anchor, &engine))
+}
+
+pub async fn create(
+    store: &Store,
+    drive: &Drive,
+    workspace_id: &str,
+    spec: AgentSpec,
+) -> Result<AgentRow> {
+    let (slug, name, anchor, engine) = prepare_new(drive, spec)?;
+    let ws = workspace_id.to_owned();
+    store
+        .write(move |tx| tx.insert_agent(&ws, &slug, &name, &anchor, &engine))
+        .await
+}
+
+/// Validates a new agent and creates its anchor folder.
+fn prepare_new(drive: &Drive, spec: AgentSpec) -> Result<(String, String, String, String)> {
+    let slug = spec.slug.ok_or_else(|| Error::invalid("slug: required"))?;
+    check_slug(&slug)?;
+    if slug == ROOT_SLUG {
+        return Err(Error::Conflict(
+            "agent_exists",
+            "root is reserved for the drive-root owner".into(),
+        ));
+    }
+    let name = spec.name.unwrap_or_else(|| slug.clone());
+    check_name(&name)?;
+    let anchor = anchor_folder(
+        drive,
+        spec.anchor.as_deref().unwrap_or(&format!("agents/{slug}")),
+    )?;
+    let engine = check_engine(&spec.engine.unwrap_or_else(|| json!({})))?;
+    Ok((slug, name, anchor, engine))
+}
+
+fn anchor_folder(drive: &Drive, anchor: &str) -> Result<String> {
+    if drive::normalise(anchor).is_none() {
+        return Err(Error::invalid(
+            "anchor: must be a folder inside the workspace drive",
+        ));
+    }
+    drive
+        .make_dir(anchor)
+        .map_err(|_| Error::invalid("anchor: must be a folder inside the workspace drive"))
+}
+
+pub async fn update(
+    store: &Store,
+    drive: &Drive,
+    workspace_id: &str,
+    slug: &str,
+    spec: AgentSpec,
+) -> Result<AgentRow> {
+    let current = get(store, workspace_id, slug).await?;
+    if spec.slug.as_deref().is_some_and(|s| s != current.slug) {
+        return Err(Error::invalid("slug: cannot be changed"));
+    }
+    let name = spec.name.unwrap_or(current.name.clone());
+    check_name(&name)?;
+    let anchor = match spec.anchor {
+        Some(_) if current.slug == ROOT_SLUG => {
+            return Err(Error::invalid(
+                "anchor: the root agent always owns the whole drive",
+            ));
+        }
+        Some(a) => anchor_folder(drive, &a)?,
+        None => current.anchor.clone(),
+    };
+    let engine = match spec.engine {
+        Some(e) => check_engine(&e)?,
+        None => current.engine.clone(),
+    };
+    let id = current.id.clone();
+    store
+        .write(move |tx| {
+            tx.update_agent(&id, &name, &anchor, &engine)?;
+            store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)
+        })
+        .await
+}
+
+pub async fn delete(store: &Store, workspace_id: &str, slug: &str) -> Result<()> {
+    if slug == ROOT_SLUG {
+        return Err(Error::Conflict(
+            "agent_reserved",
+            "the root agent cannot be deleted".into(),
+        ));
+    }
+    let agent = get(store, workspace_id, slug).await?;
+    store.write(move |tx| tx.delete_agent(&agent.id)).await
+}
+
+/// The agent owning a cwd: the one with the longest anchor containing it (root at worst).
+pub fn owner_of<'a>(agents: &'a [AgentRow], cwd: &str) -> Option<&'a AgentRow> {
+    agents
+        .iter()
+        .filter(|a| {
+            a.anchor.is_empty() || cwd == a.anchor || cwd.starts_with(&format!("{}/", a.anchor))
+        })
+        .max_by_key(|a| a.anchor.len())
+}

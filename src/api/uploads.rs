@@ -1,0 +1,101 @@
+//! The upload grant mint (`POST …/agent/sessions/attachments/session`) and the token-authenticated
+//! upload endpoint (`PUT /files/{grantId}/{filename}`).
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::body;
+use super::context::AppState;
+use crate::error::{Error, Result};
+use crate::sessions::Actor;
+use crate::uploads::{self, Upload};
+
+const SCHEMA_MINT: &str =
+    "POST_v1_ws__workspaceSlug__agent_sessions_attachments_session.request.json";
+
+#[derive(Deserialize)]
+struct MintBody {
+    cwd: Option<String>,
+}
+
+pub async fn mint(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let limit = state.sessions.config().limits.max_body_bytes;
+    let b = body::json::<MintBody>(&req, payload, limit, SCHEMA_MINT)
+        .await?
+        .value;
+    let cfg = state.sessions.config();
+    let grant = uploads::mint(
+        state.sessions.store(),
+        &state.sessions.drive(&actor),
+        &actor,
+        b.cwd.as_deref(),
+        &state.base_url(),
+        cfg.limits.upload_grant_ttl_ms,
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(grant))
+}
+
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Writes one new file into the grant's folder. Only the grant's token is accepted here.
+pub async fn put(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    mut payload: web::Payload,
+) -> Result<HttpResponse> {
+    let grant_id = req
+        .match_info()
+        .get("grantId")
+        .unwrap_or_default()
+        .to_owned();
+    // The name is decoded here, from the raw path, so that an encoded separator (%2F) is seen
+    // and refused rather than silently routed.
+    let raw_name = req.path().rsplit('/').next().unwrap_or_default();
+    let name = percent_encoding::percent_decode_str(raw_name)
+        .decode_utf8()
+        .map_err(|_| Error::invalid("filename: not valid UTF-8"))?
+        .into_owned();
+    let cfg = state.sessions.config();
+    let target = uploads::authorise(
+        state.sessions.store(),
+        &cfg.data_dir,
+        &grant_id,
+        bearer(&req),
+    )
+    .await?;
+    let limit = cfg.limits.max_upload_bytes;
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > limit
+    {
+        return Err(Error::PayloadTooLarge {
+            limit: limit as usize,
+        });
+    }
+    let mut upload = Upload::begin(target, &name, limit)?;
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| Error::invalid(format!("body: {e}")))?;
+        upload.write(&chunk)?;
+    }
+    let (path, bytes) = upload.finish()?;
+    Ok(HttpResponse::Created().json(json!({ "path": path, "name": name, "bytes": bytes })))
+}
