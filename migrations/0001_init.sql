@@ -151,3 +151,49 @@ CREATE TABLE upload_grants (
     expires_at      INTEGER NOT NULL,
     created_at      INTEGER NOT NULL
 );
+
+-- People. Passwords are argon2id PHC strings; nothing else about a password is kept.
+CREATE TABLE users (
+    id             TEXT PRIMARY KEY,
+    email          TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    password_hash  TEXT NOT NULL,
+    created_at     INTEGER NOT NULL
+);
+
+CREATE TABLE memberships (
+    user_id       TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    workspace_id  TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
+    role          TEXT NOT NULL CHECK (role IN ('owner', 'member')),
+    PRIMARY KEY (user_id, workspace_id)
+);
+
+-- Registered apps; their keys author as {kind:"app"}.
+CREATE TABLE apps (
+    id            TEXT PRIMARY KEY,
+    workspace_id  TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
+    name          TEXT NOT NULL,
+    api_scopes    TEXT NOT NULL,
+    created_at    INTEGER NOT NULL
+);
+
+-- API keys (personal and app). The key is `sk_<id>_<secret>`; only the secret's hash is kept.
+CREATE TABLE api_keys (
+    id            TEXT PRIMARY KEY,
+    secret_hash   TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    user_id       TEXT REFERENCES users(id) ON DELETE CASCADE,
+    app_id        TEXT REFERENCES apps(id) ON DELETE CASCADE,
+    workspace_id  TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
+    scopes        TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    last_used_at  INTEGER,
+    revoked_at    INTEGER
+);
+
+-- Browser sessions (cookie). Only the cookie value's hash is kept.
+CREATE TABLE browser_sessions (
+    token_hash  TEXT PRIMARY KEY,
+    user_id     TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+);

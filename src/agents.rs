@@ -147,6 +147,24 @@ fn anchor_folder(drive: &Drive, anchor: &str) -> Result<String> {
         .map_err(|_| Error::invalid("anchor: must be a folder inside the workspace drive"))
 }
 
+/// [`update`] for callers outside an async runtime (start-up).
+pub fn update_blocking(
+    store: &Store,
+    drive: &Drive,
+    workspace_id: &str,
+    slug: &str,
+    spec: AgentSpec,
+) -> Result<AgentRow> {
+    let current = store
+        .read_blocking(|c| store::agent_by_slug(c, workspace_id, slug))?
+        .ok_or(Error::AgentNotFound)?;
+    let (id, name, anchor, engine) = prepare_update(drive, &current, spec)?;
+    store.write_blocking(move |tx| {
+        tx.update_agent(&id, &name, &anchor, &engine)?;
+        store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)
+    })
+}
+
 pub async fn update(
     store: &Store,
     drive: &Drive,
@@ -155,10 +173,25 @@ pub async fn update(
     spec: AgentSpec,
 ) -> Result<AgentRow> {
     let current = get(store, workspace_id, slug).await?;
+    let (id, name, anchor, engine) = prepare_update(drive, &current, spec)?;
+    store
+        .write(move |tx| {
+            tx.update_agent(&id, &name, &anchor, &engine)?;
+            store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)
+        })
+        .await
+}
+
+/// Validates a change to an agent; the anchor folder is created when it moves.
+fn prepare_update(
+    drive: &Drive,
+    current: &AgentRow,
+    spec: AgentSpec,
+) -> Result<(String, String, String, String)> {
     if spec.slug.as_deref().is_some_and(|s| s != current.slug) {
         return Err(Error::invalid("slug: cannot be changed"));
     }
-    let name = spec.name.unwrap_or(current.name.clone());
+    let name = spec.name.unwrap_or_else(|| current.name.clone());
     check_name(&name)?;
     let anchor = match spec.anchor {
         Some(_) if current.slug == ROOT_SLUG => {
@@ -173,13 +206,7 @@ pub async fn update(
         Some(e) => check_engine(&e)?,
         None => current.engine.clone(),
     };
-    let id = current.id.clone();
-    store
-        .write(move |tx| {
-            tx.update_agent(&id, &name, &anchor, &engine)?;
-            store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)
-        })
-        .await
+    Ok((current.id.clone(), name, anchor, engine))
 }
 
 pub async fn delete(store: &Store, workspace_id: &str, slug: &str) -> Result<()> {

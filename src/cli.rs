@@ -39,6 +39,128 @@ enum Command {
         /// Destination file; it must not exist yet.
         file: PathBuf,
     },
+    /// Manage agents (works whether or not the server is running).
+    Agent {
+        #[command(subcommand)]
+        action: AgentAction,
+    },
+    /// Manage people.
+    User {
+        #[command(subcommand)]
+        action: UserAction,
+    },
+    /// Manage workspaces.
+    Workspace {
+        #[command(subcommand)]
+        action: WorkspaceAction,
+    },
+    /// Manage API keys.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
+    /// Manage registered apps.
+    App {
+        #[command(subcommand)]
+        action: AppAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UserAction {
+    /// Create a person; the password is read from standard input.
+    Create {
+        #[arg(long)]
+        email: String,
+        /// Read the password from standard input (the only way to give one).
+        #[arg(long, required = true)]
+        password_stdin: bool,
+        /// Workspace to join [default: default].
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        /// owner or member [default: owner for the first user, else member].
+        #[arg(long)]
+        role: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkspaceAction {
+    /// Create a workspace (with its root agent and drive folder).
+    Create {
+        slug: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenAction {
+    /// Create a personal API key; prints only the key (shown once).
+    Create {
+        #[arg(long)]
+        user: String,
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        /// Capabilities: sessions, sessions:read, files:write (or ws:<slug>:<capability>).
+        #[arg(long = "scope", required = true, num_args = 1..)]
+        scopes: Vec<String>,
+        #[arg(long, default_value = "cli")]
+        name: String,
+    },
+    /// List API keys (never their secrets).
+    List,
+    /// Revoke an API key by id.
+    Revoke { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum AppAction {
+    /// Register an app and print its key (shown once).
+    Create {
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long = "scope", required = true, num_args = 1..)]
+        scopes: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentAction {
+    /// Create an agent with an anchor folder in the workspace drive.
+    Create {
+        slug: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// Drive folder its sessions must stay inside [default: agents/<slug>].
+        #[arg(long)]
+        anchor: Option<String>,
+        #[arg(long, default_value = "default")]
+        workspace: String,
+    },
+    /// List the agents of a workspace.
+    List {
+        #[arg(long, default_value = "default")]
+        workspace: String,
+    },
+    /// Change an agent's name or anchor.
+    Update {
+        slug: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        anchor: Option<String>,
+        #[arg(long, default_value = "default")]
+        workspace: String,
+    },
+    /// Delete an agent that owns no sessions.
+    Delete {
+        slug: String,
+        #[arg(long, default_value = "default")]
+        workspace: String,
+    },
 }
 
 fn load_config(cli: &Cli) -> Result<Config, String> {
@@ -83,6 +205,11 @@ pub fn main() -> ExitCode {
         Command::Backup { file } => crate::store::backup(&cfg.db_path(), file)
             .map(|()| println!("backup written to {}", file.display()))
             .map_err(|e| e.to_string()),
+        Command::Agent { action } => agent_command(&cfg, action),
+        Command::User { action } => identity_command(&cfg, IdentityAction::User(action)),
+        Command::Workspace { action } => identity_command(&cfg, IdentityAction::Workspace(action)),
+        Command::Token { action } => identity_command(&cfg, IdentityAction::Token(action)),
+        Command::App { action } => identity_command(&cfg, IdentityAction::App(action)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -91,4 +218,265 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `sessiond agent ...`: opens the data dir's store directly (SQLite arbitrates with a running
+/// server) and calls the same code as the HTTP routes.
+fn agent_command(cfg: &Config, action: &AgentAction) -> Result<(), String> {
+    use crate::agents::{self, AgentSpec};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let bus = crate::bus::Bus::new(16, 1);
+    let store = crate::server::open_store(cfg, bus)?;
+    let workspace = match action {
+        AgentAction::Create { workspace, .. }
+        | AgentAction::List { workspace }
+        | AgentAction::Update { workspace, .. }
+        | AgentAction::Delete { workspace, .. } => workspace.clone(),
+    };
+    let result = rt.block_on(async {
+        let slug = workspace.clone();
+        let ws = store
+            .read(move |c| crate::store::workspace_by_slug(c, &slug))
+            .await?
+            .ok_or_else(|| crate::Error::invalid(format!("no workspace {workspace}")))?;
+        let drive = crate::drive::Drive::root_for(&cfg.data_dir, &ws.slug);
+        match action {
+            AgentAction::Create {
+                slug, name, anchor, ..
+            } => {
+                let spec = AgentSpec {
+                    slug: Some(slug.clone()),
+                    name: name.clone(),
+                    anchor: anchor.clone(),
+                    engine: None,
+                };
+                let row = agents::create(&store, &drive, &ws.id, spec).await?;
+                println!("{}", agents::view(&row));
+            }
+            AgentAction::List { .. } => {
+                for a in agents::list(&store, &ws.id).await? {
+                    let anchor = if a.anchor.is_empty() {
+                        "."
+                    } else {
+                        a.anchor.as_str()
+                    };
+                    println!("{}\t{}\t{}", a.slug, anchor, a.name);
+                }
+            }
+            AgentAction::Update {
+                slug, name, anchor, ..
+            } => {
+                let spec = AgentSpec {
+                    slug: None,
+                    name: name.clone(),
+                    anchor: anchor.clone(),
+                    engine: None,
+                };
+                let row = agents::update(&store, &drive, &ws.id, slug, spec).await?;
+                println!("{}", agents::view(&row));
+            }
+            AgentAction::Delete { slug, .. } => {
+                agents::delete(&store, &ws.id, slug).await?;
+                println!("deleted {slug}");
+            }
+        }
+        Ok::<(), crate::Error>(())
+    });
+    store.close();
+    result.map_err(|e| e.to_string())
+}
+
+enum IdentityAction<'a> {
+    User(&'a UserAction),
+    Workspace(&'a WorkspaceAction),
+    Token(&'a TokenAction),
+    App(&'a AppAction),
+}
+
+fn workspace_id(store: &crate::store::Store, slug: &str) -> Result<String, String> {
+    store
+        .read_blocking(|c| crate::store::workspace_by_slug(c, slug))
+        .map_err(|e| e.to_string())?
+        .map(|w| w.id)
+        .ok_or_else(|| format!("no workspace {slug}"))
+}
+
+fn scopes(list: &[String], workspace: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for s in list
+        .iter()
+        .flat_map(|s| s.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let cap = crate::auth::parse_scope(s, workspace).map_err(|e| e.to_string())?;
+        if !out.contains(&cap) {
+            out.push(cap);
+        }
+    }
+    Ok(out)
+}
+
+/// `sessiond user|workspace|token|app ...`, on the data dir directly.
+fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), String> {
+    use crate::store::identity;
+    let store = crate::server::open_store(cfg, crate::bus::Bus::new(16, 1))?;
+    let result = (|| -> Result<(), String> {
+        match action {
+            IdentityAction::User(UserAction::Create {
+                email,
+                workspace,
+                role,
+                ..
+            }) => {
+                let mut password = String::new();
+                std::io::stdin()
+                    .read_line(&mut password)
+                    .map_err(|e| e.to_string())?;
+                let password = password.trim_end_matches(['\r', '\n']).to_owned();
+                crate::auth::password::check_strength(&password).map_err(|e| e.to_string())?;
+                let email = email.trim().to_lowercase();
+                if !email.contains('@') {
+                    return Err("--email: not an email address".into());
+                }
+                if let Some(r) = role
+                    && r != "owner"
+                    && r != "member"
+                {
+                    return Err("--role: owner or member".into());
+                }
+                let ws = workspace_id(&store, workspace)?;
+                let phc = crate::auth::password::hash(&password).map_err(|e| e.to_string())?;
+                let role = role.clone();
+                let id = store
+                    .write_blocking(move |tx| {
+                        let first = identity::user_count(tx.conn())? == 0;
+                        let id = tx.insert_user(&email, &phc)?;
+                        let role = role.unwrap_or_else(|| {
+                            if first {
+                                "owner".into()
+                            } else {
+                                "member".into()
+                            }
+                        });
+                        tx.add_membership(&id, &ws, &role)?;
+                        Ok(id)
+                    })
+                    .map_err(|e| e.to_string())?;
+                println!("{id}");
+            }
+            IdentityAction::Workspace(WorkspaceAction::Create { slug, name }) => {
+                let ok = !slug.is_empty()
+                    && slug.len() <= 63
+                    && slug
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+                if !ok {
+                    return Err("workspace slug: 1 to 63 characters of a-z, 0-9 and '-'".into());
+                }
+                let (s, n) = (slug.clone(), name.clone().unwrap_or_else(|| slug.clone()));
+                store
+                    .write_blocking(move |tx| tx.ensure_workspace(&s, &n).map(|_| ()))
+                    .map_err(|e| e.to_string())?;
+                crate::drive::Drive::root_for(&cfg.data_dir, slug)
+                    .ensure()
+                    .map_err(|e| e.to_string())?;
+                println!("{slug}");
+            }
+            IdentityAction::Token(TokenAction::Create {
+                user,
+                workspace,
+                scopes: list,
+                name,
+            }) => {
+                let ws = workspace_id(&store, workspace)?;
+                let scopes = scopes(list, workspace)?;
+                let email = user.trim().to_lowercase();
+                let u = store
+                    .read_blocking(|c| identity::user_by_email(c, &email))
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("no user {email}"))?;
+                let member = store
+                    .read_blocking(|c| identity::is_member(c, &u.id, &ws))
+                    .map_err(|e| e.to_string())?;
+                if !member {
+                    return Err(format!("{email} is not a member of workspace {workspace}"));
+                }
+                let name = name.clone();
+                let key = store
+                    .write_blocking(move |tx| {
+                        crate::auth::create_key(tx, &name, Some(&u.id), None, &ws, &scopes)
+                    })
+                    .map_err(|e| e.to_string())?;
+                println!("{}", key.key);
+            }
+            IdentityAction::Token(TokenAction::List) => {
+                for k in store
+                    .read_blocking(identity::keys)
+                    .map_err(|e| e.to_string())?
+                {
+                    let owner = k
+                        .app_id
+                        .map(|a| format!("app:{a}"))
+                        .or(k.user_id.map(|u| format!("user:{u}")))
+                        .unwrap_or_default();
+                    let state = if k.revoked { "revoked" } else { "active" };
+                    let last = k
+                        .last_used_at
+                        .map(crate::clock::rfc3339)
+                        .unwrap_or_else(|| "never".into());
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}\tcreated {}\tlast used {}\t{}",
+                        k.id,
+                        k.name,
+                        owner,
+                        k.workspace_slug,
+                        k.scopes.join(","),
+                        crate::clock::rfc3339(k.created_at),
+                        last,
+                        state
+                    );
+                }
+            }
+            IdentityAction::Token(TokenAction::Revoke { id }) => {
+                let i = id.clone();
+                let done = store
+                    .write_blocking(move |tx| tx.revoke_key(&i))
+                    .map_err(|e| e.to_string())?;
+                if !done {
+                    return Err(format!("no active key {id}"));
+                }
+                println!("revoked {id}");
+            }
+            IdentityAction::App(AppAction::Create {
+                workspace,
+                name,
+                scopes: list,
+            }) => {
+                let ws = workspace_id(&store, workspace)?;
+                let scopes = scopes(list, workspace)?;
+                let name = name.clone();
+                let key = store
+                    .write_blocking(move |tx| {
+                        let app = tx.insert_app(&ws, &name, &scopes)?;
+                        crate::auth::create_key(
+                            tx,
+                            &format!("app {name}"),
+                            None,
+                            Some(&app),
+                            &ws,
+                            &scopes,
+                        )
+                    })
+                    .map_err(|e| e.to_string())?;
+                println!("{}", key.key);
+            }
+        }
+        Ok(())
+    })();
+    store.close();
+    result
 }

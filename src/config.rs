@@ -22,6 +22,23 @@ pub struct Config {
     pub runner: RunnerConfig,
     pub limits: Limits,
     pub stream: StreamConfig,
+    /// Agents to create (or bring up to date) at start-up.
+    pub agents: Vec<AgentConfig>,
+}
+
+/// An agent declared in the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub slug: String,
+    pub name: Option<String>,
+    pub anchor: Option<String>,
+    #[serde(default = "default_workspace")]
+    pub workspace: String,
+}
+
+fn default_workspace() -> String {
+    "default".into()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -105,6 +122,7 @@ impl Default for Config {
             runner: RunnerConfig::default(),
             limits: Limits::default(),
             stream: StreamConfig::default(),
+            agents: Vec::new(),
         }
     }
 }

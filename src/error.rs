@@ -34,7 +34,7 @@ pub enum Error {
     Exists,
     #[error("{0}")]
     Forbidden(String),
-    #[error("{0}")]
+    #[error("{1}")]
     Conflict(&'static str, String),
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },

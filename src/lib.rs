@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod api;
+pub mod auth;
 pub mod bus;
 pub mod cli;
 pub mod clock;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use actix_web::{App, HttpServer, middleware, web};
 
 use crate::api::{self, AppState};
+use crate::auth::Auth;
 use crate::bus::Bus;
 use crate::config::Config;
 use crate::drive::Drive;
@@ -35,6 +36,34 @@ pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
     Ok(store)
 }
 
+/// Creates the agents the config file declares, or brings their name and anchor up to date.
+fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
+    use crate::agents::{self, AgentSpec};
+    for a in &cfg.agents {
+        let slug = a.workspace.clone();
+        let ws = store
+            .read_blocking(|c| crate::store::workspace_by_slug(c, &slug))
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("config: agent {}: no workspace {}", a.slug, a.workspace))?;
+        let drive = Drive::root_for(&cfg.data_dir, &ws.slug);
+        let exists = store
+            .read_blocking(|c| crate::store::agent_by_slug(c, &ws.id, &a.slug))
+            .map_err(|e| e.to_string())?;
+        let spec = AgentSpec {
+            slug: Some(a.slug.clone()),
+            name: a.name.clone(),
+            anchor: a.anchor.clone(),
+            engine: None,
+        };
+        let result = match exists {
+            None => agents::create_blocking(store, &drive, &ws.id, spec).map(|_| ()),
+            Some(_) => agents::update_blocking(store, &drive, &ws.id, &a.slug, spec).map(|_| ()),
+        };
+        result.map_err(|e| format!("config: agent {}: {e}", a.slug))?;
+    }
+    Ok(())
+}
+
 pub fn serve(cfg: Config) -> Result<(), String> {
     api::schema::self_check()?;
     let addr: SocketAddr = cfg
@@ -47,6 +76,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         cfg.stream.max_subscribers_per_session,
     );
     let store = open_store(&cfg, Arc::clone(&bus))?;
+    apply_config_agents(&cfg, &store)?;
 
     // Turns run on their own runtime, never on the HTTP workers.
     let runner_rt = tokio::runtime::Builder::new_multi_thread()
@@ -65,7 +95,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
-    let state = web::Data::new(AppState::new(sessions));
+    let auth = Auth::new(store.clone());
+    let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
+    let state = web::Data::new(AppState::new(sessions, auth));
     let state_for_url = state.clone();
 
     let system = actix_web::rt::System::new();
@@ -88,6 +120,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         let bound = server.addrs().first().copied().unwrap_or(addr);
         state_for_url.set_base_url(format!("http://{bound}"));
         println!("sessiond listening on http://{bound}");
+        if let Some(token) = &setup_token {
+            println!("no account yet: open http://{bound}/setup#{token} on this machine to create the owner");
+        }
         let server = server.run();
         let handle = server.handle();
         let bus = Arc::clone(&bus);

@@ -1,36 +1,33 @@
 //! The request context: which workspace, and who is acting.
 //!
-//! Every Sessions API handler takes an [`Actor`]; the extractor below is the single place where a
-//! request becomes a principal. Until accounts exist, requests from loopback act as the local
-//! user of the workspace named in the path; anything else is refused.
+//! Every workspace-scoped handler takes an [`Actor`]; the extractor below is the single place
+//! where a request becomes a principal, is checked for the capability its route needs, and is
+//! bound to the workspace in the path.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::OnceLock;
 
+use actix_web::http::{Method, header};
 use actix_web::{FromRequest, HttpRequest, dev::Payload, web};
+
+use crate::auth::{self, Auth, Capability, Principal};
 
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Sessions};
-use crate::store;
-use crate::timeline::Sender;
-
-/// The user every loopback request acts as until accounts exist.
-pub const LOCAL_USER: &str = "local";
 
 /// Shared state of the HTTP layer.
 pub struct AppState {
     pub sessions: Sessions,
-    workspaces: RwLock<HashMap<String, Arc<str>>>,
+    pub auth: Auth,
     base_url: OnceLock<String>,
 }
 
 impl AppState {
-    pub fn new(sessions: Sessions) -> AppState {
+    pub fn new(sessions: Sessions, auth: Auth) -> AppState {
         AppState {
             sessions,
-            workspaces: RwLock::new(HashMap::new()),
+            auth,
             base_url: OnceLock::new(),
         }
     }
@@ -49,33 +46,72 @@ impl AppState {
             .or_else(|| self.base_url.get().cloned())
             .unwrap_or_else(|| format!("http://{}", self.sessions.config().bind))
     }
+}
 
-    /// Workspace id by slug; cached, since slugs never move.
-    async fn workspace_id(&self, slug: &str) -> Result<Arc<str>> {
-        if let Some(id) = self
-            .workspaces
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(slug)
-        {
-            return Ok(Arc::clone(id));
+/// The credential of a request: an API key (`Authorization: Bearer`) or a browser session
+/// cookie (whose unsafe requests must come from this server's own pages). 401 otherwise.
+pub async fn credential(state: &AppState, req: &HttpRequest) -> Result<Principal> {
+    if let Some(value) = req.headers().get(header::AUTHORIZATION) {
+        let key = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(Error::Unauthorized)?;
+        return Ok(Principal::Key(state.auth.key(key).await?));
+    }
+    if let Some(cookie) = req.cookie(auth::COOKIE) {
+        if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+            check_same_origin(req)?;
         }
-        if slug.len() > 64 {
-            return Err(Error::NotFound);
-        }
-        let s = slug.to_owned();
-        let row = self
-            .sessions
-            .store()
-            .read(move |c| store::workspace_by_slug(c, &s))
-            .await?
-            .ok_or(Error::NotFound)?;
-        let id: Arc<str> = Arc::from(row.id);
-        self.workspaces
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(row.slug, Arc::clone(&id));
-        Ok(id)
+        let user_id = state.auth.cookie(cookie.value()).await?;
+        return Ok(Principal::Browser { user_id });
+    }
+    Err(Error::Unauthorized)
+}
+
+/// Cross-site request protection for cookie-authenticated unsafe methods: the browser must say
+/// the request comes from this server's own origin (`Origin`, else `Referer`).
+pub fn check_same_origin(req: &HttpRequest) -> Result<()> {
+    let refuse = || Error::Forbidden("cross-site request refused".into());
+    if req
+        .headers()
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == "cross-site" || v == "same-site")
+    {
+        return Err(refuse());
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(refuse)?;
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .or_else(|| req.headers().get(header::REFERER))
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(refuse)?;
+    let authority = origin
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+        .ok_or_else(refuse)?;
+    if authority.eq_ignore_ascii_case(host) {
+        Ok(())
+    } else {
+        Err(refuse())
+    }
+}
+
+/// What a request needs: reads may use read-only keys; the upload mint needs `files:write`.
+fn capability(req: &HttpRequest) -> Capability {
+    if req.path().ends_with("/agent/sessions/attachments/session") {
+        Capability::FilesWrite
+    } else if matches!(*req.method(), Method::GET | Method::HEAD) {
+        Capability::SessionsRead
+    } else {
+        Capability::Sessions
     }
 }
 
@@ -90,23 +126,12 @@ impl FromRequest for Actor {
                 .app_data::<web::Data<AppState>>()
                 .ok_or_else(|| Error::Internal("app state missing".into()))?
                 .clone();
-            let loopback = req
-                .peer_addr()
-                .map(|a| a.ip().is_loopback())
-                .unwrap_or(false);
-            if !loopback {
-                return Err(Error::Unauthorized);
-            }
+            let principal = credential(&state, &req).await?;
             let slug = req.match_info().get("workspaceSlug").unwrap_or_default();
-            let workspace_id = state.workspace_id(slug).await?;
-            Ok(Actor {
-                workspace_id: workspace_id.to_string(),
-                workspace_slug: slug.to_owned(),
-                user_id: LOCAL_USER.to_owned(),
-                sender: Sender::User {
-                    user_id: LOCAL_USER.to_owned(),
-                },
-            })
+            state
+                .auth
+                .authorize(&principal, slug, capability(&req))
+                .await
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The HTTP surface: routes of every API family, mapped onto thin handlers.
 
 mod agents;
+mod auth;
 pub mod body;
 pub mod context;
 mod events;
@@ -29,6 +30,14 @@ async fn no_route() -> crate::Result<HttpResponse> {
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz));
+    cfg.service(
+        web::scope("/auth")
+            .route("/setup", web::post().to(auth::setup))
+            .route("/login", web::post().to(auth::login))
+            .route("/logout", web::post().to(auth::logout))
+            .route("/me", web::get().to(auth::me))
+            .route("/status", web::get().to(auth::status)),
+    );
     // Literal segments (`activity`, `attachments`, `wait`) are registered before `{sessionId}`.
     cfg.service(
         web::scope("/v1/ws/{workspaceSlug}/agent/sessions")

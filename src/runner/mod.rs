@@ -81,6 +81,9 @@ pub(crate) struct TurnControl {
 
 struct Active {
     key: SessionKey,
+    /// An input arrived while this turn ran; look for work again when it ends, since the input
+    /// may have committed after the turn's last look at the queue.
+    recheck: bool,
     control: Arc<TurnControl>,
     task: JoinHandle<()>,
 }
@@ -224,7 +227,10 @@ impl Dispatcher {
             Msg::Interrupt { key } => self.interrupt(&key),
             Msg::ForceStop { pk, generation } => self.force_stop(pk, generation),
             Msg::TurnEnded { pk, outcome } => {
-                self.active.remove(&pk);
+                let recheck = self.active.remove(&pk).map(|a| (a.key, a.recheck));
+                if let Some((key, true)) = recheck {
+                    self.enqueue(key);
+                }
                 if let Some(key) = outcome.key {
                     if outcome.more {
                         self.enqueue(key.clone());
@@ -283,7 +289,8 @@ impl Dispatcher {
         if self.shutdown.is_some() {
             return reply(ack, Delivery::Queued);
         }
-        if let Some(active) = self.active.get(&key.pk) {
+        if let Some(active) = self.active.get_mut(&key.pk) {
+            active.recheck = true;
             if follow_up {
                 return reply(ack, Delivery::Queued);
             }
@@ -360,7 +367,15 @@ impl Dispatcher {
             ack,
             self.tx.clone(),
         ));
-        self.active.insert(pk, Active { key, control, task });
+        self.active.insert(
+            pk,
+            Active {
+                key,
+                recheck: false,
+                control,
+                task,
+            },
+        );
     }
 
     fn interrupt(&mut self, key: &SessionKey) {

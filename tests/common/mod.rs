@@ -22,11 +22,86 @@ pub struct Server {
     pub data_dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     pub http: Client,
+    /// The owner's API key (scopes `sessions` and `files:write` on workspace `default`), sent on
+    /// every request of `http`.
+    pub token: String,
     extra_args: Vec<String>,
 }
 
-fn client() -> Client {
+/// Email and password of the owner every test server is bootstrapped with.
+pub const OWNER_EMAIL: &str = "owner@test.local";
+pub const OWNER_PASSWORD: &str = "test-password-123";
+
+/// Creates the owner and an API key with the CLI (once per data dir) and returns the key.
+fn bootstrap_credentials(data_dir: &Path) -> String {
+    let key_file = data_dir.with_extension("key");
+    if let Ok(key) = std::fs::read_to_string(&key_file) {
+        return key;
+    }
+    let bin = env!("CARGO_BIN_EXE_sessiond");
+    let mut user = Command::new(bin)
+        .args([
+            "user",
+            "create",
+            "--email",
+            OWNER_EMAIL,
+            "--password-stdin",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .env("SESSIOND_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn user create");
+    {
+        use std::io::Write;
+        let mut stdin = user.stdin.take().expect("stdin");
+        writeln!(stdin, "{OWNER_PASSWORD}").expect("password");
+    }
+    assert!(
+        user.wait().expect("user create").success(),
+        "user create failed"
+    );
+    let out = Command::new(bin)
+        .args([
+            "token",
+            "create",
+            "--user",
+            OWNER_EMAIL,
+            "--scope",
+            "sessions",
+            "--scope",
+            "files:write",
+            "--name",
+            "tests",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .env("SESSIOND_LOG", "warn")
+        .output()
+        .expect("token create");
+    assert!(
+        out.status.success(),
+        "token create failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = String::from_utf8(out.stdout)
+        .expect("utf8")
+        .trim()
+        .to_owned();
+    std::fs::write(&key_file, &key).expect("remember key");
+    key
+}
+
+fn client(token: &str) -> Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().expect("header"),
+    );
     Client::builder()
+        .default_headers(headers)
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(64)
         .build()
@@ -59,6 +134,7 @@ impl Server {
     }
 
     fn spawn(data_dir: &Path, extra_args: Vec<String>) -> Server {
+        let token = bootstrap_credentials(data_dir);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
         cmd.arg("serve")
             .arg("--bind")
@@ -89,7 +165,8 @@ impl Server {
             base,
             data_dir: data_dir.to_path_buf(),
             _tmp: None,
-            http: client(),
+            http: client(&token),
+            token,
             extra_args,
         }
     }
@@ -261,6 +338,7 @@ impl Server {
             .build()
             .expect("client")
             .get(url)
+            .header("authorization", format!("Bearer {}", self.token))
             .header("accept", "text/event-stream");
         if let Some(id) = last_event_id {
             req = req.header("Last-Event-ID", id.to_string());

@@ -1,0 +1,66 @@
+//! Failed-login rate limiting, per account and per client address.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub struct LoginLimiter {
+    window: Duration,
+    per_account: usize,
+    per_address: usize,
+    failures: Mutex<HashMap<String, VecDeque<Instant>>>,
+}
+
+impl LoginLimiter {
+    pub fn new(window: Duration, per_account: usize, per_address: usize) -> LoginLimiter {
+        LoginLimiter {
+            window,
+            per_account,
+            per_address,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn recent(&self, map: &mut HashMap<String, VecDeque<Instant>>, key: &str) -> usize {
+        let now = Instant::now();
+        match map.get_mut(key) {
+            Some(q) => {
+                while q
+                    .front()
+                    .is_some_and(|t| now.duration_since(*t) > self.window)
+                {
+                    q.pop_front();
+                }
+                q.len()
+            }
+            None => 0,
+        }
+    }
+
+    /// Seconds to wait when either the account or the address is over its limit.
+    pub fn blocked(&self, account: &str, address: &str) -> Option<u64> {
+        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let acc = self.recent(&mut map, &format!("a:{account}"));
+        let addr = self.recent(&mut map, &format!("i:{address}"));
+        (acc >= self.per_account || addr >= self.per_address).then(|| self.window.as_secs().max(1))
+    }
+
+    pub fn failed(&self, account: &str, address: &str) {
+        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > 100_000 {
+            map.clear();
+        }
+        let now = Instant::now();
+        map.entry(format!("a:{account}"))
+            .or_default()
+            .push_back(now);
+        map.entry(format!("i:{address}"))
+            .or_default()
+            .push_back(now);
+    }
+
+    pub fn succeeded(&self, account: &str) {
+        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&format!("a:{account}"));
+    }
+}

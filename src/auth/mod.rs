@@ -1,0 +1,392 @@
+//! Identity and access: who a request is, and what it may touch.
+//!
+//! Credentials, each mapped to the sender it authors as (R5, R6):
+//! * browser session cookie (after login with email + password) → `{kind:"user"}`;
+//! * personal API key (`Authorization: Bearer sk_…`) → `{kind:"user"}`;
+//! * app key → `{kind:"app"}`;
+//! * the runner's own system principal → `{kind:"system"}`.
+//!
+//! Authorisation is per workspace and capability: a workspace the credential cannot see answers
+//! 404 (never 403, so existence does not leak); a visible workspace without the capability answers
+//! 403. API keys are random 256-bit secrets stored as SHA-256 hashes; verified keys are cached for
+//! a couple of seconds so that checking a key does not dominate a request.
+
+pub mod limiter;
+pub mod password;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::secret;
+use crate::sessions::Actor;
+use crate::store::identity::{self, KeyRow};
+use crate::store::{self, Store};
+use crate::timeline::Sender;
+
+/// Name of the browser session cookie.
+pub const COOKIE: &str = "sessiond_session";
+/// How long a browser session lasts.
+pub const BROWSER_SESSION_MS: i64 = 7 * 24 * 3_600_000;
+/// How long a verified key is trusted without looking at the database again (a revocation made by
+/// another process takes effect within this time; one made through this server at once).
+const KEY_CACHE_TTL: Duration = Duration::from_secs(2);
+/// `last_used_at` is written at most this often per key.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// What a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// Read sessions and stream their events (`sessions` or `sessions:read`).
+    SessionsRead,
+    /// Everything else on the Sessions API (`sessions`).
+    Sessions,
+    /// Mint upload grants (`files:write`).
+    FilesWrite,
+}
+
+/// Capabilities a key can carry.
+pub const SCOPES: [&str; 3] = ["sessions", "sessions:read", "files:write"];
+
+/// Accepts `sessions` or the qualified `ws:<slug>:sessions` form (the slug must be the key's).
+pub fn parse_scope(scope: &str, workspace_slug: &str) -> Result<String> {
+    let cap = match scope.strip_prefix("ws:") {
+        Some(rest) => {
+            let (slug, cap) = rest.split_once(':').ok_or_else(|| {
+                Error::invalid(format!("scope {scope}: expected ws:<slug>:<capability>"))
+            })?;
+            if slug != workspace_slug {
+                return Err(Error::invalid(format!(
+                    "scope {scope}: names another workspace"
+                )));
+            }
+            cap
+        }
+        None => scope,
+    };
+    if !SCOPES.contains(&cap) {
+        return Err(Error::invalid(format!(
+            "scope {scope}: must be one of {}",
+            SCOPES.join(", ")
+        )));
+    }
+    Ok(cap.to_owned())
+}
+
+fn grants(scopes: &[String], cap: Capability) -> bool {
+    let has = |s: &str| scopes.iter().any(|x| x == s);
+    match cap {
+        Capability::Sessions => has("sessions"),
+        Capability::SessionsRead => has("sessions") || has("sessions:read"),
+        Capability::FilesWrite => has("files:write"),
+    }
+}
+
+/// Who is calling.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    /// A person through a browser session: member of any number of workspaces.
+    Browser { user_id: String },
+    /// An API key (personal or app), bound to one workspace and its scopes.
+    Key(KeyRow),
+}
+
+struct CachedKey {
+    row: KeyRow,
+    fetched: Instant,
+    touched: Option<Instant>,
+}
+
+pub struct Auth {
+    store: Store,
+    keys: Mutex<HashMap<String, CachedKey>>,
+    pub logins: limiter::LoginLimiter,
+    /// Hash of the one-time setup token while no user exists.
+    setup: Mutex<Option<String>>,
+}
+
+/// A freshly made key: shown once, never stored.
+pub struct NewKey {
+    pub id: String,
+    pub key: String,
+}
+
+/// `sk_<24 hex id>_<secret>`.
+fn split_key(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix("sk_")?;
+    let (id, secret) = (rest.get(..24)?, rest.get(24..)?.strip_prefix('_')?);
+    (id.bytes().all(|b| b.is_ascii_hexdigit()) && !secret.is_empty()).then_some((id, secret))
+}
+
+/// Creates a key row and returns the key text (the only time it exists in the clear).
+pub fn create_key(
+    tx: &mut store::Tx<'_>,
+    name: &str,
+    user_id: Option<&str>,
+    app_id: Option<&str>,
+    workspace_id: &str,
+    scopes: &[String],
+) -> Result<NewKey> {
+    let mut id = [0u8; 12];
+    getrandom::fill(&mut id).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
+    let id = crate::sessions::hex(&id);
+    let secret = secret::random_token(32)?;
+    tx.insert_key(
+        &id,
+        &secret::token_hash(&secret),
+        name,
+        user_id,
+        app_id,
+        workspace_id,
+        scopes,
+    )?;
+    Ok(NewKey {
+        key: format!("sk_{id}_{secret}"),
+        id,
+    })
+}
+
+impl Auth {
+    pub fn new(store: Store) -> Auth {
+        Auth {
+            store,
+            keys: Mutex::new(HashMap::new()),
+            logins: limiter::LoginLimiter::new(Duration::from_secs(15 * 60), 10, 100),
+            setup: Mutex::new(None),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Makes the one-time setup token when no user exists yet; returns it to be printed.
+    pub fn prepare_setup(&self) -> Result<Option<String>> {
+        if self.store.read_blocking(identity::user_count)? > 0 {
+            return Ok(None);
+        }
+        let token = secret::random_token(24)?;
+        *self.setup.lock().unwrap_or_else(|p| p.into_inner()) = Some(secret::token_hash(&token));
+        Ok(Some(token))
+    }
+
+    /// Consumes the setup token if it matches.
+    pub fn take_setup(&self, token: &str) -> bool {
+        let mut setup = self.setup.lock().unwrap_or_else(|p| p.into_inner());
+        let ok = setup.as_deref().is_some_and(|h| {
+            secret::constant_time_eq(h.as_bytes(), secret::token_hash(token).as_bytes())
+        });
+        if ok {
+            *setup = None;
+        }
+        ok
+    }
+
+    pub fn setup_pending(&self) -> bool {
+        self.setup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Verifies an API key; 401 for anything but a live key.
+    pub async fn key(&self, key: &str) -> Result<KeyRow> {
+        let (id, secret) = split_key(key).ok_or(Error::Unauthorized)?;
+        let hash = secret::token_hash(secret);
+        let cached = {
+            let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            keys.get(id)
+                .filter(|c| c.fetched.elapsed() < KEY_CACHE_TTL)
+                .map(|c| c.row.clone())
+        };
+        let row = match cached {
+            Some(row) => row,
+            None => {
+                let id_owned = id.to_owned();
+                let row = self
+                    .store
+                    .read(move |c| identity::key_by_id(c, &id_owned))
+                    .await?
+                    .ok_or(Error::Unauthorized)?;
+                let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+                if keys.len() > 10_000 {
+                    keys.clear();
+                }
+                let touched = keys.get(id).and_then(|c| c.touched);
+                keys.insert(
+                    id.to_owned(),
+                    CachedKey {
+                        row: row.clone(),
+                        fetched: Instant::now(),
+                        touched,
+                    },
+                );
+                row
+            }
+        };
+        if !secret::constant_time_eq(row.secret_hash.as_bytes(), hash.as_bytes())
+            || row.revoked
+            || !row.member
+        {
+            return Err(Error::Unauthorized);
+        }
+        self.touch(id);
+        Ok(row)
+    }
+
+    /// Records the key's last use, at most once a minute.
+    fn touch(&self, id: &str) {
+        let due = {
+            let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            match keys.get_mut(id) {
+                Some(c) if c.touched.is_none_or(|t| t.elapsed() >= TOUCH_EVERY) => {
+                    c.touched = Some(Instant::now());
+                    true
+                }
+                _ => false,
+            }
+        };
+        if due {
+            let store = self.store.clone();
+            let id = id.to_owned();
+            let now = clock::now_ms();
+            tokio::spawn(async move {
+                let _ = store.write(move |tx| tx.touch_key(&id, now)).await;
+            });
+        }
+    }
+
+    /// Forgets a key at once (after a revocation through this server).
+    pub fn forget_key(&self, id: &str) {
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
+    /// The user behind a browser session cookie; 401 when unknown or expired.
+    pub async fn cookie(&self, cookie: &str) -> Result<String> {
+        let hash = secret::token_hash(cookie);
+        let (user_id, expires_at) = self
+            .store
+            .read(move |c| identity::browser_session(c, &hash))
+            .await?
+            .ok_or(Error::Unauthorized)?;
+        if expires_at < clock::now_ms() {
+            return Err(Error::Unauthorized);
+        }
+        Ok(user_id)
+    }
+
+    /// Opens a browser session; returns the cookie value.
+    pub async fn open_browser_session(&self, user_id: &str) -> Result<String> {
+        let token = secret::random_token(32)?;
+        let (hash, user) = (secret::token_hash(&token), user_id.to_owned());
+        let expires = clock::now_ms() + BROWSER_SESSION_MS;
+        self.store
+            .write(move |tx| tx.insert_browser_session(&hash, &user, expires))
+            .await?;
+        Ok(token)
+    }
+
+    pub async fn close_browser_session(&self, cookie: &str) -> Result<()> {
+        let hash = secret::token_hash(cookie);
+        self.store
+            .write(move |tx| tx.delete_browser_session(&hash))
+            .await
+    }
+
+    /// Checks `principal` may use `cap` in workspace `slug` and builds the actor.
+    pub async fn authorize(
+        &self,
+        principal: &Principal,
+        slug: &str,
+        cap: Capability,
+    ) -> Result<Actor> {
+        match principal {
+            Principal::Key(k) => {
+                if k.workspace_slug != slug {
+                    return Err(Error::NotFound);
+                }
+                if !grants(&k.scopes, cap) {
+                    return Err(Error::Forbidden(format!(
+                        "this key lacks the {} capability for workspace {slug}",
+                        match cap {
+                            Capability::Sessions => "sessions",
+                            Capability::SessionsRead => "sessions:read",
+                            Capability::FilesWrite => "files:write",
+                        }
+                    )));
+                }
+                Ok(match (&k.user_id, &k.app_id) {
+                    (_, Some(app)) => Actor {
+                        workspace_id: k.workspace_id.clone(),
+                        workspace_slug: k.workspace_slug.clone(),
+                        user_id: app.clone(),
+                        sender: Sender::App {
+                            app_id: app.clone(),
+                        },
+                    },
+                    (user, None) => {
+                        let user = user.clone().unwrap_or_default();
+                        Actor {
+                            workspace_id: k.workspace_id.clone(),
+                            workspace_slug: k.workspace_slug.clone(),
+                            user_id: user.clone(),
+                            sender: Sender::User { user_id: user },
+                        }
+                    }
+                })
+            }
+            Principal::Browser { user_id } => {
+                let (user, s) = (user_id.clone(), slug.to_owned());
+                let ws = self
+                    .store
+                    .read(move |c| {
+                        let Some(ws) = store::workspace_by_slug(c, &s)? else {
+                            return Ok(None);
+                        };
+                        Ok(identity::is_member(c, &user, &ws.id)?.then_some(ws))
+                    })
+                    .await?
+                    .ok_or(Error::NotFound)?;
+                Ok(Actor {
+                    workspace_id: ws.id,
+                    workspace_slug: ws.slug,
+                    user_id: user_id.clone(),
+                    sender: Sender::User {
+                        user_id: user_id.clone(),
+                    },
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_parse_in_both_forms() {
+        assert_eq!(parse_scope("sessions", "w").unwrap(), "sessions");
+        assert_eq!(parse_scope("ws:w:files:write", "w").unwrap(), "files:write");
+        assert!(parse_scope("ws:other:sessions", "w").is_err());
+        assert!(parse_scope("admin", "w").is_err());
+        assert!(grants(&["sessions".into()], Capability::SessionsRead));
+        assert!(!grants(&["sessions:read".into()], Capability::Sessions));
+    }
+
+    #[test]
+    fn keys_split() {
+        let k = format!("sk_{}_{}", "a".repeat(24), "se_cr-et");
+        assert_eq!(
+            split_key(&k),
+            Some(("aaaaaaaaaaaaaaaaaaaaaaaa", "se_cr-et"))
+        );
+        assert_eq!(split_key("sk_short_x"), None);
+        assert_eq!(split_key("Bearer"), None);
+    }
+}
