@@ -109,7 +109,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
                     middleware::DefaultHeaders::new()
                         .add(("X-Content-Type-Options", "nosniff"))
                         .add(("Referrer-Policy", "no-referrer"))
-                        .add(("X-Frame-Options", "DENY")),
+                        .add(("X-Frame-Options", "DENY"))
+                        // API responses are data, never documents; the UI's pages set their own.
+                        .add(("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")),
                 )
                 .configure(api::routes_with_ui)
         })

@@ -22,11 +22,17 @@ fn content_type(path: &str) -> &'static str {
     }
 }
 
-/// Serves `/` and `/ui/...` from the embedded files.
+/// Pages of the single-page app that are entered by URL (the app routes the rest by fragment).
+const APP_PAGES: [&str; 3] = ["", "setup", "login"];
+
+/// Serves the app at `/`, `/setup` and `/login`, and its files under `/ui/...`.
 pub async fn asset(req: HttpRequest) -> HttpResponse {
     let path = req.path().trim_start_matches('/');
-    let path = path.strip_prefix("ui/").unwrap_or(path);
-    let path = if path.is_empty() { "index.html" } else { path };
+    let path = match path.strip_prefix("ui/") {
+        Some(file) => file,
+        None if APP_PAGES.contains(&path) => "index.html",
+        None => path,
+    };
     match Assets::get(path) {
         Some(file) => HttpResponse::Ok()
             .insert_header((header::CONTENT_TYPE, content_type(path)))

@@ -121,6 +121,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 pub fn routes_with_ui(cfg: &mut web::ServiceConfig) {
     routes(cfg);
     cfg.route("/", web::get().to(crate::web::asset));
+    cfg.route("/setup", web::get().to(crate::web::asset));
+    cfg.route("/login", web::get().to(crate::web::asset));
     cfg.route("/ui/{path:.*}", web::get().to(crate::web::asset));
     cfg.default_service(web::route().to(no_route));
 }
