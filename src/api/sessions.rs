@@ -192,21 +192,6 @@ fn common(
     })
 }
 
-/// Note and answer attachments get the drive check that create and message get in the core:
-/// the path must name an existing file inside the drive, and is stored in canonical form.
-fn check_attachment_files(state: &AppState, actor: &Actor, common: &mut InputCommon) -> Result<()> {
-    if common.attachments.is_empty() {
-        return Ok(());
-    }
-    let drive = state.sessions.drive(actor);
-    for (i, a) in common.attachments.iter_mut().enumerate() {
-        a.path = drive
-            .check_file(&a.path)
-            .map_err(|e| Error::invalid(format!("attachments/{i}/path: {e}")))?;
-    }
-    Ok(())
-}
-
 /// `CreateSessionResponse`: the session ref, its snapshot and its first history page (R27).
 pub async fn created(state: &AppState, actor: &Actor, s: &Submitted) -> Result<HttpResponse> {
     let row = state.sessions.detail_row(actor, &s.key.id).await?;
@@ -505,14 +490,13 @@ pub async fn note(
     let body::Json { value: b, raw } =
         body::json::<NoteBody>(&req, payload, limits.max_body_bytes, SCHEMA_NOTE).await?;
     let fp = body::fingerprint("note", session_id, &raw);
-    let mut common = common(
+    let common = common(
         b.client_request_id,
         b.images,
         b.attachments,
         b.source_session_id,
         fp,
     )?;
-    check_attachment_files(&state, &actor, &mut common)?;
     let seq = state
         .sessions
         .note(&actor, session_id, b.note, common)
@@ -533,14 +517,13 @@ async fn submit_answer(
         body::json::<AnswerBody>(req, payload, limits.max_body_bytes, schema).await?;
     check_text("answer", &b.answer, limits.max_prompt_chars)?;
     let fp = body::fingerprint("answer", session_id, &raw);
-    let mut common = common(
+    let common = common(
         b.client_request_id,
         b.images,
         b.attachments,
         b.source_session_id,
         fp,
     )?;
-    check_attachment_files(state, actor, &mut common)?;
     state
         .sessions
         .answer(actor, session_id, b.answer, common)

@@ -559,6 +559,11 @@ impl Sessions {
         note: String,
         common: InputCommon,
     ) -> Result<u64> {
+        if let Some((_, seq)) = self.lookup_replay(actor, &common).await? {
+            return Ok(seq);
+        }
+        let mut common = common;
+        self.check_attachments(actor, &mut common)?;
         let images = images::decode_all(&common.images)?;
         let actor = actor.clone();
         let session_id = session_id.to_owned();
@@ -594,6 +599,11 @@ impl Sessions {
         answer: String,
         common: InputCommon,
     ) -> Result<Submitted> {
+        if let Some((key, seq)) = self.lookup_replay(actor, &common).await? {
+            return self.replayed_submission(key, seq).await;
+        }
+        let mut common = common;
+        self.check_attachments(actor, &mut common)?;
         let images = images::decode_all(&common.images)?;
         let actor_c = actor.clone();
         let session_id = session_id.to_owned();
