@@ -64,8 +64,25 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
     Ok(())
 }
 
+/// Every open SSE stream holds a socket: lift the soft open-files limit to the hard one so that
+/// thousands of idle streams do not run the process out of descriptors.
+fn raise_open_files_limit() {
+    #[cfg(unix)]
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                tracing::warn!("could not raise the open-files limit");
+            }
+        }
+    }
+}
+
 pub fn serve(cfg: Config) -> Result<(), String> {
     api::schema::self_check()?;
+    raise_open_files_limit();
     let addr: SocketAddr = cfg
         .bind
         .parse()
