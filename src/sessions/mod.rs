@@ -220,6 +220,28 @@ impl Sessions {
             .await
     }
 
+    /// Tells the runner about a fresh input (and waits for its answer), or reports where a
+    /// retried one stands.
+    async fn submitted(
+        &self,
+        key: SessionKey,
+        input_seq: u64,
+        fresh: bool,
+        follow_up: bool,
+    ) -> Result<Submitted> {
+        let delivery = if fresh {
+            self.runner.deliver(key.clone(), follow_up).await
+        } else {
+            self.replay_delivery(&key, input_seq).await?
+        };
+        Ok(Submitted {
+            key,
+            input_seq,
+            fresh,
+            delivery,
+        })
+    }
+
     async fn replayed_submission(&self, key: SessionKey, input_seq: u64) -> Result<Submitted> {
         let delivery = self.replay_delivery(&key, input_seq).await?;
         Ok(Submitted {
@@ -320,17 +342,7 @@ impl Sessions {
             })
             .await?;
         // R24: a new session has no turn yet, so steer and follow-up start alike.
-        let delivery = if fresh {
-            self.runner.deliver(key.clone(), false).await
-        } else {
-            self.replay_delivery(&key, seq).await?
-        };
-        Ok(Submitted {
-            key,
-            input_seq: seq,
-            fresh,
-            delivery,
-        })
+        self.submitted(key, seq, fresh, false).await
     }
 
     /// Sends a message (steer or follow-up) to a session.
@@ -360,17 +372,7 @@ impl Sessions {
                 Ok((key, seq, true, active))
             })
             .await?;
-        let delivery = if fresh {
-            self.runner.deliver(key.clone(), follow_up && active).await
-        } else {
-            self.replay_delivery(&key, seq).await?
-        };
-        Ok(Submitted {
-            key,
-            input_seq: seq,
-            fresh,
-            delivery,
-        })
+        self.submitted(key, seq, fresh, follow_up && active).await
     }
 
     /// Posts to an agent's default session (R57, R62): the first message creates and binds it in
@@ -434,18 +436,8 @@ impl Sessions {
                 Ok((key, seq, true, true, false))
             })
             .await?;
-        let delivery = if fresh {
-            self.runner.deliver(key.clone(), follow_up && active).await
-        } else {
-            self.replay_delivery(&key, seq).await?
-        };
         Ok((
-            Submitted {
-                key,
-                input_seq: seq,
-                fresh,
-                delivery,
-            },
+            self.submitted(key, seq, fresh, follow_up && active).await?,
             created,
         ))
     }
@@ -649,17 +641,7 @@ impl Sessions {
                 Ok((key, seq, true))
             })
             .await?;
-        let delivery = if fresh {
-            self.runner.deliver(key.clone(), false).await
-        } else {
-            self.replay_delivery(&key, seq).await?
-        };
-        Ok(Submitted {
-            key,
-            input_seq: seq,
-            fresh,
-            delivery,
-        })
+        self.submitted(key, seq, fresh, false).await
     }
 
     /// Records `interrupt_requested` and stops the running turn, if any. On an idle session only
