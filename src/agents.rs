@@ -64,7 +64,9 @@ fn check_engine(engine: &Value) -> Result<String> {
             )));
         }
     }
-    Ok(engine.to_string())
+    let text = engine.to_string();
+    crate::engine::EngineConfig::parse(&text)?;
+    Ok(text)
 }
 
 /// An agent as the API shows it.

@@ -11,7 +11,7 @@ use crate::auth::Auth;
 use crate::bus::Bus;
 use crate::config::Config;
 use crate::drive::Drive;
-use crate::engine::{Engine, scripted::ScriptedEngine};
+use crate::engine::{Engines, scripted::ScriptedEngine};
 use crate::runner::Runner;
 use crate::sessions::Sessions;
 use crate::store::Store;
@@ -83,6 +83,18 @@ fn raise_open_files_limit() {
     }
 }
 
+/// Says at start-up which engine each agent runs on.
+fn log_engines(store: &Store, engines: &Engines) {
+    let agents = store.read_blocking(|c| {
+        let mut stmt = c.prepare("SELECT w.slug, a.slug, a.engine FROM agents a JOIN workspaces w ON w.id = a.workspace_id")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    });
+    for (ws, agent, engine) in agents.unwrap_or_default() {
+        tracing::info!(workspace = %ws, agent = %agent, engine = engines.for_config(&engine).name(), "agent engine");
+    }
+}
+
 pub fn serve(cfg: Config) -> Result<(), String> {
     api::schema::self_check()?;
     raise_open_files_limit();
@@ -105,11 +117,11 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runner runtime: {e}"))?;
-    let engine: Arc<dyn Engine> = Arc::new(ScriptedEngine);
-    tracing::info!(engine = engine.name(), "engine for agent root");
+    let engines = Engines::new(Arc::new(ScriptedEngine));
+    log_engines(&store, &engines);
     let runner = Runner::start(
         store.clone(),
-        engine,
+        engines,
         cfg.runner.clone(),
         runner_rt.handle(),
     )

@@ -4,8 +4,10 @@
 
 pub mod scripted;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -72,5 +74,68 @@ pub trait Engine: Send + Sync {
         _reply: &'a str,
     ) -> Option<BoxFuture<'a, Result<String>>> {
         None
+    }
+}
+
+/// Which engine an agent uses, from its `engine` configuration (`{}` = the server's default).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum EngineConfig {
+    /// The deterministic demo and test engine.
+    Scripted,
+}
+
+impl EngineConfig {
+    /// Reads an agent's `engine` JSON; `None` for `{}` (use the default).
+    pub fn parse(json: &str) -> Result<Option<EngineConfig>> {
+        let value: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| crate::Error::invalid(format!("engine: {e}")))?;
+        if value.as_object().is_some_and(|o| o.is_empty()) {
+            return Ok(None);
+        }
+        serde_json::from_value(value)
+            .map(Some)
+            .map_err(|e| crate::Error::invalid(format!("engine: {e}")))
+    }
+
+    pub fn build(&self) -> Arc<dyn Engine> {
+        match self {
+            EngineConfig::Scripted => Arc::new(scripted::ScriptedEngine),
+        }
+    }
+}
+
+/// The engines of all agents: the server default plus one per distinct agent configuration,
+/// built on first use.
+pub struct Engines {
+    default: Arc<dyn Engine>,
+    built: Mutex<HashMap<String, Arc<dyn Engine>>>,
+}
+
+impl Engines {
+    pub fn new(default: Arc<dyn Engine>) -> Engines {
+        Engines {
+            default,
+            built: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn default_engine(&self) -> &Arc<dyn Engine> {
+        &self.default
+    }
+
+    /// The engine for an agent's `engine` JSON; a configuration that no longer parses falls back
+    /// to the default (it was validated when it was stored).
+    pub fn for_config(&self, json: &str) -> Arc<dyn Engine> {
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = built.get(json) {
+            return Arc::clone(e);
+        }
+        let engine = match EngineConfig::parse(json) {
+            Ok(Some(cfg)) => cfg.build(),
+            _ => Arc::clone(&self.default),
+        };
+        built.insert(json.to_owned(), Arc::clone(&engine));
+        engine
     }
 }

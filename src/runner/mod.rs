@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::clock;
 use crate::config::RunnerConfig;
-use crate::engine::Engine;
+use crate::engine::Engines;
 use crate::error::Result;
 use crate::store::{SessionKey, Store};
 
@@ -90,7 +90,7 @@ struct Active {
 
 pub(crate) struct Shared {
     pub store: Store,
-    pub engine: Arc<dyn Engine>,
+    pub engines: Engines,
     pub cfg: RunnerConfig,
 }
 
@@ -104,13 +104,17 @@ impl Runner {
     /// Recovers what a previous process left behind, then starts the dispatcher on `rt`.
     pub fn start(
         store: Store,
-        engine: Arc<dyn Engine>,
+        engines: Engines,
         cfg: RunnerConfig,
         rt: &tokio::runtime::Handle,
     ) -> Result<Runner> {
         let (tx, rx) = mpsc::unbounded_channel();
         let ack_window = Duration::from_millis(cfg.ack_window_ms);
-        let shared = Arc::new(Shared { store, engine, cfg });
+        let shared = Arc::new(Shared {
+            store,
+            engines,
+            cfg,
+        });
         let recovered = rt.block_on(turn::recover(&shared))?;
         let mut dispatcher = Dispatcher {
             shared,

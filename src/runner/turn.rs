@@ -11,7 +11,7 @@ use super::machine::{MachineState, StepEnd};
 use super::{Delivery, Msg, Shared, TurnControl};
 use crate::bus::Frame;
 use crate::clock;
-use crate::engine::{InputKind, TurnEnd, TurnInput};
+use crate::engine::{Engine, InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
 use crate::sessions::projection;
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
@@ -59,6 +59,8 @@ struct Claim {
     steers_waiting: bool,
     /// The turn runs a state of the session's machine.
     machine_step: bool,
+    /// The session's agent's engine configuration (JSON).
+    engine_config: String,
 }
 
 pub(crate) async fn run(
@@ -135,7 +137,7 @@ async fn run_turn(
         tier: claim.tier,
         cwd: claim.cwd,
     };
-    let engine = Arc::clone(&shared.engine);
+    let engine = shared.engines.for_config(&claim.engine_config);
     let end = match engine.run(&mut io, input).await {
         Ok(end) => end,
         Err(Error::StaleTurn) => return Err(Error::StaleTurn),
@@ -155,16 +157,22 @@ async fn run_turn(
     )
     .await?;
     if claim.initial && completed {
-        spawn_title(shared, key, prompt, reply);
+        spawn_title(shared, engine, key, prompt, reply);
     }
     Ok(outcome)
 }
 
 /// Asks the engine for an automatic title after the first turn (manual titles are never touched).
-fn spawn_title(shared: &Arc<Shared>, key: SessionKey, prompt: String, reply: String) {
+fn spawn_title(
+    shared: &Arc<Shared>,
+    engine: Arc<dyn Engine>,
+    key: SessionKey,
+    prompt: String,
+    reply: String,
+) {
     let shared = Arc::clone(shared);
     tokio::spawn(async move {
-        let Some(generate) = shared.engine.title(&prompt, &reply) else {
+        let Some(generate) = engine.title(&prompt, &reply) else {
             return;
         };
         let k = key.clone();
@@ -326,6 +334,14 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 last_seq: started,
                 steers_waiting,
                 machine_step,
+                engine_config: tx
+                    .conn()
+                    .query_row(
+                        "SELECT engine FROM agents WHERE id = ?1",
+                        [&row.agent_id],
+                        |r| r.get(0),
+                    )
+                    .unwrap_or_else(|_| "{}".to_owned()),
             }))
         })
         .await
