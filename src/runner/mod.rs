@@ -259,7 +259,7 @@ impl Dispatcher {
                 self.queued.clear();
                 self.timers.clear();
                 for active in self.active.values() {
-                    let _ = active.control.cancel.send(true);
+                    active.control.cancel.send_replace(true);
                 }
                 let grace = self.shared.cfg.interrupt_grace_ms;
                 let tx = self.tx.clone();
@@ -386,7 +386,7 @@ impl Dispatcher {
         let Some(active) = self.active.get(&key.pk) else {
             return;
         };
-        let _ = active.control.cancel.send(true);
+        active.control.cancel.send_replace(true);
         let generation = active.control.generation.load(Ordering::SeqCst);
         let tx = self.tx.clone();
         let grace = self.shared.cfg.interrupt_grace_ms;

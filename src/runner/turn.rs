@@ -290,7 +290,9 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 );
                 machine_step = match input.kind.as_str() {
                     "initial" | "machine" => true,
-                    "answer" | "wake" => paused,
+                    // A paused Job continues with whatever reaches it first: the answer, the wake,
+                    // or a message that answers or wakes it early.
+                    "answer" | "wake" | "message" => paused,
                     _ => false,
                 };
                 if machine_step {
@@ -327,7 +329,12 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 kind,
                 initial: input.kind == "initial",
                 text,
-                tier: input.tier.as_deref().and_then(Tier::parse),
+                // The runner's own inputs (wakes, next states) run with the session's tier.
+                tier: input
+                    .tier
+                    .as_deref()
+                    .or(row.tier.as_deref())
+                    .and_then(Tier::parse),
                 cwd: row.cwd,
                 mode: row.mode,
                 resume,
