@@ -1420,3 +1420,17 @@ fn newer_schema_version_is_refused() {
         .unwrap();
     assert_eq!(version, 999, "the refused database was modified");
 }
+
+/// A known path with a method it does not have answers 405 with an `Allow` header (RFC 9110).
+#[test]
+fn wrong_method_is_405_with_allow() {
+    let s = Server::start();
+    let resp = s.http.put(s.sessions_url("")).send().expect("PUT");
+    assert_eq!(resp.status().as_u16(), 405);
+    assert_eq!(resp.headers()["allow"], "GET, POST");
+    let body: serde_json::Value = resp.json().expect("json");
+    assert_eq!(body["error"], "method_not_allowed");
+    let resp = s.http.post(s.url("/healthz")).send().expect("POST");
+    assert_eq!(resp.status().as_u16(), 405);
+    assert_eq!(resp.headers()["allow"], "GET");
+}

@@ -9,7 +9,8 @@ pub mod schema;
 mod sessions;
 mod uploads;
 
-use actix_web::{HttpResponse, web};
+use actix_web::http::header;
+use actix_web::{HttpResponse, Resource, web};
 use serde_json::json;
 
 pub use context::AppState;
@@ -28,92 +29,109 @@ async fn no_route() -> crate::Result<HttpResponse> {
     Err(crate::Error::NotFound)
 }
 
+/// A path whose other methods answer 405 with the `Allow` header listing the ones it has.
+fn at(path: &str, allow: &'static str) -> Resource {
+    web::resource(path).default_service(web::to(move || async move {
+        HttpResponse::MethodNotAllowed()
+            .insert_header((header::ALLOW, allow))
+            .json(json!({"error": "method_not_allowed", "message": format!("allowed: {allow}")}))
+    }))
+}
+
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz));
+    cfg.service(at("/healthz", "GET").route(web::get().to(healthz)));
     cfg.service(
         web::scope("/auth")
-            .route("/setup", web::post().to(auth::setup))
-            .route("/login", web::post().to(auth::login))
-            .route("/logout", web::post().to(auth::logout))
-            .route("/me", web::get().to(auth::me))
-            .route("/status", web::get().to(auth::status)),
+            .service(at("/setup", "POST").route(web::post().to(auth::setup)))
+            .service(at("/login", "POST").route(web::post().to(auth::login)))
+            .service(at("/logout", "POST").route(web::post().to(auth::logout)))
+            .service(at("/me", "GET").route(web::get().to(auth::me)))
+            .service(at("/status", "GET").route(web::get().to(auth::status))),
     );
     // Literal segments (`activity`, `attachments`, `wait`) are registered before `{sessionId}`.
     cfg.service(
         web::scope("/v1/ws/{workspaceSlug}/agent/sessions")
-            .route("", web::get().to(sessions::list))
-            .route("", web::post().to(sessions::create))
-            .route("/activity", web::get().to(sessions::activity))
-            .route("/wait", web::post().to(sessions::create_wait))
-            .route("/attachments/session", web::post().to(uploads::mint))
-            .route("/{sessionId}", web::get().to(sessions::detail))
-            .route("/{sessionId}", web::patch().to(sessions::set_title))
-            .route("/{sessionId}", web::delete().to(sessions::delete))
-            .route("/{sessionId}/history", web::get().to(sessions::history))
-            .route("/{sessionId}/events", web::get().to(events::events))
-            .route(
-                "/{sessionId}/images/{storageId}",
-                web::get().to(sessions::image),
+            .service(
+                at("", "GET, POST")
+                    .route(web::get().to(sessions::list))
+                    .route(web::post().to(sessions::create)),
             )
-            .route("/{sessionId}/messages", web::post().to(sessions::message))
-            .route(
-                "/{sessionId}/messages/wait",
-                web::post().to(sessions::message_wait),
+            .service(at("/activity", "GET").route(web::get().to(sessions::activity)))
+            .service(at("/wait", "POST").route(web::post().to(sessions::create_wait)))
+            .service(at("/attachments/session", "POST").route(web::post().to(uploads::mint)))
+            .service(
+                at("/{sessionId}", "GET, PATCH, DELETE")
+                    .route(web::get().to(sessions::detail))
+                    .route(web::patch().to(sessions::set_title))
+                    .route(web::delete().to(sessions::delete)),
             )
-            .route("/{sessionId}/note", web::post().to(sessions::note))
-            .route("/{sessionId}/answer", web::post().to(sessions::answer))
-            .route(
-                "/{sessionId}/answer/wait",
-                web::post().to(sessions::answer_wait),
+            .service(at("/{sessionId}/history", "GET").route(web::get().to(sessions::history)))
+            .service(at("/{sessionId}/events", "GET").route(web::get().to(events::events)))
+            .service(
+                at("/{sessionId}/images/{storageId}", "GET").route(web::get().to(sessions::image)),
             )
-            .route(
-                "/{sessionId}/interrupt",
-                web::post().to(sessions::interrupt),
+            .service(at("/{sessionId}/messages", "POST").route(web::post().to(sessions::message)))
+            .service(
+                at("/{sessionId}/messages/wait", "POST")
+                    .route(web::post().to(sessions::message_wait)),
             )
-            .route("/{sessionId}/archive", web::put().to(sessions::archive))
-            .route("/{sessionId}/read", web::put().to(sessions::mark_read))
-            .route(
-                "/{sessionId}/sessions",
-                web::post().to(sessions::create_child),
+            .service(at("/{sessionId}/note", "POST").route(web::post().to(sessions::note)))
+            .service(at("/{sessionId}/answer", "POST").route(web::post().to(sessions::answer)))
+            .service(
+                at("/{sessionId}/answer/wait", "POST").route(web::post().to(sessions::answer_wait)),
             )
-            .route(
-                "/{sessionId}/sessions/wait",
-                web::post().to(sessions::create_child_wait),
+            .service(
+                at("/{sessionId}/interrupt", "POST").route(web::post().to(sessions::interrupt)),
             )
-            .route("/{sessionId}/cwd", web::post().to(sessions::move_cwd)),
+            .service(at("/{sessionId}/archive", "PUT").route(web::put().to(sessions::archive)))
+            .service(at("/{sessionId}/read", "PUT").route(web::put().to(sessions::mark_read)))
+            .service(
+                at("/{sessionId}/sessions", "POST").route(web::post().to(sessions::create_child)),
+            )
+            .service(
+                at("/{sessionId}/sessions/wait", "POST")
+                    .route(web::post().to(sessions::create_child_wait)),
+            )
+            .service(at("/{sessionId}/cwd", "POST").route(web::post().to(sessions::move_cwd))),
     );
     cfg.service(
         web::scope("/v1/ws/{workspaceSlug}/agents")
-            .route("", web::get().to(agents::list))
-            .route("", web::post().to(agents::create))
-            .route("/{agentSlug}", web::get().to(agents::get))
-            .route("/{agentSlug}", web::patch().to(agents::update))
-            .route("/{agentSlug}", web::delete().to(agents::delete))
-            .route(
-                "/{agentSlug}/sessions/default",
-                web::get().to(agents::get_default),
+            .service(
+                at("", "GET, POST")
+                    .route(web::get().to(agents::list))
+                    .route(web::post().to(agents::create)),
             )
-            .route(
-                "/{agentSlug}/sessions/default",
-                web::put().to(agents::put_default),
+            .service(
+                at("/{agentSlug}", "GET, PATCH, DELETE")
+                    .route(web::get().to(agents::get))
+                    .route(web::patch().to(agents::update))
+                    .route(web::delete().to(agents::delete)),
             )
-            .route(
-                "/{agentSlug}/sessions/default/history",
-                web::get().to(agents::default_history),
+            .service(
+                at("/{agentSlug}/sessions/default", "GET, PUT")
+                    .route(web::get().to(agents::get_default))
+                    .route(web::put().to(agents::put_default)),
             )
-            .route(
-                "/{agentSlug}/sessions/default/messages",
-                web::post().to(agents::default_message),
+            .service(
+                at("/{agentSlug}/sessions/default/history", "GET")
+                    .route(web::get().to(agents::default_history)),
             )
-            .route(
-                "/{agentSlug}/sessions/default/messages/wait",
-                web::post().to(agents::default_message_wait),
+            .service(
+                at("/{agentSlug}/sessions/default/messages", "POST")
+                    .route(web::post().to(agents::default_message)),
+            )
+            .service(
+                at("/{agentSlug}/sessions/default/messages/wait", "POST")
+                    .route(web::post().to(agents::default_message_wait)),
             ),
     );
     // Upload tokens only: no other credential is accepted on this path.
-    cfg.route(
-        &format!("{}/{{grantId}}/{{filename}}", crate::uploads::UPLOAD_PREFIX),
-        web::put().to(uploads::put),
+    cfg.service(
+        at(
+            &format!("{}/{{grantId}}/{{filename}}", crate::uploads::UPLOAD_PREFIX),
+            "PUT",
+        )
+        .route(web::put().to(uploads::put)),
     );
 }
 
