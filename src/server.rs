@@ -117,7 +117,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runner runtime: {e}"))?;
-    let engines = Engines::new(Arc::new(ScriptedEngine));
+    let engines = Engines::new(Arc::new(ScriptedEngine::default()));
     log_engines(&store, &engines);
     let runner = Runner::start(
         store.clone(),

@@ -1906,3 +1906,48 @@ fn concurrent_identical_creates_make_one_session_r29_inv4() {
         assert_eq!(count(&events, "turn_started"), 1);
     }
 }
+
+/// Issue "Runner" item 6: a tier the engine cannot honour is clamped to the nearest one it can,
+/// recorded as `tier_clamped`; the session's sticky tier stays what was asked for (R21).
+#[test]
+fn unsupported_tier_is_clamped_and_recorded() {
+    let s = Server::start();
+    let (status, body) = s.post(
+        &s.url("/v1/ws/default/agents"),
+        &json!({"slug": "cheap", "engine": {"kind": "scripted", "tiers": ["economy"]}}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = s.post(
+        &s.url("/v1/ws/default/agents"),
+        &json!({"slug": "bad", "engine": {"kind": "scripted", "tiers": ["ultra"]}}),
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, created) = s.post(
+        &s.url("/v1/ws/default/agents/cheap/sessions/default/messages"),
+        &json!({"prompt": "/reply hi", "tier": "frontier"}),
+    );
+    assert_eq!(status, 200, "{created}");
+    let id = created["session"]["sessionId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    s.wait_terminal(&id, 1);
+    let events = s.history_all(&id);
+    let clamped: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"]["type"] == "tier_clamped")
+        .collect();
+    assert_eq!(clamped.len(), 1, "{events:#?}");
+    assert_eq!(clamped[0]["event"]["requestedTier"], "frontier");
+    assert_eq!(clamped[0]["event"]["effectiveTier"], "economy");
+    assert_known_event(&clamped[0]["event"]);
+    assert_eq!(s.detail(&id)["tier"], "frontier");
+    // An engine that honours the tier records nothing.
+    let plain = s.create(json!({"prompt": "/reply hi", "tier": "frontier"}));
+    let pid = plain["session"]["sessionId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    s.wait_terminal(&pid, 1);
+    assert!(!event_types(&s.history_all(&pid)).contains(&"tier_clamped".to_owned()));
+}

@@ -139,11 +139,14 @@ pub async fn login(
         .peer_addr()
         .map(|a| a.ip().to_string())
         .unwrap_or_default();
-    if let Some(wait) = state.auth.logins.blocked(&email, &address) {
-        return Ok(HttpResponse::TooManyRequests()
+    // The attempt is counted as a failure before the password is checked (and taken back on
+    // success), so parallel guesses cannot all pass the limit.
+    let mark = match state.auth.logins.attempt(&email, &address) {
+        Ok(mark) => mark,
+        Err(wait) => return Ok(HttpResponse::TooManyRequests()
             .insert_header((header::RETRY_AFTER, wait.to_string()))
-            .json(json!({"error": "rate_limited", "message": "too many failed logins; try again later"})));
-    }
+            .json(json!({"error": "rate_limited", "message": "too many failed logins; try again later"}))),
+    };
     let e = email.clone();
     let user = state
         .auth
@@ -163,13 +166,10 @@ pub async fn login(
     .map_err(|e| Error::Internal(e.to_string()))?;
     match user.filter(|_| ok) {
         Some(user) => {
-            state.auth.logins.succeeded(&email);
+            state.auth.logins.succeeded(&email, &address, mark);
             signed_in(&state, &user.id, &user.email).await
         }
-        None => {
-            state.auth.logins.failed(&email, &address);
-            Err(Error::Unauthorized)
-        }
+        None => Err(Error::Unauthorized),
     }
 }
 

@@ -45,6 +45,30 @@ impl LoginLimiter {
         (acc >= self.per_account || addr >= self.per_address).then(|| self.window.as_secs().max(1))
     }
 
+    /// Checks both limits and, when neither is reached, counts this attempt as a failure at once,
+    /// under the same lock: concurrent attempts cannot all pass the check before any of them is
+    /// counted. Returns the attempt's mark (for [`LoginLimiter::succeeded`]) or the seconds to
+    /// wait.
+    pub fn attempt(&self, account: &str, address: &str) -> Result<Instant, u64> {
+        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let acc = self.recent(&mut map, &format!("a:{account}"));
+        let addr = self.recent(&mut map, &format!("i:{address}"));
+        if acc >= self.per_account || addr >= self.per_address {
+            return Err(self.window.as_secs().max(1));
+        }
+        if map.len() > 100_000 {
+            map.clear();
+        }
+        let now = Instant::now();
+        map.entry(format!("a:{account}"))
+            .or_default()
+            .push_back(now);
+        map.entry(format!("i:{address}"))
+            .or_default()
+            .push_back(now);
+        Ok(now)
+    }
+
     pub fn failed(&self, account: &str, address: &str) {
         let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() > 100_000 {
@@ -59,8 +83,14 @@ impl LoginLimiter {
             .push_back(now);
     }
 
-    pub fn succeeded(&self, account: &str) {
+    /// Clears the account's failures and takes back the address's count of attempt `mark`.
+    pub fn succeeded(&self, account: &str, address: &str, mark: Instant) {
         let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         map.remove(&format!("a:{account}"));
+        if let Some(q) = map.get_mut(&format!("i:{address}"))
+            && let Some(i) = q.iter().position(|t| *t == mark)
+        {
+            q.remove(i);
+        }
     }
 }

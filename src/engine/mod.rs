@@ -66,6 +66,12 @@ pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
     fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>>;
 
+    /// The tier this engine runs a turn at when `requested` is asked for; a different answer is
+    /// recorded as `tier_clamped`.
+    fn honoured_tier(&self, requested: Tier) -> Tier {
+        requested
+    }
+
     /// A short title for a session from its first prompt and reply, when the engine can make one;
     /// `None` keeps the excerpt title.
     fn title<'a>(
@@ -81,8 +87,11 @@ pub trait Engine: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum EngineConfig {
-    /// The deterministic demo and test engine.
-    Scripted,
+    /// The deterministic demo and test engine; `tiers` limits the tiers it honours.
+    Scripted {
+        #[serde(default)]
+        tiers: Vec<Tier>,
+    },
 }
 
 impl EngineConfig {
@@ -100,7 +109,9 @@ impl EngineConfig {
 
     pub fn build(&self) -> Arc<dyn Engine> {
         match self {
-            EngineConfig::Scripted => Arc::new(scripted::ScriptedEngine),
+            EngineConfig::Scripted { tiers } => Arc::new(scripted::ScriptedEngine {
+                tiers: tiers.clone(),
+            }),
         }
     }
 }
@@ -137,5 +148,39 @@ impl Engines {
         };
         built.insert(json.to_owned(), Arc::clone(&engine));
         engine
+    }
+}
+
+/// The supported tier closest to `requested` (ties go to the cheaper one); `requested` itself when
+/// `supported` is empty or contains it.
+pub fn nearest_tier(requested: Tier, supported: &[Tier]) -> Tier {
+    fn rank(t: Tier) -> i32 {
+        match t {
+            Tier::Economy => 0,
+            Tier::Balanced => 1,
+            Tier::Frontier => 2,
+        }
+    }
+    if supported.is_empty() || supported.contains(&requested) {
+        return requested;
+    }
+    supported
+        .iter()
+        .copied()
+        .min_by_key(|t| ((rank(*t) - rank(requested)).abs(), rank(*t)))
+        .unwrap_or(requested)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_tier_prefers_the_closest_then_the_cheaper() {
+        use Tier::*;
+        assert_eq!(nearest_tier(Frontier, &[]), Frontier);
+        assert_eq!(nearest_tier(Frontier, &[Economy, Balanced]), Balanced);
+        assert_eq!(nearest_tier(Balanced, &[Economy, Frontier]), Economy);
+        assert_eq!(nearest_tier(Economy, &[Frontier]), Frontier);
     }
 }

@@ -29,9 +29,15 @@ use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
 use crate::clock;
 use crate::error::Result;
 use crate::runner::TurnIo;
-use crate::timeline::{AskOption, AskQuestion, Event, Step, Todo, TodoStatus, ToolOutputPart};
+use crate::timeline::{
+    AskOption, AskQuestion, Event, Step, Tier, Todo, TodoStatus, ToolOutputPart,
+};
 
-pub struct ScriptedEngine;
+#[derive(Debug, Default)]
+pub struct ScriptedEngine {
+    /// The tiers this instance honours (all when empty); others are clamped to the nearest.
+    pub tiers: Vec<Tier>,
+}
 
 /// What survives an `ask` or a `sleep`.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -69,6 +75,10 @@ fn script_of(text: &str, prefix_plain: &str) -> Vec<String> {
 impl Engine for ScriptedEngine {
     fn name(&self) -> &'static str {
         "scripted"
+    }
+
+    fn honoured_tier(&self, requested: Tier) -> Tier {
+        super::nearest_tier(requested, &self.tiers)
     }
 
     fn title<'a>(

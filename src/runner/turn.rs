@@ -138,6 +138,18 @@ async fn run_turn(
         cwd: claim.cwd,
     };
     let engine = shared.engines.for_config(&claim.engine_config);
+    let mut input = input;
+    if let Some(requested) = input.tier {
+        let effective = engine.honoured_tier(requested);
+        if effective != requested {
+            io.emit(Event::TierClamped {
+                requested_tier: requested,
+                effective_tier: effective,
+            })
+            .await?;
+            input.tier = Some(effective);
+        }
+    }
     let end = match engine.run(&mut io, input).await {
         Ok(end) => end,
         Err(Error::StaleTurn) => return Err(Error::StaleTurn),
