@@ -37,14 +37,6 @@ impl LoginLimiter {
         }
     }
 
-    /// Seconds to wait when either the account or the address is over its limit.
-    pub fn blocked(&self, account: &str, address: &str) -> Option<u64> {
-        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let acc = self.recent(&mut map, &format!("a:{account}"));
-        let addr = self.recent(&mut map, &format!("i:{address}"));
-        (acc >= self.per_account || addr >= self.per_address).then(|| self.window.as_secs().max(1))
-    }
-
     /// Checks both limits and, when neither is reached, counts this attempt as a failure at once,
     /// under the same lock: concurrent attempts cannot all pass the check before any of them is
     /// counted. Returns the attempt's mark (for [`LoginLimiter::succeeded`]) or the seconds to
@@ -67,20 +59,6 @@ impl LoginLimiter {
             .or_default()
             .push_back(now);
         Ok(now)
-    }
-
-    pub fn failed(&self, account: &str, address: &str) {
-        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() > 100_000 {
-            map.clear();
-        }
-        let now = Instant::now();
-        map.entry(format!("a:{account}"))
-            .or_default()
-            .push_back(now);
-        map.entry(format!("i:{address}"))
-            .or_default()
-            .push_back(now);
     }
 
     /// Clears the account's failures and takes back the address's count of attempt `mark`.

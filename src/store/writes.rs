@@ -138,16 +138,18 @@ impl Tx<'_> {
             crate::bus::settles_tail(event_type),
             "bus::settles_tail disagrees with Event::is_input for {event_type}"
         );
-        let seq: i64 = self
-            .conn
-            .prepare_cached(
-                "UPDATE sessions SET last_event_seq = last_event_seq + 1, updated_at = ?2,
-                    last_output_seq = CASE WHEN ?3 THEN last_event_seq + 1 ELSE last_output_seq END
-                 WHERE pk = ?1 RETURNING last_event_seq",
-            )?
-            .query_row(params![key.pk, self.now, output], |r| r.get(0))
-            .optional()?
-            .ok_or(Error::NotFound)?;
+        // The writer keeps the counters; the session row gets them once per batch.
+        let c = self.counters(key.pk)?.ok_or(Error::NotFound)?;
+        let seq = c.last_event_seq + 1;
+        self.set_counters(
+            key.pk,
+            super::writer::Counters {
+                last_event_seq: seq,
+                last_output_seq: if output { seq } else { c.last_output_seq },
+                deleted: false,
+            },
+        );
+        let seq = seq as i64;
         self.conn
             .prepare_cached(
                 "INSERT INTO events (session_pk, seq, type, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -278,6 +280,14 @@ impl Tx<'_> {
             [&key.id],
         )?;
         c.execute("DELETE FROM sessions WHERE pk = ?1", [key.pk])?;
+        self.set_counters(
+            key.pk,
+            super::writer::Counters {
+                last_event_seq: 0,
+                last_output_seq: 0,
+                deleted: true,
+            },
+        );
         Ok(())
     }
 
@@ -472,7 +482,13 @@ impl Tx<'_> {
 
     /// The projection row as the runner needs it while holding the writer.
     pub fn session_row(&self, key: &SessionKey) -> Result<super::SessionRow> {
-        super::reads::session_row_by_pk(self.conn, key.pk, None)?.ok_or(Error::NotFound)
+        let mut row =
+            super::reads::session_row_by_pk(self.conn, key.pk, None)?.ok_or(Error::NotFound)?;
+        if let Some(c) = self.pending_counters(key.pk) {
+            row.last_event_seq = c.last_event_seq;
+            row.last_output_seq = c.last_output_seq;
+        }
+        Ok(row)
     }
 }
 
