@@ -1,0 +1,1239 @@
+//! Throughput and latency figures for sessiond's storage and HTTP paths.
+//!
+//! ```text
+//! cargo run --release --example bench              # full run (~2-3 min on 2 cores)
+//! cargo run --release --example bench -- --quick   # smaller sizes (< 30 s)
+//! ```
+//!
+//! This is a measuring command, not a test: it prints figures, ratios and how they compare with
+//! the targets, and asserts nothing about timing (it does check that the work was really done:
+//! row counts, HTTP statuses, page sizes).
+//!
+//! 1. Durable event appends through `Store::write` (one append per write call, as a request makes
+//!    it) at 1, 16 and 64 concurrent writers, each writer on its own session and all writers on
+//!    one shared session, compared with raw rusqlite inserting the same number of rows into an
+//!    identically shaped table in 1000-row transactions (same WAL / synchronous pragmas).
+//! 2. p50/p99 latency of `POST …/note` with 64 concurrent keep-alive HTTP clients against the real
+//!    server, started in-process on a loopback port.
+//! 3. p99 of a 100-event history page (`?before=` and `?cursor=`) on a session holding 1,000,000
+//!    events (100,000 with `--quick`), seeded through the store writer before the server starts.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags, params};
+use serde_json::{Value, json};
+use sessiond::bus::Bus;
+use sessiond::config::{Config, StoreConfig};
+use sessiond::store::{self, NewSession, SessionKey, Store};
+use sessiond::timeline::{Event, Sender};
+
+const TARGET_STORE_RATIO: f64 = 0.50;
+const TARGET_NOTE_P99: Duration = Duration::from_millis(5);
+const TARGET_HISTORY_P99: Duration = Duration::from_millis(2);
+const WRITER_LEVELS: [usize; 3] = [1, 16, 64];
+const NOTE_CLIENTS: usize = 64;
+const RAW_BATCH: usize = 1000;
+const PAGE: u64 = 100;
+
+struct Opts {
+    quick: bool,
+    /// Appends per store run (per concurrency level and session layout).
+    appends: usize,
+    /// Raw baseline repetitions per level; the median is used.
+    raw_reps: usize,
+    /// Store runs per level and layout; the median rate is used.
+    store_reps: usize,
+    notes_warmup_per_client: usize,
+    notes_per_client: usize,
+    /// Offered rate (requests/s, all clients together) and duration of the paced note run.
+    paced_rate: f64,
+    paced_secs: Duration,
+    history_events: u64,
+    history_requests_per_kind: usize,
+}
+
+impl Opts {
+    fn parse() -> Opts {
+        let mut quick = false;
+        for arg in std::env::args().skip(1) {
+            match arg.as_str() {
+                "--quick" => quick = true,
+                "-h" | "--help" => {
+                    println!(
+                        "usage: cargo run --release --example bench [-- --quick]\n\n\
+                         --quick   smaller sizes (100,000-event history session, fewer appends \
+                         and requests); finishes in well under 30 s"
+                    );
+                    std::process::exit(0);
+                }
+                other => {
+                    eprintln!("unknown argument {other:?} (try --help)");
+                    std::process::exit(2);
+                }
+            }
+        }
+        if quick {
+            Opts {
+                quick,
+                appends: 6_400,
+                raw_reps: 5,
+                store_reps: 1,
+                notes_warmup_per_client: 3,
+                notes_per_client: 40,
+                paced_rate: 1_000.0,
+                paced_secs: Duration::from_millis(1_500),
+                history_events: 100_000,
+                history_requests_per_kind: 500,
+            }
+        } else {
+            Opts {
+                quick,
+                appends: 32_000,
+                raw_reps: 5,
+                store_reps: 3,
+                notes_warmup_per_client: 10,
+                notes_per_client: 250,
+                paced_rate: 1_000.0,
+                paced_secs: Duration::from_secs(5),
+                history_events: 1_000_000,
+                history_requests_per_kind: 2_000,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers: percentiles, formatting, a deterministic PRNG (no extra dependency).
+
+struct Lat {
+    n: usize,
+    mean: Duration,
+    p50: Duration,
+    p90: Duration,
+    p99: Duration,
+    p999: Duration,
+    max: Duration,
+}
+
+impl Lat {
+    fn of(mut v: Vec<Duration>) -> Lat {
+        v.sort_unstable();
+        let n = v.len();
+        let pct = |p: f64| -> Duration {
+            if n == 0 {
+                return Duration::ZERO;
+            }
+            let rank = ((p / 100.0) * n as f64).ceil() as usize;
+            v[rank.clamp(1, n) - 1]
+        };
+        let sum: Duration = v.iter().sum();
+        Lat {
+            n,
+            mean: if n == 0 {
+                Duration::ZERO
+            } else {
+                sum / n as u32
+            },
+            p50: pct(50.0),
+            p90: pct(90.0),
+            p99: pct(99.0),
+            p999: pct(99.9),
+            max: v.last().copied().unwrap_or_default(),
+        }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "n={:<6} mean {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+            self.n,
+            ms(self.mean),
+            ms(self.p50),
+            ms(self.p90),
+            ms(self.p99),
+            ms(self.p999),
+            ms(self.max)
+        )
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn rate(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64().max(1e-9)
+}
+
+fn fmt_rate(r: f64) -> String {
+    format!("{}/s", thousands(r.round() as u64))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// splitmix64: enough randomness for picking page positions.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+fn note_event(note: String) -> Event {
+    Event::NoteSubmitted {
+        note,
+        sender: Sender::User {
+            user_id: "bench".into(),
+        },
+        client_request_id: None,
+        images: Vec::new(),
+        attachments: Vec::new(),
+    }
+}
+
+fn bench_note(i: usize) -> String {
+    format!("bench note {i}: the quick brown fox jumps over the lazy dog")
+}
+
+fn die(what: &str, e: impl std::fmt::Display) -> ! {
+    eprintln!("bench: {what}: {e}");
+    std::process::exit(1);
+}
+
+/// The 1/5/15-minute load averages (Linux), to judge how noisy the machine was.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// CPU seconds used so far by the whole process and by the bench's own client threads (named
+/// `bench-client`); the rest is the in-process server. Linux only (`/proc`), assumes USER_HZ=100.
+#[derive(Clone, Copy)]
+struct Cpu {
+    total: f64,
+    client: f64,
+}
+
+fn stat_cpu_secs(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+fn cpu_now() -> Option<Cpu> {
+    let total = stat_cpu_secs("/proc/self/stat")?;
+    let mut client = 0.0;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end().starts_with("bench-client") {
+            client += stat_cpu_secs(&dir.join("stat").display().to_string()).unwrap_or(0.0);
+        }
+    }
+    Some(Cpu { total, client })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Store appends vs raw batched rusqlite.
+
+/// Inserts `rows` rows into a fresh WAL database in `RAW_BATCH`-row transactions with one
+/// prepared statement; returns rows/s. Same table shape and pragmas as the store's `events`.
+fn raw_batched(dir: &Path, rows: usize, body: &str) -> f64 {
+    let path = dir.join("raw.db");
+    let conn = Connection::open(&path).unwrap_or_else(|e| die("open raw db", e));
+    conn.busy_timeout(Duration::from_secs(10)).ok();
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .unwrap_or_else(|e| die("raw journal_mode", e));
+    assert!(mode.eq_ignore_ascii_case("wal"), "raw db is not WAL");
+    for (k, v) in [
+        ("synchronous", "NORMAL"),
+        ("foreign_keys", "ON"),
+        ("temp_store", "MEMORY"),
+        ("cache_size", "-32000"),
+    ] {
+        conn.pragma_update(None, k, v)
+            .unwrap_or_else(|e| die("raw pragma", e));
+    }
+    conn.execute_batch(
+        "CREATE TABLE events (
+            session_pk INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
+            body TEXT NOT NULL, created_at INTEGER NOT NULL,
+            PRIMARY KEY (session_pk, seq)
+         ) WITHOUT ROWID;",
+    )
+    .unwrap_or_else(|e| die("raw schema", e));
+    let now = 1_700_000_000_000i64;
+    let start = Instant::now();
+    let mut seq = 0i64;
+    while (seq as usize) < rows {
+        let end = (seq as usize + RAW_BATCH).min(rows) as i64;
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .unwrap_or_else(|e| die("raw begin", e));
+        {
+            let mut stmt = conn
+                .prepare_cached(
+                    "INSERT INTO events (session_pk, seq, type, body, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .unwrap_or_else(|e| die("raw prepare", e));
+            while seq < end {
+                seq += 1;
+                stmt.execute(params![1i64, seq, "note_submitted", body, now])
+                    .unwrap_or_else(|e| die("raw insert", e));
+            }
+        }
+        conn.execute_batch("COMMIT")
+            .unwrap_or_else(|e| die("raw commit", e));
+    }
+    let r = rate(rows, start.elapsed());
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap_or_else(|e| die("raw count", e));
+    assert_eq!(n as usize, rows, "raw baseline row count");
+    r
+}
+
+struct StoreRun {
+    rate: f64,
+    lat: Vec<Duration>,
+}
+
+fn open_bench_store(path: &Path) -> (Store, String, String) {
+    let store = Store::open(path, &StoreConfig::default(), Bus::new(1024, 1024))
+        .unwrap_or_else(|e| die("open store", e));
+    let (ws, agent) = store
+        .write_blocking(|tx| {
+            let ws = tx.ensure_workspace("bench", "Bench")?;
+            let agent: String = tx.conn().query_row(
+                "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
+                [&ws],
+                |r| r.get(0),
+            )?;
+            Ok((ws, agent))
+        })
+        .unwrap_or_else(|e| die("create workspace", e));
+    (store, ws, agent)
+}
+
+fn insert_sessions(
+    store: &Store,
+    ws: &str,
+    agent: &str,
+    n: usize,
+    user: &str,
+    title: &str,
+) -> Vec<SessionKey> {
+    let (ws, agent, user, title) = (
+        ws.to_owned(),
+        agent.to_owned(),
+        user.to_owned(),
+        title.to_owned(),
+    );
+    store
+        .write_blocking(move |tx| {
+            (0..n)
+                .map(|_| {
+                    let id = sessiond::ids::new_id();
+                    tx.insert_session(&NewSession {
+                        id: &id,
+                        workspace_id: &ws,
+                        agent_id: &agent,
+                        user_id: &user,
+                        title: &title,
+                        cwd: None,
+                        created_by_session_id: None,
+                        tier: None,
+                        mode: "\"agent\"",
+                        requested_machine: None,
+                    })
+                })
+                .collect::<sessiond::Result<Vec<_>>>()
+        })
+        .unwrap_or_else(|e| die("insert sessions", e))
+}
+
+/// `total` appends from `writers` tasks, one durable append per `Store::write`.
+fn store_appends(
+    rt: &tokio::runtime::Runtime,
+    writers: usize,
+    total: usize,
+    shared: bool,
+) -> StoreRun {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
+    let (store, ws, agent) = open_bench_store(&tmp.path().join("store.db"));
+    let keys = insert_sessions(
+        &store,
+        &ws,
+        &agent,
+        if shared { 1 } else { writers },
+        "bench",
+        "bench",
+    );
+
+    // Warm-up: prepares the cached statements and grows the WAL a little.
+    let warm = 200usize;
+    rt.block_on(async {
+        for i in 0..warm {
+            let key = keys[i % keys.len()].clone();
+            let ev = note_event(bench_note(i));
+            store
+                .write(move |tx| tx.append(&key, &ev))
+                .await
+                .unwrap_or_else(|e| die("warm-up append", e));
+        }
+    });
+
+    let start = Instant::now();
+    let lats: Vec<Duration> = rt.block_on(async {
+        let mut tasks = Vec::with_capacity(writers);
+        for w in 0..writers {
+            let n = total / writers + usize::from(w < total % writers);
+            let store = store.clone();
+            let key = keys[if shared { 0 } else { w }].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(n);
+                for i in 0..n {
+                    let key = key.clone();
+                    let ev = note_event(bench_note(i));
+                    let t = Instant::now();
+                    store
+                        .write(move |tx| tx.append(&key, &ev))
+                        .await
+                        .unwrap_or_else(|e| die("append", e));
+                    lat.push(t.elapsed());
+                }
+                lat
+            }));
+        }
+        let mut all = Vec::with_capacity(total);
+        for t in tasks {
+            all.extend(t.await.unwrap_or_else(|e| die("writer task", e)));
+        }
+        all
+    });
+    let elapsed = start.elapsed();
+
+    let stored: i64 = store
+        .read_blocking(|c| Ok(c.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?))
+        .unwrap_or_else(|e| die("count events", e));
+    assert_eq!(stored as usize, total + warm, "store row count");
+    if shared {
+        // Seq allocation must be gap-free under contention.
+        let max_seq: i64 = store
+            .read_blocking(|c| Ok(c.query_row("SELECT max(seq) FROM events", [], |r| r.get(0))?))
+            .unwrap_or_else(|e| die("max seq", e));
+        assert_eq!(
+            max_seq as usize,
+            total + warm,
+            "shared session seqs are not dense"
+        );
+    }
+    store.close();
+    StoreRun {
+        rate: rate(total, elapsed),
+        lat: lats,
+    }
+}
+
+struct AppendRow {
+    writers: usize,
+    raw: f64,
+    own: StoreRun,
+    shared: StoreRun,
+}
+
+/// Median rate of several runs, latencies pooled over all of them.
+fn combine(runs: Vec<StoreRun>) -> StoreRun {
+    let rate = median(runs.iter().map(|r| r.rate).collect());
+    let lat = runs.into_iter().flat_map(|r| r.lat).collect();
+    StoreRun { rate, lat }
+}
+
+fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> {
+    let body = serde_json::to_string(&note_event(bench_note(12345))).expect("encode");
+    println!("== 1. Durable event appends: Store::write vs raw batched rusqlite ==");
+    println!(
+        "   {} appends per run; one append (UPDATE sessions … RETURNING + INSERT events) per \
+         Store::write call, callers answered after COMMIT; writers are tokio tasks on a {}-thread \
+         runtime; store rate = median of {} runs, latencies pooled over them.",
+        thousands(opts.appends as u64),
+        rt.metrics().num_workers(),
+        opts.store_reps
+    );
+    println!(
+        "   'own' = one session per writer, 'shared' = all writers append to one session (seq \
+         allocation contended). Raw = same row count, fresh WAL db, synchronous=NORMAL, \
+         prepared INSERT, {RAW_BATCH} rows/tx, median of {} runs. Event body {} bytes.",
+        opts.raw_reps,
+        body.len()
+    );
+    println!();
+    println!(
+        "   {:>7}  {:>13}  {:>13} {:>6}  {:>13} {:>6}   {:>24}   {:>24}",
+        "writers",
+        "raw rows/s",
+        "own ev/s",
+        "ratio",
+        "shared ev/s",
+        "ratio",
+        "own latency p50 / p99",
+        "shared latency p50 / p99"
+    );
+    let mut rows = Vec::new();
+    for &writers in &WRITER_LEVELS {
+        // Interleaved so that a noisy neighbour hurts all three alike.
+        let (mut raws, mut owns, mut shareds) = (Vec::new(), Vec::new(), Vec::new());
+        for rep in 0..opts.raw_reps.max(opts.store_reps) {
+            if rep < opts.raw_reps {
+                let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
+                raws.push(raw_batched(tmp.path(), opts.appends, &body));
+            }
+            if rep < opts.store_reps {
+                owns.push(store_appends(rt, writers, opts.appends, false));
+                shareds.push(store_appends(rt, writers, opts.appends, true));
+            }
+        }
+        let raw = median(raws);
+        let (own, shared) = (combine(owns), combine(shareds));
+        let (own_lat, shared_lat) = (Lat::of(own.lat.clone()), Lat::of(shared.lat.clone()));
+        println!(
+            "   {:>7}  {:>13}  {:>13} {:>5.1}%  {:>13} {:>5.1}%   {:>24}   {:>24}",
+            writers,
+            fmt_rate(raw),
+            fmt_rate(own.rate),
+            100.0 * own.rate / raw,
+            fmt_rate(shared.rate),
+            100.0 * shared.rate / raw,
+            format!("{} / {}", ms(own_lat.p50), ms(own_lat.p99)),
+            format!("{} / {}", ms(shared_lat.p50), ms(shared_lat.p99)),
+        );
+        rows.push(AppendRow {
+            writers,
+            raw,
+            own,
+            shared,
+        });
+    }
+    println!();
+    rows
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seeding the history session (before the server starts, on the server's own data dir).
+
+struct Seeded {
+    /// API key of the bench's owner account (`Authorization: Bearer`).
+    api_key: String,
+    session_id: String,
+    pk: i64,
+    events: u64,
+    secs: f64,
+    avg_body: f64,
+    db_bytes: u64,
+}
+
+fn seed_history(cfg: &Config, events: u64) -> Seeded {
+    std::fs::create_dir_all(&cfg.data_dir).unwrap_or_else(|e| die("data dir", e));
+    let db = cfg.db_path();
+    let store = Store::open(&db, &cfg.store, Bus::new(1024, 1024))
+        .unwrap_or_else(|e| die("open seed store", e));
+    // The server only serves authenticated requests: create an owner and an API key for the
+    // bench (what `sessiond user create` + `sessiond token create` do).
+    let phc = sessiond::auth::password::hash("bench-password-123")
+        .unwrap_or_else(|e| die("password hash", e));
+    let (ws, agent, user, api_key) = store
+        .write_blocking(move |tx| {
+            let ws = tx.ensure_workspace(sessiond::server::DEFAULT_WORKSPACE, "Default")?;
+            let agent: String = tx.conn().query_row(
+                "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
+                [&ws],
+                |r| r.get(0),
+            )?;
+            let user = tx.insert_user("bench@bench.local", &phc)?;
+            tx.add_membership(&user, &ws, "owner")?;
+            let key = sessiond::auth::create_key(
+                tx,
+                "bench",
+                Some(&user),
+                None,
+                &ws,
+                &["sessions".to_owned()],
+            )?;
+            Ok((ws, agent, user, key.key))
+        })
+        .unwrap_or_else(|e| die("seed workspace and credentials", e));
+    let key = insert_sessions(&store, &ws, &agent, 1, &user, "history bench").remove(0);
+    let start = Instant::now();
+    const CHUNK: u64 = 5_000;
+    let mut lo = 1u64;
+    while lo <= events {
+        let hi = (lo + CHUNK - 1).min(events);
+        let key = key.clone();
+        store
+            .write_blocking(move |tx| {
+                for i in lo..=hi {
+                    // Bodies of varying length (roughly 90-250 bytes).
+                    let pad = "lorem ipsum ".repeat((i % 14) as usize);
+                    tx.append(&key, &note_event(format!("seeded note {i} {pad}")))?;
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| die("seed append", e));
+        lo = hi + 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let (n, avg): (i64, f64) = store
+        .read_blocking(|c| {
+            Ok(c.query_row(
+                "SELECT count(*), avg(length(body)) FROM events WHERE session_pk = ?1",
+                [key.pk],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?)
+        })
+        .unwrap_or_else(|e| die("seed count", e));
+    assert_eq!(n as u64, events, "seeded event count");
+    store.close();
+    let db_bytes = ["", "-wal"]
+        .iter()
+        .filter_map(|s| std::fs::metadata(format!("{}{s}", db.display())).ok())
+        .map(|m| m.len())
+        .sum();
+    Seeded {
+        api_key,
+        session_id: key.id,
+        pk: key.pk,
+        events,
+        secs,
+        avg_body: avg,
+        db_bytes,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP helpers.
+
+/// The bench owner's API key, sent on every request once seeding has created it.
+static API_KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn http_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = API_KEY.get() {
+        let value = format!("Bearer {key}")
+            .parse()
+            .unwrap_or_else(|e| die("authorization header", e));
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(1)
+        .default_headers(headers)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap_or_else(|e| die("http client", e))
+}
+
+async fn wait_healthy(base: &str) {
+    let client = http_client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/healthz")).send().await
+            && r.status().is_success()
+        {
+            return;
+        }
+        if Instant::now() > deadline {
+            die("server", "did not become healthy within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    let r = client.get(url).send().await.unwrap_or_else(|e| die(url, e));
+    let status = r.status();
+    let text = r.text().await.unwrap_or_else(|e| die(url, e));
+    if !status.is_success() {
+        die(url, format!("{status}: {text}"));
+    }
+    serde_json::from_str(&text).unwrap_or_else(|e| die(url, e))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. POST …/note latency at 64 concurrent clients.
+
+struct NoteResult {
+    lat: Lat,
+    throughput: f64,
+    errors: usize,
+    first_error: Option<String>,
+    last_event_seq: u64,
+    /// (server, client) CPU seconds during the timed closed-loop run, and its wall time.
+    cpu: Option<(f64, f64)>,
+    wall: f64,
+    paced: Lat,
+    paced_rate: f64,
+    paced_errors: usize,
+}
+
+async fn post_note(client: &reqwest::Client, url: &str, note: String) -> Result<(), String> {
+    let r = client
+        .post(url)
+        .json(&json!({ "note": note }))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status();
+    let body = r.bytes().await.map_err(|e| e.to_string())?;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
+    }
+}
+
+/// Closed loop: every client sends its next note as soon as the previous one is answered.
+async fn notes_closed_loop(
+    url: Arc<String>,
+    warm: usize,
+    n: usize,
+) -> (
+    Vec<Duration>,
+    usize,
+    Option<String>,
+    Duration,
+    Option<(f64, f64)>,
+) {
+    let barrier = Arc::new(tokio::sync::Barrier::new(NOTE_CLIENTS + 1));
+    let done = Arc::new(tokio::sync::Barrier::new(NOTE_CLIENTS + 1));
+    let mut tasks = Vec::new();
+    for c in 0..NOTE_CLIENTS {
+        let (url, barrier, done) = (Arc::clone(&url), Arc::clone(&barrier), Arc::clone(&done));
+        tasks.push(tokio::spawn(async move {
+            // One client (one keep-alive connection) per simulated user.
+            let client = http_client();
+            for i in 0..warm {
+                let _ = post_note(&client, &url, format!("warm-up note {c}-{i}")).await;
+            }
+            barrier.wait().await;
+            let (mut lat, mut errors, mut first_error) = (Vec::with_capacity(n), 0, None);
+            for i in 0..n {
+                let t = Instant::now();
+                let res = post_note(&client, &url, format!("note {c}-{i} from the bench")).await;
+                lat.push(t.elapsed());
+                if let Err(e) = res {
+                    errors += 1;
+                    first_error.get_or_insert(e);
+                }
+            }
+            done.wait().await;
+            (lat, errors, first_error)
+        }));
+    }
+    barrier.wait().await;
+    let (start, cpu0) = (Instant::now(), cpu_now());
+    done.wait().await;
+    let (elapsed, cpu1) = (start.elapsed(), cpu_now());
+    let cpu = cpu0.zip(cpu1).map(|(a, b)| {
+        let client = b.client - a.client;
+        (b.total - a.total - client, client)
+    });
+    let mut lat = Vec::new();
+    let (mut errors, mut first_error) = (0, None);
+    for t in tasks {
+        let (l, e, f) = t.await.unwrap_or_else(|e| die("note client", e));
+        lat.extend(l);
+        errors += e;
+        if first_error.is_none() {
+            first_error = f;
+        }
+    }
+    (lat, errors, first_error, elapsed, cpu)
+}
+
+/// Paced: the same 64 clients, each sending at a fixed interval so that the server is far from
+/// saturated; shows the service latency without the queueing of the closed loop.
+async fn notes_paced(url: Arc<String>, total_rate: f64, dur: Duration) -> (Vec<Duration>, usize) {
+    let period = Duration::from_secs_f64(NOTE_CLIENTS as f64 / total_rate);
+    let start = tokio::time::Instant::now() + Duration::from_millis(200);
+    let end = start + dur;
+    let mut tasks = Vec::new();
+    for c in 0..NOTE_CLIENTS {
+        let url = Arc::clone(&url);
+        tasks.push(tokio::spawn(async move {
+            let client = http_client();
+            let _ = post_note(&client, &url, format!("paced warm-up {c}")).await;
+            let first = start + period.mul_f64(c as f64 / NOTE_CLIENTS as f64);
+            let mut tick = tokio::time::interval_at(first, period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let (mut lat, mut errors) = (Vec::new(), 0);
+            let mut i = 0;
+            loop {
+                if tick.tick().await >= end {
+                    break;
+                }
+                let t = Instant::now();
+                if post_note(&client, &url, format!("paced note {c}-{i}"))
+                    .await
+                    .is_err()
+                {
+                    errors += 1;
+                }
+                lat.push(t.elapsed());
+                i += 1;
+            }
+            (lat, errors)
+        }));
+    }
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap_or_else(|e| die("paced client", e));
+        lat.extend(l);
+        errors += e;
+    }
+    (lat, errors)
+}
+
+async fn section_notes(opts: &Opts, base: &str) -> NoteResult {
+    let sessions = format!("{base}/v1/ws/default/agent/sessions");
+    let client = http_client();
+    let r = client
+        .post(&sessions)
+        .json(&json!({"prompt": "bench"}))
+        .send()
+        .await
+        .unwrap_or_else(|e| die("create session", e));
+    let status = r.status();
+    let created: Value = r.json().await.unwrap_or_else(|e| die("create session", e));
+    if !status.is_success() {
+        die("create session", format!("{status}: {created}"));
+    }
+    let id = created["session"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| die("create session", format!("no session id in {created}")))
+        .to_owned();
+    // Let the scripted turn for the prompt finish so it does not overlap the measurement.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let d = get_json(&client, &format!("{sessions}/{id}")).await;
+        if d["turnStatus"].as_str() != Some("running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before_seq = get_json(&client, &format!("{sessions}/{id}")).await["lastEventSeq"]
+        .as_u64()
+        .unwrap_or(0);
+
+    let url = Arc::new(format!("{sessions}/{id}/note"));
+    let (warm, n) = (opts.notes_warmup_per_client, opts.notes_per_client);
+    let (lat, errors, first_error, elapsed, cpu) =
+        notes_closed_loop(Arc::clone(&url), warm, n).await;
+    let timed = lat.len();
+    let last_event_seq = get_json(&client, &format!("{sessions}/{id}")).await["lastEventSeq"]
+        .as_u64()
+        .unwrap_or(0);
+    let expected = before_seq + (NOTE_CLIENTS * (n + warm)) as u64;
+    if errors == 0 && last_event_seq < expected {
+        die(
+            "notes",
+            format!("session has lastEventSeq {last_event_seq}, expected at least {expected}"),
+        );
+    }
+    let (paced, paced_errors) = notes_paced(url, opts.paced_rate, opts.paced_secs).await;
+    NoteResult {
+        lat: Lat::of(lat),
+        throughput: rate(timed, elapsed),
+        errors,
+        first_error,
+        last_event_seq,
+        cpu,
+        wall: elapsed.as_secs_f64(),
+        paced: Lat::of(paced),
+        paced_rate: opts.paced_rate,
+        paced_errors,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. History page latency on a big session.
+
+struct HistoryResult {
+    before: Lat,
+    cursor: Lat,
+    all: Lat,
+    sql_before: Lat,
+    sql_cursor: Lat,
+    avg_page_bytes: f64,
+}
+
+async fn section_history(opts: &Opts, base: &str, seeded: &Seeded, db: &Path) -> HistoryResult {
+    let url = format!(
+        "{base}/v1/ws/default/agent/sessions/{}/history",
+        seeded.session_id
+    );
+    let client = http_client();
+    let n = seeded.events;
+    let mut rng = Rng(0x5EED);
+    // `before` in PAGE+1..=n+1 and `cursor` in 0..=n-PAGE: every page holds exactly PAGE events.
+    let mut pick = |i: usize| -> (bool, u64) {
+        if i.is_multiple_of(2) {
+            (true, rng.range(PAGE + 1, n + 1))
+        } else {
+            (false, rng.range(0, n - PAGE))
+        }
+    };
+    let fetch = |before: bool, pos: u64| {
+        let q = if before { "before" } else { "cursor" };
+        client.get(format!("{url}?{q}={pos}&limit={PAGE}")).send()
+    };
+
+    // Warm-up, also checking the page shape.
+    for i in 0..200 {
+        let (b, pos) = pick(i);
+        let r = fetch(b, pos).await.unwrap_or_else(|e| die("history", e));
+        let status = r.status();
+        let text = r.text().await.unwrap_or_else(|e| die("history", e));
+        if !status.is_success() {
+            die("history", format!("{status}: {text}"));
+        }
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| die("history", e));
+        let events = v["events"].as_array().map(Vec::len).unwrap_or(0);
+        if events as u64 != PAGE {
+            die(
+                "history",
+                format!("page has {events} events, expected {PAGE}"),
+            );
+        }
+        let first = v["events"][0]["seq"].as_u64().unwrap_or(0);
+        let want = if b { pos - PAGE } else { pos + 1 };
+        if first != want {
+            die(
+                "history",
+                format!("page starts at seq {first}, expected {want}"),
+            );
+        }
+    }
+
+    let total = opts.history_requests_per_kind * 2;
+    let (mut lb, mut lc, mut la) = (Vec::new(), Vec::new(), Vec::new());
+    let mut bytes = 0usize;
+    for i in 0..total {
+        let (b, pos) = pick(i);
+        let t = Instant::now();
+        let r = fetch(b, pos).await.unwrap_or_else(|e| die("history", e));
+        let status = r.status();
+        let body = r.bytes().await.unwrap_or_else(|e| die("history", e));
+        let d = t.elapsed();
+        if !status.is_success() {
+            die(
+                "history",
+                format!("{status}: {}", String::from_utf8_lossy(&body)),
+            );
+        }
+        bytes += body.len();
+        la.push(d);
+        if b { lb.push(d) } else { lc.push(d) }
+    }
+
+    // The same queries straight on a read-only connection, without HTTP, for comparison.
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap_or_else(|e| die("open db read-only", e));
+    let (mut sb, mut sc) = (Vec::new(), Vec::new());
+    for i in 0..total + 200 {
+        let (b, pos) = pick(i);
+        let t = Instant::now();
+        let page = if b {
+            store::events_before(&conn, seeded.pk, Some(pos), PAGE as u32 + 1)
+        } else {
+            store::events_after(&conn, seeded.pk, pos, PAGE as u32 + 1)
+        }
+        .unwrap_or_else(|e| die("sql page", e));
+        let d = t.elapsed();
+        assert_eq!(page.len() as u64, PAGE + 1, "sql page size");
+        if i >= 200 {
+            if b { sb.push(d) } else { sc.push(d) }
+        }
+    }
+
+    HistoryResult {
+        before: Lat::of(lb),
+        cursor: Lat::of(lc),
+        all: Lat::of(la),
+        sql_before: Lat::of(sb),
+        sql_cursor: Lat::of(sc),
+        avg_page_bytes: bytes as f64 / total as f64,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn main() {
+    let opts = Opts::parse();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let run_start = Instant::now();
+    println!(
+        "sessiond benchmark{}",
+        if opts.quick { " (--quick)" } else { "" }
+    );
+    println!(
+        "   machine: {cores} cores (available_parallelism); SQLite {}; {} build; temp dir {}",
+        rusqlite::version(),
+        if cfg!(debug_assertions) {
+            "DEBUG (figures are meaningless; use --release)"
+        } else {
+            "release"
+        },
+        std::env::temp_dir().display()
+    );
+    println!(
+        "   store config: synchronous=NORMAL (WAL), max_batch={}, read_connections={}",
+        StoreConfig::default().max_batch,
+        StoreConfig::default().read_connections
+    );
+    println!(
+        "   load average at start: {} (1/5/15 min; above {cores} means other processes compete \
+         for the cores and the figures are pessimistic)",
+        loadavg()
+    );
+    println!("   figures are wall-clock on a possibly shared machine; nothing here is asserted.");
+    println!();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| die("tokio runtime", e));
+
+    // 1. Appends.
+    let t = Instant::now();
+    let appends = section_appends(&opts, &rt);
+    println!("   (section took {:.1} s)", t.elapsed().as_secs_f64());
+    println!();
+
+    // Seed the history session on the server's data dir, then start the server on it.
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| die("pick port", e));
+    let cfg = Config {
+        bind: format!("127.0.0.1:{port}"),
+        data_dir: tmp.path().join("data"),
+        ..Default::default()
+    };
+    println!(
+        "== Seeding: {} events into one session through the store writer (5,000 appends per write job) ==",
+        thousands(opts.history_events)
+    );
+    let seeded = seed_history(&cfg, opts.history_events);
+    let _ = API_KEY.set(seeded.api_key.clone());
+    println!(
+        "   {} events in {:.1} s ({}), avg body {:.0} bytes, db {:.0} MiB",
+        thousands(seeded.events),
+        seeded.secs,
+        fmt_rate(seeded.events as f64 / seeded.secs),
+        seeded.avg_body,
+        seeded.db_bytes as f64 / (1024.0 * 1024.0)
+    );
+    let raw_all = median(appends.iter().map(|r| r.raw).collect());
+    let seed_rate = seeded.events as f64 / seeded.secs;
+    println!(
+        "   = {:.1} µs per Tx::append with thousands of appends per transaction (raw INSERT: {:.1} \
+         µs per row): even perfect group commit would cap Store appends at ~{:.0}% of raw here.",
+        1e6 / seed_rate,
+        1e6 / raw_all,
+        100.0 * seed_rate / raw_all
+    );
+    println!();
+
+    let db = cfg.db_path();
+    let base = format!("http://{}", cfg.bind);
+    std::thread::Builder::new()
+        .name("bench-server".into())
+        .spawn(move || {
+            if let Err(e) = sessiond::server::serve(cfg) {
+                die("server", e);
+            }
+        })
+        .unwrap_or_else(|e| die("server thread", e));
+    rt.block_on(wait_healthy(&base));
+
+    // 2. Notes.
+    println!(
+        "== 2. POST …/note: {NOTE_CLIENTS} concurrent clients (own keep-alive connection each), \
+         one shared session, in-process server on {base} =="
+    );
+    println!(
+        "   {} timed requests per client after {} warm-up requests each; latency = send until the \
+         full response body is read; client and server share the {cores} cores.",
+        opts.notes_per_client, opts.notes_warmup_per_client
+    );
+    let t = Instant::now();
+    let notes = rt.block_on(section_notes(&opts, &base));
+    println!("   latency   {}", notes.lat.line());
+    println!(
+        "   throughput {} requests ({} notes durable; session lastEventSeq {}), errors {}",
+        fmt_rate(notes.throughput),
+        thousands(notes.lat.n as u64),
+        notes.last_event_seq,
+        notes.errors
+    );
+    if let Some(e) = &notes.first_error {
+        println!("   first error: {e}");
+    }
+    if let Some((server, client)) = notes.cpu {
+        println!(
+            "   CPU during the timed run: server {:.2} cores busy ({:.0} µs CPU per note), bench \
+             clients {:.2} cores ({:.0} µs per request)",
+            server / notes.wall,
+            server * 1e6 / notes.lat.n as f64,
+            client / notes.wall,
+            client * 1e6 / notes.lat.n as f64
+        );
+    }
+    println!(
+        "   closed loop => mean latency ~= {NOTE_CLIENTS} / throughput = {}; paced run below \
+         shows the per-request latency when the server is not saturated:",
+        ms(Duration::from_secs_f64(
+            NOTE_CLIENTS as f64 / notes.throughput.max(1e-9)
+        ))
+    );
+    println!(
+        "   paced {} offered, {:.1} s: {} (errors {})",
+        fmt_rate(notes.paced_rate),
+        opts.paced_secs.as_secs_f64(),
+        notes.paced.line(),
+        notes.paced_errors
+    );
+    println!("   (section took {:.1} s)", t.elapsed().as_secs_f64());
+    println!();
+
+    // 3. History.
+    println!(
+        "== 3. GET …/history?limit={PAGE} on a session with {} events{}: one keep-alive client, \
+         random positions ==",
+        thousands(seeded.events),
+        if opts.quick {
+            " (--quick: 100,000 instead of 1,000,000)"
+        } else {
+            ""
+        }
+    );
+    let t = Instant::now();
+    let hist = rt.block_on(section_history(&opts, &base, &seeded, &db));
+    println!("   before=<seq>  {}", hist.before.line());
+    println!("   cursor=<seq>  {}", hist.cursor.line());
+    println!("   both          {}", hist.all.line());
+    println!(
+        "   avg page {:.1} KiB. Same queries on a direct read-only connection (no HTTP, no pool):",
+        hist.avg_page_bytes / 1024.0
+    );
+    println!("   sql before    {}", hist.sql_before.line());
+    println!("   sql after     {}", hist.sql_cursor.line());
+    println!("   (section took {:.1} s)", t.elapsed().as_secs_f64());
+    println!();
+
+    // Summary.
+    println!(
+        "== Summary ({cores} cores{}) ==",
+        if opts.quick { ", --quick" } else { "" }
+    );
+    let mut table: Vec<(String, String, String, bool)> = Vec::new();
+    for row in &appends {
+        for (layout, run) in [("own sessions", &row.own), ("shared session", &row.shared)] {
+            let ratio = run.rate / row.raw;
+            table.push((
+                format!("store appends, {:>2} writers, {layout}", row.writers),
+                format!(
+                    "{} = {:.1}% of raw {}",
+                    fmt_rate(run.rate),
+                    ratio * 100.0,
+                    fmt_rate(row.raw)
+                ),
+                format!(">= {:.0}% of raw", TARGET_STORE_RATIO * 100.0),
+                ratio >= TARGET_STORE_RATIO,
+            ));
+        }
+    }
+    table.push((
+        format!("POST note p99 @ {NOTE_CLIENTS} clients, closed loop"),
+        format!("{} (p50 {})", ms(notes.lat.p99), ms(notes.lat.p50)),
+        format!("< {}", ms(TARGET_NOTE_P99)),
+        notes.lat.p99 < TARGET_NOTE_P99 && notes.errors == 0,
+    ));
+    let label = format!("{} events", thousands(seeded.events));
+    for (what, lat) in [
+        ("before", &hist.before),
+        ("cursor", &hist.cursor),
+        ("both", &hist.all),
+    ] {
+        table.push((
+            format!("history page p99, {what}, {label}"),
+            format!("{} (p50 {})", ms(lat.p99), ms(lat.p50)),
+            format!("< {}", ms(TARGET_HISTORY_P99)),
+            lat.p99 < TARGET_HISTORY_P99,
+        ));
+    }
+    let w0 = table.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let w1 = table.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let w2 = table.iter().map(|r| r.2.len()).max().unwrap_or(0);
+    println!(
+        "   {:<w0$}  {:<w1$}  {:<w2$}  met",
+        "figure", "value", "target"
+    );
+    for (a, b, c, ok) in &table {
+        println!(
+            "   {a:<w0$}  {b:<w1$}  {c:<w2$}  {}",
+            if *ok { "yes" } else { "NO" }
+        );
+    }
+    if opts.quick {
+        println!(
+            "   (--quick: history session has 100,000 events, not the 1,000,000 of the target)"
+        );
+    }
+    println!();
+    println!(
+        "total run time {:.1} s; load average at end: {}",
+        run_start.elapsed().as_secs_f64(),
+        loadavg()
+    );
+
+    // The server thread runs until the process ends; remove the data dir and leave.
+    drop(tmp);
+    std::process::exit(0);
+}
