@@ -1,0 +1,879 @@
+//! End-to-end tests of the embedded web UI in headless Chromium, driven over WebDriver.
+//!
+//! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium` and
+//! `chromium-driver`). Without them the tests print a notice and pass, unless `CI` is set, in which
+//! case they fail. Screenshots of the main screens land in `target/ui-screenshots/`.
+
+mod common;
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use webdriver::*;
+
+const DESKTOP: (u32, u32) = (1440, 900);
+const PHONE: (u32, u32) = (390, 844);
+const WAIT: Duration = Duration::from_secs(20);
+
+/// One browser at a time: the streaming tests are timing-sensitive and Chromium is heavy.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The browser of one test, holding the lock until it is dropped (fields drop in order).
+struct Ui {
+    browser: Browser,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Ui {
+    type Target = Browser;
+    fn deref(&self) -> &Browser {
+        &self.browser
+    }
+}
+
+fn browser() -> Option<Ui> {
+    if !browser_available() {
+        return None;
+    }
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    Some(Ui {
+        browser: Browser::start(DESKTOP.0, DESKTOP.1),
+        _turn: turn,
+    })
+}
+
+/// Signs in through the login page and waits for the sessions list.
+fn login(b: &Browser, s: &Server) {
+    b.goto(&s.url("/login"));
+    b.type_into("#login-email", OWNER_EMAIL);
+    b.type_into("#login-password", OWNER_PASSWORD);
+    b.click_css(".auth-form button[type=submit]");
+    b.find(".list-view");
+}
+
+fn open_session(b: &Browser, s: &Server, id: &str) {
+    b.goto(&s.url(&format!("/#/w/{WS}/s/{id}")));
+    b.find(".session-view .timeline");
+}
+
+/// Text of the one element matching `css` (or null).
+fn text_of(b: &Browser, css: &str) -> Value {
+    b.exec(
+        "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
+        &[json!(css)],
+    )
+}
+
+fn count(b: &Browser, css: &str) -> u64 {
+    b.exec(
+        "return document.querySelectorAll(arguments[0]).length;",
+        &[json!(css)],
+    )
+    .as_u64()
+    .unwrap_or(0)
+}
+
+/// `chunk 1 chunk 2 … chunk n ` as the scripted engine streams it.
+fn chunks(n: u32) -> String {
+    (1..=n).map(|i| format!("chunk {i} ")).collect()
+}
+
+/// The durable reply rendered exactly once, with no live (streaming) copy left over.
+fn assert_single_final_text(b: &Browser, expected: &str) {
+    let texts = b.exec(
+        "return [...document.querySelectorAll('.timeline [data-kind=text]')].map(e => e.textContent);",
+        &[],
+    );
+    let texts: Vec<&str> = texts
+        .as_array()
+        .expect("texts")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(texts.len(), 1, "one durable reply expected: {texts:?}");
+    assert_eq!(texts[0].trim(), expected.trim(), "rendered reply");
+    assert_eq!(count(b, "[data-kind=live-text]"), 0, "no live text remains");
+    let all = text_of(b, ".timeline");
+    let all = all.as_str().unwrap_or("");
+    assert_eq!(
+        all.matches(expected.trim()).count(),
+        1,
+        "the reply appears once in the timeline: {all}"
+    );
+}
+
+/// A server started on an empty data dir (no owner yet) and its setup link.
+struct FreshServer {
+    child: Child,
+    base: String,
+    setup_url: String,
+    _tmp: tempfile::TempDir,
+}
+
+impl FreshServer {
+    fn start() -> FreshServer {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sessiond"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(tmp.path().join("data"))
+            .env("SESSIOND_LOG", "warn")
+            .env_remove("SESSIOND_CONFIG")
+            .env_remove("SESSIOND_DATA_DIR")
+            .env_remove("SESSIOND_BIND")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sessiond");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("first line");
+        let base = first
+            .trim()
+            .strip_prefix("sessiond listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        let mut second = String::new();
+        out.read_line(&mut second).expect("second line");
+        let setup_url = second
+            .trim()
+            .strip_prefix("no account yet: open ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected second line {second:?}"))
+            .to_owned();
+        assert!(setup_url.contains("/setup#"), "{setup_url}");
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = out.read_to_string(&mut sink);
+        });
+        FreshServer {
+            child,
+            base,
+            setup_url,
+            _tmp: tmp,
+        }
+    }
+}
+
+impl Drop for FreshServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn setup_then_logout_and_login() {
+    let Some(b) = browser() else { return };
+    let s = FreshServer::start();
+
+    // The setup page creates the owner and signs in.
+    b.goto(&s.setup_url);
+    b.type_into("#setup-email", "first@example.com");
+    b.type_into("#setup-password", "short");
+    b.type_into("#setup-confirm", "short");
+    b.click_css(".auth-form button[type=submit]");
+    b.wait_js(
+        "the too-short password refused",
+        "return document.querySelector('.form-error:not([hidden])')?.textContent.includes('10 characters');",
+        WAIT,
+    );
+    b.exec(
+        "document.querySelector('#setup-password').value = ''; document.querySelector('#setup-confirm').value = '';",
+        &[],
+    );
+    b.type_into("#setup-password", "a-long-password-1");
+    b.type_into("#setup-confirm", "a-long-password-1");
+    b.click_css(".auth-form button[type=submit]");
+    b.find(".list-view");
+    b.wait_js(
+        "the empty state",
+        "return document.querySelector('.list-wrap .empty-state:not([hidden]) h2')?.textContent === 'No sessions yet';",
+        WAIT,
+    );
+    let path = b.exec("return location.pathname;", &[]);
+    assert_eq!(path, "/", "the setup token left the address bar");
+    b.screenshot("list-empty");
+
+    // Sign out, then a wrong password, then the right one.
+    b.click_css("button[aria-label='Sign out']");
+    b.find("#login-email");
+    assert_eq!(b.exec("return location.pathname;", &[]), "/login");
+    b.screenshot("login");
+    b.type_into("#login-email", "first@example.com");
+    b.type_into("#login-password", "not-the-password");
+    b.click_css(".auth-form button[type=submit]");
+    b.wait_js(
+        "the wrong password refused",
+        "return document.querySelector('.form-error:not([hidden])')?.textContent === 'Wrong email or password.';",
+        WAIT,
+    );
+    b.exec("document.querySelector('#login-password').value = '';", &[]);
+    b.type_into("#login-password", "a-long-password-1");
+    b.click_css(".auth-form button[type=submit]");
+    b.find(".list-view");
+    let me = b.exec(
+        "return document.querySelector('.user-email').textContent;",
+        &[],
+    );
+    assert_eq!(me, "first@example.com");
+
+    // The setup link is spent.
+    b.goto(&s.setup_url);
+    b.find(".list-view");
+    b.click_css("button[aria-label='Sign out']");
+    b.find("#login-email");
+    b.goto(&s.setup_url);
+    b.wait_js(
+        "the spent setup link",
+        "return document.querySelector('.auth-card h1')?.textContent === 'Setup is done';",
+        WAIT,
+    );
+    let _ = &s.base;
+}
+
+#[test]
+fn a_new_session_streams_its_reply() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    login(&b, &s);
+
+    b.click_css("#nav-new");
+    let prompt = b.find("textarea[aria-label=Prompt]");
+    b.send_keys(
+        &prompt,
+        &format!("/slow 100{KEY_SHIFT}{KEY_ENTER}{KEY_NULL}/stream 20"),
+    );
+    b.click_css(".new-view .btn-send");
+    b.find(".session-view");
+
+    // The reply arrives piece by piece before the durable text replaces it.
+    let live = b.wait_js(
+        "streamed text",
+        "return document.querySelector('[data-kind=live-text]')?.textContent.includes('chunk 3 ') && document.querySelector('[data-kind=live-text]').textContent;",
+        WAIT,
+    );
+    assert!(
+        chunks(20).starts_with(live.as_str().unwrap().trim_end()),
+        "{live}"
+    );
+    assert_eq!(count(&b, "[data-kind=text]"), 0, "still streaming");
+    b.find("[data-kind=complete]");
+    assert_single_final_text(&b, &chunks(20));
+    let sent = text_of(&b, "[data-kind=prompt] .plain");
+    assert_eq!(sent, "/slow 100\n/stream 20");
+    let sender = text_of(&b, "[data-kind=prompt] .sender");
+    assert_eq!(sender, "You");
+    b.screenshot("session-streamed");
+}
+
+#[test]
+fn answering_an_ask_from_the_timeline() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    let id = s.create_prompt("/ask Pick | alpha | beta");
+    assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "ask");
+    login(&b, &s);
+    // The list shows it under Asking.
+    b.wait_js(
+        "the asking count",
+        "return document.querySelector('#tab-asking .count')?.textContent === '1';",
+        WAIT,
+    );
+    open_session(&b, &s, &id);
+    let q = b.find(".ask-card .ask-q");
+    let _ = q;
+    assert_eq!(text_of(&b, ".ask-card .ask-q"), "Pick");
+    b.click_css(".ask-option[data-label=beta]:not([disabled])");
+    b.wait_js(
+        "the reply to the answer",
+        "return [...document.querySelectorAll('[data-kind=text]')].some(e => e.textContent.trim() === 'answer: beta');",
+        WAIT,
+    );
+    assert_eq!(text_of(&b, "[data-kind=answer] .plain"), "beta");
+    assert_eq!(text_of(&b, "[data-kind=answer] .sender"), "You");
+    let events = s.history_all(&id);
+    let answers: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"]["type"] == "answer_submitted")
+        .collect();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0]["event"]["answer"], "beta");
+    assert_eq!(answers[0]["event"]["sender"]["kind"], "user");
+    // The answered card is closed.
+    b.wait_js(
+        "the closed ask card",
+        "return document.querySelector('.ask-card.inactive .ask-state')?.textContent === 'Answered';",
+        WAIT,
+    );
+}
+
+#[test]
+fn interrupting_a_slow_turn() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    login(&b, &s);
+    let id = s.create_prompt("/slow 200\n/stream 200");
+    open_session(&b, &s, &id);
+    b.wait_js(
+        "streamed text",
+        "return document.querySelector('[data-kind=live-text]')?.textContent.includes('chunk 2 ');",
+        WAIT,
+    );
+    b.click_css("button[aria-label='Interrupt the agent']:not([hidden])");
+    b.find("[data-kind=interrupted]");
+    let terminal = s.wait_terminal(&id, 1);
+    assert_eq!(terminal["event"]["type"], "interrupted");
+    assert_eq!(count(&b, "[data-kind=live-text]"), 0);
+    b.wait_js(
+        "the stop button gone",
+        "return document.querySelector('.btn-stop').hidden;",
+        WAIT,
+    );
+    // The header follows the status.
+    b.wait_js(
+        "the done badge",
+        "return document.querySelector('.session-meta .badge-done') !== null;",
+        WAIT,
+    );
+}
+
+#[test]
+fn reloading_mid_stream_neither_duplicates_nor_loses_text() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    login(&b, &s);
+    let id = s.create_prompt("/slow 100\n/stream 40");
+    open_session(&b, &s, &id);
+    b.wait_js(
+        "streamed text",
+        "return document.querySelector('[data-kind=live-text]')?.textContent.includes('chunk 5 ');",
+        WAIT,
+    );
+    b.refresh();
+    b.find(".session-view .timeline");
+    // After the reload the partial reply comes back whole (the volatile tail), then grows.
+    let live = b.wait_js(
+        "streamed text after the reload",
+        "const e = document.querySelector('[data-kind=live-text]'); return e && e.textContent.includes('chunk 12 ') && e.textContent;",
+        WAIT,
+    );
+    let live = live.as_str().unwrap().trim_end().to_owned();
+    assert!(
+        chunks(40).starts_with(&live),
+        "live text after reload is a clean prefix: {live}"
+    );
+    for _ in 0..5 {
+        let now = text_of(&b, "[data-kind=live-text]");
+        if let Some(t) = now.as_str() {
+            assert!(
+                chunks(40).starts_with(t.trim_end()),
+                "no duplicated or missing chunk: {t}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    b.find("[data-kind=complete]");
+    assert_single_final_text(&b, &chunks(40));
+    let durable = s
+        .history_all(&id)
+        .into_iter()
+        .find(|e| e["event"]["type"] == "step" && e["event"]["step"]["type"] == "text")
+        .expect("durable text");
+    assert_eq!(durable["event"]["step"]["text"], chunks(40));
+}
+
+#[test]
+fn html_in_a_prompt_renders_as_text() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    login(&b, &s);
+    let evil = "<img src=x onerror=alert(1)>";
+    b.click_css("#nav-new");
+    b.type_into("textarea[aria-label=Prompt]", evil);
+    b.click_css(".new-view .btn-send");
+    b.find(".session-view");
+    b.find("[data-kind=complete]");
+    assert_eq!(
+        count(&b, ".timeline img"),
+        0,
+        "no img element in the timeline"
+    );
+    assert_eq!(text_of(&b, "[data-kind=prompt] .plain"), evil);
+    let reply = text_of(&b, "[data-kind=text]");
+    assert_eq!(
+        reply.as_str().map(str::trim),
+        Some(format!("echo: {evil}").as_str())
+    );
+    let visible = b.exec(
+        "const e = document.querySelector('[data-kind=prompt] .plain'); const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 && getComputedStyle(e).visibility === 'visible';",
+        &[],
+    );
+    assert_eq!(visible, true, "the text is visible");
+    assert_eq!(b.alert_text(), None, "no script ran");
+    // The list shows the title as text too.
+    b.click_css("a.back");
+    b.find(".session-row");
+    assert_eq!(count(&b, ".session-list img"), 0);
+}
+
+/// Seeds a workspace with sessions of every kind, then screenshots the main screens.
+#[test]
+fn screenshots_of_the_main_screens() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": "research", "name": "Research"}),
+    );
+    assert_eq!(status, 201, "{v}");
+
+    let rich = s.create_prompt(
+        "/title Refactor the tokenizer\n/todos Read the tokenizer; Write failing tests; Split the state machine\n/tool read_file\n/reply I read `src/tokenizer.rs`: the **state machine** mixes lexing and *error recovery*. See https://example.com/guide for the approach.\n/task cargo-test 400\n/reply Tests pass. Next I will split the recovery into its own module.",
+    );
+    let done = s.create_prompt(
+        "/title Summarise the quarterly report\n/reply Revenue grew **12%**; costs were flat.",
+    );
+    let asking =
+        s.create_prompt("/ask Which environment should I deploy to? | staging | production");
+    let sleeping = s.create_prompt("/sleep 3600000");
+    let job = s.create(json!({
+        "prompt": "Ship version 2.4",
+        "mode": {"name": "release", "prompt": "Ship the release", "states": [
+            {"name": "collect", "prompt": "/reply Collected 14 changes"},
+            {"name": "draft", "prompt": "/reply Drafted the release notes"},
+            {"name": "review", "prompt": "/ask Publish the notes? | yes | no", "kind": "review"},
+            {"name": "publish", "prompt": "/reply Published"}
+        ]}
+    }));
+    let job = job["session"]["sessionId"].as_str().unwrap().to_owned();
+    let child = s.post(
+        &s.sessions_url(&format!("/{rich}/sessions")),
+        &json!({"prompt": "/title Write tokenizer tests\n/reply Added 6 tests."}),
+    );
+    assert_eq!(child.0, 200, "{}", child.1);
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents/research/sessions/default/messages")),
+        &json!({"prompt": "/title Research chat\n/reply Hi! I am the research agent. I can search the drive, summarise documents and keep notes."}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let research = s.create(json!({
+        "prompt": "/title Survey the papers on CRDTs\n/reply Found 9 relevant papers; the two most cited are summarised below.",
+        "cwd": "agents/research",
+    }));
+    let research = research["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let running = s.create_prompt("/slow 500\n/stream 400");
+    // Titles come after a first turn; name the ones still in theirs.
+    for (id, title) in [
+        (&asking, "Choose a deployment target"),
+        (&sleeping, "Nightly backup check"),
+        (&running, "Crawl the documentation site"),
+    ] {
+        let (status, v) = s.patch(&s.sessions_url(&format!("/{id}")), &json!({"title": title}));
+        assert_eq!(status, 200, "{v}");
+    }
+    for id in [&rich, &done, &research] {
+        assert_eq!(s.wait_terminal(id, 1)["event"]["type"], "complete");
+    }
+    assert_eq!(s.wait_terminal(&asking, 1)["event"]["type"], "ask");
+    poll_until("the Job to ask", WAIT, || {
+        (s.detail(&job)["bucket"] == "asking").then_some(())
+    });
+
+    login(&b, &s);
+    b.wait_js(
+        "the list with counts",
+        "return document.querySelectorAll('.session-row').length >= 9 && document.querySelector('#tab-asking .count')?.textContent === '2';",
+        WAIT,
+    );
+    assert_eq!(text_of(&b, "#tab-running .count"), "1");
+    assert_eq!(text_of(&b, "#tab-scheduled .count"), "1");
+    b.screenshot("list");
+
+    // Tabs filter; search finds by title.
+    b.click_css("#tab-asking");
+    b.wait_js(
+        "the asking tab",
+        "return document.querySelectorAll('.session-row').length === 2;",
+        WAIT,
+    );
+    b.click_css("#tab-all");
+    b.type_into("input[aria-label='Search sessions']", "quarterly");
+    b.wait_js(
+        "the search result",
+        "const rows = document.querySelectorAll('.session-row'); return rows.length === 1 && rows[0].textContent.includes('Summarise the quarterly report');",
+        WAIT,
+    );
+
+    open_session(&b, &s, &rich);
+    b.find("[data-kind=tool]");
+    b.wait_js(
+        "the rich session",
+        "return document.querySelectorAll('[data-kind=text]').length === 2 && document.querySelector('.session-aside .todos') && document.querySelector('.related-list a') && document.querySelector('.session-meta .badge-done');",
+        WAIT,
+    );
+    b.exec(
+        "document.querySelector('[data-kind=tool]').open = true;",
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    b.screenshot("session");
+
+    open_session(&b, &s, &job);
+    b.wait_js(
+        "the Job path",
+        "return document.querySelectorAll('.job-path .job-step').length === 4 && document.querySelector('.ask-option:not([disabled])');",
+        WAIT,
+    );
+    b.screenshot("session-job");
+
+    b.goto(&s.url(&format!("/#/w/{WS}/agents/research")));
+    b.wait_js(
+        "the agent chat",
+        "return document.querySelector('.agent-view [data-kind=text]')?.textContent.includes('research agent') && document.querySelector('.agent-aside .related-list a');",
+        WAIT,
+    );
+    b.screenshot("agent-home");
+
+    b.goto(&s.url(&format!("/#/w/{WS}/agents")));
+    b.wait_js(
+        "the agents",
+        "return document.querySelectorAll('.agent-card').length === 2;",
+        WAIT,
+    );
+    b.screenshot("agents");
+
+    b.goto(&s.url(&format!("/#/w/{WS}/new?agent=research")));
+    b.find("textarea[aria-label=Prompt]");
+    assert_eq!(
+        b.exec("return document.querySelector('#new-agent').value;", &[]),
+        "research"
+    );
+    b.screenshot("new-session");
+
+    b.set_viewport(PHONE.0, PHONE.1);
+    b.goto(&s.url(&format!("/#/w/{WS}/sessions")));
+    b.wait_js(
+        "the phone list",
+        "return document.querySelectorAll('.session-row').length >= 7;",
+        WAIT,
+    );
+    let overflow = b.exec(
+        "return document.documentElement.scrollWidth > window.innerWidth;",
+        &[],
+    );
+    assert_eq!(overflow, false, "no horizontal scrolling at phone width");
+    b.screenshot("list-phone");
+    open_session(&b, &s, &rich);
+    b.wait_js(
+        "the phone session",
+        "return document.querySelectorAll('[data-kind=text]').length === 2;",
+        WAIT,
+    );
+    b.screenshot("session-phone");
+
+    b.set_viewport(DESKTOP.0, DESKTOP.1);
+    b.exec("localStorage.setItem('sessiond.theme', 'dark');", &[]);
+    b.refresh();
+    b.wait_js(
+        "the dark session",
+        "return document.documentElement.dataset.theme === 'dark' && document.querySelectorAll('[data-kind=text]').length === 2;",
+        WAIT,
+    );
+    b.screenshot("session-dark");
+    b.goto(&s.url(&format!("/#/w/{WS}/sessions")));
+    b.wait_js(
+        "the dark list",
+        "return document.querySelectorAll('.session-row').length >= 9;",
+        WAIT,
+    );
+    // Sessions that were read are no longer marked unread.
+    let unread = b.exec(
+        "return document.querySelector(`.session-item[data-id='${arguments[0]}']`).classList.contains('unread');",
+        &[json!(rich)],
+    );
+    assert_eq!(unread, false, "the viewed session is read");
+    assert_eq!(s.detail(&rich)["unread"], false);
+    b.screenshot("list-dark");
+    let errors = ui_errors(&b);
+    assert!(errors.is_empty(), "browser console: {errors:#?}");
+}
+
+/// A 1×1 PNG.
+const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+#[test]
+fn acting_on_a_session() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    let id = s.create_prompt("hello");
+    assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");
+    login(&b, &s);
+    open_session(&b, &s, &id);
+    b.find("[data-kind=complete]");
+
+    // A note.
+    b.click_css(".composer .seg[data-kind=note]");
+    b.type_into(
+        ".pane .composer-input",
+        &format!("remember the milk{KEY_ENTER}"),
+    );
+    b.wait_js(
+        "the note",
+        "return document.querySelector('[data-kind=note] .plain')?.textContent === 'remember the milk';",
+        WAIT,
+    );
+    b.click_css(".composer .seg[data-kind=message]");
+
+    // An image and a file, dropped on the composer; the file goes through the upload grant.
+    b.exec(
+        "const bin = atob(arguments[0]); const bytes = new Uint8Array(bin.length);
+         for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+         const dt = new DataTransfer();
+         dt.items.add(new File([bytes], 'dot.png', { type: 'image/png' }));
+         dt.items.add(new File(['milk, eggs'], 'notes.txt', { type: 'text/plain' }));
+         document.querySelector('.pane .composer-box').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));",
+        &[json!(PNG_1X1)],
+    );
+    b.wait_js(
+        "the uploaded file and the image",
+        "return document.querySelector('.chip-file.done') && document.querySelector('.chip-image');",
+        WAIT,
+    );
+    b.exec(
+        "const c = document.querySelectorAll('.pane .composer select');
+         c[0].value = 'follow_up'; c[1].value = 'economy';",
+        &[],
+    );
+    b.type_into(".pane .composer-input", "/reply got it");
+    b.click_css(".pane .btn-send");
+    b.wait_js(
+        "the reply",
+        "return [...document.querySelectorAll('[data-kind=text]')].some(e => e.textContent.trim() === 'got it');",
+        WAIT,
+    );
+    b.wait_js(
+        "the image loaded through the session cookie",
+        "const img = document.querySelector('[data-kind=prompt] .msg-image img'); return img && img.complete && img.naturalWidth === 1;",
+        WAIT,
+    );
+    assert_eq!(
+        text_of(&b, "[data-kind=prompt] .file-chip .file-name"),
+        "notes.txt"
+    );
+    let events = s.history_all(&id);
+    let prompt = events
+        .iter()
+        .rev()
+        .find(|e| e["event"]["type"] == "prompt_submitted")
+        .expect("prompt");
+    assert_eq!(prompt["event"]["behavior"], "follow_up");
+    assert_eq!(prompt["event"]["images"].as_array().map(Vec::len), Some(1));
+    assert_eq!(prompt["event"]["attachments"][0]["name"], "notes.txt");
+    assert_eq!(
+        prompt["event"]["attachments"][0]["path"],
+        "uploads/notes.txt"
+    );
+    assert!(
+        prompt["event"]["clientRequestId"].is_string(),
+        "a clientRequestId per submission"
+    );
+    assert_eq!(s.detail(&id)["tier"], "economy");
+
+    // Rename.
+    b.click_css(".actions-inline button[aria-label=Rename]");
+    b.exec("document.querySelector('.dialog input').value = '';", &[]);
+    b.type_into(".dialog input", "Groceries");
+    b.click_css(".dialog button[type=submit]");
+    b.wait_js(
+        "the new title",
+        "return document.querySelector('.session-title')?.textContent === 'Groceries';",
+        WAIT,
+    );
+    assert_eq!(s.detail(&id)["title"], "Groceries");
+
+    // Moving to a missing folder says why, in words; a real folder works.
+    b.click_css(".actions-inline button[aria-label='Move to another folder']");
+    b.type_into(".dialog input", "no/such/folder");
+    b.click_css(".dialog button[type=submit]");
+    b.wait_js(
+        "the reason in words",
+        "return document.querySelector('.dialog .form-error:not([hidden])')?.textContent === 'That folder does not exist in the workspace drive.';",
+        WAIT,
+    );
+    b.exec("document.querySelector('.dialog input').value = '';", &[]);
+    b.type_into(".dialog input", "uploads");
+    b.click_css(".dialog button[type=submit]");
+    b.wait_js(
+        "the moved folder",
+        "return !document.querySelector('.dialog') && [...document.querySelectorAll('.session-meta .mono')].some(e => e.textContent === 'uploads');",
+        WAIT,
+    );
+    assert_eq!(s.detail(&id)["cwd"], "uploads");
+
+    // Archive: it leaves the list and shows in the archived view; restore brings it back.
+    b.click_css(".actions-inline button[aria-label=Archive]");
+    b.find(".session-meta .badge-archived");
+    b.goto(&s.url(&format!("/#/w/{WS}/sessions?archived=1")));
+    b.wait_js(
+        "the archived view",
+        "const rows = document.querySelectorAll('.session-row'); return rows.length === 1 && rows[0].textContent.includes('Groceries');",
+        WAIT,
+    );
+    open_session(&b, &s, &id);
+    b.click_css(".actions-inline button[aria-label='Restore from archive']");
+    b.wait_js(
+        "restored",
+        "return !document.querySelector('.session-meta .badge-archived');",
+        WAIT,
+    );
+    assert!(s.detail(&id).get("archivedAt").is_none());
+
+    // Delete, after confirming.
+    b.click_css(".actions-inline button[aria-label=Delete]");
+    b.wait_js(
+        "the confirmation",
+        "return document.querySelector('.dialog .dialog-title')?.textContent === 'Delete this session?';",
+        WAIT,
+    );
+    b.click_css(".dialog .btn-danger");
+    b.find(".list-view");
+    let (status, _) = s.get(&s.sessions_url(&format!("/{id}")));
+    assert_eq!(status, 404);
+    let errors = ui_errors(&b);
+    assert!(errors.is_empty(), "browser console: {errors:#?}");
+}
+
+#[test]
+fn the_phone_layout_is_usable() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    let id = s.create_prompt("/reply Hello from a small screen.");
+    assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");
+    b.set_viewport(PHONE.0, PHONE.1);
+    login(&b, &s);
+    // The sidebar is a drawer behind the menu button.
+    let hidden = b.exec(
+        "return getComputedStyle(document.querySelector('#sidebar')).visibility;",
+        &[],
+    );
+    assert_eq!(hidden, "hidden");
+    b.click_css("button[aria-label='Open menu']");
+    b.wait_js(
+        "the open drawer",
+        "return getComputedStyle(document.querySelector('#sidebar')).visibility === 'visible' && document.querySelector('#sidebar').getBoundingClientRect().left === 0;",
+        WAIT,
+    );
+    std::thread::sleep(Duration::from_millis(250));
+    b.screenshot("drawer-phone");
+    b.click_css("#sidebar a.nav-item[href$='/agents']");
+    b.find(".agents-view .agent-card");
+    b.goto(&s.url(&format!("/#/w/{WS}/s/{id}")));
+    b.find("[data-kind=complete]");
+    // Actions live in a menu; the details panel opens over the timeline.
+    b.click_css("button[aria-label='More actions']");
+    b.find(".menu .menu-item");
+    b.screenshot("session-menu-phone");
+    b.exec("document.activeElement.dispatchEvent(new KeyboardEvent('keydown', { key: 'Escape', bubbles: true }));", &[]);
+    b.wait_js(
+        "the closed menu",
+        "return document.querySelector('.menu').hidden;",
+        WAIT,
+    );
+    b.click_css("button[aria-label='Show details']");
+    b.wait_js(
+        "the details panel",
+        "const a = document.querySelector('.session-aside'); return a && a.getBoundingClientRect().width > 300;",
+        WAIT,
+    );
+    b.screenshot("details-phone");
+    b.click_css("button[aria-label='Close details']");
+    b.wait_js(
+        "the closed details panel",
+        "return getComputedStyle(document.querySelector('.session-aside')).display === 'none';",
+        WAIT,
+    );
+    let overflow = b.exec(
+        "return document.documentElement.scrollWidth > window.innerWidth;",
+        &[],
+    );
+    assert_eq!(overflow, false, "no horizontal scrolling at phone width");
+}
+
+#[test]
+fn older_history_loads_upward() {
+    let Some(b) = browser() else { return };
+    let s = Server::start();
+    let script: Vec<String> = (1..=70).map(|i| format!("/tool step{i}")).collect();
+    let id = s.create_prompt(&script.join("\n"));
+    assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");
+    login(&b, &s);
+    open_session(&b, &s, &id);
+    b.find("[data-kind=complete]");
+    // The newest page only: the start of the session is not there yet.
+    assert_eq!(count(&b, ".tl-divider"), 0);
+    let first = count(&b, "[data-kind=tool]");
+    assert!(first < 70, "only the newest page at first ({first} tools)");
+    assert!(b.try_find(".load-older:not([hidden])").is_some());
+    // Scrolling to the top loads the rest.
+    b.exec("document.querySelector('.scroller').scrollTop = 0;", &[]);
+    b.wait_js(
+        "the whole history",
+        "return document.querySelectorAll('[data-kind=tool]').length === 70 && document.querySelector('.tl-divider') && document.querySelector('.load-older').hidden;",
+        WAIT,
+    );
+    // Every card was completed, including those whose start was on the other page.
+    assert_eq!(count(&b, "[data-kind=tool].running"), 0);
+    assert_eq!(count(&b, "[data-kind=prompt]"), 1);
+}
+
+#[test]
+fn a_lost_server_is_shown_and_retried() {
+    let Some(b) = browser() else { return };
+    let mut s = Server::start();
+    let id = s.create_prompt("/reply still here");
+    assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");
+    login(&b, &s);
+    open_session(&b, &s, &id);
+    b.find("[data-kind=complete]");
+    s.kill9();
+    b.wait_js(
+        "the reconnecting banner",
+        "const e = document.querySelector('.conn-banner'); return e && !e.hidden && e.textContent.includes('Reconnecting');",
+        WAIT,
+    );
+    b.screenshot("session-reconnecting");
+    b.click_css("a.back");
+    b.wait_js(
+        "the list's error",
+        "const e = document.querySelector('.list-view .banner-error'); return e && !e.hidden && e.textContent.includes('Cannot reach sessiond');",
+        WAIT,
+    );
+    b.screenshot("list-server-down");
+}
+
+/// Browser errors that point at the UI itself: script errors and CSP violations. (Failed requests
+/// that a test provokes on purpose, such as a refused login, are expected.)
+fn ui_errors(b: &Browser) -> Vec<String> {
+    b.console_errors()
+        .into_iter()
+        .filter(|m| {
+            m.contains("Content Security Policy")
+                || m.contains("Refused to")
+                || m.contains("Uncaught")
+                || m.contains("TypeError")
+                || m.contains("SyntaxError")
+        })
+        .collect()
+}
