@@ -16,29 +16,25 @@ pub fn user_count(conn: &Connection) -> Result<i64> {
     Ok(conn.query_row("SELECT count(*) FROM users", [], |r| r.get(0))?)
 }
 
+fn user_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<UserRow> {
+    Ok(UserRow {
+        id: r.get(0)?,
+        email: r.get(1)?,
+        password_hash: r.get(2)?,
+    })
+}
+
 pub fn user_by_email(conn: &Connection, email: &str) -> Result<Option<UserRow>> {
     Ok(conn
         .prepare_cached("SELECT id, email, password_hash FROM users WHERE email = ?1")?
-        .query_row([email], |r| {
-            Ok(UserRow {
-                id: r.get(0)?,
-                email: r.get(1)?,
-                password_hash: r.get(2)?,
-            })
-        })
+        .query_row([email], user_from_row)
         .optional()?)
 }
 
 pub fn user_by_id(conn: &Connection, id: &str) -> Result<Option<UserRow>> {
     Ok(conn
         .prepare_cached("SELECT id, email, password_hash FROM users WHERE id = ?1")?
-        .query_row([id], |r| {
-            Ok(UserRow {
-                id: r.get(0)?,
-                email: r.get(1)?,
-                password_hash: r.get(2)?,
-            })
-        })
+        .query_row([id], user_from_row)
         .optional()?)
 }
 
