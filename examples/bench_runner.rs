@@ -1,0 +1,2246 @@
+//! Runner, streaming and identity figures for sessiond, measured against the real binary.
+//!
+//! ```text
+//! cargo run --release --example bench_runner              # full run (~2-3 min on 2 cores)
+//! cargo run --release --example bench_runner -- --quick   # smaller sizes (< 60 s)
+//! ```
+//!
+//! This is a measuring command, not a test: it prints figures (and one ratio against a baseline
+//! measured in the same run) next to their targets, and asserts nothing about timing. It does
+//! check that the work was really done (HTTP statuses, terminal types, frames received).
+//!
+//! Sections 1-4 talk HTTP/SSE to `target/release/sessiond serve` started as a separate process on
+//! a loopback port (so its RSS can be read from `/proc/<pid>/status`), with a fresh data dir, a
+//! user and an API key bootstrapped through the binary's own CLI, and a config file raising
+//! `runner.workers` and `stream.max_subscribers_per_session`:
+//!
+//! 1. Turns completed per second with the scripted engine (`/reply ok`) at 1, 64 and 512
+//!    concurrent sessions (1, 16, 64 with `--quick`): one client per session looping
+//!    `POST …/messages/wait` (each returns when the turn's terminal is durable).
+//!    Server CPU per thread group and the scheduler state of the writer / HTTP / runner threads
+//!    are sampled during each level, to show where the ceiling is.
+//! 2. Latency from `POST …/messages` to the turn's `complete` frame on the session's SSE stream,
+//!    at 64 concurrent sessions, back to back (closed loop: this saturates the server, so it
+//!    measures queueing) and paced at one message per session every 200 ms (open loop), plus
+//!    1 session for reference. The scripted `/reply` does no work, so this is sessiond's own
+//!    overhead per turn.
+//! 3. Commit-to-delivery latency of `POST …/note` frames to 1,000 SSE subscribers of one session:
+//!    receipt time minus the time the POST's response arrived (the commit precedes it), and
+//!    minus the time the POST was sent (an upper bound).
+//! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
+//!
+//! Section 5 builds the HTTP app in this process over the library and compares `GET` snapshot
+//! throughput through the real authenticated route with a bench-only route that skips the
+//! credential check but does the same read and serialisation (and, to split the difference, a
+//! bench-only route of the same shape that does run the real credential check).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use actix_web::http::header;
+use actix_web::{App, HttpResponse, HttpServer, middleware, web};
+use serde_json::{Value, json};
+use sessiond::api::AppState;
+use sessiond::auth::{Auth, Capability, Principal};
+use sessiond::bus::Bus;
+use sessiond::config::Config;
+use sessiond::engine::{Engines, scripted::ScriptedEngine};
+use sessiond::runner::Runner;
+use sessiond::sessions::{Actor, CreateIn, InputCommon, Sessions, WaitOutcome, view};
+use sessiond::timeline::{Behavior, Sender};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+
+const WS: &str = "default";
+const EMAIL: &str = "bench@local";
+const PASSWORD: &str = "bench-password-123";
+const TARGET_OVERHEAD_P99_MS: f64 = 10.0;
+const TARGET_FANOUT_P99_MS: f64 = 20.0;
+const TARGET_IDLE_KIB: f64 = 10.0;
+const TARGET_AUTH_RATIO: f64 = 0.9;
+/// Sessions the idle connections are spread over.
+const IDLE_SESSIONS: usize = 100;
+/// Concurrent connection attempts while opening the fan-out subscribers.
+const CONNECT_PARALLELISM: usize = 128;
+/// Concurrent connection attempts while opening the idle streams: each open does two store reads
+/// on tokio's blocking pool, and a storm of opens would grow that pool (threads, stacks, malloc
+/// arenas) and count it as per-connection memory.
+const IDLE_CONNECT_PARALLELISM: usize = 16;
+
+// ---------------------------------------------------------------------------------------------
+// Options.
+
+struct Opts {
+    quick: bool,
+    turn_levels: [usize; 3],
+    turn_warmup: Duration,
+    turn_secs: Duration,
+    sse_sessions: usize,
+    sse_warmup: Duration,
+    sse_secs: Duration,
+    sse_single_secs: Duration,
+    /// Interval between messages of one session in the paced (open-loop) run.
+    sse_period: Duration,
+    fan_subscribers: usize,
+    fan_notes: usize,
+    fan_gap: Duration,
+    idle_conns: usize,
+    idle_settle: Duration,
+    auth_conns: usize,
+    auth_rounds: usize,
+    auth_secs: Duration,
+}
+
+impl Opts {
+    fn parse() -> Opts {
+        let mut quick = false;
+        for arg in std::env::args().skip(1) {
+            match arg.as_str() {
+                "--quick" => quick = true,
+                "-h" | "--help" => {
+                    println!(
+                        "usage: cargo run --release --example bench_runner [-- --quick]\n\n\
+                         --quick   smaller sizes (turns at 1/16/64 sessions, 2,000 idle \
+                         streams, shorter runs); finishes in under 60 s"
+                    );
+                    std::process::exit(0);
+                }
+                other => {
+                    eprintln!("unknown argument {other:?} (try --help)");
+                    std::process::exit(2);
+                }
+            }
+        }
+        if quick {
+            Opts {
+                quick,
+                turn_levels: [1, 16, 64],
+                turn_warmup: Duration::from_millis(500),
+                turn_secs: Duration::from_secs(2),
+                sse_sessions: 64,
+                sse_warmup: Duration::from_millis(500),
+                sse_secs: Duration::from_secs(3),
+                sse_single_secs: Duration::from_secs(1),
+                sse_period: Duration::from_millis(200),
+                fan_subscribers: 1000,
+                fan_notes: 50,
+                fan_gap: Duration::from_millis(20),
+                idle_conns: 2000,
+                idle_settle: Duration::from_secs(2),
+                auth_conns: 16,
+                auth_rounds: 4,
+                auth_secs: Duration::from_secs(1),
+            }
+        } else {
+            Opts {
+                quick,
+                turn_levels: [1, 64, 512],
+                turn_warmup: Duration::from_secs(1),
+                turn_secs: Duration::from_secs(8),
+                sse_sessions: 64,
+                sse_warmup: Duration::from_secs(1),
+                sse_secs: Duration::from_secs(10),
+                sse_single_secs: Duration::from_secs(3),
+                sse_period: Duration::from_millis(200),
+                fan_subscribers: 1000,
+                fan_notes: 100,
+                fan_gap: Duration::from_millis(20),
+                idle_conns: 10_000,
+                idle_settle: Duration::from_secs(11),
+                auth_conns: 16,
+                auth_rounds: 6,
+                auth_secs: Duration::from_secs(3),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+/// Latencies in milliseconds (signed: a frame can arrive before the POST's response does).
+struct Lat {
+    v: Vec<f64>,
+}
+
+impl Lat {
+    fn of(mut v: Vec<f64>) -> Lat {
+        v.sort_by(f64::total_cmp);
+        Lat { v }
+    }
+
+    fn n(&self) -> usize {
+        self.v.len()
+    }
+
+    /// Nearest-rank percentile, `q` in 0..=100.
+    fn p(&self, q: f64) -> f64 {
+        let n = self.v.len();
+        if n == 0 {
+            return f64::NAN;
+        }
+        let rank = ((q / 100.0) * n as f64).ceil() as usize;
+        self.v[rank.clamp(1, n) - 1]
+    }
+
+    fn max(&self) -> f64 {
+        self.v.last().copied().unwrap_or(f64::NAN)
+    }
+
+    fn mean(&self) -> f64 {
+        if self.v.is_empty() {
+            f64::NAN
+        } else {
+            self.v.iter().sum::<f64>() / self.v.len() as f64
+        }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, mean {:.2} ms (n = {})",
+            self.p(50.0),
+            self.p(90.0),
+            self.p(99.0),
+            self.max(),
+            self.mean(),
+            thousands(self.n() as u64)
+        )
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `a - b` in milliseconds, negative when `a` is earlier.
+fn signed_ms(a: Instant, b: Instant) -> f64 {
+    if a >= b { ms(a - b) } else { -ms(b - a) }
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// PID of the server child, killed by `die` so that an early exit never leaves it running.
+static SERVER_PID: AtomicU32 = AtomicU32::new(0);
+
+fn die(what: &str, e: impl std::fmt::Display) -> ! {
+    eprintln!("bench_runner: {what}: {e}");
+    let pid = SERVER_PID.load(Ordering::SeqCst);
+    if pid != 0 {
+        // SAFETY: kill(2) on the pid of the child this process started.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+    std::process::exit(1);
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `VmRSS` of a process in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| die("read /proc/<pid>/status", e));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| die("VmRSS", "not found in /proc/<pid>/status"))
+}
+
+/// Threads of a process.
+fn thread_count(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Open file descriptors of a process.
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// `(command name, CPU seconds)` from a `/proc/.../stat` file (user + system time).
+fn stat_cpu(path: &str) -> Option<(String, f64)> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head
+        .split_once('(')
+        .map(|(_, c)| c)
+        .unwrap_or("")
+        .to_owned();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| f.get(i).and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some((comm, ticks / if hz > 0 { hz as f64 } else { 100.0 }))
+}
+
+/// CPU seconds a process has used so far.
+fn cpu_secs(pid: &str) -> f64 {
+    stat_cpu(&format!("/proc/{pid}/stat")).map_or(0.0, |c| c.1)
+}
+
+/// CPU seconds per thread of a process, by thread id: `(thread name, seconds)`.
+fn thread_cpu(pid: &str) -> HashMap<String, (String, f64)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return HashMap::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let tid = e.file_name().to_string_lossy().into_owned();
+            let c = stat_cpu(&format!("/proc/{pid}/task/{tid}/stat"))?;
+            Some((tid, c))
+        })
+        .collect()
+}
+
+/// Server and bench CPU use over a window, in cores (1.0 = one core fully busy).
+struct CpuWindow {
+    server_pid: String,
+    t: Instant,
+    server: f64,
+    client: f64,
+    threads: HashMap<String, (String, f64)>,
+}
+
+struct CpuUse {
+    server: f64,
+    bench: f64,
+    /// Server threads grouped by name, busiest first: `(name, threads, cores)`.
+    threads: Vec<(String, usize, f64)>,
+}
+
+impl CpuUse {
+    fn line(&self) -> String {
+        let top: Vec<String> = self
+            .threads
+            .iter()
+            .filter(|t| t.2 >= 0.01)
+            .take(4)
+            .map(|(name, n, c)| {
+                if *n > 1 {
+                    format!("{name} x{n} {c:.2}")
+                } else {
+                    format!("{name} {c:.2}")
+                }
+            })
+            .collect();
+        format!(
+            "CPU: server {:.2} cores [{}], bench client {:.2} cores",
+            self.server,
+            top.join(", "),
+            self.bench
+        )
+    }
+}
+
+impl CpuWindow {
+    fn start(server_pid: u32) -> CpuWindow {
+        let server_pid = server_pid.to_string();
+        CpuWindow {
+            server: cpu_secs(&server_pid),
+            client: cpu_secs("self"),
+            threads: thread_cpu(&server_pid),
+            server_pid,
+            t: Instant::now(),
+        }
+    }
+
+    fn stop(&self) -> CpuUse {
+        let secs = self.t.elapsed().as_secs_f64().max(1e-9);
+        let mut groups: HashMap<String, (usize, f64)> = HashMap::new();
+        for (tid, (name, now)) in thread_cpu(&self.server_pid) {
+            let before = self.threads.get(&tid).map_or(0.0, |t| t.1);
+            let g = groups.entry(name).or_default();
+            g.0 += 1;
+            g.1 += (now - before) / secs;
+        }
+        let mut threads: Vec<(String, usize, f64)> =
+            groups.into_iter().map(|(k, (n, c))| (k, n, c)).collect();
+        threads.sort_by(|a, b| b.2.total_cmp(&a.2));
+        CpuUse {
+            server: (cpu_secs(&self.server_pid) - self.server) / secs,
+            bench: (cpu_secs("self") - self.client) / secs,
+            threads,
+        }
+    }
+}
+
+/// Samples the scheduler state of the server's long-lived threads (writer, HTTP workers, runner)
+/// every 2 ms: `R` (running or waiting for a CPU), `D` (waiting for disk), else sleeping (idle,
+/// waiting for work or a lock). A thread that is `R` much more often than its CPU share was
+/// starved of CPU; one that is `R` + `D` nearly all the time is saturated.
+struct StateSampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<Vec<(String, usize, [f64; 3])>>,
+}
+
+const SAMPLED_THREADS: [&str; 3] = ["sessiond-writer", "actix-rt|system", "sessiond-runner"];
+
+impl StateSampler {
+    fn start(pid: u32) -> StateSampler {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::spawn(move || {
+            let tids: Vec<(String, String)> = thread_cpu(&pid.to_string())
+                .into_iter()
+                .filter(|(_, (name, _))| SAMPLED_THREADS.iter().any(|w| name.starts_with(w)))
+                .map(|(tid, (name, _))| (tid, name))
+                .collect();
+            // name -> (threads, [R, D, other] sample counts)
+            let mut counts: HashMap<String, (usize, [u64; 3])> = HashMap::new();
+            for (_, name) in &tids {
+                counts.entry(name.clone()).or_default().0 += 1;
+            }
+            while !flag.load(Ordering::Relaxed) {
+                for (tid, name) in &tids {
+                    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+                    else {
+                        continue;
+                    };
+                    let state = stat
+                        .rsplit_once(')')
+                        .and_then(|(_, r)| r.trim_start().chars().next())
+                        .unwrap_or('?');
+                    let i = match state {
+                        'R' => 0,
+                        'D' => 1,
+                        _ => 2,
+                    };
+                    if let Some(c) = counts.get_mut(name) {
+                        c.1[i] += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let mut out: Vec<(String, usize, [f64; 3])> = counts
+                .into_iter()
+                .map(|(name, (n, c))| {
+                    let total = c.iter().sum::<u64>().max(1) as f64;
+                    (name, n, c.map(|x| x as f64 / total))
+                })
+                .collect();
+            out.sort_by(|a, b| a.0.cmp(&b.0).reverse());
+            out
+        });
+        StateSampler { stop, handle }
+    }
+
+    fn stop(self) -> Vec<(String, usize, [f64; 3])> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+fn states_line(states: &[(String, usize, [f64; 3])]) -> String {
+    states
+        .iter()
+        .map(|(name, n, f)| {
+            let name = if *n > 1 {
+                format!("{name} x{n}")
+            } else {
+                name.clone()
+            };
+            format!(
+                "{name} R {:.0}% D {:.0}% idle {:.0}%",
+                f[0] * 100.0,
+                f[1] * 100.0,
+                f[2] * 100.0
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Lifts this process's open-files soft limit to the hard limit; returns the new soft limit.
+#[allow(clippy::unnecessary_cast)] // `rlim_t` is not `u64` on every platform
+fn raise_open_files_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        lim.rlim_cur as u64
+    }
+}
+
+fn sessions_path(rest: &str) -> String {
+    format!("/v1/ws/{WS}/agent/sessions{rest}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server process.
+
+/// The release binary: next to this example's own executable (`target/release/examples/..`), else
+/// under the manifest dir; built with `cargo build --release --bin sessiond` when missing or older
+/// than the sources.
+fn locate_binary() -> PathBuf {
+    if let Some(p) = option_env!("CARGO_BIN_EXE_sessiond") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("sessiond")))
+        .filter(|p| p.parent().is_some_and(Path::exists))
+        .unwrap_or_else(|| root.join("target/release/sessiond"));
+    let built_at = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+    let newest_source = [
+        "src",
+        "migrations",
+        "schemas",
+        "static",
+        "Cargo.toml",
+        "Cargo.lock",
+    ]
+    .iter()
+    .filter_map(|p| newest_mtime(&root.join(p)))
+    .max();
+    let why = match (built_at, newest_source) {
+        (None, _) => Some("missing"),
+        (Some(b), Some(s)) if s > b => Some("older than the sources"),
+        _ => None,
+    };
+    if let Some(why) = why {
+        println!(
+            "   {} is {why}: running `cargo build --release --bin sessiond` first",
+            bin.display()
+        );
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "--bin", "sessiond"])
+            .current_dir(root)
+            .status()
+            .unwrap_or_else(|e| die("cargo build --release", e));
+        if !status.success() {
+            die("cargo build --release", status);
+        }
+    }
+    if !bin.exists() {
+        die("server binary", format!("{} not found", bin.display()));
+    }
+    bin
+}
+
+fn newest_mtime(path: &Path) -> Option<SystemTime> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_dir() {
+        return meta.modified().ok();
+    }
+    std::fs::read_dir(path)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| newest_mtime(&e.path()))
+        .max()
+}
+
+fn sessiond_command(bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("SESSIOND_CONFIG")
+        .env_remove("SESSIOND_DATA_DIR")
+        .env_remove("SESSIOND_BIND")
+        .env("SESSIOND_LOG", "warn");
+    cmd
+}
+
+/// Creates the bench user and an API key (scope `sessions`) with the CLI; returns the key.
+fn bootstrap_credentials(bin: &Path, data_dir: &Path) -> String {
+    let mut user = sessiond_command(bin)
+        .args(["user", "create", "--email", EMAIL, "--password-stdin"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| die("sessiond user create", e));
+    {
+        let mut stdin = user.stdin.take().unwrap_or_else(|| die("stdin", "missing"));
+        writeln!(stdin, "{PASSWORD}").unwrap_or_else(|e| die("password", e));
+    }
+    let status = user
+        .wait()
+        .unwrap_or_else(|e| die("sessiond user create", e));
+    if !status.success() {
+        die("sessiond user create", status);
+    }
+    let out = sessiond_command(bin)
+        .args(["token", "create", "--user", EMAIL, "--scope", "sessions"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| die("sessiond token create", e));
+    if !out.status.success() {
+        die(
+            "sessiond token create",
+            String::from_utf8_lossy(&out.stderr),
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+struct ServerProc {
+    child: Child,
+    pid: u32,
+    base: String,
+    addr: SocketAddr,
+}
+
+impl ServerProc {
+    fn start(bin: &Path, data_dir: &Path, config: &Path) -> ServerProc {
+        let mut child = sessiond_command(bin)
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--config")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| die("spawn sessiond serve", e));
+        let pid = child.id();
+        SERVER_PID.store(pid, Ordering::SeqCst);
+        let stdout = child.stdout.take().unwrap_or_else(|| die("stdout", "none"));
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        reader
+            .read_line(&mut line)
+            .unwrap_or_else(|e| die("server first line", e));
+        let base = line
+            .trim()
+            .strip_prefix("sessiond listening on ")
+            .unwrap_or_else(|| die("server first line", format!("{line:?}")))
+            .to_owned();
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = reader.read_to_end(&mut sink);
+        });
+        let addr: SocketAddr = base
+            .strip_prefix("http://")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| die("server address", &base));
+        ServerProc {
+            child,
+            pid,
+            base,
+            addr,
+        }
+    }
+
+    /// SIGTERM, then up to 20 s for a clean exit, then SIGKILL.
+    fn stop(&mut self) -> String {
+        // SAFETY: kill(2) on the pid of the child this process started.
+        unsafe {
+            libc::kill(self.pid as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    SERVER_PID.store(0, Ordering::SeqCst);
+                    return status.to_string();
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    SERVER_PID.store(0, Ordering::SeqCst);
+                    return "killed after 20 s".into();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP helpers.
+
+struct Ctx {
+    base: String,
+    addr: SocketAddr,
+    key: String,
+    pid: u32,
+    http: reqwest::Client,
+}
+
+fn http_client(key: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = key {
+        let value = format!("Bearer {key}")
+            .parse()
+            .unwrap_or_else(|e| die("authorization header", e));
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .default_headers(headers)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap_or_else(|e| die("http client", e))
+}
+
+/// POSTs JSON and returns the parsed body of a 200 answer.
+async fn post_json(http: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
+    let r = http
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status();
+    let bytes = r.bytes().await.map_err(|e| e.to_string())?;
+    if status != reqwest::StatusCode::OK {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+async fn get_json(http: &reqwest::Client, url: &str) -> Result<Value, String> {
+    let r = http.get(url).send().await.map_err(|e| e.to_string())?;
+    let status = r.status();
+    let bytes = r.bytes().await.map_err(|e| e.to_string())?;
+    if status != reqwest::StatusCode::OK {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+fn terminal_type(v: &Value) -> &str {
+    v["terminal"]["event"]["type"].as_str().unwrap_or("")
+}
+
+/// Creates `n` sessions with `POST …/sessions/wait {prompt: "/reply ok"}` (so their first turn has
+/// ended), 16 at a time; returns their ids in order.
+async fn create_sessions(ctx: &Ctx, n: usize) -> Vec<String> {
+    let url = format!("{}{}", ctx.base, sessions_path("/wait"));
+    let sem = Arc::new(Semaphore::new(16));
+    let mut set = JoinSet::new();
+    for i in 0..n {
+        let (http, url, sem) = (ctx.http.clone(), url.clone(), Arc::clone(&sem));
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            let body = json!({
+                "prompt": "/reply ok",
+                "clientRequestId": uuid::Uuid::new_v4().to_string(),
+            });
+            let v = post_json(&http, &url, &body).await?;
+            if terminal_type(&v) != "complete" {
+                return Err(format!("first turn ended with {:?}", terminal_type(&v)));
+            }
+            let id = v["sessionId"]
+                .as_str()
+                .ok_or("no sessionId in the answer")?
+                .to_owned();
+            Ok::<_, String>((i, id))
+        });
+    }
+    let mut ids = vec![String::new(); n];
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok((i, id))) => ids[i] = id,
+            Ok(Err(e)) => die("create session", e),
+            Err(e) => die("create session task", e),
+        }
+    }
+    ids
+}
+
+async fn last_event_seq(ctx: &Ctx, id: &str) -> u64 {
+    let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}")));
+    let v = get_json(&ctx.http, &url)
+        .await
+        .unwrap_or_else(|e| die("GET snapshot", e));
+    v["lastEventSeq"]
+        .as_u64()
+        .unwrap_or_else(|| die("GET snapshot", "no lastEventSeq"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// A minimal SSE client over a raw TCP stream: one request, the response head, then a chunked
+// body decoded by hand. Much cheaper than an HTTP client per stream when thousands are open.
+
+struct SseFrame {
+    id: Option<u64>,
+    data: String,
+}
+
+struct RawSse {
+    stream: TcpStream,
+    /// Received bytes not yet decoded from the chunked framing.
+    raw: Vec<u8>,
+    chunked: bool,
+    /// Bytes left in the current chunk; `None` while a size line is expected.
+    chunk_left: Option<usize>,
+    /// Decoded body not yet parsed into frames.
+    body: Vec<u8>,
+    done: bool,
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+impl RawSse {
+    /// Connects, sends the GET and reads the response head (which the server sends as soon as
+    /// the subscription exists).
+    async fn open(addr: SocketAddr, path: &str, key: &str) -> Result<RawSse, String> {
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+             Accept: text/event-stream\r\n\r\n"
+        );
+        stream
+            .write_all(req.as_bytes())
+            .await
+            .map_err(|e| format!("send request: {e}"))?;
+        let mut raw = Vec::with_capacity(1024);
+        let mut tmp = [0u8; 2048];
+        let head_end = loop {
+            let n = stream
+                .read(&mut tmp)
+                .await
+                .map_err(|e| format!("read head: {e}"))?;
+            if n == 0 {
+                return Err("connection closed before the response head".into());
+            }
+            raw.extend_from_slice(&tmp[..n]);
+            if let Some(p) = find(&raw, b"\r\n\r\n") {
+                break p;
+            }
+            if raw.len() > 64 * 1024 {
+                return Err("response head too large".into());
+            }
+        };
+        let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+        if !head.starts_with("http/1.1 200") {
+            let tail = String::from_utf8_lossy(&raw[head_end..]);
+            return Err(format!(
+                "{} {}",
+                head.lines().next().unwrap_or(""),
+                tail.chars().take(200).collect::<String>()
+            ));
+        }
+        let chunked = head.contains("transfer-encoding: chunked");
+        raw.drain(..head_end + 4);
+        let mut sse = RawSse {
+            stream,
+            raw,
+            chunked,
+            chunk_left: None,
+            body: Vec::new(),
+            done: false,
+        };
+        sse.decode();
+        Ok(sse)
+    }
+
+    fn decode(&mut self) {
+        if !self.chunked {
+            self.body.append(&mut self.raw);
+            return;
+        }
+        loop {
+            match self.chunk_left {
+                None => {
+                    let Some(p) = find(&self.raw, b"\r\n") else {
+                        return;
+                    };
+                    let line = String::from_utf8_lossy(&self.raw[..p]);
+                    let size = line.split(';').next().unwrap_or("").trim();
+                    let size = usize::from_str_radix(size, 16).unwrap_or(0);
+                    self.raw.drain(..p + 2);
+                    if size == 0 {
+                        self.done = true;
+                        return;
+                    }
+                    self.chunk_left = Some(size);
+                }
+                Some(0) => {
+                    if self.raw.len() < 2 {
+                        return;
+                    }
+                    self.raw.drain(..2);
+                    self.chunk_left = None;
+                }
+                Some(n) => {
+                    if self.raw.is_empty() {
+                        return;
+                    }
+                    let take = n.min(self.raw.len());
+                    self.body.extend_from_slice(&self.raw[..take]);
+                    self.raw.drain(..take);
+                    self.chunk_left = Some(n - take);
+                }
+            }
+        }
+    }
+
+    fn parse(&mut self, out: &mut Vec<SseFrame>) {
+        let mut start = 0;
+        while let Some(p) = find(&self.body[start..], b"\n\n") {
+            let frame = &self.body[start..start + p];
+            start += p + 2;
+            let mut id = None;
+            let mut data = String::new();
+            for line in frame.split(|b| *b == b'\n') {
+                if let Some(v) = line.strip_prefix(b"id:") {
+                    id = std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|v| v.trim().parse().ok());
+                } else if let Some(v) = line.strip_prefix(b"data:") {
+                    data.push_str(String::from_utf8_lossy(v).trim_start());
+                }
+            }
+            if id.is_some() || !data.is_empty() {
+                out.push(SseFrame { id, data });
+            }
+        }
+        self.body.drain(..start);
+    }
+
+    /// Waits for the next read and appends the complete frames it finished to `out`; returns
+    /// when the bytes arrived, or `None` once the stream has ended.
+    async fn read_frames(&mut self, out: &mut Vec<SseFrame>) -> Option<Instant> {
+        if self.done {
+            return None;
+        }
+        let mut tmp = [0u8; 8192];
+        let n = self.stream.read(&mut tmp).await.ok()?;
+        let t = Instant::now();
+        if n == 0 {
+            self.done = true;
+            return None;
+        }
+        self.raw.extend_from_slice(&tmp[..n]);
+        self.decode();
+        self.parse(out);
+        Some(t)
+    }
+}
+
+fn events_path(id: &str, since: u64) -> String {
+    sessions_path(&format!("/{id}/events?since={since}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Turns per second.
+
+struct TurnLevel {
+    n: usize,
+    turns: u64,
+    secs: f64,
+    lat: Lat,
+    errors: u64,
+    first_error: Option<String>,
+    cpu: CpuUse,
+    states: Vec<(String, usize, [f64; 3])>,
+}
+
+impl TurnLevel {
+    fn rate(&self) -> f64 {
+        self.turns as f64 / self.secs
+    }
+}
+
+struct ClientTally {
+    turns: u64,
+    lat: Vec<f64>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+async fn turn_client(
+    http: reqwest::Client,
+    url: String,
+    window: (Instant, Instant),
+) -> ClientTally {
+    let (from, end) = window;
+    let mut t = ClientTally {
+        turns: 0,
+        lat: Vec::new(),
+        errors: 0,
+        first_error: None,
+    };
+    while Instant::now() < end {
+        let body = json!({
+            "prompt": "/reply ok",
+            "clientRequestId": uuid::Uuid::new_v4().to_string(),
+        });
+        let t0 = Instant::now();
+        let result = post_json(&http, &url, &body).await.and_then(|v| {
+            if terminal_type(&v) == "complete" {
+                Ok(())
+            } else {
+                Err(format!("terminal {:?}: {v}", terminal_type(&v)))
+            }
+        });
+        let t1 = Instant::now();
+        match result {
+            Ok(()) if t1 >= from && t1 <= end => {
+                t.turns += 1;
+                t.lat.push(ms(t1 - t0));
+            }
+            Ok(()) => {}
+            Err(e) => {
+                t.errors += 1;
+                t.first_error.get_or_insert(e);
+            }
+        }
+    }
+    t
+}
+
+async fn turns_at(ctx: &Ctx, opts: &Opts, sessions: &[String], n: usize) -> TurnLevel {
+    let start = Instant::now();
+    let from = start + opts.turn_warmup;
+    let end = from + opts.turn_secs;
+    let mut set = JoinSet::new();
+    for id in &sessions[..n] {
+        let url = format!(
+            "{}{}",
+            ctx.base,
+            sessions_path(&format!("/{id}/messages/wait"))
+        );
+        set.spawn(turn_client(ctx.http.clone(), url, (from, end)));
+    }
+    tokio::time::sleep_until(from.into()).await;
+    let cpu = CpuWindow::start(ctx.pid);
+    let sampler = StateSampler::start(ctx.pid);
+    tokio::time::sleep_until(end.into()).await;
+    let cpu = cpu.stop();
+    let states = sampler.stop();
+    let mut level = TurnLevel {
+        n,
+        turns: 0,
+        secs: opts.turn_secs.as_secs_f64(),
+        lat: Lat::of(Vec::new()),
+        errors: 0,
+        first_error: None,
+        cpu,
+        states,
+    };
+    let mut lat = Vec::new();
+    while let Some(r) = set.join_next().await {
+        let t = r.unwrap_or_else(|e| die("turn client", e));
+        level.turns += t.turns;
+        level.errors += t.errors;
+        lat.extend(t.lat);
+        if level.first_error.is_none() {
+            level.first_error = t.first_error;
+        }
+    }
+    level.lat = Lat::of(lat);
+    level
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. POST message -> terminal frame on SSE.
+
+struct SseLatency {
+    sessions: usize,
+    /// `Some(p)`: each session posts once per `p` (open loop); `None`: back to back.
+    period: Option<Duration>,
+    lat: Lat,
+    ack: Lat,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// One session: its SSE stream read by a task that forwards durable frames' event types, and a
+/// loop that posts a message and waits for the `complete` frame of the turn it started; with a
+/// `pace` of `(period, first slot)` it posts once per period instead of back to back.
+async fn sse_client(
+    ctx: Arc<CtxShared>,
+    id: String,
+    since: u64,
+    window: (Instant, Instant),
+    pace: Option<(Duration, Instant)>,
+) -> (Vec<f64>, Vec<f64>, u64, Option<String>) {
+    let (from, end) = window;
+    let mut next_slot = pace.map(|p| p.1);
+    let mut sse = match RawSse::open(ctx.addr, &events_path(&id, since), &ctx.key).await {
+        Ok(s) => s,
+        Err(e) => return (Vec::new(), Vec::new(), 1, Some(format!("open SSE: {e}"))),
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, String)>();
+    let reader = tokio::spawn(async move {
+        let mut frames = Vec::new();
+        while let Some(t) = sse.read_frames(&mut frames).await {
+            for f in frames.drain(..) {
+                if f.id.is_none() {
+                    continue;
+                }
+                let ty = serde_json::from_str::<Value>(&f.data)
+                    .ok()
+                    .and_then(|v| v["event"]["type"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                if tx.send((t, ty)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/messages")));
+    let (mut lat, mut ack) = (Vec::new(), Vec::new());
+    let (mut errors, mut first_error) = (0u64, None);
+    while Instant::now() < end {
+        if let (Some((period, _)), Some(slot)) = (pace, next_slot.as_mut()) {
+            tokio::time::sleep_until((*slot).into()).await;
+            *slot = (*slot + period).max(Instant::now());
+            if Instant::now() >= end {
+                break;
+            }
+        }
+        let body = json!({
+            "prompt": "/reply ok",
+            "clientRequestId": uuid::Uuid::new_v4().to_string(),
+        });
+        let t0 = Instant::now();
+        if let Err(e) = post_json(&ctx.http, &url, &body).await {
+            errors += 1;
+            first_error.get_or_insert(e);
+            continue;
+        }
+        let t_ack = Instant::now();
+        let terminal = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some((t, ty)) = rx.recv().await {
+                if matches!(ty.as_str(), "complete" | "ask" | "interrupted" | "sleep") {
+                    return Some((t, ty));
+                }
+            }
+            None
+        })
+        .await;
+        match terminal {
+            Ok(Some((t, ty))) if ty == "complete" => {
+                if t0 >= from && t <= end {
+                    lat.push(ms(t - t0));
+                    ack.push(ms(t_ack - t0));
+                }
+            }
+            Ok(Some((_, ty))) => {
+                errors += 1;
+                first_error.get_or_insert(format!("terminal {ty}"));
+            }
+            Ok(None) => {
+                errors += 1;
+                first_error.get_or_insert("SSE stream ended".into());
+                break;
+            }
+            Err(_) => {
+                errors += 1;
+                first_error.get_or_insert("no terminal on SSE within 30 s".into());
+                break;
+            }
+        }
+    }
+    reader.abort();
+    (lat, ack, errors, first_error)
+}
+
+/// What the SSE clients share (cheap to clone into tasks).
+struct CtxShared {
+    base: String,
+    addr: SocketAddr,
+    key: String,
+    http: reqwest::Client,
+}
+
+async fn sse_latency(
+    ctx: &Ctx,
+    sessions: &[String],
+    warmup: Duration,
+    secs: Duration,
+    period: Option<Duration>,
+) -> SseLatency {
+    let shared = Arc::new(CtxShared {
+        base: ctx.base.clone(),
+        addr: ctx.addr,
+        key: ctx.key.clone(),
+        http: ctx.http.clone(),
+    });
+    let mut since = Vec::new();
+    for id in sessions {
+        since.push(last_event_seq(ctx, id).await);
+    }
+    let from = Instant::now() + warmup;
+    let end = from + secs;
+    let mut set = JoinSet::new();
+    let start = Instant::now();
+    let n = sessions.len() as u32;
+    for (i, (id, since)) in sessions.iter().zip(since).enumerate() {
+        // Slots spread evenly over the period so the sessions do not post in lockstep.
+        let pace = period.map(|p| (p, start + p * i as u32 / n));
+        set.spawn(sse_client(
+            Arc::clone(&shared),
+            id.clone(),
+            since,
+            (from, end),
+            pace,
+        ));
+    }
+    let (mut lat, mut ack, mut errors, mut first_error) = (Vec::new(), Vec::new(), 0, None);
+    while let Some(r) = set.join_next().await {
+        let (l, a, e, f) = r.unwrap_or_else(|e| die("SSE client", e));
+        lat.extend(l);
+        ack.extend(a);
+        errors += e;
+        if first_error.is_none() {
+            first_error = f;
+        }
+    }
+    SseLatency {
+        sessions: sessions.len(),
+        period,
+        lat: Lat::of(lat),
+        ack: Lat::of(ack),
+        errors,
+        first_error,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Fan-out of notes to 1,000 subscribers of one session.
+
+struct Fanout {
+    subscribers: usize,
+    open_failures: usize,
+    first_open_error: Option<String>,
+    notes: usize,
+    /// Frame receipt minus the instant the POST's response arrived (commit happened before it).
+    from_response: Lat,
+    /// Frame receipt minus the instant the POST was sent (an upper bound of commit-to-delivery).
+    from_send: Lat,
+    /// Per note: last subscriber's receipt minus first subscriber's receipt.
+    spread: Lat,
+    post: Lat,
+    missing: usize,
+    ended_early: usize,
+    connect_secs: f64,
+    cpu: CpuUse,
+}
+
+async fn open_many(
+    ctx: &Ctx,
+    paths: Vec<String>,
+    parallelism: usize,
+) -> (Vec<RawSse>, usize, Option<String>) {
+    let sem = Arc::new(Semaphore::new(parallelism));
+    let mut set = JoinSet::new();
+    for path in paths {
+        let (sem, addr, key) = (Arc::clone(&sem), ctx.addr, ctx.key.clone());
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            RawSse::open(addr, &path, &key).await
+        });
+    }
+    let (mut ok, mut failed, mut first) = (Vec::new(), 0, None);
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(s)) => ok.push(s),
+            Ok(Err(e)) => {
+                failed += 1;
+                first.get_or_insert(e);
+            }
+            Err(e) => {
+                failed += 1;
+                first.get_or_insert(e.to_string());
+            }
+        }
+    }
+    (ok, failed, first)
+}
+
+async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
+    let id = create_sessions(ctx, 1).await.remove(0);
+    let since = last_event_seq(ctx, &id).await;
+    let t = Instant::now();
+    let paths = vec![events_path(&id, since); opts.fan_subscribers];
+    let (streams, open_failures, first_open_error) =
+        open_many(ctx, paths, CONNECT_PARALLELISM).await;
+    let connect_secs = t.elapsed().as_secs_f64();
+    let subscribers = streams.len();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut readers = JoinSet::new();
+    for mut sse in streams {
+        let mut stop = stop_rx.clone();
+        readers.spawn(async move {
+            let mut got: Vec<(u64, Instant)> = Vec::new();
+            let mut frames = Vec::new();
+            let mut ended = false;
+            loop {
+                tokio::select! {
+                    r = sse.read_frames(&mut frames) => match r {
+                        Some(t) => got.extend(frames.drain(..).filter_map(|f| Some((f.id?, t)))),
+                        None => {
+                            ended = true;
+                            break;
+                        }
+                    },
+                    _ = stop.changed() => break,
+                }
+            }
+            (got, ended)
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
+    let mut sent: HashMap<u64, (Instant, Instant)> = HashMap::new();
+    let mut post = Vec::new();
+    let mut ticker = tokio::time::interval(opts.fan_gap);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let cpu = CpuWindow::start(ctx.pid);
+    for i in 0..opts.fan_notes {
+        ticker.tick().await;
+        let t_send = Instant::now();
+        let r = ctx
+            .http
+            .post(&url)
+            .json(&json!({ "note": format!("fan-out note {i}") }))
+            .send()
+            .await
+            .unwrap_or_else(|e| die("POST note", e));
+        let t_resp = Instant::now();
+        let status = r.status();
+        let v: Value = r.json().await.unwrap_or_else(|e| die("POST note body", e));
+        if status != reqwest::StatusCode::OK {
+            die("POST note", format!("{status}: {v}"));
+        }
+        let seq = v["seq"]
+            .as_u64()
+            .unwrap_or_else(|| die("POST note", "no seq"));
+        sent.insert(seq, (t_send, t_resp));
+        post.push(ms(t_resp - t_send));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cpu = cpu.stop();
+    let _ = stop_tx.send(true);
+
+    let (mut from_response, mut from_send) = (Vec::new(), Vec::new());
+    let mut per_note: HashMap<u64, (Instant, Instant)> = HashMap::new();
+    let (mut missing, mut ended_early) = (0, 0);
+    while let Some(r) = readers.join_next().await {
+        let (got, ended) = r.unwrap_or_else(|e| die("subscriber", e));
+        if ended {
+            ended_early += 1;
+        }
+        let mut seen = 0;
+        for (seq, t) in got {
+            let Some(&(t_send, t_resp)) = sent.get(&seq) else {
+                continue;
+            };
+            seen += 1;
+            from_response.push(signed_ms(t, t_resp));
+            from_send.push(ms(t - t_send));
+            let e = per_note.entry(seq).or_insert((t, t));
+            e.0 = e.0.min(t);
+            e.1 = e.1.max(t);
+        }
+        missing += sent.len().saturating_sub(seen);
+    }
+    let spread = per_note
+        .values()
+        .map(|(first, last)| ms(*last - *first))
+        .collect();
+    Fanout {
+        subscribers,
+        open_failures,
+        first_open_error,
+        notes: sent.len(),
+        from_response: Lat::of(from_response),
+        from_send: Lat::of(from_send),
+        spread: Lat::of(spread),
+        post: Lat::of(post),
+        missing,
+        ended_early,
+        connect_secs,
+        cpu,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. RSS per idle SSE connection.
+
+struct Idle {
+    wanted: usize,
+    planned: usize,
+    opened: usize,
+    failed: usize,
+    first_error: Option<String>,
+    rss_before: u64,
+    rss_open: u64,
+    rss_closed: u64,
+    fds_before: usize,
+    fds_open: usize,
+    /// Server threads before opening, right after opening, and when RSS was read.
+    threads: [u64; 3],
+    connect_secs: f64,
+}
+
+impl Idle {
+    fn per_conn_kib(&self) -> f64 {
+        (self.rss_open as f64 - self.rss_before as f64) / self.opened.max(1) as f64
+    }
+}
+
+async fn idle_streams(ctx: &Ctx, opts: &Opts, nofile: u64) -> Idle {
+    // Leave room for the descriptors this process already uses.
+    let room = nofile.saturating_sub(fd_count(std::process::id()) as u64 + 64) as usize;
+    let planned = opts.idle_conns.min(room);
+    let ids = create_sessions(ctx, IDLE_SESSIONS).await;
+    let mut paths = Vec::with_capacity(planned);
+    for i in 0..planned {
+        paths.push(events_path(&ids[i % ids.len()], 0));
+    }
+    // Idle blocking-pool threads left by earlier sections exit after 10 s.
+    tokio::time::sleep(opts.idle_settle).await;
+    let rss_before = rss_kib(ctx.pid);
+    let fds_before = fd_count(ctx.pid);
+    let threads_before = thread_count(ctx.pid);
+    let t = Instant::now();
+    let (streams, failed, first_error) = open_many(ctx, paths, IDLE_CONNECT_PARALLELISM).await;
+    let connect_secs = t.elapsed().as_secs_f64();
+    let threads_peak = thread_count(ctx.pid);
+    tokio::time::sleep(opts.idle_settle).await;
+    let rss_open = rss_kib(ctx.pid);
+    let fds_open = fd_count(ctx.pid);
+    let threads_open = thread_count(ctx.pid);
+    let opened = streams.len();
+    drop(streams);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_closed = rss_kib(ctx.pid);
+    Idle {
+        wanted: opts.idle_conns,
+        planned,
+        opened,
+        failed,
+        first_error,
+        rss_before,
+        rss_open,
+        rss_closed,
+        fds_before,
+        fds_open,
+        threads: [threads_before, threads_peak, threads_open],
+        connect_secs,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. GET snapshot with a key vs without auth, in one process.
+
+/// The snapshot body exactly as the real `GET …/sessions/{id}` handler shapes it.
+async fn snapshot_body(
+    state: &AppState,
+    actor: &Actor,
+    id: &str,
+) -> sessiond::Result<HttpResponse> {
+    let row = state.sessions.detail_row(actor, id).await?;
+    let body = serde_json::to_string(&view::detail(&row))
+        .map_err(|e| sessiond::Error::Internal(format!("cannot encode response: {e}")))?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "application/json"))
+        .body(body))
+}
+
+/// The bench-only route: the real snapshot handler minus the credential check (a fixed actor).
+async fn snapshot_noauth(
+    state: web::Data<AppState>,
+    actor: web::Data<Actor>,
+    path: web::Path<String>,
+) -> sessiond::Result<HttpResponse> {
+    snapshot_body(&state, &actor, &path).await
+}
+
+/// The same bench-only route shape, but with the real credential check (the `Actor` extractor):
+/// separates the cost of the check from the cost of the real route's place in the router.
+async fn snapshot_auth(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+) -> sessiond::Result<HttpResponse> {
+    snapshot_body(&state, &actor, &path.1).await
+}
+
+/// One way of fetching the snapshot, measured in rounds.
+struct Variant {
+    label: &'static str,
+    route: &'static str,
+    url: String,
+    /// `(successful requests, seconds)` per round.
+    runs: Vec<(u64, f64)>,
+    /// CPU seconds of the server side of this process during the rounds.
+    server_cpu: f64,
+}
+
+impl Variant {
+    fn requests(&self) -> u64 {
+        self.runs.iter().map(|r| r.0).sum()
+    }
+
+    fn rate(&self) -> f64 {
+        let s: f64 = self.runs.iter().map(|r| r.1).sum();
+        self.requests() as f64 / s.max(1e-9)
+    }
+
+    fn round_rates(&self) -> Vec<f64> {
+        self.runs.iter().map(|r| r.0 as f64 / r.1).collect()
+    }
+
+    fn cpu_us(&self) -> f64 {
+        self.server_cpu / self.requests().max(1) as f64 * 1e6
+    }
+}
+
+struct AuthRun {
+    /// The real route with the key, the bench route without auth, the bench route with the
+    /// real credential check.
+    real: Variant,
+    noauth: Variant,
+    checked: Variant,
+    /// `Auth::key` + `Auth::authorize` with a cached key, called in a loop: seconds per call.
+    check_secs: f64,
+    errors: u64,
+    first_error: Option<String>,
+    server_workers: usize,
+}
+
+impl AuthRun {
+    fn ratio(&self) -> f64 {
+        self.real.rate() / self.noauth.rate()
+    }
+}
+
+/// Per-round ratios of two variants measured in the same rounds.
+fn round_ratios(a: &Variant, b: &Variant) -> String {
+    a.round_rates()
+        .iter()
+        .zip(b.round_rates())
+        .map(|(x, y)| format!("{:.3}", x / y))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// CPU seconds used so far by this process's threads other than the main thread and the bench
+/// client's runtime: the in-process server (HTTP workers, their blocking pools, store, runner).
+fn server_side_cpu() -> f64 {
+    let me = std::process::id().to_string();
+    thread_cpu("self")
+        .into_iter()
+        .filter(|(tid, (name, _))| *tid != me && !name.starts_with("bench-client"))
+        .map(|(_, (_, secs))| secs)
+        .sum()
+}
+
+/// `conns` keep-alive clients GET `url` for `secs`; returns (successes, seconds, errors, first).
+async fn hammer(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    conns: usize,
+    secs: Duration,
+) -> (u64, f64, u64, Option<String>) {
+    let start = Instant::now();
+    let end = start + secs;
+    let mut set = JoinSet::new();
+    for _ in 0..conns {
+        let (http, url, bearer) = (http.clone(), url.to_owned(), format!("Bearer {key}"));
+        set.spawn(async move {
+            let (mut ok, mut err, mut first) = (0u64, 0u64, None);
+            loop {
+                let r = http
+                    .get(&url)
+                    .header(reqwest::header::AUTHORIZATION, &bearer)
+                    .send()
+                    .await;
+                let done = match r {
+                    Ok(r) if r.status() == reqwest::StatusCode::OK => r.bytes().await.is_ok(),
+                    Ok(r) => {
+                        first.get_or_insert(format!("status {}", r.status()));
+                        false
+                    }
+                    Err(e) => {
+                        first.get_or_insert(e.to_string());
+                        false
+                    }
+                };
+                if Instant::now() > end {
+                    break;
+                }
+                if done {
+                    ok += 1;
+                } else {
+                    err += 1;
+                }
+            }
+            (ok, err, first)
+        });
+    }
+    let (mut ok, mut err, mut first) = (0, 0, None);
+    while let Some(r) = set.join_next().await {
+        let (o, e, f) = r.unwrap_or_else(|e| die("GET client", e));
+        ok += o;
+        err += e;
+        if first.is_none() {
+            first = f;
+        }
+    }
+    (ok, secs.as_secs_f64(), err, first)
+}
+
+fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
+    let cfg = Config {
+        bind: "127.0.0.1:0".into(),
+        data_dir: tmp.path().join("data"),
+        ..Default::default()
+    };
+    let bus = Bus::new(
+        cfg.stream.channel_capacity,
+        cfg.stream.max_subscribers_per_session,
+    );
+    let store = sessiond::server::open_store(&cfg, Arc::clone(&bus))
+        .unwrap_or_else(|e| die("open store", e));
+    let runner_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("bench-runner")
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| die("runner runtime", e));
+    let runner = Runner::start(
+        store.clone(),
+        Engines::new(Arc::new(ScriptedEngine::default())),
+        cfg.runner.clone(),
+        runner_rt.handle(),
+    )
+    .unwrap_or_else(|e| die("start runner", e));
+    let phc = sessiond::auth::password::hash(PASSWORD).unwrap_or_else(|e| die("password hash", e));
+    let (user_id, ws_id, key) = store
+        .write_blocking(move |tx| {
+            let ws = sessiond::store::workspace_by_slug(tx.conn(), WS)?
+                .ok_or(sessiond::Error::NotFound)?;
+            let user = tx.insert_user(EMAIL, &phc)?;
+            tx.add_membership(&user, &ws.id, "owner")?;
+            let key = sessiond::auth::create_key(
+                tx,
+                "bench",
+                Some(&user),
+                None,
+                &ws.id,
+                &["sessions".to_owned()],
+            )?;
+            Ok((user, ws.id, key.key))
+        })
+        .unwrap_or_else(|e| die("create user and key", e));
+    let actor = Actor {
+        workspace_id: ws_id,
+        workspace_slug: WS.into(),
+        user_id: user_id.clone(),
+        sender: Sender::User { user_id },
+    };
+    let sessions = Sessions::new(store.clone(), runner.clone(), Arc::new(cfg));
+    let state = web::Data::new(AppState::new(sessions, Auth::new(store.clone())));
+    let session_id = runner_rt.block_on(async {
+        let input = CreateIn {
+            prompt: "/reply ok".into(),
+            cwd: None,
+            tier: None,
+            behavior: Behavior::Steer,
+            mode: None,
+            common: InputCommon::default(),
+        };
+        let s = state
+            .sessions
+            .create(&actor, input, None)
+            .await
+            .unwrap_or_else(|e| die("create session", e));
+        match state.sessions.wait_for_terminal(&s.key, s.input_seq).await {
+            Ok(WaitOutcome::Terminal { .. }) => {}
+            Ok(WaitOutcome::Pending) => die("first turn", "still pending"),
+            Err(e) => die("first turn", e),
+        }
+        s.key.id
+    });
+
+    let actor = web::Data::new(actor);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let app_state = state.clone();
+    let server_thread = std::thread::spawn(move || {
+        let system = actix_web::rt::System::new();
+        system.block_on(async move {
+            let server = HttpServer::new(move || {
+                App::new()
+                    .app_data(app_state.clone())
+                    .app_data(actor.clone())
+                    .wrap(
+                        middleware::DefaultHeaders::new()
+                            .add(("X-Content-Type-Options", "nosniff"))
+                            .add(("Referrer-Policy", "no-referrer"))
+                            .add(("X-Frame-Options", "DENY"))
+                            .add((
+                                "Content-Security-Policy",
+                                "default-src 'none'; frame-ancestors 'none'",
+                            )),
+                    )
+                    .route("/bench/noauth/{id}", web::get().to(snapshot_noauth))
+                    .route(
+                        "/bench/auth/{workspaceSlug}/{id}",
+                        web::get().to(snapshot_auth),
+                    )
+                    .configure(sessiond::api::routes)
+            })
+            .disable_signals()
+            .shutdown_timeout(5)
+            .bind("127.0.0.1:0")
+            .unwrap_or_else(|e| die("bind in-process server", e));
+            let addr = server.addrs()[0];
+            let server = server.run();
+            let _ = tx.send((addr, server.handle()));
+            server.await
+        })
+    });
+    let (addr, handle) = rx.recv().unwrap_or_else(|e| die("in-process server", e));
+
+    let variant = |label, route, url| Variant {
+        label,
+        route,
+        url,
+        runs: Vec::new(),
+        server_cpu: 0.0,
+    };
+    let mut run = AuthRun {
+        real: variant(
+            "real route, key checked",
+            "/v1/ws/{workspaceSlug}/agent/sessions/{sessionId}",
+            format!("http://{addr}{}", sessions_path(&format!("/{session_id}"))),
+        ),
+        noauth: variant(
+            "bench route, no auth",
+            "/bench/noauth/{id}",
+            format!("http://{addr}/bench/noauth/{session_id}"),
+        ),
+        checked: variant(
+            "bench route, key checked",
+            "/bench/auth/{workspaceSlug}/{id}",
+            format!("http://{addr}/bench/auth/{WS}/{session_id}"),
+        ),
+        check_secs: 0.0,
+        errors: 0,
+        first_error: None,
+        server_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let http = http_client(None);
+    let run = rt.block_on(async {
+        // All routes must answer the same document.
+        let mut docs = Vec::new();
+        for v in [&run.real, &run.noauth, &run.checked] {
+            let r = http
+                .get(&v.url)
+                .bearer_auth(&key)
+                .send()
+                .await
+                .unwrap_or_else(|e| die(v.label, e));
+            let (status, text) = (r.status(), r.text().await.unwrap_or_default());
+            if status != reqwest::StatusCode::OK {
+                die(v.label, format!("{status} {text}"));
+            }
+            docs.push(serde_json::from_str::<Value>(&text).unwrap_or_else(|e| die(v.label, e)));
+        }
+        if docs.iter().any(|d| *d != docs[0]) {
+            die("snapshot routes", format!("documents differ: {docs:?}"));
+        }
+        let conns = opts.auth_conns;
+        for v in [&run.real, &run.noauth, &run.checked] {
+            hammer(&http, &v.url, &key, conns, Duration::from_millis(500)).await;
+        }
+        for round in 0..opts.auth_rounds {
+            // Every variant runs in every position equally often, so drift in machine load hits
+            // them alike.
+            let mut order = [0, 1, 2];
+            order.rotate_left(round % 3);
+            if (round / 3) % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let v = match i {
+                    0 => &mut run.real,
+                    1 => &mut run.noauth,
+                    _ => &mut run.checked,
+                };
+                let cpu = server_side_cpu();
+                let (ok, secs, err, first) =
+                    hammer(&http, &v.url, &key, conns, opts.auth_secs).await;
+                v.server_cpu += server_side_cpu() - cpu;
+                v.runs.push((ok, secs));
+                run.errors += err;
+                if run.first_error.is_none() {
+                    run.first_error = first;
+                }
+            }
+        }
+        handle.stop(true).await;
+        run
+    });
+    let _ = server_thread.join();
+    let mut run = run;
+    let iters: u32 = if opts.quick { 50_000 } else { 200_000 };
+    run.check_secs = runner_rt.block_on(async {
+        let auth = &state.auth;
+        let t = Instant::now();
+        for _ in 0..iters {
+            let row = auth.key(&key).await.unwrap_or_else(|e| die("Auth::key", e));
+            let actor = auth
+                .authorize(&Principal::Key(row), WS, Capability::SessionsRead)
+                .await
+                .unwrap_or_else(|e| die("Auth::authorize", e));
+            std::hint::black_box(actor);
+        }
+        t.elapsed().as_secs_f64() / f64::from(iters)
+    });
+    runner_rt.block_on(runner.shutdown());
+    store.close();
+    runner_rt.shutdown_timeout(Duration::from_secs(2));
+    run
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main.
+
+fn yes_no(met: bool) -> &'static str {
+    if met { "yes" } else { "NO" }
+}
+
+fn main() {
+    let opts = Opts::parse();
+    let started = Instant::now();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "sessiond runner/streaming bench ({})",
+        if opts.quick { "--quick" } else { "full run" }
+    );
+    println!(
+        "   cores: {cores}; load average at start: {} (1/5/15 min; above {cores} means other \
+         processes compete for the cores)",
+        loadavg()
+    );
+    let nofile = raise_open_files_limit();
+    println!("   open-files limit of this process: {nofile}");
+    let bin = locate_binary();
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
+    let data_dir = tmp.path().join("data");
+    let config = tmp.path().join("sessiond.toml");
+    let workers = opts.turn_levels.iter().copied().max().unwrap_or(64).max(64);
+    let subscribers = (opts.fan_subscribers + 16).max(1024);
+    std::fs::write(
+        &config,
+        format!(
+            "[runner]\nworkers = {workers}\n\n[stream]\nmax_subscribers_per_session = {}\n",
+            subscribers.max(2000)
+        ),
+    )
+    .unwrap_or_else(|e| die("write config", e));
+    let key = bootstrap_credentials(&bin, &data_dir);
+    let mut server = ServerProc::start(&bin, &data_dir, &config);
+    println!(
+        "   server: {} (pid {}), data dir in {}, runner.workers = {workers}, \
+         stream.max_subscribers_per_session = {}, SESSIOND_LOG=warn",
+        bin.display(),
+        server.pid,
+        tmp.path().display(),
+        subscribers.max(2000)
+    );
+    println!("   figures are wall-clock on a possibly shared machine; nothing here is asserted.");
+    println!();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| die("tokio runtime", e));
+    let ctx = Ctx {
+        base: server.base.clone(),
+        addr: server.addr,
+        key: key.clone(),
+        pid: server.pid,
+        http: http_client(Some(&key)),
+    };
+
+    let (levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
+        let max_n = opts.turn_levels.iter().copied().max().unwrap_or(1);
+        let t = Instant::now();
+        let sessions = create_sessions(&ctx, max_n.max(opts.sse_sessions)).await;
+        println!(
+            "== 1. Turns per second, scripted engine (`/reply ok`), one client per session looping \
+             POST …/messages/wait ==\n   created {} sessions (POST …/sessions/wait) in {:.2} s; \
+             {:.1} s warm-up then {:.0} s measured per level{}",
+            sessions.len(),
+            t.elapsed().as_secs_f64(),
+            opts.turn_warmup.as_secs_f64(),
+            opts.turn_secs.as_secs_f64(),
+            if opts.quick {
+                "; --quick: levels 1, 16, 64 instead of 1, 64, 512"
+            } else {
+                ""
+            }
+        );
+        let mut levels = Vec::new();
+        for n in opts.turn_levels {
+            let l = turns_at(&ctx, &opts, &sessions, n).await;
+            println!(
+                "   {:>3} sessions: {:>7.0} turns/s ({} turns in {:.0} s); /wait round trip {}",
+                n,
+                l.rate(),
+                thousands(l.turns),
+                l.secs,
+                l.lat.line()
+            );
+            println!(
+                "                 {}; errors {}{}",
+                l.cpu.line(),
+                l.errors,
+                l.first_error
+                    .as_deref()
+                    .map(|e| format!(" (first: {e})"))
+                    .unwrap_or_default()
+            );
+            println!(
+                "                 thread states (sampled every 2 ms): {}",
+                states_line(&l.states)
+            );
+            levels.push(l);
+        }
+        println!();
+
+        println!(
+            "== 2. POST …/messages -> the turn's `complete` frame on GET …/events (SSE) ==\n   \
+             one SSE stream per session, opened at the session's last seq; back to back = the \
+             next message is posted as soon as the previous terminal arrived (closed loop, \
+             saturates the server); paced = one message per session every {} ms (open loop)",
+            opts.sse_period.as_millis()
+        );
+        let sse1 = sse_latency(
+            &ctx,
+            &sessions[..1],
+            opts.sse_warmup,
+            opts.sse_single_secs,
+            None,
+        )
+        .await;
+        let sse64 = sse_latency(
+            &ctx,
+            &sessions[..opts.sse_sessions],
+            opts.sse_warmup,
+            opts.sse_secs,
+            None,
+        )
+        .await;
+        let sse64p = sse_latency(
+            &ctx,
+            &sessions[..opts.sse_sessions],
+            opts.sse_warmup,
+            opts.sse_secs,
+            Some(opts.sse_period),
+        )
+        .await;
+        for s in [&sse1, &sse64, &sse64p] {
+            let how = match s.period {
+                None => "back to back".to_owned(),
+                Some(p) => format!(
+                    "paced, {:.0} turns/s offered",
+                    s.sessions as f64 / p.as_secs_f64()
+                ),
+            };
+            println!(
+                "   {:>3} sessions, {how}: message -> terminal {}",
+                s.sessions,
+                s.lat.line()
+            );
+            println!(
+                "                 POST …/messages answered (delivery ack) p50 {:.2} ms, p99 {:.2} \
+                 ms; errors {}{}",
+                s.ack.p(50.0),
+                s.ack.p(99.0),
+                s.errors,
+                s.first_error
+                    .as_deref()
+                    .map(|e| format!(" (first: {e})"))
+                    .unwrap_or_default()
+            );
+        }
+        println!();
+
+        println!(
+            "== 3. Fan-out: POST …/note to one session with {} SSE subscribers ({} notes, one \
+             every {} ms) ==",
+            opts.fan_subscribers,
+            opts.fan_notes,
+            opts.fan_gap.as_millis()
+        );
+        let fan = fanout(&ctx, &opts).await;
+        println!(
+            "   {} subscribers open in {:.2} s ({} failed{}); {} notes posted, POST p50 {:.2} ms, \
+             p99 {:.2} ms",
+            fan.subscribers,
+            fan.connect_secs,
+            fan.open_failures,
+            fan.first_open_error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default(),
+            fan.notes,
+            fan.post.p(50.0),
+            fan.post.p(99.0)
+        );
+        println!(
+            "   commit -> delivery (receipt minus POST response): {}",
+            fan.from_response.line()
+        );
+        println!(
+            "   POST sent -> delivery (upper bound):              {}",
+            fan.from_send.line()
+        );
+        println!(
+            "   first -> last subscriber per note:                {}",
+            fan.spread.line()
+        );
+        println!(
+            "   missing (note, subscriber) pairs: {}; streams that ended early: {}",
+            fan.missing, fan.ended_early
+        );
+        println!("   while posting: {}", fan.cpu.line());
+        println!();
+
+        println!(
+            "== 4. Server RSS per idle SSE connection ({} connections over {IDLE_SESSIONS} \
+             sessions, raw TCP, response head read then left idle) ==",
+            opts.idle_conns
+        );
+        let idle = idle_streams(&ctx, &opts, nofile).await;
+        if idle.planned < idle.wanted {
+            println!(
+                "   the open-files limit ({nofile}) leaves room for {} connections, not {}",
+                idle.planned, idle.wanted
+            );
+        }
+        println!(
+            "   opened {} in {:.1} s, {IDLE_CONNECT_PARALLELISM} at a time ({} failed{}); server \
+             fds {} -> {}; server threads {} before, {} right after opening, {} at the second \
+             reading",
+            idle.opened,
+            idle.connect_secs,
+            idle.failed,
+            idle.first_error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default(),
+            idle.fds_before,
+            idle.fds_open,
+            idle.threads[0],
+            idle.threads[1],
+            idle.threads[2]
+        );
+        println!(
+            "   VmRSS {} KiB -> {} KiB after {:.0} s idle = {:.2} KiB per connection; {} KiB two \
+             seconds after closing them",
+            thousands(idle.rss_before),
+            thousands(idle.rss_open),
+            opts.idle_settle.as_secs_f64(),
+            idle.per_conn_kib(),
+            thousands(idle.rss_closed)
+        );
+        println!();
+        (levels, [sse1, sse64, sse64p], fan, idle)
+    });
+    let stopped = server.stop();
+    println!("   server stopped ({stopped})");
+    println!();
+
+    println!(
+        "== 5. GET …/sessions/{{id}} snapshot with an API key vs a bench-only route without \
+         auth (same process, same app) =="
+    );
+    let auth = auth_ratio(&opts, &rt);
+    println!(
+        "   in-process actix-web server over the library ({} HTTP workers), {} keep-alive \
+         connections, {} rounds x {:.0} s per route, order rotated each round; every request \
+         carries the same Authorization header, only the checked routes look at it",
+        auth.server_workers,
+        opts.auth_conns,
+        opts.auth_rounds,
+        opts.auth_secs.as_secs_f64()
+    );
+    for v in [&auth.real, &auth.noauth, &auth.checked] {
+        println!(
+            "   {:<26} {:>7.0} req/s, server-side CPU {:.1} µs per request   ({})",
+            v.label,
+            v.rate(),
+            v.cpu_us(),
+            v.route
+        );
+    }
+    println!(
+        "   with key / without auth: {:.3} (per round: {}); errors {}{}",
+        auth.ratio(),
+        round_ratios(&auth.real, &auth.noauth),
+        auth.errors,
+        auth.first_error
+            .as_deref()
+            .map(|e| format!(" (first: {e})"))
+            .unwrap_or_default()
+    );
+    println!(
+        "   same route shape, key checked / not: {:.3} (per round: {}); real route / bench route, \
+         both checked: {:.3}",
+        auth.checked.rate() / auth.noauth.rate(),
+        round_ratios(&auth.checked, &auth.noauth),
+        auth.real.rate() / auth.checked.rate()
+    );
+    println!(
+        "   server-side CPU per request (every thread but the bench client's and main): without / \
+         with key {:.3}",
+        auth.noauth.cpu_us() / auth.real.cpu_us()
+    );
+    println!(
+        "   the credential check alone (Auth::key + Auth::authorize, key cached), called in a \
+         loop: {:.2} µs per call",
+        auth.check_secs * 1e6
+    );
+    println!();
+
+    // Summary.
+    let mut rows: Vec<(String, String, String, String)> = Vec::new();
+    for l in &levels {
+        rows.push((
+            format!("turns/s at {} sessions", l.n),
+            format!("{:.0}", l.rate()),
+            "-".into(),
+            "n/a".into(),
+        ));
+    }
+    rows.push((
+        "message -> terminal p50, 1 session".into(),
+        format!("{:.2} ms", sse1.lat.p(50.0)),
+        "-".into(),
+        "n/a".into(),
+    ));
+    for (s, how) in [(&sse64, "back to back"), (&sse64p, "paced")] {
+        rows.push((
+            format!("message -> terminal p50, {} sessions {how}", s.sessions),
+            format!("{:.2} ms", s.lat.p(50.0)),
+            "-".into(),
+            "n/a".into(),
+        ));
+        rows.push((
+            format!("message -> terminal p99, {} sessions {how}", s.sessions),
+            format!("{:.2} ms", s.lat.p(99.0)),
+            format!("< {TARGET_OVERHEAD_P99_MS} ms"),
+            yes_no(s.lat.p(99.0) < TARGET_OVERHEAD_P99_MS && s.errors == 0).into(),
+        ));
+    }
+    rows.push((
+        format!("fan-out p99, {} subscribers", fan.subscribers),
+        format!(
+            "{:.2} ms ({:.2} from send)",
+            fan.from_response.p(99.0),
+            fan.from_send.p(99.0)
+        ),
+        format!("< {TARGET_FANOUT_P99_MS} ms"),
+        yes_no(fan.from_response.p(99.0) < TARGET_FANOUT_P99_MS && fan.missing == 0).into(),
+    ));
+    rows.push((
+        format!("RSS per idle stream, {} open", idle.opened),
+        format!("{:.2} KiB", idle.per_conn_kib()),
+        format!("< {TARGET_IDLE_KIB} KiB"),
+        yes_no(idle.per_conn_kib() < TARGET_IDLE_KIB && idle.failed == 0).into(),
+    ));
+    rows.push((
+        "GET snapshot req/s with key / without auth".into(),
+        format!("{:.3}", auth.ratio()),
+        format!(">= {TARGET_AUTH_RATIO}"),
+        yes_no(auth.ratio() >= TARGET_AUTH_RATIO).into(),
+    ));
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
+    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(5);
+    let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(0).max(6);
+    println!(
+        "== Summary ({}) ==",
+        if opts.quick { "--quick" } else { "full run" }
+    );
+    println!(
+        "   {:<w0$}  {:>w1$}  {:<w2$}  met?",
+        "figure", "value", "target"
+    );
+    println!("   {}", "-".repeat(w0 + w1 + w2 + 10));
+    for (a, b, c, d) in &rows {
+        println!("   {a:<w0$}  {b:>w1$}  {c:<w2$}  {d}");
+    }
+    println!();
+    println!(
+        "   cores: {cores}; load average at end: {}; total time {:.0} s",
+        loadavg(),
+        started.elapsed().as_secs_f64()
+    );
+}
