@@ -1907,7 +1907,7 @@ fn concurrent_identical_creates_make_one_session_r29_inv4() {
     }
 }
 
-/// Issue "Runner" item 6: a tier the engine cannot honour is clamped to the nearest one it can,
+/// A tier the engine cannot honour is clamped to the nearest one it can,
 /// recorded as `tier_clamped`; the session's sticky tier stays what was asked for (R21).
 #[test]
 fn unsupported_tier_is_clamped_and_recorded() {
