@@ -85,11 +85,7 @@ fn raise_open_files_limit() {
 
 /// Says at start-up which engine each agent runs on.
 fn log_engines(store: &Store, engines: &Engines) {
-    let agents = store.read_blocking(|c| {
-        let mut stmt = c.prepare("SELECT w.slug, a.slug, a.engine FROM agents a JOIN workspaces w ON w.id = a.workspace_id")?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-    });
+    let agents = store.read_blocking(crate::store::agent_engines);
     for (ws, agent, engine) in agents.unwrap_or_default() {
         tracing::info!(workspace = %ws, agent = %agent, engine = engines.for_config(&engine).name(), "agent engine");
     }

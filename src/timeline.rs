@@ -481,6 +481,8 @@ impl Event {
 }
 
 /// The terminal types that end a turn and complete a `/wait` (R47).
+pub const TERMINAL_TYPES: [&str; 4] = ["complete", "ask", "interrupted", "sleep"];
+
 pub fn is_terminal_type(t: &str) -> bool {
-    matches!(t, "complete" | "ask" | "interrupted" | "sleep")
+    TERMINAL_TYPES.contains(&t)
 }

@@ -89,21 +89,9 @@ pub async fn authorise(
     let (grant, owner_of_token, slug) = store
         .read(move |c| {
             let grant = store::upload_grant(c, &gid)?;
-            let owner: Option<String> = c
-                .query_row(
-                    "SELECT id FROM upload_grants WHERE token_hash = ?1",
-                    [&h],
-                    |r| r.get(0),
-                )
-                .ok();
-            let slug: Option<String> = match &grant {
-                Some(g) => c
-                    .query_row(
-                        "SELECT slug FROM workspaces WHERE id = ?1",
-                        [&g.workspace_id],
-                        |r| r.get(0),
-                    )
-                    .ok(),
+            let owner = store::upload_grant_by_hash(c, &h)?;
+            let slug = match &grant {
+                Some(g) => store::workspace_slug(c, &g.workspace_id)?,
                 None => None,
             };
             Ok((grant, owner, slug))

@@ -353,14 +353,8 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 last_seq: started,
                 steers_waiting,
                 machine_step,
-                engine_config: tx
-                    .conn()
-                    .query_row(
-                        "SELECT engine FROM agents WHERE id = ?1",
-                        [&row.agent_id],
-                        |r| r.get(0),
-                    )
-                    .unwrap_or_else(|_| "{}".to_owned()),
+                engine_config: store::agent_by_id(tx.conn(), &row.agent_id)?
+                    .map_or_else(|| "{}".to_owned(), |a| a.engine),
             }))
         })
         .await

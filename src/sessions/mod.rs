@@ -12,7 +12,6 @@ mod wait;
 
 use std::sync::Arc;
 
-use rusqlite::OptionalExtension;
 use serde_json::Value;
 
 use crate::agents;
@@ -109,14 +108,21 @@ fn excerpt(prompt: &str) -> String {
 }
 
 /// Checks a `clientRequestId` inside the write: `Some` is the original result of a retry.
-fn replayed(tx: &Tx<'_>, actor: &Actor, common: &InputCommon) -> Result<Option<(SessionKey, u64)>> {
+/// The original result of a retried `clientRequestId` (or 409 when the id came with another
+/// request). Runs before any write (so a retry never resolves a parent or an alias, R50) and again
+/// inside the write (so two racing requests cannot both be first).
+fn replayed(
+    conn: &rusqlite::Connection,
+    actor: &Actor,
+    common: &InputCommon,
+) -> Result<Option<(SessionKey, u64)>> {
     let Some(id) = &common.client_request_id else {
         return Ok(None);
     };
-    match tx.find_client_request(&actor.workspace_id, id)? {
+    match store::client_request(conn, &actor.workspace_id, id)? {
         None => Ok(None),
         Some(found) if found.fingerprint == common.fingerprint => {
-            let key = tx.session_key(&actor.workspace_id, &found.session_id)?;
+            let key = store::session_key(conn, &actor.workspace_id, &found.session_id)?;
             Ok(Some((key, found.input_seq)))
         }
         Some(_) => Err(Error::IdempotencyConflict),
@@ -182,42 +188,17 @@ impl Sessions {
         Drive::root_for(&self.cfg.data_dir, &actor.workspace_slug)
     }
 
-    /// The original result of a retried `clientRequestId`, looked up before anything else is
-    /// resolved (R50: a retry keeps observing the original input even if a parent or an alias
-    /// has moved since).
+    /// [`replayed`] on a read connection, before anything else about the request is resolved.
     async fn lookup_replay(
         &self,
         actor: &Actor,
         common: &InputCommon,
     ) -> Result<Option<(SessionKey, u64)>> {
-        let Some(id) = common.client_request_id.clone() else {
+        if common.client_request_id.is_none() {
             return Ok(None);
-        };
-        let ws = actor.workspace_id.clone();
-        let fingerprint = common.fingerprint.clone();
-        self.store
-            .read(move |c| {
-                let found: Option<(String, String, i64)> = c
-                    .query_row(
-                        "SELECT fingerprint, session_id, input_seq FROM client_requests
-                         WHERE workspace_id = ?1 AND client_request_id = ?2",
-                        [&ws, &id],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                    )
-                    .optional()?;
-                match found {
-                    None => Ok(None),
-                    Some((fp, _, _)) if fp != fingerprint => Err(Error::IdempotencyConflict),
-                    Some((_, sid, seq)) => {
-                        let pk: i64 =
-                            c.query_row("SELECT pk FROM sessions WHERE id = ?1", [&sid], |r| {
-                                r.get(0)
-                            })?;
-                        Ok(Some((SessionKey { pk, id: sid }, seq as u64)))
-                    }
-                }
-            })
-            .await
+        }
+        let (actor, common) = (actor.clone(), common.clone());
+        self.store.read(move |c| replayed(c, &actor, &common)).await
     }
 
     /// Tells the runner about a fresh input (and waits for its answer), or reports where a
@@ -329,7 +310,7 @@ impl Sessions {
             .store
             .write(move |tx| {
                 let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
+                if let Some((key, seq)) = replayed(tx.conn(), &actor, &input.common)? {
                     return Ok((key, seq, false));
                 }
                 if let Some(parent) = &plan.created_by {
@@ -364,7 +345,7 @@ impl Sessions {
             .store
             .write(move |tx| {
                 let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
+                if let Some((key, seq)) = replayed(tx.conn(), &actor, &input.common)? {
                     return Ok((key, seq, false, false));
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;
@@ -399,7 +380,7 @@ impl Sessions {
             .store
             .write(move |tx| {
                 let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
+                if let Some((key, seq)) = replayed(tx.conn(), &actor, &input.common)? {
                     return Ok((key, seq, false, false, false));
                 }
                 if let Some(sid) = tx.default_session(&agent.id)? {
@@ -445,18 +426,11 @@ impl Sessions {
     /// Whether `seq` is the session's first prompt (the retried call created the session).
     async fn is_initial_input(&self, key: &SessionKey, seq: u64) -> Result<bool> {
         let pk = key.pk;
-        self.store
-            .read(move |c| {
-                let body: Option<String> = c
-                    .query_row(
-                        "SELECT body FROM events WHERE session_pk = ?1 AND seq = ?2",
-                        rusqlite::params![pk, seq as i64],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
-                Ok(body.is_some_and(|b| b.contains("\"inputKind\":\"initial\"")))
-            })
-            .await
+        let body = self
+            .store
+            .read(move |c| store::event_body(c, pk, seq))
+            .await?;
+        Ok(body.is_some_and(|b| b.contains("\"inputKind\":\"initial\"")))
     }
 
     /// The agent's default session, if bound (R56: unbound is not an error).
@@ -561,7 +535,7 @@ impl Sessions {
         let session_id = session_id.to_owned();
         self.store
             .write(move |tx| {
-                if let Some((_, seq)) = replayed(tx, &actor, &common)? {
+                if let Some((_, seq)) = replayed(tx.conn(), &actor, &common)? {
                     return Ok(seq);
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;
@@ -603,7 +577,7 @@ impl Sessions {
             .store
             .write(move |tx| {
                 let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx, &actor, &common)? {
+                if let Some((key, seq)) = replayed(tx.conn(), &actor, &common)? {
                     return Ok((key, seq, false));
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;

@@ -17,11 +17,7 @@ pub fn refresh_follow_up_queue(tx: &mut Tx<'_>, key: &SessionKey) -> Result<()> 
             images: None,
         })
         .collect();
-    let current: Option<String> = tx.conn().query_row(
-        "SELECT follow_up_queue FROM sessions WHERE pk = ?1",
-        [key.pk],
-        |r| r.get(0),
-    )?;
+    let current = tx.json_column(key, JsonColumn::FollowUpQueue)?;
     let current: Vec<FollowUpQueueItem> = current
         .as_deref()
         .and_then(|c| serde_json::from_str(c).ok())

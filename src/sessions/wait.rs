@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::Sessions;
 use crate::error::{Error, Result};
 use crate::store::{self, SessionKey, StoredEvent};
-use crate::timeline::is_terminal_type;
+use crate::timeline::{TERMINAL_TYPES, is_terminal_type};
 
 /// What a `/wait` route answers.
 pub enum WaitOutcome {
@@ -25,8 +25,6 @@ pub enum WaitOutcome {
     /// 202: the deadline passed first.
     Pending,
 }
-
-const TERMINALS: [&str; 4] = ["complete", "ask", "interrupted", "sleep"];
 
 impl Sessions {
     pub async fn wait_for_terminal(&self, key: &SessionKey, input_seq: u64) -> Result<WaitOutcome> {
@@ -70,11 +68,11 @@ impl Sessions {
                 let Some(started) = store::input_turn(c, pk, input_seq)? else {
                     return Ok(None);
                 };
-                let Some(event) = store::first_event_of_types(c, pk, started, &TERMINALS)? else {
+                let Some(event) = store::first_event_of_types(c, pk, started, &TERMINAL_TYPES)?
+                else {
                     return Ok(None);
                 };
-                let cwd: Option<String> =
-                    c.query_row("SELECT cwd FROM sessions WHERE pk = ?1", [pk], |r| r.get(0))?;
+                let cwd = store::session_row_by_pk(c, pk, None)?.and_then(|row| row.cwd);
                 Ok(Some(WaitOutcome::Terminal { event, cwd }))
             })
             .await

@@ -102,7 +102,7 @@ pub fn session_row(
         .ok_or(Error::NotFound)
 }
 
-pub(crate) fn session_row_by_pk(
+pub fn session_row_by_pk(
     conn: &Connection,
     pk: i64,
     user_id: Option<&str>,
@@ -437,4 +437,80 @@ pub fn input_turn(conn: &Connection, session_pk: i64, input_seq: u64) -> Result<
         })
         .optional()?
         .map(|s| s as u64))
+}
+
+/// A session's key by id, within a workspace (404 otherwise).
+pub fn session_key(
+    conn: &Connection,
+    workspace_id: &str,
+    session_id: &str,
+) -> Result<super::SessionKey> {
+    conn.prepare_cached("SELECT pk FROM sessions WHERE id = ?1 AND workspace_id = ?2")?
+        .query_row([session_id, workspace_id], |r| r.get(0))
+        .optional()?
+        .map(|pk| super::SessionKey {
+            pk,
+            id: session_id.to_owned(),
+        })
+        .ok_or(Error::NotFound)
+}
+
+/// The original result of a `clientRequestId`.
+#[derive(Debug, Clone)]
+pub struct ClientRequest {
+    pub fingerprint: String,
+    pub session_id: String,
+    pub input_seq: u64,
+}
+
+pub fn client_request(
+    conn: &Connection,
+    workspace_id: &str,
+    client_request_id: &str,
+) -> Result<Option<ClientRequest>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT fingerprint, session_id, input_seq FROM client_requests
+             WHERE workspace_id = ?1 AND client_request_id = ?2",
+        )?
+        .query_row([workspace_id, client_request_id], |r| {
+            Ok(ClientRequest {
+                fingerprint: r.get(0)?,
+                session_id: r.get(1)?,
+                input_seq: r.get::<_, i64>(2)? as u64,
+            })
+        })
+        .optional()?)
+}
+
+/// The stored body of one event.
+pub fn event_body(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT body FROM events WHERE session_pk = ?1 AND seq = ?2")?
+        .query_row(params![session_pk, seq as i64], |r| r.get(0))
+        .optional()?)
+}
+
+pub fn workspace_slug(conn: &Connection, workspace_id: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT slug FROM workspaces WHERE id = ?1")?
+        .query_row([workspace_id], |r| r.get(0))
+        .optional()?)
+}
+
+/// The id of the upload grant a token belongs to, by the token's hash.
+pub fn upload_grant_by_hash(conn: &Connection, token_hash: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM upload_grants WHERE token_hash = ?1")?
+        .query_row([token_hash], |r| r.get(0))
+        .optional()?)
+}
+
+/// `(workspace slug, agent slug, engine)` of every agent.
+pub fn agent_engines(conn: &Connection) -> Result<Vec<(String, String, String)>> {
+    let mut stmt = conn.prepare(
+        "SELECT w.slug, a.slug, a.engine FROM agents a JOIN workspaces w ON w.id = a.workspace_id",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

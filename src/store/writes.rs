@@ -39,14 +39,6 @@ pub struct NewInput<'a> {
     pub not_before: i64,
 }
 
-/// The original result of a `clientRequestId`.
-#[derive(Debug, Clone)]
-pub struct ClientRequest {
-    pub fingerprint: String,
-    pub session_id: String,
-    pub input_seq: u64,
-}
-
 impl Tx<'_> {
     /// Finds a workspace by slug, creating it (and its `root` agent) when missing.
     pub fn ensure_workspace(&mut self, slug: &str, name: &str) -> Result<String> {
@@ -73,15 +65,7 @@ impl Tx<'_> {
     }
 
     pub fn session_key(&self, workspace_id: &str, session_id: &str) -> Result<SessionKey> {
-        self.conn
-            .prepare_cached("SELECT pk FROM sessions WHERE id = ?1 AND workspace_id = ?2")?
-            .query_row([session_id, workspace_id], |r| r.get(0))
-            .optional()?
-            .map(|pk| SessionKey {
-                pk,
-                id: session_id.to_owned(),
-            })
-            .ok_or(Error::NotFound)
+        super::reads::session_key(self.conn, workspace_id, session_id)
     }
 
     pub fn insert_session(&mut self, s: &NewSession<'_>) -> Result<SessionKey> {
@@ -214,6 +198,17 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Reads one projection column that holds JSON.
+    pub fn json_column(&self, key: &SessionKey, column: JsonColumn) -> Result<Option<String>> {
+        let sql = format!("SELECT {} FROM sessions WHERE pk = ?1", column.name());
+        Ok(self
+            .conn
+            .prepare_cached(&sql)?
+            .query_row([key.pk], |r| r.get(0))
+            .optional()?
+            .flatten())
+    }
+
     pub fn set_tier(&mut self, key: &SessionKey, tier: &str) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET tier = ?2 WHERE pk = ?1")?
@@ -289,27 +284,6 @@ impl Tx<'_> {
             },
         );
         Ok(())
-    }
-
-    pub fn find_client_request(
-        &self,
-        workspace_id: &str,
-        client_request_id: &str,
-    ) -> Result<Option<ClientRequest>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT fingerprint, session_id, input_seq FROM client_requests
-                 WHERE workspace_id = ?1 AND client_request_id = ?2",
-            )?
-            .query_row([workspace_id, client_request_id], |r| {
-                Ok(ClientRequest {
-                    fingerprint: r.get(0)?,
-                    session_id: r.get(1)?,
-                    input_seq: r.get::<_, i64>(2)? as u64,
-                })
-            })
-            .optional()?)
     }
 
     pub fn record_client_request(
