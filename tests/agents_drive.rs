@@ -18,12 +18,10 @@ use common::*;
 use serde_json::{Value, json};
 
 const CREATE: &str = "POST_v1_ws__workspaceSlug__agent_sessions.response.json";
-const CHILD: &str = "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__sessions.response.json";
 const CHILD_WAIT: &str =
     "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__sessions_wait.response.json";
 const DETAIL: &str = "GET_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json";
 const LIST: &str = "GET_v1_ws__workspaceSlug__agent_sessions.response.json";
-const HISTORY: &str = "GET_v1_ws__workspaceSlug__agent_sessions__sessionId__history.response.json";
 const MESSAGES: &str =
     "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__messages.response.json";
 const MESSAGES_WAIT: &str =
@@ -101,44 +99,6 @@ fn check_events(events: &[Value]) {
     assert_known_events(events.iter().map(|e| &e["event"]));
 }
 
-fn check_history_page(page: &Value) {
-    assert_schema(HISTORY, page);
-    check_events(page["events"].as_array().expect("events"));
-}
-
-/// `POST …/agent/sessions`, 200 + schema.
-fn create(s: &Server, body: Value) -> Value {
-    let (status, v) = s.post(&s.sessions_url(""), &body);
-    assert_eq!(status, 200, "create {body}: {v}");
-    assert_schema(CREATE, &v);
-    assert_schema(DETAIL, &v["snapshot"]);
-    check_history_page(&v["history"]);
-    v
-}
-
-/// `POST …/{parent}/sessions`, 200 + schema.
-fn create_child(s: &Server, parent: &str, body: Value) -> Value {
-    let (status, v) = s.post(&s.sessions_url(&format!("/{parent}/sessions")), &body);
-    assert_eq!(status, 200, "child create {body}: {v}");
-    assert_schema(CHILD, &v);
-    assert_schema(DETAIL, &v["snapshot"]);
-    check_history_page(&v["history"]);
-    v
-}
-
-fn id_of(create_response: &Value) -> String {
-    create_response["session"]["sessionId"]
-        .as_str()
-        .expect("sessionId")
-        .to_owned()
-}
-
-fn detail(s: &Server, id: &str) -> Value {
-    let v = s.detail(id);
-    assert_schema(DETAIL, &v);
-    v
-}
-
 /// Every event of a session, validated.
 fn history(s: &Server, id: &str) -> Vec<Value> {
     let events = s.history_all(id);
@@ -183,12 +143,12 @@ fn wait_terminal(s: &Server, id: &str, from: u64) -> Value {
 fn settle(s: &Server, id: &str) {
     wait_terminal(s, id, 0);
     poll_until(&format!("{id} idle"), WAIT, || {
-        (detail(s, id)["turnStatus"] != "running").then_some(())
+        (detail_checked(s, id)["turnStatus"] != "running").then_some(())
     });
 }
 
 fn last_seq(s: &Server, id: &str) -> u64 {
-    detail(s, id)["lastEventSeq"]
+    detail_checked(s, id)["lastEventSeq"]
         .as_u64()
         .expect("lastEventSeq")
 }
@@ -438,14 +398,14 @@ fn agents_crud_and_the_reserved_root_agent() {
 fn deleting_an_agent_that_owns_sessions_is_refused() {
     let s = Server::start();
     create_agent(&s, json!({"slug": "research"}));
-    let v = create(&s, json!({"prompt": "owned", "cwd": "agents/research"}));
+    let v = create_checked(&s, json!({"prompt": "owned", "cwd": "agents/research"}));
     let id = id_of(&v);
     let (status, v) = s.delete(&agents_url(&s, "/research"));
     assert_error(status, &v, 409, "agent_has_sessions");
     let (status, _) = s.get(&agents_url(&s, "/research"));
     assert_eq!(status, 200, "the agent is still there");
     assert_eq!(
-        detail(&s, &id)["agent"]["id"],
+        detail_checked(&s, &id)["agent"]["id"],
         agent_id(&s, "research").as_str()
     );
 
@@ -496,7 +456,7 @@ fn sessions_belong_to_the_agent_with_the_longest_anchor_holding_their_cwd() {
         if let Some(c) = cwd {
             body["cwd"] = json!(c);
         }
-        let v = create(&s, body);
+        let v = create_checked(&s, body);
         let snap = &v["snapshot"];
         assert_eq!(snap["agent"]["id"], want_id, "cwd {cwd:?}: {snap}");
         assert_eq!(snap["agent"]["name"], want_name, "cwd {cwd:?}: {snap}");
@@ -525,7 +485,7 @@ fn sessions_belong_to_the_agent_with_the_longest_anchor_holding_their_cwd() {
     let (status, _) = s.patch(&agents_url(&s, "/sub"), &json!({"name": "Renamed"}));
     assert_eq!(status, 200);
     let sub_session = &by_agent.iter().find(|(a, _)| a == sub_id).unwrap().1;
-    assert_eq!(detail(&s, sub_session)["agent"]["name"], "Renamed");
+    assert_eq!(detail_checked(&s, sub_session)["agent"]["name"], "Renamed");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -565,12 +525,12 @@ fn cwd_on_create_is_normalised_and_checked_on_the_filesystem_r65_r67_r68() {
         ("alias", "projects/release"),
         ("projects", "projects"),
     ] {
-        let v = create(&s, json!({"prompt": "where am I", "cwd": cwd}));
+        let v = create_checked(&s, json!({"prompt": "where am I", "cwd": cwd}));
         assert_eq!(v["snapshot"]["cwd"], want, "cwd {cwd}");
-        assert_eq!(detail(&s, &id_of(&v))["cwd"], want);
+        assert_eq!(detail_checked(&s, &id_of(&v))["cwd"], want);
     }
     // The drive root is stored as no cwd.
-    let v = create(&s, json!({"prompt": "root", "cwd": "."}));
+    let v = create_checked(&s, json!({"prompt": "root", "cwd": "."}));
     assert!(v["snapshot"].get("cwd").is_none(), "{}", v["snapshot"]);
 
     // R68: invalid targets are 422 with the exact seed body, and nothing is created.
@@ -597,7 +557,7 @@ fn cwd_on_create_is_normalised_and_checked_on_the_filesystem_r65_r67_r68() {
 fn moving_the_cwd_validates_stores_and_applies_from_the_next_turn_r66_r67_r68() {
     let s = Server::start();
     cwd_fixture(&s);
-    let v = create(&s, json!({"prompt": "first turn"}));
+    let v = create_checked(&s, json!({"prompt": "first turn"}));
     let id = id_of(&v);
     settle(&s, &id);
 
@@ -613,7 +573,7 @@ fn moving_the_cwd_validates_stores_and_applies_from_the_next_turn_r66_r67_r68() 
         json!({"session": {"id": id, "cwd": "projects/release"}}),
         "R67"
     );
-    assert_eq!(detail(&s, &id)["cwd"], "projects/release");
+    assert_eq!(detail_checked(&s, &id)["cwd"], "projects/release");
     // The move is recorded as a system event and starts no turn.
     let events = history(&s, &id);
     let new: Vec<&Value> = events.iter().filter(|e| seq(e) > before).collect();
@@ -626,7 +586,7 @@ fn moving_the_cwd_validates_stores_and_applies_from_the_next_turn_r66_r67_r68() 
             .contains("projects/release"),
         "{new:#?}"
     );
-    assert_ne!(detail(&s, &id)["turnStatus"], "running");
+    assert_ne!(detail_checked(&s, &id)["turnStatus"], "running");
 
     // The next turn runs with it: the wait answer carries the new cwd.
     let (status, w) = s.post(
@@ -662,14 +622,14 @@ fn moving_the_cwd_validates_stores_and_applies_from_the_next_turn_r66_r67_r68() 
         assert_invalid(status, &v);
     }
     assert_eq!(last_seq(&s, &id), before, "nothing was written");
-    assert_eq!(detail(&s, &id)["cwd"], "projects/release");
+    assert_eq!(detail_checked(&s, &id)["cwd"], "projects/release");
 
     // The drive root is answered as "." and stored as no cwd.
     let (status, v) = s.post(&s.sessions_url(&format!("/{id}/cwd")), &json!({"cwd": "."}));
     assert_eq!(status, 200, "{v}");
     assert_schema(CWD, &v);
     assert_eq!(v["session"]["cwd"], ".");
-    assert!(detail(&s, &id).get("cwd").is_none());
+    assert!(detail_checked(&s, &id).get("cwd").is_none());
     let (status, w) = s.post(
         &s.sessions_url(&format!("/{id}/messages/wait")),
         &json!({"prompt": "third turn", "clientRequestId": new_uuid()}),
@@ -699,7 +659,7 @@ fn an_agents_sessions_cannot_leave_its_anchor_r68() {
         &drive(&s).join("projects"),
         "agents/research/projects-link",
     );
-    let v = create(
+    let v = create_checked(
         &s,
         json!({"prompt": "agent work", "cwd": "agents/research"}),
     );
@@ -733,7 +693,7 @@ fn an_agents_sessions_cannot_leave_its_anchor_r68() {
     );
     assert_invalid_cwd(status, &v, "outside_drive");
     assert_eq!(last_seq(&s, &id), before);
-    assert_eq!(detail(&s, &id)["cwd"], "agents/research");
+    assert_eq!(detail_checked(&s, &id)["cwd"], "agents/research");
 
     // Inside the anchor is fine.
     let (status, v) = s.post(
@@ -742,7 +702,7 @@ fn an_agents_sessions_cannot_leave_its_anchor_r68() {
     );
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["session"]["cwd"], "agents/research/notes");
-    assert_eq!(detail(&s, &id)["cwd"], "agents/research/notes");
+    assert_eq!(detail_checked(&s, &id)["cwd"], "agents/research/notes");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -757,13 +717,13 @@ fn child_sessions_inherit_cwd_tier_and_agent_with_explicit_overrides_r52_r53_r54
     let root_agent = agent_id(&s, "root");
     let research = agent_id(&s, "research");
 
-    let parent = id_of(&create(
+    let parent = id_of(&create_checked(
         &s,
         json!({"prompt": "parent", "cwd": "projects/release", "tier": "balanced"}),
     ));
 
     // Omitted cwd and tier come from the parent.
-    let v = create_child(&s, &parent, json!({"prompt": "child"}));
+    let v = create_child_checked(&s, &parent, json!({"prompt": "child"}));
     let snap = &v["snapshot"];
     assert_eq!(snap["createdBySessionId"], parent.as_str());
     assert_eq!(snap["cwd"], "projects/release");
@@ -773,7 +733,7 @@ fn child_sessions_inherit_cwd_tier_and_agent_with_explicit_overrides_r52_r53_r54
     assert_ne!(child, parent);
 
     // Explicit values win; the cwd is normalised and checked like any other.
-    let v = create_child(
+    let v = create_child_checked(
         &s,
         &parent,
         json!({"prompt": "override", "cwd": "projects/drafts/../release/..", "tier": "economy"}),
@@ -782,7 +742,7 @@ fn child_sessions_inherit_cwd_tier_and_agent_with_explicit_overrides_r52_r53_r54
     assert_eq!(v["snapshot"]["tier"], "economy");
     assert_eq!(v["snapshot"]["createdBySessionId"], parent.as_str());
     // A child stays with its parent's agent even with a cwd in another agent's anchor.
-    let v = create_child(
+    let v = create_child_checked(
         &s,
         &parent,
         json!({"prompt": "into the agent folder", "cwd": "agents/research"}),
@@ -790,7 +750,7 @@ fn child_sessions_inherit_cwd_tier_and_agent_with_explicit_overrides_r52_r53_r54
     assert_eq!(v["snapshot"]["agent"]["id"], root_agent.as_str());
     assert_eq!(v["snapshot"]["cwd"], "agents/research");
     // A grandchild inherits from its own parent.
-    let g = create_child(&s, &child, json!({"prompt": "grandchild"}));
+    let g = create_child_checked(&s, &child, json!({"prompt": "grandchild"}));
     assert_eq!(g["snapshot"]["createdBySessionId"], child.as_str());
     assert_eq!(g["snapshot"]["cwd"], "projects/release");
 
@@ -806,15 +766,15 @@ fn child_sessions_inherit_cwd_tier_and_agent_with_explicit_overrides_r52_r53_r54
     assert_eq!(all_session_ids(&s), before);
 
     // Children of an agent's session belong to that agent and stay inside its anchor.
-    let ap = create(
+    let ap = create_checked(
         &s,
         json!({"prompt": "agent parent", "cwd": "agents/research"}),
     );
     let ap = id_of(&ap);
-    let v = create_child(&s, &ap, json!({"prompt": "agent child"}));
+    let v = create_child_checked(&s, &ap, json!({"prompt": "agent child"}));
     assert_eq!(v["snapshot"]["agent"]["id"], research.as_str());
     assert_eq!(v["snapshot"]["cwd"], "agents/research");
-    let v = create_child(
+    let v = create_child_checked(
         &s,
         &ap,
         json!({"prompt": "agent child deeper", "cwd": "agents/research/notes"}),
@@ -842,7 +802,7 @@ fn child_sessions_inherit_cwd_tier_and_agent_with_explicit_overrides_r52_r53_r54
     assert_eq!(w["cwd"], "projects/release");
     let wchild = w["sessionId"].as_str().unwrap();
     assert_ne!(wchild, parent);
-    let d = detail(&s, wchild);
+    let d = detail_checked(&s, wchild);
     assert_eq!(d["createdBySessionId"], parent.as_str());
     assert_eq!(d["tier"], "balanced");
 }
@@ -919,7 +879,7 @@ fn default_alias_is_empty_before_the_first_message_r55_r56() {
         assert_eq!(v, json!({"error": "no_default_session"}));
     }
     // Ordinary sessions of the owner do not make a default.
-    create(&s, json!({"prompt": "plain", "cwd": "agents/research"}));
+    create_checked(&s, json!({"prompt": "plain", "cwd": "agents/research"}));
     assert_no_default(&s, "research");
 }
 
@@ -1130,11 +1090,11 @@ fn put_default_binds_to_the_owners_sessions_and_null_demotes_r58_r59_r63() {
     let agent_q = format!("agentId={}", query_escape(agent["id"].as_str().unwrap()));
 
     // S2: another session of the same owner; R: a session of another owner (root).
-    let s2 = id_of(&create(
+    let s2 = id_of(&create_checked(
         &s,
         json!({"prompt": "second", "cwd": "agents/research"}),
     ));
-    let r = id_of(&create(&s, json!({"prompt": "root one"})));
+    let r = id_of(&create_checked(&s, json!({"prompt": "root one"})));
     // S1: the default, running slowly so that the demotion happens mid-turn.
     let v = default_message(
         &s,
@@ -1150,7 +1110,7 @@ fn put_default_binds_to_the_owners_sessions_and_null_demotes_r58_r59_r63() {
     assert!(excl.contains(&s2) && excl.contains(&r), "{excl:?}");
 
     // R59: demote while running; the session keeps running and reappears in the listing.
-    assert_eq!(detail(&s, &s1)["turnStatus"], "running");
+    assert_eq!(detail_checked(&s, &s1)["turnStatus"], "running");
     let (status, v) = s.put(
         &default_url(&s, "research", ""),
         &json!({"sessionId": null}),
@@ -1158,7 +1118,11 @@ fn put_default_binds_to_the_owners_sessions_and_null_demotes_r58_r59_r63() {
     assert_eq!(status, 200, "{v}");
     assert_schema(DEFAULT_PUT, &v);
     assert_eq!(v, json!({"session": null}));
-    assert_eq!(detail(&s, &s1)["turnStatus"], "running", "untouched");
+    assert_eq!(
+        detail_checked(&s, &s1)["turnStatus"],
+        "running",
+        "untouched"
+    );
     assert_no_default(&s, "research");
     let excl = list_ids(&s, "excludeDefault=true");
     assert!(
@@ -1279,7 +1243,7 @@ fn default_wait_retry_observes_the_original_session_after_the_binding_moved_r50(
     assert_eq!(started[0]["event"]["state"]["mode"], "auto", "R61");
 
     // Move the binding to another session of the owner.
-    let s2 = id_of(&create(
+    let s2 = id_of(&create_checked(
         &s,
         json!({"prompt": "other", "cwd": "agents/research"}),
     ));
@@ -1349,11 +1313,11 @@ fn again_key(w: &Value, s: &Server, session: &str) -> String {
 #[test]
 fn source_session_id_attributes_message_note_and_answer_r7() {
     let s = Server::start();
-    let target = id_of(&create(
+    let target = id_of(&create_checked(
         &s,
         json!({"prompt": "/ask Which colour? | red | blue"}),
     ));
-    let source = id_of(&create(&s, json!({"prompt": "the sender"})));
+    let source = id_of(&create_checked(&s, json!({"prompt": "the sender"})));
     let t = wait_terminal(&s, &target, 0);
     assert_eq!(etype(&t), "ask", "{t:#}");
     settle(&s, &source);
@@ -1372,7 +1336,7 @@ fn source_session_id_attributes_message_note_and_answer_r7() {
     );
     assert_error(status, &v, 404, "not_found");
     assert_eq!(last_seq(&s, &target), before);
-    assert_eq!(detail(&s, &target)["turnStatus"], "ask");
+    assert_eq!(detail_checked(&s, &target)["turnStatus"], "ask");
 
     // answer
     let (status, v) = s.post(
@@ -1780,7 +1744,7 @@ fn uploaded_files_are_attached_to_messages_by_canonical_path_r40() {
     let path = up["path"].as_str().unwrap().to_owned();
     assert_eq!(path, format!("{}/brief.md", g["prefix"].as_str().unwrap()));
 
-    let id = id_of(&create(
+    let id = id_of(&create_checked(
         &s,
         json!({"prompt": "start", "cwd": "agents/research"}),
     ));
@@ -1819,7 +1783,7 @@ fn uploaded_files_are_attached_to_messages_by_canonical_path_r40() {
     settle(&s, &id);
 
     // On create and on the default alias too.
-    let v = create(
+    let v = create_checked(
         &s,
         json!({"prompt": "with file", "attachments": [{"path": path, "name": "brief.md", "bytes": body.len()}]}),
     );
@@ -1876,7 +1840,10 @@ fn note_and_answer_attachments_are_checked_like_message_attachments() {
     write_file(&s, "uploads/real.txt", b"real");
     let out = outside_dir(&s);
     symlink(&s, &out.join("secret.txt"), "leak.txt");
-    let id = id_of(&create(&s, json!({"prompt": "/ask Ready? | yes | no"})));
+    let id = id_of(&create_checked(
+        &s,
+        json!({"prompt": "/ask Ready? | yes | no"}),
+    ));
     let t = wait_terminal(&s, &id, 0);
     assert_eq!(etype(&t), "ask");
     let before = last_seq(&s, &id);
@@ -1895,7 +1862,7 @@ fn note_and_answer_attachments_are_checked_like_message_attachments() {
         assert_invalid(status, &v);
     }
     assert_eq!(last_seq(&s, &id), before, "nothing written");
-    assert_eq!(detail(&s, &id)["turnStatus"], "ask");
+    assert_eq!(detail_checked(&s, &id)["turnStatus"], "ask");
 
     // Valid ones are stored canonically.
     let (status, v) = s.post(

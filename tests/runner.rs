@@ -41,13 +41,6 @@ const ANSWER_WAIT_RESPONSE: &str =
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn id_of(create_response: &Value) -> String {
-    create_response["session"]["sessionId"]
-        .as_str()
-        .expect("session.sessionId")
-        .to_owned()
-}
-
 fn etype(e: &Value) -> &str {
     e["event"]["type"].as_str().unwrap_or("")
 }

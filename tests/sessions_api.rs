@@ -16,9 +16,6 @@ use serde_json::{Value, json};
 
 const LIST: &str = "GET_v1_ws__workspaceSlug__agent_sessions.response.json";
 const CREATE: &str = "POST_v1_ws__workspaceSlug__agent_sessions.response.json";
-const CHILD: &str = "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__sessions.response.json";
-const DETAIL: &str = "GET_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json";
-const HISTORY: &str = "GET_v1_ws__workspaceSlug__agent_sessions__sessionId__history.response.json";
 const EVENTS: &str = "GET_v1_ws__workspaceSlug__agent_sessions__sessionId__events.response.json";
 const MESSAGES: &str =
     "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__messages.response.json";
@@ -104,58 +101,12 @@ fn list_all_ids(s: &Server, query: &str) -> Vec<String> {
     panic!("listing never ended");
 }
 
-fn check_history_page(page: &Value) {
-    assert_schema(HISTORY, page);
-    assert_known_events(
-        page["events"]
-            .as_array()
-            .expect("events")
-            .iter()
-            .map(|e| &e["event"]),
-    );
-}
-
-/// `POST …/agent/sessions`, 200 + schema (its history events must be known variants too).
-fn create(s: &Server, body: Value) -> Value {
-    let (status, v) = s.post(&s.sessions_url(""), &body);
-    assert_eq!(status, 200, "create {body}: {v}");
-    assert_schema(CREATE, &v);
-    assert_schema(DETAIL, &v["snapshot"]);
-    check_history_page(&v["history"]);
-    v
-}
-
-fn id_of(create_response: &Value) -> String {
-    create_response["session"]["sessionId"]
-        .as_str()
-        .expect("sessionId")
-        .to_owned()
-}
-
 fn create_id(s: &Server, prompt: &str) -> String {
-    id_of(&create(s, json!({ "prompt": prompt })))
-}
-
-/// `POST …/{parent}/sessions`, 200 + schema.
-fn create_child(s: &Server, parent: &str, body: Value) -> Value {
-    let (status, v) = s.post(&s.sessions_url(&format!("/{parent}/sessions")), &body);
-    assert_eq!(status, 200, "child create {body}: {v}");
-    assert_schema(CHILD, &v);
-    assert_schema(DETAIL, &v["snapshot"]);
-    check_history_page(&v["history"]);
-    v
-}
-
-/// `GET …/{id}`, 200 + schema.
-fn detail(s: &Server, id: &str) -> Value {
-    let (status, v) = s.get(&s.sessions_url(&format!("/{id}")));
-    assert_eq!(status, 200, "detail {id}: {v}");
-    assert_schema(DETAIL, &v);
-    v
+    id_of(&create_checked(s, json!({ "prompt": prompt })))
 }
 
 fn last_seq(s: &Server, id: &str) -> u64 {
-    detail(s, id)["lastEventSeq"]
+    detail_checked(s, id)["lastEventSeq"]
         .as_u64()
         .expect("lastEventSeq")
 }
@@ -449,7 +400,7 @@ fn list_bucket_filter_follows_the_turn_r11_r13() {
         assert_eq!(ids_of(&page), [id.as_str()], "bucket={bucket}");
         assert_eq!(page["sessions"][0]["bucket"], bucket);
         assert_eq!(page["sessions"][0]["turnStatus"], turn_status);
-        let d = detail(&s, id);
+        let d = detail_checked(&s, id);
         assert_eq!(d["bucket"], bucket);
         assert_eq!(d["turnStatus"], turn_status);
     }
@@ -516,7 +467,7 @@ fn list_archived_filter_and_archive_restore_s10() {
     assert_eq!(summary["id"], b.as_str());
     let archived_at = summary["archivedAt"].as_f64().expect("archivedAt set");
     assert!(archived_at > 0.0);
-    assert_eq!(detail(&s, &b)["archivedAt"], summary["archivedAt"]);
+    assert_eq!(detail_checked(&s, &b)["archivedAt"], summary["archivedAt"]);
 
     assert_eq!(list_ids(&s, ""), [c.clone(), a.clone()], "default excludes");
     assert_eq!(list_ids(&s, "archived=exclude"), [c.clone(), a.clone()]);
@@ -531,7 +482,7 @@ fn list_archived_filter_and_archive_restore_s10() {
     // Restore clears archivedAt.
     let restored = archive(&s, &b, false);
     assert!(restored.get("archivedAt").is_none(), "{restored}");
-    assert!(detail(&s, &b).get("archivedAt").is_none());
+    assert!(detail_checked(&s, &b).get("archivedAt").is_none());
     assert_eq!(list_ids(&s, ""), [c, b.clone(), a]);
     assert!(list_ids(&s, "archived=only").is_empty());
     archive(&s, &b, false);
@@ -545,7 +496,7 @@ fn list_archived_filter_and_archive_restore_s10() {
         let (status, v) = s.put(&s.sessions_url(&format!("/{b}/archive")), &body);
         assert_invalid(status, &v);
     }
-    assert!(detail(&s, &b).get("archivedAt").is_none());
+    assert!(detail_checked(&s, &b).get("archivedAt").is_none());
 }
 
 #[test]
@@ -553,7 +504,7 @@ fn list_agent_filter_and_exclude_default_s9_r63() {
     let s = Server::start();
     let a = create_id(&s, "first");
     let b = create_id(&s, "second");
-    let agent = detail(&s, &a)["agent"]["id"]
+    let agent = detail_checked(&s, &a)["agent"]["id"]
         .as_str()
         .expect("agent.id")
         .to_owned();
@@ -579,7 +530,7 @@ fn list_agent_filter_and_exclude_default_s9_r63() {
 #[test]
 fn create_returns_ref_snapshot_and_initial_history_r27_r28() {
     let s = Server::start();
-    let v = create(&s, json!({"prompt": "hello there"}));
+    let v = create_checked(&s, json!({"prompt": "hello there"}));
     let id = id_of(&v);
     assert_eq!(v["dispatched"], false);
     assert!(
@@ -617,7 +568,7 @@ fn create_returns_ref_snapshot_and_initial_history_r27_r28() {
     // The turn runs to completion on its own (R1).
     let t = settle(&s, &id, "complete");
     assert_eq!(t["event"]["status"], "completed");
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert_eq!(d["turnStatus"], "complete");
     assert_eq!(d["bucket"], "done");
     assert_eq!(d["lastEventSeq"].as_u64(), Some(seq(&t)));
@@ -651,7 +602,7 @@ fn create_rejects_invalid_bodies_and_writes_nothing_r16_s1() {
 #[test]
 fn create_accepts_explicit_follow_up_behavior_r24() {
     let s = Server::start();
-    let v = create(
+    let v = create_checked(
         &s,
         json!({"prompt": "Summarize release notes after indexing finishes.", "behavior": "follow_up"}),
     );
@@ -670,41 +621,41 @@ fn create_accepts_explicit_follow_up_behavior_r24() {
 #[test]
 fn tier_on_create_and_message_is_sticky_r19_r21() {
     let s = Server::start();
-    let v = create(&s, json!({"prompt": "tiered", "tier": "economy"}));
+    let v = create_checked(&s, json!({"prompt": "tiered", "tier": "economy"}));
     let id = id_of(&v);
     assert_eq!(v["snapshot"]["tier"], "economy");
     settle(&s, &id, "complete");
-    assert_eq!(detail(&s, &id)["tier"], "economy");
+    assert_eq!(detail_checked(&s, &id)["tier"], "economy");
 
     // A message without tier keeps the sticky one.
     let before = last_seq(&s, &id);
     message(&s, &id, json!({"prompt": "no tier here"}));
     wait_terminal(&s, &id, before);
-    assert_eq!(detail(&s, &id)["tier"], "economy");
+    assert_eq!(detail_checked(&s, &id)["tier"], "economy");
 
     // An explicit tier on a message becomes the new sticky tier.
     let before = last_seq(&s, &id);
     message(&s, &id, json!({"prompt": "go big", "tier": "frontier"}));
-    assert_eq!(detail(&s, &id)["tier"], "frontier");
+    assert_eq!(detail_checked(&s, &id)["tier"], "frontier");
     wait_terminal(&s, &id, before);
     let before = last_seq(&s, &id);
     message(&s, &id, json!({"prompt": "still big?"}));
     wait_terminal(&s, &id, before);
-    assert_eq!(detail(&s, &id)["tier"], "frontier");
+    assert_eq!(detail_checked(&s, &id)["tier"], "frontier");
 
     // A message tier also becomes sticky on a session created without one.
     let plain = create_id(&s, "untiered");
     settle(&s, &plain, "complete");
-    assert!(detail(&s, &plain).get("tier").is_none());
+    assert!(detail_checked(&s, &plain).get("tier").is_none());
     message(&s, &plain, json!({"prompt": "cheap", "tier": "balanced"}));
-    assert_eq!(detail(&s, &plain)["tier"], "balanced");
+    assert_eq!(detail_checked(&s, &plain)["tier"], "balanced");
 
     let (status, v) = s.post(
         &s.sessions_url(&format!("/{id}/messages")),
         &json!({"prompt": "x", "tier": "ultra"}),
     );
     assert_invalid(status, &v);
-    assert_eq!(detail(&s, &id)["tier"], "frontier");
+    assert_eq!(detail_checked(&s, &id)["tier"], "frontier");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -953,7 +904,7 @@ fn message_to_an_idle_session_starts_a_new_turn_r26_r64() {
     assert_eq!(p["prompt"], "/reply second answer");
     assert_eq!(p["sender"]["kind"], "user");
     assert_eq!(texts(&new), ["second answer"]);
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert_eq!(d["lastDeliveredInputSeq"].as_u64(), Some(before + 1));
     assert_eq!(d["turnStatus"], "complete");
 
@@ -1024,7 +975,7 @@ fn follow_up_waits_for_the_running_turn_r26() {
         event_types(&second_turn)
     );
     assert_eq!(texts(&second_turn), ["later"]);
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert!(
         d.get("followUpQueue").is_none() || d["followUpQueue"] == json!([]),
         "queue drained: {d}"
@@ -1075,14 +1026,14 @@ fn note_is_recorded_without_starting_a_turn_s3() {
     assert_eq!(etype(e), "note_submitted");
     assert_eq!(e["event"]["note"], "remember the milk");
     assert_eq!(e["event"]["sender"]["kind"], "user");
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert_eq!(d["lastEventSeq"].as_u64(), Some(n));
     assert_eq!(d["turnStatus"], "complete");
 
     std::thread::sleep(QUIET);
     let later = after(&history(&s, &id), n);
     assert!(later.is_empty(), "a note starts no turn: {later:#?}");
-    assert_eq!(detail(&s, &id)["bucket"], "done");
+    assert_eq!(detail_checked(&s, &id)["bucket"], "done");
 
     // Bounds (R16): 1..=16384 characters.
     let max = "é".repeat(16384);
@@ -1111,7 +1062,7 @@ fn answer_resumes_an_asking_session() {
     let q = &ask["event"]["questions"][0];
     assert_eq!(q["question"], "Pick");
     assert_eq!(q["options"], json!([{"label": "a"}, {"label": "b"}]));
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert_eq!(d["turnStatus"], "ask");
     assert_eq!(d["bucket"], "asking");
     assert_eq!(list_ids(&s, "bucket=asking"), [id.as_str()]);
@@ -1126,7 +1077,7 @@ fn answer_resumes_an_asking_session() {
     assert_eq!(new[0]["event"]["sender"]["kind"], "user");
     assert_eq!(etype(&new[1]), "turn_started");
     assert_eq!(texts(&new), ["answer: a"]);
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert_eq!(d["turnStatus"], "complete");
     assert_eq!(d["bucket"], "done");
 
@@ -1198,7 +1149,7 @@ fn interrupt_ends_a_running_turn_with_interrupted() {
     assert!(req[0]["event"]["requestedAt"].is_string());
     assert!(seq(req[0]) < seq(&end), "request precedes the terminal");
     assert!(of_type(&events, "complete").is_empty());
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert_eq!(d["turnStatus"], "interrupted");
     assert_eq!(d["bucket"], "done");
 
@@ -1220,7 +1171,7 @@ fn interrupt_on_an_idle_session_records_only_the_request() {
     std::thread::sleep(QUIET);
     let new = after(&history(&s, &id), before);
     assert_eq!(event_types(&new), ["interrupt_requested"]);
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert_eq!(d["turnStatus"], "complete");
     assert_eq!(d["bucket"], "done");
 }
@@ -1236,7 +1187,7 @@ fn patch_title_sets_a_manual_title_s10() {
     assert_eq!(v["id"], id.as_str());
     assert_eq!(v["title"], "My chosen title");
     assert_eq!(v["titleOrigin"], "manual");
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     assert_eq!(d["title"], "My chosen title");
     assert_eq!(d["titleOrigin"], "manual");
     assert_eq!(list(&s, "")["sessions"][0]["title"], "My chosen title");
@@ -1254,7 +1205,7 @@ fn patch_title_sets_a_manual_title_s10() {
         assert_invalid(status, &v);
     }
     assert_eq!(
-        detail(&s, &id)["title"],
+        detail_checked(&s, &id)["title"],
         max.as_str(),
         "unchanged by bad input"
     );
@@ -1268,13 +1219,13 @@ fn read_marker_is_monotonic_clamped_and_drives_unread_s11() {
     let s = Server::start();
     let id = create_id(&s, "read me");
     settle(&s, &id, "complete");
-    let d = detail(&s, &id);
+    let d = detail_checked(&s, &id);
     let last = d["lastEventSeq"].as_u64().unwrap();
     assert_eq!(d["unread"], true, "the agent replied and nobody read it");
 
     assert_eq!(mark_read(&s, &id, 2), 2);
     assert_eq!(
-        detail(&s, &id)["unread"],
+        detail_checked(&s, &id)["unread"],
         true,
         "output after seq 2 is unread"
     );
@@ -1285,16 +1236,16 @@ fn read_marker_is_monotonic_clamped_and_drives_unread_s11() {
         last,
         "clamped to lastEventSeq"
     );
-    assert_eq!(detail(&s, &id)["unread"], false);
+    assert_eq!(detail_checked(&s, &id)["unread"], false);
     assert_eq!(list(&s, "")["sessions"][0]["unread"], false);
     assert_eq!(mark_read(&s, &id, last), last, "idempotent");
 
     // New agent output makes it unread again.
     message(&s, &id, json!({"prompt": "more please"}));
     let end = wait_terminal(&s, &id, last);
-    assert_eq!(detail(&s, &id)["unread"], true);
+    assert_eq!(detail_checked(&s, &id)["unread"], true);
     assert_eq!(mark_read(&s, &id, seq(&end)), seq(&end));
-    assert_eq!(detail(&s, &id)["unread"], false);
+    assert_eq!(detail_checked(&s, &id)["unread"], false);
 
     for body in [
         json!({}),
@@ -1380,7 +1331,7 @@ fn activity_orders_asking_running_scheduled_done_and_truncates_s13() {
     settle(&s, &asking, "ask");
     settle(&s, &scheduled, "sleep");
     wait_event(&s, &running, &["turn_started"], 0);
-    let agent = detail(&s, &asking)["agent"]["id"]
+    let agent = detail_checked(&s, &asking)["agent"]["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -1442,7 +1393,7 @@ fn activity_orders_asking_running_scheduled_done_and_truncates_s13() {
 fn images_are_stored_and_served_byte_exact_r17_s16() {
     let s = Server::start();
     let bytes = png(b"tiny test image payload \x00\x01\x02\xff");
-    let v = create(
+    let v = create_checked(
         &s,
         json!({
             "prompt": "look at this",
@@ -1520,7 +1471,7 @@ fn invalid_images_are_refused_and_write_nothing_r17() {
     let four: Vec<Value> = (0..4)
         .map(|i| png_image(format!("q{i}").as_bytes()))
         .collect();
-    let v = create(&s, json!({"prompt": "four images", "images": four}));
+    let v = create_checked(&s, json!({"prompt": "four images", "images": four}));
     assert_eq!(
         v["history"]["events"][1]["event"]["images"]
             .as_array()
@@ -1556,9 +1507,12 @@ fn invalid_images_are_refused_and_write_nothing_r17() {
 #[test]
 fn child_sessions_record_parent_and_inherit_tier_r52_r53_r54() {
     let s = Server::start();
-    let parent = id_of(&create(&s, json!({"prompt": "parent", "tier": "balanced"})));
+    let parent = id_of(&create_checked(
+        &s,
+        json!({"prompt": "parent", "tier": "balanced"}),
+    ));
 
-    let v = create_child(&s, &parent, json!({"prompt": "child inherits"}));
+    let v = create_child_checked(&s, &parent, json!({"prompt": "child inherits"}));
     let child = id_of(&v);
     assert_ne!(child, parent);
     assert_eq!(v["dispatched"], false);
@@ -1572,7 +1526,7 @@ fn child_sessions_record_parent_and_inherit_tier_r52_r53_r54() {
     assert_eq!(events[1]["event"]["inputKind"], "initial");
     settle(&s, &child, "complete");
 
-    let v = create_child(
+    let v = create_child_checked(
         &s,
         &parent,
         json!({"prompt": "child overrides", "tier": "economy"}),
@@ -1590,20 +1544,26 @@ fn child_sessions_record_parent_and_inherit_tier_r52_r53_r54() {
     assert_eq!(item["createdBySessionId"], parent.as_str());
 
     // Grandchildren work the same way.
-    let grandchild = create_child(&s, &child, json!({"prompt": "grandchild"}));
+    let grandchild = create_child_checked(&s, &child, json!({"prompt": "grandchild"}));
     assert_eq!(grandchild["snapshot"]["createdBySessionId"], child.as_str());
     assert_eq!(grandchild["snapshot"]["tier"], "balanced");
 
     // A parent without tier gives none.
     let plain = create_id(&s, "plain parent");
-    let v = create_child(&s, &plain, json!({"prompt": "no tier"}));
+    let v = create_child_checked(&s, &plain, json!({"prompt": "no tier"}));
     assert!(v["snapshot"].get("tier").is_none(), "{}", v["snapshot"]);
 
     // R54: the link survives deleting the parent.
     let (status, _) = s.delete(&s.sessions_url(&format!("/{parent}")));
     assert_eq!(status, 200);
-    assert_eq!(detail(&s, &child)["createdBySessionId"], parent.as_str());
-    assert_eq!(detail(&s, &child2)["createdBySessionId"], parent.as_str());
+    assert_eq!(
+        detail_checked(&s, &child)["createdBySessionId"],
+        parent.as_str()
+    );
+    assert_eq!(
+        detail_checked(&s, &child2)["createdBySessionId"],
+        parent.as_str()
+    );
 
     // Unknown (or deleted) parent: 404 and nothing created.
     let count = total_sessions(&s);
@@ -1631,9 +1591,9 @@ fn create_with_the_same_client_request_id_is_one_session_r29() {
     let s = Server::start();
     let crid = new_uuid();
     let body = json!({"prompt": "exactly once", "tier": "economy", "clientRequestId": crid});
-    let first = create(&s, body.clone());
+    let first = create_checked(&s, body.clone());
     let id = id_of(&first);
-    let second = create(&s, body.clone());
+    let second = create_checked(&s, body.clone());
     assert_eq!(id_of(&second), id);
     // Key order and whitespace do not make a different request, and neither does the case of
     // the UUID (the server stores and matches ids case-insensitively).

@@ -661,3 +661,60 @@ pub fn assert_known_events<'a>(events: impl IntoIterator<Item = &'a Value>) {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Checked calls shared by the API test files: each asserts the status and the seed schema.
+
+const SCHEMA_CREATE: &str = "POST_v1_ws__workspaceSlug__agent_sessions.response.json";
+const SCHEMA_CHILD: &str =
+    "POST_v1_ws__workspaceSlug__agent_sessions__sessionId__sessions.response.json";
+const SCHEMA_DETAIL: &str = "GET_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json";
+const SCHEMA_HISTORY: &str =
+    "GET_v1_ws__workspaceSlug__agent_sessions__sessionId__history.response.json";
+
+/// The session id of a `CreateSessionResponse`.
+pub fn id_of(create_response: &Value) -> String {
+    create_response["session"]["sessionId"]
+        .as_str()
+        .expect("session.sessionId")
+        .to_owned()
+}
+
+/// A `HistoryPage`: the seed schema, and every event a known variant.
+pub fn check_history_page(page: &Value) {
+    assert_schema(SCHEMA_HISTORY, page);
+    assert_known_events(
+        page["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| &e["event"]),
+    );
+}
+
+/// `POST …/agent/sessions`: 200, the response, its snapshot and its history page valid.
+pub fn create_checked(s: &Server, body: Value) -> Value {
+    let (status, v) = s.post(&s.sessions_url(""), &body);
+    assert_eq!(status, 200, "create {body}: {v}");
+    assert_schema(SCHEMA_CREATE, &v);
+    assert_schema(SCHEMA_DETAIL, &v["snapshot"]);
+    check_history_page(&v["history"]);
+    v
+}
+
+/// `POST …/{parent}/sessions`: 200, the response, its snapshot and its history page valid.
+pub fn create_child_checked(s: &Server, parent: &str, body: Value) -> Value {
+    let (status, v) = s.post(&s.sessions_url(&format!("/{parent}/sessions")), &body);
+    assert_eq!(status, 200, "child create {body}: {v}");
+    assert_schema(SCHEMA_CHILD, &v);
+    assert_schema(SCHEMA_DETAIL, &v["snapshot"]);
+    check_history_page(&v["history"]);
+    v
+}
+
+/// `GET …/{id}`: 200 and a valid `SessionDetail`.
+pub fn detail_checked(s: &Server, id: &str) -> Value {
+    let v = s.detail(id);
+    assert_schema(SCHEMA_DETAIL, &v);
+    v
+}
