@@ -33,15 +33,15 @@ function currentTheme() {
   }
 }
 
+// Saves the choice; theme.js (loaded first) resolves it, with the system's preference for 'system'.
 function applyTheme(t) {
-  if (t === 'light' || t === 'dark') document.documentElement.setAttribute('data-theme', t);
-  else document.documentElement.removeAttribute('data-theme');
   try {
     if (t === 'system') localStorage.removeItem('sessiond.theme');
     else localStorage.setItem('sessiond.theme', t);
   } catch {
-    /* not persisted */
+    /* not persisted: the choice still applies to this page */
   }
+  document.dispatchEvent(new CustomEvent('sessiond-theme', { detail: t }));
 }
 
 function themeButton() {
