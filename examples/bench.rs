@@ -29,6 +29,10 @@ use sessiond::config::{Config, StoreConfig};
 use sessiond::store::{self, NewSession, SessionKey, Store};
 use sessiond::timeline::{Event, Sender};
 
+#[path = "support/report.rs"]
+mod report;
+use report::{loadavg, thousands};
+
 const TARGET_STORE_RATIO: f64 = 0.50;
 const TARGET_NOTE_P99: Duration = Duration::from_millis(5);
 const TARGET_HISTORY_P99: Duration = Duration::from_millis(2);
@@ -162,18 +166,6 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn rate(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64().max(1e-9)
 }
@@ -224,13 +216,6 @@ fn bench_note(i: usize) -> String {
 fn die(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("bench: {what}: {e}");
     std::process::exit(1);
-}
-
-/// The 1/5/15-minute load averages (Linux), to judge how noisy the machine was.
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// CPU seconds used so far by the whole process and by the bench's own client threads (named

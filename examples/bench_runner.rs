@@ -59,6 +59,10 @@ use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
+#[path = "support/report.rs"]
+mod report;
+use report::{loadavg, thousands};
+
 const WS: &str = "default";
 const EMAIL: &str = "bench@local";
 const PASSWORD: &str = "bench-password-123";
@@ -225,18 +229,6 @@ fn signed_ms(a: Instant, b: Instant) -> f64 {
     if a >= b { ms(a - b) } else { -ms(b - a) }
 }
 
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// PID of the server child, killed by `die` so that an early exit never leaves it running.
 static SERVER_PID: AtomicU32 = AtomicU32::new(0);
 
@@ -250,12 +242,6 @@ fn die(what: &str, e: impl std::fmt::Display) -> ! {
         }
     }
     std::process::exit(1);
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// `VmRSS` of a process in KiB.
