@@ -15,7 +15,12 @@ pub fn random_token(bytes: usize) -> Result<String> {
 
 /// What is stored in place of a token: its SHA-256, hex.
 pub fn token_hash(token: &str) -> String {
-    crate::sessions::hex(&Sha256::digest(token.as_bytes()))
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// Lower-case hex of `bytes` (hashes, ids).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Compares without an early exit, so timing says nothing about where two values differ.

@@ -160,7 +160,7 @@ pub fn fingerprint(operation: &str, target: &str, body: &Value) -> String {
     h.update(target.as_bytes());
     h.update([0]);
     h.update(text.as_bytes());
-    crate::sessions::hex(&h.finalize())
+    crate::secret::hex(&h.finalize())
 }
 
 #[cfg(test)]

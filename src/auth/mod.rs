@@ -131,7 +131,7 @@ pub fn create_key(
 ) -> Result<NewKey> {
     let mut id = [0u8; 12];
     getrandom::fill(&mut id).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
-    let id = crate::sessions::hex(&id);
+    let id = crate::secret::hex(&id);
     let secret = secret::random_token(32)?;
     tx.insert_key(
         &id,

@@ -73,7 +73,7 @@ pub(super) fn decode_all(images: &[ImageIn]) -> Result<Vec<Decoded>> {
                 )));
             }
             let digest = Sha256::digest(&bytes);
-            let storage_id = format!("img_{}", hex(&digest[..16]));
+            let storage_id = format!("img_{}", crate::secret::hex(&digest[..16]));
             Ok(Decoded {
                 storage_id,
                 mime_type: img.mime_type.clone(),
@@ -99,8 +99,4 @@ pub(super) fn store_all(
             })
         })
         .collect()
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -26,7 +26,7 @@ use crate::timeline::{
     AttachmentRef, Behavior, Event, InputKind, Level, Sender, StoredImageRef, Tier,
 };
 
-pub use images::{ImageIn, hex};
+pub use images::ImageIn;
 pub use query::{AgentActivity, HistoryQuery, ListQuery};
 pub use wait::WaitOutcome;
 

@@ -151,11 +151,6 @@ impl Store {
     pub fn close(&self) {
         self.inner.writer.close();
     }
-
-    /// Writes a consistent copy of the live database to `dest` (`VACUUM INTO`).
-    pub fn backup_to(db_path: &Path, dest: &Path) -> Result<()> {
-        backup(db_path, dest)
-    }
 }
 
 /// `VACUUM INTO` from a separate connection: readers and the running server's writer are not
