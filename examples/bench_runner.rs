@@ -1660,6 +1660,7 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
         store.clone(),
         Engines::new(Arc::new(ScriptedEngine::default())),
         cfg.runner.clone(),
+        cfg.data_dir.clone(),
         runner_rt.handle(),
     )
     .unwrap_or_else(|e| die("start runner", e));

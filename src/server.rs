@@ -119,10 +119,12 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         store.clone(),
         engines,
         cfg.runner.clone(),
+        cfg.data_dir.clone(),
         runner_rt.handle(),
     )
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
+    runner.attach_sessions(sessions.clone());
     let auth = Auth::new(store.clone());
     let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
     let state = web::Data::new(AppState::new(sessions, auth));

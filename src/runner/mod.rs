@@ -12,7 +12,8 @@ pub mod machine;
 mod turn;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use crate::clock;
 use crate::config::RunnerConfig;
 use crate::engine::Engines;
 use crate::error::Result;
+use crate::sessions::Sessions;
 use crate::store::{SessionKey, Store};
 
 pub use turn::TurnIo;
@@ -92,12 +94,18 @@ pub(crate) struct Shared {
     pub store: Store,
     pub engines: Engines,
     pub cfg: RunnerConfig,
+    /// Where the workspace drives live (engines work in the session's cwd inside its drive).
+    pub data_dir: PathBuf,
+    /// The sessions core, for engine tools that start or message other sessions; set once the
+    /// core exists (it is built on top of the runner).
+    pub sessions: OnceLock<Sessions>,
 }
 
 #[derive(Clone)]
 pub struct Runner {
     tx: mpsc::UnboundedSender<Msg>,
     ack_window: Duration,
+    shared: Arc<Shared>,
 }
 
 impl Runner {
@@ -106,6 +114,7 @@ impl Runner {
         store: Store,
         engines: Engines,
         cfg: RunnerConfig,
+        data_dir: PathBuf,
         rt: &tokio::runtime::Handle,
     ) -> Result<Runner> {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -114,6 +123,8 @@ impl Runner {
             store,
             engines,
             cfg,
+            data_dir,
+            sessions: OnceLock::new(),
         });
         let recovered = rt.block_on(turn::recover(&shared))?;
         let mut dispatcher = Dispatcher {
@@ -128,8 +139,18 @@ impl Runner {
         for (key, due) in recovered {
             dispatcher.schedule(key, due);
         }
+        let shared = Arc::clone(&dispatcher.shared);
         rt.spawn(dispatcher.run(rx));
-        Ok(Runner { tx, ack_window })
+        Ok(Runner {
+            tx,
+            ack_window,
+            shared,
+        })
+    }
+
+    /// Gives engine tools the sessions core (`start_session`, `message_session`).
+    pub fn attach_sessions(&self, sessions: Sessions) {
+        let _ = self.shared.sessions.set(sessions);
     }
 
     /// Tells the runner a durable input is waiting and waits (up to the ack window) for its answer.

@@ -13,11 +13,12 @@ use crate::bus::Frame;
 use crate::clock;
 use crate::engine::{Engine, InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
-use crate::sessions::projection;
+use crate::drive::Drive;
+use crate::sessions::{Actor, Sessions, projection};
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
-    AgentLoopState, AgentStatus, CompleteStatus, Event, Level, Step, SystemMetadata, Tier, Todo,
-    TurnState, TurnStateStatus, Usage,
+    AgentLoopState, AgentStatus, CompleteStatus, ContextWindowUsage, Event, Level, ModelUsage,
+    Sender, Step, SystemMetadata, Tier, Todo, TurnState, TurnStateStatus, Usage,
 };
 
 /// What the dispatcher needs to know when a turn is over.
@@ -61,6 +62,9 @@ struct Claim {
     machine_step: bool,
     /// The session's agent's engine configuration (JSON).
     engine_config: String,
+    workspace_id: String,
+    workspace_slug: String,
+    user_id: String,
 }
 
 pub(crate) async fn run(
@@ -108,6 +112,18 @@ async fn run_turn(
     }
     let mut io = TurnIo {
         store: shared.store.clone(),
+        drive: Drive::root_for(&shared.data_dir, &claim.workspace_slug),
+        cwd: claim.cwd.clone(),
+        actor: Actor {
+            workspace_id: claim.workspace_id.clone(),
+            workspace_slug: claim.workspace_slug.clone(),
+            user_id: claim.user_id.clone(),
+            sender: Sender::Session {
+                session_id: key.id.clone(),
+            },
+        },
+        sessions: shared.sessions.get().cloned(),
+        measured_usage: false,
         key: key.clone(),
         generation: claim.generation,
         cancel: control.cancel.subscribe(),
@@ -355,6 +371,10 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 machine_step,
                 engine_config: store::agent_by_id(tx.conn(), &row.agent_id)?
                     .map_or_else(|| "{}".to_owned(), |a| a.engine),
+                workspace_slug: store::workspace_slug(tx.conn(), &row.workspace_id)?
+                    .ok_or(Error::NotFound)?,
+                workspace_id: row.workspace_id,
+                user_id: row.user_id,
             }))
         })
         .await
@@ -413,6 +433,7 @@ async fn finish(
         mut usage,
         todos,
         last_text,
+        measured_usage,
         ..
     } = io;
     usage.total_tokens = usage.input + usage.output;
@@ -420,8 +441,9 @@ async fn finish(
         .write(move |tx| {
             tx.check_generation(&key, generation)?;
             settle_running_tasks(tx, &key, "stopped")?;
-            if usage.total_tokens > 0.0 {
-                tx.append(&key, &usage_event(&usage))?;
+            // Engines without a token count get the runner's estimate.
+            if !measured_usage && usage.total_tokens > 0.0 {
+                append_usage(tx, &key, &usage_event(&usage), &usage)?;
             }
             let (status, agent_status) = match &end {
                 TurnEnd::Complete { .. } => (TurnStateStatus::Completed, AgentStatus::Completed),
@@ -556,6 +578,12 @@ fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome
     })
 }
 
+/// Appends a `usage` event and adds `call` to the session's totals.
+fn append_usage(tx: &mut Tx<'_>, key: &SessionKey, event: &Event, call: &Usage) -> Result<u64> {
+    tx.add_usage(key, call)?;
+    tx.append(key, event)
+}
+
 fn usage_event(usage: &Usage) -> Event {
     Event::Usage {
         turn_usage: usage.clone(),
@@ -662,6 +690,13 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
 /// cancellation.
 pub struct TurnIo {
     store: Store,
+    drive: Drive,
+    cwd: Option<String>,
+    /// The session itself as an actor (tools that start or message other sessions).
+    actor: Actor,
+    sessions: Option<Sessions>,
+    /// The engine reported real usage; the runner's estimate is not written.
+    measured_usage: bool,
     key: SessionKey,
     generation: u64,
     cancel: watch::Receiver<bool>,
@@ -682,6 +717,148 @@ pub struct TurnIo {
 impl TurnIo {
     pub fn session_id(&self) -> &str {
         &self.key.id
+    }
+
+    /// The drive of the session's workspace.
+    pub fn drive(&self) -> &Drive {
+        &self.drive
+    }
+
+    /// The session's working directory, relative to the drive (`None` = the drive root).
+    pub fn cwd(&self) -> Option<&str> {
+        self.cwd.as_deref()
+    }
+
+    /// The session acting on its own behalf (inputs it sends are attributed to it, R7).
+    pub fn actor(&self) -> &Actor {
+        &self.actor
+    }
+
+    /// The sessions core, for tools that start or message sessions (absent in bare runners).
+    pub fn sessions(&self) -> Option<&Sessions> {
+        self.sessions.as_ref()
+    }
+
+    /// What the engine stored about this session at an earlier turn.
+    pub async fn memo(&self) -> Result<Option<Value>> {
+        let key = self.key.clone();
+        let memo = self.store.write(move |tx| tx.engine_memo(&key)).await?;
+        Ok(memo.and_then(|m| serde_json::from_str(&m).ok()))
+    }
+
+    /// Keeps `memo` for the next turns of this session (fenced like every write of the turn).
+    pub async fn set_memo(&mut self, memo: Value) -> Result<()> {
+        let key = self.key.clone();
+        let generation = self.generation;
+        let doc = memo.to_string();
+        self.store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                tx.set_engine_memo(&key, Some(&doc))
+            })
+            .await
+    }
+
+    /// The conversation of earlier turns, oldest first, as the messages their terminals recorded
+    /// (a turn lost in a crash contributes its input), notes as user messages; whole turns only,
+    /// newest first until about `budget_chars` of JSON.
+    pub async fn conversation(&self, budget_chars: usize) -> Result<Vec<Value>> {
+        const TYPES: [&str; 6] = [
+            "turn_started",
+            "complete",
+            "ask",
+            "interrupted",
+            "sleep",
+            "note_submitted",
+        ];
+        let pk = self.key.pk;
+        let mut before = self.turn_started;
+        let mut chunks: Vec<Vec<Value>> = Vec::new();
+        let mut used = 0usize;
+        let mut terminal: Option<Vec<Value>> = None;
+        'pages: loop {
+            let page = self
+                .store
+                .read(move |c| store::events_of_types_before(c, pk, before, &TYPES, 256))
+                .await?;
+            let Some(last) = page.last() else { break };
+            before = last.seq;
+            for ev in page {
+                let body: Value = serde_json::from_str(&ev.body).unwrap_or(Value::Null);
+                let messages = || {
+                    body.pointer("/state/agent/messages")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                let chunk = match ev.event_type.as_str() {
+                    "note_submitted" => {
+                        let note = body.get("note").and_then(Value::as_str).unwrap_or("");
+                        vec![json!({"role": "user", "content": format!("(note) {note}")})]
+                    }
+                    "turn_started" => match terminal.take() {
+                        Some(m) if !m.is_empty() => m,
+                        _ => messages(),
+                    },
+                    _ => {
+                        terminal = Some(messages());
+                        continue;
+                    }
+                };
+                used += chunk.iter().map(|m| m.to_string().len()).sum::<usize>();
+                if used > budget_chars && !chunks.is_empty() {
+                    break 'pages;
+                }
+                chunks.push(chunk);
+            }
+        }
+        chunks.reverse();
+        Ok(chunks.into_iter().flatten().collect())
+    }
+
+    /// The turn's own conversation, recorded on its terminal (and read back by
+    /// [`TurnIo::conversation`] in later turns). Starts with the turn's input.
+    pub fn messages_mut(&mut self) -> &mut Vec<Value> {
+        &mut self.messages
+    }
+
+    /// The turn's reply (a Job's state result, the text a title is made from).
+    pub fn set_reply(&mut self, text: &str) {
+        self.last_text = Some(text.to_owned());
+    }
+
+    /// Records one model call's measured usage: a `usage` event with the turn's totals so far,
+    /// and the session's totals. The runner then writes no estimate for this turn.
+    pub async fn record_usage(
+        &mut self,
+        call: Usage,
+        by_model: Vec<ModelUsage>,
+        context_window: f64,
+        window_usage: ContextWindowUsage,
+    ) -> Result<()> {
+        if !self.measured_usage {
+            self.measured_usage = true;
+            self.usage = Usage::default();
+        }
+        self.usage.add(&call);
+        let event = Event::Usage {
+            turn_usage: self.usage.clone(),
+            usage_by_model: by_model,
+            last_message_usage: call.clone(),
+            effective_context_window: context_window,
+            context_window_usage: window_usage,
+        };
+        let key = self.key.clone();
+        let generation = self.generation;
+        let seq = self
+            .store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                append_usage(tx, &key, &event, &call)
+            })
+            .await?;
+        self.last_seq = seq;
+        Ok(())
     }
 
     /// True once the turn has been interrupted; engines stop at their next step.

@@ -244,6 +244,40 @@ pub fn events_before(
     Ok(rows)
 }
 
+/// The newest events of the given types with `seq < before`, newest first, at most `limit`
+/// (model engines rebuild a conversation from them).
+pub fn events_of_types_before(
+    conn: &Connection,
+    session_pk: i64,
+    before: u64,
+    types: &[&str],
+    limit: u32,
+) -> Result<Vec<StoredEvent>> {
+    let placeholders = vec!["?"; types.len()].join(",");
+    let sql = format!(
+        "SELECT seq, created_at, type, body FROM events
+         WHERE session_pk = ? AND seq < ? AND type IN ({placeholders}) ORDER BY seq DESC LIMIT ?"
+    );
+    let mut args: Vec<SqlValue> = vec![
+        SqlValue::Integer(session_pk),
+        SqlValue::Integer(before.min(i64::MAX as u64) as i64),
+    ];
+    args.extend(types.iter().map(|t| SqlValue::Text((*t).to_owned())));
+    args.push(SqlValue::Integer(i64::from(limit)));
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), event_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The session's usage totals (`None` before its first usage event).
+pub fn usage_totals(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT usage_totals FROM sessions WHERE pk = ?1")?
+        .query_row([session_pk], |r| r.get(0))
+        .optional()?
+        .flatten())
+}
+
 /// The first event of a given type at or after `from_seq` (used to find an input's terminal).
 pub fn first_event_of_types(
     conn: &Connection,

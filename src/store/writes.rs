@@ -447,6 +447,38 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// What the session's engine remembers between turns (see migration 0002).
+    pub fn engine_memo(&self, key: &SessionKey) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT engine_memo FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| r.get(0))?)
+    }
+
+    pub fn set_engine_memo(&mut self, key: &SessionKey, memo: Option<&str>) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET engine_memo = ?2 WHERE pk = ?1")?
+            .execute(params![key.pk, memo])?;
+        Ok(())
+    }
+
+    /// Adds one call's usage to the session's running totals.
+    pub fn add_usage(&mut self, key: &SessionKey, usage: &crate::timeline::Usage) -> Result<()> {
+        let current: Option<String> = self
+            .conn
+            .prepare_cached("SELECT usage_totals FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| r.get(0))?;
+        let mut total: crate::timeline::Usage = current
+            .and_then(|c| serde_json::from_str(&c).ok())
+            .unwrap_or_default();
+        total.add(usage);
+        let doc = serde_json::to_string(&total).map_err(|e| Error::Internal(e.to_string()))?;
+        self.conn
+            .prepare_cached("UPDATE sessions SET usage_totals = ?2 WHERE pk = ?1")?
+            .execute(params![key.pk, doc])?;
+        Ok(())
+    }
+
     pub fn engine_state(&self, key: &SessionKey) -> Result<Option<String>> {
         Ok(self
             .conn
