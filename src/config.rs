@@ -22,6 +22,10 @@ pub struct Config {
     pub runner: RunnerConfig,
     pub limits: Limits,
     pub stream: StreamConfig,
+    /// The engine of agents that do not choose one (`{kind = "openai", ...}`, same keys as an
+    /// agent's `engine` JSON). Unset: `openai` when OPENAI_BASE_URL or OPENAI_API_KEY is set,
+    /// else the scripted demo engine. `SESSIOND_ENGINE` overrides it.
+    pub engine: Option<serde_json::Value>,
     /// Agents to create (or bring up to date) at start-up.
     pub agents: Vec<AgentConfig>,
 }
@@ -35,6 +39,8 @@ pub struct AgentConfig {
     pub anchor: Option<String>,
     #[serde(default = "default_workspace")]
     pub workspace: String,
+    /// The agent's engine (same keys as its `engine` JSON); unset keeps what it has.
+    pub engine: Option<serde_json::Value>,
 }
 
 fn default_workspace() -> String {
@@ -122,6 +128,7 @@ impl Default for Config {
             runner: RunnerConfig::default(),
             limits: Limits::default(),
             stream: StreamConfig::default(),
+            engine: None,
             agents: Vec::new(),
         }
     }
@@ -205,6 +212,10 @@ impl Config {
         }
         if self.stream.keepalive_ms == 0 {
             return Err("stream.keepalive_ms must be at least 1".into());
+        }
+        if let Some(engine) = &self.engine {
+            crate::engine::EngineConfig::parse(&engine.to_string())
+                .map_err(|e| format!("engine: {e}"))?;
         }
         Ok(())
     }

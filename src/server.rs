@@ -11,7 +11,8 @@ use crate::auth::Auth;
 use crate::bus::Bus;
 use crate::config::Config;
 use crate::drive::Drive;
-use crate::engine::{Engines, scripted::ScriptedEngine};
+use crate::engine::openai::OpenAiConfig;
+use crate::engine::{Engine, EngineConfig, Engines, scripted::ScriptedEngine};
 use crate::runner::Runner;
 use crate::sessions::Sessions;
 use crate::store::Store;
@@ -53,7 +54,7 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
             slug: Some(a.slug.clone()),
             name: a.name.clone(),
             anchor: a.anchor.clone(),
-            engine: None,
+            engine: a.engine.clone(),
         };
         let result = match exists {
             None => agents::create_blocking(store, &drive, &ws.id, spec).map(|_| ()),
@@ -83,11 +84,47 @@ fn raise_open_files_limit() {
     }
 }
 
+/// The engine of agents that do not choose one: `SESSIOND_ENGINE` (a JSON engine object or just
+/// a kind), else the config file's `engine`, else `openai` when the OpenAI variables are set, else
+/// the scripted demo engine that says how to configure a model.
+fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
+    let from_env = std::env::var("SESSIOND_ENGINE")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| {
+            let v = v.trim();
+            if v.starts_with('{') {
+                v.to_owned()
+            } else {
+                serde_json::json!({ "kind": v }).to_string()
+            }
+        });
+    let chosen = from_env.or_else(|| cfg.engine.as_ref().map(|e| e.to_string()));
+    if let Some(json) = chosen {
+        return match EngineConfig::parse(&json).map_err(|e| format!("engine: {e}"))? {
+            Some(engine) => engine.build().map_err(|e| format!("engine: {e}")),
+            None => Err("engine: give at least its kind".into()),
+        };
+    }
+    if let Some(openai) = OpenAiConfig::from_env() {
+        return EngineConfig::Openai(openai)
+            .build()
+            .map_err(|e| format!("engine: {e}"));
+    }
+    Ok(Arc::new(ScriptedEngine {
+        hint: true,
+        ..Default::default()
+    }))
+}
+
 /// Says at start-up which engine each agent runs on.
 fn log_engines(store: &Store, engines: &Engines) {
+    let default = engines.default_engine();
+    tracing::info!(engine = default.name(), details = %default.describe(), "default engine");
     let agents = store.read_blocking(crate::store::agent_engines);
     for (ws, agent, engine) in agents.unwrap_or_default() {
-        tracing::info!(workspace = %ws, agent = %agent, engine = engines.for_config(&engine).name(), "agent engine");
+        let e = engines.for_config(&engine);
+        tracing::info!(workspace = %ws, agent = %agent, engine = e.name(), details = %e.describe(), "agent engine");
     }
 }
 
@@ -113,7 +150,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runner runtime: {e}"))?;
-    let engines = Engines::new(Arc::new(ScriptedEngine::default()));
+    let engines = Engines::new(default_engine(&cfg)?);
     log_engines(&store, &engines);
     let runner = Runner::start(
         store.clone(),

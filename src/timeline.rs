@@ -434,6 +434,19 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none")]
         metadata: Option<SystemMetadata>,
     },
+    /// A model engine moved to another model (a tier that maps elsewhere).
+    RouterSwitch {
+        tier: String,
+        route: String,
+        from_model: String,
+        to_model: String,
+        /// `minimal`, `low`, `medium`, `high` or `xhigh`.
+        thinking_level: String,
+        /// `turn_start`, `cadence`, `advisor`, `step_trigger` or `compaction`.
+        trigger: String,
+        rationale: String,
+        vision_fallback: bool,
+    },
     Complete {
         state: TurnState,
         status: CompleteStatus,
@@ -476,6 +489,7 @@ impl Event {
             Event::FollowUpQueue { .. } => "follow_up_queue",
             Event::Usage { .. } => "usage",
             Event::System { .. } => "system",
+            Event::RouterSwitch { .. } => "router_switch",
             Event::Complete { .. } => "complete",
             Event::Ask { .. } => "ask",
             Event::Interrupted { .. } => "interrupted",

@@ -2,7 +2,9 @@
 //! and end with a terminal. The runner owns everything around them (claiming, fencing, terminals,
 //! delivery); an engine only talks to its [`TurnIo`].
 
+pub mod openai;
 pub mod scripted;
+pub mod tools;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -64,6 +66,11 @@ pub enum TurnEnd {
 /// [`TurnIo::is_cancelled`] turns true (the runner cuts them off after a grace period anyway).
 pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
+
+    /// What the start-up log says about this engine beyond its name (model and endpoint).
+    fn describe(&self) -> String {
+        String::new()
+    }
     fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>>;
 
     /// The tier this engine runs a turn at when `requested` is asked for; a different answer is
@@ -84,7 +91,7 @@ pub trait Engine: Send + Sync {
 }
 
 /// Which engine an agent uses, from its `engine` configuration (`{}` = the server's default).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum EngineConfig {
     /// The deterministic demo and test engine; `tiers` limits the tiers it honours.
@@ -92,6 +99,8 @@ pub enum EngineConfig {
         #[serde(default)]
         tiers: Vec<Tier>,
     },
+    /// An OpenAI-compatible chat-completions endpoint.
+    Openai(openai::OpenAiConfig),
 }
 
 impl EngineConfig {
@@ -102,17 +111,27 @@ impl EngineConfig {
         if value.as_object().is_some_and(|o| o.is_empty()) {
             return Ok(None);
         }
-        serde_json::from_value(value)
-            .map(Some)
-            .map_err(|e| crate::Error::invalid(format!("engine: {e}")))
+        let cfg: EngineConfig = serde_json::from_value(value)
+            .map_err(|e| crate::Error::invalid(format!("engine: {e}")))?;
+        cfg.check()?;
+        Ok(Some(cfg))
     }
 
-    pub fn build(&self) -> Arc<dyn Engine> {
+    fn check(&self) -> Result<()> {
         match self {
+            EngineConfig::Scripted { .. } => Ok(()),
+            EngineConfig::Openai(c) => c.check(),
+        }
+    }
+
+    pub fn build(&self) -> Result<Arc<dyn Engine>> {
+        Ok(match self {
             EngineConfig::Scripted { tiers } => Arc::new(scripted::ScriptedEngine {
                 tiers: tiers.clone(),
+                ..Default::default()
             }),
-        }
+            EngineConfig::Openai(c) => openai::build(c)?,
+        })
     }
 }
 
@@ -142,9 +161,14 @@ impl Engines {
         if let Some(e) = built.get(json) {
             return Arc::clone(e);
         }
-        let engine = match EngineConfig::parse(json) {
-            Ok(Some(cfg)) => cfg.build(),
-            _ => Arc::clone(&self.default),
+        let engine = match EngineConfig::parse(json).and_then(|c| c.map(|c| c.build()).transpose())
+        {
+            Ok(Some(engine)) => engine,
+            Ok(None) => Arc::clone(&self.default),
+            Err(e) => {
+                tracing::error!(error = %e, "an agent's engine cannot be built; using the default engine");
+                Arc::clone(&self.default)
+            }
         };
         built.insert(json.to_owned(), Arc::clone(&engine));
         engine

@@ -37,7 +37,16 @@ use crate::timeline::{
 pub struct ScriptedEngine {
     /// The tiers this instance honours (all when empty); others are clamped to the nearest.
     pub tiers: Vec<Tier>,
+    /// Plain replies also say how to configure a model (the engine nobody chose: sessiond runs
+    /// it when no engine is configured and no OpenAI variables are set).
+    pub hint: bool,
 }
+
+/// Appended to plain replies of the unconfigured default.
+pub const MODEL_HINT: &str = "(This is sessiond's scripted demo engine. To answer with a model, \
+start `sessiond serve` with OPENAI_API_KEY set (or OPENAI_BASE_URL for a local server such as \
+Ollama, and OPENAI_MODEL to pick the model), or give the agent an engine; see \"Engines\" in the \
+README.)";
 
 /// What survives an `ask` or a `sleep`.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -117,7 +126,16 @@ impl Engine for ScriptedEngine {
                     0,
                 ),
                 (InputKind::Wake, None) => return Ok(TurnEnd::Complete { result: None }),
-                (InputKind::Prompt, _) => (script_of(&input.text, "echo: ").into(), 0),
+                (InputKind::Prompt, _) => {
+                    let mut script = script_of(&input.text, "echo: ");
+                    if self.hint && !is_directive(input.text.trim_start()) {
+                        if let Some(line) = script.first_mut() {
+                            line.push_str("\n\n");
+                            line.push_str(MODEL_HINT);
+                        }
+                    }
+                    (script.into(), 0)
+                }
             };
             let mut last_text: Option<String> = None;
             let mut first = true;

@@ -11,9 +11,9 @@ use super::machine::{MachineState, StepEnd};
 use super::{Delivery, Msg, Shared, TurnControl};
 use crate::bus::Frame;
 use crate::clock;
+use crate::drive::Drive;
 use crate::engine::{Engine, InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
-use crate::drive::Drive;
 use crate::sessions::{Actor, Sessions, projection};
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
@@ -864,6 +864,16 @@ impl TurnIo {
     /// True once the turn has been interrupted; engines stop at their next step.
     pub fn is_cancelled(&self) -> bool {
         *self.cancel.borrow()
+    }
+
+    /// A receiver that turns true when the turn is interrupted (to race against I/O).
+    pub fn cancel_watch(&self) -> watch::Receiver<bool> {
+        self.cancel.clone()
+    }
+
+    /// True when a steer message is waiting for [`TurnIo::take_steers`].
+    pub fn steer_waiting(&self) -> bool {
+        self.control.steer_pending.load(Ordering::SeqCst)
     }
 
     /// Waits `ms` unless interrupted first; returns false when interrupted.

@@ -26,7 +26,19 @@ pub struct Server {
     /// every request of `http`.
     pub token: String,
     extra_args: Vec<String>,
+    env: Vec<(String, Option<String>)>,
 }
+
+/// Environment every test server starts with: the plain scripted engine (the tests pin its exact
+/// replies) and none of the OpenAI variables of the outer environment. `start_with_env` overrides
+/// entries (`None` removes the variable).
+const BASE_ENV: [(&str, Option<&str>); 5] = [
+    ("SESSIOND_ENGINE", Some("scripted")),
+    ("OPENAI_API_KEY", None),
+    ("OPENAI_BASE_URL", None),
+    ("OPENAI_MODEL", None),
+    ("SESSIOND_LOG", Some("warn")),
+];
 
 /// Email and password of the owner every test server is bootstrapped with.
 pub const OWNER_EMAIL: &str = "owner@test.local";
@@ -117,23 +129,50 @@ impl Server {
     pub fn start_with(args: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("data");
-        let mut s = Server::spawn(&dir, args.iter().map(|s| s.to_string()).collect());
+        let mut s = Server::spawn(
+            &dir,
+            args.iter().map(|s| s.to_string()).collect(),
+            Vec::new(),
+        );
         s._tmp = Some(tmp);
         s
     }
 
     /// Starts with a config file containing `toml`.
     pub fn start_with_config(toml: &str) -> Server {
+        Server::start_with_env(Some(toml), &[])
+    }
+
+    /// Starts with an optional config file and changes to the base environment (`None` removes
+    /// a variable), e.g. `SESSIOND_ENGINE` set to an engine's JSON.
+    pub fn start_with_env(toml: Option<&str>, env: &[(&str, Option<&str>)]) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let cfg = tmp.path().join("sessiond.toml");
-        std::fs::write(&cfg, toml).expect("write config");
+        let mut args = Vec::new();
+        if let Some(toml) = toml {
+            let cfg = tmp.path().join("sessiond.toml");
+            std::fs::write(&cfg, toml).expect("write config");
+            args = vec!["--config".into(), cfg.display().to_string()];
+        }
         let dir = tmp.path().join("data");
-        let mut s = Server::spawn(&dir, vec!["--config".into(), cfg.display().to_string()]);
+        let env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+            .collect();
+        let mut s = Server::spawn(&dir, args, env);
         s._tmp = Some(tmp);
         s
     }
 
-    fn spawn(data_dir: &Path, extra_args: Vec<String>) -> Server {
+    /// The temporary folder the server's data dir (and config file) live in.
+    pub fn tmp_dir(&self) -> &Path {
+        self.data_dir.parent().expect("data dir has a parent")
+    }
+
+    fn spawn(
+        data_dir: &Path,
+        extra_args: Vec<String>,
+        env: Vec<(String, Option<String>)>,
+    ) -> Server {
         let token = bootstrap_credentials(data_dir);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
         cmd.arg("serve")
@@ -141,10 +180,21 @@ impl Server {
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(&extra_args)
-            .env("SESSIOND_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .args(&extra_args);
+        let overridden = |k: &str| env.iter().any(|(e, _)| e == k);
+        for (k, v) in BASE_ENV.iter().filter(|(k, _)| !overridden(k)) {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        for (k, v) in &env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn sessiond");
         let stdout = child.stdout.take().expect("stdout");
         let mut reader = BufReader::new(stdout);
@@ -168,13 +218,18 @@ impl Server {
             http: client(&token),
             token,
             extra_args,
+            env,
         }
     }
 
     /// SIGKILL, then start again on the same data dir (new port).
     pub fn kill9_and_restart(&mut self) {
         self.kill9();
-        let mut fresh = Server::spawn(&self.data_dir.clone(), self.extra_args.clone());
+        let mut fresh = Server::spawn(
+            &self.data_dir.clone(),
+            self.extra_args.clone(),
+            self.env.clone(),
+        );
         self.child = fresh.child.take();
         self.base = std::mem::take(&mut fresh.base);
     }
@@ -206,7 +261,11 @@ impl Server {
     /// Restarts after `stop`/`kill9` on the same data dir.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server first");
-        let mut fresh = Server::spawn(&self.data_dir.clone(), self.extra_args.clone());
+        let mut fresh = Server::spawn(
+            &self.data_dir.clone(),
+            self.extra_args.clone(),
+            self.env.clone(),
+        );
         self.child = fresh.child.take();
         self.base = std::mem::take(&mut fresh.base);
     }
@@ -590,6 +649,10 @@ pub fn sessiond_command() -> Command {
     cmd.env_remove("SESSIOND_CONFIG")
         .env_remove("SESSIOND_DATA_DIR")
         .env_remove("SESSIOND_BIND")
+        .env("SESSIOND_ENGINE", "scripted")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_MODEL")
         .env("SESSIOND_LOG", "warn")
         .stdin(Stdio::null());
     cmd

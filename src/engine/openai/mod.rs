@@ -1,0 +1,718 @@
+//! The `openai` engine: any OpenAI-compatible `/chat/completions` endpoint (OpenAI, OpenRouter,
+//! Ollama, llama.cpp server, vLLM) driven as a tool-using agent loop.
+//!
+//! A turn is a loop of streamed model calls. Each call sees the system prompt, the conversation of
+//! earlier turns (rebuilt from their terminals, see [`TurnIo::conversation`]) and this turn's
+//! messages; steer messages that arrived meanwhile are appended before every call. Text and
+//! reasoning stream as volatile deltas and are stored once complete; tool calls run through the
+//! [`Toolbox`] and their results go back to the model until it answers without calling a tool.
+//! `ask_user` and `sleep_until` end the turn (`ask`, `sleep`) and the answer or the wake resumes it
+//! as the result of that very tool call.
+//!
+//! Secrets never live in the configuration: the API key is read from an environment variable or
+//! a file at every call (so a rotated key file is picked up), and is never logged or shown.
+
+mod conversation;
+pub mod stream;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use self::stream::{CallError, DeltaSink, RawUsage, Reply, Request};
+use super::tools::{Outcome, Toolbox, ToolsConfig};
+use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
+use crate::error::{Error, Result};
+use crate::runner::TurnIo;
+use crate::timeline::{
+    ContextWindowUsage, Event, Level, ModelTransport, ModelUsage, Step, Tier, ToolOutputPart,
+    Usage, UsageCost,
+};
+
+/// The model used when neither the configuration nor `OPENAI_MODEL` names one.
+pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+/// The endpoint used when neither the configuration nor `OPENAI_BASE_URL` names one.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Prices in US dollars per million tokens.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+}
+
+/// The model each tier runs on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TierModels {
+    pub frontier: Option<String>,
+    pub balanced: Option<String>,
+    pub economy: Option<String>,
+}
+
+impl TierModels {
+    fn get(&self, tier: Tier) -> Option<&str> {
+        match tier {
+            Tier::Frontier => self.frontier.as_deref(),
+            Tier::Balanced => self.balanced.as_deref(),
+            Tier::Economy => self.economy.as_deref(),
+        }
+    }
+
+    fn tiers(&self) -> Vec<Tier> {
+        [Tier::Frontier, Tier::Balanced, Tier::Economy]
+            .into_iter()
+            .filter(|t| self.get(*t).is_some())
+            .collect()
+    }
+}
+
+/// `{"kind": "openai", ...}`: every field is optional.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct OpenAiConfig {
+    /// The endpoint's base URL, up to and including `/v1` (default: `OPENAI_BASE_URL`, else
+    /// OpenAI's).
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key (default `OPENAI_API_KEY`). Endpoints that
+    /// need no key (a local Ollama) work without it.
+    pub api_key_env: Option<String>,
+    /// A file holding the API key (takes precedence over `apiKeyEnv`).
+    pub api_key_file: Option<PathBuf>,
+    /// The model for sessions without a tier, and for tiers `models` does not name (default:
+    /// `OPENAI_MODEL`, else [`DEFAULT_MODEL`]).
+    pub model: Option<String>,
+    /// Tier → model. When given, only these tiers are honoured; others are clamped to the
+    /// nearest one (`tier_clamped`).
+    pub models: Option<TierModels>,
+    /// Model name → price per million tokens, for the cost in `usage` events.
+    pub prices: BTreeMap<String, Price>,
+    /// Replaces the built-in system prompt.
+    pub system_prompt: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    /// The model's context window in tokens, reported in `usage` events.
+    pub context_window: Option<u64>,
+    /// Most model calls in one turn.
+    pub max_steps: u32,
+    /// Longest a whole turn may run.
+    pub turn_timeout_ms: u64,
+    /// Longest wait for the first byte of a reply and between two streamed chunks.
+    pub idle_timeout_ms: u64,
+    /// Retries of a call after 429, 5xx, timeouts and dropped streams.
+    pub max_retries: u32,
+    /// First retry delay; it doubles with every attempt (a `Retry-After` header wins when longer).
+    pub retry_base_ms: u64,
+    /// About how much earlier conversation (JSON characters) is sent with each call.
+    pub history_chars: usize,
+    /// Ask for token usage in the stream (`stream_options.include_usage`); turn off for servers
+    /// that refuse the option.
+    pub stream_usage: bool,
+    /// Generate the automatic title with the model after the first turn.
+    pub titles: bool,
+    pub tools: ToolsConfig,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        OpenAiConfig {
+            base_url: None,
+            api_key_env: None,
+            api_key_file: None,
+            model: None,
+            models: None,
+            prices: BTreeMap::new(),
+            system_prompt: None,
+            max_tokens: None,
+            temperature: None,
+            context_window: None,
+            max_steps: 50,
+            turn_timeout_ms: 30 * 60 * 1000,
+            idle_timeout_ms: 120_000,
+            max_retries: 4,
+            retry_base_ms: 1_000,
+            history_chars: 400_000,
+            stream_usage: true,
+            titles: true,
+            tools: ToolsConfig::default(),
+        }
+    }
+}
+
+impl OpenAiConfig {
+    /// The configuration the embedded default uses when `OPENAI_BASE_URL` or `OPENAI_API_KEY`
+    /// is set.
+    pub fn from_env() -> Option<OpenAiConfig> {
+        let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
+        (set("OPENAI_BASE_URL") || set("OPENAI_API_KEY")).then(OpenAiConfig::default)
+    }
+
+    pub fn check(&self) -> Result<()> {
+        if let Some(url) = &self.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(Error::invalid("engine/baseUrl: must be an http(s) URL"));
+        }
+        if self.max_steps == 0 {
+            return Err(Error::invalid("engine/maxSteps: must be at least 1"));
+        }
+        self.tools.check()
+    }
+}
+
+pub struct OpenAiEngine {
+    cfg: OpenAiConfig,
+    url: String,
+    default_model: String,
+    provider: Option<&'static str>,
+    client: reqwest::Client,
+    toolbox: Toolbox,
+}
+
+impl OpenAiEngine {
+    pub fn new(cfg: OpenAiConfig) -> Result<OpenAiEngine> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let base = cfg
+            .base_url
+            .clone()
+            .or_else(|| env("OPENAI_BASE_URL"))
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let url = format!("{}/chat/completions", base.trim_end_matches('/'));
+        let default_model = cfg
+            .model
+            .clone()
+            .or_else(|| env("OPENAI_MODEL"))
+            .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(concat!("sessiond/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::Internal(format!("cannot build the HTTP client: {e}")))?;
+        // The seed's ModelTransport names a fixed set of providers; usage is only attributed to
+        // one when the endpoint is recognisably it.
+        let provider = base.contains("openrouter.ai").then_some("openrouter");
+        Ok(OpenAiEngine {
+            toolbox: Toolbox::new(cfg.tools.clone()),
+            cfg,
+            url,
+            default_model,
+            provider,
+            client,
+        })
+    }
+
+    fn api_key(&self) -> Result<Option<String>> {
+        if let Some(path) = &self.cfg.api_key_file {
+            let key = std::fs::read_to_string(path).map_err(|e| {
+                Error::Internal(format!(
+                    "cannot read the API key file {}: {}",
+                    path.display(),
+                    e.kind()
+                ))
+            })?;
+            return Ok(Some(key.trim().to_owned()).filter(|k| !k.is_empty()));
+        }
+        let var = self.cfg.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY");
+        Ok(std::env::var(var)
+            .ok()
+            .map(|k| k.trim().to_owned())
+            .filter(|k| !k.is_empty()))
+    }
+
+    fn model_for(&self, tier: Option<Tier>) -> String {
+        tier.and_then(|t| self.cfg.models.as_ref()?.get(t).map(str::to_owned))
+            .unwrap_or_else(|| self.default_model.clone())
+    }
+
+    fn system_prompt(&self, io: &TurnIo) -> String {
+        if let Some(p) = &self.cfg.system_prompt {
+            return p.clone();
+        }
+        let cwd = io.cwd().map_or_else(|| "/".to_owned(), |c| format!("/{c}"));
+        format!(
+            "You are an agent working in a sessiond session. Your working directory is {cwd} in the \
+             workspace drive; file tools take paths relative to it and cannot leave it. Work step by \
+             step with the tools you have, keep the todo list current on longer tasks, ask the user \
+             (ask_user) only when you cannot proceed without a decision, and finish with a short \
+             answer. The current time is {}.",
+            crate::clock::rfc3339(crate::clock::now_ms())
+        )
+    }
+
+    fn usage_of(&self, model: &str, raw: RawUsage) -> Usage {
+        let input = raw.prompt.saturating_sub(raw.cached) as f64;
+        let cached = raw.cached as f64;
+        let output = raw.completion as f64;
+        let write = raw.cache_write as f64;
+        let price = self.cfg.prices.get(model).cloned().unwrap_or_default();
+        let per = |tokens: f64, usd_per_million: f64| tokens * usd_per_million / 1_000_000.0;
+        let cost = UsageCost {
+            input: per(input, price.input),
+            output: per(output, price.output),
+            cache_read: per(cached, price.cache_read),
+            cache_write: per(write, price.cache_write),
+            total: 0.0,
+        };
+        let total = cost.input + cost.output + cost.cache_read + cost.cache_write;
+        Usage {
+            input,
+            output,
+            cache_read: cached,
+            cache_write: write,
+            total_tokens: (raw.prompt + raw.completion) as f64,
+            cost: UsageCost { total, ..cost },
+        }
+    }
+
+    /// Emits `router_switch` when this turn runs on another model than the session's last turn.
+    async fn note_model(&self, io: &mut TurnIo, tier: Option<Tier>, model: &str) -> Result<()> {
+        let memo = io.memo().await?;
+        let last = memo
+            .as_ref()
+            .and_then(|m| m.get("model"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let from = last.clone().unwrap_or_else(|| self.default_model.clone());
+        if from != model {
+            let tier_name = tier.map_or("default", Tier::as_str);
+            io.emit(Event::RouterSwitch {
+                tier: tier_name.to_owned(),
+                route: "tier".to_owned(),
+                from_model: from,
+                to_model: model.to_owned(),
+                thinking_level: "medium".to_owned(),
+                trigger: "turn_start".to_owned(),
+                rationale: format!("the {tier_name} tier runs on {model}"),
+                vision_fallback: false,
+            })
+            .await?;
+        }
+        if last.as_deref() != Some(model) {
+            io.set_memo(json!({ "model": model })).await?;
+        }
+        Ok(())
+    }
+
+    /// Calls the model with retries; `Ok(None)` when the turn was interrupted.
+    async fn call_with_retries(
+        &self,
+        io: &mut TurnIo,
+        body: &Value,
+    ) -> Result<std::result::Result<Option<Reply>, String>> {
+        let key = self.api_key()?;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let mut cancel = io.cancel_watch();
+            let result = {
+                let mut sink = Sink(io);
+                stream::call(
+                    Request {
+                        client: &self.client,
+                        url: &self.url,
+                        api_key: key.as_deref(),
+                        body,
+                        idle_timeout: Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
+                    },
+                    &mut sink,
+                    &mut cancel,
+                )
+                .await
+            };
+            match result {
+                Ok(reply) => return Ok(Ok(Some(reply))),
+                Err(CallError::Cancelled) => return Ok(Ok(None)),
+                Err(CallError::Fatal(message)) => return Ok(Err(message)),
+                Err(CallError::Retryable {
+                    message,
+                    retry_after,
+                    partial: _,
+                }) => {
+                    if attempt > self.cfg.max_retries {
+                        return Ok(Err(format!("{message} (gave up after {attempt} attempts)")));
+                    }
+                    let backoff = self
+                        .cfg
+                        .retry_base_ms
+                        .saturating_mul(1u64 << (attempt - 1).min(16))
+                        .min(60_000);
+                    let delay = retry_after
+                        .map(|d| d.as_millis() as u64)
+                        .unwrap_or(0)
+                        .max(backoff);
+                    io.emit(Event::System {
+                        level: Level::Warn,
+                        message: format!(
+                            "{message}; retrying in {:.1} s (attempt {} of {})",
+                            delay as f64 / 1000.0,
+                            attempt + 1,
+                            self.cfg.max_retries + 1
+                        ),
+                        metadata: None,
+                    })
+                    .await?;
+                    if !io.pause(delay).await {
+                        return Ok(Ok(None));
+                    }
+                }
+            }
+        }
+    }
+
+    fn request_body(&self, model: &str, messages: Vec<Value>) -> Value {
+        let mut body = json!({
+            "model": model,
+            "messages": messages,
+            "stream": true,
+        });
+        if self.cfg.stream_usage {
+            body["stream_options"] = json!({ "include_usage": true });
+        }
+        let tools = self.toolbox.definitions();
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools);
+        }
+        if let Some(n) = self.cfg.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        if let Some(t) = self.cfg.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+
+    /// Rewrites the turn's opening message when it resumes a tool call (`ask_user` answered,
+    /// `sleep_until` woken) so that the model sees it as that call's result.
+    async fn resume(&self, io: &mut TurnIo, input: &TurnInput) -> Result<()> {
+        let resumed = input.resume.as_ref().and_then(|r| {
+            Some((
+                r.get("toolCallId")?.as_str()?.to_owned(),
+                r.get("tool")?.as_str()?.to_owned(),
+                r.get("input").cloned(),
+            ))
+        });
+        let (result, id, tool, tool_input) = match (input.kind, resumed) {
+            (InputKind::Answer, Some((id, tool, tool_input))) => {
+                (input.text.clone(), id, tool, tool_input)
+            }
+            (InputKind::Wake, Some((id, tool, tool_input))) => (
+                format!(
+                    "It is now {}; the sleep is over.",
+                    crate::clock::rfc3339(crate::clock::now_ms())
+                ),
+                id,
+                tool,
+                tool_input,
+            ),
+            (InputKind::Wake, None) => {
+                *io.messages_mut() = vec![json!({
+                    "role": "user",
+                    "content": "(a scheduled wake-up: continue the task)"
+                })];
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        io.emit(Event::Step {
+            step: Step::ToolCall {
+                tool_name: tool,
+                tool_call_id: id.clone(),
+                input: tool_input,
+                is_error: false,
+                output: Some(vec![ToolOutputPart::Text {
+                    text: result.clone(),
+                }]),
+            },
+        })
+        .await?;
+        *io.messages_mut() = vec![json!({"role": "tool", "tool_call_id": id, "content": result})];
+        Ok(())
+    }
+
+    async fn run_turn(&self, io: &mut TurnIo, input: TurnInput) -> Result<TurnEnd> {
+        let model = self.model_for(input.tier);
+        self.note_model(io, input.tier, &model).await?;
+        self.resume(io, &input).await?;
+        let history = io.conversation(self.cfg.history_chars).await?;
+        let system = self.system_prompt(io);
+        let system_tokens = (system.chars().count() as f64 / 4.0).ceil();
+        for _ in 0..self.cfg.max_steps {
+            io.take_steers().await?;
+            if io.is_cancelled() {
+                return Ok(TurnEnd::Interrupted);
+            }
+            let mut messages = vec![json!({"role": "system", "content": system})];
+            messages.extend(conversation::repair(
+                history.iter().chain(io.messages_mut().iter()).cloned(),
+            ));
+            let body = self.request_body(&model, messages);
+            let reply = match self.call_with_retries(io, &body).await? {
+                Ok(Some(reply)) => reply,
+                Ok(None) => return Ok(TurnEnd::Interrupted),
+                Err(message) => return Ok(TurnEnd::Failed { error: message }),
+            };
+            if let Some(raw) = reply.usage {
+                let usage = self.usage_of(&model, raw);
+                let by_model = self
+                    .provider
+                    .map(|p| {
+                        vec![ModelUsage {
+                            model: model.clone(),
+                            transport: ModelTransport {
+                                provider: p.to_owned(),
+                                billing: "metered".to_owned(),
+                            },
+                            usage: usage.clone(),
+                        }]
+                    })
+                    .unwrap_or_default();
+                let window = ContextWindowUsage {
+                    system_prompt: system_tokens,
+                    messages: (raw.prompt as f64 - system_tokens).max(0.0),
+                    local_memory: 0.0,
+                    global_memory: 0.0,
+                };
+                let context = self.cfg.context_window.unwrap_or(0) as f64;
+                io.record_usage(usage, by_model, context, window).await?;
+            }
+            if !reply.reasoning.is_empty() {
+                io.emit(Event::Step {
+                    step: Step::Reasoning {
+                        text: reply.reasoning.clone(),
+                    },
+                })
+                .await?;
+            }
+            if !reply.content.is_empty() {
+                io.emit(Event::Step {
+                    step: Step::Text {
+                        text: reply.content.clone(),
+                    },
+                })
+                .await?;
+                io.set_reply(&reply.content);
+            }
+            let mut assistant = json!({"role": "assistant", "content": reply.content});
+            if !reply.tool_calls.is_empty() {
+                assistant["tool_calls"] = Value::Array(
+                    reply
+                        .tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments},
+                            })
+                        })
+                        .collect(),
+                );
+            }
+            io.messages_mut().push(assistant);
+            if reply.tool_calls.is_empty() {
+                if reply.finish_reason.as_deref() == Some("length") && reply.content.is_empty() {
+                    return Ok(TurnEnd::Failed {
+                        error: "the model stopped at its token limit without an answer".into(),
+                    });
+                }
+                // Steers that came in while the model was answering still get a reply.
+                if io.steer_waiting() {
+                    continue;
+                }
+                return Ok(TurnEnd::Complete {
+                    result: Some(reply.content).filter(|c| !c.is_empty()),
+                });
+            }
+            if let Some(end) = self.run_tools(io, &reply.tool_calls).await? {
+                return Ok(end);
+            }
+        }
+        Ok(TurnEnd::Failed {
+            error: format!(
+                "the turn stopped after {} model calls (maxSteps)",
+                self.cfg.max_steps
+            ),
+        })
+    }
+
+    /// Runs the calls of one reply in order; a pausing tool (`ask_user`, `sleep_until`) runs
+    /// last and ends the turn.
+    async fn run_tools(
+        &self,
+        io: &mut TurnIo,
+        calls: &[stream::ToolCall],
+    ) -> Result<Option<TurnEnd>> {
+        let (pausing, plain): (Vec<_>, Vec<_>) =
+            calls.iter().partition(|c| Toolbox::pauses(&c.name));
+        for call in plain.into_iter().chain(pausing) {
+            let args: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+            let shown_input = if args.is_object() {
+                Some(args.clone())
+            } else {
+                None
+            };
+            io.emit(Event::Step {
+                step: Step::ToolCallStart {
+                    tool_name: call.name.clone(),
+                    tool_call_id: call.id.clone(),
+                    input: shown_input.clone(),
+                },
+            })
+            .await?;
+            let outcome = if args.is_object() {
+                self.toolbox.call(io, &call.name, &args).await?
+            } else {
+                Outcome::error(format!(
+                    "the arguments of {} are not a JSON object",
+                    call.name
+                ))
+            };
+            let resume =
+                |tool: &str| json!({"toolCallId": call.id, "tool": tool, "input": shown_input});
+            match outcome {
+                Outcome::Done { text, is_error } => {
+                    io.emit(Event::Step {
+                        step: Step::ToolCall {
+                            tool_name: call.name.clone(),
+                            tool_call_id: call.id.clone(),
+                            input: shown_input.clone(),
+                            is_error,
+                            output: Some(vec![ToolOutputPart::Text { text: text.clone() }]),
+                        },
+                    })
+                    .await?;
+                    io.messages_mut()
+                        .push(json!({"role": "tool", "tool_call_id": call.id, "content": text}));
+                }
+                Outcome::Ask(questions) => {
+                    return Ok(Some(TurnEnd::Ask {
+                        questions,
+                        resume: resume(&call.name),
+                    }));
+                }
+                Outcome::Sleep { wake_at } => {
+                    return Ok(Some(TurnEnd::Sleep {
+                        wake_at,
+                        resume: resume(&call.name),
+                    }));
+                }
+            }
+            if io.is_cancelled() {
+                return Ok(Some(TurnEnd::Interrupted));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn make_title(&self, prompt: &str, reply: &str) -> Result<String> {
+        let model = self.model_for(Some(Tier::Economy));
+        let excerpt = |s: &str| s.chars().take(2000).collect::<String>();
+        let body = json!({
+            "model": model,
+            "stream": false,
+            "messages": [
+                {"role": "system", "content": "Write a title of at most six words for this conversation. Reply with the title only: no quotes, no punctuation at the end."},
+                {"role": "user", "content": format!("User: {}\n\nAssistant: {}", excerpt(prompt), excerpt(reply))},
+            ],
+        });
+        let mut req = self.client.post(&self.url).json(&body);
+        if let Some(key) = self.api_key()? {
+            req = req.bearer_auth(key);
+        }
+        let response = tokio::time::timeout(
+            Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
+            req.send(),
+        )
+        .await
+        .map_err(|_| Error::Internal("title: the model endpoint timed out".into()))?
+        .map_err(|_| Error::Internal("title: the model endpoint is unreachable".into()))?;
+        if !response.status().is_success() {
+            return Err(Error::Internal(format!(
+                "title: the model endpoint answered {}",
+                response.status()
+            )));
+        }
+        let value: Value = response
+            .json()
+            .await
+            .map_err(|_| Error::Internal("title: the reply is not JSON".into()))?;
+        let title = value
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("")
+            .trim_matches(['"', '\'', '*', '#', '.', ' '])
+            .to_owned();
+        if title.is_empty() {
+            return Err(Error::Internal("title: the model returned no title".into()));
+        }
+        Ok(title)
+    }
+}
+
+/// Streams deltas into the turn's volatile tail.
+struct Sink<'a>(&'a mut TurnIo);
+
+impl DeltaSink for Sink<'_> {
+    fn delta(&mut self, step: Step) {
+        self.0.delta(step);
+    }
+}
+
+impl Engine for OpenAiEngine {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    fn describe(&self) -> String {
+        format!("model {} at {}", self.default_model, self.url)
+    }
+
+    fn honoured_tier(&self, requested: Tier) -> Tier {
+        match &self.cfg.models {
+            Some(m) => super::nearest_tier(requested, &m.tiers()),
+            None => requested,
+        }
+    }
+
+    fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
+        Box::pin(async move {
+            let limit = Duration::from_millis(self.cfg.turn_timeout_ms.max(1));
+            match tokio::time::timeout(limit, self.run_turn(io, input)).await {
+                Ok(end) => end,
+                Err(_) => Ok(TurnEnd::Failed {
+                    error: format!(
+                        "the turn did not finish within {} s (turnTimeoutMs)",
+                        limit.as_secs()
+                    ),
+                }),
+            }
+        })
+    }
+
+    fn title<'a>(
+        &'a self,
+        prompt: &'a str,
+        reply: &'a str,
+    ) -> Option<BoxFuture<'a, Result<String>>> {
+        if !self.cfg.titles {
+            return None;
+        }
+        Some(Box::pin(self.make_title(prompt, reply)))
+    }
+}
+
+/// Builds the engine for `cfg` (shared by the agent configuration and the server default).
+pub fn build(cfg: &OpenAiConfig) -> Result<Arc<dyn super::Engine>> {
+    Ok(Arc::new(OpenAiEngine::new(cfg.clone())?))
+}

@@ -1,0 +1,412 @@
+//! One streamed call to `/chat/completions`: the request, the server-sent events of the reply, and
+//! the accumulation of content, reasoning and (parallel) tool calls from their deltas.
+//!
+//! Errors are classified here because only the transport knows whether a retry can help: 429, 5xx,
+//! timeouts, dropped connections and streams that end before the model finished are retryable;
+//! anything else (bad request, bad key, unknown model) is not.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::timeline::Step;
+
+/// A tool call the model asked for, assembled from its deltas.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The raw JSON text of the arguments, as the model wrote it.
+    pub arguments: String,
+}
+
+/// Token counts as the endpoint reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RawUsage {
+    pub prompt: u64,
+    pub completion: u64,
+    pub cached: u64,
+    pub cache_write: u64,
+}
+
+/// What one model call produced.
+#[derive(Debug, Default)]
+pub struct Reply {
+    pub content: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Option<RawUsage>,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum CallError {
+    /// The turn was interrupted; the connection has been dropped.
+    Cancelled,
+    /// Worth another attempt, after at least the delay the server asked for.
+    Retryable {
+        message: String,
+        retry_after: Option<Duration>,
+        /// Text or reasoning already streamed before the failure.
+        partial: String,
+    },
+    Fatal(String),
+}
+
+/// Where deltas go while the reply streams (the turn's volatile tail).
+pub trait DeltaSink: Send {
+    fn delta(&mut self, step: Step);
+}
+
+pub struct Request<'a> {
+    pub client: &'a reqwest::Client,
+    pub url: &'a str,
+    pub api_key: Option<&'a str>,
+    pub body: &'a Value,
+    /// Longest wait for the first byte and between two chunks.
+    pub idle_timeout: Duration,
+}
+
+/// Runs one streamed call. Returns as soon as `cancel` turns true, dropping the response (which
+/// closes the connection, so the endpoint stops generating).
+pub async fn call(
+    req: Request<'_>,
+    sink: &mut dyn DeltaSink,
+    cancel: &mut watch::Receiver<bool>,
+) -> Result<Reply, CallError> {
+    if *cancel.borrow() {
+        return Err(CallError::Cancelled);
+    }
+    let mut builder = req
+        .client
+        .post(req.url)
+        .header("Accept", "text/event-stream")
+        .json(req.body);
+    if let Some(key) = req.api_key {
+        builder = builder.bearer_auth(key);
+    }
+    let response = tokio::select! {
+        r = tokio::time::timeout(req.idle_timeout, builder.send()) => match r {
+            Err(_) => return Err(retryable("the model endpoint did not answer in time", None, "")),
+            Ok(Err(e)) => return Err(retryable(&format!("cannot reach the model endpoint: {}", plain(&e)), None, "")),
+            Ok(Ok(r)) => r,
+        },
+        _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled),
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(300.0)));
+        let body = tokio::time::timeout(req.idle_timeout, response.text())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let message = format!(
+            "the model endpoint answered {status}: {}",
+            error_message(&body)
+        );
+        return Err(
+            if status.as_u16() == 429 || status.is_server_error() || status.as_u16() == 408 {
+                retryable(&message, retry_after, "")
+            } else {
+                CallError::Fatal(message)
+            },
+        );
+    }
+    let mut bytes = response.bytes_stream();
+    let mut parser = SseParser::default();
+    let mut acc = Accumulator::default();
+    loop {
+        let next = tokio::select! {
+            n = tokio::time::timeout(req.idle_timeout, bytes.next()) => n,
+            _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled),
+        };
+        let chunk = match next {
+            Err(_) => {
+                return Err(retryable(
+                    "the model stream stalled",
+                    None,
+                    &acc.reply.content,
+                ));
+            }
+            Ok(None) => {
+                return Err(retryable(
+                    "the model stream ended before the reply was complete",
+                    None,
+                    &acc.reply.content,
+                ));
+            }
+            Ok(Some(Err(e))) => {
+                return Err(retryable(
+                    &format!("the model stream broke: {}", plain(&e)),
+                    None,
+                    &acc.reply.content,
+                ));
+            }
+            Ok(Some(Ok(chunk))) => chunk,
+        };
+        for data in parser.push(&chunk) {
+            if data.trim() == "[DONE]" {
+                return acc.finish();
+            }
+            let Ok(value) = serde_json::from_str::<Value>(&data) else {
+                continue;
+            };
+            if let Some(err) = value.get("error") {
+                let message = err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown error");
+                return Err(retryable(
+                    &format!("the model endpoint reported an error mid-stream: {message}"),
+                    None,
+                    &acc.reply.content,
+                ));
+            }
+            acc.apply(&value, sink);
+        }
+    }
+}
+
+fn retryable(message: &str, retry_after: Option<Duration>, partial: &str) -> CallError {
+    CallError::Retryable {
+        message: message.to_owned(),
+        retry_after,
+        partial: partial.to_owned(),
+    }
+}
+
+/// A transport error without the URL's query or anything else reqwest may add.
+fn plain(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else if e.is_body() || e.is_decode() {
+        "connection dropped"
+    } else {
+        "request failed"
+    };
+    kind.to_owned()
+}
+
+/// The `error.message` of an OpenAI-style error body, else a bounded excerpt of the body.
+fn error_message(body: &str) -> String {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let message = parsed
+        .as_ref()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("error"))
+                .or_else(|| v.get("message"))
+        })
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| body.trim().to_owned());
+    let mut out: String = message.chars().take(300).collect();
+    if out.is_empty() {
+        out = "no details".into();
+    }
+    out
+}
+
+/// Splits a byte stream into the `data` of server-sent events.
+#[derive(Default)]
+struct SseParser {
+    buf: Vec<u8>,
+    data: Vec<String>,
+}
+
+impl SseParser {
+    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if !self.data.is_empty() {
+                    out.push(self.data.join("\n"));
+                    self.data.clear();
+                }
+            } else if let Some(rest) = line.strip_prefix("data:") {
+                let rest = rest.strip_prefix(' ').unwrap_or(rest);
+                // Servers that put one JSON document per line without blank separators still
+                // work: a complete document is taken at once.
+                if self.data.is_empty() && serde_json::from_str::<Value>(rest).is_ok() {
+                    out.push(rest.to_owned());
+                } else if self.data.is_empty() && rest.trim() == "[DONE]" {
+                    out.push(rest.to_owned());
+                } else {
+                    self.data.push(rest.to_owned());
+                }
+            }
+            // Comments (`:`), `event:`, `id:` and `retry:` lines carry nothing for us.
+        }
+        out
+    }
+}
+
+#[derive(Default)]
+struct Accumulator {
+    reply: Reply,
+    /// Tool calls by their stream index.
+    calls: Vec<(u64, ToolCall)>,
+}
+
+impl Accumulator {
+    fn apply(&mut self, chunk: &Value, sink: &mut dyn DeltaSink) {
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            let n = |p: &str| usage.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+            self.reply.usage = Some(RawUsage {
+                prompt: n("/prompt_tokens"),
+                completion: n("/completion_tokens"),
+                cached: n("/prompt_tokens_details/cached_tokens"),
+                cache_write: n("/prompt_tokens_details/cache_write_tokens"),
+            });
+        }
+        let Some(choice) = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+        else {
+            return;
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.reply.finish_reason = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else {
+            return;
+        };
+        // `reasoning_content` (DeepSeek, vLLM, llama.cpp) or `reasoning` (OpenRouter, Ollama).
+        let reasoning = delta
+            .get("reasoning_content")
+            .or_else(|| delta.get("reasoning"))
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty());
+        if let Some(r) = reasoning {
+            self.reply.reasoning.push_str(r);
+            sink.delta(Step::ReasoningDelta {
+                delta: r.to_owned(),
+            });
+        }
+        if let Some(text) = delta
+            .get("content")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            self.reply.content.push_str(text);
+            sink.delta(Step::TextDelta {
+                delta: text.to_owned(),
+            });
+        }
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let slot = match self.calls.iter_mut().position(|(i, _)| *i == index) {
+                Some(p) => &mut self.calls[p].1,
+                None => {
+                    self.calls.push((index, ToolCall::default()));
+                    let last = self.calls.len() - 1;
+                    &mut self.calls[last].1
+                }
+            };
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                slot.id.push_str(id);
+            }
+            if let Some(f) = call.get("function") {
+                if let Some(name) = f.get("name").and_then(Value::as_str) {
+                    slot.name.push_str(name);
+                }
+                if let Some(args) = f.get("arguments").and_then(Value::as_str) {
+                    slot.arguments.push_str(args);
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Result<Reply, CallError> {
+        self.calls.sort_by_key(|(i, _)| *i);
+        self.reply.tool_calls = self
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(n, (_, mut c))| {
+                if c.id.is_empty() {
+                    // Some local servers omit ids; the conversation needs them to pair results.
+                    c.id = format!("call_{n}");
+                }
+                c
+            })
+            .filter(|c| !c.name.is_empty())
+            .collect();
+        Ok(self.reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Collect(Vec<Step>);
+    impl DeltaSink for Collect {
+        fn delta(&mut self, step: Step) {
+            self.0.push(step);
+        }
+    }
+
+    #[test]
+    fn sse_parser_joins_split_lines_and_multi_line_data() {
+        let mut p = SseParser::default();
+        assert!(p.push(b"data: {\"a\"").is_empty());
+        assert_eq!(p.push(b":1}\n\n"), vec!["{\"a\":1}".to_owned()]);
+        assert_eq!(p.push(b": keep-alive\n\ndata: [DONE]\n\n"), vec!["[DONE]"]);
+        assert_eq!(
+            p.push(b"data: {\"x\":\ndata: 2}\n\n"),
+            vec!["{\"x\":\n2}".to_owned()]
+        );
+    }
+
+    #[test]
+    fn parallel_tool_call_deltas_are_assembled_by_index() {
+        let mut acc = Accumulator::default();
+        let mut sink = Collect(Vec::new());
+        let chunks = [
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"read_file","arguments":"{\"pa"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"list_dir","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":\"x\"}"}}]},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+        ];
+        for c in chunks {
+            acc.apply(&serde_json::from_str(c).unwrap(), &mut sink);
+        }
+        let reply = acc.finish().unwrap();
+        assert_eq!(reply.tool_calls.len(), 2);
+        assert_eq!(reply.tool_calls[0].arguments, "{\"path\":\"x\"}");
+        assert_eq!(reply.tool_calls[1].name, "list_dir");
+        assert_eq!(reply.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            reply.usage,
+            Some(RawUsage {
+                prompt: 10,
+                completion: 3,
+                cached: 4,
+                cache_write: 0
+            })
+        );
+        assert!(sink.0.is_empty());
+    }
+}
