@@ -3,6 +3,7 @@
 //! delivery); an engine only talks to its [`TurnIo`].
 
 pub mod scripted;
+pub mod tools;
 
 use std::collections::HashMap;
 use std::future::Future;
