@@ -7,9 +7,12 @@
 //! | `sleep_until` | ends the turn with `sleep`; the wake (or an earlier message) resumes it |
 //! | `start_session` | starts a child session of this one |
 //! | `message_session` | sends a message to another session, attributed to this one (R7) |
+//! | `read_file`, `write_file`, `list_dir`, `search_files` | [`files`], confined to the session's cwd |
 //!
 //! A tool never fails a turn: bad arguments and refused operations come back to the model as
 //! results marked `isError`. Only losing the session (an interrupt's cut-off) ends a call early.
+
+pub mod files;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -40,12 +43,16 @@ impl ToolsConfig {
     }
 }
 
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 9] = [
     "ask_user",
     "todo_write",
     "sleep_until",
     "start_session",
     "message_session",
+    "read_file",
+    "write_file",
+    "list_dir",
+    "search_files",
 ];
 
 /// What a tool call produced.
@@ -193,6 +200,49 @@ impl Toolbox {
                     "required": ["sessionId", "prompt"]
                 }),
             ),
+            (
+                "read_file",
+                "Read a text file (path relative to the working directory). Long files come in pages: pass offsetLine and limitLines.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string"},
+                        "offsetLine": {"type": "integer", "minimum": 1},
+                        "limitLines": {"type": "integer", "minimum": 1}
+                    },
+                    "required": ["path"]
+                }),
+            ),
+            (
+                "write_file",
+                "Create or replace a text file (path relative to the working directory); missing folders are created.",
+                json!({
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                    "required": ["path", "content"]
+                }),
+            ),
+            (
+                "list_dir",
+                "List a folder (default: the working directory): folders end with '/', files show their size.",
+                json!({
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}}
+                }),
+            ),
+            (
+                "search_files",
+                "Find lines containing a literal, case-sensitive text in the files under a folder; glob filters file names (e.g. *.rs).",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "pattern": {"type": "string"},
+                        "path": {"type": "string"},
+                        "glob": {"type": "string"}
+                    },
+                    "required": ["pattern"]
+                }),
+            ),
         ];
         all.into_iter()
             .filter(|(name, _, _)| self.enabled(name))
@@ -216,6 +266,9 @@ impl Toolbox {
             "sleep_until" => sleep_until(input),
             "start_session" => start_session(io, input).await?,
             "message_session" => message_session(io, input).await?,
+            "read_file" | "write_file" | "list_dir" | "search_files" => {
+                file_tool(io, name, input).await
+            }
             _ => Outcome::error(format!("there is no tool named {name:?}")),
         };
         Ok(outcome)
@@ -476,4 +529,55 @@ async fn message_session(io: &mut TurnIo, input: &Value) -> Result<Outcome> {
         )),
         Err(e) => Outcome::error(format!("cannot send the message: {e}")),
     })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileIn {
+    path: Option<String>,
+    content: Option<String>,
+    offset_line: Option<usize>,
+    limit_lines: Option<usize>,
+    pattern: Option<String>,
+    glob: Option<String>,
+}
+
+/// The file tools block on the filesystem, so they run off the runner's threads.
+async fn file_tool(io: &TurnIo, name: &str, input: &Value) -> Outcome {
+    let parsed: FileIn = match args(name, input) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    let drive = io.drive().clone();
+    let cwd = io.cwd().map(str::to_owned);
+    let name = name.to_owned();
+    let run = move || -> std::result::Result<String, String> {
+        drive.ensure().map_err(|e| e.to_string())?;
+        let sandbox =
+            files::Sandbox::new(drive.root(), cwd.as_deref()).map_err(|e| e.to_string())?;
+        let need =
+            |v: Option<String>, field: &str| v.ok_or_else(|| format!("{name} needs {field}"));
+        let result = match name.as_str() {
+            "read_file" => {
+                let path = need(parsed.path, "path")?;
+                sandbox.read_file(&path, parsed.offset_line, parsed.limit_lines)
+            }
+            "write_file" => {
+                let path = need(parsed.path, "path")?;
+                let content = need(parsed.content, "content")?;
+                sandbox.write_file(&path, &content)
+            }
+            "list_dir" => sandbox.list_dir(parsed.path.as_deref()),
+            _ => {
+                let pattern = need(parsed.pattern, "pattern")?;
+                sandbox.search_files(&pattern, parsed.path.as_deref(), parsed.glob.as_deref())
+            }
+        };
+        result.map_err(|e| e.to_string())
+    };
+    match tokio::task::spawn_blocking(run).await {
+        Ok(Ok(text)) => Outcome::ok(text),
+        Ok(Err(message)) => Outcome::error(message),
+        Err(_) => Outcome::error("the tool stopped unexpectedly"),
+    }
 }
