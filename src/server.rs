@@ -107,7 +107,7 @@ fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
         };
     }
     if let Some(openai) = OpenAiConfig::from_env() {
-        return EngineConfig::Openai(openai)
+        return EngineConfig::Openai(Box::new(openai))
             .build()
             .map_err(|e| format!("engine: {e}"));
     }

@@ -100,7 +100,7 @@ pub enum EngineConfig {
         tiers: Vec<Tier>,
     },
     /// An OpenAI-compatible chat-completions endpoint.
-    Openai(openai::OpenAiConfig),
+    Openai(Box<openai::OpenAiConfig>),
 }
 
 impl EngineConfig {

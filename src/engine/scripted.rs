@@ -128,11 +128,12 @@ impl Engine for ScriptedEngine {
                 (InputKind::Wake, None) => return Ok(TurnEnd::Complete { result: None }),
                 (InputKind::Prompt, _) => {
                     let mut script = script_of(&input.text, "echo: ");
-                    if self.hint && !is_directive(input.text.trim_start()) {
-                        if let Some(line) = script.first_mut() {
-                            line.push_str("\n\n");
-                            line.push_str(MODEL_HINT);
-                        }
+                    if self.hint
+                        && !is_directive(input.text.trim_start())
+                        && let Some(line) = script.first_mut()
+                    {
+                        line.push_str("\n\n");
+                        line.push_str(MODEL_HINT);
                     }
                     (script.into(), 0)
                 }

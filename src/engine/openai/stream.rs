@@ -242,9 +242,8 @@ impl SseParser {
                 let rest = rest.strip_prefix(' ').unwrap_or(rest);
                 // Servers that put one JSON document per line without blank separators still
                 // work: a complete document is taken at once.
-                if self.data.is_empty() && serde_json::from_str::<Value>(rest).is_ok() {
-                    out.push(rest.to_owned());
-                } else if self.data.is_empty() && rest.trim() == "[DONE]" {
+                let whole = rest.trim() == "[DONE]" || serde_json::from_str::<Value>(rest).is_ok();
+                if self.data.is_empty() && whole {
                     out.push(rest.to_owned());
                 } else {
                     self.data.push(rest.to_owned());

@@ -1,0 +1,954 @@
+//! The `openai` engine against a fake OpenAI-compatible endpoint that really speaks HTTP and SSE:
+//! streaming, reasoning, tool calls (single and parallel), ask/answer, sleep/wake, retries, cut
+//! streams, interrupts, usage and cost, tiers, titles, the built-in tools and the embedded default.
+//!
+//! Rule ids refer to `spec/sessions-api.md`.
+
+mod common;
+#[path = "common/fake_openai.rs"]
+mod fake_openai;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use fake_openai::*;
+use serde_json::{Value, json};
+
+/// A server whose default engine is the fake's `openai` engine (plus `extra` settings).
+fn server(fake: &FakeOpenAi, extra: Value) -> Server {
+    let engine = fake.engine(extra).to_string();
+    Server::start_with_env(None, &[("SESSIOND_ENGINE", Some(&engine))])
+}
+
+/// The whole history, every page checked against the seed schema.
+fn history(s: &Server, id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (status, page) =
+            s.get(&s.sessions_url(&format!("/{id}/history?cursor={cursor}&limit=500")));
+        assert_eq!(status, 200, "{page}");
+        check_history_page(&page);
+        out.extend(page["events"].as_array().expect("events").iter().cloned());
+        match page.get("nextCursor").and_then(Value::as_u64) {
+            Some(next) => cursor = next,
+            None => return out,
+        }
+    }
+}
+
+fn events_of<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .map(|e| &e["event"])
+        .filter(|e| e["type"] == ty)
+        .collect()
+}
+
+fn steps<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    events_of(events, "step")
+        .into_iter()
+        .map(|e| &e["step"])
+        .filter(|s| s["type"] == ty)
+        .collect()
+}
+
+/// Waits for the n-th terminal of the session (1-based) and returns the history then.
+fn wait_terminals(s: &Server, id: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = s.history_all(id);
+        let terminals = events
+            .iter()
+            .filter(|e| {
+                ["complete", "ask", "interrupted", "sleep"]
+                    .contains(&e["event"]["type"].as_str().unwrap_or(""))
+            })
+            .count();
+        if terminals >= n {
+            return history(s, id);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no terminal #{n} in {id}: {:#?}",
+            event_types(&events)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn last_terminal(events: &[Value]) -> &Value {
+    events
+        .iter()
+        .rev()
+        .map(|e| &e["event"])
+        .find(|e| {
+            ["complete", "ask", "interrupted", "sleep"].contains(&e["type"].as_str().unwrap_or(""))
+        })
+        .expect("a terminal")
+}
+
+fn messages(seen: &Seen) -> Vec<Value> {
+    seen.body["messages"].as_array().expect("messages").clone()
+}
+
+fn tool_names(seen: &Seen) -> Vec<String> {
+    seen.body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn create(s: &Server, body: Value) -> String {
+    id_of(&create_checked(s, body))
+}
+
+#[test]
+fn a_reply_streams_as_deltas_and_is_stored_once_complete() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(Reply::Stream {
+        chunks: vec![
+            content_chunk("Hello "),
+            content_chunk("from "),
+            content_chunk("the model"),
+            finish_chunk("stop"),
+            usage_chunk((12, 4, 0)),
+        ],
+        delay: Duration::from_millis(60),
+        end: End::Done,
+    });
+    let id = create(&s, json!({"prompt": "hi"}));
+    let sse = s.sse(&id, Some(0), None);
+    let frames = sse.until_terminal(Duration::from_secs(20));
+    // Invariant 6: deltas are live only; the text step is the durable record.
+    let deltas: String = frames
+        .iter()
+        .map(|f| &f.data)
+        .filter(|d| d["event"]["step"]["type"] == "text_delta")
+        .filter_map(|d| d["event"]["step"]["delta"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        "Hello from the model".ends_with(&deltas) && !deltas.is_empty(),
+        "deltas {deltas:?}"
+    );
+
+    let events = history(&s, &id);
+    assert!(steps(&events, "text_delta").is_empty());
+    let texts = steps(&events, "text");
+    assert_eq!(texts.len(), 1);
+    assert_eq!(texts[0]["text"], "Hello from the model");
+    let done = last_terminal(&events);
+    assert_eq!(done["type"], "complete");
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"], "Hello from the model");
+    let usage = events_of(&events, "usage");
+    assert_eq!(usage.len(), 1, "one measured usage event, no estimate");
+    assert_eq!(usage[0]["turnUsage"]["input"], 12.0);
+    assert_eq!(usage[0]["turnUsage"]["output"], 4.0);
+    assert_eq!(usage[0]["turnUsage"]["totalTokens"], 16.0);
+
+    let chats = fake.chats();
+    assert_eq!(chats.len(), 1);
+    let req = &chats[0];
+    assert_eq!(req.path, "/v1/chat/completions");
+    assert_eq!(req.body["model"], "fake-model");
+    assert_eq!(req.body["stream"], true);
+    assert_eq!(req.body["stream_options"]["include_usage"], true);
+    assert_eq!(req.authorization, None, "no key configured, none sent");
+    let m = messages(req);
+    assert_eq!(m[0]["role"], "system");
+    assert_eq!(m.last().expect("user")["content"], "hi");
+    let tools = tool_names(req);
+    for t in [
+        "ask_user",
+        "todo_write",
+        "sleep_until",
+        "read_file",
+        "write_file",
+        "list_dir",
+        "search_files",
+        "start_session",
+        "message_session",
+    ] {
+        assert!(tools.contains(&t.to_owned()), "{t} offered: {tools:?}");
+    }
+}
+
+#[test]
+fn reasoning_is_stored_before_the_text() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(Reply::Stream {
+        chunks: vec![
+            reasoning_chunk("Let me think. "),
+            reasoning_chunk("Two plus two."),
+            content_chunk("4"),
+            finish_chunk("stop"),
+        ],
+        delay: Duration::ZERO,
+        end: End::Done,
+    });
+    let id = create(&s, json!({"prompt": "2+2?"}));
+    let events = wait_terminals(&s, &id, 1);
+    let kinds: Vec<&str> = events_of(&events, "step")
+        .iter()
+        .filter_map(|e| e["step"]["type"].as_str())
+        .collect();
+    assert_eq!(kinds, ["reasoning", "text"]);
+    assert_eq!(
+        steps(&events, "reasoning")[0]["text"],
+        "Let me think. Two plus two."
+    );
+    // Without usage in the stream, the runner's estimate is recorded instead.
+    assert_eq!(events_of(&events, "usage").len(), 1);
+}
+
+#[test]
+fn a_tool_call_runs_and_its_result_goes_back_to_the_model() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    let todos = json!({"todos": [
+        {"content": "read the code", "status": "in_progress"},
+        {"content": "write the fix", "status": "pending"}
+    ]});
+    fake.push(tool_reply(&[("call_a", "todo_write", todos)]));
+    fake.push(text_reply("Planned.", (30, 2, 0)));
+    let id = create(&s, json!({"prompt": "plan it"}));
+    let events = wait_terminals(&s, &id, 1);
+
+    let start = steps(&events, "tool_call_start");
+    assert_eq!(start.len(), 1);
+    assert_eq!(start[0]["toolName"], "todo_write");
+    assert_eq!(start[0]["toolCallId"], "call_a");
+    let call = steps(&events, "tool_call");
+    assert_eq!(call[0]["isError"], false);
+    assert!(
+        call[0]["output"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("2 items"),
+        "{call:?}"
+    );
+    let t = events_of(&events, "todos");
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0]["todos"][0]["status"], "in_progress");
+    assert_eq!(t[0]["todos"][1]["content"], "write the fix");
+    assert_eq!(
+        detail_checked(&s, &id)["todos"][0]["content"],
+        "read the code"
+    );
+    assert_eq!(last_terminal(&events)["result"], "Planned.");
+
+    let chats = fake.chats();
+    assert_eq!(chats.len(), 2);
+    let m = messages(&chats[1]);
+    let n = m.len();
+    assert_eq!(m[n - 2]["role"], "assistant");
+    assert_eq!(m[n - 2]["tool_calls"][0]["id"], "call_a");
+    assert_eq!(m[n - 2]["tool_calls"][0]["function"]["name"], "todo_write");
+    assert_eq!(m[n - 1]["role"], "tool");
+    assert_eq!(m[n - 1]["tool_call_id"], "call_a");
+}
+
+#[test]
+fn parallel_tool_calls_each_get_a_result_and_tool_errors_are_results() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(tool_reply(&[
+        (
+            "w",
+            "write_file",
+            json!({"path": "notes/a.txt", "content": "hello drive"}),
+        ),
+        ("r", "read_file", json!({"path": "notes/a.txt"})),
+        ("x", "read_file", json!({"path": "../../outside.txt"})),
+        (
+            "m",
+            "message_session",
+            json!({"sessionId": "nope", "prompt": "hi"}),
+        ),
+    ]));
+    fake.push(text_reply("All done.", (40, 3, 0)));
+    let id = create(&s, json!({"prompt": "work"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["status"], "completed");
+
+    let calls = steps(&events, "tool_call");
+    let by_id = |i: &str| {
+        calls
+            .iter()
+            .find(|c| c["toolCallId"] == i)
+            .unwrap_or_else(|| panic!("call {i}: {calls:?}"))
+    };
+    assert_eq!(by_id("w")["isError"], false);
+    assert_eq!(by_id("r")["isError"], false);
+    assert_eq!(by_id("r")["output"][0]["text"], "hello drive");
+    assert_eq!(by_id("x")["isError"], true);
+    assert_eq!(by_id("m")["isError"], true);
+    let written = s.data_dir.join("drive/default/notes/a.txt");
+    assert_eq!(
+        std::fs::read_to_string(&written).expect("written"),
+        "hello drive"
+    );
+
+    // The next call carries one result per call, in the order they were made.
+    let m = messages(&fake.chats()[1]);
+    let results: Vec<&str> = m
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(results, ["w", "r", "x", "m"]);
+}
+
+#[test]
+fn path_escapes_through_every_file_tool_are_refused() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    let outside = s.tmp_dir().join("outside");
+    std::fs::create_dir_all(&outside).expect("outside dir");
+    std::fs::write(outside.join("secret.txt"), "top secret").expect("secret");
+    let drive = s.data_dir.join("drive/default");
+    std::fs::create_dir_all(&drive).expect("drive");
+    std::os::unix::fs::symlink(&outside, drive.join("escape")).expect("dir link");
+    std::os::unix::fs::symlink(outside.join("secret.txt"), drive.join("secret-link"))
+        .expect("file link");
+    let secret_abs = outside.join("secret.txt").display().to_string();
+
+    let attempts = [
+        ("read_file", json!({"path": secret_abs})),
+        ("read_file", json!({"path": "../outside/secret.txt"})),
+        ("read_file", json!({"path": "escape/secret.txt"})),
+        ("read_file", json!({"path": "secret-link"})),
+        (
+            "write_file",
+            json!({"path": "../../evil.txt", "content": "x"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "escape/evil.txt", "content": "x"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "/tmp/evil.txt", "content": "x"}),
+        ),
+        ("list_dir", json!({"path": ".."})),
+        ("list_dir", json!({"path": "escape"})),
+        ("search_files", json!({"pattern": "secret", "path": ".."})),
+        (
+            "search_files",
+            json!({"pattern": "secret", "path": "escape"}),
+        ),
+    ];
+    let calls: Vec<(String, &str, Value)> = attempts
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| (format!("c{i}"), *name, args.clone()))
+        .collect();
+    let borrowed: Vec<(&str, &str, Value)> = calls
+        .iter()
+        .map(|(id, n, a)| (id.as_str(), *n, a.clone()))
+        .collect();
+    fake.push(tool_reply(&borrowed));
+    fake.push(text_reply("Nothing escaped.", (10, 2, 0)));
+    let id = create(&s, json!({"prompt": "try to escape"}));
+    let events = wait_terminals(&s, &id, 1);
+    let results = steps(&events, "tool_call");
+    assert_eq!(results.len(), attempts.len());
+    for r in &results {
+        assert_eq!(r["isError"], true, "escape allowed: {r}");
+        let text = r["output"][0]["text"].as_str().unwrap_or("");
+        assert!(!text.contains("top secret"), "secret leaked: {r}");
+        assert!(
+            !text.contains(&*outside.display().to_string()),
+            "host path leaked: {r}"
+        );
+    }
+    let mut names: Vec<String> = std::fs::read_dir(&outside)
+        .expect("outside")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["secret.txt"]);
+    assert!(!s.tmp_dir().join("evil.txt").exists());
+    assert!(!s.data_dir.join("drive/evil.txt").exists());
+}
+
+#[test]
+fn ask_user_ends_the_turn_and_the_answer_resumes_the_call() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(tool_reply(&[(
+        "ask1",
+        "ask_user",
+        json!({"questions": [{"question": "Which colour?", "header": "Colour",
+            "options": [{"label": "red"}, {"label": "blue", "description": "calm"}]}]}),
+    )]));
+    fake.push(text_reply("Blue it is.", (50, 4, 0)));
+    let id = create(&s, json!({"prompt": "paint"}));
+    let events = wait_terminals(&s, &id, 1);
+    let ask = last_terminal(&events);
+    assert_eq!(ask["type"], "ask");
+    assert_eq!(ask["questions"][0]["question"], "Which colour?");
+    assert_eq!(ask["questions"][0]["options"][1]["label"], "blue");
+    assert_eq!(detail_checked(&s, &id)["turnStatus"], "ask");
+
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/answer")),
+        &json!({"answer": "blue"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let events = wait_terminals(&s, &id, 2);
+    let done = last_terminal(&events);
+    assert_eq!(done["type"], "complete");
+    assert_eq!(done["result"], "Blue it is.");
+    // The answer is the ask_user call's result, in the timeline and for the model.
+    let call = steps(&events, "tool_call");
+    assert_eq!(call.len(), 1);
+    assert_eq!(call[0]["toolCallId"], "ask1");
+    assert_eq!(call[0]["output"][0]["text"], "blue");
+    let chats = fake.chats();
+    assert_eq!(chats.len(), 2);
+    let m = messages(&chats[1]);
+    let last = m.last().expect("messages");
+    assert_eq!(last["role"], "tool");
+    assert_eq!(last["tool_call_id"], "ask1");
+    assert_eq!(last["content"], "blue");
+    assert!(
+        m.iter()
+            .any(|m| m["role"] == "user" && m["content"] == "paint"),
+        "the first prompt is still in the conversation"
+    );
+}
+
+#[test]
+fn sleep_until_sleeps_and_the_wake_resumes_the_call() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(tool_reply(&[("z", "sleep_until", json!({"seconds": 1}))]));
+    fake.push(text_reply("Awake again.", (50, 4, 0)));
+    let before = now_ms();
+    let id = create(&s, json!({"prompt": "wait a second"}));
+    let events = wait_terminals(&s, &id, 1);
+    let sleep = last_terminal(&events);
+    assert_eq!(sleep["type"], "sleep");
+    let wake_at = sleep["wakeAt"].as_f64().expect("wakeAt");
+    assert!(
+        wake_at >= (before + 1000) as f64 && wake_at < (before + 5000) as f64,
+        "{wake_at} vs {before}"
+    );
+    let events = wait_terminals(&s, &id, 2);
+    assert_eq!(last_terminal(&events)["result"], "Awake again.");
+    let m = messages(&fake.chats()[1]);
+    let last = m.last().expect("messages");
+    assert_eq!(last["role"], "tool");
+    assert_eq!(last["tool_call_id"], "z");
+    assert!(
+        last["content"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sleep is over")
+    );
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn rate_limits_are_retried_and_recorded_as_system_events() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(Reply::Status {
+        code: 429,
+        body: json!({"error": {"message": "slow down"}}),
+        retry_after: Some(0),
+    });
+    fake.push(Reply::Status {
+        code: 503,
+        body: json!({"error": {"message": "overloaded"}}),
+        retry_after: None,
+    });
+    fake.push(text_reply("Made it.", (10, 2, 0)));
+    let id = create(&s, json!({"prompt": "go"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["result"], "Made it.");
+    let sys = events_of(&events, "system");
+    assert_eq!(sys.len(), 2, "{sys:?}");
+    assert_eq!(sys[0]["level"], "warn");
+    let m0 = sys[0]["message"].as_str().unwrap_or("");
+    assert!(
+        m0.contains("429") && m0.contains("slow down") && m0.contains("retrying"),
+        "{m0}"
+    );
+    assert!(sys[1]["message"].as_str().unwrap_or("").contains("503"));
+    assert_eq!(fake.chats().len(), 3);
+}
+
+#[test]
+fn a_refused_call_fails_the_turn_at_once_and_the_key_comes_from_a_file() {
+    let fake = FakeOpenAi::start();
+    let keyfile = tempfile::NamedTempFile::new().expect("key file");
+    std::fs::write(keyfile.path(), "sk-test-secret-123\n").expect("key");
+    let s = server(
+        &fake,
+        json!({"apiKeyFile": keyfile.path().display().to_string()}),
+    );
+    fake.push(Reply::Status {
+        code: 401,
+        body: json!({"error": {"message": "invalid api key"}}),
+        retry_after: None,
+    });
+    let id = create(&s, json!({"prompt": "go"}));
+    let events = wait_terminals(&s, &id, 1);
+    let done = last_terminal(&events);
+    assert_eq!(done["type"], "complete");
+    assert_eq!(done["status"], "failed");
+    let error = done["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("401") && error.contains("invalid api key"),
+        "{error}"
+    );
+    assert!(!error.contains("sk-test"), "the key never appears: {error}");
+    let chats = fake.chats();
+    assert_eq!(chats.len(), 1, "a 401 is not retried");
+    assert_eq!(
+        chats[0].authorization.as_deref(),
+        Some("Bearer sk-test-secret-123")
+    );
+    assert!(
+        !events.iter().any(|e| e.to_string().contains("sk-test")),
+        "the key is not in the timeline"
+    );
+}
+
+/// Creates an agent with its own engine and returns the cwd its sessions use.
+fn agent_with_engine(s: &Server, slug: &str, engine: Value) -> String {
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": slug, "engine": engine}),
+    );
+    assert_eq!(status, 201, "{v}");
+    assert!(
+        !v.to_string().contains("sk-"),
+        "agent views never carry keys"
+    );
+    v["anchor"].as_str().expect("anchor").to_owned()
+}
+
+#[test]
+fn a_stream_cut_mid_turn_is_retried_or_fails_cleanly() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(Reply::Stream {
+        chunks: vec![content_chunk("Half a sen")],
+        delay: Duration::ZERO,
+        end: End::Cut,
+    });
+    fake.push(text_reply("A whole sentence.", (10, 3, 0)));
+    let id = create(&s, json!({"prompt": "talk"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["result"], "A whole sentence.");
+    assert_eq!(
+        steps(&events, "text").len(),
+        1,
+        "the cut attempt stored nothing"
+    );
+    let sys = events_of(&events, "system");
+    assert!(
+        sys[0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ended before"),
+        "{sys:?}"
+    );
+
+    // Without retries the turn fails with the reason.
+    let cwd = agent_with_engine(&s, "strict", fake.engine(json!({"maxRetries": 0})));
+    fake.push(Reply::Stream {
+        chunks: vec![content_chunk("Half")],
+        delay: Duration::ZERO,
+        end: End::Cut,
+    });
+    let id = create(&s, json!({"prompt": "talk", "cwd": cwd}));
+    let events = wait_terminals(&s, &id, 1);
+    let done = last_terminal(&events);
+    assert_eq!(done["status"], "failed");
+    assert!(
+        done["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ended before the reply was complete"),
+        "{done}"
+    );
+}
+
+#[test]
+fn an_interrupt_mid_stream_closes_the_connection() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(Reply::Stream {
+        chunks: vec![content_chunk("Thinking "), content_chunk("out loud ")],
+        delay: Duration::from_millis(20),
+        end: End::Hold,
+    });
+    let id = create(&s, json!({"prompt": "long answer"}));
+    fake.wait_chats(1, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(fake.closed_early(), 0);
+    let started = Instant::now();
+    let (status, v) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
+    assert_eq!(status, 200, "{v}");
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["type"], "interrupted");
+    poll_until(
+        "the fake sees the stream closed",
+        Duration::from_secs(5),
+        || (fake.closed_early() == 1).then_some(()),
+    );
+    // Well inside the interrupt grace period: the engine stopped on its own, not by cut-off.
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(
+        events_of(&events, "system").is_empty(),
+        "no cut-off notice: {:?}",
+        event_types(&events)
+    );
+}
+
+#[test]
+fn usage_totals_and_cost_follow_the_price_table() {
+    let fake = FakeOpenAi::start();
+    let s = server(
+        &fake,
+        json!({"prices": {"fake-model": {"input": 2.0, "output": 8.0, "cacheRead": 0.5}},
+               "contextWindow": 128000}),
+    );
+    fake.push(tool_reply(&[("t", "list_dir", json!({}))])); // usage (20, 5, 0)
+    fake.push(text_reply("Counted.", (1000, 100, 400)));
+    let id = create(&s, json!({"prompt": "count"}));
+    let events = wait_terminals(&s, &id, 1);
+    let usage = events_of(&events, "usage");
+    assert_eq!(usage.len(), 2, "one usage event per model call");
+    let close = |a: &Value, b: f64| (a.as_f64().expect("number") - b).abs() < 1e-9;
+    let first = &usage[0]["lastMessageUsage"];
+    assert!(close(&first["input"], 20.0) && close(&first["output"], 5.0));
+    let turn = &usage[1]["turnUsage"];
+    assert!(close(&turn["input"], 620.0), "{turn}");
+    assert!(close(&turn["cacheRead"], 400.0), "{turn}");
+    assert!(close(&turn["output"], 105.0), "{turn}");
+    assert!(close(&turn["totalTokens"], 1125.0), "{turn}");
+    assert!(close(&turn["cost"]["input"], 620.0 * 2.0 / 1e6), "{turn}");
+    assert!(close(&turn["cost"]["output"], 105.0 * 8.0 / 1e6), "{turn}");
+    assert!(
+        close(&turn["cost"]["cacheRead"], 400.0 * 0.5 / 1e6),
+        "{turn}"
+    );
+    assert!(close(&turn["cost"]["total"], 0.00228), "{turn}");
+    assert!(close(&usage[1]["effectiveContextWindow"], 128000.0));
+    assert!(
+        usage[1]["contextWindowUsage"]["systemPrompt"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0
+    );
+
+    // A second turn adds to the session's totals.
+    fake.push(text_reply("Again.", (100, 10, 0)));
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "again"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    wait_terminals(&s, &id, 2);
+    let db = open_db_readonly(&s.data_dir.join("sessiond.db"));
+    let totals: String = db
+        .query_row(
+            "SELECT usage_totals FROM sessions WHERE id = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .expect("totals");
+    let totals: Value = serde_json::from_str(&totals).expect("json");
+    assert!(close(&totals["totalTokens"], 1235.0), "{totals}");
+    assert!(
+        close(
+            &totals["cost"]["total"],
+            0.00228 + 100.0 * 2.0 / 1e6 + 10.0 * 8.0 / 1e6
+        ),
+        "{totals}"
+    );
+}
+
+#[test]
+fn earlier_turns_and_steers_reach_the_model() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(text_reply("First answer.", (10, 2, 0)));
+    let id = create(&s, json!({"prompt": "first question"}));
+    wait_terminals(&s, &id, 1);
+
+    // Second turn: slow, so a steer lands while it streams (R25).
+    fake.push(Reply::Stream {
+        chunks: (0..8).map(|i| content_chunk(&format!("w{i} "))).collect(),
+        delay: Duration::from_millis(100),
+        end: End::Done,
+    });
+    fake.push(text_reply("Steered answer.", (10, 2, 0)));
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "second question"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    fake.wait_chats(2, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(150));
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "actually, be brief", "behavior": "steer"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["delivery"], "accepted",
+        "the steer joins the running turn"
+    );
+    let events = wait_terminals(&s, &id, 2);
+    assert_eq!(last_terminal(&events)["result"], "Steered answer.");
+
+    let chats = fake.chats();
+    assert_eq!(chats.len(), 3);
+    let second: Vec<(String, String)> = messages(&chats[1])
+        .iter()
+        .skip(1)
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or("").to_owned(),
+                m["content"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        second,
+        [
+            ("user".to_owned(), "first question".to_owned()),
+            ("assistant".to_owned(), "First answer.".to_owned()),
+            ("user".to_owned(), "second question".to_owned()),
+        ]
+    );
+    let third = messages(&chats[2]);
+    let last = third.last().expect("messages");
+    assert_eq!(last["role"], "user");
+    assert_eq!(last["content"], "actually, be brief");
+}
+
+#[test]
+fn tiers_pick_models_with_router_switch_and_tier_clamped() {
+    let fake = FakeOpenAi::start();
+    let s = server(
+        &fake,
+        json!({"models": {"frontier": "big-model", "economy": "small-model"}}),
+    );
+    fake.push(text_reply("cheap", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "hi", "tier": "balanced"}));
+    let events = wait_terminals(&s, &id, 1);
+    // R19/R22: balanced is not configured; the nearest (ties go to the cheaper) runs it.
+    let clamped = events_of(&events, "tier_clamped");
+    assert_eq!(clamped.len(), 1);
+    assert_eq!(clamped[0]["requestedTier"], "balanced");
+    assert_eq!(clamped[0]["effectiveTier"], "economy");
+    let switch = events_of(&events, "router_switch");
+    assert_eq!(switch.len(), 1);
+    assert_eq!(switch[0]["fromModel"], "fake-model");
+    assert_eq!(switch[0]["toModel"], "small-model");
+    assert_eq!(switch[0]["trigger"], "turn_start");
+    assert_eq!(fake.chats()[0].body["model"], "small-model");
+
+    fake.push(text_reply("smart", (1, 1, 0)));
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "think hard", "tier": "frontier"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let events = wait_terminals(&s, &id, 2);
+    let switch = events_of(&events, "router_switch");
+    assert_eq!(switch.len(), 2);
+    assert_eq!(switch[1]["fromModel"], "small-model");
+    assert_eq!(switch[1]["toModel"], "big-model");
+    assert_eq!(fake.chats()[1].body["model"], "big-model");
+
+    // Same tier again: no switch.
+    fake.push(text_reply("still smart", (1, 1, 0)));
+    s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "more"}),
+    );
+    let events = wait_terminals(&s, &id, 3);
+    assert_eq!(events_of(&events, "router_switch").len(), 2);
+}
+
+#[test]
+fn the_model_writes_the_automatic_title() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(text_reply("Sure.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "help me plan a garden"}));
+    wait_terminals(&s, &id, 1);
+    let d = poll_until("title generated", Duration::from_secs(10), || {
+        let d = detail_checked(&s, &id);
+        (d["titleStatus"] == "complete").then_some(d)
+    });
+    assert_eq!(d["title"], "Fake Title", "quotes are stripped");
+    assert_eq!(d["titleOrigin"], "auto");
+    let title_req = fake
+        .all_requests()
+        .into_iter()
+        .find(|r| r.body["stream"] == json!(false))
+        .expect("a title request");
+    assert!(title_req.body.to_string().contains("plan a garden"));
+
+    fake.set_title(None);
+    fake.push(text_reply("Sure.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "another one"}));
+    wait_terminals(&s, &id, 1);
+    let d = poll_until("title failed", Duration::from_secs(10), || {
+        let d = detail_checked(&s, &id);
+        (d["titleStatus"] == "failed").then_some(d)
+    });
+    assert_eq!(d["title"], "another one", "the excerpt title stays");
+}
+
+#[test]
+fn session_tools_start_children_and_message_sessions_as_themselves() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    // The target of message_session runs the scripted engine, so its reply is predictable.
+    let cwd = agent_with_engine(&s, "plain", json!({"kind": "scripted"}));
+    let target = create(&s, json!({"prompt": "hello", "cwd": cwd}));
+    wait_terminals(&s, &target, 1);
+
+    fake.push(tool_reply(&[
+        ("s", "start_session", json!({"prompt": "child work"})),
+        (
+            "m",
+            "message_session",
+            json!({"sessionId": target, "prompt": "ping"}),
+        ),
+    ]));
+    // The parent's next call and the child's first call take these in either order.
+    fake.push(text_reply("done", (1, 1, 0)));
+    fake.push(text_reply("done", (1, 1, 0)));
+    let parent = create(&s, json!({"prompt": "delegate"}));
+    let events = wait_terminals(&s, &parent, 1);
+    let calls = steps(&events, "tool_call");
+    assert!(calls.iter().all(|c| c["isError"] == false), "{calls:?}");
+    let started = calls
+        .iter()
+        .find(|c| c["toolCallId"] == "s")
+        .and_then(|c| c["output"][0]["text"].as_str())
+        .expect("start result");
+    let child = started
+        .split_whitespace()
+        .nth(2)
+        .expect("child id")
+        .to_owned();
+    let d = detail_checked(&s, &child);
+    assert_eq!(d["createdBySessionId"], parent);
+    let child_events = wait_terminals(&s, &child, 1);
+    assert_eq!(
+        events_of(&child_events, "prompt_submitted")[0]["prompt"],
+        "child work"
+    );
+
+    // R7: the message is attributed to the sending session.
+    let target_events = wait_terminals(&s, &target, 2);
+    let ping = events_of(&target_events, "prompt_submitted")
+        .into_iter()
+        .find(|p| p["prompt"] == "ping")
+        .expect("ping delivered");
+    assert_eq!(
+        ping["sender"],
+        json!({"kind": "session", "sessionId": parent})
+    );
+    assert!(
+        steps(&target_events, "text")
+            .iter()
+            .any(|t| t["text"] == "echo: ping")
+    );
+}
+
+#[test]
+fn with_nothing_configured_the_scripted_engine_says_how_to_configure_a_model() {
+    let s = Server::start_with_env(None, &[("SESSIOND_ENGINE", None)]);
+    let id = create(&s, json!({"prompt": "hello"}));
+    let events = wait_terminals(&s, &id, 1);
+    let text = steps(&events, "text")[0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(text.starts_with("echo: hello"), "{text}");
+    assert!(
+        text.contains("OPENAI_API_KEY") && text.contains("OPENAI_BASE_URL"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_openai_variables_select_the_openai_engine() {
+    let fake = FakeOpenAi::start();
+    let s = Server::start_with_env(
+        None,
+        &[
+            ("SESSIOND_ENGINE", None),
+            ("OPENAI_BASE_URL", Some(&fake.base_url)),
+            ("OPENAI_MODEL", Some("env-model")),
+            ("OPENAI_API_KEY", Some("sk-env-key")),
+        ],
+    );
+    fake.push(text_reply("From the environment.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "hi"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["result"], "From the environment.");
+    let chat = &fake.chats()[0];
+    assert_eq!(chat.body["model"], "env-model");
+    assert_eq!(chat.authorization.as_deref(), Some("Bearer sk-env-key"));
+}
+
+#[test]
+fn the_config_file_sets_the_default_engine() {
+    let fake = FakeOpenAi::start();
+    let toml = format!(
+        "[engine]\nkind = \"openai\"\nbaseUrl = \"{}\"\nmodel = \"file-model\"\n",
+        fake.base_url
+    );
+    let s = Server::start_with_env(Some(&toml), &[("SESSIOND_ENGINE", None)]);
+    fake.push(text_reply("From the file.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "hi"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["result"], "From the file.");
+    assert_eq!(fake.chats()[0].body["model"], "file-model");
+}
+
+#[test]
+fn bad_engine_settings_are_refused() {
+    let s = Server::start();
+    for engine in [
+        json!({"kind": "openai", "apiKey": "sk-inline"}),
+        json!({"kind": "openai", "baseUrl": "ftp://x"}),
+        json!({"kind": "openai", "maxSteps": 0}),
+        json!({"kind": "openai", "models": {"ultra": "x"}}),
+        json!({"kind": "openai", "tools": {"disabled": ["rm_rf"]}}),
+    ] {
+        let (status, v) = s.post(
+            &s.url(&format!("/v1/ws/{WS}/agents")),
+            &json!({"slug": "bad", "engine": engine}),
+        );
+        assert_eq!(status, 400, "{engine} → {v}");
+        assert!(!v.to_string().contains("sk-inline"), "{v}");
+    }
+}
