@@ -300,12 +300,8 @@ impl OpenAiEngine {
         Ok(())
     }
 
-    /// Calls the model with retries; `Ok(None)` when the turn was interrupted.
-    async fn call_with_retries(
-        &self,
-        io: &mut TurnIo,
-        body: &Value,
-    ) -> Result<std::result::Result<Option<Reply>, String>> {
+    /// Calls the model, retrying what can be retried.
+    async fn call_with_retries(&self, io: &mut TurnIo, body: &Value) -> Result<Called> {
         let key = self.api_key()?;
         let mut attempt = 0u32;
         loop {
@@ -327,16 +323,20 @@ impl OpenAiEngine {
                 .await
             };
             match result {
-                Ok(reply) => return Ok(Ok(Some(reply))),
-                Err(CallError::Cancelled) => return Ok(Ok(None)),
-                Err(CallError::Fatal(message)) => return Ok(Err(message)),
+                Ok(reply) => return Ok(Called::Reply(reply)),
+                Err(CallError::Cancelled { partial }) => {
+                    return Ok(Called::Interrupted { partial });
+                }
+                Err(CallError::Fatal(message)) => return Ok(Called::Failed(message)),
                 Err(CallError::Retryable {
                     message,
                     retry_after,
                     partial: _,
                 }) => {
                     if attempt > self.cfg.max_retries {
-                        return Ok(Err(format!("{message} (gave up after {attempt} attempts)")));
+                        return Ok(Called::Failed(format!(
+                            "{message} (gave up after {attempt} attempts)"
+                        )));
                     }
                     let backoff = self
                         .cfg
@@ -359,7 +359,9 @@ impl OpenAiEngine {
                     })
                     .await?;
                     if !io.pause(delay).await {
-                        return Ok(Ok(None));
+                        return Ok(Called::Interrupted {
+                            partial: String::new(),
+                        });
                     }
                 }
             }
@@ -454,9 +456,22 @@ impl OpenAiEngine {
             ));
             let body = self.request_body(&model, messages);
             let reply = match self.call_with_retries(io, &body).await? {
-                Ok(Some(reply)) => reply,
-                Ok(None) => return Ok(TurnEnd::Interrupted),
-                Err(message) => return Ok(TurnEnd::Failed { error: message }),
+                Called::Reply(reply) => reply,
+                Called::Failed(message) => return Ok(TurnEnd::Failed { error: message }),
+                Called::Interrupted { partial } => {
+                    // What the user watched stream in stays in the timeline and the conversation.
+                    if !partial.is_empty() {
+                        io.emit(Event::Step {
+                            step: Step::Text {
+                                text: partial.clone(),
+                            },
+                        })
+                        .await?;
+                        io.messages_mut()
+                            .push(json!({"role": "assistant", "content": partial}));
+                    }
+                    return Ok(TurnEnd::Interrupted);
+                }
             };
             if let Some(raw) = reply.usage {
                 let usage = self.usage_of(&model, raw);
@@ -658,6 +673,13 @@ impl OpenAiEngine {
         }
         Ok(title)
     }
+}
+
+/// How a model call (with its retries) ended.
+enum Called {
+    Reply(Reply),
+    Interrupted { partial: String },
+    Failed(String),
 }
 
 /// Streams deltas into the turn's volatile tail.

@@ -43,8 +43,11 @@ pub struct Reply {
 
 #[derive(Debug)]
 pub enum CallError {
-    /// The turn was interrupted; the connection has been dropped.
-    Cancelled,
+    /// The turn was interrupted; the connection has been dropped. `partial` is the text that
+    /// had streamed by then.
+    Cancelled {
+        partial: String,
+    },
     /// Worth another attempt, after at least the delay the server asked for.
     Retryable {
         message: String,
@@ -77,7 +80,9 @@ pub async fn call(
     cancel: &mut watch::Receiver<bool>,
 ) -> Result<Reply, CallError> {
     if *cancel.borrow() {
-        return Err(CallError::Cancelled);
+        return Err(CallError::Cancelled {
+            partial: String::new(),
+        });
     }
     let mut builder = req
         .client
@@ -93,7 +98,7 @@ pub async fn call(
             Ok(Err(e)) => return Err(retryable(&format!("cannot reach the model endpoint: {}", plain(&e)), None, "")),
             Ok(Ok(r)) => r,
         },
-        _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled),
+        _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled { partial: String::new() }),
     };
     let status = response.status();
     if !status.is_success() {
@@ -127,7 +132,9 @@ pub async fn call(
     loop {
         let next = tokio::select! {
             n = tokio::time::timeout(req.idle_timeout, bytes.next()) => n,
-            _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled),
+            _ = cancel.wait_for(|c| *c) => {
+                return Err(CallError::Cancelled { partial: acc.reply.content });
+            }
         };
         let chunk = match next {
             Err(_) => {
