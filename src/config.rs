@@ -224,3 +224,38 @@ impl Config {
         self.data_dir.join("sessiond.db")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `config.example.toml` with every commented-out setting and table switched on.
+    fn example_with_everything_enabled() -> String {
+        let text = include_str!("../config.example.toml");
+        text.lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(rest)
+                    if rest.starts_with('[')
+                        || rest.split_once(" = ").is_some_and(|(k, _)| {
+                            k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                        }) =>
+                {
+                    rest
+                }
+                _ => line,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_example_file_is_valid_as_shipped_and_with_every_option_enabled() {
+        let shipped: Config = toml::from_str(include_str!("../config.example.toml")).unwrap();
+        shipped.validate().unwrap();
+        let text = example_with_everything_enabled();
+        let all: Config = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        all.validate().unwrap();
+        assert!(all.engine.is_some());
+        assert!(all.agents[0].engine.is_some());
+    }
+}
