@@ -11,9 +11,9 @@ use super::machine::{MachineState, StepEnd};
 use super::{Delivery, Msg, Shared, TurnControl};
 use crate::bus::Frame;
 use crate::clock;
+use crate::drive::Drive;
 use crate::engine::{Engine, InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
-use crate::drive::Drive;
 use crate::sessions::{Actor, Sessions, projection};
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
