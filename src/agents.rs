@@ -24,7 +24,7 @@ pub struct AgentSpec {
 }
 
 /// Engine kinds an agent may name.
-pub const ENGINE_KINDS: [&str; 1] = ["scripted"];
+pub const ENGINE_KINDS: [&str; 2] = ["scripted", "command"];
 
 fn check_slug(slug: &str) -> Result<()> {
     let ok = !slug.is_empty()

@@ -2,6 +2,7 @@
 //! and end with a terminal. The runner owns everything around them (claiming, fencing, terminals,
 //! delivery); an engine only talks to its [`TurnIo`].
 
+pub mod command;
 pub mod scripted;
 
 use std::collections::HashMap;
@@ -92,6 +93,8 @@ pub enum EngineConfig {
         #[serde(default)]
         tiers: Vec<Tier>,
     },
+    /// An agent CLI run per turn in the session's working directory.
+    Command(command::CommandConfig),
 }
 
 impl EngineConfig {
@@ -102,9 +105,12 @@ impl EngineConfig {
         if value.as_object().is_some_and(|o| o.is_empty()) {
             return Ok(None);
         }
-        serde_json::from_value(value)
-            .map(Some)
-            .map_err(|e| crate::Error::invalid(format!("engine: {e}")))
+        let cfg: EngineConfig = serde_json::from_value(value)
+            .map_err(|e| crate::Error::invalid(format!("engine: {e}")))?;
+        if let EngineConfig::Command(c) = &cfg {
+            c.validate()?;
+        }
+        Ok(Some(cfg))
     }
 
     pub fn build(&self) -> Arc<dyn Engine> {
@@ -112,6 +118,7 @@ impl EngineConfig {
             EngineConfig::Scripted { tiers } => Arc::new(scripted::ScriptedEngine {
                 tiers: tiers.clone(),
             }),
+            EngineConfig::Command(c) => Arc::new(c.build()),
         }
     }
 }
