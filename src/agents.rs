@@ -24,7 +24,7 @@ pub struct AgentSpec {
 }
 
 /// Engine kinds an agent may name.
-pub const ENGINE_KINDS: [&str; 2] = ["scripted", "openai"];
+pub const ENGINE_KINDS: [&str; 3] = ["scripted", "openai", "command"];
 
 fn check_slug(slug: &str) -> Result<()> {
     let ok = !slug.is_empty()

@@ -2,6 +2,7 @@
 //! and end with a terminal. The runner owns everything around them (claiming, fencing, terminals,
 //! delivery); an engine only talks to its [`TurnIo`].
 
+pub mod command;
 pub mod openai;
 pub mod scripted;
 pub mod tools;
@@ -101,6 +102,8 @@ pub enum EngineConfig {
     },
     /// An OpenAI-compatible chat-completions endpoint.
     Openai(Box<openai::OpenAiConfig>),
+    /// An agent CLI run per turn in the session's working directory.
+    Command(command::CommandConfig),
 }
 
 impl EngineConfig {
@@ -121,6 +124,7 @@ impl EngineConfig {
         match self {
             EngineConfig::Scripted { .. } => Ok(()),
             EngineConfig::Openai(c) => c.check(),
+            EngineConfig::Command(c) => c.validate(),
         }
     }
 
@@ -131,6 +135,7 @@ impl EngineConfig {
                 ..Default::default()
             }),
             EngineConfig::Openai(c) => openai::build(c)?,
+            EngineConfig::Command(c) => Arc::new(c.build()),
         })
     }
 }

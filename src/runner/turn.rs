@@ -919,9 +919,12 @@ impl TurnIo {
         );
     }
 
-    /// Records assistant text in the turn's conversation and usage.
+    /// Records assistant text in the turn's conversation and, until the engine measures usage,
+    /// in the estimate.
     pub fn say(&mut self, text: &str) {
-        self.usage.output += estimate_tokens(text);
+        if !self.measured_usage {
+            self.usage.output += estimate_tokens(text);
+        }
         self.messages
             .push(json!({"role": "assistant", "content": text}));
         self.last_text = Some(text.to_owned());
@@ -1067,7 +1070,9 @@ impl TurnIo {
             })
             .await?;
         for text in &texts {
-            self.usage.input += estimate_tokens(text);
+            if !self.measured_usage {
+                self.usage.input += estimate_tokens(text);
+            }
             self.messages.push(json!({"role": "user", "content": text}));
         }
         Ok(texts)
