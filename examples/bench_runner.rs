@@ -1658,7 +1658,7 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
         .unwrap_or_else(|e| die("runner runtime", e));
     let runner = Runner::start(
         store.clone(),
-        Engines::new(Arc::new(ScriptedEngine::default())),
+        Engines::new(Arc::new(ScriptedEngine::default()), Default::default()),
         cfg.runner.clone(),
         cfg.data_dir.clone(),
         runner_rt.handle(),

@@ -26,6 +26,7 @@ pub struct Config {
     /// agent's `engine` JSON). Unset: `openai` when OPENAI_BASE_URL or OPENAI_API_KEY is set,
     /// else the scripted demo engine. `SESSIOND_ENGINE` overrides it.
     pub engine: Option<serde_json::Value>,
+    pub exec: ExecConfig,
     /// Agents to create (or bring up to date) at start-up.
     pub agents: Vec<AgentConfig>,
 }
@@ -106,6 +107,18 @@ pub struct Limits {
     pub upload_grant_ttl_ms: u64,
 }
 
+/// What agents may run on this machine. Any credential with the `sessions` scope may configure
+/// agents, so running programs is the operator's decision, made here, not an agent's.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecConfig {
+    /// Programs the `command` engine may run, exactly as agents name them (`claude`,
+    /// `/usr/local/bin/my-agent`). Empty: agents cannot use the command engine.
+    pub programs: Vec<String>,
+    /// Whether agents may turn on their model's `run_command` tool.
+    pub run_command: bool,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamConfig {
@@ -129,6 +142,7 @@ impl Default for Config {
             limits: Limits::default(),
             stream: StreamConfig::default(),
             engine: None,
+            exec: ExecConfig::default(),
             agents: Vec::new(),
         }
     }

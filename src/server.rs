@@ -50,6 +50,14 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
         let exists = store
             .read_blocking(|c| crate::store::agent_by_slug(c, &ws.id, &a.slug))
             .map_err(|e| e.to_string())?;
+        if let Some(engine) = &a.engine
+            && let Some(parsed) = EngineConfig::parse(&engine.to_string())
+                .map_err(|e| format!("config: agent {}: {e}", a.slug))?
+        {
+            parsed
+                .permitted(&cfg.exec)
+                .map_err(|e| format!("config: agent {}: {e}", a.slug))?;
+        }
         let spec = AgentSpec {
             slug: Some(a.slug.clone()),
             name: a.name.clone(),
@@ -150,7 +158,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runner runtime: {e}"))?;
-    let engines = Engines::new(default_engine(&cfg)?);
+    let engines = Engines::new(default_engine(&cfg)?, cfg.exec.clone());
     log_engines(&store, &engines);
     let runner = Runner::start(
         store.clone(),

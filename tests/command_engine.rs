@@ -29,6 +29,19 @@ fn fixture(name: &str) -> String {
         .to_string()
 }
 
+/// The operator's permission for the fake CLI (and a missing program) to run (`[exec]`).
+fn exec_config() -> String {
+    format!(
+        "[exec]\nprograms = [{:?}, \"/nonexistent/agent-cli\"]\n",
+        fixture("fake-cli.sh")
+    )
+}
+
+/// A server whose operator lets agents run the fake CLI.
+fn server() -> Server {
+    Server::start_with_config(&exec_config())
+}
+
 /// Creates agent `slug` (anchor `agents/<slug>`) whose engine runs the fake CLI.
 fn command_agent(s: &Server, slug: &str, engine: Value) -> Value {
     let mut engine = engine;
@@ -148,7 +161,7 @@ const CLAUDE_ARGS: [&str; 4] = ["-p", "--output-format", "stream-json", "--verbo
 
 #[test]
 fn claude_stream_becomes_the_timeline_and_later_turns_resume_its_session() {
-    let s = Server::start();
+    let s = server();
     command_agent(
         &s,
         "claude",
@@ -301,7 +314,7 @@ fn claude_stream_becomes_the_timeline_and_later_turns_resume_its_session() {
 
 #[test]
 fn a_conversation_the_cli_no_longer_knows_is_not_resumed_again() {
-    let s = Server::start();
+    let s = server();
     command_agent(
         &s,
         "forgetful",
@@ -346,7 +359,7 @@ fn a_conversation_the_cli_no_longer_knows_is_not_resumed_again() {
 
 #[test]
 fn codex_exec_stream_becomes_the_timeline_and_the_thread_resumes() {
-    let s = Server::start();
+    let s = server();
     let args = ["exec", "--json", "--skip-git-repo-check"];
     command_agent(
         &s,
@@ -452,7 +465,7 @@ fn codex_exec_stream_becomes_the_timeline_and_the_thread_resumes() {
 
 #[test]
 fn generic_protocol_maps_each_line_type_and_takes_the_prompt_as_the_last_argument() {
-    let s = Server::start();
+    let s = server();
     command_agent(
         &s,
         "generic",
@@ -518,7 +531,7 @@ fn generic_protocol_maps_each_line_type_and_takes_the_prompt_as_the_last_argumen
 
 #[test]
 fn ask_ends_the_turn_and_the_answer_is_the_next_runs_prompt() {
-    let s = Server::start();
+    let s = server();
     command_agent(
         &s,
         "asker",
@@ -573,7 +586,7 @@ fn ask_ends_the_turn_and_the_answer_is_the_next_runs_prompt() {
 
 #[test]
 fn interrupt_stops_the_whole_process_group_at_once_r47() {
-    let s = Server::start();
+    let s = server();
     command_agent(
         &s,
         "sleeper",
@@ -619,7 +632,7 @@ fn interrupt_stops_the_whole_process_group_at_once_r47() {
 
 #[test]
 fn a_failing_cli_fails_the_turn_with_its_stderr_tail() {
-    let s = Server::start();
+    let s = server();
     command_agent(
         &s,
         "broken",
@@ -648,7 +661,7 @@ fn a_failing_cli_fails_the_turn_with_its_stderr_tail() {
 
 #[test]
 fn the_turn_timeout_stops_the_cli_and_fails_the_turn() {
-    let s = Server::start();
+    let s = server();
     command_agent(
         &s,
         "slow",
@@ -677,7 +690,7 @@ fn the_turn_timeout_stops_the_cli_and_fails_the_turn() {
 
 #[test]
 fn a_steer_during_a_run_runs_the_cli_again_in_the_same_turn_r25() {
-    let s = Server::start();
+    let s = server();
     command_agent(
         &s,
         "steered",
@@ -749,7 +762,7 @@ fn a_steer_during_a_run_runs_the_cli_again_in_the_same_turn_r25() {
 
 #[test]
 fn command_engine_configs_are_validated_and_a_missing_program_fails_the_turn() {
-    let s = Server::start();
+    let s = server();
     let url = s.url(&format!("/v1/ws/{WS}/agents"));
     for (i, engine) in [
         json!({"kind": "command"}),
@@ -786,5 +799,41 @@ fn command_engine_configs_are_validated_and_a_missing_program_fails_the_turn() {
         error.starts_with("cannot start `/nonexistent/agent-cli`: ")
             && error.contains("No such file or directory"),
         "{error}"
+    );
+}
+
+#[test]
+fn only_programs_the_operator_lists_can_run() {
+    // Without `[exec] programs`, no credential can make the server run a program.
+    let s = Server::start();
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": "cli", "engine": {"kind": "command", "program": fixture("fake-cli.sh")}}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("exec.programs"),
+        "{v}"
+    );
+    assert_eq!(s.get(&s.url(&format!("/v1/ws/{WS}/agents/cli"))).0, 404);
+
+    // An agent stored while the program was allowed stops running when the operator withdraws
+    // it: its turns fail with the reason instead of running anything.
+    let mut s = server();
+    command_agent(&s, "cli", json!({"protocol": "generic"}));
+    s.stop();
+    std::fs::write(s.tmp_dir().join("sessiond.toml"), "").expect("rewrite config");
+    s.restart();
+    let id = start(&s, "cli", "hello");
+    let t = wait_terminal(&s, &id, 0);
+    assert_eq!(t["event"]["status"], "failed", "{t:#}");
+    let error = t["event"]["error"].as_str().unwrap_or("");
+    assert!(error.contains("exec.programs"), "{error}");
+    assert!(
+        !agent_dir(&s, "cli").join("run-1.stdin").exists(),
+        "the program did not run"
     );
 }

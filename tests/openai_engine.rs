@@ -952,3 +952,229 @@ fn bad_engine_settings_are_refused() {
         assert!(!v.to_string().contains("sk-inline"), "{v}");
     }
 }
+
+/// A server whose operator allows `run_command` and whose default engine enables it with
+/// `run_command` settings `rc`.
+fn command_server(fake: &FakeOpenAi, rc: Value) -> Server {
+    let mut settings = json!({"enabled": true});
+    if let (Some(s), Some(extra)) = (settings.as_object_mut(), rc.as_object()) {
+        for (k, v) in extra {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    let engine = fake
+        .engine(json!({"tools": {"runCommand": settings}}))
+        .to_string();
+    Server::start_with_env(
+        Some("[exec]\nrun_command = true\n"),
+        &[("SESSIOND_ENGINE", Some(&engine))],
+    )
+}
+
+#[test]
+fn run_command_is_off_unless_the_operator_and_the_agent_turn_it_on() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(text_reply("ok", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "hi"}));
+    wait_terminals(&s, &id, 1);
+    assert!(
+        !tool_names(&fake.chats()[0]).contains(&"run_command".to_owned()),
+        "not offered by default"
+    );
+    // The operator has not allowed it: no key can switch it on for an agent.
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": "shell", "engine": {"kind": "openai", "tools": {"runCommand": {"enabled": true}}}}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("exec.run_command"),
+        "{v}"
+    );
+
+    // A model asking for a tool it was not offered gets an error result.
+    fake.push(tool_reply(&[(
+        "c",
+        "run_command",
+        json!({"command": "id"}),
+    )]));
+    fake.push(text_reply("fine", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "run id"}));
+    let events = wait_terminals(&s, &id, 1);
+    let call = steps(&events, "tool_call");
+    assert_eq!(call[0]["isError"], true);
+    assert!(
+        call[0]["output"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no tool named")
+    );
+}
+
+#[test]
+fn run_command_runs_in_the_cwd_and_reports_exit_status_and_output() {
+    let fake = FakeOpenAi::start();
+    let s = command_server(&fake, json!({}));
+    fake.push(tool_reply(&[
+        (
+            "a",
+            "run_command",
+            json!({"command": "pwd; echo oops >&2; exit 3"}),
+        ),
+        (
+            "b",
+            "run_command",
+            json!({"command": "printf 'x%.0s' $(seq 1 3)"}),
+        ),
+    ]));
+    fake.push(text_reply("ran", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "run things"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert!(tool_names(&fake.chats()[0]).contains(&"run_command".to_owned()));
+    let calls = steps(&events, "tool_call");
+    let a = calls[0]["output"][0]["text"].as_str().unwrap_or("");
+    assert_eq!(calls[0]["isError"], true, "{a}");
+    assert!(a.starts_with("exit code 3\n"), "{a}");
+    let drive = s
+        .data_dir
+        .join("drive/default")
+        .canonicalize()
+        .expect("drive");
+    assert!(
+        a.contains(&*drive.display().to_string()),
+        "runs in the cwd: {a}"
+    );
+    assert!(a.contains("oops"), "stderr is part of the output: {a}");
+    let b = calls[1]["output"][0]["text"].as_str().unwrap_or("");
+    assert_eq!(calls[1]["isError"], false);
+    assert_eq!(b, "exit code 0\nxxx\n");
+}
+
+#[test]
+fn an_allow_list_runs_listed_programs_without_a_shell() {
+    let fake = FakeOpenAi::start();
+    let s = command_server(&fake, json!({"allow": ["echo"]}));
+    let victim = s.data_dir.join("drive/default/victim");
+    std::fs::create_dir_all(&victim).expect("victim dir");
+    std::fs::write(victim.join("keep.txt"), "keep").expect("victim file");
+    fake.push(tool_reply(&[
+        (
+            "ok",
+            "run_command",
+            json!({"command": "echo 'hello  there'"}),
+        ),
+        ("no", "run_command", json!({"command": "rm -rf agents"})),
+        (
+            "chain",
+            "run_command",
+            json!({"command": "echo hi; rm -rf agents"}),
+        ),
+        ("subst", "run_command", json!({"command": "echo $(id)"})),
+    ]));
+    fake.push(text_reply("checked", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "try"}));
+    let events = wait_terminals(&s, &id, 1);
+    let calls = steps(&events, "tool_call");
+    let out = |i: usize| {
+        calls[i]["output"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(calls[0]["isError"], false);
+    assert_eq!(out(0), "exit code 0\nhello  there\n");
+    for (i, call) in calls.iter().enumerate().skip(1) {
+        assert_eq!(call["isError"], true, "{}", out(i));
+    }
+    assert!(out(1).contains("not allowed"), "{}", out(1));
+    assert!(out(2).contains("needs a shell"), "{}", out(2));
+    assert!(victim.join("keep.txt").exists(), "nothing was removed");
+}
+
+#[test]
+fn a_long_command_becomes_a_background_task_and_the_model_hears_its_result() {
+    let fake = FakeOpenAi::start();
+    let s = command_server(&fake, json!({"backgroundAfterMs": 200}));
+    fake.push(tool_reply(&[(
+        "bg",
+        "run_command",
+        json!({"command": "echo started; sleep 1; echo finished"}),
+    )]));
+    fake.push(text_reply("Waiting for the build.", (1, 1, 0)));
+    fake.push(text_reply("The build finished.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "build"}));
+    let events = wait_terminals(&s, &id, 1);
+    let done = last_terminal(&events);
+    assert_eq!(
+        done["result"], "The build finished.",
+        "the turn waited for its task"
+    );
+
+    let call = steps(&events, "tool_call");
+    let text = call[0]["output"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("background task t1") && text.contains("started"),
+        "{text}"
+    );
+    let started = events_of(&events, "task_started");
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0]["task"]["name"], "run_command");
+    assert_eq!(started[0]["task"]["kind"], "tool");
+    let output: String = events_of(&events, "task_output")
+        .iter()
+        .filter_map(|e| e["chunk"].as_str())
+        .collect();
+    assert!(
+        output.contains("started") && output.contains("finished"),
+        "{output}"
+    );
+    let settled = events_of(&events, "task_settled");
+    assert_eq!(settled.len(), 1);
+    assert_eq!(settled[0]["settlement"]["status"], "completed");
+
+    let chats = fake.chats();
+    assert_eq!(chats.len(), 3);
+    let last = messages(&chats[2]);
+    let note = last.last().expect("messages");
+    assert_eq!(note["role"], "user");
+    let note = note["content"].as_str().unwrap_or("");
+    assert!(
+        note.contains("background task t1") && note.contains("exit code 0"),
+        "{note}"
+    );
+}
+
+#[test]
+fn an_interrupt_stops_a_running_command_and_its_children() {
+    let fake = FakeOpenAi::start();
+    let s = command_server(&fake, json!({}));
+    fake.push(tool_reply(&[(
+        "long",
+        "run_command",
+        json!({"command": "sleep 300 & echo $! > child.pid; wait"}),
+    )]));
+    let id = create(&s, json!({"prompt": "wait forever"}));
+    let pid_file = s.data_dir.join("drive/default/child.pid");
+    let pid = poll_until("the command started", Duration::from_secs(10), || {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+    });
+    let started = Instant::now();
+    let (status, v) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
+    assert_eq!(status, 200, "{v}");
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["type"], "interrupted");
+    assert!(started.elapsed() < Duration::from_secs(4));
+    poll_until("the child is gone", Duration::from_secs(5), || {
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
+        (!alive).then_some(())
+    });
+}

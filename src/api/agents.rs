@@ -3,6 +3,7 @@
 //! The agent CRUD routes are sessiond's own extension; the default-alias routes are the seed's
 //! (R55–R63).
 
+use crate::engine::EngineConfig;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -32,8 +33,15 @@ async fn spec_body(
         body::read_limited(req, payload, state.sessions.config().limits.max_body_bytes).await?;
     let raw: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?;
-    serde_path_to_error::deserialize(&raw)
-        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))
+    let spec: AgentSpec = serde_path_to_error::deserialize(&raw)
+        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))?;
+    // What an engine may run is the operator's call (`[exec]`), whoever holds the key.
+    if let Some(engine) = &spec.engine
+        && let Some(cfg) = EngineConfig::parse(&engine.to_string())?
+    {
+        cfg.permitted(&state.sessions.config().exec)?;
+    }
+    Ok(spec)
 }
 
 pub async fn list(state: web::Data<AppState>, actor: Actor) -> Result<HttpResponse> {

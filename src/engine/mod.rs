@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
+use crate::config::ExecConfig;
 use crate::error::Result;
 use crate::runner::TurnIo;
 use crate::timeline::{AskQuestion, Tier};
@@ -128,6 +129,27 @@ impl EngineConfig {
         }
     }
 
+    /// Whether this machine's operator lets agents run what this configuration would run
+    /// (`[exec]` in the config file).
+    pub fn permitted(&self, exec: &ExecConfig) -> Result<()> {
+        match self {
+            EngineConfig::Command(c) if !exec.programs.contains(&c.program) => {
+                Err(crate::Error::invalid(format!(
+                    "engine/program: {:?} is not among the programs this server lets agents run \
+                     (exec.programs in its config file)",
+                    c.program
+                )))
+            }
+            EngineConfig::Openai(c) if c.tools.run_command.enabled && !exec.run_command => {
+                Err(crate::Error::invalid(
+                    "engine/tools/runCommand: this server does not let agents run commands \
+                     (exec.run_command in its config file)",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub fn build(&self) -> Result<Arc<dyn Engine>> {
         Ok(match self {
             EngineConfig::Scripted { tiers } => Arc::new(scripted::ScriptedEngine {
@@ -144,13 +166,41 @@ impl EngineConfig {
 /// built on first use.
 pub struct Engines {
     default: Arc<dyn Engine>,
+    exec: ExecConfig,
     built: Mutex<HashMap<String, Arc<dyn Engine>>>,
 }
 
+/// Stands in for an agent's engine that cannot run here (not permitted, or not buildable): every
+/// turn fails with the reason, rather than silently running on another engine.
+struct Unavailable {
+    reason: String,
+}
+
+impl Engine for Unavailable {
+    fn name(&self) -> &'static str {
+        "unavailable"
+    }
+
+    fn describe(&self) -> String {
+        self.reason.clone()
+    }
+
+    fn run<'a>(&'a self, _io: &'a mut TurnIo, _input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
+        Box::pin(async move {
+            Ok(TurnEnd::Failed {
+                error: format!("the agent's engine cannot run: {}", self.reason),
+            })
+        })
+    }
+}
+
 impl Engines {
-    pub fn new(default: Arc<dyn Engine>) -> Engines {
+    /// `exec` limits what agents' engines may run (the server default is the operator's own
+    /// choice and is not checked).
+    pub fn new(default: Arc<dyn Engine>, exec: ExecConfig) -> Engines {
         Engines {
             default,
+            exec,
             built: Mutex::new(HashMap::new()),
         }
     }
@@ -159,20 +209,23 @@ impl Engines {
         &self.default
     }
 
-    /// The engine for an agent's `engine` JSON; a configuration that no longer parses falls back
-    /// to the default (it was validated when it was stored).
+    /// The engine for an agent's `engine` JSON (`{}`: the default).
     pub fn for_config(&self, json: &str) -> Arc<dyn Engine> {
         let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = built.get(json) {
             return Arc::clone(e);
         }
-        let engine = match EngineConfig::parse(json).and_then(|c| c.map(|c| c.build()).transpose())
-        {
+        let engine = match EngineConfig::parse(json).and_then(|c| {
+            c.map(|c| c.permitted(&self.exec).and_then(|()| c.build()))
+                .transpose()
+        }) {
             Ok(Some(engine)) => engine,
             Ok(None) => Arc::clone(&self.default),
             Err(e) => {
-                tracing::error!(error = %e, "an agent's engine cannot be built; using the default engine");
-                Arc::clone(&self.default)
+                tracing::error!(error = %e, "an agent's engine cannot run");
+                Arc::new(Unavailable {
+                    reason: e.to_string(),
+                })
             }
         };
         built.insert(json.to_owned(), Arc::clone(&engine));

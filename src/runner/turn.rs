@@ -993,6 +993,14 @@ impl TurnIo {
         Ok(())
     }
 
+    /// A `heartbeat` when tasks are running and one is due.
+    pub async fn heartbeat_if_due(&mut self) -> Result<()> {
+        if !self.active_tasks.is_empty() && self.last_heartbeat.elapsed() >= self.heartbeat_every {
+            self.heartbeat().await?;
+        }
+        Ok(())
+    }
+
     /// A `heartbeat` naming the tasks still running.
     pub async fn heartbeat(&mut self) -> Result<()> {
         self.last_heartbeat = tokio::time::Instant::now();

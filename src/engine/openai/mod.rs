@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use self::stream::{CallError, DeltaSink, RawUsage, Reply, Request};
+use super::tools::shell::Background;
 use super::tools::{Outcome, Toolbox, ToolsConfig};
 use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
@@ -445,7 +446,12 @@ impl OpenAiEngine {
         let history = io.conversation(self.cfg.history_chars).await?;
         let system = self.system_prompt(io);
         let system_tokens = (system.chars().count() as f64 / 4.0).ceil();
+        let mut background = Background::default();
         for _ in 0..self.cfg.max_steps {
+            for note in background.drain(io).await? {
+                io.messages_mut()
+                    .push(json!({"role": "user", "content": note}));
+            }
             io.take_steers().await?;
             if io.is_cancelled() {
                 return Ok(TurnEnd::Interrupted);
@@ -537,15 +543,31 @@ impl OpenAiEngine {
                         error: "the model stopped at its token limit without an answer".into(),
                     });
                 }
-                // Steers that came in while the model was answering still get a reply.
+                // Steers that came in while the model was answering still get a reply, and the
+                // model hears how its background commands ended before the turn does.
                 if io.steer_waiting() {
                     continue;
+                }
+                if !background.is_empty() {
+                    match background.wait_all(io).await? {
+                        Some(notes) => {
+                            for note in notes {
+                                io.messages_mut()
+                                    .push(json!({"role": "user", "content": note}));
+                            }
+                            continue;
+                        }
+                        None => return Ok(TurnEnd::Interrupted),
+                    }
                 }
                 return Ok(TurnEnd::Complete {
                     result: Some(reply.content).filter(|c| !c.is_empty()),
                 });
             }
-            if let Some(end) = self.run_tools(io, &reply.tool_calls).await? {
+            if let Some(end) = self
+                .run_tools(io, &mut background, &reply.tool_calls)
+                .await?
+            {
                 return Ok(end);
             }
         }
@@ -562,6 +584,7 @@ impl OpenAiEngine {
     async fn run_tools(
         &self,
         io: &mut TurnIo,
+        background: &mut Background,
         calls: &[stream::ToolCall],
     ) -> Result<Option<TurnEnd>> {
         let (pausing, plain): (Vec<_>, Vec<_>) =
@@ -582,7 +605,7 @@ impl OpenAiEngine {
             })
             .await?;
             let outcome = if args.is_object() {
-                self.toolbox.call(io, &call.name, &args).await?
+                self.toolbox.call(io, background, &call.name, &args).await?
             } else {
                 Outcome::error(format!(
                     "the arguments of {} are not a JSON object",

@@ -99,6 +99,11 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// The canonical working directory (where `run_command` starts its commands).
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
     /// The sandbox for a session whose drive is `drive_root` and whose cwd is `cwd`
     /// (drive-relative; `None` or `""` for the drive root). Both must exist.
     pub fn new(drive_root: &Path, cwd: Option<&str>) -> Result<Sandbox, ToolError> {

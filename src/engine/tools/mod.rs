@@ -8,11 +8,13 @@
 //! | `start_session` | starts a child session of this one |
 //! | `message_session` | sends a message to another session, attributed to this one (R7) |
 //! | `read_file`, `write_file`, `list_dir`, `search_files` | [`files`], confined to the session's cwd |
+//! | `run_command` | [`shell`]: off unless the operator and the agent both enable it |
 //!
 //! A tool never fails a turn: bad arguments and refused operations come back to the model as
 //! results marked `isError`. Only losing the session (an interrupt's cut-off) ends a call early.
 
 pub mod files;
+pub mod shell;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -28,10 +30,12 @@ use crate::timeline::{AskOption, AskQuestion, Behavior, Tier, Todo, TodoStatus};
 pub struct ToolsConfig {
     /// Names of built-in tools not to offer.
     pub disabled: Vec<String>,
+    pub run_command: shell::RunCommandConfig,
 }
 
 impl ToolsConfig {
     pub fn check(&self) -> Result<()> {
+        self.run_command.check()?;
         for name in &self.disabled {
             if !NAMES.contains(&name.as_str()) {
                 return Err(Error::invalid(format!(
@@ -43,7 +47,7 @@ impl ToolsConfig {
     }
 }
 
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 10] = [
     "ask_user",
     "todo_write",
     "sleep_until",
@@ -53,6 +57,7 @@ const NAMES: [&str; 9] = [
     "write_file",
     "list_dir",
     "search_files",
+    "run_command",
 ];
 
 /// What a tool call produced.
@@ -106,7 +111,8 @@ impl Toolbox {
     }
 
     fn enabled(&self, name: &str) -> bool {
-        !self.cfg.disabled.iter().any(|d| d == name)
+        (name != "run_command" || self.cfg.run_command.enabled)
+            && !self.cfg.disabled.iter().any(|d| d == name)
     }
 
     /// The `tools` array of a chat-completions request.
@@ -243,6 +249,11 @@ impl Toolbox {
                     "required": ["pattern"]
                 }),
             ),
+            (
+                "run_command",
+                "Run a command in the working directory and get its exit status and output. Long runs continue as background tasks.",
+                shell::RunCommandConfig::definition(),
+            ),
         ];
         all.into_iter()
             .filter(|(name, _, _)| self.enabled(name))
@@ -256,7 +267,13 @@ impl Toolbox {
     }
 
     /// Runs one call. `Err` only when the turn itself can no longer write.
-    pub async fn call(&self, io: &mut TurnIo, name: &str, input: &Value) -> Result<Outcome> {
+    pub async fn call(
+        &self,
+        io: &mut TurnIo,
+        bg: &mut shell::Background,
+        name: &str,
+        input: &Value,
+    ) -> Result<Outcome> {
         if !self.enabled(name) || !NAMES.contains(&name) {
             return Ok(Outcome::error(format!("there is no tool named {name:?}")));
         }
@@ -266,6 +283,7 @@ impl Toolbox {
             "sleep_until" => sleep_until(input),
             "start_session" => start_session(io, input).await?,
             "message_session" => message_session(io, input).await?,
+            "run_command" => shell::run(&self.cfg.run_command, io, bg, input).await?,
             "read_file" | "write_file" | "list_dir" | "search_files" => {
                 file_tool(io, name, input).await
             }
