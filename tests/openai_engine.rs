@@ -1178,3 +1178,69 @@ fn an_interrupt_stops_a_running_command_and_its_children() {
         (!alive).then_some(())
     });
 }
+
+#[test]
+fn serve_logs_which_engine_each_agent_uses_and_never_the_key() {
+    use std::io::BufRead;
+    let fake = FakeOpenAi::start();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = tmp.path().join("sessiond.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[agents]]\nslug = \"coder\"\nengine = {{ kind = \"openai\", model = \"agent-model\", baseUrl = \"{}\" }}\n",
+            fake.base_url
+        ),
+    )
+    .expect("config");
+    let mut cmd = sessiond_command();
+    cmd.arg("serve")
+        .args(["--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("SESSIOND_LOG", "info")
+        .env_remove("SESSIOND_ENGINE")
+        .env("OPENAI_BASE_URL", &fake.base_url)
+        .env("OPENAI_API_KEY", "sk-must-never-be-logged")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && !lines.iter().any(|l: &String| l.contains("coder")) {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+            lines.push(line);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = lines.join("\n");
+    let default = lines
+        .iter()
+        .find(|l| l.contains("default engine"))
+        .unwrap_or_else(|| panic!("no default engine line:\n{log}"));
+    assert!(
+        default.contains("openai") && default.contains("gpt-4o-mini"),
+        "{default}"
+    );
+    let agent = lines
+        .iter()
+        .find(|l| l.contains("agent engine") && l.contains("coder"))
+        .unwrap_or_else(|| panic!("no line for the agent:\n{log}"));
+    assert!(
+        agent.contains("openai") && agent.contains("agent-model"),
+        "{agent}"
+    );
+    assert!(!log.contains("sk-must-never-be-logged"), "{log}");
+}
