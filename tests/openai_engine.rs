@@ -1244,3 +1244,44 @@ fn serve_logs_which_engine_each_agent_uses_and_never_the_key() {
     );
     assert!(!log.contains("sk-must-never-be-logged"), "{log}");
 }
+
+#[test]
+fn a_silent_endpoint_and_a_slow_turn_fail_with_the_reason() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({"idleTimeoutMs": 300, "maxRetries": 0}));
+    fake.push(Reply::Stream {
+        chunks: vec![content_chunk("and then")],
+        delay: Duration::ZERO,
+        end: End::Stall,
+    });
+    let id = create(&s, json!({"prompt": "stall"}));
+    let events = wait_terminals(&s, &id, 1);
+    let done = last_terminal(&events);
+    assert_eq!(done["status"], "failed");
+    assert!(
+        done["error"].as_str().unwrap_or("").contains("stalled"),
+        "{done}"
+    );
+
+    // The turn limit holds even while the endpoint keeps the stream alive.
+    let cwd = agent_with_engine(&s, "hasty", fake.engine(json!({"turnTimeoutMs": 400})));
+    fake.push(Reply::Stream {
+        chunks: (0..100).map(|i| content_chunk(&format!("{i} "))).collect(),
+        delay: Duration::from_millis(50),
+        end: End::Done,
+    });
+    let id = create(&s, json!({"prompt": "go on and on", "cwd": cwd}));
+    let events = wait_terminals(&s, &id, 1);
+    let done = last_terminal(&events);
+    assert_eq!(done["status"], "failed");
+    assert!(
+        done["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("turnTimeoutMs"),
+        "{done}"
+    );
+    poll_until("the stream is dropped", Duration::from_secs(5), || {
+        (fake.closed_early() >= 1).then_some(())
+    });
+}

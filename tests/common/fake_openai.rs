@@ -20,6 +20,8 @@ pub enum End {
     Cut,
     /// Keep the connection open (sending comments) until the client goes away.
     Hold,
+    /// Keep the connection open, sending nothing, for ten seconds.
+    Stall,
 }
 
 #[derive(Debug, Clone)]
@@ -323,6 +325,7 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
                     let _ = conn.write_all(b"data: [DONE]\n\n");
                 }
                 End::Cut => {}
+                End::Stall => std::thread::sleep(Duration::from_secs(10)),
                 End::Hold => {
                     let deadline = Instant::now() + Duration::from_secs(30);
                     while Instant::now() < deadline {
