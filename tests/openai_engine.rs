@@ -1285,3 +1285,48 @@ fn a_silent_endpoint_and_a_slow_turn_fail_with_the_reason() {
         (fake.closed_early() >= 1).then_some(())
     });
 }
+
+#[test]
+fn images_and_attachments_reach_the_model() {
+    use base64::Engine as _;
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    let docs = s.data_dir.join("drive/default/docs");
+    std::fs::create_dir_all(&docs).expect("docs");
+    std::fs::write(docs.join("brief.md"), "# Brief\nShip on Friday.\n").expect("brief");
+    let png = [b"\x89PNG\r\n\x1a\n".as_slice(), b"fake pixels"].concat();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+    fake.push(text_reply("Seen.", (1, 1, 0)));
+    let id = create(
+        &s,
+        json!({"prompt": "look at these",
+               "images": [{"data": b64, "mimeType": "image/png"}],
+               "attachments": [{"path": "docs/brief.md", "name": "brief.md", "bytes": 24}]}),
+    );
+    wait_terminals(&s, &id, 1);
+    let m = messages(&fake.chats()[0]);
+    let user = m.last().expect("user message");
+    let parts = user["content"].as_array().expect("content parts");
+    let text = parts[0]["text"].as_str().unwrap_or("");
+    assert!(text.starts_with("look at these"), "{text}");
+    assert!(
+        text.contains("Ship on Friday."),
+        "small text attachments are inlined: {text}"
+    );
+    assert_eq!(parts[1]["type"], "image_url");
+    assert_eq!(
+        parts[1]["image_url"]["url"],
+        format!("data:image/png;base64,{b64}")
+    );
+
+    // Later turns carry the text, not the image bytes again.
+    fake.push(text_reply("Still seen.", (1, 1, 0)));
+    s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "and now?"}),
+    );
+    wait_terminals(&s, &id, 2);
+    let second = fake.chats()[1].body.to_string();
+    assert!(!second.contains(&b64), "the image is not re-sent");
+    assert!(second.contains("1 image(s) attached"));
+}

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::config::ExecConfig;
 use crate::error::Result;
 use crate::runner::TurnIo;
-use crate::timeline::{AskQuestion, Tier};
+use crate::timeline::{AskQuestion, AttachmentRef, StoredImageRef, Tier};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -39,6 +39,10 @@ pub struct TurnInput {
     /// The tier frozen when the input was accepted (R22).
     pub tier: Option<Tier>,
     pub cwd: Option<String>,
+    /// Images sent with the input (read them with [`TurnIo::image`]).
+    pub images: Vec<StoredImageRef>,
+    /// Drive files attached to the input.
+    pub attachments: Vec<AttachmentRef>,
 }
 
 /// How a turn ended, as the engine reports it; the runner turns it into the terminal event.

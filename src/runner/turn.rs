@@ -17,8 +17,9 @@ use crate::error::{Error, Result};
 use crate::sessions::{Actor, Sessions, projection};
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
-    AgentLoopState, AgentStatus, CompleteStatus, ContextWindowUsage, Event, Level, ModelUsage,
-    Sender, Step, SystemMetadata, Tier, Todo, TurnState, TurnStateStatus, Usage,
+    AgentLoopState, AgentStatus, AttachmentRef, CompleteStatus, ContextWindowUsage, Event, Level,
+    ModelUsage, Sender, Step, StoredImageRef, SystemMetadata, Tier, Todo, TurnState,
+    TurnStateStatus, Usage,
 };
 
 /// What the dispatcher needs to know when a turn is over.
@@ -65,6 +66,8 @@ struct Claim {
     workspace_id: String,
     workspace_slug: String,
     user_id: String,
+    images: Vec<StoredImageRef>,
+    attachments: Vec<AttachmentRef>,
 }
 
 pub(crate) async fn run(
@@ -152,6 +155,8 @@ async fn run_turn(
         resume: claim.resume,
         tier: claim.tier,
         cwd: claim.cwd,
+        images: claim.images,
+        attachments: claim.attachments,
     };
     let engine = shared.engines.for_config(&claim.engine_config);
     let mut input = input;
@@ -308,6 +313,18 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                     .engine_state(&key)?
                     .and_then(|s| serde_json::from_str(&s).ok()),
             };
+            // Media travel on the input's event, not in the queue.
+            let media: Value = if is_external(&input.kind) {
+                store::event_body(tx.conn(), key.pk, input.seq)?
+                    .and_then(|b| serde_json::from_str(&b).ok())
+                    .unwrap_or(Value::Null)
+            } else {
+                Value::Null
+            };
+            let images: Vec<StoredImageRef> =
+                serde_json::from_value(media["images"].clone()).unwrap_or_default();
+            let attachments: Vec<AttachmentRef> =
+                serde_json::from_value(media["attachments"].clone()).unwrap_or_default();
             let row = tx.session_row(&key)?;
             let mut text = input.text.clone();
             let mut machine_step = false;
@@ -375,6 +392,8 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                     .ok_or(Error::NotFound)?,
                 workspace_id: row.workspace_id,
                 user_id: row.user_id,
+                images,
+                attachments,
             }))
         })
         .await
@@ -717,6 +736,14 @@ pub struct TurnIo {
 impl TurnIo {
     pub fn session_id(&self) -> &str {
         &self.key.id
+    }
+
+    /// An image of this session by its storage id: `(mime type, bytes)`.
+    pub async fn image(&self, storage_id: &str) -> Result<Option<(String, Vec<u8>)>> {
+        let pk = self.key.pk;
+        let id = storage_id.to_owned();
+        let row = self.store.read(move |c| store::image(c, pk, &id)).await?;
+        Ok(row.map(|r| (r.mime_type, r.data)))
     }
 
     /// The drive of the session's workspace.

@@ -34,6 +34,9 @@ use crate::timeline::{
     Usage, UsageCost,
 };
 
+/// Attachments up to this size are put into the prompt; larger ones are named by path.
+const INLINE_ATTACHMENT_BYTES: u64 = 32 * 1024;
+
 /// The model used when neither the configuration nor `OPENAI_MODEL` names one.
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// The endpoint used when neither the configuration nor `OPENAI_BASE_URL` names one.
@@ -439,10 +442,65 @@ impl OpenAiEngine {
         Ok(())
     }
 
+    /// Puts the input's media in front of the model: small text attachments inline and the
+    /// others by path (in the stored message), images as `image_url` parts (returned, sent with
+    /// every call of this turn only: the timeline keeps them once, not in each conversation).
+    async fn attach_media(&self, io: &mut TurnIo, input: &TurnInput) -> Result<Vec<Value>> {
+        use base64::Engine as _;
+        let mut notes = Vec::new();
+        for a in &input.attachments {
+            let drive = io.drive().clone();
+            let path = a.path.clone();
+            let inline = if a.bytes <= INLINE_ATTACHMENT_BYTES {
+                tokio::task::spawn_blocking(move || {
+                    super::tools::files::Sandbox::new(drive.root(), None)
+                        .and_then(|s| s.read_file(&path, None, None))
+                        .ok()
+                })
+                .await
+                .ok()
+                .flatten()
+            } else {
+                None
+            };
+            notes.push(match inline {
+                Some(text) => format!("Attached file {} (/{}):\n{text}", a.name, a.path),
+                None => format!(
+                    "Attached file {} at /{} in the drive ({} bytes).",
+                    a.name, a.path, a.bytes
+                ),
+            });
+        }
+        let mut parts = Vec::new();
+        for image in &input.images {
+            if let Some((mime, bytes)) = io.image(&image.storage_id).await? {
+                let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+                parts.push(json!({
+                    "type": "image_url",
+                    "image_url": {"url": format!("data:{mime};base64,{data}")}
+                }));
+            }
+        }
+        if !parts.is_empty() {
+            notes.push(format!("({} image(s) attached.)", parts.len()));
+        }
+        if let Some(first) = io
+            .messages_mut()
+            .first_mut()
+            .filter(|m| m["role"] == "user")
+            && !notes.is_empty()
+        {
+            let text = first["content"].as_str().unwrap_or("").to_owned();
+            first["content"] = json!(format!("{text}\n\n{}", notes.join("\n\n")));
+        }
+        Ok(parts)
+    }
+
     async fn run_turn(&self, io: &mut TurnIo, input: TurnInput) -> Result<TurnEnd> {
         let model = self.model_for(input.tier);
         self.note_model(io, input.tier, &model).await?;
         self.resume(io, &input).await?;
+        let image_parts = self.attach_media(io, &input).await?;
         let history = io.conversation(self.cfg.history_chars).await?;
         let system = self.system_prompt(io);
         let system_tokens = (system.chars().count() as f64 / 4.0).ceil();
@@ -456,10 +514,17 @@ impl OpenAiEngine {
             if io.is_cancelled() {
                 return Ok(TurnEnd::Interrupted);
             }
+            let mut turn = io.messages_mut().clone();
+            if let Some(first) = turn.first_mut().filter(|m| m["role"] == "user")
+                && !image_parts.is_empty()
+            {
+                let text = first["content"].as_str().unwrap_or("").to_owned();
+                let mut parts = vec![json!({"type": "text", "text": text})];
+                parts.extend(image_parts.iter().cloned());
+                first["content"] = Value::Array(parts);
+            }
             let mut messages = vec![json!({"role": "system", "content": system})];
-            messages.extend(conversation::repair(
-                history.iter().chain(io.messages_mut().iter()).cloned(),
-            ));
+            messages.extend(conversation::repair(history.iter().cloned().chain(turn)));
             let body = self.request_body(&model, messages);
             let reply = match self.call_with_retries(io, &body).await? {
                 Called::Reply(reply) => reply,
