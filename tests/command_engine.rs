@@ -80,21 +80,8 @@ fn args_of(dir: &Path, run: u32) -> Vec<String> {
         .collect()
 }
 
-/// Every event of a session, walking history forward page by page, each page validated.
 fn history(s: &Server, id: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (status, page) =
-            s.get(&s.sessions_url(&format!("/{id}/history?cursor={cursor}&limit=7")));
-        assert_eq!(status, 200, "{page}");
-        check_history_page(&page);
-        out.extend(page["events"].as_array().expect("events").iter().cloned());
-        match page.get("nextCursor").and_then(Value::as_u64) {
-            Some(next) => cursor = next,
-            None => return out,
-        }
-    }
+    history_checked(s, id, 7)
 }
 
 fn etype(e: &Value) -> &str {
@@ -111,6 +98,13 @@ fn steps(events: &[Value], from: u64) -> Vec<Value> {
         .iter()
         .filter(|e| seq(e) > from && etype(e) == "step")
         .map(|e| e["event"]["step"].clone())
+        .collect()
+}
+
+fn step_types(steps: &[Value]) -> Vec<&str> {
+    steps
+        .iter()
+        .map(|s| s["type"].as_str().unwrap_or("?"))
         .collect()
 }
 
@@ -198,10 +192,7 @@ fn claude_stream_becomes_the_timeline_and_later_turns_resume_its_session() {
 
     let events = history(&s, &id);
     let st = steps(&events, 0);
-    let kinds: Vec<&str> = st
-        .iter()
-        .map(|s| s["type"].as_str().unwrap_or("?"))
-        .collect();
+    let kinds = step_types(&st);
     assert_eq!(
         kinds,
         [
@@ -386,10 +377,7 @@ fn codex_exec_stream_becomes_the_timeline_and_the_thread_resumes() {
 
     let events = history(&s, &id);
     let st = steps(&events, 0);
-    let kinds: Vec<&str> = st
-        .iter()
-        .map(|s| s["type"].as_str().unwrap_or("?"))
-        .collect();
+    let kinds = step_types(&st);
     assert_eq!(
         kinds,
         [

@@ -20,21 +20,8 @@ fn server(fake: &FakeOpenAi, extra: Value) -> Server {
     Server::start_with_env(None, &[("SESSIOND_ENGINE", Some(&engine))])
 }
 
-/// The whole history, every page checked against the seed schema.
 fn history(s: &Server, id: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (status, page) =
-            s.get(&s.sessions_url(&format!("/{id}/history?cursor={cursor}&limit=500")));
-        assert_eq!(status, 200, "{page}");
-        check_history_page(&page);
-        out.extend(page["events"].as_array().expect("events").iter().cloned());
-        match page.get("nextCursor").and_then(Value::as_u64) {
-            Some(next) => cursor = next,
-            None => return out,
-        }
-    }
+    history_checked(s, id, 500)
 }
 
 fn events_of<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
@@ -86,6 +73,15 @@ fn last_terminal(events: &[Value]) -> &Value {
             ["complete", "ask", "interrupted", "sleep"].contains(&e["type"].as_str().unwrap_or(""))
         })
         .expect("a terminal")
+}
+
+/// The last terminal is `complete` with status failed and an error containing `needle`.
+fn assert_failed_with(events: &[Value], needle: &str) {
+    let done = last_terminal(events);
+    assert_eq!(done["type"], "complete", "{done}");
+    assert_eq!(done["status"], "failed", "{done}");
+    let error = done["error"].as_str().unwrap_or("");
+    assert!(error.contains(needle), "{needle:?} not in {error:?}");
 }
 
 fn messages(seen: &Seen) -> Vec<Value> {
@@ -580,15 +576,7 @@ fn a_stream_cut_mid_turn_is_retried_or_fails_cleanly() {
     });
     let id = create(&s, json!({"prompt": "talk", "cwd": cwd}));
     let events = wait_terminals(&s, &id, 1);
-    let done = last_terminal(&events);
-    assert_eq!(done["status"], "failed");
-    assert!(
-        done["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("ended before the reply was complete"),
-        "{done}"
-    );
+    assert_failed_with(&events, "ended before the reply was complete");
 }
 
 #[test]
@@ -1272,15 +1260,7 @@ fn a_silent_endpoint_and_a_slow_turn_fail_with_the_reason() {
     });
     let id = create(&s, json!({"prompt": "go on and on", "cwd": cwd}));
     let events = wait_terminals(&s, &id, 1);
-    let done = last_terminal(&events);
-    assert_eq!(done["status"], "failed");
-    assert!(
-        done["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("turnTimeoutMs"),
-        "{done}"
-    );
+    assert_failed_with(&events, "turnTimeoutMs");
     poll_until("the stream is dropped", Duration::from_secs(5), || {
         (fake.closed_early() >= 1).then_some(())
     });

@@ -755,6 +755,24 @@ pub fn check_history_page(page: &Value) {
     );
 }
 
+/// Every event of a session, walking history forward `page` events at a time, each page checked
+/// with [`check_history_page`].
+pub fn history_checked(s: &Server, id: &str, page: u32) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (status, body) =
+            s.get(&s.sessions_url(&format!("/{id}/history?cursor={cursor}&limit={page}")));
+        assert_eq!(status, 200, "{body}");
+        check_history_page(&body);
+        out.extend(body["events"].as_array().expect("events").iter().cloned());
+        match body.get("nextCursor").and_then(Value::as_u64) {
+            Some(next) => cursor = next,
+            None => return out,
+        }
+    }
+}
+
 /// `POST …/agent/sessions`: 200, the response, its snapshot and its history page valid.
 pub fn create_checked(s: &Server, body: Value) -> Value {
     let (status, v) = s.post(&s.sessions_url(""), &body);

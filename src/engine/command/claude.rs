@@ -234,12 +234,7 @@ mod tests {
     use super::*;
 
     fn actions(fixture: &str) -> Vec<Action> {
-        let mut c = Claude::default();
-        fixture
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .flat_map(|v| c.line(&v))
-            .collect()
+        super::super::replay(&mut Claude::default(), fixture)
     }
 
     #[test]

@@ -190,12 +190,7 @@ mod tests {
     use super::*;
 
     fn actions(fixture: &str) -> Vec<Action> {
-        let mut c = Codex;
-        fixture
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .flat_map(|v| c.line(&v))
-            .collect()
+        super::super::replay(&mut Codex, fixture)
     }
 
     #[test]

@@ -185,12 +185,7 @@ mod tests {
     use crate::timeline::TodoStatus;
 
     fn actions(fixture: &str) -> Vec<Action> {
-        let mut g = Generic;
-        fixture
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .flat_map(|v| g.line(&v))
-            .collect()
+        super::super::replay(&mut Generic, fixture)
     }
 
     #[test]

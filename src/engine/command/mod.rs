@@ -197,6 +197,16 @@ pub(crate) enum Action {
 }
 
 /// A CLI's output format: one parsed JSON line in, actions out.
+/// The actions an adapter makes of a recorded output stream (its JSON lines), for tests.
+#[cfg(test)]
+pub(crate) fn replay(adapter: &mut dyn Adapter, fixture: &str) -> Vec<Action> {
+    fixture
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .flat_map(|v| adapter.line(&v))
+        .collect()
+}
+
 pub(crate) trait Adapter: Send {
     fn line(&mut self, line: &Value) -> Vec<Action>;
 }
