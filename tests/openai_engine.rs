@@ -1310,3 +1310,21 @@ fn images_and_attachments_reach_the_model() {
     assert!(!second.contains(&b64), "the image is not re-sent");
     assert!(second.contains("1 image(s) attached"));
 }
+
+#[test]
+fn an_unreachable_endpoint_fails_the_turn_with_the_cause() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let engine = json!({"kind": "openai", "baseUrl": format!("http://127.0.0.1:{port}/v1"),
+        "maxRetries": 1, "retryBaseMs": 10})
+    .to_string();
+    let s = Server::start_with_env(None, &[("SESSIOND_ENGINE", Some(&engine))]);
+    let id = create(&s, json!({"prompt": "anyone there?"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_failed_with(&events, "connection failed");
+    assert_failed_with(&events, "refused");
+    assert_failed_with(&events, "gave up after 2 attempts");
+    assert_eq!(events_of(&events, "system").len(), 1, "one retry recorded");
+}

@@ -196,7 +196,6 @@ pub(crate) enum Action {
     Warning(String),
 }
 
-/// A CLI's output format: one parsed JSON line in, actions out.
 /// The actions an adapter makes of a recorded output stream (its JSON lines), for tests.
 #[cfg(test)]
 pub(crate) fn replay(adapter: &mut dyn Adapter, fixture: &str) -> Vec<Action> {
@@ -207,6 +206,7 @@ pub(crate) fn replay(adapter: &mut dyn Adapter, fixture: &str) -> Vec<Action> {
         .collect()
 }
 
+/// A CLI's output format: one parsed JSON line in, actions out.
 pub(crate) trait Adapter: Send {
     fn line(&mut self, line: &Value) -> Vec<Action>;
 }

@@ -191,7 +191,8 @@ fn retryable(message: &str, retry_after: Option<Duration>, partial: &str) -> Cal
     }
 }
 
-/// A transport error without the URL's query or anything else reqwest may add.
+/// A transport error as its kind and its root cause (`connection refused`, a TLS certificate
+/// problem), without the URL reqwest's own message carries.
 fn plain(e: &reqwest::Error) -> String {
     let kind = if e.is_timeout() {
         "timed out"
@@ -202,7 +203,16 @@ fn plain(e: &reqwest::Error) -> String {
     } else {
         "request failed"
     };
-    kind.to_owned()
+    let mut root: &dyn std::error::Error = e;
+    while let Some(next) = root.source() {
+        root = next;
+    }
+    let cause: String = root.to_string().chars().take(200).collect();
+    if std::ptr::addr_eq(root, e as &dyn std::error::Error) || cause.contains("://") {
+        kind.to_owned()
+    } else {
+        format!("{kind} ({cause})")
+    }
 }
 
 /// The `error.message` of an OpenAI-style error body, else a bounded excerpt of the body.
