@@ -6,6 +6,10 @@
 //! grace, then SIGKILL. Whatever is left in the group when the leader exits is ended too, so
 //! nothing a turn started outlives it, and nothing can hold the output pipe open forever.
 //!
+//! The groups a process has running are recorded on disk (see [`track_in`]), so that when
+//! sessiond itself is killed (`kill -9`, a crash, a power cut of the service manager), the next
+//! start stops what the previous one left behind instead of letting it work unsupervised.
+//!
 //! Output is bounded: stdout arrives line by line with a per-line cap (a longer line is reported by
 //! its length, never buffered whole), through a bounded channel (a child that writes faster than
 //! sessiond reads waits on its pipe), and stderr is kept only as its last few KiB, which is what an
@@ -24,9 +28,9 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -46,6 +50,68 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_millis(1500);
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// Lines buffered between the reader task and the consumer.
 const LINE_CHANNEL: usize = 256;
+
+/// The folder where running process groups are recorded (one file per group, named by its id,
+/// holding the leader's start time so that a reused id is never mistaken for it).
+static REGISTRY: OnceLock<PathBuf> = OnceLock::new();
+
+/// Records every child started from now on in `dir`. Call once, after [`stop_orphans`].
+pub fn track_in(dir: PathBuf) -> std::io::Result<()> {
+    std::fs::create_dir_all(&dir)?;
+    let _ = REGISTRY.set(dir);
+    Ok(())
+}
+
+/// The start time of process `pid` (field 22 of `/proc/<pid>/stat`), which with the pid names
+/// one process for good.
+fn start_time(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: fields resume after the
+    // last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19).map(str::to_owned)
+}
+
+fn record(pgid: i32) {
+    if let (Some(dir), Some(started)) = (REGISTRY.get(), start_time(pgid)) {
+        let _ = std::fs::write(dir.join(pgid.to_string()), started);
+    }
+}
+
+fn forget(pgid: i32) {
+    if let Some(dir) = REGISTRY.get() {
+        let _ = std::fs::remove_file(dir.join(pgid.to_string()));
+    }
+}
+
+/// Kills the process groups recorded in `dir` by an earlier sessiond whose leaders still run, and
+/// clears the records. Returns how many groups were stopped.
+pub fn stop_orphans(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut stopped = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let recorded = std::fs::read_to_string(&path).unwrap_or_default();
+        let pgid = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+            .filter(|p| *p > 1);
+        if let Some(pgid) = pgid
+            && start_time(pgid).is_some_and(|t| t == recorded.trim())
+        {
+            // SAFETY: kill(2) on a process group; the start time proved it is the one recorded.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+            stopped += 1;
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    stopped
+}
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -123,6 +189,9 @@ impl Process {
             .spawn()
             .map_err(|e| Error::Internal(format!("cannot start `{}`: {e}", spec.program)))?;
         let pgid = child.id().and_then(|id| i32::try_from(id).ok());
+        if let Some(pgid) = pgid {
+            record(pgid);
+        }
 
         if let (Some(text), Some(mut stdin)) = (spec.stdin.clone(), child.stdin.take()) {
             tokio::spawn(async move {
@@ -200,6 +269,7 @@ impl Process {
     fn exited(&mut self, status: std::io::Result<ExitStatus>) {
         // Whatever the leader left running in its group goes with it.
         self.signal_group(libc::SIGKILL);
+        self.forget();
         self.status = Some(status.unwrap_or_else(|_| ExitStatus::from_raw(-1)));
     }
 
@@ -240,9 +310,16 @@ impl Process {
             }
         };
         self.signal_group(libc::SIGKILL);
+        self.forget();
         let status = status.unwrap_or_else(|_| ExitStatus::from_raw(-1));
         self.status = Some(status);
         status
+    }
+
+    fn forget(&self) {
+        if let Some(pgid) = self.pgid {
+            forget(pgid);
+        }
     }
 
     fn signal_group(&self, signal: i32) {
@@ -261,6 +338,7 @@ impl Drop for Process {
     fn drop(&mut self) {
         if self.status.is_none() {
             self.signal_group(libc::SIGKILL);
+            self.forget();
         }
     }
 }
@@ -520,4 +598,17 @@ mod tests {
             "signal 9 (killed)"
         );
     }
+
+    #[test]
+    fn a_record_whose_start_time_does_not_match_is_never_killed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let me = std::process::id() as i32;
+        // Our own pid with another start time stands for a pid reused since it was recorded.
+        std::fs::write(dir.path().join(me.to_string()), "1").expect("record");
+        std::fs::write(dir.path().join("not-a-pid"), "1").expect("junk");
+        assert_eq!(stop_orphans(dir.path()), 0);
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+        assert!(start_time(me).is_some());
+    }
+
 }

@@ -158,6 +158,17 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runner runtime: {e}"))?;
+    // Programs a previous sessiond started and could not stop (it was killed) stop now.
+    let children = cfg.data_dir.join("run").join("children");
+    let orphans = crate::process::stop_orphans(&children);
+    if orphans > 0 {
+        tracing::warn!(
+            groups = orphans,
+            "stopped programs a previous sessiond left running"
+        );
+    }
+    crate::process::track_in(children)
+        .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
     let engines = Engines::new(default_engine(&cfg)?, cfg.exec.clone());
     log_engines(&store, &engines);
     let runner = Runner::start(

@@ -825,3 +825,37 @@ fn only_programs_the_operator_lists_can_run() {
         "the program did not run"
     );
 }
+
+#[test]
+fn programs_left_running_by_a_killed_server_are_stopped_at_the_next_start() {
+    let mut s = server();
+    command_agent(
+        &s,
+        "orphan",
+        json!({"env": { "FAKE_BACKGROUND": "1", "FAKE_SLEEP": "120" }}),
+    );
+    let dir = agent_dir(&s, "orphan");
+    let id = start(&s, "orphan", "work for a long time");
+    let bg = poll_until("the CLI started its child", Duration::from_secs(10), || {
+        std::fs::read_to_string(dir.join("bg.pid"))
+            .ok()
+            .filter(|p| !p.trim().is_empty())
+    });
+    let leader = read(&dir, "leader.pid");
+    // kill -9: sessiond cannot stop its children itself.
+    s.kill9();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!gone(leader.trim()), "the CLI outlived the killed server");
+    s.kill9_and_restart();
+    assert_gone_soon("the orphaned CLI", leader.trim());
+    assert_gone_soon("the orphaned CLI's child", bg.trim());
+    // The turn itself was ended by recovery (R47: a terminal for every turn).
+    let t = wait_terminal(&s, &id, 0);
+    assert_eq!(t["event"]["type"], "interrupted", "{t:#}");
+    let records = s.data_dir.join("run/children");
+    assert_eq!(
+        std::fs::read_dir(&records).map(|d| d.count()).unwrap_or(0),
+        0,
+        "no stale records"
+    );
+}
