@@ -610,5 +610,4 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
         assert!(start_time(me).is_some());
     }
-
 }

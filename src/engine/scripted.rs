@@ -86,6 +86,15 @@ impl Engine for ScriptedEngine {
         "scripted"
     }
 
+    fn describe(&self) -> String {
+        if self.hint {
+            "no model configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or configure an engine"
+                .into()
+        } else {
+            String::new()
+        }
+    }
+
     fn honoured_tier(&self, requested: Tier) -> Tier {
         super::nearest_tier(requested, &self.tiers)
     }

@@ -280,6 +280,15 @@ impl Engine for CommandEngine {
         "command"
     }
 
+    fn describe(&self) -> String {
+        let protocol = match self.cfg.protocol {
+            Protocol::Generic => "generic",
+            Protocol::Claude => "claude",
+            Protocol::Codex => "codex",
+        };
+        format!("`{}` ({protocol} protocol)", self.cfg.program)
+    }
+
     fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
         Box::pin(async move {
             let resumable = self.cfg.resume && self.cfg.protocol != Protocol::Generic;
