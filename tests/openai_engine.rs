@@ -1328,3 +1328,68 @@ fn an_unreachable_endpoint_fails_the_turn_with_the_cause() {
     assert_failed_with(&events, "gave up after 2 attempts");
     assert_eq!(events_of(&events, "system").len(), 1, "one retry recorded");
 }
+
+#[test]
+fn session_tools_have_limits_per_turn_and_in_depth() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({"titles": false}));
+    // One turn may start at most 8 sessions.
+    let calls: Vec<(String, Value)> = (0..9)
+        .map(|i| (format!("s{i}"), json!({"prompt": format!("child {i}")})))
+        .collect();
+    let calls: Vec<(&str, &str, Value)> = calls
+        .iter()
+        .map(|(id, args)| (id.as_str(), "start_session", args.clone()))
+        .collect();
+    fake.push(tool_reply(&calls));
+    for _ in 0..9 {
+        fake.push(text_reply("ok", (1, 1, 0)));
+    }
+    let parent = create(&s, json!({"prompt": "fan out"}));
+    let events = wait_terminals(&s, &parent, 1);
+    let results = steps(&events, "tool_call");
+    assert_eq!(results.len(), 9);
+    assert!(
+        results[..8].iter().all(|r| r["isError"] == false),
+        "{results:?}"
+    );
+    assert_eq!(results[8]["isError"], true);
+    assert!(
+        results[8]["output"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("at most 8 sessions")
+    );
+
+    // Sessions nest at most 4 deep.
+    for _ in 0..5 {
+        fake.push(text_reply("ok", (1, 1, 0)));
+    }
+    let mut id = create(&s, json!({"prompt": "level 0"}));
+    wait_terminals(&s, &id, 1);
+    for level in 1..=4 {
+        let child = create_child_checked(&s, &id, json!({"prompt": format!("level {level}")}));
+        id = id_of(&child);
+        wait_terminals(&s, &id, 1);
+    }
+    fake.push(tool_reply(&[(
+        "deep",
+        "start_session",
+        json!({"prompt": "level 5"}),
+    )]));
+    fake.push(text_reply("too deep", (1, 1, 0)));
+    s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "go deeper"}),
+    );
+    let events = wait_terminals(&s, &id, 2);
+    assert_eq!(last_terminal(&events)["result"], "too deep");
+    let r = steps(&events, "tool_call");
+    assert_eq!(r[0]["isError"], true, "{r:?}");
+    assert!(
+        r[0]["output"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("4 deep")
+    );
+}

@@ -766,6 +766,29 @@ impl TurnIo {
         self.sessions.as_ref()
     }
 
+    /// How many sessions up the `createdBySessionId` chain goes from this one (0 for a root
+    /// session), counting at most to `max`.
+    pub async fn depth(&self, max: u32) -> Result<u32> {
+        let ws = self.actor.workspace_id.clone();
+        let mut current = self.key.id.clone();
+        let mut depth = 0;
+        while depth < max {
+            let (ws, id) = (ws.clone(), current.clone());
+            match self
+                .store
+                .read(move |c| store::parent_session(c, &ws, &id))
+                .await?
+            {
+                Some(parent) => {
+                    depth += 1;
+                    current = parent;
+                }
+                None => break,
+            }
+        }
+        Ok(depth)
+    }
+
     /// What the engine stored about this session at an earlier turn.
     pub async fn memo(&self) -> Result<Option<Value>> {
         let key = self.key.clone();

@@ -269,6 +269,21 @@ pub fn events_of_types_before(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// The session that started `session_id` (`created_by_session_id`), if any.
+pub fn parent_session(
+    conn: &Connection,
+    workspace_id: &str,
+    session_id: &str,
+) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT created_by_session_id FROM sessions WHERE id = ?1 AND workspace_id = ?2",
+        )?
+        .query_row(params![session_id, workspace_id], |r| r.get(0))
+        .optional()?
+        .flatten())
+}
+
 /// The session's usage totals (`None` before its first usage event).
 pub fn usage_totals(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
     Ok(conn

@@ -24,8 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use self::stream::{CallError, DeltaSink, RawUsage, Reply, Request};
-use super::tools::shell::Background;
-use super::tools::{Outcome, Toolbox, ToolsConfig};
+use super::tools::{Outcome, Toolbox, ToolsConfig, TurnTools};
 use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
 use crate::runner::TurnIo;
@@ -504,9 +503,9 @@ impl OpenAiEngine {
         let history = io.conversation(self.cfg.history_chars).await?;
         let system = self.system_prompt(io);
         let system_tokens = (system.chars().count() as f64 / 4.0).ceil();
-        let mut background = Background::default();
+        let mut tools = TurnTools::default();
         for _ in 0..self.cfg.max_steps {
-            for note in background.drain(io).await? {
+            for note in tools.background.drain(io).await? {
                 io.messages_mut()
                     .push(json!({"role": "user", "content": note}));
             }
@@ -613,8 +612,8 @@ impl OpenAiEngine {
                 if io.steer_waiting() {
                     continue;
                 }
-                if !background.is_empty() {
-                    match background.wait_all(io).await? {
+                if !tools.background.is_empty() {
+                    match tools.background.wait_all(io).await? {
                         Some(notes) => {
                             for note in notes {
                                 io.messages_mut()
@@ -629,10 +628,7 @@ impl OpenAiEngine {
                     result: Some(reply.content).filter(|c| !c.is_empty()),
                 });
             }
-            if let Some(end) = self
-                .run_tools(io, &mut background, &reply.tool_calls)
-                .await?
-            {
+            if let Some(end) = self.run_tools(io, &mut tools, &reply.tool_calls).await? {
                 return Ok(end);
             }
         }
@@ -649,7 +645,7 @@ impl OpenAiEngine {
     async fn run_tools(
         &self,
         io: &mut TurnIo,
-        background: &mut Background,
+        tools: &mut TurnTools,
         calls: &[stream::ToolCall],
     ) -> Result<Option<TurnEnd>> {
         let (pausing, plain): (Vec<_>, Vec<_>) =
@@ -670,7 +666,7 @@ impl OpenAiEngine {
             })
             .await?;
             let outcome = if args.is_object() {
-                self.toolbox.call(io, background, &call.name, &args).await?
+                self.toolbox.call(io, tools, &call.name, &args).await?
             } else {
                 Outcome::error(format!(
                     "the arguments of {} are not a JSON object",

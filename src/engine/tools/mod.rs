@@ -91,6 +91,21 @@ pub struct Toolbox {
     cfg: ToolsConfig,
 }
 
+/// `start_session` calls one turn may make: a model cannot fan out without bound.
+pub const MAX_SESSIONS_PER_TURN: u32 = 8;
+/// `message_session` calls one turn may make.
+pub const MAX_MESSAGES_PER_TURN: u32 = 16;
+/// How deep sessions started by tools may nest (a root session is at depth 0).
+pub const MAX_SESSION_DEPTH: u32 = 4;
+
+/// What the tools of one turn share: its background commands and its counters.
+#[derive(Default)]
+pub struct TurnTools {
+    pub background: shell::Background,
+    sessions_started: u32,
+    messages_sent: u32,
+}
+
 /// Parses a tool's arguments; a mismatch is the model's error, reported back to it.
 fn args<T: for<'de> Deserialize<'de>>(
     tool: &str,
@@ -270,7 +285,7 @@ impl Toolbox {
     pub async fn call(
         &self,
         io: &mut TurnIo,
-        bg: &mut shell::Background,
+        turn: &mut TurnTools,
         name: &str,
         input: &Value,
     ) -> Result<Outcome> {
@@ -281,9 +296,33 @@ impl Toolbox {
             "ask_user" => ask_user(input),
             "todo_write" => todo_write(io, input).await?,
             "sleep_until" => sleep_until(input),
-            "start_session" => start_session(io, input).await?,
-            "message_session" => message_session(io, input).await?,
-            "run_command" => shell::run(&self.cfg.run_command, io, bg, input).await?,
+            "start_session" => {
+                if turn.sessions_started >= MAX_SESSIONS_PER_TURN {
+                    Outcome::error(format!(
+                        "a turn may start at most {MAX_SESSIONS_PER_TURN} sessions"
+                    ))
+                } else if io.depth(MAX_SESSION_DEPTH).await? >= MAX_SESSION_DEPTH {
+                    Outcome::error(format!(
+                        "sessions started by sessions nest at most {MAX_SESSION_DEPTH} deep"
+                    ))
+                } else {
+                    turn.sessions_started += 1;
+                    start_session(io, input).await?
+                }
+            }
+            "message_session" => {
+                if turn.messages_sent >= MAX_MESSAGES_PER_TURN {
+                    Outcome::error(format!(
+                        "a turn may send at most {MAX_MESSAGES_PER_TURN} messages to sessions"
+                    ))
+                } else {
+                    turn.messages_sent += 1;
+                    message_session(io, input).await?
+                }
+            }
+            "run_command" => {
+                shell::run(&self.cfg.run_command, io, &mut turn.background, input).await?
+            }
             "read_file" | "write_file" | "list_dir" | "search_files" => {
                 file_tool(io, name, input).await
             }
