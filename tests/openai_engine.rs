@@ -1393,3 +1393,22 @@ fn session_tools_have_limits_per_turn_and_in_depth() {
             .contains("4 deep")
     );
 }
+
+#[test]
+fn a_server_that_does_not_stream_still_works() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({"reasoningEffort": "low"}));
+    fake.push(Reply::Status {
+        code: 200,
+        body: json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "All at once."}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 3}}),
+        retry_after: None,
+    });
+    let id = create(&s, json!({"prompt": "no streaming here"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["result"], "All at once.");
+    assert_eq!(events_of(&events, "usage")[0]["turnUsage"]["input"], 9.0);
+    assert_eq!(fake.chats()[0].body["reasoning_effort"], "low");
+}

@@ -101,6 +101,8 @@ pub struct OpenAiConfig {
     pub system_prompt: Option<String>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
+    /// `minimal`, `low`, `medium` or `high`, sent as `reasoning_effort` to reasoning models.
+    pub reasoning_effort: Option<String>,
     /// The model's context window in tokens, reported in `usage` events.
     pub context_window: Option<u64>,
     /// Most model calls in one turn.
@@ -135,6 +137,7 @@ impl Default for OpenAiConfig {
             system_prompt: None,
             max_tokens: None,
             temperature: None,
+            reasoning_effort: None,
             context_window: None,
             max_steps: 50,
             turn_timeout_ms: 30 * 60 * 1000,
@@ -162,6 +165,13 @@ impl OpenAiConfig {
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
             return Err(Error::invalid("engine/baseUrl: must be an http(s) URL"));
+        }
+        if let Some(e) = &self.reasoning_effort
+            && !["minimal", "low", "medium", "high"].contains(&e.as_str())
+        {
+            return Err(Error::invalid(
+                "engine/reasoningEffort: one of minimal, low, medium, high",
+            ));
         }
         if self.max_steps == 0 {
             return Err(Error::invalid("engine/maxSteps: must be at least 1"));
@@ -290,7 +300,11 @@ impl OpenAiEngine {
                 route: "tier".to_owned(),
                 from_model: from,
                 to_model: model.to_owned(),
-                thinking_level: "medium".to_owned(),
+                thinking_level: self
+                    .cfg
+                    .reasoning_effort
+                    .clone()
+                    .unwrap_or_else(|| "medium".to_owned()),
                 trigger: "turn_start".to_owned(),
                 rationale: format!("the {tier_name} tier runs on {model}"),
                 vision_fallback: false,
@@ -389,6 +403,9 @@ impl OpenAiEngine {
         }
         if let Some(t) = self.cfg.temperature {
             body["temperature"] = json!(t);
+        }
+        if let Some(effort) = &self.cfg.reasoning_effort {
+            body["reasoning_effort"] = json!(effort);
         }
         body
     }

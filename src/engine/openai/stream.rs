@@ -126,6 +126,22 @@ pub async fn call(
             },
         );
     }
+    let json_reply = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if json_reply {
+        // A server that ignores `stream: true` answers with the whole completion at once.
+        let body = tokio::select! {
+            b = tokio::time::timeout(req.idle_timeout, response.text()) => match b {
+                Ok(Ok(body)) => body,
+                _ => return Err(retryable("the model endpoint's reply could not be read", None, "")),
+            },
+            _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled { partial: String::new() }),
+        };
+        return whole_reply(&body, sink);
+    }
     let mut bytes = response.bytes_stream();
     let mut parser = SseParser::default();
     let mut acc = Accumulator::default();
@@ -181,6 +197,34 @@ pub async fn call(
             acc.apply(&value, sink);
         }
     }
+}
+
+/// A non-streamed `chat.completion`, read as if it had streamed in one piece.
+fn whole_reply(body: &str, sink: &mut dyn DeltaSink) -> Result<Reply, CallError> {
+    let value: Value = serde_json::from_str(body)
+        .map_err(|_| CallError::Fatal("the model endpoint answered with malformed JSON".into()))?;
+    if let Some(message) = value.pointer("/error/message").and_then(Value::as_str) {
+        return Err(CallError::Fatal(format!(
+            "the model endpoint reported an error: {message}"
+        )));
+    }
+    let message = value
+        .pointer("/choices/0/message")
+        .ok_or_else(|| CallError::Fatal("the model endpoint's reply has no message".into()))?;
+    // Shaped as one streamed chunk, so that one code path reads both.
+    let mut delta = message.clone();
+    if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
+        for (i, call) in calls.iter_mut().enumerate() {
+            call["index"] = serde_json::json!(i);
+        }
+    }
+    let chunk = serde_json::json!({
+        "choices": [{"delta": delta, "finish_reason": value.pointer("/choices/0/finish_reason")}],
+        "usage": value.get("usage"),
+    });
+    let mut acc = Accumulator::default();
+    acc.apply(&chunk, sink);
+    acc.finish()
 }
 
 fn retryable(message: &str, retry_after: Option<Duration>, partial: &str) -> CallError {
@@ -424,5 +468,19 @@ mod tests {
             })
         );
         assert!(sink.0.is_empty());
+    }
+
+    #[test]
+    fn a_whole_completion_reads_like_a_stream() {
+        let body = r#"{"choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":"Let me look.","reasoning_content":"hm","tool_calls":[{"id":"c1","type":"function","function":{"name":"list_dir","arguments":"{}"}}]}}],"usage":{"prompt_tokens":7,"completion_tokens":2}}"#;
+        let mut sink = Collect(Vec::new());
+        let reply = whole_reply(body, &mut sink).unwrap();
+        assert_eq!(reply.content, "Let me look.");
+        assert_eq!(reply.reasoning, "hm");
+        assert_eq!(reply.tool_calls[0].name, "list_dir");
+        assert_eq!(reply.tool_calls[0].id, "c1");
+        assert_eq!(reply.usage.map(|u| u.prompt), Some(7));
+        assert_eq!(sink.0.len(), 2, "one reasoning and one text delta");
+        assert!(whole_reply("{", &mut sink).is_err());
     }
 }
