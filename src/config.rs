@@ -26,7 +26,7 @@ pub struct Config {
     /// agent's `engine` JSON). Unset: `openai` when OPENAI_BASE_URL or OPENAI_API_KEY is set,
     /// else the scripted demo engine. `SESSIOND_ENGINE` overrides it.
     pub engine: Option<serde_json::Value>,
-    pub exec: ExecConfig,
+    pub policy: Policy,
     /// Agents to create (or bring up to date) at start-up.
     pub agents: Vec<AgentConfig>,
 }
@@ -107,16 +107,26 @@ pub struct Limits {
     pub upload_grant_ttl_ms: u64,
 }
 
-/// What agents may run on this machine. Any credential with the `sessions` scope may configure
-/// agents, so running programs is the operator's decision, made here, not an agent's.
+/// What agents may do on this machine. Any credential with the `sessions` scope may configure
+/// agents, so what they run, which endpoints the server talks to for them and which of its
+/// secrets it sends there are the operator's decisions, made here, not an agent's. (The server's
+/// default engine is the operator's own configuration and is not checked.)
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ExecConfig {
+pub struct Policy {
     /// Programs the `command` engine may run, exactly as agents name them (`claude`,
     /// `/usr/local/bin/my-agent`). Empty: agents cannot use the command engine.
     pub programs: Vec<String>,
     /// Whether agents may turn on their model's `run_command` tool.
     pub run_command: bool,
+    /// Model endpoints (base URLs) an agent's `openai` engine may name as `baseUrl`. Empty:
+    /// agents use the default endpoint (`OPENAI_BASE_URL` or OpenAI's).
+    pub model_endpoints: Vec<String>,
+    /// Environment variables an agent may name as `apiKeyEnv` (besides `OPENAI_API_KEY`, which
+    /// only ever goes to the endpoints above or the default one).
+    pub api_key_envs: Vec<String>,
+    /// Files an agent may name as `apiKeyFile`.
+    pub api_key_files: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -142,7 +152,7 @@ impl Default for Config {
             limits: Limits::default(),
             stream: StreamConfig::default(),
             engine: None,
-            exec: ExecConfig::default(),
+            policy: Policy::default(),
             agents: Vec::new(),
         }
     }

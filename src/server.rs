@@ -55,7 +55,7 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
                 .map_err(|e| format!("config: agent {}: {e}", a.slug))?
         {
             parsed
-                .permitted(&cfg.exec)
+                .permitted(&cfg.policy)
                 .map_err(|e| format!("config: agent {}: {e}", a.slug))?;
         }
         let spec = AgentSpec {
@@ -169,7 +169,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     }
     crate::process::track_in(children)
         .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
-    let engines = Engines::new(default_engine(&cfg)?, cfg.exec.clone());
+    let engines = Engines::new(default_engine(&cfg)?, cfg.policy.clone());
     log_engines(&store, &engines);
     let runner = Runner::start(
         store.clone(),

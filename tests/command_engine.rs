@@ -29,17 +29,17 @@ fn fixture(name: &str) -> String {
         .to_string()
 }
 
-/// The operator's permission for the fake CLI (and a missing program) to run (`[exec]`).
-fn exec_config() -> String {
+/// The operator's permission for the fake CLI (and a missing program) to run (`[policy]`).
+fn policy_config() -> String {
     format!(
-        "[exec]\nprograms = [{:?}, \"/nonexistent/agent-cli\"]\n",
+        "[policy]\nprograms = [{:?}, \"/nonexistent/agent-cli\"]\n",
         fixture("fake-cli.sh")
     )
 }
 
 /// A server whose operator lets agents run the fake CLI.
 fn server() -> Server {
-    Server::start_with_config(&exec_config())
+    Server::start_with_config(&policy_config())
 }
 
 /// Creates agent `slug` (anchor `agents/<slug>`) whose engine runs the fake CLI.
@@ -759,6 +759,8 @@ fn command_engine_configs_are_validated_and_a_missing_program_fails_the_turn() {
         json!({"kind": "command", "program": "claude", "prompt": "file"}),
         json!({"kind": "command", "program": "claude", "timeoutMs": 10}),
         json!({"kind": "command", "program": "claude", "env": {"NOT-A-NAME": "x"}}),
+        json!({"kind": "command", "program": "claude", "env": {"LD_PRELOAD": "/tmp/x.so"}}),
+        json!({"kind": "command", "program": "claude", "env": {"PATH": "/tmp"}}),
         json!({"kind": "command", "program": "claude", "shell": "bash"}),
         json!({"kind": "command", "program": "claude", "args": "-p"}),
     ]
@@ -792,7 +794,7 @@ fn command_engine_configs_are_validated_and_a_missing_program_fails_the_turn() {
 
 #[test]
 fn only_programs_the_operator_lists_can_run() {
-    // Without `[exec] programs`, no credential can make the server run a program.
+    // Without `[policy] programs`, no credential can make the server run a program.
     let s = Server::start();
     let (status, v) = s.post(
         &s.url(&format!("/v1/ws/{WS}/agents")),
@@ -803,7 +805,7 @@ fn only_programs_the_operator_lists_can_run() {
         v["message"]
             .as_str()
             .unwrap_or("")
-            .contains("exec.programs"),
+            .contains("policy.programs"),
         "{v}"
     );
     assert_eq!(s.get(&s.url(&format!("/v1/ws/{WS}/agents/cli"))).0, 404);
@@ -819,7 +821,7 @@ fn only_programs_the_operator_lists_can_run() {
     let t = wait_terminal(&s, &id, 0);
     assert_eq!(t["event"]["status"], "failed", "{t:#}");
     let error = t["event"]["error"].as_str().unwrap_or("");
-    assert!(error.contains("exec.programs"), "{error}");
+    assert!(error.contains("policy.programs"), "{error}");
     assert!(
         !agent_dir(&s, "cli").join("run-1.stdin").exists(),
         "the program did not run"

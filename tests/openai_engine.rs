@@ -14,10 +14,19 @@ use common::*;
 use fake_openai::*;
 use serde_json::{Value, json};
 
-/// A server whose default engine is the fake's `openai` engine (plus `extra` settings).
+/// The operator's policy that lets agents name the fake as their endpoint, plus `more` lines.
+fn policy(fake: &FakeOpenAi, more: &str) -> String {
+    format!("[policy]\nmodel_endpoints = [{:?}]\n{more}", fake.base_url)
+}
+
+/// A server whose default engine is the fake's `openai` engine (plus `extra` settings), and
+/// whose agents may use the fake too.
 fn server(fake: &FakeOpenAi, extra: Value) -> Server {
     let engine = fake.engine(extra).to_string();
-    Server::start_with_env(None, &[("SESSIOND_ENGINE", Some(&engine))])
+    Server::start_with_env(
+        Some(&policy(fake, "")),
+        &[("SESSIOND_ENGINE", Some(&engine))],
+    )
 }
 
 fn history(s: &Server, id: &str) -> Vec<Value> {
@@ -923,6 +932,46 @@ fn the_config_file_sets_the_default_engine() {
 }
 
 #[test]
+fn agents_cannot_send_the_servers_secrets_elsewhere() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    for (engine, key) in [
+        // The server's OPENAI_API_KEY would go to a host of the caller's choosing.
+        (
+            json!({"kind": "openai", "baseUrl": "http://attacker.example/v1"}),
+            "model_endpoints",
+        ),
+        // Any variable or file of the server would be sent as a "key".
+        (
+            json!({"kind": "openai", "apiKeyEnv": "AWS_SECRET_ACCESS_KEY"}),
+            "api_key_envs",
+        ),
+        (
+            json!({"kind": "openai", "apiKeyFile": "/etc/passwd"}),
+            "api_key_files",
+        ),
+        (
+            json!({"kind": "openai", "tools": {"runCommand": {"enabled": true}}}),
+            "run_command",
+        ),
+    ] {
+        let (status, v) = s.post(
+            &s.url(&format!("/v1/ws/{WS}/agents")),
+            &json!({"slug": "sneaky", "engine": engine}),
+        );
+        assert_eq!(status, 400, "{engine} → {v}");
+        let message = v["message"].as_str().unwrap_or("");
+        assert!(message.contains(&format!("policy.{key}")), "{message}");
+    }
+    // The listed endpoint (with a trailing slash, even) is fine.
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": "fine", "engine": {"kind": "openai", "baseUrl": format!("{}/", fake.base_url)}}),
+    );
+    assert_eq!(status, 201, "{v}");
+}
+
+#[test]
 fn bad_engine_settings_are_refused() {
     let s = Server::start();
     for engine in [
@@ -954,7 +1003,7 @@ fn command_server(fake: &FakeOpenAi, rc: Value) -> Server {
         .engine(json!({"tools": {"runCommand": settings}}))
         .to_string();
     Server::start_with_env(
-        Some("[exec]\nrun_command = true\n"),
+        Some(&policy(fake, "run_command = true\n")),
         &[("SESSIOND_ENGINE", Some(&engine))],
     )
 }
@@ -980,7 +1029,7 @@ fn run_command_is_off_unless_the_operator_and_the_agent_turn_it_on() {
         v["message"]
             .as_str()
             .unwrap_or("")
-            .contains("exec.run_command"),
+            .contains("policy.run_command"),
         "{v}"
     );
 
@@ -1176,7 +1225,8 @@ fn serve_logs_which_engine_each_agent_uses_and_never_the_key() {
     std::fs::write(
         &cfg,
         format!(
-            "[[agents]]\nslug = \"coder\"\nengine = {{ kind = \"openai\", model = \"agent-model\", baseUrl = \"{}\" }}\n",
+            "{}[[agents]]\nslug = \"coder\"\nengine = {{ kind = \"openai\", model = \"agent-model\", baseUrl = \"{}\" }}\n",
+            policy(&fake, ""),
             fake.base_url
         ),
     )

@@ -35,11 +35,11 @@ async fn spec_body(
         .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?;
     let spec: AgentSpec = serde_path_to_error::deserialize(&raw)
         .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))?;
-    // What an engine may run is the operator's call (`[exec]`), whoever holds the key.
+    // What an engine may run is the operator's call (`[policy]`), whoever holds the key.
     if let Some(engine) = &spec.engine
         && let Some(cfg) = EngineConfig::parse(&engine.to_string())?
     {
-        cfg.permitted(&state.sessions.config().exec)?;
+        cfg.permitted(&state.sessions.config().policy)?;
     }
     Ok(spec)
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::config::ExecConfig;
+use crate::config::Policy;
 use crate::error::Result;
 use crate::runner::TurnIo;
 use crate::timeline::{AskQuestion, AttachmentRef, StoredImageRef, Tier};
@@ -134,22 +134,17 @@ impl EngineConfig {
     }
 
     /// Whether this machine's operator lets agents run what this configuration would run
-    /// (`[exec]` in the config file).
-    pub fn permitted(&self, exec: &ExecConfig) -> Result<()> {
+    /// (`[policy]` in the config file).
+    pub fn permitted(&self, policy: &Policy) -> Result<()> {
         match self {
-            EngineConfig::Command(c) if !exec.programs.contains(&c.program) => {
+            EngineConfig::Command(c) if !policy.programs.contains(&c.program) => {
                 Err(crate::Error::invalid(format!(
                     "engine/program: {:?} is not among the programs this server lets agents run \
-                     (exec.programs in its config file)",
+                     (policy.programs in its config file)",
                     c.program
                 )))
             }
-            EngineConfig::Openai(c) if c.tools.run_command.enabled && !exec.run_command => {
-                Err(crate::Error::invalid(
-                    "engine/tools/runCommand: this server does not let agents run commands \
-                     (exec.run_command in its config file)",
-                ))
-            }
+            EngineConfig::Openai(c) => c.permitted(policy),
             _ => Ok(()),
         }
     }
@@ -170,7 +165,7 @@ impl EngineConfig {
 /// built on first use.
 pub struct Engines {
     default: Arc<dyn Engine>,
-    exec: ExecConfig,
+    policy: Policy,
     built: Mutex<HashMap<String, Arc<dyn Engine>>>,
 }
 
@@ -199,12 +194,12 @@ impl Engine for Unavailable {
 }
 
 impl Engines {
-    /// `exec` limits what agents' engines may run (the server default is the operator's own
+    /// `policy` limits what agents' engines may do (the server default is the operator's own
     /// choice and is not checked).
-    pub fn new(default: Arc<dyn Engine>, exec: ExecConfig) -> Engines {
+    pub fn new(default: Arc<dyn Engine>, policy: Policy) -> Engines {
         Engines {
             default,
-            exec,
+            policy,
             built: Mutex::new(HashMap::new()),
         }
     }
@@ -220,7 +215,7 @@ impl Engines {
             return Arc::clone(e);
         }
         let engine = match EngineConfig::parse(json).and_then(|c| {
-            c.map(|c| c.permitted(&self.exec).and_then(|()| c.build()))
+            c.map(|c| c.permitted(&self.policy).and_then(|()| c.build()))
                 .transpose()
         }) {
             Ok(Some(engine)) => engine,

@@ -155,6 +155,14 @@ impl CommandConfig {
                     &format!("`{k}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"),
                 );
             }
+            // Variables that change which code a program loads or which program a name means
+            // would turn an allowed program into any program.
+            if k == "PATH" || k.starts_with("LD_") || k.starts_with("DYLD_") {
+                return bad(
+                    "env",
+                    &format!("`{k}` may not be set (it changes which code runs)"),
+                );
+            }
             if v.len() > 65536 || v.contains('\0') {
                 return bad("env", &format!("`{k}`: at most 64 KiB, without NUL"));
             }

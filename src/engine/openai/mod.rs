@@ -180,6 +180,40 @@ impl OpenAiConfig {
     }
 }
 
+impl OpenAiConfig {
+    /// What the operator's policy lets an agent's configuration do: talk to listed endpoints only,
+    /// and send them only listed secrets (an agent could otherwise point the server's key at a
+    /// host of its own, or make the server read any file as a "key").
+    pub fn permitted(&self, policy: &crate::config::Policy) -> Result<()> {
+        let refuse = |field: &str, what: &str, key: &str| {
+            Err(Error::invalid(format!(
+                "engine/{field}: this server does not let agents use {what} (policy.{key} in its config file)"
+            )))
+        };
+        let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+        if let Some(url) = &self.base_url
+            && !policy.model_endpoints.iter().any(|e| same(e, url))
+        {
+            return refuse("baseUrl", "this endpoint", "model_endpoints");
+        }
+        if let Some(var) = &self.api_key_env
+            && var != "OPENAI_API_KEY"
+            && !policy.api_key_envs.contains(var)
+        {
+            return refuse("apiKeyEnv", "this variable", "api_key_envs");
+        }
+        if let Some(file) = &self.api_key_file
+            && !policy.api_key_files.contains(file)
+        {
+            return refuse("apiKeyFile", "this file", "api_key_files");
+        }
+        if self.tools.run_command.enabled && !policy.run_command {
+            return refuse("tools/runCommand", "commands", "run_command");
+        }
+        Ok(())
+    }
+}
+
 pub struct OpenAiEngine {
     cfg: OpenAiConfig,
     url: String,

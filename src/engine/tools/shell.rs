@@ -1,6 +1,6 @@
 //! `run_command`: a model runs a command in the session's working directory.
 //!
-//! Off unless both the operator (`exec.run_command` in the config file) and the agent
+//! Off unless both the operator (`policy.run_command` in the config file) and the agent
 //! (`tools.runCommand.enabled`) turn it on. With an allow-list the command is split into words
 //! and run without a shell, so only the listed programs can start (no `;`, pipes, redirections or
 //! substitutions); without one it runs under `sh -c` with stderr folded into stdout.
