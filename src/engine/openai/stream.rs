@@ -177,11 +177,9 @@ pub async fn call(
             Ok(Some(Ok(chunk))) => chunk,
         };
         for data in parser.push(&chunk) {
-            if data.trim() == "[DONE]" {
-                return acc.finish();
-            }
-            let Ok(value) = serde_json::from_str::<Value>(&data) else {
-                continue;
+            let value = match data {
+                Data::Done => return acc.finish(),
+                Data::Json(value) => value,
             };
             if let Some(err) = value.get("error") {
                 let message = err
@@ -279,7 +277,23 @@ fn error_message(body: &str) -> String {
     out
 }
 
-/// Splits a byte stream into the `data` of server-sent events.
+/// The `data` of one server-sent event.
+#[derive(Debug, PartialEq)]
+enum Data {
+    Done,
+    Json(Value),
+}
+
+impl Data {
+    fn parse(text: &str) -> Option<Data> {
+        if text.trim() == "[DONE]" {
+            return Some(Data::Done);
+        }
+        serde_json::from_str(text).ok().map(Data::Json)
+    }
+}
+
+/// Splits a byte stream into the `data` of server-sent events, each parsed once.
 #[derive(Default)]
 struct SseParser {
     buf: Vec<u8>,
@@ -287,31 +301,32 @@ struct SseParser {
 }
 
 impl SseParser {
-    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+    fn push(&mut self, bytes: &[u8]) -> Vec<Data> {
         self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
-        while let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.buf.drain(..=pos).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim_end_matches(['\n', '\r']);
+        let mut start = 0;
+        while let Some(len) = self.buf[start..].iter().position(|b| *b == b'\n') {
+            let raw = &self.buf[start..start + len];
+            start += len + 1;
+            let line = String::from_utf8_lossy(raw);
+            let line = line.trim_end_matches('\r');
             if line.is_empty() {
                 if !self.data.is_empty() {
-                    out.push(self.data.join("\n"));
+                    out.extend(Data::parse(&self.data.join("\n")));
                     self.data.clear();
                 }
             } else if let Some(rest) = line.strip_prefix("data:") {
                 let rest = rest.strip_prefix(' ').unwrap_or(rest);
-                // Servers that put one JSON document per line without blank separators still
-                // work: a complete document is taken at once.
-                let whole = rest.trim() == "[DONE]" || serde_json::from_str::<Value>(rest).is_ok();
-                if self.data.is_empty() && whole {
-                    out.push(rest.to_owned());
-                } else {
-                    self.data.push(rest.to_owned());
+                // One complete document per line (the usual case, and servers that leave out
+                // the blank separators) is taken at once; otherwise lines gather until a blank.
+                match self.data.is_empty().then(|| Data::parse(rest)).flatten() {
+                    Some(data) => out.push(data),
+                    None => self.data.push(rest.to_owned()),
                 }
             }
             // Comments (`:`), `event:`, `id:` and `retry:` lines carry nothing for us.
         }
+        self.buf.drain(..start);
         out
     }
 }
@@ -431,13 +446,21 @@ mod tests {
     #[test]
     fn sse_parser_joins_split_lines_and_multi_line_data() {
         let mut p = SseParser::default();
+        let json = |v: Value| Data::Json(v);
         assert!(p.push(b"data: {\"a\"").is_empty());
-        assert_eq!(p.push(b":1}\n\n"), vec!["{\"a\":1}".to_owned()]);
-        assert_eq!(p.push(b": keep-alive\n\ndata: [DONE]\n\n"), vec!["[DONE]"]);
+        assert_eq!(
+            p.push(b":1}\r\n\r\n"),
+            vec![json(serde_json::json!({"a": 1}))]
+        );
+        assert_eq!(
+            p.push(b": keep-alive\n\ndata: [DONE]\n\n"),
+            vec![Data::Done]
+        );
         assert_eq!(
             p.push(b"data: {\"x\":\ndata: 2}\n\n"),
-            vec!["{\"x\":\n2}".to_owned()]
+            vec![json(serde_json::json!({"x": 2}))]
         );
+        assert!(p.push(b"data: not json\n\n").is_empty());
     }
 
     #[test]
