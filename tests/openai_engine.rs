@@ -601,7 +601,6 @@ fn an_interrupt_mid_stream_closes_the_connection() {
     fake.wait_chats(1, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(fake.closed_early(), 0);
-    let started = Instant::now();
     let (status, v) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
     assert_eq!(status, 200, "{v}");
     let events = wait_terminals(&s, &id, 1);
@@ -611,8 +610,8 @@ fn an_interrupt_mid_stream_closes_the_connection() {
         Duration::from_secs(5),
         || (fake.closed_early() == 1).then_some(()),
     );
-    // Well inside the interrupt grace period: the engine stopped on its own, not by cut-off.
-    assert!(started.elapsed() < Duration::from_secs(4));
+    // The engine stopped on its own: the runner did not have to cut it off after the grace
+    // period (which it would say in a `system` event).
     assert!(
         events_of(&events, "system").is_empty(),
         "no cut-off notice: {:?}",
@@ -1201,12 +1200,15 @@ fn an_interrupt_stops_a_running_command_and_its_children() {
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
     });
-    let started = Instant::now();
     let (status, v) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
     assert_eq!(status, 200, "{v}");
     let events = wait_terminals(&s, &id, 1);
     assert_eq!(last_terminal(&events)["type"], "interrupted");
-    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(
+        events_of(&events, "system").is_empty(),
+        "stopped by the tool, not cut off: {:?}",
+        event_types(&events)
+    );
     poll_until("the child is gone", Duration::from_secs(5), || {
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
             && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
