@@ -1464,3 +1464,18 @@ fn a_server_that_does_not_stream_still_works() {
     assert_eq!(events_of(&events, "usage")[0]["turnUsage"]["input"], 9.0);
     assert_eq!(fake.chats()[0].body["reasoning_effort"], "low");
 }
+
+#[test]
+fn an_endless_reply_is_cut_off_at_the_size_limit() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(Reply::Stream {
+        chunks: vec![content_chunk("Here it comes: ")],
+        delay: Duration::ZERO,
+        end: End::Flood,
+    });
+    let id = create(&s, json!({"prompt": "say everything"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_failed_with(&events, "larger than 16 MiB");
+    assert_eq!(fake.chats().len(), 1, "not retried");
+}

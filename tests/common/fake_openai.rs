@@ -22,6 +22,8 @@ pub enum End {
     Hold,
     /// Keep the connection open, sending nothing, for ten seconds.
     Stall,
+    /// Start a `data:` line and never end it (20 MiB of `x`).
+    Flood,
 }
 
 #[derive(Debug, Clone)]
@@ -326,6 +328,16 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
                 }
                 End::Cut => {}
                 End::Stall => std::thread::sleep(Duration::from_secs(10)),
+                End::Flood => {
+                    let block = vec![b'x'; 64 * 1024];
+                    let _ = conn.write_all(b"data: {\"choices\":[{\"delta\":{\"content\":\"");
+                    for _ in 0..320 {
+                        if conn.write_all(&block).is_err() {
+                            state.lock().expect("lock").closed_early += 1;
+                            return;
+                        }
+                    }
+                }
                 End::Hold => {
                     let deadline = Instant::now() + Duration::from_secs(30);
                     while Instant::now() < deadline {

@@ -109,11 +109,10 @@ pub async fn call(
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(|s| Duration::from_secs_f64(s.min(300.0)));
-        let body = tokio::time::timeout(req.idle_timeout, response.text())
+        // Only the start of an error body is ever shown.
+        let body = read_capped(response, ERROR_BODY_BYTES, req.idle_timeout)
             .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
+            .unwrap_or_else(|body| body);
         let message = format!(
             "the model endpoint answered {status}: {}",
             error_message(&body)
@@ -134,9 +133,10 @@ pub async fn call(
     if json_reply {
         // A server that ignores `stream: true` answers with the whole completion at once.
         let body = tokio::select! {
-            b = tokio::time::timeout(req.idle_timeout, response.text()) => match b {
-                Ok(Ok(body)) => body,
-                _ => return Err(retryable("the model endpoint's reply could not be read", None, "")),
+            b = read_capped(response, MAX_REPLY_BYTES, req.idle_timeout) => match b {
+                Ok(body) => body,
+                Err(partial) if partial.len() >= MAX_REPLY_BYTES => return Err(too_large()),
+                Err(_) => return Err(retryable("the model endpoint's reply could not be read", None, "")),
             },
             _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled { partial: String::new() }),
         };
@@ -176,6 +176,9 @@ pub async fn call(
             }
             Ok(Some(Ok(chunk))) => chunk,
         };
+        if parser.pending() > MAX_REPLY_BYTES {
+            return Err(too_large());
+        }
         for data in parser.push(&chunk) {
             let value = match data {
                 Data::Done => return acc.finish(),
@@ -193,6 +196,45 @@ pub async fn call(
                 ));
             }
             acc.apply(&value, sink);
+            if acc.size() > MAX_REPLY_BYTES {
+                return Err(too_large());
+            }
+        }
+    }
+}
+
+/// The most a reply (text, reasoning and tool arguments, or a whole body) may hold: a model
+/// endpoint cannot make sessiond buffer without bound.
+const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
+/// The most of an error body that is read.
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+
+fn too_large() -> CallError {
+    CallError::Fatal(format!(
+        "the model's reply is larger than {} MiB",
+        MAX_REPLY_BYTES / (1024 * 1024)
+    ))
+}
+
+/// Reads a body up to `cap` bytes; `Err` with what was read when it is longer, breaks or stalls.
+async fn read_capped(
+    response: reqwest::Response,
+    cap: usize,
+    idle: Duration,
+) -> Result<String, String> {
+    let mut bytes = response.bytes_stream();
+    let mut body = Vec::new();
+    loop {
+        match tokio::time::timeout(idle, bytes.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                body.extend_from_slice(&chunk);
+                if body.len() >= cap {
+                    body.truncate(cap);
+                    return Err(String::from_utf8_lossy(&body).into_owned());
+                }
+            }
+            Ok(None) => return Ok(String::from_utf8_lossy(&body).into_owned()),
+            Ok(Some(Err(_))) | Err(_) => return Err(String::from_utf8_lossy(&body).into_owned()),
         }
     }
 }
@@ -297,17 +339,27 @@ impl Data {
 #[derive(Default)]
 struct SseParser {
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no line end (a long line is scanned once, not once per
+    /// chunk).
+    scanned: usize,
     data: Vec<String>,
 }
 
 impl SseParser {
+    /// Bytes held for an event that is not complete yet.
+    fn pending(&self) -> usize {
+        self.buf.len() + self.data.iter().map(String::len).sum::<usize>()
+    }
+
     fn push(&mut self, bytes: &[u8]) -> Vec<Data> {
         self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
         let mut start = 0;
-        while let Some(len) = self.buf[start..].iter().position(|b| *b == b'\n') {
-            let raw = &self.buf[start..start + len];
-            start += len + 1;
+        let mut from = self.scanned;
+        while let Some(len) = self.buf[from..].iter().position(|b| *b == b'\n') {
+            let raw = &self.buf[start..from + len];
+            start = from + len + 1;
+            from = start;
             let line = String::from_utf8_lossy(raw);
             let line = line.trim_end_matches('\r');
             if line.is_empty() {
@@ -327,6 +379,7 @@ impl SseParser {
             // Comments (`:`), `event:`, `id:` and `retry:` lines carry nothing for us.
         }
         self.buf.drain(..start);
+        self.scanned = self.buf.len();
         out
     }
 }
@@ -339,6 +392,17 @@ struct Accumulator {
 }
 
 impl Accumulator {
+    /// Bytes of reply gathered so far.
+    fn size(&self) -> usize {
+        self.reply.content.len()
+            + self.reply.reasoning.len()
+            + self
+                .calls
+                .iter()
+                .map(|(_, c)| c.arguments.len() + c.name.len() + c.id.len())
+                .sum::<usize>()
+    }
+
     fn apply(&mut self, chunk: &Value, sink: &mut dyn DeltaSink) {
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let n = |p: &str| usage.pointer(p).and_then(Value::as_u64).unwrap_or(0);
