@@ -595,28 +595,7 @@ impl OpenAiEngine {
                 }
             };
             if let Some(raw) = reply.usage {
-                let usage = self.usage_of(&model, raw);
-                let by_model = self
-                    .provider
-                    .map(|p| {
-                        vec![ModelUsage {
-                            model: model.clone(),
-                            transport: ModelTransport {
-                                provider: p.to_owned(),
-                                billing: "metered".to_owned(),
-                            },
-                            usage: usage.clone(),
-                        }]
-                    })
-                    .unwrap_or_default();
-                let window = ContextWindowUsage {
-                    system_prompt: system_tokens,
-                    messages: (raw.prompt as f64 - system_tokens).max(0.0),
-                    local_memory: 0.0,
-                    global_memory: 0.0,
-                };
-                let context = self.cfg.context_window.unwrap_or(0) as f64;
-                io.record_usage(usage, by_model, context, window).await?;
+                self.record_usage(io, &model, raw, system_tokens).await?;
             }
             if !reply.reasoning.is_empty() {
                 io.emit(Event::Step {
@@ -635,23 +614,7 @@ impl OpenAiEngine {
                 .await?;
                 io.set_reply(&reply.content);
             }
-            let mut assistant = json!({"role": "assistant", "content": reply.content});
-            if !reply.tool_calls.is_empty() {
-                assistant["tool_calls"] = Value::Array(
-                    reply
-                        .tool_calls
-                        .iter()
-                        .map(|c| {
-                            json!({
-                                "id": c.id,
-                                "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments},
-                            })
-                        })
-                        .collect(),
-                );
-            }
-            io.messages_mut().push(assistant);
+            io.messages_mut().push(assistant_message(&reply));
             if reply.tool_calls.is_empty() {
                 if reply.finish_reason.as_deref() == Some("length") && reply.content.is_empty() {
                     return Ok(TurnEnd::Failed {
@@ -689,6 +652,39 @@ impl OpenAiEngine {
                 self.cfg.max_steps
             ),
         })
+    }
+
+    /// Writes one call's measured usage (priced, attributed to a provider where the seed has a
+    /// name for it).
+    async fn record_usage(
+        &self,
+        io: &mut TurnIo,
+        model: &str,
+        raw: RawUsage,
+        system_tokens: f64,
+    ) -> Result<()> {
+        let usage = self.usage_of(model, raw);
+        let by_model = self
+            .provider
+            .map(|p| {
+                vec![ModelUsage {
+                    model: model.to_owned(),
+                    transport: ModelTransport {
+                        provider: p.to_owned(),
+                        billing: "metered".to_owned(),
+                    },
+                    usage: usage.clone(),
+                }]
+            })
+            .unwrap_or_default();
+        let window = ContextWindowUsage {
+            system_prompt: system_tokens,
+            messages: (raw.prompt as f64 - system_tokens).max(0.0),
+            local_memory: 0.0,
+            global_memory: 0.0,
+        };
+        let context = self.cfg.context_window.unwrap_or(0) as f64;
+        io.record_usage(usage, by_model, context, window).await
     }
 
     /// Runs the calls of one reply in order; a pausing tool (`ask_user`, `sleep_until`) runs
@@ -808,6 +804,25 @@ impl OpenAiEngine {
         }
         Ok(title)
     }
+}
+
+/// The reply as the assistant message of the conversation.
+fn assistant_message(reply: &Reply) -> Value {
+    let mut message = json!({"role": "assistant", "content": reply.content});
+    if !reply.tool_calls.is_empty() {
+        message["tool_calls"] = reply
+            .tool_calls
+            .iter()
+            .map(|c| {
+                json!({
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                })
+            })
+            .collect();
+    }
+    message
 }
 
 /// How a model call (with its retries) ended.
