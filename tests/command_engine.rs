@@ -852,3 +852,48 @@ fn programs_left_running_by_a_killed_server_are_stopped_at_the_next_start() {
         "no stale records"
     );
 }
+
+#[test]
+fn generic_programs_run_background_tasks_and_sleep() {
+    let s = server();
+    command_agent(
+        &s,
+        "worker",
+        json!({
+            "env": {
+                "FAKE_FIXTURE_1": fixture("generic-tasks.jsonl"),
+                "FAKE_FIXTURE_2": fixture("generic-woken.jsonl"),
+            },
+        }),
+    );
+    let dir = agent_dir(&s, "worker");
+    let id = start(&s, "worker", "build it");
+    let t = wait_terminal(&s, &id, 0);
+    assert_eq!(etype(&t), "sleep", "{t:#}");
+    let events = history(&s, &id);
+    let started = of_type(&events, 0, "task_started");
+    assert_eq!(started.len(), 1);
+    let task = &started[0]["event"]["task"];
+    assert_eq!(task["id"], "t1", "sessiond gives the task its own id");
+    assert_eq!(task["name"], "cargo build");
+    assert_eq!(task["label"], "building the project");
+    assert_eq!(task["kind"], "tool");
+    let output = of_type(&events, 0, "task_output");
+    assert_eq!(output.len(), 1);
+    assert_eq!(output[0]["event"]["chunk"], "compiling sessiond\n");
+    let settled = of_type(&events, 0, "task_settled");
+    assert_eq!(settled[0]["event"]["settlement"]["result"], "built in 1 s");
+    assert_eq!(settled[0]["event"]["settlement"]["status"], "completed");
+    assert!(
+        steps(&events, 0)
+            .iter()
+            .any(|s| s["message"].as_str().unwrap_or("").contains("task `nope`")),
+        "a line about an unknown task is reported, not fatal"
+    );
+
+    // The wake runs the program again, told why.
+    let t = wait_terminal(&s, &id, seq(&t) + 1);
+    assert_eq!(t["event"]["status"], "completed", "{t:#}");
+    assert_eq!(t["event"]["result"], "Awake: all good.");
+    assert!(read(&dir, "run-2.env").contains("SESSIOND_INPUT_KIND=wake"));
+}

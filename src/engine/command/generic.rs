@@ -14,6 +14,10 @@
 //! | `usage` | `input`, `output`, `cacheRead?`, `cacheWrite?`, `cost?` (total, in USD), `model?` (accepted, not recorded) | a `usage` event with measured tokens |
 //! | `system` | `message` | a `system` step |
 //! | `ask` | `questions: [{question, header?, options: [{label, description?}], multiSelect?}]` | the turn ends `ask` when the program exits; the answer is the next run's prompt |
+//! | `sleep` | `wakeAt` (RFC 3339) or `seconds` | the turn ends `sleep` when the program exits; at the wake (or an earlier message) it runs again |
+//! | `task_started` | `taskId` (the program's own), `name`, `label?`, `kind?` (`tool`, `subagent`, `scheduled`) | a background task (`task_started`; sessiond gives it its own id) |
+//! | `task_output` | `taskId`, `chunk` | `task_output` (and `heartbeat`s while tasks run) |
+//! | `task_settled` | `taskId`, `status` (`completed`, `failed`, `stopped`), `detail?` | `task_settled`; tasks still running when the turn ends are settled `stopped` |
 //! | `result` | `text?` | the turn's result (shown as a text step if the run wrote none) |
 //! | `error` | `message` | the turn fails with `message` |
 //!
@@ -27,7 +31,7 @@ use serde_json::Value;
 use super::{Action, Adapter, malformed, usage};
 use crate::timeline::{AskQuestion, Step, Todo, ToolOutputPart};
 
-const TYPES: [&str; 12] = [
+const TYPES: [&str; 16] = [
     "text_delta",
     "reasoning_delta",
     "text",
@@ -40,6 +44,10 @@ const TYPES: [&str; 12] = [
     "ask",
     "result",
     "error",
+    "sleep",
+    "task_started",
+    "task_output",
+    "task_settled",
 ];
 
 #[derive(Deserialize)]
@@ -105,7 +113,50 @@ enum Line {
     Error {
         message: String,
     },
+    Sleep {
+        #[serde(default)]
+        wake_at: Option<String>,
+        #[serde(default)]
+        seconds: Option<f64>,
+    },
+    TaskStarted {
+        task_id: String,
+        name: String,
+        #[serde(default)]
+        label: Option<String>,
+        #[serde(default)]
+        kind: Option<TaskKind>,
+    },
+    TaskOutput {
+        task_id: String,
+        chunk: String,
+    },
+    TaskSettled {
+        task_id: String,
+        status: SettledAs,
+        #[serde(default)]
+        detail: Option<Value>,
+    },
 }
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum TaskKind {
+    Tool,
+    Subagent,
+    Scheduled,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum SettledAs {
+    Completed,
+    Failed,
+    Stopped,
+}
+
+/// The longest sleep a program may ask for.
+const MAX_SLEEP_MS: i64 = 365 * 24 * 3_600_000;
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -174,6 +225,57 @@ impl Adapter for Generic {
             Line::Ask { questions } => Action::Ask(questions),
             Line::Result { text } => Action::Result(text.unwrap_or_default()),
             Line::Error { message } => Action::Error(message),
+            Line::Sleep { wake_at, seconds } => {
+                let now = crate::clock::now_ms();
+                let at = match (wake_at, seconds) {
+                    (Some(t), _) => humantime::parse_rfc3339_weak(t.trim())
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map(|d| d.as_millis() as i64),
+                    (None, Some(s)) if s.is_finite() && s >= 0.0 => {
+                        Some(now.saturating_add((s * 1000.0) as i64))
+                    }
+                    _ => None,
+                };
+                match at {
+                    Some(at) => Action::Sleep(at.clamp(now, now + MAX_SLEEP_MS)),
+                    None => {
+                        return vec![malformed(
+                            kind,
+                            "give `wakeAt` (RFC 3339) or `seconds` (>= 0)",
+                        )];
+                    }
+                }
+            }
+            Line::TaskStarted {
+                task_id,
+                name,
+                label,
+                kind: task_kind,
+            } => Action::TaskStarted {
+                label: label.unwrap_or_else(|| name.clone()),
+                kind: match task_kind.unwrap_or(TaskKind::Tool) {
+                    TaskKind::Tool => "tool",
+                    TaskKind::Subagent => "subagent",
+                    TaskKind::Scheduled => "scheduled",
+                },
+                id: task_id,
+                name,
+            },
+            Line::TaskOutput { task_id, chunk } => Action::TaskOutput { id: task_id, chunk },
+            Line::TaskSettled {
+                task_id,
+                status,
+                detail,
+            } => Action::TaskSettled {
+                id: task_id,
+                status: match status {
+                    SettledAs::Completed => "completed",
+                    SettledAs::Failed => "failed",
+                    SettledAs::Stopped => "stopped",
+                },
+                detail: detail.unwrap_or(Value::Null),
+            },
         };
         vec![action]
     }

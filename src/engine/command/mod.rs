@@ -199,6 +199,24 @@ pub(crate) enum Action {
     Result(String),
     /// The run failed with this message.
     Error(String),
+    /// End the turn with `sleep` until this time (ms since the epoch) when the run ends.
+    Sleep(i64),
+    /// A background task the program started, by its own id.
+    TaskStarted {
+        id: String,
+        kind: &'static str,
+        name: String,
+        label: String,
+    },
+    TaskOutput {
+        id: String,
+        chunk: String,
+    },
+    TaskSettled {
+        id: String,
+        status: &'static str,
+        detail: Value,
+    },
     /// A problem the CLI reported without failing (recorded as a `system` step and quoted if the
     /// run fails later without saying why).
     Warning(String),
@@ -232,6 +250,14 @@ pub(crate) fn malformed(kind: &str, err: impl std::fmt::Display) -> Action {
     Action::Step(Step::System {
         message: format!("ignored a malformed `{kind}` line: {err}"),
     })
+}
+
+/// Background tasks one turn of a program may start.
+const MAX_TASKS: usize = 256;
+
+async fn unknown_task(io: &mut TurnIo, run: &mut Run, id: &str) -> Result<()> {
+    let message = format!("ignored a line about task `{id}`, which was not started");
+    step_of_run(io, run, Step::System { message }).await
 }
 
 /// The arguments of one run: the configured ones, the protocol's resume arguments, the prompt.
@@ -270,6 +296,7 @@ struct Run {
     result: Option<String>,
     error: Option<String>,
     ask: Option<Vec<AskQuestion>>,
+    sleep: Option<i64>,
     warning: Option<String>,
     named_session: bool,
     noise: usize,
@@ -281,6 +308,8 @@ struct Turn {
     /// The CLI conversation to continue.
     cli_session: Option<String>,
     last_todos: Option<Vec<Todo>>,
+    /// The program's task ids → sessiond's.
+    tasks: BTreeMap<String, String>,
 }
 
 impl Engine for CommandEngine {
@@ -313,6 +342,7 @@ impl Engine for CommandEngine {
                 deadline: Instant::now() + Duration::from_millis(self.cfg.timeout_ms),
                 cli_session,
                 last_todos: None,
+                tasks: BTreeMap::new(),
             };
             let (mut prompt, mut kind) = match input.kind {
                 InputKind::Prompt => (input.text, "prompt"),
@@ -446,6 +476,12 @@ impl CommandEngine {
                 resume: json!({ "engine": "command" }),
             });
         }
+        if let Some(wake_at) = run.sleep.take() {
+            return Ok(TurnEnd::Sleep {
+                wake_at,
+                resume: json!({ "engine": "command" }),
+            });
+        }
         Ok(TurnEnd::Complete { result: run.result })
     }
 
@@ -491,6 +527,29 @@ impl CommandEngine {
                 }
             }
             Action::Ask(questions) => run.ask = Some(questions),
+            Action::Sleep(at) => run.sleep = Some(at),
+            Action::TaskStarted {
+                id,
+                kind,
+                name,
+                label,
+            } => {
+                if turn.tasks.contains_key(&id) || turn.tasks.len() >= MAX_TASKS {
+                    let why = format!("task `{id}` was already started, or too many tasks");
+                    step_of_run(io, run, Step::System { message: why }).await?;
+                } else {
+                    let ours = io.start_task(kind, &name, &label).await?;
+                    turn.tasks.insert(id, ours);
+                }
+            }
+            Action::TaskOutput { id, chunk } => match turn.tasks.get(&id) {
+                Some(ours) => io.task_output(&ours.clone(), &chunk).await?,
+                None => unknown_task(io, run, &id).await?,
+            },
+            Action::TaskSettled { id, status, detail } => match turn.tasks.remove(&id) {
+                Some(ours) => io.settle_task(&ours, status, detail).await?,
+                None => unknown_task(io, run, &id).await?,
+            },
             Action::Result(text) => {
                 if !run.had_text && !text.is_empty() {
                     // The reply is shown as a text step even when the CLI only reported it as
