@@ -791,21 +791,15 @@ impl TurnIo {
 
     /// What the engine stored about this session at an earlier turn.
     pub async fn memo(&self) -> Result<Option<Value>> {
-        let key = self.key.clone();
-        let memo = self.store.write(move |tx| tx.engine_memo(&key)).await?;
+        let pk = self.key.pk;
+        let memo = self.store.read(move |c| store::engine_memo(c, pk)).await?;
         Ok(memo.and_then(|m| serde_json::from_str(&m).ok()))
     }
 
-    /// Keeps `memo` for the next turns of this session (fenced like every write of the turn).
+    /// Keeps `memo` for the next turns of this session.
     pub async fn set_memo(&mut self, memo: Value) -> Result<()> {
-        let key = self.key.clone();
-        let generation = self.generation;
         let doc = memo.to_string();
-        self.store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
-                tx.set_engine_memo(&key, Some(&doc))
-            })
+        self.fenced(move |tx, key| tx.set_engine_memo(key, Some(&doc)))
             .await
     }
 
@@ -898,16 +892,9 @@ impl TurnIo {
             effective_context_window: context_window,
             context_window_usage: window_usage,
         };
-        let key = self.key.clone();
-        let generation = self.generation;
-        let seq = self
-            .store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
-                append_usage(tx, &key, &event, &call)
-            })
+        self.last_seq = self
+            .fenced(move |tx, key| append_usage(tx, key, &event, &call))
             .await?;
-        self.last_seq = seq;
         Ok(())
     }
 
@@ -937,17 +924,26 @@ impl TurnIo {
         }
     }
 
-    /// Appends a durable event unless this turn has lost its session.
-    pub async fn emit(&mut self, event: Event) -> Result<u64> {
+    /// Runs `f` on the writer as this turn: refused (`StaleTurn`) once the turn has lost its
+    /// session, so nothing a cut-off turn does lands after its terminal (invariant 8).
+    async fn fenced<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
         let key = self.key.clone();
         let generation = self.generation;
-        let seq = self
-            .store
+        self.store
             .write(move |tx| {
                 tx.check_generation(&key, generation)?;
-                tx.append(&key, &event)
+                f(tx, &key)
             })
-            .await?;
+            .await
+    }
+
+    /// Appends a durable event unless this turn has lost its session.
+    pub async fn emit(&mut self, event: Event) -> Result<u64> {
+        let seq = self.fenced(move |tx, key| tx.append(key, &event)).await?;
         self.last_seq = seq;
         Ok(seq)
     }
@@ -987,16 +983,12 @@ impl TurnIo {
 
     /// Replaces the session's todo list (event + snapshot field).
     pub async fn set_todos(&mut self, todos: Vec<Todo>) -> Result<()> {
-        let key = self.key.clone();
-        let generation = self.generation;
         let doc = serde_json::to_string(&todos).map_err(|e| Error::Internal(e.to_string()))?;
         self.todos = Some(todos.clone());
         let seq = self
-            .store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
-                let seq = tx.append(&key, &Event::Todos { todos })?;
-                tx.set_json_column(&key, JsonColumn::Todos, Some(&doc))?;
+            .fenced(move |tx, key| {
+                let seq = tx.append(key, &Event::Todos { todos })?;
+                tx.set_json_column(key, JsonColumn::Todos, Some(&doc))?;
                 Ok(seq)
             })
             .await?;
@@ -1007,21 +999,18 @@ impl TurnIo {
     /// Starts a background task of this turn (`kind`: tool, subagent or scheduled) and returns
     /// its id (`t1`, `t2`, ...).
     pub async fn start_task(&mut self, kind: &str, name: &str, label: &str) -> Result<String> {
-        let key = self.key.clone();
         let generation = self.generation;
         let (kind, name, label) = (kind.to_owned(), name.to_owned(), label.to_owned());
         let (id, seq) = self
-            .store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
-                let id = tx.next_task_id(&key)?;
+            .fenced(move |tx, key| {
+                let id = tx.next_task_id(key)?;
                 let task = json!({
                     "id": id, "kind": kind, "name": name, "label": label,
                     "ownerScopeId": format!("turn-{generation}"),
                     "status": "running", "startedAt": tx.now,
                 });
-                tx.put_task(&key, &id, &task.to_string(), "running")?;
-                let seq = tx.append(&key, &Event::TaskStarted { task })?;
+                tx.put_task(key, &id, &task.to_string(), "running")?;
+                let seq = tx.append(key, &Event::TaskStarted { task })?;
                 Ok((id, seq))
             })
             .await?;
@@ -1064,22 +1053,18 @@ impl TurnIo {
 
     /// Settles a task: `completed` with `result`, `failed` with `error`, `stopped` with `reason`.
     pub async fn settle_task(&mut self, id: &str, status: &str, detail: Value) -> Result<()> {
-        let key = self.key.clone();
-        let generation = self.generation;
         let (id_c, status_c) = (id.to_owned(), status.to_owned());
         let seq = self
-            .store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
+            .fenced(move |tx, key| {
                 let body = tx
-                    .running_tasks(&key)?
+                    .running_tasks(key)?
                     .into_iter()
                     .find(|(t, _)| *t == id_c)
                     .map(|(_, b)| b)
                     .ok_or_else(|| Error::Internal(format!("task {id_c} is not running")))?;
                 let mut task: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({}));
                 task["status"] = json!(status_c);
-                tx.put_task(&key, &id_c, &task.to_string(), &status_c)?;
+                tx.put_task(key, &id_c, &task.to_string(), &status_c)?;
                 let mut settlement = json!({ "id": id_c, "status": status_c, "settledAt": tx.now });
                 let field = match status_c.as_str() {
                     "completed" => "result",
@@ -1087,7 +1072,7 @@ impl TurnIo {
                     _ => "reason",
                 };
                 settlement[field] = detail;
-                tx.append(&key, &Event::TaskSettled { settlement })
+                tx.append(key, &Event::TaskSettled { settlement })
             })
             .await?;
         self.last_seq = seq;
@@ -1101,27 +1086,23 @@ impl TurnIo {
         if !self.control.steer_pending.swap(false, Ordering::SeqCst) {
             return Ok(Vec::new());
         }
-        let key = self.key.clone();
-        let generation = self.generation;
         let turn_started = self.turn_started;
         let texts = self
-            .store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
+            .fenced(move |tx, key| {
                 let mut texts = Vec::new();
-                for input in tx.pending_inputs(&key)? {
+                for input in tx.pending_inputs(key)? {
                     if input.kind != "message" || input.behavior != "steer" {
                         continue;
                     }
-                    tx.remove_input(&key, input.seq)?;
-                    tx.record_input_turn(&key, input.seq, turn_started)?;
+                    tx.remove_input(key, input.seq)?;
+                    tx.record_input_turn(key, input.seq, turn_started)?;
                     let attempt = json!({
                         "attemptId": crate::ids::new_id(),
                         "throughSeq": input.seq,
                         "kind": "message",
                         "createdAt": tx.now,
                     });
-                    tx.set_delivered(&key, input.seq, &attempt.to_string())?;
+                    tx.set_delivered(key, input.seq, &attempt.to_string())?;
                     texts.push(input.text);
                 }
                 Ok(texts)

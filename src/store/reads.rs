@@ -284,10 +284,10 @@ pub fn parent_session(
         .flatten())
 }
 
-/// The session's usage totals (`None` before its first usage event).
-pub fn usage_totals(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
+/// What the session's engine remembers between turns (see migration 0002).
+pub fn engine_memo(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
     Ok(conn
-        .prepare_cached("SELECT usage_totals FROM sessions WHERE pk = ?1")?
+        .prepare_cached("SELECT engine_memo FROM sessions WHERE pk = ?1")?
         .query_row([session_pk], |r| r.get(0))
         .optional()?
         .flatten())

@@ -447,14 +447,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// What the session's engine remembers between turns (see migration 0002).
-    pub fn engine_memo(&self, key: &SessionKey) -> Result<Option<String>> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT engine_memo FROM sessions WHERE pk = ?1")?
-            .query_row([key.pk], |r| r.get(0))?)
-    }
-
+    /// What the session's engine remembers between turns (read with [`super::engine_memo`]).
     pub fn set_engine_memo(&mut self, key: &SessionKey, memo: Option<&str>) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET engine_memo = ?2 WHERE pk = ?1")?
