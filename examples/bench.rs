@@ -31,7 +31,7 @@ use sessiond::timeline::{Event, Sender};
 
 #[path = "support/report.rs"]
 mod report;
-use report::{loadavg, thousands};
+use report::{loadavg, quick_flag, thousands};
 
 const TARGET_STORE_RATIO: f64 = 0.50;
 const TARGET_NOTE_P99: Duration = Duration::from_millis(5);
@@ -60,24 +60,10 @@ struct Opts {
 
 impl Opts {
     fn parse() -> Opts {
-        let mut quick = false;
-        for arg in std::env::args().skip(1) {
-            match arg.as_str() {
-                "--quick" => quick = true,
-                "-h" | "--help" => {
-                    println!(
-                        "usage: cargo run --release --example bench [-- --quick]\n\n\
-                         --quick   smaller sizes (100,000-event history session, fewer appends \
-                         and requests); finishes in well under 30 s"
-                    );
-                    std::process::exit(0);
-                }
-                other => {
-                    eprintln!("unknown argument {other:?} (try --help)");
-                    std::process::exit(2);
-                }
-            }
-        }
+        let quick = quick_flag(
+            "bench",
+            "smaller sizes (100,000-event history session, fewer appends and requests); finishes in well under 30 s",
+        );
         if quick {
             Opts {
                 quick,

@@ -63,7 +63,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 #[path = "support/report.rs"]
 mod report;
-use report::{loadavg, thousands};
+use report::{Lat, loadavg, quick_flag, thousands};
 
 /// Text deltas in every streamed text reply.
 const DELTAS: usize = 200;
@@ -89,23 +89,10 @@ struct Opts {
 
 impl Opts {
     fn parse() -> Opts {
-        let mut quick = false;
-        for arg in std::env::args().skip(1) {
-            match arg.as_str() {
-                "--quick" => quick = true,
-                "-h" | "--help" => {
-                    println!(
-                        "usage: cargo run --release --example bench_engines [-- --quick]\n\n\
-                         --quick   fewer rounds and requests; finishes in under 10 s"
-                    );
-                    std::process::exit(0);
-                }
-                other => {
-                    eprintln!("unknown argument {other:?} (try --help)");
-                    std::process::exit(2);
-                }
-            }
-        }
+        let quick = quick_flag(
+            "bench_engines",
+            "fewer rounds and requests; finishes in under 10 s",
+        );
         if quick {
             Opts {
                 quick,
@@ -132,52 +119,6 @@ impl Opts {
 fn die(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("bench_engines: {what}: {e}");
     std::process::exit(1);
-}
-
-/// Latencies in milliseconds.
-#[derive(Default)]
-struct Lat {
-    v: Vec<f64>,
-}
-
-impl Lat {
-    fn push(&mut self, d: Duration) {
-        self.v.push(d.as_secs_f64() * 1000.0);
-    }
-
-    fn sort(&mut self) {
-        self.v.sort_by(f64::total_cmp);
-    }
-
-    /// Nearest-rank percentile, `q` in 0..=100 (call [`Lat::sort`] first).
-    fn p(&self, q: f64) -> f64 {
-        let n = self.v.len();
-        if n == 0 {
-            return f64::NAN;
-        }
-        let rank = ((q / 100.0) * n as f64).ceil() as usize;
-        self.v[rank.clamp(1, n) - 1]
-    }
-
-    fn mean(&self) -> f64 {
-        if self.v.is_empty() {
-            f64::NAN
-        } else {
-            self.v.iter().sum::<f64>() / self.v.len() as f64
-        }
-    }
-
-    fn line(&self) -> String {
-        format!(
-            "p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, mean {:.2} ms (n = {})",
-            self.p(50.0),
-            self.p(90.0),
-            self.p(99.0),
-            self.v.last().copied().unwrap_or(f64::NAN),
-            self.mean(),
-            thousands(self.v.len() as u64)
-        )
-    }
 }
 
 /// CPU seconds (user + system) this process has used, all threads, exited ones included.
@@ -1348,7 +1289,7 @@ fn main() {
                  windows): p50 {:.2} ms, p99 {:.2} ms (n = {})",
                 ours.create.p(50.0),
                 ours.create.p(99.0),
-                ours.create.v.len()
+                ours.create.n()
             );
         }
         rows.push((format!("text turn, {clients} at once"), raw, ours));

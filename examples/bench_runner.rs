@@ -61,7 +61,7 @@ use tokio::task::JoinSet;
 
 #[path = "support/report.rs"]
 mod report;
-use report::{loadavg, thousands};
+use report::{Lat, loadavg, quick_flag, thousands};
 
 const WS: &str = "default";
 const EMAIL: &str = "bench@local";
@@ -105,24 +105,10 @@ struct Opts {
 
 impl Opts {
     fn parse() -> Opts {
-        let mut quick = false;
-        for arg in std::env::args().skip(1) {
-            match arg.as_str() {
-                "--quick" => quick = true,
-                "-h" | "--help" => {
-                    println!(
-                        "usage: cargo run --release --example bench_runner [-- --quick]\n\n\
-                         --quick   smaller sizes (turns at 1/16/64 sessions, 2,000 idle \
-                         streams, shorter runs); finishes in under 60 s"
-                    );
-                    std::process::exit(0);
-                }
-                other => {
-                    eprintln!("unknown argument {other:?} (try --help)");
-                    std::process::exit(2);
-                }
-            }
-        }
+        let quick = quick_flag(
+            "bench_runner",
+            "smaller sizes (turns at 1/16/64 sessions, 2,000 idle streams, shorter runs); finishes in under 60 s",
+        );
         if quick {
             Opts {
                 quick,
@@ -169,56 +155,6 @@ impl Opts {
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers.
-
-/// Latencies in milliseconds (signed: a frame can arrive before the POST's response does).
-struct Lat {
-    v: Vec<f64>,
-}
-
-impl Lat {
-    fn of(mut v: Vec<f64>) -> Lat {
-        v.sort_by(f64::total_cmp);
-        Lat { v }
-    }
-
-    fn n(&self) -> usize {
-        self.v.len()
-    }
-
-    /// Nearest-rank percentile, `q` in 0..=100.
-    fn p(&self, q: f64) -> f64 {
-        let n = self.v.len();
-        if n == 0 {
-            return f64::NAN;
-        }
-        let rank = ((q / 100.0) * n as f64).ceil() as usize;
-        self.v[rank.clamp(1, n) - 1]
-    }
-
-    fn max(&self) -> f64 {
-        self.v.last().copied().unwrap_or(f64::NAN)
-    }
-
-    fn mean(&self) -> f64 {
-        if self.v.is_empty() {
-            f64::NAN
-        } else {
-            self.v.iter().sum::<f64>() / self.v.len() as f64
-        }
-    }
-
-    fn line(&self) -> String {
-        format!(
-            "p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, mean {:.2} ms (n = {})",
-            self.p(50.0),
-            self.p(90.0),
-            self.p(99.0),
-            self.max(),
-            self.mean(),
-            thousands(self.n() as u64)
-        )
-    }
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
