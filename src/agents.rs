@@ -7,6 +7,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::config::Policy;
 use crate::drive::{self, Drive};
 use crate::error::{Error, Result};
 use crate::store::{self, AgentRow, Store};
@@ -51,7 +52,9 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_engine(engine: &Value) -> Result<String> {
+/// A valid engine object that the operator's policy permits (`[policy]`: what an engine may run,
+/// call and send is their decision, whoever holds the key that configures the agent).
+fn check_engine(engine: &Value, policy: &Policy) -> Result<String> {
     let obj = engine
         .as_object()
         .ok_or_else(|| Error::invalid("engine: must be an object"))?;
@@ -65,7 +68,9 @@ fn check_engine(engine: &Value) -> Result<String> {
         }
     }
     let text = engine.to_string();
-    crate::engine::EngineConfig::parse(&text)?;
+    if let Some(cfg) = crate::engine::EngineConfig::parse(&text)? {
+        cfg.permitted(policy)?;
+    }
     Ok(text)
 }
 
@@ -97,10 +102,11 @@ pub async fn get(store: &Store, workspace_id: &str, slug: &str) -> Result<AgentR
 pub fn create_blocking(
     store: &Store,
     drive: &Drive,
+    policy: &Policy,
     workspace_id: &str,
     spec: AgentSpec,
 ) -> Result<AgentRow> {
-    let (slug, name, anchor, engine) = prepare_new(drive, spec)?;
+    let (slug, name, anchor, engine) = prepare_new(drive, policy, spec)?;
     let ws = workspace_id.to_owned();
     store.write_blocking(move |tx| tx.insert_agent(&ws, &slug, &name, &anchor, &engine))
 }
@@ -108,10 +114,11 @@ pub fn create_blocking(
 pub async fn create(
     store: &Store,
     drive: &Drive,
+    policy: &Policy,
     workspace_id: &str,
     spec: AgentSpec,
 ) -> Result<AgentRow> {
-    let (slug, name, anchor, engine) = prepare_new(drive, spec)?;
+    let (slug, name, anchor, engine) = prepare_new(drive, policy, spec)?;
     let ws = workspace_id.to_owned();
     store
         .write(move |tx| tx.insert_agent(&ws, &slug, &name, &anchor, &engine))
@@ -119,7 +126,11 @@ pub async fn create(
 }
 
 /// Validates a new agent and creates its anchor folder.
-fn prepare_new(drive: &Drive, spec: AgentSpec) -> Result<(String, String, String, String)> {
+fn prepare_new(
+    drive: &Drive,
+    policy: &Policy,
+    spec: AgentSpec,
+) -> Result<(String, String, String, String)> {
     let slug = spec.slug.ok_or_else(|| Error::invalid("slug: required"))?;
     check_slug(&slug)?;
     if slug == ROOT_SLUG {
@@ -134,7 +145,7 @@ fn prepare_new(drive: &Drive, spec: AgentSpec) -> Result<(String, String, String
         drive,
         spec.anchor.as_deref().unwrap_or(&format!("agents/{slug}")),
     )?;
-    let engine = check_engine(&spec.engine.unwrap_or_else(|| json!({})))?;
+    let engine = check_engine(&spec.engine.unwrap_or_else(|| json!({})), policy)?;
     Ok((slug, name, anchor, engine))
 }
 
@@ -153,6 +164,7 @@ fn anchor_folder(drive: &Drive, anchor: &str) -> Result<String> {
 pub fn update_blocking(
     store: &Store,
     drive: &Drive,
+    policy: &Policy,
     workspace_id: &str,
     slug: &str,
     spec: AgentSpec,
@@ -160,7 +172,7 @@ pub fn update_blocking(
     let current = store
         .read_blocking(|c| store::agent_by_slug(c, workspace_id, slug))?
         .ok_or(Error::AgentNotFound)?;
-    let (id, name, anchor, engine) = prepare_update(drive, &current, spec)?;
+    let (id, name, anchor, engine) = prepare_update(drive, policy, &current, spec)?;
     store.write_blocking(move |tx| {
         tx.update_agent(&id, &name, &anchor, &engine)?;
         store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)
@@ -170,12 +182,13 @@ pub fn update_blocking(
 pub async fn update(
     store: &Store,
     drive: &Drive,
+    policy: &Policy,
     workspace_id: &str,
     slug: &str,
     spec: AgentSpec,
 ) -> Result<AgentRow> {
     let current = get(store, workspace_id, slug).await?;
-    let (id, name, anchor, engine) = prepare_update(drive, &current, spec)?;
+    let (id, name, anchor, engine) = prepare_update(drive, policy, &current, spec)?;
     store
         .write(move |tx| {
             tx.update_agent(&id, &name, &anchor, &engine)?;
@@ -187,6 +200,7 @@ pub async fn update(
 /// Validates a change to an agent; the anchor folder is created when it moves.
 fn prepare_update(
     drive: &Drive,
+    policy: &Policy,
     current: &AgentRow,
     spec: AgentSpec,
 ) -> Result<(String, String, String, String)> {
@@ -205,7 +219,7 @@ fn prepare_update(
         None => current.anchor.clone(),
     };
     let engine = match spec.engine {
-        Some(e) => check_engine(&e)?,
+        Some(e) => check_engine(&e, policy)?,
         None => current.engine.clone(),
     };
     Ok((current.id.clone(), name, anchor, engine))

@@ -253,7 +253,7 @@ fn agent_command(cfg: &Config, action: &AgentAction) -> Result<(), String> {
                     anchor: anchor.clone(),
                     engine: None,
                 };
-                let row = agents::create(&store, &drive, &ws.id, spec).await?;
+                let row = agents::create(&store, &drive, &cfg.policy, &ws.id, spec).await?;
                 println!("{}", agents::view(&row));
             }
             AgentAction::List { .. } => {
@@ -275,7 +275,7 @@ fn agent_command(cfg: &Config, action: &AgentAction) -> Result<(), String> {
                     anchor: anchor.clone(),
                     engine: None,
                 };
-                let row = agents::update(&store, &drive, &ws.id, slug, spec).await?;
+                let row = agents::update(&store, &drive, &cfg.policy, &ws.id, slug, spec).await?;
                 println!("{}", agents::view(&row));
             }
             AgentAction::Delete { slug, .. } => {

@@ -50,14 +50,6 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
         let exists = store
             .read_blocking(|c| crate::store::agent_by_slug(c, &ws.id, &a.slug))
             .map_err(|e| e.to_string())?;
-        if let Some(engine) = &a.engine
-            && let Some(parsed) = EngineConfig::parse(&engine.to_string())
-                .map_err(|e| format!("config: agent {}: {e}", a.slug))?
-        {
-            parsed
-                .permitted(&cfg.policy)
-                .map_err(|e| format!("config: agent {}: {e}", a.slug))?;
-        }
         let spec = AgentSpec {
             slug: Some(a.slug.clone()),
             name: a.name.clone(),
@@ -65,8 +57,9 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
             engine: a.engine.clone(),
         };
         let result = match exists {
-            None => agents::create_blocking(store, &drive, &ws.id, spec).map(|_| ()),
-            Some(_) => agents::update_blocking(store, &drive, &ws.id, &a.slug, spec).map(|_| ()),
+            None => agents::create_blocking(store, &drive, &cfg.policy, &ws.id, spec).map(|_| ()),
+            Some(_) => agents::update_blocking(store, &drive, &cfg.policy, &ws.id, &a.slug, spec)
+                .map(|_| ()),
         };
         result.map_err(|e| format!("config: agent {}: {e}", a.slug))?;
     }

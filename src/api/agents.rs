@@ -3,7 +3,6 @@
 //! The agent CRUD routes are sessiond's own extension; the default-alias routes are the seed's
 //! (R55–R63).
 
-use crate::engine::EngineConfig;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -33,15 +32,8 @@ async fn spec_body(
         body::read_limited(req, payload, state.sessions.config().limits.max_body_bytes).await?;
     let raw: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?;
-    let spec: AgentSpec = serde_path_to_error::deserialize(&raw)
-        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))?;
-    // What an engine may run is the operator's call (`[policy]`), whoever holds the key.
-    if let Some(engine) = &spec.engine
-        && let Some(cfg) = EngineConfig::parse(&engine.to_string())?
-    {
-        cfg.permitted(&state.sessions.config().policy)?;
-    }
-    Ok(spec)
+    serde_path_to_error::deserialize(&raw)
+        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))
 }
 
 pub async fn list(state: web::Data<AppState>, actor: Actor) -> Result<HttpResponse> {
@@ -58,7 +50,15 @@ pub async fn create(
 ) -> Result<HttpResponse> {
     let spec = spec_body(&state, &req, payload).await?;
     let drive = state.sessions.drive(&actor);
-    let row = agents::create(state.sessions.store(), &drive, &actor.workspace_id, spec).await?;
+    let policy = &state.sessions.config().policy;
+    let row = agents::create(
+        state.sessions.store(),
+        &drive,
+        policy,
+        &actor.workspace_id,
+        spec,
+    )
+    .await?;
     Ok(HttpResponse::Created().json(agents::view(&row)))
 }
 
@@ -83,6 +83,7 @@ pub async fn update(
     let row = agents::update(
         state.sessions.store(),
         &drive,
+        &state.sessions.config().policy,
         &actor.workspace_id,
         &path.1,
         spec,
