@@ -358,21 +358,18 @@ impl OpenAiEngine {
         loop {
             attempt += 1;
             let mut cancel = io.cancel_watch();
-            let result = {
-                let mut sink = Sink(io);
-                stream::call(
-                    Request {
-                        client: &self.client,
-                        url: &self.url,
-                        api_key: key.as_deref(),
-                        body,
-                        idle_timeout: Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
-                    },
-                    &mut sink,
-                    &mut cancel,
-                )
-                .await
-            };
+            let result = stream::call(
+                Request {
+                    client: &self.client,
+                    url: &self.url,
+                    api_key: key.as_deref(),
+                    body,
+                    idle_timeout: Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
+                },
+                io,
+                &mut cancel,
+            )
+            .await;
             match result {
                 Ok(reply) => return Ok(Called::Reply(reply)),
                 Err(CallError::Cancelled { partial }) => {
@@ -832,12 +829,10 @@ enum Called {
     Failed(String),
 }
 
-/// Streams deltas into the turn's volatile tail.
-struct Sink<'a>(&'a mut TurnIo);
-
-impl DeltaSink for Sink<'_> {
+/// Deltas stream into the turn's volatile tail.
+impl DeltaSink for TurnIo {
     fn delta(&mut self, step: Step) {
-        self.0.delta(step);
+        TurnIo::delta(self, step);
     }
 }
 

@@ -11,7 +11,6 @@
 //! command runs in its own process group with a hard timeout, and is stopped with its children
 //! when the turn is interrupted or ends.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -230,9 +229,7 @@ fn spec_for(
         s.args = args.to_vec();
         s
     };
-    spec.stdin = None;
     spec.max_line_bytes = 64 * 1024;
-    spec.env = BTreeMap::new();
     Ok(spec)
 }
 
