@@ -500,8 +500,9 @@ impl OpenAiEngine {
             let path = a.path.clone();
             let inline = if a.bytes <= INLINE_ATTACHMENT_BYTES {
                 tokio::task::spawn_blocking(move || {
-                    super::tools::files::Sandbox::new(drive.root(), None)
-                        .and_then(|s| s.read_file(&path, None, None))
+                    super::tools::sandbox(&drive, None)
+                        .ok()?
+                        .read_file(&path, None, None)
                         .ok()
                 })
                 .await

@@ -19,6 +19,7 @@ pub mod shell;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::drive::Drive;
 use crate::error::{Error, Result};
 use crate::runner::TurnIo;
 use crate::sessions::{CreateIn, InputCommon, MessageIn};
@@ -599,6 +600,16 @@ struct FileIn {
     glob: Option<String>,
 }
 
+/// A session's working directory as a sandbox, the drive folder created when missing (blocking:
+/// call it off the runner's threads). Errors are text for the model.
+pub(crate) fn sandbox(
+    drive: &Drive,
+    cwd: Option<&str>,
+) -> std::result::Result<files::Sandbox, String> {
+    drive.ensure().map_err(|e| e.to_string())?;
+    files::Sandbox::new(drive.root(), cwd).map_err(|e| e.to_string())
+}
+
 /// The file tools block on the filesystem, so they run off the runner's threads.
 async fn file_tool(io: &TurnIo, name: &str, input: &Value) -> Outcome {
     let parsed: FileIn = match args(name, input) {
@@ -609,9 +620,7 @@ async fn file_tool(io: &TurnIo, name: &str, input: &Value) -> Outcome {
     let cwd = io.cwd().map(str::to_owned);
     let name = name.to_owned();
     let run = move || -> std::result::Result<String, String> {
-        drive.ensure().map_err(|e| e.to_string())?;
-        let sandbox =
-            files::Sandbox::new(drive.root(), cwd.as_deref()).map_err(|e| e.to_string())?;
+        let sandbox = sandbox(&drive, cwd.as_deref())?;
         let need =
             |v: Option<String>, field: &str| v.ok_or_else(|| format!("{name} needs {field}"));
         let result = match name.as_str() {

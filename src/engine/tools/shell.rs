@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use super::Outcome;
-use super::files::Sandbox;
 use crate::error::{Error, Result};
 use crate::process::{Output, Process, ProcessSpec, describe_status};
 use crate::runner::TurnIo;
@@ -370,10 +369,7 @@ pub async fn run(
     let drive = io.drive().clone();
     let cwd = io.cwd().map(str::to_owned);
     let base = tokio::task::spawn_blocking(move || {
-        drive.ensure().map_err(|e| e.to_string())?;
-        Sandbox::new(drive.root(), cwd.as_deref())
-            .map(|s| s.base().to_path_buf())
-            .map_err(|e| e.to_string())
+        super::sandbox(&drive, cwd.as_deref()).map(|s| s.base().to_path_buf())
     })
     .await
     .unwrap_or_else(|_| Err("the working directory cannot be checked".into()));
