@@ -53,7 +53,7 @@ use sessiond::bus::Bus;
 use sessiond::config::Config;
 use sessiond::engine::{EngineConfig, Engines};
 use sessiond::runner::Runner;
-use sessiond::sessions::{Actor, CreateIn, InputCommon, MessageIn, Sessions, WaitOutcome};
+use sessiond::sessions::{Actor, Channel, CreateIn, InputCommon, MessageIn, Sessions, WaitOutcome};
 use sessiond::store::Store;
 use sessiond::timeline::{Behavior, Sender, is_terminal_type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -659,6 +659,7 @@ impl Sessiond {
             workspace_slug: "default".into(),
             user_id: user_id.clone(),
             sender: Sender::User { user_id },
+            channel: Channel::Cli,
         };
         Sessiond {
             sessions,

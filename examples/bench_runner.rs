@@ -52,7 +52,7 @@ use sessiond::bus::Bus;
 use sessiond::config::Config;
 use sessiond::engine::{Engines, scripted::ScriptedEngine};
 use sessiond::runner::Runner;
-use sessiond::sessions::{Actor, CreateIn, InputCommon, Sessions, WaitOutcome, view};
+use sessiond::sessions::{Actor, Channel, CreateIn, InputCommon, Sessions, WaitOutcome, view};
 use sessiond::timeline::{Behavior, Sender};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -1623,6 +1623,7 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
         workspace_slug: WS.into(),
         user_id: user_id.clone(),
         sender: Sender::User { user_id },
+        channel: Channel::Cli,
     };
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::new(cfg));
     let state = web::Data::new(AppState::new(sessions, Auth::new(store.clone())));

@@ -2,7 +2,10 @@
 //!
 //! Every workspace-scoped handler takes an [`Actor`]; the extractor below is the single place
 //! where a request becomes a principal, is checked for the capability its route needs, and is
-//! bound to the workspace in the path.
+//! bound to a workspace: the one in the path (`/v1/ws/{workspaceSlug}/…`), or, on routes without
+//! one (`/v2`, `/agentex`), the credential's own. An API key belongs to one workspace; a browser
+//! session may name one of its workspaces in [`WORKSPACE_HEADER`], else acts in its default
+//! (`store::identity::default_workspace_slug`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +18,10 @@ use crate::auth::{self, Auth, Capability, Principal};
 
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Sessions};
+
+/// Names the workspace a request acts in on routes without one in the path. An API key may send
+/// only its own workspace's slug (any other answers 404, like a foreign workspace in a path).
+pub const WORKSPACE_HEADER: &str = "x-sessiond-workspace";
 
 /// Shared state of the HTTP layer.
 pub struct AppState {
@@ -127,11 +134,41 @@ impl FromRequest for Actor {
                 .ok_or_else(|| Error::Internal("app state missing".into()))?
                 .clone();
             let principal = credential(&state, &req).await?;
-            let slug = req.match_info().get("workspaceSlug").unwrap_or_default();
+            let slug = workspace_of(&state, &req, &principal).await?;
             state
                 .auth
-                .authorize(&principal, slug, capability(&req))
+                .authorize(&principal, &slug, capability(&req))
                 .await
         })
+    }
+}
+
+/// The slug of the workspace a request acts in: the path's, else [`WORKSPACE_HEADER`], else the
+/// credential's own (a key's workspace, a browser user's default).
+async fn workspace_of(
+    state: &AppState,
+    req: &HttpRequest,
+    principal: &Principal,
+) -> Result<String> {
+    if let Some(slug) = req.match_info().get("workspaceSlug") {
+        return Ok(slug.to_owned());
+    }
+    if let Some(value) = req.headers().get(WORKSPACE_HEADER) {
+        let slug = value
+            .to_str()
+            .map_err(|_| Error::invalid(format!("{WORKSPACE_HEADER}: not a workspace slug")))?;
+        return Ok(slug.trim().to_owned());
+    }
+    match principal {
+        Principal::Key(k) => Ok(k.workspace_slug.clone()),
+        Principal::Browser { user_id } => {
+            let user = user_id.clone();
+            state
+                .auth
+                .store()
+                .read(move |c| crate::store::identity::default_workspace_slug(c, &user))
+                .await?
+                .ok_or(Error::NotFound)
+        }
     }
 }

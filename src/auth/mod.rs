@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::secret;
-use crate::sessions::Actor;
+use crate::sessions::{Actor, Channel};
 use crate::store::identity::{self, KeyRow};
 use crate::store::{self, Store};
 use crate::timeline::Sender;
@@ -328,6 +328,9 @@ impl Auth {
                         sender: Sender::App {
                             app_id: app.clone(),
                         },
+                        channel: Channel::ApiKey {
+                            key_id: k.id.clone(),
+                        },
                     },
                     (user, None) => {
                         let user = user.clone().unwrap_or_default();
@@ -336,6 +339,9 @@ impl Auth {
                             workspace_slug: k.workspace_slug.clone(),
                             user_id: user.clone(),
                             sender: Sender::User { user_id: user },
+                            channel: Channel::ApiKey {
+                                key_id: k.id.clone(),
+                            },
                         }
                     }
                 })
@@ -359,6 +365,7 @@ impl Auth {
                     sender: Sender::User {
                         user_id: user_id.clone(),
                     },
+                    channel: Channel::Browser,
                 })
             }
         }

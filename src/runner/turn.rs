@@ -14,7 +14,7 @@ use crate::clock;
 use crate::drive::Drive;
 use crate::engine::{Engine, InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
-use crate::sessions::{Actor, Sessions, projection};
+use crate::sessions::{Actor, Channel, Sessions, projection};
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
     AgentLoopState, AgentStatus, AttachmentRef, CompleteStatus, ContextWindowUsage, Event, Level,
@@ -124,6 +124,7 @@ async fn run_turn(
             sender: Sender::Session {
                 session_id: key.id.clone(),
             },
+            channel: Channel::Runner,
         },
         sessions: shared.sessions.get().cloned(),
         measured_usage: false,

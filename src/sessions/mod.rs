@@ -39,6 +39,24 @@ pub struct Actor {
     pub user_id: String,
     /// The author recorded on inputs (R5, R6).
     pub sender: Sender,
+    /// How the credential reached sessiond (a Session record's `source` and `attribution`).
+    pub channel: Channel,
+}
+
+/// The way an actor's request came in. Recorded with what it creates, so provenance is a fact of
+/// the timeline rather than a guess from the sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Channel {
+    /// An API key, personal or an app's (`key_id` is the key's public id, never its secret).
+    ApiKey { key_id: String },
+    /// A browser session of the web UI.
+    Browser,
+    /// The command line, acting on the data dir directly.
+    Cli,
+    /// A schedule's tick.
+    Schedule,
+    /// The runner on behalf of a session (the session tools).
+    Runner,
 }
 
 /// Fields shared by every input that carries media and a retry key.

@@ -48,6 +48,19 @@ pub fn memberships(conn: &Connection, user_id: &str) -> Result<Vec<(String, Stri
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// The workspace a browser session acts in on routes without one in the path, when the request
+/// names none: the oldest workspace the user owns, else the oldest they belong to.
+pub fn default_workspace_slug(conn: &Connection, user_id: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT w.slug FROM memberships m JOIN workspaces w ON w.id = m.workspace_id
+             WHERE m.user_id = ?1
+             ORDER BY m.role = 'owner' DESC, w.created_at, w.slug LIMIT 1",
+        )?
+        .query_row([user_id], |r| r.get(0))
+        .optional()?)
+}
+
 pub fn is_member(conn: &Connection, user_id: &str, workspace_id: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM memberships WHERE user_id = ?1 AND workspace_id = ?2")?
