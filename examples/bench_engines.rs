@@ -712,6 +712,7 @@ async fn create_session(sd: &Sessions, actor: &Actor) -> Result<(String, Duratio
             actor,
             CreateIn {
                 prompt: "Say two hundred words.".into(),
+                agent_id: None,
                 cwd: None,
                 tier: None,
                 behavior: Behavior::Steer,

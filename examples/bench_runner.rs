@@ -1630,6 +1630,7 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
     let session_id = runner_rt.block_on(async {
         let input = CreateIn {
             prompt: "/reply ok".into(),
+            agent_id: None,
             cwd: None,
             tier: None,
             behavior: Behavior::Steer,

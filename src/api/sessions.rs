@@ -233,6 +233,7 @@ async fn create_input(
     let fp = body::fingerprint("create", target, &raw);
     Ok(CreateIn {
         prompt: b.prompt,
+        agent_id: None,
         cwd,
         tier: b.tier,
         behavior: b.behavior.unwrap_or(Behavior::Steer),

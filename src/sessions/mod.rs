@@ -74,6 +74,9 @@ pub struct InputCommon {
 #[derive(Debug, Clone)]
 pub struct CreateIn {
     pub prompt: String,
+    /// The agent (its id) to run the session with, in its anchor unless `cwd` names a folder inside
+    /// it. `None`: the agent whose anchor holds `cwd` (the Sessions API's rule, R-agents).
+    pub agent_id: Option<String>,
     pub cwd: Option<String>,
     pub tier: Option<Tier>,
     pub behavior: Behavior,
@@ -306,13 +309,29 @@ impl Sessions {
                 }
             }
             None => {
-                let cwd = input
-                    .cwd
-                    .as_deref()
-                    .map(|c| drive.check_cwd(c, ""))
-                    .transpose()?;
-                let owner = agents::owner_of(&all_agents, cwd.as_deref().unwrap_or(""))
-                    .ok_or(Error::AgentNotFound)?;
+                let (owner, cwd) = match &input.agent_id {
+                    Some(id) => {
+                        let agent = all_agents
+                            .iter()
+                            .find(|a| &a.id == id)
+                            .ok_or(Error::AgentNotFound)?;
+                        let cwd = match &input.cwd {
+                            Some(c) => drive.check_cwd(c, &agent.anchor)?,
+                            None => drive.make_dir(&agent.anchor)?,
+                        };
+                        (agent, Some(cwd))
+                    }
+                    None => {
+                        let cwd = input
+                            .cwd
+                            .as_deref()
+                            .map(|c| drive.check_cwd(c, ""))
+                            .transpose()?;
+                        let owner = agents::owner_of(&all_agents, cwd.as_deref().unwrap_or(""))
+                            .ok_or(Error::AgentNotFound)?;
+                        (owner, cwd)
+                    }
+                };
                 Plan {
                     agent_id: owner.id.clone(),
                     cwd: cwd.and_then(non_root_str),
@@ -417,6 +436,7 @@ impl Sessions {
                 };
                 let create = CreateIn {
                     prompt: input.prompt.clone(),
+                    agent_id: Some(agent.id.clone()),
                     cwd: None,
                     tier: input.tier,
                     behavior: input.behavior,

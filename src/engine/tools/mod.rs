@@ -516,6 +516,7 @@ async fn start_session(io: &mut TurnIo, input: &Value) -> Result<Outcome> {
             &actor,
             CreateIn {
                 prompt: parsed.prompt,
+                agent_id: None,
                 cwd: parsed.cwd,
                 tier: parsed.tier,
                 behavior: Behavior::Steer,
