@@ -44,6 +44,9 @@ pub enum Error {
     StaleTurn,
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// An operation of a wire contract that sessiond answers but does not carry out (501).
+    #[error("{0}")]
+    NotImplemented(String),
     #[error("storage error: {0}")]
     Storage(String),
     #[error("internal error: {0}")]
@@ -73,6 +76,7 @@ impl Error {
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::TooManyStreams => "too_many_streams",
             Error::ShuttingDown => "unavailable",
+            Error::NotImplemented(_) => "not_implemented",
             Error::StaleTurn => "stale_turn",
             Error::Storage(_) | Error::Internal(_) => "internal",
         }
@@ -110,6 +114,7 @@ impl ResponseError for Error {
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Error::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Error::Storage(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
