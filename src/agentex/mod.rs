@@ -9,7 +9,26 @@
 pub mod agents;
 pub mod content;
 pub mod deployments;
+pub mod messages;
 pub mod records;
 pub mod tasks;
 pub mod updates;
 pub mod view;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// Decodes a JSON value into `T`, naming the path of the first thing that does not fit
+/// (`what/path: reason`).
+pub fn decode_value<T: DeserializeOwned>(raw: &Value, what: &str) -> Result<T> {
+    serde_path_to_error::deserialize(raw).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            Error::invalid(format!("{what}: {}", e.inner()))
+        } else {
+            Error::invalid(format!("{what}/{}: {}", path.replace('.', "/"), e.inner()))
+        }
+    })
+}

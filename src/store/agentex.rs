@@ -1236,25 +1236,6 @@ impl Tx<'_> {
     }
 }
 
-/// The engine a session runs with instead of its agent's, if one was pinned.
-pub fn session_engine(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT engine FROM sessions WHERE pk = ?1")?
-        .query_row([session_pk], |r| r.get(0))
-        .optional()?
-        .flatten())
-}
-
-impl Tx<'_> {
-    /// Pins the engine configuration a session runs with (instead of its agent's).
-    pub fn pin_session_engine(&mut self, key: &SessionKey, engine: &str) -> Result<()> {
-        self.conn
-            .prepare_cached("UPDATE sessions SET engine = ?2 WHERE pk = ?1")?
-            .execute(params![key.pk, engine])?;
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -80,14 +80,7 @@ pub async fn json_body<T: DeserializeOwned>(
 
 /// Decodes a JSON value, naming the path of the first thing that does not fit.
 pub fn decode<T: DeserializeOwned>(raw: &Value, what: &str) -> Result<T> {
-    serde_path_to_error::deserialize(raw).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            Error::invalid(format!("{what}: {}", e.inner()))
-        } else {
-            Error::invalid(format!("{what}/{path}: {}", e.inner()))
-        }
-    })
+    agentex::decode_value(raw, what)
 }
 
 /// The contract's list parameters: `limit`, `page_number` (from 1), `order_by`, `order_direction`.

@@ -18,7 +18,6 @@ const REGISTER: &str = "sessiond runs its agents itself and calls no agent serve
 const WORKFLOW_QUERY: &str = "tasks are not Temporal workflows in sessiond; read a task's state \
     with GET /tasks/{task_id}, /messages and /states";
 
-
 pub fn routes(cfg: &mut web::ServiceConfig) {
     for path in [
         "/checkpoints/list",
