@@ -138,6 +138,11 @@ impl ResponseError for Error {
         if matches!(self, Error::Unauthorized) {
             res.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"sessiond\""));
         }
+        if self.status_code() == StatusCode::CONFLICT {
+            // The same request conflicts again: clients that retry 409s (the official AgentEx
+            // client does) are told not to.
+            res.insert_header(("x-should-retry", "false"));
+        }
         res.json(body)
     }
 }

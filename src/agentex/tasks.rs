@@ -193,15 +193,16 @@ fn check_open(t: &TaskRow) -> Result<()> {
 
 /// `task/create`: get-or-create by name. An existing task of that name is returned as it is,
 /// except that `params`, when given, replace its params (`task_metadata` only applies at
-/// creation). Without a name every call opens a new task. `first` is a message to open a new
-/// task with. Returns the task, whether this call created it, and the first message's
-/// submission.
+/// creation). Without a name every call opens a new task, with the id `id`. `first` is a message
+/// to open a new task with. Returns the task, whether this call created it, and the first
+/// message's submission.
 pub async fn get_or_create(
     sessions: &Sessions,
     actor: &Actor,
     target: Target<'_>,
     t: NewTask,
     first: Option<MessageIn>,
+    id: String,
 ) -> Result<(TaskRow, bool, Option<Submitted>)> {
     if let Some(name) = &t.name {
         check_name(name)?;
@@ -211,6 +212,7 @@ pub async fn get_or_create(
     let metadata = t.task_metadata.map(|m| Value::Object(m).to_string());
     let deployment_id = target.deployment.map(|d| d.id.clone());
     let input = OpenIn {
+        id,
         agent_id: target.agent.id.clone(),
         title: t.name.clone(),
         engine: target.deployment.map(|d| d.engine.clone()),
@@ -300,6 +302,7 @@ pub async fn resolve(
 }
 
 /// A message to deliver: its text and drive attachments.
+#[derive(Debug, Clone)]
 pub struct Delivery {
     pub text: String,
     pub attachments: Vec<AttachmentRef>,
@@ -320,17 +323,30 @@ impl Delivery {
     }
 }
 
-/// `message/send`: delivers a message to the named task, or opens a task with it (a new name, or
-/// no task named; `task_params` apply only then). A task whose agent asked a question gets the
-/// message as its answer.
-pub async fn send(
+/// Where a message goes: a task that exists, or a new task with the id it will get (known
+/// first, so that its turn can be followed from its start).
+pub enum Destination {
+    Existing(Box<TaskRow>),
+    New(String),
+}
+
+impl Destination {
+    pub fn session_id(&self) -> &str {
+        match self {
+            Destination::Existing(t) => &t.id,
+            Destination::New(id) => id,
+        }
+    }
+}
+
+/// The task a `message/send` names (it must be open to new messages), or a new one: no task
+/// named, or a name no task has.
+pub async fn destination(
     sessions: &Sessions,
     actor: &Actor,
     target: Target<'_>,
     r: &TaskRef,
-    task_params: Option<Map<String, Value>>,
-    d: Delivery,
-) -> Result<(TaskRow, Submitted)> {
+) -> Result<Destination> {
     let existing = match (&r.id, &r.name) {
         (None, None) => None,
         (None, Some(name)) => match find(sessions, actor, TaskKey::Name(name)).await {
@@ -340,31 +356,47 @@ pub async fn send(
         },
         _ => Some(resolve(sessions, actor, target, r).await?),
     };
-    if existing.is_none() {
-        let t = NewTask {
-            name: r.name.clone(),
-            params: task_params,
-            task_metadata: None,
-        };
-        let (task, created, submitted) =
-            get_or_create(sessions, actor, target, t, Some(d.message())).await?;
-        return match submitted {
-            Some(s) => Ok((task, s)),
-            // Another request created the task of that name first.
-            None if !created => Err(Error::Conflict(
-                "task_name_taken",
-                "a task of that name was created meanwhile; send the message again".into(),
-            )),
-            None => Err(Error::Internal("a new task without its message".into())),
-        };
+    match existing {
+        Some(t) => {
+            check_target(&t, target)?;
+            check_open(&t)?;
+            Ok(Destination::Existing(Box::new(t)))
+        }
+        None => Ok(Destination::New(crate::ids::new_id())),
     }
-    let Some(task) = existing else {
-        return Err(Error::NotFound);
+}
+
+/// `message/send`: delivers a message to its destination, opening the new task with it
+/// (`task_params` apply only then). A task whose agent asked a question gets the message as its
+/// answer. `None`: a task of the new task's name was created meanwhile; look for the
+/// destination again.
+pub async fn send(
+    sessions: &Sessions,
+    actor: &Actor,
+    target: Target<'_>,
+    to: Destination,
+    name: Option<String>,
+    task_params: Option<Map<String, Value>>,
+    d: Delivery,
+) -> Result<Option<(TaskRow, Submitted)>> {
+    let task = match to {
+        Destination::New(id) => {
+            let t = NewTask {
+                name,
+                params: task_params,
+                task_metadata: None,
+            };
+            let (task, created, submitted) =
+                get_or_create(sessions, actor, target, t, Some(d.message()), id).await?;
+            return match submitted {
+                Some(s) if created => Ok(Some((task, s))),
+                _ => Ok(None),
+            };
+        }
+        Destination::Existing(task) => *task,
     };
-    check_target(&task, target)?;
-    check_open(&task)?;
     let (submitted, ()) = deliver(sessions, actor, &task, d, |_, _, _| Ok(())).await?;
-    Ok((reload(sessions, task.pk).await?, submitted))
+    Ok(Some((reload(sessions, task.pk).await?, submitted)))
 }
 
 /// Delivers a message to a task (an answer when it is asking), with `link` writing beside it.

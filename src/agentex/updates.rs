@@ -6,9 +6,10 @@
 //! whole (a tool call, an ask, an input) is one `full` with its stored message. A message cut off
 //! before it was stored (an interrupted turn) ends with a `done` without `parent_task_message`.
 //!
-//! [`Follower`] subscribes to the session's live frames *before* reading what is stored, then
-//! drops stored events it already handled by seq (invariant 5); a follower that falls behind the
-//! bus catches up from the store and the volatile tail.
+//! A [`Follower`] reads the session's live frames from a subscription made before anything it
+//! must see was submitted, so every event and delta arrives on it in order; one that falls
+//! behind the bus catches up from the store and the volatile tail on a new subscription,
+//! dropping what it already handled by seq (invariant 5).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -126,8 +127,9 @@ impl Projector {
 pub enum Scope {
     /// The turn that takes the input with this seq: the agent's messages, until its terminal.
     Turn { input_seq: u64 },
-    /// Everything that happens in the task from now on, inputs included.
-    Task,
+    /// Everything that happens in the task after the event with seq `after` (the newest one
+    /// when the stream opened), inputs included.
+    Task { after: u64 },
 }
 
 /// What a follower yields.
@@ -163,29 +165,26 @@ pub struct Follower {
     last: u64,
     /// Volatile frames seen since the last stored event that settles the bus tail.
     volatile_seen: usize,
+    /// After catching up from the store: live deltas are older than what was caught up until the
+    /// frame of this seq arrives, so they are dropped until then.
+    fence: Option<u64>,
     projector: Projector,
     queue: VecDeque<Item>,
     finished: bool,
 }
 
 impl Follower {
-    /// Subscribes to the session, then catches up with what is already stored.
-    pub async fn start(
+    /// Follows a session from `sub`, its subscription, made before anything the follower must see
+    /// was submitted: everything after that moment arrives on it, in order, and the running
+    /// message's deltas so far are its tail.
+    pub fn start(
         store: &Store,
         key: SessionKey,
         scope: Scope,
         keepalive: Duration,
-    ) -> Result<Follower> {
-        let sub = store.bus().subscribe(&key.id)?;
-        let pk = key.pk;
-        let last = match scope {
-            Scope::Turn { input_seq } => input_seq,
-            Scope::Task => store
-                .read(move |c| store::events_before(c, pk, None, 1))
-                .await?
-                .last()
-                .map_or(0, |e| e.seq),
-        };
+        mut sub: Subscription,
+    ) -> Follower {
+        let tail = std::mem::take(&mut sub.tail);
         let mut f = Follower {
             store: store.clone(),
             closed: store.bus().closed(),
@@ -195,18 +194,28 @@ impl Follower {
             keepalive,
             scope,
             started: None,
-            last,
+            last: match scope {
+                Scope::Turn { input_seq } => input_seq,
+                Scope::Task { after } => after,
+            },
             volatile_seen: 0,
+            fence: None,
             queue: VecDeque::new(),
             finished: false,
         };
-        f.sync().await?;
-        Ok(f)
+        if matches!(scope, Scope::Task { .. }) {
+            for frame in &tail {
+                f.volatile(frame);
+            }
+        }
+        f
     }
 
-    /// Catches up from the store (after subscribing): the followed turn's start, the stored
-    /// events after the last one handled, then the volatile tail of the running message.
-    async fn sync(&mut self) -> Result<()> {
+    /// Catches up from the store after falling behind the bus (on a new subscription): the
+    /// followed turn's start, the stored events after the last one handled, then the volatile
+    /// tail if nothing stored since settled it.
+    async fn resync(&mut self) -> Result<()> {
+        let mut settled: Option<u64> = None;
         if let Scope::Turn { input_seq } = self.scope
             && self.started.is_none()
         {
@@ -222,8 +231,9 @@ impl Follower {
             };
             self.started = Some(started);
             self.last = self.last.max(started);
+            self.volatile_seen = 0;
+            settled = Some(started);
         }
-        let mut stale_tail = false;
         loop {
             let (pk, after) = (self.key.pk, self.last);
             let events = self
@@ -232,8 +242,8 @@ impl Follower {
                 .await?;
             let n = events.len();
             for e in events {
-                if e.seq > self.sub.tail_after && bus::settles_tail(&e.event_type) {
-                    stale_tail = true;
+                if bus::settles_tail(&e.event_type) {
+                    settled = Some(e.seq);
                 }
                 self.stored(e);
                 if self.finished {
@@ -245,9 +255,14 @@ impl Follower {
             }
         }
         let tail = std::mem::take(&mut self.sub.tail);
-        if !stale_tail {
-            for frame in tail.iter().skip(self.volatile_seen) {
-                self.volatile(frame);
+        match settled {
+            // Settled after the new subscription began: its frame is still to come live, and
+            // the deltas before it are already accounted for.
+            Some(s) if s > self.sub.tail_after => self.fence = Some(s),
+            _ => {
+                for frame in tail.iter().skip(self.volatile_seen) {
+                    self.volatile(frame);
+                }
             }
         }
         Ok(())
@@ -255,7 +270,7 @@ impl Follower {
 
     fn in_scope(&self) -> bool {
         match self.scope {
-            Scope::Task => true,
+            Scope::Task { .. } => true,
             Scope::Turn { .. } => self.started.is_some() && !self.finished,
         }
     }
@@ -292,7 +307,7 @@ impl Follower {
                 });
                 self.finished = true;
             }
-            Scope::Task
+            Scope::Task { .. }
                 if terminal || matches!(e.event_type.as_str(), "turn_started" | "system") =>
             {
                 self.queue.push_back(Item::StatusMayChange);
@@ -303,6 +318,9 @@ impl Follower {
 
     /// A volatile frame (a text or reasoning delta).
     fn volatile(&mut self, frame: &Frame) {
+        if self.fence.is_some() {
+            return;
+        }
         self.volatile_seen += 1;
         if !self.in_scope() {
             return;
@@ -324,40 +342,42 @@ impl Follower {
         self.queue.extend(out.into_iter().map(Item::Update));
     }
 
-    /// A live durable frame: the stored event it announces (the store has its time).
+    /// A live durable frame: the stored event it announces.
     async fn live_durable(&mut self, frame: &Frame) -> Result<()> {
         let Some(seq) = frame.seq else {
             return Ok(());
         };
+        if self.fence.is_some_and(|f| seq >= f) {
+            self.fence = None;
+        }
         if seq <= self.last {
             return Ok(());
         }
         if let Scope::Turn { input_seq } = self.scope
             && self.started.is_none()
+            && frame.event_type.as_ref() == "turn_started"
         {
-            if frame.event_type.as_ref() == "turn_started" {
-                let pk = self.key.pk;
-                if let Some(started) = self
-                    .store
-                    .read(move |c| store::input_turn(c, pk, input_seq))
-                    .await?
-                {
+            let pk = self.key.pk;
+            if let Some(started) = self
+                .store
+                .read(move |c| store::input_turn(c, pk, input_seq))
+                .await?
+            {
+                if started == seq {
                     self.started = Some(started);
-                    // Our input joined a turn that started earlier: read it from the store.
-                    self.last = started;
-                    return self.sync().await;
+                    self.last = seq;
+                    self.volatile_seen = 0;
+                    return Ok(());
                 }
+                // Our input joined a turn that started earlier: catch up from the store.
+                self.last = self.last.min(started);
+                return self.resync().await;
             }
-            self.last = seq;
-            if bus::settles_tail(&frame.event_type) {
-                self.volatile_seen = 0;
-            }
-            return Ok(());
         }
         let event = serde_json::from_str::<Value>(&frame.data)
             .map(|mut v| v["event"].take())
             .unwrap_or(Value::Null);
-        if content::content_of(&event).is_none() {
+        if !self.in_scope() || content::content_of(&event).is_none() {
             // Not a message: the frame says all that matters.
             self.stored(StoredEvent {
                 seq,
@@ -403,7 +423,7 @@ impl Follower {
                         match self.store.bus().subscribe(&self.key.id) {
                             Ok(sub) => {
                                 self.sub = sub;
-                                self.sync().await
+                                self.resync().await
                             }
                             Err(e) => Err(e),
                         }

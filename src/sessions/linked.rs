@@ -18,6 +18,9 @@ use crate::timeline::Event;
 /// A session to open for an agent.
 #[derive(Debug, Clone)]
 pub struct OpenIn {
+    /// The id the new session gets (`ids::new_id()`), chosen by the caller so that it can
+    /// subscribe to the session's live frames before the first message is submitted.
+    pub id: String,
     /// The agent (its id); the session works in the agent's anchor.
     pub agent_id: String,
     /// A title that stays (a task's name); `None`: the first message's excerpt, or "New task".
@@ -107,13 +110,30 @@ impl Sessions {
                             mode: None,
                             common: first.common,
                         };
-                        let (key, seq) =
-                            insert_new_session(tx, &actor, &plan, &create, None, None, &images)?;
+                        let (key, seq) = insert_new_session(
+                            tx,
+                            &actor,
+                            &plan,
+                            &create,
+                            None,
+                            None,
+                            &images,
+                            Some(&input.id),
+                        )?;
                         (key, Some(seq))
                     }
                     None => {
                         let title = input.title.as_deref().unwrap_or("New task");
-                        let key = insert_session_row(tx, &actor, &plan, title, "", None, None)?;
+                        let key = insert_session_row(
+                            tx,
+                            &actor,
+                            &plan,
+                            title,
+                            "",
+                            None,
+                            None,
+                            Some(&input.id),
+                        )?;
                         tx.set_turn_status(&key, "complete")?;
                         (key, None)
                     }

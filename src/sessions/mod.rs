@@ -357,7 +357,7 @@ impl Sessions {
                     tx.session_key(&actor.workspace_id, parent)?;
                 }
                 let (key, seq) =
-                    insert_new_session(tx, &actor, &plan, &input, machine, None, &images)?;
+                    insert_new_session(tx, &actor, &plan, &input, machine, None, &images, None)?;
                 Ok((key, seq, true))
             })
             .await?;
@@ -478,6 +478,7 @@ impl Sessions {
                     None,
                     agent_first_message.as_deref(),
                     &images,
+                    None,
                 )?;
                 Ok((key, seq, true, true, false))
             })
@@ -815,7 +816,9 @@ fn non_root_str(cwd: String) -> Option<String> {
 }
 
 /// Inserts a session with its `session_created`, optional `agent_message` and first
-/// `prompt_submitted`; returns the key and the prompt's seq.
+/// `prompt_submitted`; returns the key and the prompt's seq. `id` is the session's id when the
+/// caller chose one (else a new one).
+#[allow(clippy::too_many_arguments)]
 fn insert_new_session(
     tx: &mut Tx<'_>,
     actor: &Actor,
@@ -824,6 +827,7 @@ fn insert_new_session(
     machine: Option<machine::Definition>,
     agent_first_message: Option<&str>,
     images: &[images::Decoded],
+    id: Option<&str>,
 ) -> Result<(SessionKey, u64)> {
     let key = insert_session_row(
         tx,
@@ -833,6 +837,7 @@ fn insert_new_session(
         &input.prompt,
         input.common.client_request_id.clone(),
         machine,
+        id,
     )?;
     if let Some(message) = agent_first_message.filter(|m| !m.is_empty()) {
         tx.append(
@@ -858,6 +863,7 @@ fn insert_new_session(
 }
 
 /// Inserts a session's row (with its machine, if any) and its `session_created` event.
+#[allow(clippy::too_many_arguments)]
 fn insert_session_row(
     tx: &mut Tx<'_>,
     actor: &Actor,
@@ -866,12 +872,13 @@ fn insert_session_row(
     prompt: &str,
     client_request_id: Option<String>,
     machine: Option<machine::Definition>,
+    id: Option<&str>,
 ) -> Result<SessionKey> {
     let definition = machine
         .as_ref()
         .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
         .transpose()?;
-    let id = crate::ids::new_id();
+    let id = id.map_or_else(crate::ids::new_id, str::to_owned);
     let key = tx.insert_session(&NewSession {
         id: &id,
         workspace_id: &actor.workspace_id,

@@ -352,7 +352,8 @@ async fn call_method(
                 params: p.params,
                 task_metadata: p.task_metadata,
             };
-            let (task, _, _) = tasks::get_or_create(sessions, actor, target, t, None).await?;
+            let id = crate::ids::new_id();
+            let (task, _, _) = tasks::get_or_create(sessions, actor, target, t, None, id).await?;
             Ok(tasks::view(&task, true, None))
         }
         "task/cancel" => {
@@ -401,18 +402,34 @@ async fn start_message(
         id: p.task_id,
         name: p.task_name,
     };
-    let (task, submitted) = tasks::send(sessions, actor, target, &r, p.task_params, d).await?;
     let keepalive = Duration::from_millis(sessions.config().stream.keepalive_ms);
-    let follower = Follower::start(
-        sessions.store(),
-        task.key(),
-        Scope::Turn {
-            input_seq: submitted.input_seq,
-        },
-        keepalive,
-    )
-    .await?;
-    Ok((follower, p.stream.unwrap_or(false)))
+    // Twice at most: a task of the new name may appear between looking and creating.
+    for _ in 0..2 {
+        let to = tasks::destination(sessions, actor, target, &r).await?;
+        // Subscribed before the message is submitted, so the whole turn is seen live.
+        let sub = sessions.store().bus().subscribe(to.session_id())?;
+        let sent = tasks::send(
+            sessions,
+            actor,
+            target,
+            to,
+            r.name.clone(),
+            p.task_params.clone(),
+            d.clone(),
+        )
+        .await?;
+        if let Some((task, submitted)) = sent {
+            let scope = Scope::Turn {
+                input_seq: submitted.input_seq,
+            };
+            let follower = Follower::start(sessions.store(), task.key(), scope, keepalive, sub);
+            return Ok((follower, p.stream.unwrap_or(false)));
+        }
+    }
+    Err(Error::Conflict(
+        "task_name_taken",
+        "tasks of that name keep appearing; send the message again".into(),
+    ))
 }
 
 fn stream_answer(follower: Follower, id: Value, streaming: bool) -> HttpResponse {

@@ -299,8 +299,16 @@ async fn stream_by_name(
 async fn open_stream(state: &AppState, actor: &Actor, key: TaskKey<'_>) -> Result<HttpResponse> {
     let task = tasks::find(&state.sessions, actor, key).await?;
     let keepalive = Duration::from_millis(state.sessions.config().stream.keepalive_ms);
-    let follower =
-        Follower::start(state.sessions.store(), task.key(), Scope::Task, keepalive).await?;
+    let store = state.sessions.store();
+    let pk = task.pk;
+    // What is stored by now is the past; the stream carries what follows it.
+    let after = store
+        .read(move |c| crate::store::events_before(c, pk, None, 1))
+        .await?
+        .last()
+        .map_or(0, |e| e.seq);
+    let sub = store.bus().subscribe(&task.id)?;
+    let follower = Follower::start(store, task.key(), Scope::Task { after }, keepalive, sub);
     let first = sse(&json!({"type": "connected", "taskId": task.id}));
     let st = TaskStream {
         sessions: state.sessions.clone(),
