@@ -36,13 +36,6 @@ struct CreateBody {
 #[serde(deny_unknown_fields)]
 struct UpdateBody {
     state: Map<String, Value>,
-    /// The client sends the pair again; the state's own pair is what counts.
-    #[serde(default)]
-    #[allow(dead_code)]
-    agent_id: Option<String>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    task_id: Option<String>,
 }
 
 async fn create(
