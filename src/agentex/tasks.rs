@@ -27,7 +27,7 @@ use crate::store::agentex::{
     TaskRow,
 };
 use crate::store::{SessionKey, Tx};
-use crate::timeline::{AttachmentRef, Behavior, Event, Level, SystemMetadata};
+use crate::timeline::{AttachmentRef, Behavior, Event, Level};
 
 /// Every value of `Task.status`.
 pub const STATUSES: [&str; 8] = [
@@ -506,14 +506,13 @@ pub async fn finish(
     sessions
         .stop(actor, &task.id, move |tx, key| {
             tx.set_task_final_status(key, &ws, status, &reason)?;
+            // The seed's system codes are a closed set, so the status is said in the message.
             tx.append(
                 key,
                 &Event::System {
                     level: Level::Info,
-                    message: format!("task {}: {reason}", status.to_ascii_lowercase()),
-                    metadata: Some(SystemMetadata {
-                        code: format!("task_{}", status.to_ascii_lowercase()),
-                    }),
+                    message: format!("task {status}: {reason}"),
+                    metadata: None,
                 },
             )?;
             Ok(())

@@ -13,7 +13,7 @@ const DEPLOYMENT_HISTORY: &str = "deployment history (the git builds of agent po
     by sessiond: list an agent's engine versions with GET /agents/{agent_id}/deployments";
 const WEBHOOKS: &str = "webhook triggers are not offered by sessiond: call the RPC routes with \
     an API key (`sessiond token create`) instead";
-const REGISTER: &str = "sessiond runs its agents itself and calls no agent server, so ACP \
+pub const REGISTER: &str = "sessiond runs its agents itself and calls no agent server, so ACP \
     servers cannot register; use POST /agents/register-build and deployments for engines";
 const WORKFLOW_QUERY: &str = "tasks are not Temporal workflows in sessiond; read a task's state \
     with GET /tasks/{task_id}, /messages and /states";
@@ -40,7 +40,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         at("/agent_api_keys/webhook-trigger", "POST")
             .route(web::post().to(|_: Actor| answer(WEBHOOKS))),
     )
-    .service(at("/agents/register", "POST").route(web::post().to(|_: Actor| answer(REGISTER))))
     .service(
         at("/tasks/{task_id}/query/{query_name}", "GET")
             .route(web::get().to(|_: Actor| answer(WORKFLOW_QUERY))),

@@ -83,8 +83,8 @@ def test_final_statuses(server, client):
         r = client.agents.rpc(a.id, method="message/send", params={"task_id": t.id, "content": text("more")})
         assert r.error["data"]["code"] == "task_closed"
         status_, page = raw(server, "GET", f"/v1/ws/{WORKSPACE}/agent/sessions/{t.id}/history")
-        codes = [e["event"].get("metadata", {}).get("code") for e in page["events"] if e["event"]["type"] == "system"]
-        assert codes == [f"task_{status.lower()}"], "the status change is on the timeline"
+        said = [e["event"]["message"] for e in page["events"] if e["event"]["type"] == "system"]
+        assert said == [f"task {status}: because {method}"], "the status change is on the timeline"
 
 
 def test_rest_interrupt_of_a_running_turn(server, client):
