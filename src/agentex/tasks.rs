@@ -160,20 +160,28 @@ fn check_name(name: &str) -> Result<()> {
 /// An existing task may be used by an RPC to `target`: it runs with that agent (and, for a
 /// preview, on that deployment).
 fn check_target(t: &TaskRow, target: Target<'_>) -> Result<()> {
-    if t.agent_id != target.agent.id {
+    check_owner(
+        t,
+        &target.agent.id,
+        target.deployment.map(|d| d.id.as_str()),
+    )
+}
+
+fn check_owner(t: &TaskRow, agent_id: &str, deployment_id: Option<&str>) -> Result<()> {
+    if t.agent_id != agent_id {
         return Err(Error::Conflict(
             "task_of_another_agent",
             format!("task {} belongs to another agent", t.id),
         ));
     }
-    if let Some(d) = target.deployment
-        && t.deployment_id.as_deref() != Some(&d.id)
+    if let Some(d) = deployment_id
+        && t.deployment_id.as_deref() != Some(d)
     {
         return Err(Error::Conflict(
             "task_of_another_deployment",
             format!(
-                "task {} does not run on deployment {}; a preview addresses only the tasks it opened",
-                t.id, d.id
+                "task {} does not run on deployment {d}; a preview addresses only the tasks it opened",
+                t.id
             ),
         ));
     }
@@ -219,6 +227,7 @@ pub async fn get_or_create(
         first,
     };
     let (find_ws, find_name, find_params) = (ws.clone(), t.name.clone(), params.clone());
+    let owner = (target.agent.id.clone(), deployment_id.clone());
     let find = move |tx: &mut Tx<'_>| -> Result<Option<TaskRow>> {
         let Some(name) = &find_name else {
             return Ok(None);
@@ -226,6 +235,8 @@ pub async fn get_or_create(
         let Some(found) = tx.task(&find_ws, TaskKey::Name(name))? else {
             return Ok(None);
         };
+        // Checked before anything is written: a refused call changes nothing.
+        check_owner(&found, &owner.0, owner.1.as_deref())?;
         if let Some(p) = &find_params {
             tx.put_task_fields(
                 &found.key(),
@@ -253,7 +264,6 @@ pub async fn get_or_create(
     };
     match sessions.open(actor, input, find, link).await? {
         Opened::Found(found) => {
-            check_target(&found, target)?;
             let found = reload(sessions, found.pk).await?;
             Ok((found, false, None))
         }

@@ -53,10 +53,13 @@ def test_concurrent_get_or_create_makes_one_task(client):
 def test_a_task_name_of_another_agent_is_refused(client):
     a, b = agent(client), agent(client)
     name = unique("mine")
-    create(client, a, name=name)
-    r = client.agents.rpc(b.id, method="task/create", params={"name": name}, id=5)
+    mine = create(client, a, name=name, params={"v": 1})
+    r = client.agents.rpc(b.id, method="task/create", params={"name": name, "params": {"v": 2}}, id=5)
     assert r.result is None and r.id == 5
     assert r.error["code"] == -32000 and r.error["data"]["code"] == "task_of_another_agent"
+    assert client.tasks.retrieve(mine.id).params == {"v": 1}, "a refused call changes nothing"
+    r = client.agents.rpc(b.id, method="message/send", params={"task_name": name, "content": text("hi")})
+    assert r.error["data"]["code"] == "task_of_another_agent"
 
 
 def test_message_send_answers_with_the_agents_messages(server, client):
