@@ -10,7 +10,7 @@ use super::view;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Sessions};
 use crate::store::agentex::{
-    self as rows, AgentKey, Direction, EventRow, Page, SpanRow, StateRow, TaskKey, TrackerRow,
+    self as rows, AgentKey, EventRow, RecordFilter, SpanRow, StateRow, TaskKey, TrackerRow,
     TrackerUpdate,
 };
 
@@ -152,26 +152,12 @@ pub async fn delete_state(sessions: &Sessions, actor: &Actor, id: &str) -> Resul
 pub async fn states(
     sessions: &Sessions,
     actor: &Actor,
-    task_id: Option<String>,
-    agent_id: Option<String>,
-    order_by: &'static str,
-    direction: Direction,
-    page: Page,
+    filter: RecordFilter,
 ) -> Result<Vec<StateRow>> {
     let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .read(move |c| {
-            rows::states(
-                c,
-                &ws,
-                task_id.as_deref(),
-                agent_id.as_deref(),
-                order_by,
-                direction,
-                page,
-            )
-        })
+        .read(move |c| rows::states(c, &ws, &filter))
         .await
 }
 
@@ -351,25 +337,12 @@ pub async fn spans(
     sessions: &Sessions,
     actor: &Actor,
     trace_id: Option<String>,
-    task_id: Option<String>,
-    order_by: &'static str,
-    direction: Direction,
-    page: Page,
+    filter: RecordFilter,
 ) -> Result<Vec<SpanRow>> {
     let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .read(move |c| {
-            rows::spans(
-                c,
-                &ws,
-                trace_id.as_deref(),
-                task_id.as_deref(),
-                order_by,
-                direction,
-                page,
-            )
-        })
+        .read(move |c| rows::spans(c, &ws, trace_id.as_deref(), &filter))
         .await
 }
 
@@ -450,25 +423,11 @@ pub async fn update_tracker(
 pub async fn trackers(
     sessions: &Sessions,
     actor: &Actor,
-    task_id: Option<String>,
-    agent_id: Option<String>,
-    order_by: &'static str,
-    direction: Direction,
-    page: Page,
+    filter: RecordFilter,
 ) -> Result<Vec<TrackerRow>> {
     let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .read(move |c| {
-            rows::trackers(
-                c,
-                &ws,
-                task_id.as_deref(),
-                agent_id.as_deref(),
-                order_by,
-                direction,
-                page,
-            )
-        })
+        .read(move |c| rows::trackers(c, &ws, &filter))
         .await
 }

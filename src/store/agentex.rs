@@ -91,6 +91,65 @@ fn push_page(sql: &mut String, args: &mut Vec<SqlValue>, page: Page) {
     args.push(SqlValue::Integer(page.offset.min(i64::MAX as u64) as i64));
 }
 
+/// A page-numbered list: a SELECT scoped by its first condition, narrowed by filters, then
+/// ordered (ties broken by a unique column) and cut to one page.
+struct List {
+    sql: String,
+    args: Vec<SqlValue>,
+}
+
+impl List {
+    fn new(select: &str, scope: &str, value: &str) -> List {
+        List {
+            sql: format!("{select} WHERE {scope} = ?"),
+            args: vec![SqlValue::Text(value.to_owned())],
+        }
+    }
+
+    /// `AND <cond>` (one `?`) when the filter has a value.
+    fn filter(&mut self, cond: &str, value: Option<&str>) {
+        if let Some(v) = value {
+            self.sql.push_str(" AND ");
+            self.sql.push_str(cond);
+            self.args.push(SqlValue::Text(v.to_owned()));
+        }
+    }
+
+    /// Containment conditions on a JSON column.
+    fn contains(
+        &mut self,
+        column: &str,
+        base: &str,
+        filter: Option<&Map<String, Value>>,
+    ) -> Result<()> {
+        if let Some(f) = filter {
+            for cond in containment(column, base, f, &mut self.args)? {
+                self.sql.push_str(" AND ");
+                self.sql.push_str(&cond);
+            }
+        }
+        Ok(())
+    }
+
+    fn run<T>(
+        mut self,
+        conn: &Connection,
+        order: &str,
+        tie: &str,
+        direction: Direction,
+        page: Page,
+        from_row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let dir = direction.sql();
+        self.sql
+            .push_str(&format!(" ORDER BY {order} {dir}, {tie} {dir}"));
+        push_page(&mut self.sql, &mut self.args, page);
+        let mut stmt = conn.prepare_cached(&self.sql)?;
+        let rows = stmt.query_map(params_from_iter(self.args), from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Agents
 
@@ -176,34 +235,22 @@ pub fn agentex_agents(
     workspace_id: &str,
     f: &AgentFilter,
 ) -> Result<Vec<AgentexAgentRow>> {
-    let mut sql = format!("{AGENT_SELECT} WHERE a.workspace_id = ?");
-    let mut args = vec![SqlValue::Text(workspace_id.to_owned())];
-    if let Some(task) = &f.task_id {
-        sql.push_str(" AND a.id IN (SELECT agent_id FROM sessions WHERE id = ? AND workspace_id = a.workspace_id)");
-        args.push(SqlValue::Text(task.clone()));
-    }
-    if let Some(card) = &f.agent_card_metadata {
-        for cond in containment(
-            "x.registration_metadata",
-            "$.\"agent_card\".\"metadata\"",
-            card,
-            &mut args,
-        )? {
-            sql.push_str(" AND ");
-            sql.push_str(&cond);
-        }
-    }
-    let column = match f.order_by {
+    let mut list = List::new(AGENT_SELECT, "a.workspace_id", workspace_id);
+    list.filter(
+        "a.id IN (SELECT agent_id FROM sessions WHERE id = ? AND workspace_id = a.workspace_id)",
+        f.task_id.as_deref(),
+    );
+    list.contains(
+        "x.registration_metadata",
+        "$.\"agent_card\".\"metadata\"",
+        f.agent_card_metadata.as_ref(),
+    )?;
+    let order = match f.order_by {
         "updated_at" => "COALESCE(x.updated_at, a.created_at)",
         "name" => "a.slug",
         _ => "a.created_at",
     };
-    let dir = f.direction.sql();
-    sql.push_str(&format!(" ORDER BY {column} {dir}, a.id {dir}"));
-    push_page(&mut sql, &mut args, f.page);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(args), agent_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    list.run(conn, order, "a.id", f.direction, f.page, agent_from_row)
 }
 
 /// What `register-build` records about an agent.
@@ -301,21 +348,20 @@ pub fn deployments(
     direction: Direction,
     page: Page,
 ) -> Result<Vec<DeploymentRow>> {
-    let column = if order_by == "promoted_at" {
+    let select = format!("SELECT {DEPLOYMENT_COLUMNS} FROM agentex_deployments");
+    let order = if order_by == "promoted_at" {
         "promoted_at"
     } else {
         "created_at"
     };
-    let dir = direction.sql();
-    let mut sql = format!(
-        "SELECT {DEPLOYMENT_COLUMNS} FROM agentex_deployments WHERE agent_id = ?
-         ORDER BY {column} {dir}, id {dir}"
-    );
-    let mut args = vec![SqlValue::Text(agent_id.to_owned())];
-    push_page(&mut sql, &mut args, page);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(args), deployment_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    List::new(&select, "agent_id", agent_id).run(
+        conn,
+        order,
+        "id",
+        direction,
+        page,
+        deployment_from_row,
+    )
 }
 
 /// A deployment to insert.
@@ -504,40 +550,21 @@ pub struct TaskFilter {
 }
 
 pub fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Result<Vec<TaskRow>> {
-    let mut sql = format!("{TASK_SELECT} WHERE s.workspace_id = ?");
-    let mut args = vec![SqlValue::Text(workspace_id.to_owned())];
-    if let Some(agent) = &f.agent_id {
-        sql.push_str(" AND s.agent_id = ?");
-        args.push(SqlValue::Text(agent.clone()));
-    }
-    if let Some(name) = &f.agent_name {
-        sql.push_str(
-            " AND s.agent_id IN (SELECT id FROM agents WHERE workspace_id = s.workspace_id AND slug = ?)",
-        );
-        args.push(SqlValue::Text(name.clone()));
-    }
-    if let Some(status) = &f.status {
-        sql.push_str(&format!(" AND {TASK_STATUS_SQL} = ?"));
-        args.push(SqlValue::Text(status.clone()));
-    }
-    if let Some(meta) = &f.task_metadata {
-        for cond in containment("t.task_metadata", "$", meta, &mut args)? {
-            sql.push_str(" AND ");
-            sql.push_str(&cond);
-        }
-    }
-    let column = match f.order_by {
+    let mut list = List::new(TASK_SELECT, "s.workspace_id", workspace_id);
+    list.filter("s.agent_id = ?", f.agent_id.as_deref());
+    list.filter(
+        "s.agent_id IN (SELECT id FROM agents WHERE workspace_id = s.workspace_id AND slug = ?)",
+        f.agent_name.as_deref(),
+    );
+    list.filter(&format!("{TASK_STATUS_SQL} = ?"), f.status.as_deref());
+    list.contains("t.task_metadata", "$", f.task_metadata.as_ref())?;
+    let order = match f.order_by {
         "updated_at" => "MAX(s.updated_at, COALESCE(t.updated_at, 0))",
         "name" => "t.name",
         "status" => TASK_STATUS_SQL,
         _ => "s.created_at",
     };
-    let dir = f.direction.sql();
-    sql.push_str(&format!(" ORDER BY {column} {dir}, s.id {dir}"));
-    push_page(&mut sql, &mut args, f.page);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(args), task_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    list.run(conn, order, "s.id", f.direction, f.page, task_from_row)
 }
 
 /// The task fields a write sets; `None` leaves a field as it is.
@@ -862,6 +889,16 @@ impl Tx<'_> {
 // ---------------------------------------------------------------------------------------------
 // States
 
+/// Filters and order of the lists of a task's records (states, spans, trackers).
+#[derive(Debug, Clone)]
+pub struct RecordFilter {
+    pub task_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub order_by: &'static str,
+    pub direction: Direction,
+    pub page: Page,
+}
+
 #[derive(Debug, Clone)]
 pub struct StateRow {
     pub id: String,
@@ -896,36 +933,16 @@ pub fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<S
 }
 
 /// `order_by`: `created_at` or `updated_at`.
-pub fn states(
-    conn: &Connection,
-    workspace_id: &str,
-    task_id: Option<&str>,
-    agent_id: Option<&str>,
-    order_by: &'static str,
-    direction: Direction,
-    page: Page,
-) -> Result<Vec<StateRow>> {
-    let mut sql = format!("{STATE_SELECT} WHERE s.workspace_id = ?");
-    let mut args = vec![SqlValue::Text(workspace_id.to_owned())];
-    if let Some(t) = task_id {
-        sql.push_str(" AND s.id = ?");
-        args.push(SqlValue::Text(t.to_owned()));
-    }
-    if let Some(a) = agent_id {
-        sql.push_str(" AND st.agent_id = ?");
-        args.push(SqlValue::Text(a.to_owned()));
-    }
-    let column = if order_by == "updated_at" {
+pub fn states(conn: &Connection, workspace_id: &str, f: &RecordFilter) -> Result<Vec<StateRow>> {
+    let mut list = List::new(STATE_SELECT, "s.workspace_id", workspace_id);
+    list.filter("s.id = ?", f.task_id.as_deref());
+    list.filter("st.agent_id = ?", f.agent_id.as_deref());
+    let order = if f.order_by == "updated_at" {
         "COALESCE(st.updated_at, st.created_at)"
     } else {
         "st.created_at"
     };
-    let dir = direction.sql();
-    sql.push_str(&format!(" ORDER BY {column} {dir}, st.id {dir}"));
-    push_page(&mut sql, &mut args, page);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(args), state_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    list.run(conn, order, "st.id", f.direction, f.page, state_from_row)
 }
 
 impl Tx<'_> {
@@ -1025,37 +1042,24 @@ pub fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<Sp
         .optional()?)
 }
 
-/// `order_by`: `start_time`, `end_time` or `name`.
+/// `order_by`: `start_time`, `end_time` or `name`. Spans have no agent, so the filter's
+/// `agent_id` does not apply; `trace_id` narrows to one trace.
 pub fn spans(
     conn: &Connection,
     workspace_id: &str,
     trace_id: Option<&str>,
-    task_id: Option<&str>,
-    order_by: &'static str,
-    direction: Direction,
-    page: Page,
+    f: &RecordFilter,
 ) -> Result<Vec<SpanRow>> {
-    let mut sql = format!("SELECT {SPAN_COLUMNS} FROM agentex_spans WHERE workspace_id = ?");
-    let mut args = vec![SqlValue::Text(workspace_id.to_owned())];
-    if let Some(t) = trace_id {
-        sql.push_str(" AND trace_id = ?");
-        args.push(SqlValue::Text(t.to_owned()));
-    }
-    if let Some(t) = task_id {
-        sql.push_str(" AND task_id = ?");
-        args.push(SqlValue::Text(t.to_owned()));
-    }
-    let column = match order_by {
+    let select = format!("SELECT {SPAN_COLUMNS} FROM agentex_spans");
+    let mut list = List::new(&select, "workspace_id", workspace_id);
+    list.filter("trace_id = ?", trace_id);
+    list.filter("task_id = ?", f.task_id.as_deref());
+    let order = match f.order_by {
         "end_time" => "end_time",
         "name" => "name",
         _ => "start_time",
     };
-    let dir = direction.sql();
-    sql.push_str(&format!(" ORDER BY {column} {dir}, id {dir}"));
-    push_page(&mut sql, &mut args, page);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(args), span_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    list.run(conn, order, "id", f.direction, f.page, span_from_row)
 }
 
 impl Tx<'_> {
@@ -1164,33 +1168,17 @@ pub fn tracker(conn: &Connection, workspace_id: &str, task_id: &str) -> Result<O
 pub fn trackers(
     conn: &Connection,
     workspace_id: &str,
-    task_id: Option<&str>,
-    agent_id: Option<&str>,
-    order_by: &'static str,
-    direction: Direction,
-    page: Page,
+    f: &RecordFilter,
 ) -> Result<Vec<TrackerRow>> {
-    let mut sql = format!("{TRACKER_SELECT} WHERE s.workspace_id = ?");
-    let mut args = vec![SqlValue::Text(workspace_id.to_owned())];
-    if let Some(t) = task_id {
-        sql.push_str(" AND s.id = ?");
-        args.push(SqlValue::Text(t.to_owned()));
-    }
-    if let Some(a) = agent_id {
-        sql.push_str(" AND s.agent_id = ?");
-        args.push(SqlValue::Text(a.to_owned()));
-    }
-    let column = if order_by == "updated_at" {
+    let mut list = List::new(TRACKER_SELECT, "s.workspace_id", workspace_id);
+    list.filter("s.id = ?", f.task_id.as_deref());
+    list.filter("s.agent_id = ?", f.agent_id.as_deref());
+    let order = if f.order_by == "updated_at" {
         "COALESCE(k.updated_at, s.created_at)"
     } else {
         "s.created_at"
     };
-    let dir = direction.sql();
-    sql.push_str(&format!(" ORDER BY {column} {dir}, s.id {dir}"));
-    push_page(&mut sql, &mut args, page);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(args), tracker_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    list.run(conn, order, "s.id", f.direction, f.page, tracker_from_row)
 }
 
 /// A tracker change; `None` leaves a field as it is.

@@ -29,7 +29,7 @@ use super::context::AppState;
 use crate::agentex;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-use crate::store::agentex::{AgentKey, AgentexAgentRow, Direction, Page};
+use crate::store::agentex::{AgentKey, AgentexAgentRow, Direction, Page, RecordFilter};
 
 /// Largest `limit` of a page-numbered list.
 pub const PAGE_MAX: u32 = 1000;
@@ -128,6 +128,19 @@ impl ListParams {
                 offset: (page_number - 1).saturating_mul(u64::from(limit)),
             },
         })
+    }
+}
+
+impl ListParams {
+    /// The filters of a task's records: `task_id` and `agent_id`.
+    pub fn records(&self) -> RecordFilter {
+        RecordFilter {
+            task_id: self.query.get("task_id").map(str::to_owned),
+            agent_id: self.query.get("agent_id").map(str::to_owned),
+            order_by: self.order_by,
+            direction: self.direction,
+            page: self.page,
+        }
     }
 }
 

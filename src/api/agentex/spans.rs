@@ -56,15 +56,7 @@ async fn update(
 
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
     let p = ListParams::parse(&req, &["start_time", "end_time", "name"])?;
-    let rows = records::spans(
-        &state.sessions,
-        &actor,
-        p.query.get("trace_id").map(str::to_owned),
-        p.query.get("task_id").map(str::to_owned),
-        p.order_by,
-        p.direction,
-        p.page,
-    )
-    .await?;
+    let trace_id = p.query.get("trace_id").map(str::to_owned);
+    let rows = records::spans(&state.sessions, &actor, trace_id, p.records()).await?;
     Ok(HttpResponse::Ok().json(rows.iter().map(records::span_view).collect::<Vec<_>>()))
 }

@@ -82,15 +82,6 @@ async fn delete(
 
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
     let p = ListParams::parse(&req, &["created_at", "updated_at"])?;
-    let rows = records::states(
-        &state.sessions,
-        &actor,
-        p.query.get("task_id").map(str::to_owned),
-        p.query.get("agent_id").map(str::to_owned),
-        p.order_by,
-        p.direction,
-        p.page,
-    )
-    .await?;
+    let rows = records::states(&state.sessions, &actor, p.records()).await?;
     Ok(HttpResponse::Ok().json(rows.iter().map(records::state_view).collect::<Vec<_>>()))
 }

@@ -58,15 +58,6 @@ async fn update(
 
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
     let p = ListParams::parse(&req, &["created_at", "updated_at"])?;
-    let rows = records::trackers(
-        &state.sessions,
-        &actor,
-        p.query.get("task_id").map(str::to_owned),
-        p.query.get("agent_id").map(str::to_owned),
-        p.order_by,
-        p.direction,
-        p.page,
-    )
-    .await?;
+    let rows = records::trackers(&state.sessions, &actor, p.records()).await?;
     Ok(HttpResponse::Ok().json(rows.iter().map(records::tracker_view).collect::<Vec<_>>()))
 }
