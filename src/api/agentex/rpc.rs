@@ -371,8 +371,12 @@ async fn call_method(
         "event/send" => {
             let p: SendEventParams = params(&call.params)?;
             let content = match p.content {
-                Some(c) if !c.is_null() => {
+                Some(mut c) if !c.is_null() => {
                     let d = delivery(state, &c)?;
+                    // Stored as sent, with the `type` readers switch on.
+                    if c.get("type").is_none_or(Value::is_null) {
+                        c["type"] = json!("text");
+                    }
                     Some((c, d))
                 }
                 _ => None,

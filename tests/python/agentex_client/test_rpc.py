@@ -116,6 +116,18 @@ def test_streamed_message_deltas_join_to_the_scripted_text(client):
     assert send(client, a, task.id, "/stream 7").result[0].content.content == expected
 
 
+def test_a_message_behind_a_running_turn_streams_only_its_own_turn(server, client):
+    a = agent(client)
+    task = create(client, a)
+    client.agents.send_event(agent_id=a.id, params={"task_id": task.id, "content": text("/slow 40\n/stream 25")})
+    wait_for(lambda: any(e["type"] == "turn_started" for e in history(server, task.id)), what="the first turn")
+    updates = [c.result for c in client.agents.send_message_stream(agent_id=a.id, params={"task_id": task.id, "content": text("/stream 3")})]
+    assert [u.type for u in updates] == ["start", "delta", "delta", "delta", "done"]
+    assert "".join(u.delta.text_delta for u in updates if u.type == "delta") == "chunk 1 chunk 2 chunk 3 "
+    texts = [m.content.content for m in client.messages.list(task_id=task.id, order_direction="asc") if m.content.author == "agent"]
+    assert texts == ["".join(f"chunk {i} " for i in range(1, 26)), "chunk 1 chunk 2 chunk 3 "], "the earlier turn ran to its end first"
+
+
 def test_whole_messages_stream_as_full_updates(client):
     a = agent(client)
     task = create(client, a)
@@ -170,6 +182,9 @@ def test_event_send_records_an_event_and_runs_a_turn(server, client):
     assert client.events.retrieve(e2.id).content.content == "pong"
     bare = client.agents.send_event(agent_id=a.id, params={"task_id": task.id}).result
     assert bare.content is None
+    untyped = client.agents.send_event(agent_id=a.id, params={"task_id": task.id, "content": {"author": "user", "content": "no type"}}).result
+    assert untyped.content.type == "text"
+    assert client.events.list(task_id=task.id, agent_id=a.id)[-1].content.content == "no type"
     r = client.agents.rpc(a.id, method="event/send", params={"content": text("to no one")})
     assert r.error["code"] == -32602
 
