@@ -8,10 +8,11 @@
 
 use super::{
     Actor, CreateIn, MessageIn, Plan, Sessions, Submitted, agents, images, insert_new_session,
-    insert_session_row, non_root_str, projection,
+    insert_session_row, non_root_str,
 };
 use crate::clock;
 use crate::error::{Error, Result};
+use crate::projection;
 use crate::store::{SessionKey, Tx};
 use crate::timeline::Event;
 
@@ -134,7 +135,7 @@ impl Sessions {
                             None,
                             Some(&input.id),
                         )?;
-                        tx.set_turn_status(&key, "complete")?;
+                        projection::set_turn_status(tx, &key, "complete")?;
                         (key, None)
                     }
                 };
@@ -190,7 +191,7 @@ impl Sessions {
                 if !row.turn_active
                     && matches!(row.turn_status.as_str(), "running" | "ask" | "sleep")
                 {
-                    tx.set_turn_status(&key, "interrupted")?;
+                    projection::set_turn_status(tx, &key, "interrupted")?;
                 }
                 let linked = link(tx, &key)?;
                 Ok((key, linked))
