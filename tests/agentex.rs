@@ -477,3 +477,58 @@ fn the_task_stream_is_server_sent_events() {
     );
     assert_eq!(last["task"]["status"], "CANCELED");
 }
+
+/// `task/cancel` of a session that waits without a running turn (asleep, asking, a paused Job)
+/// ends it at once: nothing wakes it, answers it or leaves it looking busy.
+#[test]
+fn cancelling_a_waiting_session_ends_it_at_once() {
+    let s = Server::start();
+    let (_, root) = s.get(&agentex(&s, "/agents/name/root"));
+    let root = root["id"].as_str().expect("root id").to_owned();
+    let job = json!({ "name": "pickjob", "prompt": "p", "states": [
+        { "name": "pick", "prompt": "/ask Which? | x | y" },
+        { "name": "finish", "prompt": "/reply finished" }
+    ]});
+    for (body, waiting) in [
+        (json!({"prompt": "/sleep 600000"}), "sleep"),
+        (json!({"prompt": "/ask Which? | x | y"}), "ask"),
+        (json!({"prompt": "go", "mode": job}), "ask"),
+    ] {
+        let id = common::id_of(&s.create(body.clone()));
+        let before = poll_until("the turn to pause", Duration::from_secs(30), || {
+            let d = s.detail(&id);
+            (d["turnStatus"] == waiting).then_some(d)
+        });
+        assert_ne!(before["bucket"], "done", "{body}: {before}");
+        let cancelled = rpc(
+            &s,
+            &root,
+            &json!({"method": "task/cancel", "params": {"task_id": id}}),
+        );
+        assert_eq!(cancelled["result"]["status"], "CANCELED", "{cancelled}");
+        let d = s.detail(&id);
+        assert_schema(
+            "GET_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json",
+            &d,
+        );
+        assert_eq!(
+            (d["turnStatus"].as_str(), d["bucket"].as_str()),
+            (Some("interrupted"), Some("done")),
+            "{body}: {d}"
+        );
+        if let Some(m) = d.get("machine") {
+            assert_eq!(m["activity"], "idle", "{d}");
+        }
+        let (status, v) = s.post(
+            &s.sessions_url(&format!("/{id}/answer")),
+            &json!({"answer": "x"}),
+        );
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (409, Some("not_asking")),
+            "{body}"
+        );
+        let history = s.history_all(&id);
+        assert_known_events(history.iter().map(|e| &e["event"]));
+    }
+}

@@ -13,7 +13,8 @@ use super::{
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::projection;
-use crate::store::{SessionKey, Tx};
+use crate::runner::machine::MachineState;
+use crate::store::{JsonColumn, SessionKey, Tx};
 use crate::timeline::Event;
 
 /// A session to open for an agent.
@@ -164,8 +165,8 @@ impl Sessions {
     /// Stops a session's work for good: records `interrupt_requested`, drops every queued input
     /// (messages, answers, wakes, machine steps) and interrupts the running turn, which ends
     /// `interrupted`. A session that was waiting (queued, asking or sleeping) without a running
-    /// turn ends `interrupted` at once. `link` writes the caller's record of the stop in the same
-    /// transaction.
+    /// turn ends `interrupted` at once, and a paused Job's machine goes idle. `link` writes the
+    /// caller's record of the stop in the same transaction.
     pub async fn stop<T, F>(&self, actor: &Actor, session_id: &str, link: F) -> Result<T>
     where
         T: Send + 'static,
@@ -188,10 +189,32 @@ impl Sessions {
                     tx.remove_input(&key, input.seq)?;
                 }
                 projection::refresh_follow_up_queue(tx, &key)?;
-                if !row.turn_active
-                    && matches!(row.turn_status.as_str(), "running" | "ask" | "sleep")
-                {
-                    projection::set_turn_status(tx, &key, "interrupted")?;
+                if !row.turn_active {
+                    // A paused Job stops where it is: its machine goes idle (nothing will wake or
+                    // answer it), which the bucket follows.
+                    let machine = row
+                        .machine_state
+                        .as_deref()
+                        .and_then(|m| serde_json::from_str::<MachineState>(m).ok())
+                        .filter(|m| !m.is_finished());
+                    if let Some(m) = machine {
+                        let state =
+                            serde_json::to_value(&m).map_err(|e| Error::Internal(e.to_string()))?;
+                        tx.set_json_column(
+                            &key,
+                            JsonColumn::Machine,
+                            Some(&m.projection("idle", None).to_string()),
+                        )?;
+                        tx.append(
+                            &key,
+                            &Event::StateMachine {
+                                state_machine: state,
+                            },
+                        )?;
+                    }
+                    if matches!(row.turn_status.as_str(), "running" | "ask" | "sleep") {
+                        projection::set_turn_status(tx, &key, "interrupted")?;
+                    }
                 }
                 let linked = link(tx, &key)?;
                 Ok((key, linked))
