@@ -313,12 +313,12 @@ pub async fn resolve(
 
 /// A message to deliver: its text and drive attachments.
 #[derive(Debug, Clone)]
-pub struct Delivery {
+pub struct Prompt {
     pub text: String,
     pub attachments: Vec<AttachmentRef>,
 }
 
-impl Delivery {
+impl Prompt {
     fn message(self) -> MessageIn {
         MessageIn {
             prompt: self.text,
@@ -387,7 +387,7 @@ pub async fn send(
     to: Destination,
     name: Option<String>,
     task_params: Option<Map<String, Value>>,
-    d: Delivery,
+    d: Prompt,
 ) -> Result<Option<(TaskRow, Submitted)>> {
     let task = match to {
         Destination::New(id) => {
@@ -414,7 +414,7 @@ async fn deliver<T, F>(
     sessions: &Sessions,
     actor: &Actor,
     task: &TaskRow,
-    d: Delivery,
+    d: Prompt,
     link: F,
 ) -> Result<(Submitted, T)>
 where
@@ -444,7 +444,7 @@ async fn message<T, F>(
     sessions: &Sessions,
     actor: &Actor,
     task: &TaskRow,
-    d: Delivery,
+    d: Prompt,
     link: F,
 ) -> Result<(Submitted, T)>
 where
@@ -466,7 +466,7 @@ pub async fn send_event(
     actor: &Actor,
     target: Target<'_>,
     r: &TaskRef,
-    content: Option<(Value, Delivery)>,
+    content: Option<(Value, Prompt)>,
 ) -> Result<EventRow> {
     let task = resolve(sessions, actor, target, r).await?;
     check_open(&task)?;

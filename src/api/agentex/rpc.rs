@@ -27,7 +27,7 @@ use serde_json::{Map, Value, json};
 
 use super::{agent_by_id, agent_by_name};
 use crate::agentex::content;
-use crate::agentex::tasks::{self, Delivery, NewTask, Target, TaskRef};
+use crate::agentex::tasks::{self, NewTask, Prompt, Target, TaskRef};
 use crate::agentex::updates::{Follower, Item, Scope};
 use crate::api::body;
 use crate::api::context::AppState;
@@ -285,7 +285,7 @@ fn params<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {
 }
 
 /// What a message or an event delivers, from its `content`.
-fn delivery(state: &AppState, content: &Value) -> Result<Delivery> {
+fn prompt(state: &AppState, content: &Value) -> Result<Prompt> {
     let parsed = content::parse("params/content", content)?;
     let (text, attachments) = content::prompt("params/content", parsed)?;
     if text.is_empty() {
@@ -297,7 +297,7 @@ fn delivery(state: &AppState, content: &Value) -> Result<Delivery> {
             "params/content: longer than {max} characters"
         )));
     }
-    Ok(Delivery { text, attachments })
+    Ok(Prompt { text, attachments })
 }
 
 /// Runs one call against an agent (and, for a preview, a deployment's engine).
@@ -372,7 +372,7 @@ async fn call_method(
             let p: SendEventParams = params(&call.params)?;
             let content = match p.content {
                 Some(mut c) if !c.is_null() => {
-                    let d = delivery(state, &c)?;
+                    let d = prompt(state, &c)?;
                     // Stored as sent, with the `type` readers switch on.
                     if c.get("type").is_none_or(Value::is_null) {
                         c["type"] = json!("text");
@@ -401,7 +401,7 @@ async fn start_message(
 ) -> Result<(Follower, bool)> {
     let sessions = &state.sessions;
     let p: SendMessageParams = params(raw)?;
-    let d = delivery(state, &p.content)?;
+    let d = prompt(state, &p.content)?;
     let r = TaskRef {
         id: p.task_id,
         name: p.task_name,
