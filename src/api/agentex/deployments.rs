@@ -128,7 +128,14 @@ async fn preview_rpc(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let agent = agent_by_id(&state, &actor, &path.0).await?;
-    let d = deployments::get(&state.sessions, &agent, &path.1).await?;
-    super::rpc::handle(state, actor, agent, Some(d), req, payload).await
+    let found = match agent_by_id(&state, &actor, &path.0).await {
+        Ok(agent) => deployments::get(&state.sessions, &agent, &path.1)
+            .await
+            .map(|d| (agent, d)),
+        Err(e) => Err(e),
+    };
+    match found {
+        Ok((agent, d)) => super::rpc::handle(state, actor, agent, Some(d), req, payload).await,
+        Err(e) => super::rpc::unreachable_agent(e),
+    }
 }

@@ -58,8 +58,10 @@ pub async fn by_id(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let agent = agent_by_id(&state, &actor, &path).await?;
-    handle(state, actor, agent, None, req, payload).await
+    match agent_by_id(&state, &actor, &path).await {
+        Ok(agent) => handle(state, actor, agent, None, req, payload).await,
+        Err(e) => unreachable_agent(e),
+    }
 }
 
 pub async fn by_name(
@@ -69,8 +71,19 @@ pub async fn by_name(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let agent = agent_by_name(&state, &actor, &path).await?;
-    handle(state, actor, agent, None, req, payload).await
+    match agent_by_name(&state, &actor, &path).await {
+        Ok(agent) => handle(state, actor, agent, None, req, payload).await,
+        Err(e) => unreachable_agent(e),
+    }
+}
+
+/// An agent that is not there is the route's 404; failing to look it up is still an RPC answer
+/// (before the request was read, so without its id).
+pub fn unreachable_agent(e: Error) -> Result<HttpResponse> {
+    match e {
+        Error::Storage(_) | Error::Internal(_) => Ok(answer(&from_error(&Value::Null, &e))),
+        other => Err(other),
+    }
 }
 
 /// One line of the answer: compact JSON, with the characters line readers split on escaped.
