@@ -193,6 +193,10 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         })
         .disable_signals()
         .shutdown_timeout(10)
+        // Streamed answers (SSE, NDJSON, an RPC answer written when its turn ends) go out as
+        // they are written: without this, Nagle's algorithm holds a stream's last small write
+        // until the client's delayed ACK, some 40 ms later.
+        .tcp_nodelay(true)
         .bind(addr)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let bound = server.addrs().first().copied().unwrap_or(addr);

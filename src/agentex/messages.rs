@@ -289,3 +289,36 @@ pub async fn create(
     };
     get(sessions, actor, &content::message_id(&t.id, seq)).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MessageKind::*;
+
+    #[test]
+    fn filters_combine_as_the_contract_says() {
+        assert_eq!(filter_kinds(None).unwrap(), MessageKind::ALL.to_vec());
+        let users = filter_kinds(Some(r#"[{"content": {"author": "user"}}]"#)).unwrap();
+        assert_eq!(users, [Prompt, Note, Answer]);
+        // Inclusive filters are OR'd, exclusive ones subtracted.
+        let some = filter_kinds(Some(
+            r#"[{"content": {"type": "reasoning"}}, {"content": {"type": "tool_request"}},
+                {"content": {"author": "agent", "type": "tool_request"}, "exclude": true}]"#,
+        ))
+        .unwrap();
+        assert_eq!(some, [Reasoning]);
+        let agent_text = filter_kinds(Some(
+            r#"[{"content": {"type": "text"}}, {"content": {"author": "user"}, "exclude": true}]"#,
+        ))
+        .unwrap();
+        assert_eq!(agent_text, [AgentMessage, Ask, Text]);
+        assert!(
+            filter_kinds(Some(r#"[{"streaming_status": "IN_PROGRESS"}]"#))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(filter_kinds(Some(r#"[{"content": {"type": "video"}}]"#)).is_err());
+        assert!(filter_kinds(Some(r#"[{"content": {"data": {}}}]"#)).is_err());
+        assert!(filter_kinds(Some("{")).is_err());
+    }
+}

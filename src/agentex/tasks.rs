@@ -378,8 +378,8 @@ pub async fn destination(
 
 /// `message/send`: delivers a message to its destination, opening the new task with it
 /// (`task_params` apply only then). A task whose agent asked a question gets the message as its
-/// answer. `None`: a task of the new task's name was created meanwhile; look for the
-/// destination again.
+/// answer. Returns the task as it was found (or created) and the submission; `None`: a task of
+/// the new task's name was created meanwhile; look for the destination again.
 pub async fn send(
     sessions: &Sessions,
     actor: &Actor,
@@ -406,7 +406,7 @@ pub async fn send(
         Destination::Existing(task) => *task,
     };
     let (submitted, ()) = deliver(sessions, actor, &task, d, |_, _, _| Ok(())).await?;
-    Ok(Some((reload(sessions, task.pk).await?, submitted)))
+    Ok(Some((task, submitted)))
 }
 
 /// Delivers a message to a task (an answer when it is asking), with `link` writing beside it.
