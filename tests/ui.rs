@@ -139,14 +139,22 @@ impl FreshServer {
             .strip_prefix("sessiond listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
             .to_owned();
-        let mut second = String::new();
-        out.read_line(&mut second).expect("second line");
-        let setup_url = second
-            .trim()
-            .strip_prefix("no account yet: open ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("unexpected second line {second:?}"))
-            .to_owned();
+        // The lines after the address (the data dir, …) end with the setup link.
+        let mut setup_url = None;
+        let mut seen = Vec::new();
+        while setup_url.is_none() {
+            let mut line = String::new();
+            if out.read_line(&mut line).expect("read a line") == 0 {
+                panic!("no setup link among {seen:?}");
+            }
+            setup_url = line
+                .trim()
+                .strip_prefix("no account yet: open ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_owned);
+            seen.push(line);
+        }
+        let setup_url = setup_url.expect("setup link");
         assert!(setup_url.contains("/setup#"), "{setup_url}");
         std::thread::spawn(move || {
             let mut sink = String::new();

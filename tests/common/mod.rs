@@ -50,6 +50,8 @@ fn bootstrap_credentials(data_dir: &Path) -> String {
     if let Ok(key) = std::fs::read_to_string(&key_file) {
         return key;
     }
+    // The CLI works on an existing data dir only (`serve` is the one command that creates it).
+    std::fs::create_dir_all(data_dir).expect("create data dir");
     let bin = env!("CARGO_BIN_EXE_sessiond");
     let mut user = Command::new(bin)
         .args([
