@@ -38,7 +38,7 @@ const COOKIE: &str = "sessiond_session";
 /// A client that sends no credential unless told to (one pool for the whole file).
 fn plain_client() -> Client {
     static CLIENT: LazyLock<Client> = LazyLock::new(|| {
-        Client::builder()
+        http_builder()
             .timeout(Duration::from_secs(30))
             .build()
             .expect("http client")
@@ -1798,7 +1798,7 @@ fn workspaces_are_isolated_404_and_nothing_leaks_invariant_10() {
     for cred in &creds {
         let r = send(
             cred.apply(
-                Client::builder()
+                http_builder()
                     .timeout(Duration::from_secs(10))
                     .build()
                     .unwrap()

@@ -82,7 +82,7 @@ impl Running {
     }
 
     fn healthz(&self) -> serde_json::Value {
-        let resp = reqwest::blocking::Client::builder()
+        let resp = http_builder()
             .timeout(Duration::from_secs(10))
             .build()
             .unwrap()
@@ -720,7 +720,7 @@ fn a_setup_link_from_before_a_restart_says_a_new_one_was_printed() {
     let mut second = start();
     let new = token_of(&second);
     assert_ne!(old, new);
-    let http = reqwest::blocking::Client::new();
+    let http = http_builder().build().unwrap();
     let resp = http
         .post(format!("{}/auth/setup", second.base))
         .json(&serde_json::json!({"token": old, "email": "me@example.com", "password": "a long password 1"}))

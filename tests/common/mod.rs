@@ -108,13 +108,20 @@ fn bootstrap_credentials(data_dir: &Path) -> String {
     key
 }
 
+/// A blocking client builder. sessiond's reqwest has no built-in TLS provider, so the process
+/// installs the server's (ring) before any client is built: build every test client from here.
+pub fn http_builder() -> reqwest::blocking::ClientBuilder {
+    sessiond::tls::install_provider();
+    Client::builder()
+}
+
 fn client(token: &str) -> Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::AUTHORIZATION,
         format!("Bearer {token}").parse().expect("header"),
     );
-    Client::builder()
+    http_builder()
         .default_headers(headers)
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(64)
@@ -394,7 +401,7 @@ impl Server {
         if let Some(s) = since {
             url.push_str(&format!("?since={s}"));
         }
-        let mut req = Client::builder()
+        let mut req = http_builder()
             .timeout(None)
             .build()
             .expect("client")

@@ -95,6 +95,7 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .expect("start chromedriver");
+        sessiond::tls::install_provider();
         let http = Client::builder()
             .timeout(Duration::from_secs(90))
             .build()
