@@ -2,9 +2,11 @@
 //!
 //! Every command line in the README's `sh` blocks is either run as written against a real server
 //! (the CLI and curl walk-through of the Quick start, and its SSE command), or is one whose effect
-//! this test checks in an equivalent way (`cargo run --release -- serve` is the built binary's
-//! `serve`, with the same environment). A command line this file does not know fails the test:
-//! a new README command comes with its check.
+//! this test checks in an equivalent way: `cargo run --release -- serve` is the built binary's
+//! `serve` with the same environment; `cargo install --locked` needs a current `Cargo.lock`; the
+//! Docker and systemd commands (which cannot run here) must be the ones the `Dockerfile` and
+//! `dist/sessiond.service` document, and their `user create` the walk-through's. A command line
+//! this file does not know fails the test: a new README command comes with its check.
 //!
 //! The walk-through needs `bash`, `curl` and `jq` (`.ci/run` installs them).
 
@@ -290,6 +292,70 @@ fn run_sse_command(
     let _ = child.wait();
 }
 
+/// `--locked` refuses a `Cargo.lock` that does not match `Cargo.toml`.
+fn check_lock_file_is_current() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "tree",
+        "--locked",
+        "--offline",
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+    ]);
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "Cargo.lock is not current: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The README's command is one of the commands `file`'s header comment documents.
+fn assert_documented_in(file: &str, command: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let documented = text
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .any(|l| l.trim() == command);
+    assert!(
+        documented,
+        "README: {command:?} is not documented in {file}"
+    );
+}
+
+/// For `printf … | <prefix> sessiond user create …` run in a container or as the service user:
+/// the command with the binary named as in the walk-through, and the prefix checked.
+fn user_create_inside(command: &str) -> Option<String> {
+    let (input, rest) = command.split_once(" | ")?;
+    let (prefix, cli) = rest.split_once("sessiond user create ")?;
+    let known = match prefix {
+        "docker exec -i sessiond " => true,
+        "sudo -u sessiond SESSIOND_DATA_DIR=/var/lib/sessiond " => {
+            let unit = std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/sessiond.service"),
+            )
+            .expect("the unit");
+            assert!(unit.contains("\nEnvironment=SESSIOND_DATA_DIR=/var/lib/sessiond\n"));
+            true
+        }
+        _ => false,
+    };
+    known.then(|| format!("{input} | {README_BIN} user create {cli}"))
+}
+
+/// The walk-through's `user create` command.
+fn walkthrough_user_create(blocks: &[(String, String)]) -> String {
+    blocks
+        .iter()
+        .flat_map(|(_, b)| commands(b))
+        .find(|c| c.contains(&format!("{README_BIN} user create")))
+        .expect("the walk-through creates a user")
+}
+
 #[test]
 fn every_readme_command_runs_as_written_or_has_its_check() {
     require("bash");
@@ -303,7 +369,10 @@ fn every_readme_command_runs_as_written_or_has_its_check() {
     let mut ran = Vec::new();
     for (heading, block) in &blocks {
         let cmds = commands(block);
-        if cmds.iter().any(|c| c.contains(README_BIN)) {
+        if cmds
+            .iter()
+            .any(|c| c.starts_with(&format!("KEY=$({README_BIN} ")))
+        {
             // The walk-through: against a server started as the Quick start starts it.
             let s = server.get_or_insert_with(|| Serve::start(tmp.path(), &[]));
             let (out, key, id) = run_walkthrough(tmp.path(), &s.base, block);
@@ -347,6 +416,21 @@ fn every_readme_command_runs_as_written_or_has_its_check() {
                 run_sse_command(&command, &s.base, key, id, &http_builder().build().unwrap());
             } else if command == "cargo test" {
                 // This is that suite.
+            } else if command == "cargo install --locked --path ." {
+                check_lock_file_is_current();
+            } else if command.starts_with("docker ") {
+                assert_documented_in("Dockerfile", &command);
+            } else if command.starts_with("sudo install ")
+                || command.starts_with("sudo useradd ")
+                || command.starts_with("sudo systemctl ")
+            {
+                assert_documented_in("dist/sessiond.service", &command);
+            } else if let Some(inner) = user_create_inside(&command) {
+                assert_eq!(
+                    inner,
+                    walkthrough_user_create(&blocks),
+                    "README ({heading}): {command:?} is not the walk-through's user create"
+                );
             } else {
                 panic!("README ({heading}): no check for the command {command:?}");
             }
