@@ -202,6 +202,7 @@ fn load_config(cli: &Cli) -> Result<Config, String> {
     }
     cfg.data_dir = std::path::absolute(&cfg.data_dir)
         .map_err(|e| format!("data dir {}: {e}", cfg.data_dir.display()))?;
+    check_engine(&cfg)?;
     if let Command::Serve { bind } = &cli.command {
         if let Some(bind) = bind {
             cfg.bind = bind.clone();
@@ -212,6 +213,17 @@ fn load_config(cli: &Cli) -> Result<Config, String> {
     }
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// The config file's default engine is checked with the rest of the file, before any command
+/// runs (`config` knows the settings' shapes, not the engines').
+fn check_engine(cfg: &Config) -> Result<(), String> {
+    match &cfg.engine {
+        Some(engine) => crate::engine::EngineConfig::parse(&engine.to_string())
+            .map(|_| ())
+            .map_err(|e| format!("engine: {}", crate::server::engine_problem(&e))),
+        None => Ok(()),
+    }
 }
 
 /// `SESSIOND_ENGINE`: an engine JSON object, or just a kind such as `scripted`; checked here so
@@ -234,7 +246,7 @@ fn engine_from_env() -> Result<Option<serde_json::Value>, String> {
         Ok(None) => Err("SESSIOND_ENGINE: give at least the engine's kind".into()),
         Err(e) => Err(format!(
             "SESSIOND_ENGINE: {}",
-            crate::config::engine_problem(&e)
+            crate::server::engine_problem(&e)
         )),
     }
 }
@@ -566,4 +578,20 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
     })();
     store.close();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_files_engines_parse_with_every_option_enabled() {
+        let text = crate::config::tests::example_with_everything_enabled();
+        let cfg: Config = toml::from_str(&text).unwrap();
+        check_engine(&cfg).unwrap();
+        for agent in &cfg.agents {
+            let engine = agent.engine.as_ref().unwrap().to_string();
+            crate::engine::EngineConfig::parse(&engine).unwrap();
+        }
+    }
 }

@@ -15,10 +15,7 @@ use crate::engine::openai::OpenAiConfig;
 use crate::engine::{Engine, EngineConfig, Engines, scripted::ScriptedEngine};
 use crate::runner::Runner;
 use crate::sessions::Sessions;
-use crate::store::Store;
-
-/// The workspace that exists from the first start.
-pub const DEFAULT_WORKSPACE: &str = "default";
+use crate::store::{DEFAULT_WORKSPACE, Store};
 
 /// Opens the data directory and the store, creating both when missing.
 pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
@@ -91,7 +88,7 @@ fn raise_open_files_limit() {
 fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
     if let Some(json) = &cfg.engine {
         return match EngineConfig::parse(&json.to_string())
-            .map_err(|e| format!("engine: {}", crate::config::engine_problem(&e)))?
+            .map_err(|e| format!("engine: {}", engine_problem(&e)))?
         {
             Some(engine) => engine.build().map_err(|e| format!("engine: {e}")),
             None => Err("engine: give at least its kind".into()),
@@ -106,6 +103,15 @@ fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
         hint: true,
         ..Default::default()
     }))
+}
+
+/// An engine configuration's problem, worded for the person who wrote it: without the `engine:`
+/// prefix the parser puts on its messages (the caller names where the engine came from) and with
+/// serde's "variant" in the words of the `kind` field.
+pub fn engine_problem(e: &crate::Error) -> String {
+    let msg = e.to_string();
+    let msg = msg.strip_prefix("engine: ").unwrap_or(&msg);
+    msg.replace("unknown variant", "unknown engine kind")
 }
 
 /// Listens on every address `bind` resolves to (`localhost:8090` is 127.0.0.1 and ::1; IPv4
@@ -217,7 +223,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
-    runner.attach_sessions(sessions.clone());
+    runner.attach_sessions(Arc::new(sessions.clone()));
     let auth = Auth::new(store.clone());
     let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
     let state = web::Data::new(AppState::new(sessions, auth));
