@@ -37,8 +37,9 @@ pub struct Cli {
 enum Command {
     /// Run the server (APIs, web UI and runner) until SIGINT or SIGTERM.
     Serve {
-        /// Address to listen on [default: 127.0.0.1:8080]; port 0 picks a free port.
-        #[arg(long, env = "SESSIOND_BIND", value_name = "ADDR:PORT")]
+        /// Address to listen on [default: 127.0.0.1:8080]; a host name (localhost) is resolved,
+        /// port 0 picks a free port.
+        #[arg(long, env = "SESSIOND_BIND", value_name = "HOST:PORT")]
         bind: Option<String>,
     },
     /// Write a consistent copy of the database to FILE while the server keeps running.
