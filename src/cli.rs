@@ -285,7 +285,16 @@ pub fn main() -> ExitCode {
     let cfg = match load_config(&cli) {
         Ok(cfg) => cfg,
         Err(e) => {
-            eprintln!("sessiond: {e}");
+            // The data dir it would have used, when the broken configuration does not decide it.
+            let dir = match (&cli.data_dir, &cli.config) {
+                (Some(dir), _) => Some(dir.clone()),
+                (None, None) => Some(Config::default().data_dir),
+                (None, Some(_)) => None,
+            };
+            match dir.and_then(|d| std::path::absolute(d).ok()) {
+                Some(dir) => eprintln!("sessiond: {e} (data dir: {})", dir.display()),
+                None => eprintln!("sessiond: {e}"),
+            }
             return ExitCode::from(2);
         }
     };

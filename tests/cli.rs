@@ -530,6 +530,10 @@ fn a_bad_sessiond_engine_names_the_variable_and_the_kinds() {
         let stderr = stderr_of(&out);
         assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
         assert!(stderr.contains(expect), "{value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("(data dir: {})", dir.display())),
+            "{value}: {stderr}"
+        );
         if value.contains("bogus") {
             assert!(
                 stderr.contains("scripted"),
