@@ -182,6 +182,8 @@ impl Server {
         extra_args: Vec<String>,
         env: Vec<(String, Option<String>)>,
     ) -> Server {
+        // Any client a test builds after starting a server has the TLS provider it needs.
+        sessiond::tls::install_provider();
         let token = bootstrap_credentials(data_dir);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
         cmd.arg("serve")
@@ -654,6 +656,7 @@ pub fn query_escape(s: &str) -> String {
 /// A `sessiond` command with the environment cleared of sessiond's own variables, so the outer
 /// environment cannot change what a test runs.
 pub fn sessiond_command() -> Command {
+    sessiond::tls::install_provider();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
     cmd.env_remove("SESSIOND_CONFIG")
         .env_remove("SESSIOND_DATA_DIR")
