@@ -332,19 +332,20 @@ fn assert_documented_in(file: &str, command: &str) {
 fn user_create_inside(command: &str) -> Option<String> {
     let (input, rest) = command.split_once(" | ")?;
     let (prefix, cli) = rest.split_once("sessiond user create ")?;
-    let known = match prefix {
-        "docker exec -i sessiond " => true,
-        "sudo -u sessiond SESSIOND_DATA_DIR=/var/lib/sessiond " => {
+    let cli = match prefix {
+        "docker exec -i sessiond " => cli,
+        "sudo -u sessiond " => {
+            // The service's data dir, named as the unit names it.
             let unit = std::fs::read_to_string(
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/sessiond.service"),
             )
             .expect("the unit");
             assert!(unit.contains("\nEnvironment=SESSIOND_DATA_DIR=/var/lib/sessiond\n"));
-            true
+            cli.strip_suffix(" --data-dir /var/lib/sessiond")?
         }
-        _ => false,
+        _ => return None,
     };
-    known.then(|| format!("{input} | {README_BIN} user create {cli}"))
+    Some(format!("{input} | {README_BIN} user create {cli}"))
 }
 
 /// The walk-through's `user create` command.
