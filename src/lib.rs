@@ -13,6 +13,7 @@ pub mod drive;
 pub mod engine;
 pub mod error;
 pub mod ids;
+pub mod metrics;
 pub mod process;
 pub mod runner;
 pub mod secret;
