@@ -33,6 +33,10 @@ enum Command {
         /// Address to listen on [default: 127.0.0.1:8080]; port 0 picks a free port.
         #[arg(long, env = "SESSIOND_BIND", value_name = "ADDR:PORT")]
         bind: Option<String>,
+        /// Address of the metrics listener (`GET /metrics`, Prometheus text format) [default:
+        /// none]; port 0 picks a free port.
+        #[arg(long, env = "SESSIOND_METRICS_BIND", value_name = "ADDR:PORT")]
+        metrics_bind: Option<String>,
     },
     /// Write a consistent copy of the database to FILE while the server keeps running.
     Backup {
@@ -171,8 +175,13 @@ fn load_config(cli: &Cli) -> Result<Config, String> {
     if let Some(dir) = &cli.data_dir {
         cfg.data_dir = dir.clone();
     }
-    if let Command::Serve { bind: Some(bind) } = &cli.command {
-        cfg.bind = bind.clone();
+    if let Command::Serve { bind, metrics_bind } = &cli.command {
+        if let Some(bind) = bind {
+            cfg.bind = bind.clone();
+        }
+        if let Some(bind) = metrics_bind {
+            cfg.metrics.bind = Some(bind.clone());
+        }
     }
     cfg.validate()?;
     Ok(cfg)

@@ -128,7 +128,7 @@ impl Drive {
         let root = self.canonical_root()?;
         let target = self.root.join(&rel);
         fs::create_dir_all(&target)
-            .map_err(|e| Error::Internal(format!("cannot create {rel}: {e}")))?;
+            .map_err(|e| Error::from_io(&format!("cannot create {rel}"), &e))?;
         let real = target
             .canonicalize()
             .map_err(|e| Error::Internal(format!("{rel}: {e}")))?;
@@ -146,7 +146,7 @@ impl Drive {
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .map_err(|e| Error::Internal(format!("cannot create upload file: {e}")))?;
+            .map_err(|e| Error::from_io("cannot create upload file", &e))?;
         Ok((file, tmp))
     }
 
@@ -165,7 +165,7 @@ impl Drive {
                 })
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Exists),
-            Err(e) => Err(Error::Internal(format!("cannot store upload: {e}"))),
+            Err(e) => Err(Error::from_io("cannot store upload", &e)),
         }
     }
 
@@ -178,7 +178,7 @@ impl Drive {
         let written = file.write_all(bytes).and_then(|()| file.sync_all());
         let result = match written {
             Ok(()) => self.link_new(&tmp, &dir_rel, name),
-            Err(e) => Err(Error::Internal(format!("cannot write file: {e}"))),
+            Err(e) => Err(Error::from_io("cannot write file", &e)),
         };
         let _ = fs::remove_file(&tmp);
         result

@@ -24,6 +24,7 @@ use crate::clock;
 use crate::config::RunnerConfig;
 use crate::engine::Engines;
 use crate::error::Result;
+use crate::metrics::METRICS;
 use crate::sessions::Sessions;
 use crate::store::{SessionKey, Store};
 
@@ -99,6 +100,9 @@ pub(crate) struct Shared {
     /// The sessions core, for engine tools that start or message other sessions; set once the
     /// core exists (it is built on top of the runner).
     pub sessions: OnceLock<Sessions>,
+    /// Set at shutdown: writes that wait for storage to recover give up (the next start's
+    /// recovery ends what they could not).
+    pub stopping: AtomicBool,
 }
 
 #[derive(Clone)]
@@ -125,6 +129,7 @@ impl Runner {
             cfg,
             data_dir,
             sessions: OnceLock::new(),
+            stopping: AtomicBool::new(false),
         });
         let recovered = rt.block_on(turn::recover(&shared))?;
         let mut dispatcher = Dispatcher {
@@ -233,6 +238,10 @@ impl Dispatcher {
                 },
                 () = sleep => self.fire_timers(),
             }
+            METRICS.turns_active.set(self.active.len() as i64);
+            METRICS
+                .sessions_waiting_for_slot
+                .set(self.ready.len() as i64);
             if self.shutdown.is_some() && self.active.is_empty() {
                 if let Some(done) = self.shutdown.take() {
                     let _ = done.send(());
@@ -276,6 +285,7 @@ impl Dispatcher {
                 self.fill_slots();
             }
             Msg::Shutdown { done } => {
+                self.shared.stopping.store(true, Ordering::SeqCst);
                 self.ready.clear();
                 self.queued.clear();
                 self.timers.clear();

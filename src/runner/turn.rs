@@ -14,6 +14,7 @@ use crate::clock;
 use crate::drive::Drive;
 use crate::engine::{Engine, InputKind, TurnEnd, TurnInput};
 use crate::error::{Error, Result};
+use crate::metrics::METRICS;
 use crate::sessions::{Actor, Channel, Sessions, projection};
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
@@ -37,6 +38,60 @@ impl Outcome {
             key: Some(key),
             more: false,
             next_due: None,
+        }
+    }
+
+    /// The claim met a storage fault (nothing changed): look for the session's work again later.
+    fn retry_later(key: SessionKey) -> Outcome {
+        Outcome {
+            key: Some(key),
+            more: false,
+            next_due: Some(clock::now_ms() + CLAIM_RETRY.as_millis() as i64),
+        }
+    }
+}
+
+/// How soon a claim that met a storage fault is tried again.
+const CLAIM_RETRY: Duration = Duration::from_secs(1);
+/// Backoff of a terminal write that met a storage fault: from the first to the longest wait.
+const PERSIST_RETRY_FIRST: Duration = Duration::from_millis(100);
+const PERSIST_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Runs a write the runner cannot do without (a turn's terminal) until the store takes it:
+/// storage faults (disk full, I/O errors) are retried with backoff, so the turn ends as soon as
+/// the store can write again and the session takes work without a restart. Other errors, and
+/// shutdown, end the attempts (a turn still active then is ended by the next start's recovery).
+async fn persist<T, F, Fut>(shared: &Shared, session: &str, what: &str, mut write: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    /// Counts the turn in `turns_awaiting_storage` while it waits (also if the task is aborted).
+    struct Waiting;
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            METRICS.turns_awaiting_storage.dec();
+        }
+    }
+    let mut delay = PERSIST_RETRY_FIRST;
+    let mut waiting: Option<Waiting> = None;
+    loop {
+        match write().await {
+            Err(e) if e.is_storage_fault() && !shared.stopping.load(Ordering::SeqCst) => {
+                if waiting.is_none() {
+                    METRICS.turns_awaiting_storage.inc();
+                    waiting = Some(Waiting);
+                    tracing::warn!(session, error = %e, "cannot write {what} yet; retrying until storage recovers");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(PERSIST_RETRY_MAX);
+            }
+            other => {
+                if waiting.is_some() && other.is_ok() {
+                    tracing::info!(session, "wrote {what} after storage recovered");
+                }
+                return other;
+            }
         }
     }
 }
@@ -93,13 +148,34 @@ pub(crate) async fn run(
     let _ = tx.send(Msg::TurnEnded { pk, outcome });
 }
 
+/// Everything the terminal write needs, kept so that the write can be tried again.
+#[derive(Clone)]
+struct Terminal {
+    generation: u64,
+    machine_step: bool,
+    end: TurnEnd,
+    mode: String,
+    messages: Vec<Value>,
+    usage: Usage,
+    todos: Option<Vec<Todo>>,
+    last_text: Option<String>,
+    measured_usage: bool,
+}
+
 async fn run_turn(
     shared: &Arc<Shared>,
     key: SessionKey,
     control: &Arc<TurnControl>,
     ack: Option<oneshot::Sender<Delivery>>,
 ) -> Result<Outcome> {
-    let claim = claim(&shared.store, key.clone()).await?;
+    let claim = match claim(&shared.store, key.clone()).await {
+        Ok(claim) => claim,
+        Err(e) if e.is_storage_fault() => {
+            tracing::warn!(session = %key.id, error = %e, "cannot start a turn yet; will retry");
+            return Ok(Outcome::retry_later(key));
+        }
+        Err(e) => return Err(e),
+    };
     let Some(claim) = claim else {
         if let Some(ack) = ack {
             let _ = ack.send(Delivery::Queued);
@@ -160,7 +236,83 @@ async fn run_turn(
         attachments: claim.attachments,
     };
     let engine = shared.engines.for_config(&claim.engine_config);
-    let mut input = input;
+    // From here on the session is this turn's: whatever happens, it ends with a terminal.
+    METRICS.engine_calls.with(&[engine.name()]).inc();
+    let end = match run_engine(engine.as_ref(), &mut io, input).await {
+        Ok(end) => end,
+        Err(Error::StaleTurn) => return Err(Error::StaleTurn),
+        Err(e) => TurnEnd::Failed {
+            error: e.to_string(),
+        },
+    };
+    if matches!(end, TurnEnd::Failed { .. }) {
+        METRICS.engine_errors.with(&[engine.name()]).inc();
+    }
+    let outcome_label = match &end {
+        TurnEnd::Complete { .. } => "completed",
+        TurnEnd::Failed { .. } => "failed",
+        TurnEnd::Ask { .. } => "ask",
+        TurnEnd::Sleep { .. } => "sleep",
+        TurnEnd::Interrupted => "interrupted",
+    };
+    let reply = io.last_text.clone().unwrap_or_default();
+    let completed = matches!(end, TurnEnd::Complete { .. });
+    let TurnIo {
+        mode,
+        messages,
+        usage,
+        todos,
+        last_text,
+        measured_usage,
+        ..
+    } = io;
+    let terminal = Terminal {
+        generation: claim.generation,
+        machine_step: claim.machine_step,
+        end,
+        mode,
+        messages,
+        usage,
+        todos,
+        last_text,
+        measured_usage,
+    };
+    let written = persist(shared, &key.id, "the turn's terminal", || {
+        finish(&shared.store, key.clone(), terminal.clone())
+    })
+    .await;
+    let outcome = match written {
+        Ok(outcome) => {
+            METRICS
+                .turns_ended
+                .with(&[engine.name(), outcome_label])
+                .inc();
+            outcome
+        }
+        Err(e @ (Error::StaleTurn | Error::NotFound | Error::ShuttingDown)) => return Err(e),
+        Err(e) if e.is_storage_fault() => return Err(e),
+        Err(e) => {
+            // The terminal itself cannot be written (it is malformed): end the turn the way
+            // recovery would, so the session is never left running.
+            tracing::error!(session = %key.id, error = %e, "cannot write the turn's terminal");
+            return write_lost_turn(
+                shared,
+                key,
+                Some(claim.generation),
+                "the turn's result could not be stored; the turn was interrupted",
+                Some("terminal_failed"),
+            )
+            .await;
+        }
+    };
+    if claim.initial && completed {
+        spawn_title(shared, engine, key, prompt, reply);
+    }
+    Ok(outcome)
+}
+
+/// Runs the engine on the claimed turn (the tier clamped to one it honours first).
+async fn run_engine(engine: &dyn Engine, io: &mut TurnIo, mut input: TurnInput) -> Result<TurnEnd> {
     if let Some(requested) = input.tier {
         let effective = engine.honoured_tier(requested);
         if effective != requested {
@@ -172,28 +324,7 @@ async fn run_turn(
             input.tier = Some(effective);
         }
     }
-    let end = match engine.run(&mut io, input).await {
-        Ok(end) => end,
-        Err(Error::StaleTurn) => return Err(Error::StaleTurn),
-        Err(e) => TurnEnd::Failed {
-            error: e.to_string(),
-        },
-    };
-    let reply = io.last_text.clone().unwrap_or_default();
-    let completed = matches!(end, TurnEnd::Complete { .. });
-    let outcome = finish(
-        &shared.store,
-        key.clone(),
-        claim.generation,
-        claim.machine_step,
-        end,
-        io,
-    )
-    .await?;
-    if claim.initial && completed {
-        spawn_title(shared, engine, key, prompt, reply);
-    }
-    Ok(outcome)
+    engine.run(io, input).await
 }
 
 /// Asks the engine for an automatic title after the first turn (manual titles are never touched).
@@ -439,23 +570,18 @@ fn settle_running_tasks(tx: &mut Tx<'_>, key: &SessionKey, status: &str) -> Resu
     Ok(())
 }
 
-async fn finish(
-    store: &Store,
-    key: SessionKey,
-    generation: u64,
-    machine_step: bool,
-    end: TurnEnd,
-    io: TurnIo,
-) -> Result<Outcome> {
-    let TurnIo {
+async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Outcome> {
+    let Terminal {
+        generation,
+        machine_step,
+        end,
         mode,
         messages,
         mut usage,
         todos,
         last_text,
         measured_usage,
-        ..
-    } = io;
+    } = terminal;
     usage.total_tokens = usage.input + usage.output;
     store
         .write(move |tx| {
@@ -617,6 +743,20 @@ fn usage_event(usage: &Usage) -> Event {
 /// Writes the `interrupted` terminal for a turn that was cut off (`generation` given) or lost in
 /// a crash, with a system event saying why. Refused (and harmless) when the turn already ended.
 async fn write_lost_turn(
+    shared: &Shared,
+    key: SessionKey,
+    generation: Option<u64>,
+    message: &'static str,
+    code: Option<&'static str>,
+) -> Result<Outcome> {
+    let session = key.id.clone();
+    persist(shared, &session, "the turn's terminal", || {
+        write_lost_terminal(&shared.store, key.clone(), generation, message, code)
+    })
+    .await
+}
+
+async fn write_lost_terminal(
     store: &Store,
     key: SessionKey,
     generation: Option<u64>,
@@ -670,7 +810,7 @@ pub(crate) async fn force_interrupted(
 ) -> Outcome {
     let fallback = Outcome::idle(key.clone());
     match write_lost_turn(
-        &shared.store,
+        shared,
         key,
         Some(generation),
         "the turn did not stop within the interrupt grace period and was cut off",
@@ -690,7 +830,7 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
     let stale = store.read(store::active_turn_sessions).await?;
     for (pk, id) in stale {
         tracing::warn!(session = %id, "ending a turn left running by a previous process");
-        write_lost_turn(
+        write_lost_terminal(
             store,
             SessionKey { pk, id },
             None,
