@@ -119,7 +119,13 @@ pub fn lock_data_dir(data_dir: &std::path::Path) -> Result<DataDirLock, String> 
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EROFS | libc::EACCES | libc::EPERM) => format!(
+                "the data dir {} cannot be written ({e}); sessiond needs a writable data dir",
+                data_dir.display()
+            ),
+            _ => format!("cannot open {}: {e}", path.display()),
+        })?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {

@@ -54,6 +54,13 @@ fn a_full_disk_ends_the_running_turn_answers_507_and_recovers_on_its_own() {
     let (st, ready) = s.get(&s.url("/readyz"));
     assert_eq!(st, 503, "{ready}");
     assert_eq!(ready["error"], "not_ready");
+    // The running turn's own next write fails too: its terminal now waits for the storage.
+    poll_until(
+        "the turn waiting for storage",
+        Duration::from_secs(20),
+        || (s.metric("sessiond_turns_awaiting_storage") == Some(1.0)).then_some(()),
+    );
+    assert_eq!(s.metric("sessiond_store_writable"), Some(0.0));
     // Reads still work while the disk is full.
     assert_eq!(s.detail(&id)["turnStatus"], "running");
 
@@ -72,6 +79,12 @@ fn a_full_disk_ends_the_running_turn_answers_507_and_recovers_on_its_own() {
     });
     let (st, _) = s.get(&s.url("/readyz"));
     assert_eq!(st, 200);
+    assert_eq!(s.metric("sessiond_turns_awaiting_storage"), Some(0.0));
+    assert_eq!(s.metric("sessiond_store_writable"), Some(1.0));
+    assert!(
+        s.metric("sessiond_store_commit_failures_total{reason=\"full\"}")
+            .is_some_and(|n| n >= 1.0)
+    );
     let after = s.detail(&id)["lastEventSeq"]
         .as_u64()
         .expect("lastEventSeq");
