@@ -192,7 +192,7 @@ impl Auth {
             store,
             keys: Mutex::new(HashMap::new()),
             revoked: broadcast::channel(256).0,
-            logins: limiter::LoginLimiter::new(Duration::from_secs(15 * 60), 10, 100),
+            logins: limiter::LoginLimiter::new(),
             setup: Mutex::new(None),
         }
     }

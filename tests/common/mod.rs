@@ -493,6 +493,11 @@ pub enum SseItem {
 }
 
 impl Sse {
+    /// Reads the event stream of an already sent request (any credential).
+    pub fn from_response(resp: Response) -> Sse {
+        Sse::new(resp)
+    }
+
     fn new(resp: Response) -> Sse {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
@@ -545,6 +550,24 @@ impl Sse {
     /// The next item of any kind (frame, comment or end).
     pub fn next_item(&self, timeout: Duration) -> Option<SseItem> {
         self.rx.recv_timeout(timeout).ok()
+    }
+
+    /// Waits until the stream ends (the server closed it), skipping what it still sends; false
+    /// when it is still open after `timeout`.
+    pub fn ends_within(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            match self.rx.recv_timeout(left) {
+                Ok(SseItem::End) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return true;
+                }
+                Ok(_) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return false,
+            }
+        }
     }
 
     /// Reads frames until one carries a terminal event; returns all frames read.
