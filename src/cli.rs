@@ -190,6 +190,14 @@ fn load_config(cli: &Cli) -> Result<Config, String> {
 fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("SESSIOND_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // The HTTP/1 parser logs every malformed request it refuses as an error; those are the
+    // client's errors (answered 4xx and counted in `sessiond_http_rejected_total`), so they stay
+    // out of the log unless asked for.
+    let asked = std::env::var("SESSIOND_LOG").is_ok_and(|v| v.contains("actix_http"));
+    let filter = match "actix_http::h1::dispatcher=off".parse() {
+        Ok(quiet) if !asked => filter.add_directive(quiet),
+        _ => filter,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -43,6 +43,10 @@ pub enum Error {
     Conflict(&'static str, String),
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("a JSON body needs Content-Type: application/json")]
+    UnsupportedMediaType,
+    #[error("the request body did not arrive within {0} ms")]
+    RequestTimeout(u64),
     #[error("too many open streams for this session")]
     TooManyStreams,
     #[error("the turn no longer holds this session")]
@@ -103,6 +107,8 @@ impl Error {
             Error::Forbidden(_) => "forbidden",
             Error::Conflict(code, _) => code,
             Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::UnsupportedMediaType => "unsupported_media_type",
+            Error::RequestTimeout(_) => "request_timeout",
             Error::TooManyStreams => "too_many_streams",
             Error::ShuttingDown => "unavailable",
             Error::StaleTurn => "stale_turn",
@@ -161,6 +167,8 @@ impl ResponseError for Error {
             | Error::Conflict(..) => StatusCode::CONFLICT,
             Error::InvalidCwd(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             Error::ShuttingDown | Error::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
@@ -193,6 +201,10 @@ impl ResponseError for Error {
         match self {
             Error::ShuttingDown => {
                 res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            // The rest of the body may still be on its way: do not read it, close instead.
+            Error::RequestTimeout(_) => {
+                res.insert_header((header::CONNECTION, "close"));
             }
             Error::StorageFull(_) | Error::StorageUnavailable(_) => {
                 res.insert_header((header::RETRY_AFTER, "5"));

@@ -390,7 +390,9 @@ fn http_service(
         })
         .h1(app);
     fn_service(|io: actix_web::rt::net::TcpStream| async move {
-        let conn = connection::admit(io).map_err(actix_http::error::DispatchError::Io)?;
+        let conn = connection::admit(io)
+            .await
+            .map_err(actix_http::error::DispatchError::Io)?;
         let peer = conn.peer_addr();
         Ok((conn, peer))
     })

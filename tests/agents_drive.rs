@@ -1582,7 +1582,7 @@ fn upload_grants_put_files_into_the_drive_without_overwriting_r36_r42() {
 }
 
 #[test]
-fn upload_names_with_separators_dot_dot_or_control_characters_are_refused_r42() {
+fn upload_names_with_separators_dot_dot_control_or_invisible_characters_are_refused_r42() {
     let s = Server::start();
     let g = mint(&s, json!({}));
     let before = files_under(&drive(&s));
@@ -1599,6 +1599,17 @@ fn upload_names_with_separators_dot_dot_or_control_characters_are_refused_r42() 
         "nul%00.txt",
         "del%7F.txt",
         "%FF%FE.txt",
+        // Invisible format characters: a right-to-left override (invoice<RLO>fdp.exe shows as
+        // invoiceexe.pdf), an isolate, a zero-width space, a BOM, a tag character.
+        "invoice%E2%80%AEfdp.exe",
+        "a%E2%81%A6b.txt",
+        "zero%E2%80%8Bwidth.txt",
+        "%EF%BB%BFbom.txt",
+        "tag%F3%A0%80%81.txt",
+        "line%E2%80%A8sep.txt",
+        // Names that end in a space.
+        "trailing.txt%20",
+        "trailing%20%20",
     ] {
         let (status, v) = put_encoded(&s, &g, encoded, Some(token(&g)), b"x".to_vec());
         assert_invalid(status, &v);
@@ -1614,6 +1625,11 @@ fn upload_names_with_separators_dot_dot_or_control_characters_are_refused_r42() 
     let ok = "n".repeat(255);
     let (status, v) = put_file(&s, &g, &ok, Some(token(&g)), b"x".to_vec());
     assert_eq!(status, 201, "{v}");
+    // Visible non-ASCII names and inner spaces are fine.
+    for name in ["résumé final.pdf", "日本語.txt", "emoji 😀.png"] {
+        let (status, v) = put_file(&s, &g, name, Some(token(&g)), b"x".to_vec());
+        assert_eq!(status, 201, "{name}: {v}");
+    }
 }
 
 #[test]

@@ -1098,6 +1098,16 @@ fn cases(s: &Server, p: &People) -> Vec<Case> {
             expect: unsafe_403,
         },
         Case {
+            name: "cookie with the same host and port over another scheme",
+            cred: cookie(Some(format!("https://{host}")), None, None),
+            expect: unsafe_403,
+        },
+        Case {
+            name: "cookie with a Referer of the same host and port over another scheme",
+            cred: cookie(None, Some(format!("https://{host}/ui/")), None),
+            expect: unsafe_403,
+        },
+        Case {
             name: "cookie with Origin host as a prefix",
             cred: cookie(Some(format!("http://{host}.evil.example")), None, None),
             expect: unsafe_403,
@@ -2595,4 +2605,28 @@ fn revocation_takes_effect_at_once_and_ends_open_streams() {
         browser.ends_within(Duration::from_secs(3)),
         "the signed-out session's stream is still open"
     );
+}
+
+/// Behind a TLS proxy (`public_url` is https), the cookie's unsafe requests must come from the
+/// https origin: a plain-http page of the same host is cross-site.
+#[test]
+fn the_origin_check_compares_the_scheme_of_the_public_url() {
+    let s = Server::start_with_config("public_url = \"https://sessions.example.test\"\n");
+    let host = s.base.trim_start_matches("http://").to_owned();
+    let cookie = login_cookie(&s.base, OWNER_EMAIL, OWNER_PASSWORD);
+    let id = new_session(&s, "hello");
+    let note = format!("/v1/ws/{WS}/agent/sessions/{id}/note");
+    let with_origin = |origin: &str| {
+        post_as(
+            &s.base,
+            &note,
+            &json!({"note": "n"}),
+            &Cred::cookie(&cookie, Some(origin)),
+        )
+        .status
+    };
+    assert_eq!(with_origin("https://sessions.example.test"), 200);
+    assert_eq!(with_origin(&format!("https://{host}")), 200);
+    assert_eq!(with_origin(&format!("http://{host}")), 403);
+    assert_eq!(with_origin("http://sessions.example.test"), 403);
 }

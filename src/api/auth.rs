@@ -41,7 +41,7 @@ async fn parse<T: serde::de::DeserializeOwned>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T> {
-    let bytes = body::read_limited(
+    let bytes = body::json_bytes(
         req,
         payload,
         64 * 1024.min(state.sessions.config().limits.max_body_bytes),

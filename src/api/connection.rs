@@ -64,26 +64,42 @@ impl Slot {
     }
 }
 
+/// Refused connections being answered at once; past this, one is closed without an answer (the
+/// reserve must not drain into refusals).
+const MAX_REFUSING: usize = 16;
+static REFUSING: AtomicUsize = AtomicUsize::new(0);
+
 /// Admits a new connection, or answers it `503` and closes it when the process is at its limit.
-pub fn admit(io: TcpStream) -> io::Result<Conn> {
-    match Slot::acquire() {
-        Some(slot) => Ok(Conn::new(io, Some(slot))),
-        None => {
-            METRICS.connections_refused.inc();
-            let body = r#"{"error":"unavailable","message":"the server is at its connection limit; retry shortly"}"#;
-            let response = format!(
-                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-                 content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            // A fresh socket's send buffer takes this at once; whatever does not fit is dropped
-            // with the connection.
-            let _ = io.try_write(response.as_bytes());
-            let mut sink = [0u8; 4096];
-            let _ = io.try_read(&mut sink);
-            Err(io::Error::other("connection limit reached"))
-        }
+pub async fn admit(io: TcpStream) -> io::Result<Conn> {
+    if let Some(slot) = Slot::acquire() {
+        return Ok(Conn::new(io, Some(slot)));
     }
+    METRICS.connections_refused.inc();
+    if REFUSING.fetch_add(1, Ordering::SeqCst) < MAX_REFUSING {
+        refuse(io).await;
+    }
+    REFUSING.fetch_sub(1, Ordering::SeqCst);
+    Err(io::Error::other("connection limit reached"))
+}
+
+/// Writes the 503, ends our side, and reads what the client still sends (briefly), so that the
+/// close does not reset the connection before the client has read the answer.
+async fn refuse(mut io: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"error":"unavailable","message":"the server is at its connection limit; retry shortly"}"#;
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = async {
+        io.write_all(response.as_bytes()).await?;
+        io.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while io.read(&mut sink).await? > 0 {}
+        Ok::<(), io::Error>(())
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), answer).await;
 }
 
 /// Set when the client has closed its side of the connection (the end of its stream was read).
