@@ -529,9 +529,9 @@ fn cwd_on_create_is_normalised_and_checked_on_the_filesystem_r65_r67_r68() {
         assert_eq!(v["snapshot"]["cwd"], want, "cwd {cwd}");
         assert_eq!(detail_checked(&s, &id_of(&v))["cwd"], want);
     }
-    // The drive root is stored as no cwd.
+    // A cwd set to the drive root is shown as it was set and answered: ".".
     let v = create_checked(&s, json!({"prompt": "root", "cwd": "."}));
-    assert!(v["snapshot"].get("cwd").is_none(), "{}", v["snapshot"]);
+    assert_eq!(v["snapshot"]["cwd"], ".", "{}", v["snapshot"]);
 
     // R68: invalid targets are 422 with the exact seed body, and nothing is created.
     let before = all_session_ids(&s);
@@ -624,19 +624,19 @@ fn moving_the_cwd_validates_stores_and_applies_from_the_next_turn_r66_r67_r68() 
     assert_eq!(last_seq(&s, &id), before, "nothing was written");
     assert_eq!(detail_checked(&s, &id)["cwd"], "projects/release");
 
-    // The drive root is answered as "." and stored as no cwd.
+    // The drive root is answered as "." and the snapshot shows what was answered.
     let (status, v) = s.post(&s.sessions_url(&format!("/{id}/cwd")), &json!({"cwd": "."}));
     assert_eq!(status, 200, "{v}");
     assert_schema(CWD, &v);
     assert_eq!(v["session"]["cwd"], ".");
-    assert!(detail_checked(&s, &id).get("cwd").is_none());
+    assert_eq!(detail_checked(&s, &id)["cwd"], ".");
     let (status, w) = s.post(
         &s.sessions_url(&format!("/{id}/messages/wait")),
         &json!({"prompt": "third turn", "clientRequestId": new_uuid()}),
     );
     assert_eq!(status, 200, "{w}");
     assert_schema(MESSAGES_WAIT, &w);
-    assert!(w.get("cwd").is_none(), "{w}");
+    assert_eq!(w["cwd"], ".", "{w}");
 
     // Unknown session: 404.
     let (status, v) = s.post(

@@ -7,6 +7,7 @@
 
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -159,6 +160,25 @@ impl Query {
 
 pub const MAX_SAFE: u64 = (1 << 53) - 1;
 
+/// A JSON Schema `integer` as the seed schemas mean it: JSON Schema counts `1.0` as an integer
+/// (a number with a zero fractional part), so a body may spell `seq` or `bytes` that way. The
+/// schema check has already bounded the value.
+pub fn schema_integer<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<u64, D::Error> {
+    use serde::de::Error as _;
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(u) = n.as_u64() {
+        return Ok(u);
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && (0.0..=MAX_SAFE as f64).contains(&f) => Ok(f as u64),
+        _ => Err(D::Error::custom(format!(
+            "must be an integer from 0 to {MAX_SAFE}"
+        ))),
+    }
+}
+
 pub fn parse_uint53(name: &str, v: &str) -> Result<u64> {
     match v.parse::<u64>() {
         Ok(n) if n <= MAX_SAFE && !v.starts_with('+') => Ok(n),
@@ -242,6 +262,22 @@ mod tests {
         let a = json!({"prompt": "x", "clientRequestId": "4b27f182-b3e8-47c4-9fb8-5a488243ab92"});
         let b = json!({"prompt": "x", "clientRequestId": "4B27F182-B3E8-47C4-9FB8-5A488243AB92"});
         assert_eq!(fingerprint("create", "", &a), fingerprint("create", "", &b));
+    }
+
+    #[test]
+    fn integers_may_be_spelled_with_a_zero_fraction() {
+        #[derive(Deserialize)]
+        struct B {
+            #[serde(deserialize_with = "schema_integer")]
+            n: u64,
+        }
+        let parse = |t: &str| serde_json::from_str::<B>(t).map(|b| b.n);
+        assert_eq!(parse(r#"{"n": 7}"#).unwrap(), 7);
+        assert_eq!(parse(r#"{"n": 7.0}"#).unwrap(), 7);
+        assert_eq!(parse(r#"{"n": 1e3}"#).unwrap(), 1000);
+        assert!(parse(r#"{"n": 7.5}"#).is_err());
+        assert!(parse(r#"{"n": -1}"#).is_err());
+        assert!(parse(r#"{"n": "7"}"#).is_err());
     }
 
     #[test]

@@ -145,6 +145,42 @@ pub async fn events(
 
 type Chunk = std::result::Result<web::Bytes, actix_web::Error>;
 
+/// Most bytes of live frames sent in one write.
+const LIVE_BATCH_BYTES: usize = 64 * 1024;
+
+impl StreamState {
+    /// Appends a live frame unless it is a durable one already sent.
+    fn push_live(&mut self, frame: &Frame, out: &mut String) {
+        if let Some(seq) = frame.seq {
+            if seq <= self.last {
+                return;
+            }
+            self.last = seq;
+        }
+        out.push_str(&live_frame(frame));
+    }
+
+    /// Appends the live frames that are already waiting (up to [`LIVE_BATCH_BYTES`]). A stream
+    /// that fell behind is ended after what it has (its client resumes by seq).
+    fn drain_ready(&mut self, out: &mut String) {
+        while out.len() < LIVE_BATCH_BYTES {
+            match self.sub.rx.try_recv() {
+                Ok(frame) => self.push_live(&frame, out),
+                Err(broadcast::error::TryRecvError::Empty) => return,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    METRICS.sse_lagged.inc();
+                    self.phase = Phase::Done;
+                    return;
+                }
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    self.phase = Phase::Done;
+                    return;
+                }
+            }
+        }
+    }
+}
+
 async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
     loop {
         match st.phase {
@@ -205,13 +241,15 @@ async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
                 tokio::select! {
                     msg = st.sub.rx.recv() => match msg {
                         Ok(frame) => {
-                            if let Some(seq) = frame.seq {
-                                if seq <= st.last {
-                                    continue;
-                                }
-                                st.last = seq;
+                            let mut out = String::new();
+                            st.push_live(&frame, &mut out);
+                            // Whatever else is already waiting goes out in the same write: under
+                            // fan-out, one wake-up and one write per batch, not per frame.
+                            st.drain_ready(&mut out);
+                            if out.is_empty() {
+                                continue;
                             }
-                            return Some((Ok(web::Bytes::from(live_frame(&frame))), st));
+                            return Some((Ok(web::Bytes::from(out)), st));
                         }
                         // Too slow: end the stream; the client resumes from its last seq.
                         Err(broadcast::error::RecvError::Lagged(_)) => {

@@ -512,7 +512,8 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                     .as_deref()
                     .or(row.tier.as_deref())
                     .and_then(Tier::parse),
-                cwd: row.cwd,
+                // A cwd set to the drive root is stored as `.`; engines see the root as no cwd.
+                cwd: row.cwd.filter(|c| c != "."),
                 mode: row.mode,
                 resume,
                 last_seq: started,
