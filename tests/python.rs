@@ -78,11 +78,31 @@ fn version_of(python: &str) -> Option<(u32, u32)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// The first interpreter on `PATH` that is new enough: the newest named ones first.
+/// The first interpreter that is new enough: the newest named ones on `PATH` first, then the
+/// versions pyenv has installed but not selected (their shims on `PATH` refuse to run them).
 fn interpreter(min: (u32, u32)) -> Option<(String, (u32, u32))> {
-    ["python3.13", "python3.12", "python3"]
+    let mut candidates: Vec<String> = ["python3.13", "python3.12", "python3"]
         .iter()
-        .filter_map(|p| Some((p.to_string(), version_of(p)?)))
+        .map(|p| p.to_string())
+        .collect();
+    let pyenv = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    if let Some(Ok(entries)) = pyenv.map(|root| std::fs::read_dir(root.join("versions"))) {
+        let mut installed: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path().join("bin").join("python3"))
+            .filter(|p| p.exists())
+            .collect();
+        installed.sort();
+        candidates.extend(installed.into_iter().rev().map(|p| p.display().to_string()));
+    }
+    candidates
+        .into_iter()
+        .filter_map(|p| {
+            let v = version_of(&p)?;
+            Some((p, v))
+        })
         .find(|(_, v)| *v >= min)
 }
 

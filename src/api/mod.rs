@@ -7,6 +7,7 @@ pub mod connection;
 pub mod context;
 mod events;
 pub mod middleware;
+pub mod openapi;
 pub mod schema;
 mod sessions;
 mod uploads;
@@ -96,6 +97,7 @@ fn at(path: &str, allow: &'static str) -> Resource {
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/healthz", "GET").route(web::get().to(healthz)));
     cfg.service(at("/readyz", "GET").route(web::get().to(readyz)));
+    cfg.service(at("/openapi.json", "GET").route(web::get().to(openapi::serve)));
     cfg.service(
         web::scope("/auth")
             .service(at("/setup", "POST").route(web::post().to(auth::setup)))
