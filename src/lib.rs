@@ -15,6 +15,7 @@ pub mod error;
 pub mod ids;
 pub mod metrics;
 pub mod process;
+pub mod request_id;
 pub mod runner;
 pub mod secret;
 pub mod server;

@@ -415,3 +415,80 @@ fn event_streams_of_clients_that_hung_up_are_freed_promptly() {
     };
     assert!(frames.iter().any(|f| f.data["event"]["note"] == "x"));
 }
+
+/// JSON logs carry the request id (the client's `X-Request-Id`, or a new one) that the response
+/// returns, on the request's own lines and on the turn it started.
+#[test]
+fn json_logs_carry_the_request_id_of_the_response() {
+    let mut first = Server::start();
+    let token = first.token.clone();
+    assert!(first.stop().success());
+    let config = first.tmp_dir().join("json-logs.toml");
+    std::fs::write(&config, "log_format = \"json\"\n").expect("config");
+    let mut child = Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_sessiond"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(&first.data_dir)
+            .arg("--config")
+            .arg(&config)
+            .env("SESSIOND_ENGINE", "scripted")
+            .env("SESSIOND_LOG", "info,sessiond::access=debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("first line");
+    let base = line
+        .trim()
+        .strip_prefix("sessiond listening on ")
+        .expect("listening")
+        .to_owned();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let err = BufReader::new(child.0.stderr.take().expect("stderr"));
+    std::thread::spawn(move || {
+        for l in err.lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    let http = reqwest::blocking::Client::new();
+    let resp = http
+        .post(format!("{base}/v1/ws/default/agent/sessions"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("x-request-id", "trace-me-7")
+        .json(&json!({"prompt": "hello"}))
+        .send()
+        .expect("POST");
+    assert_eq!(resp.headers()["x-request-id"], "trace-me-7");
+    assert_eq!(resp.status().as_u16(), 200);
+    let generated = http.get(format!("{base}/healthz")).send().expect("GET");
+    let generated = generated.headers()["x-request-id"]
+        .to_str()
+        .expect("id")
+        .to_owned();
+    let (mut request_line, mut generated_line) = (false, false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !(request_line && generated_line) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let l = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no log line with the request ids (request {request_line}, healthz {generated_line})"));
+        let Ok(v) = serde_json::from_str::<Value>(&l) else {
+            panic!("a log line that is not JSON: {l}");
+        };
+        let ids: Vec<&str> = v["spans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(std::iter::once(&v["span"]))
+            .filter_map(|s| s["request_id"].as_str())
+            .collect();
+        request_line |= ids.contains(&"trace-me-7");
+        generated_line |= ids.contains(&generated.as_str());
+    }
+    drop(child);
+}

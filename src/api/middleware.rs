@@ -21,13 +21,9 @@ use crate::metrics::METRICS;
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-tokio::task_local! {
-    static REQUEST_ID: String;
-}
-
 /// The id of the request being handled on this task, if any.
 pub fn current_request_id() -> Option<String> {
-    REQUEST_ID.try_with(Clone::clone).ok()
+    crate::request_id::current()
 }
 
 /// The client's id when it is a plain token (1–128 of `A-Z a-z 0-9 - _ . : /`), else a new one.
@@ -86,8 +82,7 @@ pub async fn observe(
     let span =
         tracing::info_span!("request", request_id = %id, method = %method, path = %req.path());
     // (The request cannot be kept aside: routing needs it unshared.)
-    let res = REQUEST_ID
-        .scope(id.clone(), next.call(req).instrument(span.clone()))
+    let res = crate::request_id::scope(id.clone(), next.call(req).instrument(span.clone()))
         .await?
         .map_into_boxed_body();
     let route = res
@@ -108,11 +103,18 @@ pub async fn observe(
         .http_duration
         .with(&[&route, method_label])
         .observe_duration(started.elapsed());
-    if status.is_server_error() {
-        span.in_scope(
-            || tracing::warn!(status = status.as_u16(), route = %route, "request failed"),
+    span.in_scope(|| {
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), route = %route, "request failed");
+        }
+        tracing::debug!(
+            target: "sessiond::access",
+            status = status.as_u16(),
+            route = %route,
+            ms = started.elapsed().as_secs_f64() * 1000.0,
+            "request"
         );
-    }
+    });
     let id_value = HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("-"));
     let res = if method == Method::HEAD {
         // A HEAD answer has no body; say so in its length, so the connection layer's framing

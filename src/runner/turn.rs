@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
 
 use super::machine::{MachineState, StepEnd};
 use super::{Delivery, Msg, Shared, TurnControl};
@@ -123,6 +124,8 @@ struct Claim {
     user_id: String,
     images: Vec<StoredImageRef>,
     attachments: Vec<AttachmentRef>,
+    /// The request that sent the input (`X-Request-Id`), or a new id for the runner's own.
+    request_id: String,
 }
 
 pub(crate) async fn run(
@@ -133,7 +136,15 @@ pub(crate) async fn run(
     tx: mpsc::UnboundedSender<Msg>,
 ) {
     let pk = key.pk;
-    let outcome = match run_turn(&shared, key.clone(), &control, ack).await {
+    let span = tracing::info_span!(
+        "turn",
+        session = %key.id,
+        request_id = tracing::field::Empty
+    );
+    let outcome = match run_turn(&shared, key.clone(), &control, ack)
+        .instrument(span)
+        .await
+    {
         Ok(outcome) => outcome,
         Err(Error::StaleTurn | Error::NotFound) => Outcome {
             key: None,
@@ -182,6 +193,7 @@ async fn run_turn(
         }
         return Ok(Outcome::idle(key));
     };
+    tracing::Span::current().record("request_id", claim.request_id.as_str());
     control.generation.store(claim.generation, Ordering::SeqCst);
     control
         .steer_pending
@@ -219,6 +231,7 @@ async fn run_turn(
         heartbeat_every: Duration::from_millis(shared.cfg.heartbeat_ms.max(1)),
         last_heartbeat: tokio::time::Instant::now(),
         last_text: None,
+        request_id: claim.request_id.clone(),
     };
     if !claim.text.is_empty() {
         io.messages
@@ -415,6 +428,9 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             let Some(generation) = tx.claim_turn(&key)? else {
                 return Ok(None);
             };
+            let request_id = tx
+                .input_request_id(&key, input.seq)?
+                .unwrap_or_else(crate::ids::new_id);
             tx.remove_input(&key, input.seq)?;
             let kind = match input.kind.as_str() {
                 "answer" => InputKind::Answer,
@@ -527,6 +543,7 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 user_id: row.user_id,
                 images,
                 attachments,
+                request_id,
             }))
         })
         .await
@@ -873,11 +890,18 @@ pub struct TurnIo {
     heartbeat_every: Duration,
     last_heartbeat: tokio::time::Instant,
     last_text: Option<String>,
+    request_id: String,
 }
 
 impl TurnIo {
     pub fn session_id(&self) -> &str {
         &self.key.id
+    }
+
+    /// The id of the request whose input this turn runs (`X-Request-Id`); engines pass it on to
+    /// what they call (a model endpoint's `X-Request-Id`, an agent CLI's `SESSIOND_REQUEST_ID`).
+    pub fn request_id(&self) -> &str {
+        &self.request_id
     }
 
     /// An image of this session by its storage id: `(mime type, bytes)`.

@@ -70,6 +70,8 @@ pub struct Tx<'c> {
     batch: &'c HashMap<i64, Counters>,
     /// Counters changed by this job; dropped if the job fails.
     job: HashMap<i64, Counters>,
+    /// The HTTP request that handed in this job (`X-Request-Id`), kept with the inputs it stores.
+    pub(crate) request_id: Option<String>,
 }
 
 impl<'c> Tx<'c> {
@@ -156,6 +158,7 @@ where
     T: Send + 'static,
 {
     let (reply, rx) = oneshot::channel();
+    let request_id = crate::request_id::current();
     let job: Job = Box::new(move |tx: Option<&mut Tx<'_>>| {
         let Some(tx) = tx else {
             return JobOutcome {
@@ -170,6 +173,7 @@ where
                 }),
             };
         };
+        tx.request_id = request_id;
         match f(tx) {
             Ok(value) => JobOutcome {
                 keep: true,
@@ -398,6 +402,7 @@ fn commit_batch(
             committed: counters,
             batch: &changed,
             job: HashMap::new(),
+            request_id: None,
         };
         if let Err(e) = exec_cached(conn, "SAVEPOINT job") {
             (job(None).completion)(Err(Error::from(e)));

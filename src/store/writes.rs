@@ -336,8 +336,8 @@ impl Tx<'_> {
     pub fn enqueue_input(&mut self, key: &SessionKey, input: &NewInput<'_>) -> Result<()> {
         self.conn
             .prepare_cached(
-                "INSERT INTO pending_inputs (session_pk, seq, kind, behavior, tier, text, images, not_before)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO pending_inputs (session_pk, seq, kind, behavior, tier, text, images, not_before, request_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
                 key.pk,
@@ -347,9 +347,22 @@ impl Tx<'_> {
                 input.tier,
                 input.text,
                 input.images,
-                input.not_before
+                input.not_before,
+                self.request_id
             ])?;
         Ok(())
+    }
+
+    /// The id of the HTTP request that stored a queued input (`None` for the runner's own).
+    pub fn input_request_id(&self, key: &SessionKey, seq: u64) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT request_id FROM pending_inputs WHERE session_pk = ?1 AND seq = ?2",
+            )?
+            .query_row(params![key.pk, seq as i64], |r| r.get(0))
+            .optional()?
+            .flatten())
     }
 
     /// The oldest input that may run now, if any.
