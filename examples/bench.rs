@@ -544,7 +544,7 @@ fn seed_history(cfg: &Config, events: u64) -> Seeded {
         .unwrap_or_else(|e| die("password hash", e));
     let (ws, agent, user, api_key) = store
         .write_blocking(move |tx| {
-            let ws = tx.ensure_workspace(sessiond::server::DEFAULT_WORKSPACE, "Default")?;
+            let ws = tx.ensure_workspace(sessiond::store::DEFAULT_WORKSPACE, "Default")?;
             let agent: String = tx.conn().query_row(
                 "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
                 [&ws],
@@ -624,7 +624,7 @@ fn http_client() -> reqwest::Client {
             .unwrap_or_else(|e| die("authorization header", e));
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    reqwest::Client::builder()
+    sessiond::tls::client_builder()
         .no_proxy()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(1)

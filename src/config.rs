@@ -224,8 +224,14 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        let cfg: Config = toml::from_str(&text)
+        let mut cfg: Config = toml::from_str(&text)
             .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+        // A relative `data_dir` in the file is the file's own neighbour, so a config file pins
+        // its data wherever sessiond is started from.
+        if cfg.data_dir.is_relative() && names_data_dir(&text) {
+            let folder = path.parent().unwrap_or(Path::new("."));
+            cfg.data_dir = folder.join(&cfg.data_dir);
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -256,10 +262,7 @@ impl Config {
         if self.stream.keepalive_ms == 0 {
             return Err("stream.keepalive_ms must be at least 1".into());
         }
-        if let Some(engine) = &self.engine {
-            crate::engine::EngineConfig::parse(&engine.to_string())
-                .map_err(|e| format!("engine: {e}"))?;
-        }
+        check_bind(&self.bind)?;
         Ok(())
     }
 
@@ -268,12 +271,32 @@ impl Config {
     }
 }
 
+/// Whether a config file's text sets `data_dir` (rather than leaving the default).
+fn names_data_dir(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("data_dir"))
+}
+
+/// `HOST:PORT` (a name, an IPv4 address or a bracketed IPv6 address, and a port number); the name
+/// is resolved when the server binds.
+fn check_bind(bind: &str) -> Result<(), String> {
+    let well_formed = bind
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!(
+            "bind: {bind:?} is not HOST:PORT (for example 127.0.0.1:8080, localhost:8090 or [::1]:8080)"
+        ))
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// `config.example.toml` with every commented-out setting and table switched on.
-    fn example_with_everything_enabled() -> String {
+    pub(crate) fn example_with_everything_enabled() -> String {
         let text = include_str!("../config.example.toml");
         text.lines()
             .map(|line| match line.strip_prefix("# ") {

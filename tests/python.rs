@@ -78,26 +78,33 @@ fn version_of(python: &str) -> Option<(u32, u32)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// The first interpreter that is new enough: the newest named ones on `PATH` first, then the
-/// versions pyenv has installed but not selected (their shims on `PATH` refuse to run them).
-fn interpreter(min: (u32, u32)) -> Option<(String, (u32, u32))> {
-    let mut candidates: Vec<String> = ["python3.13", "python3.12", "python3"]
-        .iter()
-        .map(|p| p.to_string())
-        .collect();
-    let pyenv = std::env::var_os("PYENV_ROOT")
+/// Interpreters to try, newest first: the versioned names on `PATH`, then every CPython that pyenv
+/// installed (its shims answer only for the versions pyenv has selected), then `python3`.
+fn candidates() -> Vec<String> {
+    let mut out = vec!["python3.13".to_owned(), "python3.12".to_owned()];
+    let root = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
-    if let Some(Ok(entries)) = pyenv.map(|root| std::fs::read_dir(root.join("versions"))) {
-        let mut installed: Vec<PathBuf> = entries
+    if let Some(Ok(entries)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
+        let mut installed: Vec<((u32, u32, u32), PathBuf)> = entries
             .flatten()
-            .map(|e| e.path().join("bin").join("python3"))
-            .filter(|p| p.exists())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let mut parts = name.split('.').map(|p| p.parse::<u32>().ok());
+                let version = (parts.next()??, parts.next()??, parts.next()??);
+                Some((version, e.path().join("bin/python3")))
+            })
             .collect();
-        installed.sort();
-        candidates.extend(installed.into_iter().rev().map(|p| p.display().to_string()));
+        installed.sort_by_key(|b| std::cmp::Reverse(b.0));
+        out.extend(installed.into_iter().map(|(_, p)| p.display().to_string()));
     }
-    candidates
+    out.push("python3".to_owned());
+    out
+}
+
+/// The first interpreter that runs and is new enough.
+fn interpreter(min: (u32, u32)) -> Option<(String, (u32, u32))> {
+    candidates()
         .into_iter()
         .filter_map(|p| {
             let v = version_of(&p)?;
@@ -110,7 +117,7 @@ fn interpreter(min: (u32, u32)) -> Option<(String, (u32, u32))> {
 fn venv(suite: &Suite) -> Result<PathBuf, String> {
     let (python, version) = interpreter(suite.python).ok_or_else(|| {
         format!(
-            "no Python >= {}.{} on PATH (tried python3.13, python3.12, python3)",
+            "no Python >= {}.{} (tried python3.13 and python3.12 on PATH, pyenv's versions, python3)",
             suite.python.0, suite.python.1
         )
     })?;

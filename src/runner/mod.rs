@@ -22,13 +22,10 @@ use tokio::task::JoinHandle;
 
 use crate::clock;
 use crate::config::RunnerConfig;
-use crate::engine::Engines;
+use crate::engine::{Engines, SessionOps};
 use crate::error::Result;
 use crate::metrics::METRICS;
-use crate::sessions::Sessions;
 use crate::store::{SessionKey, Store};
-
-pub use turn::TurnIo;
 
 /// The answer a submission gets from the runner (R64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +77,17 @@ pub(crate) struct TurnControl {
     pub steer_notify: Notify,
     /// The fencing generation once the turn has claimed its session (0 before).
     pub generation: AtomicU64,
+    /// Text streamed (as deltas) since the turn's last durable `text` step: what the reader saw
+    /// arrive and has not been stored yet. An interrupted turn writes it as its last `text` step,
+    /// so the partial reply stays in the timeline whichever engine streamed it.
+    pub unsaid: std::sync::Mutex<String>,
+}
+
+impl TurnControl {
+    /// Takes the unsaid text (leaving it empty).
+    pub fn take_unsaid(&self) -> String {
+        std::mem::take(&mut *self.unsaid.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 struct Active {
@@ -99,7 +107,7 @@ pub(crate) struct Shared {
     pub data_dir: PathBuf,
     /// The sessions core, for engine tools that start or message other sessions; set once the
     /// core exists (it is built on top of the runner).
-    pub sessions: OnceLock<Sessions>,
+    pub sessions: OnceLock<Arc<dyn SessionOps>>,
     /// Set at shutdown: writes that wait for storage to recover give up (the next start's
     /// recovery ends what they could not).
     pub stopping: AtomicBool,
@@ -154,7 +162,7 @@ impl Runner {
     }
 
     /// Gives engine tools the sessions core (`start_session`, `message_session`).
-    pub fn attach_sessions(&self, sessions: Sessions) {
+    pub fn attach_sessions(&self, sessions: Arc<dyn SessionOps>) {
         let _ = self.shared.sessions.set(sessions);
     }
 
@@ -393,6 +401,7 @@ impl Dispatcher {
             steer_pending: AtomicBool::new(false),
             steer_notify: Notify::new(),
             generation: AtomicU64::new(0),
+            unsaid: std::sync::Mutex::new(String::new()),
         });
         let pk = key.pk;
         let task = tokio::spawn(turn::run(
@@ -441,8 +450,9 @@ impl Dispatcher {
         let shared = Arc::clone(&self.shared);
         let tx = self.tx.clone();
         let key = active.key.clone();
+        let partial = active.control.take_unsaid();
         tokio::spawn(async move {
-            let outcome = turn::force_interrupted(&shared, key, generation).await;
+            let outcome = turn::force_interrupted(&shared, key, generation, partial).await;
             let _ = tx.send(Msg::TurnEnded { pk, outcome });
         });
     }

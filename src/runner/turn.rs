@@ -1,9 +1,11 @@
-//! One turn: claim the session, run the engine through a [`TurnIo`], write the terminal.
+//! One turn: claim the session, run the engine through its [`TurnIo`] (the runner's [`Turn`]),
+//! write the terminal.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
@@ -13,15 +15,15 @@ use super::{Delivery, Msg, Shared, TurnControl};
 use crate::bus::Frame;
 use crate::clock;
 use crate::drive::Drive;
-use crate::engine::{Engine, InputKind, TurnEnd, TurnInput};
+use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, TurnInput, TurnIo};
 use crate::error::{Error, Result};
 use crate::metrics::METRICS;
-use crate::sessions::{Actor, Channel, Sessions, projection};
+use crate::projection;
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
     AgentLoopState, AgentStatus, AttachmentRef, CompleteStatus, ContextWindowUsage, Event, Level,
-    ModelUsage, Sender, Step, StoredImageRef, SystemMetadata, Tier, Todo, TurnState,
-    TurnStateStatus, Usage,
+    ModelUsage, Step, StoredImageRef, SystemMetadata, Tier, Todo, TurnState, TurnStateStatus,
+    Usage,
 };
 
 /// What the dispatcher needs to know when a turn is over.
@@ -171,6 +173,8 @@ struct Terminal {
     todos: Option<Vec<Todo>>,
     last_text: Option<String>,
     measured_usage: bool,
+    /// Text an interrupted turn streamed and never said durably.
+    partial: String,
 }
 
 async fn run_turn(
@@ -201,18 +205,15 @@ async fn run_turn(
     if let Some(ack) = ack {
         let _ = ack.send(Delivery::Accepted);
     }
-    let mut io = TurnIo {
+    let mut io = Turn {
         store: shared.store.clone(),
         drive: Drive::root_for(&shared.data_dir, &claim.workspace_slug),
         cwd: claim.cwd.clone(),
-        actor: Actor {
+        origin: Origin {
             workspace_id: claim.workspace_id.clone(),
             workspace_slug: claim.workspace_slug.clone(),
             user_id: claim.user_id.clone(),
-            sender: Sender::Session {
-                session_id: key.id.clone(),
-            },
-            channel: Channel::Runner,
+            session_id: key.id.clone(),
         },
         sessions: shared.sessions.get().cloned(),
         measured_usage: false,
@@ -270,16 +271,24 @@ async fn run_turn(
     };
     let reply = io.last_text.clone().unwrap_or_default();
     let completed = matches!(end, TurnEnd::Complete { .. });
-    let TurnIo {
+    let partial = match end {
+        TurnEnd::Interrupted => io.control.take_unsaid(),
+        _ => String::new(),
+    };
+    let Turn {
         mode,
-        messages,
+        mut messages,
         usage,
         todos,
         last_text,
         measured_usage,
         ..
     } = io;
+    if !partial.is_empty() {
+        messages.push(json!({"role": "assistant", "content": partial}));
+    }
     let terminal = Terminal {
+        partial,
         generation: claim.generation,
         machine_step: claim.machine_step,
         end,
@@ -312,6 +321,7 @@ async fn run_turn(
                 shared,
                 key,
                 Some(claim.generation),
+                String::new(),
                 "the turn's result could not be stored; the turn was interrupted",
                 Some("terminal_failed"),
             )
@@ -325,7 +335,7 @@ async fn run_turn(
 }
 
 /// Runs the engine on the claimed turn (the tier clamped to one it honours first).
-async fn run_engine(engine: &dyn Engine, io: &mut TurnIo, mut input: TurnInput) -> Result<TurnEnd> {
+async fn run_engine(engine: &dyn Engine, io: &mut Turn, mut input: TurnInput) -> Result<TurnEnd> {
     if let Some(requested) = input.tier {
         let effective = engine.honoured_tier(requested);
         if effective != requested {
@@ -511,7 +521,7 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             if is_external(&input.kind) {
                 tx.record_input_turn(&key, input.seq, started)?;
             }
-            tx.set_turn_status(&key, "running")?;
+            projection::set_turn_status(tx, &key, "running")?;
             projection::refresh_follow_up_queue(tx, &key)?;
             let steers_waiting = tx
                 .pending_inputs(&key)?
@@ -568,6 +578,9 @@ pub(crate) fn turn_state(
     }
 }
 
+/// Most streamed-but-unstored text kept for an interrupt (the volatile tail's bound).
+const UNSAID_MAX_BYTES: usize = 1 << 20;
+
 fn estimate_tokens(text: &str) -> f64 {
     (text.chars().count() as f64 / 4.0).ceil()
 }
@@ -599,11 +612,13 @@ async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Ou
         todos,
         last_text,
         measured_usage,
+        partial,
     } = terminal;
     usage.total_tokens = usage.input + usage.output;
     store
         .write(move |tx| {
             tx.check_generation(&key, generation)?;
+            append_partial_text(tx, &key, partial)?;
             settle_running_tasks(tx, &key, "stopped")?;
             // Engines without a token count get the runner's estimate.
             if !measured_usage && usage.total_tokens > 0.0 {
@@ -734,7 +749,7 @@ fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome
         .filter(|p| p.not_before > now)
         .map(|p| p.not_before)
         .min();
-    tx.set_turn_status(&key, if more { "running" } else { turn_status })?;
+    projection::set_turn_status(tx, &key, if more { "running" } else { turn_status })?;
     Ok(Outcome {
         key: Some(key),
         more,
@@ -758,18 +773,41 @@ fn usage_event(usage: &Usage) -> Event {
     }
 }
 
-/// Writes the `interrupted` terminal for a turn that was cut off (`generation` given) or lost in
-/// a crash, with a system event saying why. Refused (and harmless) when the turn already ended.
+/// Stores the text an interrupted turn streamed after its last `text` step as one more `text`
+/// step, so that what the reader saw is not lost with the live preview.
+fn append_partial_text(tx: &mut Tx<'_>, key: &SessionKey, partial: String) -> Result<()> {
+    if !partial.is_empty() {
+        tx.append(
+            key,
+            &Event::Step {
+                step: Step::Text { text: partial },
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes the `interrupted` terminal for a turn that was cut off (`generation` given, with the
+/// text it streamed and did not store) or lost in a crash, with a system event saying why.
+/// Refused (and harmless) when the turn already ended.
 async fn write_lost_turn(
     shared: &Shared,
     key: SessionKey,
     generation: Option<u64>,
+    partial: String,
     message: &'static str,
     code: Option<&'static str>,
 ) -> Result<Outcome> {
     let session = key.id.clone();
     persist(shared, &session, "the turn's terminal", || {
-        write_lost_terminal(&shared.store, key.clone(), generation, message, code)
+        write_lost_terminal(
+            &shared.store,
+            key.clone(),
+            generation,
+            partial.clone(),
+            message,
+            code,
+        )
     })
     .await
 }
@@ -778,6 +816,7 @@ async fn write_lost_terminal(
     store: &Store,
     key: SessionKey,
     generation: Option<u64>,
+    partial: String,
     message: &'static str,
     code: Option<&'static str>,
 ) -> Result<Outcome> {
@@ -787,6 +826,7 @@ async fn write_lost_terminal(
                 tx.check_generation(&key, generation)?;
             }
             let row = tx.session_row(&key)?;
+            append_partial_text(tx, &key, partial)?;
             settle_running_tasks(
                 tx,
                 &key,
@@ -825,12 +865,14 @@ pub(crate) async fn force_interrupted(
     shared: &Shared,
     key: SessionKey,
     generation: u64,
+    partial: String,
 ) -> Outcome {
     let fallback = Outcome::idle(key.clone());
     match write_lost_turn(
         shared,
         key,
         Some(generation),
+        partial,
         "the turn did not stop within the interrupt grace period and was cut off",
         None,
     )
@@ -852,6 +894,7 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
             store,
             SessionKey { pk, id },
             None,
+            String::new(),
             "sessiond stopped while this turn was running; the turn was interrupted",
             Some("runner_exited"),
         )
@@ -864,15 +907,15 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
         .collect())
 }
 
-/// The engine's handle on its turn: durable appends (fenced), live deltas, steering, tasks and
-/// cancellation.
-pub struct TurnIo {
+/// A running turn as the runner keeps it; its engine sees it as its [`TurnIo`]: durable appends
+/// (fenced), live deltas, steering, tasks and cancellation.
+pub struct Turn {
     store: Store,
     drive: Drive,
     cwd: Option<String>,
-    /// The session itself as an actor (tools that start or message other sessions).
-    actor: Actor,
-    sessions: Option<Sessions>,
+    /// The session itself (tools that start or message other sessions act as it).
+    origin: Origin,
+    sessions: Option<Arc<dyn SessionOps>>,
     /// The engine reported real usage; the runner's estimate is not written.
     measured_usage: bool,
     key: SessionKey,
@@ -893,19 +936,67 @@ pub struct TurnIo {
     request_id: String,
 }
 
-impl TurnIo {
-    pub fn session_id(&self) -> &str {
+impl Turn {
+    /// Runs `f` on the writer as this turn: refused (`StaleTurn`) once the turn has lost its
+    /// session, so nothing a cut-off turn does lands after its terminal (invariant 8).
+    async fn fenced<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let key = self.key.clone();
+        let generation = self.generation;
+        self.store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                f(tx, &key)
+            })
+            .await
+    }
+}
+
+impl DeltaSink for Turn {
+    /// Broadcasts volatile progress (a delta); never stored, except the text of an interrupted
+    /// turn (see `TurnControl::unsaid`).
+    fn delta(&mut self, step: Step) {
+        if let Step::TextDelta { delta } = &step {
+            let mut unsaid = self
+                .control
+                .unsaid
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if unsaid.len() + delta.len() <= UNSAID_MAX_BYTES {
+                unsaid.push_str(delta);
+            }
+        }
+        let event = Event::Step { step };
+        let Ok(body) = serde_json::to_string(&event) else {
+            return;
+        };
+        self.store.bus().publish_volatile(
+            &self.key.id,
+            self.last_seq,
+            Frame {
+                seq: None,
+                event_type: "step".into(),
+                data: format!("{{\"event\":{body}}}"),
+            },
+        );
+    }
+}
+
+#[async_trait]
+impl TurnIo for Turn {
+    fn session_id(&self) -> &str {
         &self.key.id
     }
 
-    /// The id of the request whose input this turn runs (`X-Request-Id`); engines pass it on to
-    /// what they call (a model endpoint's `X-Request-Id`, an agent CLI's `SESSIOND_REQUEST_ID`).
-    pub fn request_id(&self) -> &str {
+    fn request_id(&self) -> &str {
         &self.request_id
     }
 
     /// An image of this session by its storage id: `(mime type, bytes)`.
-    pub async fn image(&self, storage_id: &str) -> Result<Option<(String, Vec<u8>)>> {
+    async fn image(&self, storage_id: &str) -> Result<Option<(String, Vec<u8>)>> {
         let pk = self.key.pk;
         let id = storage_id.to_owned();
         let row = self.store.read(move |c| store::image(c, pk, &id)).await?;
@@ -913,29 +1004,29 @@ impl TurnIo {
     }
 
     /// The drive of the session's workspace.
-    pub fn drive(&self) -> &Drive {
+    fn drive(&self) -> &Drive {
         &self.drive
     }
 
     /// The session's working directory, relative to the drive (`None` = the drive root).
-    pub fn cwd(&self) -> Option<&str> {
+    fn cwd(&self) -> Option<&str> {
         self.cwd.as_deref()
     }
 
     /// The session acting on its own behalf (inputs it sends are attributed to it, R7).
-    pub fn actor(&self) -> &Actor {
-        &self.actor
+    fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// The sessions core, for tools that start or message sessions (absent in bare runners).
-    pub fn sessions(&self) -> Option<&Sessions> {
-        self.sessions.as_ref()
+    fn sessions(&self) -> Option<Arc<dyn SessionOps>> {
+        self.sessions.clone()
     }
 
     /// How many sessions up the `createdBySessionId` chain goes from this one (0 for a root
     /// session), counting at most to `max`.
-    pub async fn depth(&self, max: u32) -> Result<u32> {
-        let ws = self.actor.workspace_id.clone();
+    async fn depth(&self, max: u32) -> Result<u32> {
+        let ws = self.origin.workspace_id.clone();
         let mut current = self.key.id.clone();
         let mut depth = 0;
         while depth < max {
@@ -956,14 +1047,14 @@ impl TurnIo {
     }
 
     /// What the engine stored about this session at an earlier turn.
-    pub async fn memo(&self) -> Result<Option<Value>> {
+    async fn memo(&self) -> Result<Option<Value>> {
         let pk = self.key.pk;
         let memo = self.store.read(move |c| store::engine_memo(c, pk)).await?;
         Ok(memo.and_then(|m| serde_json::from_str(&m).ok()))
     }
 
     /// Keeps `memo` for the next turns of this session.
-    pub async fn set_memo(&mut self, memo: Value) -> Result<()> {
+    async fn set_memo(&mut self, memo: Value) -> Result<()> {
         let doc = memo.to_string();
         self.fenced(move |tx, key| tx.set_engine_memo(key, Some(&doc)))
             .await
@@ -972,7 +1063,7 @@ impl TurnIo {
     /// The conversation of earlier turns, oldest first, as the messages their terminals recorded
     /// (a turn lost in a crash contributes its input), notes as user messages; whole turns only,
     /// newest first until about `budget_chars` of JSON.
-    pub async fn conversation(&self, budget_chars: usize) -> Result<Vec<Value>> {
+    async fn conversation(&self, budget_chars: usize) -> Result<Vec<Value>> {
         const TYPES: [&str; 6] = [
             "turn_started",
             "complete",
@@ -1028,18 +1119,18 @@ impl TurnIo {
 
     /// The turn's own conversation, recorded on its terminal (and read back by
     /// [`TurnIo::conversation`] in later turns). Starts with the turn's input.
-    pub fn messages_mut(&mut self) -> &mut Vec<Value> {
+    fn messages_mut(&mut self) -> &mut Vec<Value> {
         &mut self.messages
     }
 
     /// The turn's reply (a Job's state result, the text a title is made from).
-    pub fn set_reply(&mut self, text: &str) {
+    fn set_reply(&mut self, text: &str) {
         self.last_text = Some(text.to_owned());
     }
 
     /// Records one model call's measured usage: a `usage` event with the turn's totals so far,
     /// and the session's totals. The runner then writes no estimate for this turn.
-    pub async fn record_usage(
+    async fn record_usage(
         &mut self,
         call: Usage,
         by_model: Vec<ModelUsage>,
@@ -1065,22 +1156,22 @@ impl TurnIo {
     }
 
     /// True once the turn has been interrupted; engines stop at their next step.
-    pub fn is_cancelled(&self) -> bool {
+    fn is_cancelled(&self) -> bool {
         *self.cancel.borrow()
     }
 
     /// A receiver that turns true when the turn is interrupted (to race against I/O).
-    pub fn cancel_watch(&self) -> watch::Receiver<bool> {
+    fn cancel_watch(&self) -> watch::Receiver<bool> {
         self.cancel.clone()
     }
 
     /// True when a steer message is waiting for [`TurnIo::take_steers`].
-    pub fn steer_waiting(&self) -> bool {
+    fn steer_waiting(&self) -> bool {
         self.control.steer_pending.load(Ordering::SeqCst)
     }
 
     /// Waits `ms` unless interrupted first; returns false when interrupted.
-    pub async fn pause(&mut self, ms: u64) -> bool {
+    async fn pause(&mut self, ms: u64) -> bool {
         if self.is_cancelled() {
             return false;
         }
@@ -1090,50 +1181,26 @@ impl TurnIo {
         }
     }
 
-    /// Runs `f` on the writer as this turn: refused (`StaleTurn`) once the turn has lost its
-    /// session, so nothing a cut-off turn does lands after its terminal (invariant 8).
-    async fn fenced<T, F>(&self, f: F) -> Result<T>
-    where
-        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
-        T: Send + 'static,
-    {
-        let key = self.key.clone();
-        let generation = self.generation;
-        self.store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
-                f(tx, &key)
-            })
-            .await
-    }
-
     /// Appends a durable event unless this turn has lost its session.
-    pub async fn emit(&mut self, event: Event) -> Result<u64> {
+    async fn emit(&mut self, event: Event) -> Result<u64> {
+        let text = matches!(
+            event,
+            Event::Step {
+                step: Step::Text { .. }
+            }
+        );
         let seq = self.fenced(move |tx, key| tx.append(key, &event)).await?;
+        if text {
+            // The streamed text is stored now (the engine's own, complete version of it).
+            self.control.take_unsaid();
+        }
         self.last_seq = seq;
         Ok(seq)
     }
 
-    /// Broadcasts volatile progress (a delta); never stored.
-    pub fn delta(&mut self, step: Step) {
-        let event = Event::Step { step };
-        let Ok(body) = serde_json::to_string(&event) else {
-            return;
-        };
-        self.store.bus().publish_volatile(
-            &self.key.id,
-            self.last_seq,
-            Frame {
-                seq: None,
-                event_type: "step".into(),
-                data: format!("{{\"event\":{body}}}"),
-            },
-        );
-    }
-
     /// Records assistant text in the turn's conversation and, until the engine measures usage,
     /// in the estimate.
-    pub fn say(&mut self, text: &str) {
+    fn say(&mut self, text: &str) {
         if !self.measured_usage {
             self.usage.output += estimate_tokens(text);
         }
@@ -1142,13 +1209,13 @@ impl TurnIo {
         self.last_text = Some(text.to_owned());
     }
 
-    pub fn next_local_id(&mut self) -> u64 {
+    fn next_local_id(&mut self) -> u64 {
         self.local_ids += 1;
         self.local_ids
     }
 
     /// Replaces the session's todo list (event + snapshot field).
-    pub async fn set_todos(&mut self, todos: Vec<Todo>) -> Result<()> {
+    async fn set_todos(&mut self, todos: Vec<Todo>) -> Result<()> {
         let doc = serde_json::to_string(&todos).map_err(|e| Error::Internal(e.to_string()))?;
         self.todos = Some(todos.clone());
         let seq = self
@@ -1164,7 +1231,7 @@ impl TurnIo {
 
     /// Starts a background task of this turn (`kind`: tool, subagent or scheduled) and returns
     /// its id (`t1`, `t2`, ...).
-    pub async fn start_task(&mut self, kind: &str, name: &str, label: &str) -> Result<String> {
+    async fn start_task(&mut self, kind: &str, name: &str, label: &str) -> Result<String> {
         let generation = self.generation;
         let (kind, name, label) = (kind.to_owned(), name.to_owned(), label.to_owned());
         let (id, seq) = self
@@ -1186,7 +1253,7 @@ impl TurnIo {
     }
 
     /// Appends a chunk of a task's output, and a heartbeat when one is due.
-    pub async fn task_output(&mut self, id: &str, chunk: &str) -> Result<()> {
+    async fn task_output(&mut self, id: &str, chunk: &str) -> Result<()> {
         self.emit(Event::TaskOutput {
             task_id: id.to_owned(),
             chunk: chunk.to_owned(),
@@ -1199,7 +1266,7 @@ impl TurnIo {
     }
 
     /// A `heartbeat` when tasks are running and one is due.
-    pub async fn heartbeat_if_due(&mut self) -> Result<()> {
+    async fn heartbeat_if_due(&mut self) -> Result<()> {
         if !self.active_tasks.is_empty() && self.last_heartbeat.elapsed() >= self.heartbeat_every {
             self.heartbeat().await?;
         }
@@ -1207,7 +1274,7 @@ impl TurnIo {
     }
 
     /// A `heartbeat` naming the tasks still running.
-    pub async fn heartbeat(&mut self) -> Result<()> {
+    async fn heartbeat(&mut self) -> Result<()> {
         self.last_heartbeat = tokio::time::Instant::now();
         self.emit(Event::Heartbeat {
             timestamp: clock::now_ms() as f64,
@@ -1218,7 +1285,7 @@ impl TurnIo {
     }
 
     /// Settles a task: `completed` with `result`, `failed` with `error`, `stopped` with `reason`.
-    pub async fn settle_task(&mut self, id: &str, status: &str, detail: Value) -> Result<()> {
+    async fn settle_task(&mut self, id: &str, status: &str, detail: Value) -> Result<()> {
         let (id_c, status_c) = (id.to_owned(), status.to_owned());
         let seq = self
             .fenced(move |tx, key| {
@@ -1248,7 +1315,7 @@ impl TurnIo {
 
     /// Takes the steer messages that arrived since the last call (oldest first), marking them
     /// delivered to this turn.
-    pub async fn take_steers(&mut self) -> Result<Vec<String>> {
+    async fn take_steers(&mut self) -> Result<Vec<String>> {
         if !self.control.steer_pending.swap(false, Ordering::SeqCst) {
             return Ok(Vec::new());
         }
