@@ -2,7 +2,8 @@
 //! stores (and so the turns that run them), and the engine calls those turns make.
 //!
 //! The HTTP middleware sets it for the request's task (`api::middleware`); the store reads it when
-//! a write is handed to the writer, so a queued input keeps the id of the request that sent it.
+//! a write is handed to the writer, so a queued input keeps the id of the request that sent it
+//! (in memory: `store::writes`).
 
 tokio::task_local! {
     static REQUEST_ID: String;

@@ -92,7 +92,7 @@ fn raise_open_files_limit() -> u64 {
                 );
             }
         }
-        lim.rlim_cur as u64
+        lim.rlim_cur
     }
     #[cfg(not(unix))]
     1024

@@ -101,9 +101,7 @@ fn a_full_disk_ends_the_running_turn_answers_507_and_recovers_on_its_own() {
     let seqs: Vec<u64> = events.iter().filter_map(|e| e["seq"].as_u64()).collect();
     assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
     assert!(
-        !events
-            .iter()
-            .any(|e| e["event"]["note"] == Value::from("while full")),
+        !events.iter().any(|e| e["event"]["note"] == "while full"),
         "a refused note was stored"
     );
     drop(s);
@@ -122,14 +120,17 @@ fn kill9_rounds_under_concurrent_load_lose_and_duplicate_nothing() {
     let sessions: Vec<String> = (0..4)
         .map(|i| s.create_prompt(&format!("/slow 20\n/stream 50\n/reply base {i}")))
         .collect();
-    // (session, clientRequestId, kind) -> the seq the server acknowledged.
-    let acked: Arc<Mutex<HashMap<(String, String, &'static str), u64>>> = Arc::default();
-    let mut sent: Vec<(String, String, &'static str, Value)> = Vec::new();
+    /// (session, clientRequestId, kind) -> the seq the server acknowledged.
+    type Acked = Arc<Mutex<HashMap<(String, String, &'static str), u64>>>;
+    /// (session, clientRequestId, kind, body) of every input sent.
+    type Sent = Vec<(String, String, &'static str, Value)>;
+    let acked: Acked = Arc::default();
+    let mut sent: Sent = Vec::new();
     for round in 0..5 {
         let base = s.base.clone();
         let token = s.token.clone();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let round_sent: Arc<Mutex<Vec<(String, String, &'static str, Value)>>> = Arc::default();
+        let round_sent: Arc<Mutex<Sent>> = Arc::default();
         let clients: Vec<_> = (0..6)
             .map(|c| {
                 let (base, token, sessions) = (base.clone(), token.clone(), sessions.clone());

@@ -26,8 +26,11 @@ fn raw(s: &Server, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The responses in `text`: `(status, headers (lowercased names), body)` for each, in order.
-fn responses(text: &str) -> Vec<(u16, Vec<(String, String)>, String)> {
+/// One raw response: status, headers (lowercased names), body.
+type RawResponse = (u16, Vec<(String, String)>, String);
+
+/// The responses in `text`, in order.
+fn responses(text: &str) -> Vec<RawResponse> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some((head, after)) = rest.split_once("\r\n\r\n") {

@@ -297,10 +297,10 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
     if let Access::Scope(scope) = op.access {
         o["x-sessiond-scope"] = json!(scope);
     }
-    if matches!(op.answer, Answer::Events) {
-        o["parameters"]
-            .as_array_mut()
-            .map(|p| p.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string", "pattern": "^[0-9]+$"}})));
+    if matches!(op.answer, Answer::Events)
+        && let Some(p) = o["parameters"].as_array_mut()
+    {
+        p.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string", "pattern": "^[0-9]+$"}}));
     }
     match op.body {
         Body::None => {}
