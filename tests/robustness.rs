@@ -1480,8 +1480,11 @@ fn a_second_server_on_the_same_data_dir_is_refused_and_ends_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // The turn was the first server's all along: it ends when that server is told to stop it.
+    let (st, v) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
+    assert_eq!(st, 200, "{v}");
     let t = s.wait_terminal(&id, 1);
-    assert_eq!(t["event"]["type"], "complete", "{t}");
+    assert_eq!(t["event"]["type"], "interrupted", "{t}");
 }
 
 /// A data dir on a read-only filesystem is refused at start with a message, instead of starting,
