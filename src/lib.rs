@@ -14,14 +14,17 @@ pub mod drive;
 pub mod engine;
 pub mod error;
 pub mod ids;
+pub mod metrics;
 pub mod process;
 pub mod projection;
+pub mod request_id;
 pub mod runner;
 pub mod secret;
 pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod timeline;
+pub mod tls;
 pub mod uploads;
 pub mod web;
 

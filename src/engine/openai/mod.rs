@@ -237,7 +237,7 @@ impl OpenAiEngine {
             .clone()
             .or_else(|| env("OPENAI_MODEL"))
             .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
-        let client = reqwest::Client::builder()
+        let client = crate::tls::client_builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("sessiond/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -358,6 +358,7 @@ impl OpenAiEngine {
         loop {
             attempt += 1;
             let mut cancel = io.cancel_watch();
+            let request_id = io.request_id().to_owned();
             let result = stream::call(
                 Request {
                     client: &self.client,
@@ -365,6 +366,7 @@ impl OpenAiEngine {
                     api_key: key.as_deref(),
                     body,
                     idle_timeout: Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
+                    request_id: &request_id,
                 },
                 io,
                 &mut cancel,
