@@ -1,4 +1,4 @@
-//! The agent platform API's rows (migration 0004): agent registrations, deployments, task fields,
+//! The agent platform API's rows (migration 0005): agent registrations, deployments, task fields,
 //! events, states, spans and trackers, and the queries that read tasks and their messages out of
 //! sessions and timelines.
 //!

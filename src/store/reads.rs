@@ -294,7 +294,7 @@ pub fn engine_memo(conn: &Connection, session_pk: i64) -> Result<Option<String>>
 }
 
 /// The engine configuration a session's turns run with: the one pinned on the session (see
-/// migration 0004), else its agent's.
+/// migration 0005), else its agent's.
 pub fn turn_engine(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached(
