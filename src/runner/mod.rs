@@ -149,6 +149,11 @@ impl Runner {
     }
 
     /// Gives engine tools the sessions core (`start_session`, `message_session`).
+    /// The engines of the workspace agents (what they are, for the API families that say so).
+    pub fn engines(&self) -> &Engines {
+        &self.shared.engines
+    }
+
     pub fn attach_sessions(&self, sessions: Sessions) {
         let _ = self.shared.sessions.set(sessions);
     }

@@ -13,6 +13,7 @@
 pub mod identity;
 mod migrate;
 pub mod reads;
+pub mod record;
 mod writer;
 pub mod writes;
 
@@ -28,6 +29,7 @@ use crate::error::{Error, Result};
 
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
+pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
 pub use writer::Tx;
 pub use writes::*;
 
