@@ -5,9 +5,11 @@ mod auth;
 pub mod body;
 pub mod context;
 mod events;
+pub mod stream;
 pub mod schema;
 mod sessions;
 mod uploads;
+mod v2;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Resource, web};
@@ -125,6 +127,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::post().to(agents::default_message_wait)),
             ),
     );
+    cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(
         at(
