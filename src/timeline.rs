@@ -576,6 +576,9 @@ mod tests {
         );
         assert_eq!(RetryNotice::parse(&n.message()), Some(n));
         assert_eq!(RetryNotice::parse("working directory moved to ."), None);
-        assert_eq!(RetryNotice::parse("x; retrying in soon s (attempt 2 of 5)"), None);
+        assert_eq!(
+            RetryNotice::parse("x; retrying in soon s (attempt 2 of 5)"),
+            None
+        );
     }
 }

@@ -118,13 +118,29 @@ fn a_session_created_on_v2_is_the_same_session_on_v1() {
     );
     check_runs(&evs);
     // One v1 event per HAST group: sequence = 10 × seq + i.
-    let seqs: Vec<u64> = evs.iter().map(|e| e["sequence"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = evs
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
     let v1: Vec<u64> = history.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-    assert!(seqs.iter().all(|s| v1.contains(&(s / 10))), "{seqs:?} vs {v1:?}");
-    let ids: HashSet<&str> = evs.iter().map(|e| e["event_id"].as_str().unwrap()).collect();
+    assert!(
+        seqs.iter().all(|s| v1.contains(&(s / 10))),
+        "{seqs:?} vs {v1:?}"
+    );
+    let ids: HashSet<&str> = evs
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids.len(), evs.len(), "event ids are distinct");
-    assert!(evs.iter().all(|e| e["event_id"].as_str().unwrap() != e["sequence"].to_string()));
-    assert!(evs.iter().all(|e| e["session_id"] == json!(id) && e["task_id"] == json!(id)));
+    assert!(
+        evs.iter()
+            .all(|e| e["event_id"] != json!(e["sequence"].to_string())),
+        "event ids are not sequences"
+    );
+    assert!(
+        evs.iter()
+            .all(|e| e["session_id"] == json!(id) && e["task_id"] == json!(id))
+    );
     assert!(evs.iter().all(|e| e["engine"] == "scripted"));
     let user = &of_type(&evs, "message.completed")[0]["data"];
     assert_eq!(user["role"], "user");
@@ -195,7 +211,12 @@ fn a_session_created_on_v1_reads_the_same_on_v2() {
 fn the_list_pages_newest_first_with_a_keyset_cursor() {
     let s = Server::start();
     let mut ids: Vec<String> = (0..5)
-        .map(|i| id_of(&create_checked(&s, json!({"prompt": format!("/reply {i}")}))))
+        .map(|i| {
+            id_of(&create_checked(
+                &s,
+                json!({"prompt": format!("/reply {i}")}),
+            ))
+        })
         .collect();
     ids.reverse();
     let mut seen = Vec::new();
@@ -217,7 +238,13 @@ fn the_list_pages_newest_first_with_a_keyset_cursor() {
         }
     }
     assert_eq!(seen, ids);
-    for bad in ["?limit=0", "?limit=101", "?limit=x", "?cursor=", "?cursor=bm9wZQ"] {
+    for bad in [
+        "?limit=0",
+        "?limit=101",
+        "?limit=x",
+        "?cursor=",
+        "?cursor=bm9wZQ",
+    ] {
         let (status, v) = s.get(&v2(&s, bad));
         assert_eq!(status, 400, "{bad}: {v}");
         assert_eq!(v["error"], "invalid_request");
@@ -236,7 +263,10 @@ fn patch_changes_budget_and_metadata_and_bad_patches_change_nothing() {
     assert_eq!(status, 200, "{r}");
     assert_record(&r);
     assert_eq!(r["metadata"], json!({"a": "1", "b": "2", "c": "3"}));
-    let (_, r) = s.patch(&url, &json!({"metadata": {"a": null, "c": "4"}, "budget": {"cents": 50}}));
+    let (_, r) = s.patch(
+        &url,
+        &json!({"metadata": {"a": null, "c": "4"}, "budget": {"cents": 50}}),
+    );
     assert_eq!(r["metadata"], json!({"b": "2", "c": "4"}));
     assert_eq!(r["budget"], json!({"cents": 50, "source": "run"}));
     let before = record(&s, &id);
@@ -270,8 +300,16 @@ fn patch_changes_budget_and_metadata_and_bad_patches_change_nothing() {
 #[test]
 fn bad_creates_are_refused_and_change_nothing() {
     let s = Server::start();
-    let parent = create_v2(&s, json!({"prompt": "/reply p"}))["id"].as_str().unwrap().to_owned();
-    let count = || s.get(&v2(&s, "?limit=100")).1["sessions"].as_array().unwrap().len();
+    let parent = create_v2(&s, json!({"prompt": "/reply p"}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let count = || {
+        s.get(&v2(&s, "?limit=100")).1["sessions"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
     assert_eq!(count(), 1);
     for (body, code, needle) in [
         (json!({}), 400, "prompt"),
@@ -280,12 +318,32 @@ fn bad_creates_are_refused_and_change_nothing() {
         (json!({"prompt": 5}), 400, "prompt"),
         (json!({"prompt": "x", "harness": "vim"}), 400, "harness"),
         (json!({"prompt": "x", "harness": "codex"}), 400, "codex"),
-        (json!({"prompt": "x", "metadata": {"k": 1}}), 400, "metadata"),
+        (
+            json!({"prompt": "x", "metadata": {"k": 1}}),
+            400,
+            "metadata",
+        ),
         (json!({"prompt": "x", "metadata": "k"}), 400, "metadata"),
-        (json!({"prompt": "x", "budget": {"cents": -5}}), 400, "budget"),
-        (json!({"prompt": "x", "budget": {"cents": 1.5}}), 400, "budget"),
-        (json!({"prompt": "x", "parent": {"kind": "fork", "session_id": parent}}), 400, "parent"),
-        (json!({"prompt": "x", "parent": {"kind": "continuation"}}), 400, "parent"),
+        (
+            json!({"prompt": "x", "budget": {"cents": -5}}),
+            400,
+            "budget",
+        ),
+        (
+            json!({"prompt": "x", "budget": {"cents": 1.5}}),
+            400,
+            "budget",
+        ),
+        (
+            json!({"prompt": "x", "parent": {"kind": "fork", "session_id": parent}}),
+            400,
+            "parent",
+        ),
+        (
+            json!({"prompt": "x", "parent": {"kind": "continuation"}}),
+            400,
+            "parent",
+        ),
         (json!({"prompt": "x", "cwd": "somewhere"}), 400, "cwd"),
         (
             json!({"prompt": "x", "parent": {"kind": "resume", "session_id": "0190a7c2-0000-7000-8000-000000000000"}}),
@@ -316,17 +374,31 @@ fn bad_creates_are_refused_and_change_nothing() {
 #[test]
 fn scopes_workspaces_and_provenance() {
     let s = Server::start();
-    let id = create_v2(&s, json!({"prompt": "/reply x"}))["id"].as_str().unwrap().to_owned();
+    let id = create_v2(&s, json!({"prompt": "/reply x"}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     s.wait_terminal(&id, 1);
     let run = |args: &[&str]| {
         let mut cmd = sessiond_command();
         cmd.args(args).arg("--data-dir").arg(&s.data_dir);
         let out = run_bounded(cmd, WAIT);
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     };
     let read_only = run(&[
-        "token", "create", "--user", OWNER_EMAIL, "--scope", "sessions:read", "--name", "ro",
+        "token",
+        "create",
+        "--user",
+        OWNER_EMAIL,
+        "--scope",
+        "sessions:read",
+        "--name",
+        "ro",
     ]);
     let http = reqwest::blocking::Client::new();
     let call = |method: reqwest::Method, path: &str, key: Option<&str>, body: Option<Value>| {
@@ -344,7 +416,10 @@ fn scopes_workspaces_and_provenance() {
     let ro = Some(read_only.as_str());
     assert_eq!(call(Method::GET, "/v2/sessions", ro, None), 200);
     assert_eq!(call(Method::GET, &session, ro, None), 200);
-    assert_eq!(call(Method::GET, &format!("{session}/events"), ro, None), 200);
+    assert_eq!(
+        call(Method::GET, &format!("{session}/events"), ro, None),
+        200
+    );
     let sse = reqwest::blocking::Client::new()
         .get(s.url(&format!("{session}/events/stream")))
         .bearer_auth(&read_only)
@@ -352,15 +427,39 @@ fn scopes_workspaces_and_provenance() {
         .unwrap();
     assert_eq!(sse.status().as_u16(), 200, "sessions:read streams");
     drop(sse);
-    assert_eq!(call(Method::POST, "/v2/sessions", ro, Some(json!({"prompt": "x"}))), 403);
-    assert_eq!(call(Method::PATCH, &session, ro, Some(json!({"metadata": {}}))), 403);
     assert_eq!(
-        call(Method::POST, &format!("{session}/messages"), ro, Some(json!({"prompt": "x"}))),
+        call(
+            Method::POST,
+            "/v2/sessions",
+            ro,
+            Some(json!({"prompt": "x"}))
+        ),
         403
     );
-    for path in ["/v2/sessions", session.as_str(), &format!("{session}/events")] {
+    assert_eq!(
+        call(Method::PATCH, &session, ro, Some(json!({"metadata": {}}))),
+        403
+    );
+    assert_eq!(
+        call(
+            Method::POST,
+            &format!("{session}/messages"),
+            ro,
+            Some(json!({"prompt": "x"}))
+        ),
+        403
+    );
+    for path in [
+        "/v2/sessions",
+        session.as_str(),
+        &format!("{session}/events"),
+    ] {
         assert_eq!(call(Method::GET, path, None, None), 401, "{path}");
-        assert_eq!(call(Method::GET, path, Some("sk_nope"), None), 401, "{path}");
+        assert_eq!(
+            call(Method::GET, path, Some("sk_nope"), None),
+            401,
+            "{path}"
+        );
     }
     assert_eq!(call(Method::DELETE, &session, ro, None), 405);
 
@@ -372,22 +471,52 @@ fn scopes_workspaces_and_provenance() {
         writeln!(password, "another-password-123").expect("write");
         password.rewind().expect("rewind");
         let mut cmd = sessiond_command();
-        cmd.args(["user", "create", "--email", "other@test.local", "--password-stdin"])
-            .args(["--workspace", "other", "--role", "owner", "--data-dir"])
-            .arg(&s.data_dir)
-            .stdin(std::process::Stdio::from(password));
+        cmd.args([
+            "user",
+            "create",
+            "--email",
+            "other@test.local",
+            "--password-stdin",
+        ])
+        .args(["--workspace", "other", "--role", "owner", "--data-dir"])
+        .arg(&s.data_dir)
+        .stdin(std::process::Stdio::from(password));
         assert!(run_bounded(cmd, WAIT).status.success());
     }
     let other = run(&[
-        "token", "create", "--user", "other@test.local", "--workspace", "other", "--scope",
-        "sessions", "--name", "other",
+        "token",
+        "create",
+        "--user",
+        "other@test.local",
+        "--workspace",
+        "other",
+        "--scope",
+        "sessions",
+        "--name",
+        "other",
     ]);
+    let other_key = other.clone();
     let other = Some(other.as_str());
     assert_eq!(call(Method::GET, &session, other, None), 404);
-    assert_eq!(call(Method::GET, &format!("{session}/events"), other, None), 404);
-    assert_eq!(call(Method::PATCH, &session, other, Some(json!({"metadata": {}}))), 404);
+    assert_eq!(
+        call(Method::GET, &format!("{session}/events"), other, None),
+        404
+    );
+    assert_eq!(
+        call(
+            Method::PATCH,
+            &session,
+            other,
+            Some(json!({"metadata": {}}))
+        ),
+        404
+    );
     let (_, list) = {
-        let r = http.get(s.url("/v2/sessions")).bearer_auth(other.unwrap()).send().unwrap();
+        let r = http
+            .get(s.url("/v2/sessions"))
+            .bearer_auth(&other_key)
+            .send()
+            .unwrap();
         into_json(r)
     };
     assert_eq!(list["sessions"], json!([]));
@@ -404,7 +533,11 @@ fn scopes_workspaces_and_provenance() {
         .get_all("set-cookie")
         .iter()
         .filter_map(|c| c.to_str().ok())
-        .find_map(|c| c.split(';').next().filter(|kv| kv.starts_with("sessiond_session=")))
+        .find_map(|c| {
+            c.split(';')
+                .next()
+                .filter(|kv| kv.starts_with("sessiond_session="))
+        })
         .expect("session cookie")
         .to_owned();
     let browser_create = |workspace: &str| {
@@ -424,8 +557,19 @@ fn scopes_workspaces_and_provenance() {
     assert_eq!(r["source"], "react");
     assert_eq!(r["attribution"]["type"], Value::Null);
     let browser_id = r["id"].as_str().unwrap();
-    assert_eq!(call(Method::GET, &format!("/v2/sessions/{browser_id}"), ro, None), 200);
-    assert_eq!(call(Method::GET, &format!("/v2/sessions/{browser_id}"), other, None), 404);
+    assert_eq!(
+        call(Method::GET, &format!("/v2/sessions/{browser_id}"), ro, None),
+        200
+    );
+    assert_eq!(
+        call(
+            Method::GET,
+            &format!("/v2/sessions/{browser_id}"),
+            other,
+            None
+        ),
+        404
+    );
     // A workspace the browser's user is not a member of is not there.
     let (status, _) = browser_create("other");
     assert_eq!(status, 404);
@@ -437,7 +581,10 @@ fn scopes_workspaces_and_provenance() {
 #[test]
 fn streams_resume_by_after_and_by_last_event_id_without_gaps() {
     let s = Server::start_with_config("[stream]\nkeepalive_ms = 200\n");
-    let id = create_v2(&s, json!({"prompt": "/todos one; two\n/tool read_file\n/stream 3"}))["id"]
+    let id = create_v2(
+        &s,
+        json!({"prompt": "/todos one; two\n/tool read_file\n/stream 3"}),
+    )["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -454,8 +601,15 @@ fn streams_resume_by_after_and_by_last_event_id_without_gaps() {
     assert_eq!(sse.headers["content-type"], "text/event-stream");
     assert_eq!(sse.headers["x-accel-buffering"], "no");
     let frames = read_runs(&sse, 2);
-    let durable: Vec<Value> = frames.iter().filter(|f| f.id.is_some()).map(|f| f.data.clone()).collect();
-    assert_eq!(durable, all, "the stream replays exactly what the list holds");
+    let durable: Vec<Value> = frames
+        .iter()
+        .filter(|f| f.id.is_some())
+        .map(|f| f.data.clone())
+        .collect();
+    assert_eq!(
+        durable, all,
+        "the stream replays exactly what the list holds"
+    );
     assert_eq!(
         next_comment(&sse, Duration::from_secs(5)).as_deref(),
         Some("keep-alive"),
@@ -467,19 +621,23 @@ fn streams_resume_by_after_and_by_last_event_id_without_gaps() {
         let after = all[cut - 1]["sequence"].as_u64().unwrap();
         let expected = &all[cut..];
         let by_after = stream(&s, &id, &format!("?after={after}"), None);
-        let got: Vec<Value> = read_until(&by_after, "the last event", |f| f.data == all[all.len() - 1])
-            .into_iter()
-            .filter(|f| f.id.is_some())
-            .map(|f| f.data)
-            .collect();
+        let got: Vec<Value> = read_until(&by_after, "the last event", |f| {
+            f.data == all[all.len() - 1]
+        })
+        .into_iter()
+        .filter(|f| f.id.is_some())
+        .map(|f| f.data)
+        .collect();
         assert_eq!(got, expected, "after={after}");
         // EventSource reconnects to the URL it opened (`after=0`) with the header: it wins.
         let by_header = stream(&s, &id, "?after=0", Some(after));
-        let got: Vec<Value> = read_until(&by_header, "the last event", |f| f.data == all[all.len() - 1])
-            .into_iter()
-            .filter(|f| f.id.is_some())
-            .map(|f| f.data)
-            .collect();
+        let got: Vec<Value> = read_until(&by_header, "the last event", |f| {
+            f.data == all[all.len() - 1]
+        })
+        .into_iter()
+        .filter(|f| f.id.is_some())
+        .map(|f| f.data)
+        .collect();
         assert_eq!(got, expected, "Last-Event-ID {after}");
         // The list pages the same way.
         let (_, page) = s.get(&v2(&s, &format!("/{id}/events?after={after}&limit=500")));
@@ -488,15 +646,26 @@ fn streams_resume_by_after_and_by_last_event_id_without_gaps() {
     // A resume point inside one timeline event's group of HAST events.
     let group = all
         .windows(2)
-        .position(|w| w[0]["sequence"].as_u64().unwrap() / 10 == w[1]["sequence"].as_u64().unwrap() / 10)
+        .position(|w| {
+            w[0]["sequence"].as_u64().unwrap() / 10 == w[1]["sequence"].as_u64().unwrap() / 10
+        })
         .expect("a timeline event with several HAST events");
     let after = all[group]["sequence"].as_u64().unwrap();
     let (_, page) = s.get(&v2(&s, &format!("/{id}/events?after={after}&limit=1")));
     assert_eq!(page["events"][0], all[group + 1]);
     assert_eq!(page["has_more"], true);
 
-    for bad in ["?after=-1", "?after=x", "?after=9007199254740992", "?snapshots=maybe"] {
-        let r = s.http.get(v2(&s, &format!("/{id}/events/stream{bad}"))).send().unwrap();
+    for bad in [
+        "?after=-1",
+        "?after=x",
+        "?after=9007199254740992",
+        "?snapshots=maybe",
+    ] {
+        let r = s
+            .http
+            .get(v2(&s, &format!("/{id}/events/stream{bad}")))
+            .send()
+            .unwrap();
         assert_eq!(r.status().as_u16(), 400, "{bad}");
     }
     let r = s
@@ -515,7 +684,9 @@ fn streams_resume_by_after_and_by_last_event_id_without_gaps() {
 #[test]
 fn deltas_are_live_only_lead_to_their_message_and_a_reconnect_gets_the_tail() {
     let s = Server::start();
-    let id = create_v2(&s, json!({"prompt": "/slow 150\n/stream 8"}))["id"]
+    // Slow enough that the second stream connects long before the run ends (seven more deltas,
+    // 250 ms apart, after the third).
+    let id = create_v2(&s, json!({"prompt": "/slow 250\n/stream 10"}))["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -531,7 +702,11 @@ fn deltas_are_live_only_lead_to_their_message_and_a_reconnect_gets_the_tail() {
         }
         seen.push(f);
     }
-    let last_durable = seen.iter().rev().find_map(|f| f.id).expect("a durable frame");
+    let last_durable = seen
+        .iter()
+        .rev()
+        .find_map(|f| f.id)
+        .expect("a durable frame");
     let second = stream(&s, &id, "", Some(last_durable));
     let rest = read_runs(&first, 1);
     seen.extend(rest);
@@ -540,7 +715,10 @@ fn deltas_are_live_only_lead_to_their_message_and_a_reconnect_gets_the_tail() {
     for frames in [&seen, &reconnected] {
         let completed = frames
             .iter()
-            .find(|f| f.event.as_deref() == Some("message.completed") && f.data["data"]["role"] == "assistant")
+            .find(|f| {
+                f.event.as_deref() == Some("message.completed")
+                    && f.data["data"]["role"] == "assistant"
+            })
             .expect("the reply");
         let text = completed.data["data"]["text"].as_str().unwrap();
         let message_id = &completed.data["data"]["message_id"];
@@ -559,8 +737,11 @@ fn deltas_are_live_only_lead_to_their_message_and_a_reconnect_gets_the_tail() {
         assert_eq!(streamed, text, "the deltas make the message");
     }
     assert_eq!(
-        reconnected.iter().filter(|f| f.event.as_deref() == Some("message.delta")).count(),
-        8,
+        reconnected
+            .iter()
+            .filter(|f| f.event.as_deref() == Some("message.delta"))
+            .count(),
+        10,
         "the reconnect got the tail streamed before it came, then the rest"
     );
     // Volatile events are never replayed.
@@ -568,16 +749,25 @@ fn deltas_are_live_only_lead_to_their_message_and_a_reconnect_gets_the_tail() {
     assert!(of_type(&evs, "message.delta").is_empty());
     let replay = stream(&s, &id, "?after=0", None);
     let frames = read_runs(&replay, 1);
-    assert!(frames.iter().all(|f| f.id.is_some()), "a finished run replays no deltas");
+    assert!(
+        frames.iter().all(|f| f.id.is_some()),
+        "a finished run replays no deltas"
+    );
 }
 
 #[test]
 fn each_run_ends_completed_failed_or_interrupted_exactly_once() {
     let s = Server::start();
-    let id = create_v2(&s, json!({"prompt": "/reply fine"}))["id"].as_str().unwrap().to_owned();
+    let id = create_v2(&s, json!({"prompt": "/reply fine"}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     wait_runs(&s, &id, 1);
     let message = |prompt: &str| {
-        let (status, v) = s.post(&v2(&s, &format!("/{id}/messages")), &json!({"prompt": prompt}));
+        let (status, v) = s.post(
+            &v2(&s, &format!("/{id}/messages")),
+            &json!({"prompt": prompt}),
+        );
         assert_eq!(status, 200, "{v}");
     };
     message("/fail the model broke");
@@ -587,22 +777,36 @@ fn each_run_ends_completed_failed_or_interrupted_exactly_once() {
     assert_eq!(failed["message"], "the model broke");
     assert_eq!(failed["retryable"], false);
     let r = record(&s, &id);
-    assert_eq!((r["status"].as_str(), r["exit_status"].as_str()), (Some("error"), Some("error")));
+    assert_eq!(
+        (r["status"].as_str(), r["exit_status"].as_str()),
+        (Some("error"), Some("error"))
+    );
     assert_eq!(r["status_reason"], "the model broke");
     assert_eq!(r["surface"]["run"], "failed");
 
     message("/slow 10000\n/reply never");
-    wait_events(&s, &id, "the third run", |e| of_type(e, "run.started").len() == 3);
+    wait_events(&s, &id, "the third run", |e| {
+        of_type(e, "run.started").len() == 3
+    });
     assert_eq!(record(&s, &id)["status"], "running");
     let (status, _) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
     assert_eq!(status, 200);
     let evs = wait_runs(&s, &id, 3);
     assert_eq!(data_of(&evs, "run.interrupted")["reason"], "interrupted");
     let r = record(&s, &id);
-    assert_eq!((r["status"].as_str(), r["exit_status"].as_str()), (Some("stopped"), Some("interrupted")));
+    assert_eq!(
+        (r["status"].as_str(), r["exit_status"].as_str()),
+        (Some("stopped"), Some("interrupted"))
+    );
     assert!(r["stopped"]["at"].is_string(), "{r}");
     assert_eq!(r["stopped"]["by"], Value::Null);
-    assert!(r["status_reason"].as_str().unwrap().starts_with("interrupted by "), "{r}");
+    assert!(
+        r["status_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted by "),
+        "{r}"
+    );
     check_runs(&evs);
     let outcomes: Vec<&str> = types(&evs)
         .into_iter()
@@ -614,7 +818,10 @@ fn each_run_ends_completed_failed_or_interrupted_exactly_once() {
 #[test]
 fn an_ask_ends_its_run_and_the_answer_starts_the_next() {
     let s = Server::start();
-    let id = create_v2(&s, json!({"prompt": "/ask Which colour? | red | blue\n/reply chose it"}))["id"]
+    let id = create_v2(
+        &s,
+        json!({"prompt": "/ask Which colour? | red | blue\n/reply chose it"}),
+    )["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -631,12 +838,19 @@ fn an_ask_ends_its_run_and_the_answer_starts_the_next() {
     assert_eq!(r["status_reason"], "input_requested");
 
     // A message to an asking session is its answer.
-    let (status, v) = s.post(&v2(&s, &format!("/{id}/messages")), &json!({"prompt": "red"}));
+    let (status, v) = s.post(
+        &v2(&s, &format!("/{id}/messages")),
+        &json!({"prompt": "red"}),
+    );
     assert_eq!(status, 200, "{v}");
     let evs = wait_runs(&s, &id, 2);
     check_runs(&evs);
     let history = s.history_all(&id);
-    assert!(history.iter().any(|e| e["event"]["type"] == "answer_submitted"));
+    assert!(
+        history
+            .iter()
+            .any(|e| e["event"]["type"] == "answer_submitted")
+    );
     let queued = of_type(&evs, "run.queued");
     let answer_run = queued.last().unwrap();
     assert_eq!(answer_run["data"]["turn_type"], "answer");
@@ -654,24 +868,37 @@ fn tools_todos_tasks_and_written_files() {
         "[policy]\nmodel_endpoints = [{:?}]\n",
         fake.base_url
     ));
-    let id = create_v2(&s, json!({"prompt": "/todos plan it; do it\n/tool read_file\n/task build 200"}))["id"]
+    let id = create_v2(
+        &s,
+        json!({"prompt": "/todos plan it; do it\n/tool read_file\n/task build 200"}),
+    )["id"]
         .as_str()
         .unwrap()
         .to_owned();
     let evs = wait_runs(&s, &id, 1);
     let plan = data_of(&evs, "plan.updated");
-    assert_eq!(plan["steps"], json!([{"step": "plan it", "status": "pending"}, {"step": "do it", "status": "pending"}]));
+    assert_eq!(
+        plan["steps"],
+        json!([{"step": "plan it", "status": "pending"}, {"step": "do it", "status": "pending"}])
+    );
     let started = of_type(&evs, "tool.started");
     assert_eq!(started[0]["data"]["name"], "read_file");
     assert_eq!(started[0]["data"]["kind"], "read");
     let completed = of_type(&evs, "tool.completed");
-    assert_eq!(completed[0]["data"]["tool_call_id"], started[0]["data"]["tool_call_id"]);
+    assert_eq!(
+        completed[0]["data"]["tool_call_id"],
+        started[0]["data"]["tool_call_id"]
+    );
     assert_eq!(completed[0]["data"]["status"], "succeeded");
     assert_eq!(completed[0]["data"]["output"], "read_file: ok");
     // The background task: started, its output, settled.
     assert_eq!(started[1]["data"]["name"], "build");
     let task = &started[1]["data"]["tool_call_id"];
-    assert!(of_type(&evs, "tool.updated").iter().all(|e| &e["data"]["tool_call_id"] == task));
+    assert!(
+        of_type(&evs, "tool.updated")
+            .iter()
+            .all(|e| &e["data"]["tool_call_id"] == task)
+    );
     assert!(!of_type(&evs, "tool.updated").is_empty());
     assert_eq!(completed[1]["data"]["tool_call_id"], *task);
     assert_eq!(completed[1]["data"]["output"], "build done");
@@ -682,7 +909,11 @@ fn tools_todos_tasks_and_written_files() {
         &json!({"slug": "model", "engine": fake.engine(json!({}))}),
     );
     assert_eq!(status, 201, "{agent}");
-    fake.push(tool_reply(&[("w1", "write_file", json!({"path": "notes.txt", "content": "hi"}))]));
+    fake.push(tool_reply(&[(
+        "w1",
+        "write_file",
+        json!({"path": "notes.txt", "content": "hi"}),
+    )]));
     fake.push(text_reply("saved", (10, 2, 0)));
     let r = create_v2(&s, json!({"prompt": "save a note", "harness": "openai"}));
     assert_eq!(r["harness"], "openai");
@@ -706,7 +937,8 @@ fn the_budget_ends_the_run_and_refuses_messages_until_raised() {
         fake.base_url
     ));
     // $10,000 per million tokens: a 150-token call costs 150 cents.
-    let engine = fake.engine(json!({"prices": {"fake-model": {"input": 10000.0, "output": 10000.0}}}));
+    let engine =
+        fake.engine(json!({"prices": {"fake-model": {"input": 10000.0, "output": 10000.0}}}));
     let (status, v) = s.post(
         &s.url(&format!("/v1/ws/{WS}/agents")),
         &json!({"slug": "priced", "engine": engine}),
@@ -724,16 +956,26 @@ fn the_budget_ends_the_run_and_refuses_messages_until_raised() {
         delay: Duration::ZERO,
         end: End::Done,
     });
-    let r = create_v2(&s, json!({"prompt": "go", "harness": "openai", "budget": {"cents": 100}}));
+    let r = create_v2(
+        &s,
+        json!({"prompt": "go", "harness": "openai", "budget": {"cents": 100}}),
+    );
     let id = r["id"].as_str().unwrap().to_owned();
     assert_eq!(r["budget"], json!({"cents": 100, "source": "run"}));
     let evs = wait_runs(&s, &id, 1);
     let failed = data_of(&evs, "run.failed");
     assert_eq!(failed["code"], "budget_hit");
     assert_eq!(failed["retryable"], false);
-    assert_eq!(of_type(&evs, "message.completed").last().unwrap()["data"]["text"], "Let me look.");
+    assert_eq!(
+        of_type(&evs, "message.completed").last().unwrap()["data"]["text"],
+        "Let me look."
+    );
     assert_eq!(fake.chats().len(), 1);
-    assert!(of_type(&evs, "tool.started").is_empty(), "{:?}", types(&evs));
+    assert!(
+        of_type(&evs, "tool.started").is_empty(),
+        "{:?}",
+        types(&evs)
+    );
     let r = record(&s, &id);
     assert_eq!(r["exit_status"], "budget_hit");
     assert_eq!(r["status"], "error");
@@ -744,20 +986,38 @@ fn the_budget_ends_the_run_and_refuses_messages_until_raised() {
     assert_eq!(r["prompting"]["enabled"], false);
 
     for (url, body) in [
-        (s.sessions_url(&format!("/{id}/messages")), json!({"prompt": "more"})),
-        (v2(&s, &format!("/{id}/messages")), json!({"prompt": "more"})),
+        (
+            s.sessions_url(&format!("/{id}/messages")),
+            json!({"prompt": "more"}),
+        ),
+        (
+            v2(&s, &format!("/{id}/messages")),
+            json!({"prompt": "more"}),
+        ),
     ] {
         let (status, v) = s.post(&url, &body);
         assert_eq!(status, 409, "{url}: {v}");
         assert_eq!(v["error"], "budget_hit");
     }
-    assert_eq!(s.history_all(&id).iter().filter(|e| e["event"]["type"] == "prompt_submitted").count(), 1);
+    assert_eq!(
+        s.history_all(&id)
+            .iter()
+            .filter(|e| e["event"]["type"] == "prompt_submitted")
+            .count(),
+        1
+    );
 
-    let (status, r) = s.patch(&v2(&s, &format!("/{id}")), &json!({"budget": {"cents": 1000}}));
+    let (status, r) = s.patch(
+        &v2(&s, &format!("/{id}")),
+        &json!({"budget": {"cents": 1000}}),
+    );
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["prompting"]["enabled"], true);
     fake.push(text_reply("done now", (100, 50, 0)));
-    let (status, v) = s.post(&s.sessions_url(&format!("/{id}/messages")), &json!({"prompt": "more"}));
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "more"}),
+    );
     assert_eq!(status, 200, "{v}");
     let evs = wait_runs(&s, &id, 2);
     assert_eq!(of_type(&evs, "run.completed").len(), 1);
@@ -785,16 +1045,34 @@ fn continuation_handoff_and_resume() {
             .unwrap()
     };
 
-    let c = create_v2(&s, json!({"prompt": "what was it?", "parent": {"kind": "continuation", "session_id": parent}}));
-    assert_eq!(c["parent"], json!({"kind": "continuation", "session_id": parent, "replayed_from_session_id": null}));
-    assert_eq!(c["prompt"], "what was it?", "the record keeps the caller's prompt");
+    let c = create_v2(
+        &s,
+        json!({"prompt": "what was it?", "parent": {"kind": "continuation", "session_id": parent}}),
+    );
+    assert_eq!(
+        c["parent"],
+        json!({"kind": "continuation", "session_id": parent, "replayed_from_session_id": null})
+    );
+    assert_eq!(
+        c["prompt"], "what was it?",
+        "the record keeps the caller's prompt"
+    );
     let seen = reply_of(c["id"].as_str().unwrap());
-    assert!(seen.contains("the answer is 42") && seen.ends_with("what was it?"), "{seen}");
+    assert!(
+        seen.contains("the answer is 42") && seen.ends_with("what was it?"),
+        "{seen}"
+    );
     let p = record(&s, &parent);
-    assert_eq!(p["session_state"], "idle", "a continuation leaves its parent open");
+    assert_eq!(
+        p["session_state"], "idle",
+        "a continuation leaves its parent open"
+    );
     assert_eq!(p["prompting"]["enabled"], true);
 
-    let h = create_v2(&s, json!({"prompt": "take over", "parent": {"kind": "handoff", "session_id": parent}}));
+    let h = create_v2(
+        &s,
+        json!({"prompt": "take over", "parent": {"kind": "handoff", "session_id": parent}}),
+    );
     let hid = h["id"].as_str().unwrap();
     assert!(reply_of(hid).contains("the answer is 42"));
     let p = record(&s, &parent);
@@ -812,19 +1090,33 @@ fn continuation_handoff_and_resume() {
         assert_eq!(v["error"], "session_closed");
     }
 
-    let talk = create_v2(&s, json!({"prompt": "/reply first answer"}))["id"].as_str().unwrap().to_owned();
+    let talk = create_v2(&s, json!({"prompt": "/reply first answer"}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     wait_runs(&s, &talk, 1);
     let (status, _) = s.post(
         &s.sessions_url(&format!("/{talk}/messages/wait")),
         &json!({"prompt": "second question", "clientRequestId": new_uuid()}),
     );
     assert_eq!(status, 200);
-    let r = create_v2(&s, json!({"prompt": "go on", "parent": {"kind": "resume", "session_id": talk}}));
+    let r = create_v2(
+        &s,
+        json!({"prompt": "go on", "parent": {"kind": "resume", "session_id": talk}}),
+    );
     assert_eq!(r["parent"]["replayed_from_session_id"], json!(talk));
     assert_eq!(r["parent"]["kind"], "resume");
     let seen = reply_of(r["id"].as_str().unwrap());
-    for line in ["[user] /reply first answer", "[assistant] first answer", "[user] second question", "[assistant] echo: second question"] {
-        assert!(seen.contains(line), "the resumed session sees {line:?}: {seen}");
+    for line in [
+        "[user] /reply first answer",
+        "[assistant] first answer",
+        "[user] second question",
+        "[assistant] echo: second question",
+    ] {
+        assert!(
+            seen.contains(line),
+            "the resumed session sees {line:?}: {seen}"
+        );
     }
     assert_eq!(record(&s, &talk)["session_state"], "idle");
 }
@@ -841,13 +1133,20 @@ fn snapshot_frames_only_when_asked() {
     let frames = read_until(&with, "the snapshot of the finished session", |f| {
         f.event.as_deref() == Some("session/snapshot") && f.data["status"] == "completed"
     });
-    assert!(frames.iter().any(|f| f.event.as_deref() == Some("run.completed")));
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.event.as_deref() == Some("run.completed"))
+    );
     assert_eq!(frames.last().unwrap().data["exit_status"], "completed");
     let snapshots: Vec<&SseFrame> = frames
         .iter()
         .filter(|f| f.event.as_deref() == Some("session/snapshot"))
         .collect();
-    assert!(!snapshots.is_empty(), "a snapshot when the stream turns live");
+    assert!(
+        !snapshots.is_empty(),
+        "a snapshot when the stream turns live"
+    );
     assert!(snapshots.iter().all(|f| f.data["id"] == json!(id)));
     // Each snapshot is a change of status.
     let states: Vec<String> = snapshots
@@ -856,7 +1155,11 @@ fn snapshot_frames_only_when_asked() {
         .collect();
     assert!(states.windows(2).all(|w| w[0] != w[1]), "{states:?}");
     let plain = read_runs(&without, 1);
-    assert!(plain.iter().all(|f| f.event.as_deref() != Some("session/snapshot")));
+    assert!(
+        plain
+            .iter()
+            .all(|f| f.event.as_deref() != Some("session/snapshot"))
+    );
 }
 
 #[test]
@@ -865,9 +1168,18 @@ fn command_agents_name_their_harness_and_codex_writes_files() {
         .join("tests/fixtures")
         .display()
         .to_string();
-    let s = Server::start_with_config(&format!("[policy]\nprograms = [{:?}]\n", format!("{cli}/fake-cli.sh")));
+    let s = Server::start_with_config(&format!(
+        "[policy]\nprograms = [{:?}]\n",
+        format!("{cli}/fake-cli.sh")
+    ));
     for (slug, protocol, fixture, harness, engine) in [
-        ("claude", "claude", "claude-stream.jsonl", "claude_code", "claude_code"),
+        (
+            "claude",
+            "claude",
+            "claude-stream.jsonl",
+            "claude_code",
+            "claude_code",
+        ),
         ("codex", "codex", "codex-exec.jsonl", "codex", "codex_cli"),
     ] {
         let (status, v) = s.post(

@@ -61,7 +61,8 @@ pub async fn json_value(req: &HttpRequest, payload: web::Payload, limit: usize) 
     if bytes.is_empty() {
         return Err(Error::invalid("body: a JSON object is required"));
     }
-    serde_json::from_slice(&bytes).map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))
 }
 
 /// Decodes a JSON value into `T`; the error names the failing field.

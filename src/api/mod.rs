@@ -5,9 +5,9 @@ mod auth;
 pub mod body;
 pub mod context;
 mod events;
-pub mod stream;
 pub mod schema;
 mod sessions;
+pub mod stream;
 mod uploads;
 mod v2;
 

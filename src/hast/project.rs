@@ -82,7 +82,13 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 
 /// HAST token counts from a timeline `Usage`.
 fn token_counts(u: &Value) -> Value {
-    let n = |key: &str| u.get(key).and_then(Value::as_f64).unwrap_or(0.0).max(0.0).round() as u64;
+    let n = |key: &str| {
+        u.get(key)
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+            .max(0.0)
+            .round() as u64
+    };
     json!({
         "input_tokens": n("input"),
         "output_tokens": n("output"),
@@ -94,7 +100,10 @@ fn token_counts(u: &Value) -> Value {
 }
 
 fn cents(u: &Value) -> f64 {
-    u.pointer("/cost/total").and_then(Value::as_f64).unwrap_or(0.0) * 100.0
+    u.pointer("/cost/total")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0)
+        * 100.0
 }
 
 /// The text parts of a tool's output, joined.
@@ -120,7 +129,11 @@ impl Out<'_> {
         let i = self.events.len() as u64;
         if i >= SLOTS {
             // The mapping never makes this many; dropping keeps the numbering sound if it did.
-            tracing::warn!(kind, seq = self.seq, "a timeline event made too many HAST events");
+            tracing::warn!(
+                kind,
+                seq = self.seq,
+                "a timeline event made too many HAST events"
+            );
             return;
         }
         let sequence = self.seq * SLOTS + i;
@@ -136,7 +149,15 @@ impl Out<'_> {
     }
 
     /// `message.started` and `message.completed`.
-    fn message(&mut self, source: Source, run: Option<String>, id: &str, role: &str, text: &str, kind: Option<&str>) {
+    fn message(
+        &mut self,
+        source: Source,
+        run: Option<String>,
+        id: &str,
+        role: &str,
+        text: &str,
+        kind: Option<&str>,
+    ) {
         self.push(
             "message.started",
             source,
@@ -180,8 +201,19 @@ impl Projection {
                 let kind = str_of(event, "inputKind");
                 let queued = kind == "initial" || str_of(event, "behavior") == "follow_up";
                 let id = format!("msg_{sid}_{seq}");
-                let own = queued.then(|| run_id(sid, seq));
-                out.message(Source::Workspace, own.clone(), &id, "user", str_of(event, "prompt"), Some(kind));
+                // A steer joins the open run; with none open it starts its own.
+                let own = match (queued, &run) {
+                    (false, Some(open)) => Some(open.clone()),
+                    _ => Some(run_id(sid, seq)),
+                };
+                out.message(
+                    Source::Workspace,
+                    own.clone(),
+                    &id,
+                    "user",
+                    str_of(event, "prompt"),
+                    Some(kind),
+                );
                 if queued {
                     out.push(
                         "run.queued",
@@ -194,7 +226,14 @@ impl Projection {
             "answer_submitted" => {
                 let id = format!("msg_{sid}_{seq}");
                 let own = Some(run_id(sid, seq));
-                out.message(Source::Workspace, own.clone(), &id, "user", str_of(event, "answer"), Some("answer"));
+                out.message(
+                    Source::Workspace,
+                    own.clone(),
+                    &id,
+                    "user",
+                    str_of(event, "answer"),
+                    Some("answer"),
+                );
                 out.push(
                     "run.queued",
                     Source::Backplane,
@@ -204,11 +243,25 @@ impl Projection {
             }
             "note_submitted" => {
                 let id = format!("msg_{sid}_{seq}");
-                out.message(Source::Workspace, None, &id, "user", str_of(event, "note"), Some("note"));
+                out.message(
+                    Source::Workspace,
+                    run,
+                    &id,
+                    "user",
+                    str_of(event, "note"),
+                    Some("note"),
+                );
             }
             "agent_message" => {
                 let id = format!("msg_{sid}_{seq}");
-                out.message(Source::Runtime, None, &id, "assistant", str_of(event, "message"), None);
+                out.message(
+                    Source::Runtime,
+                    None,
+                    &id,
+                    "assistant",
+                    str_of(event, "message"),
+                    None,
+                );
             }
             "tier_clamped" => out.push(
                 "warning",
@@ -240,7 +293,11 @@ impl Projection {
             }
             "step" => self.step(&mut out, event.get("step").unwrap_or(&Value::Null), run),
             "todos" => {
-                let todos = event.get("todos").and_then(Value::as_array).cloned().unwrap_or_default();
+                let todos = event
+                    .get("todos")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
                 let steps: Vec<Value> = todos
                     .iter()
                     .map(|t| {
@@ -263,14 +320,24 @@ impl Projection {
                     json!({"plan_id": plan_id(sid), "steps": steps}),
                 );
                 if all_done {
-                    out.push("plan.completed", Source::Runtime, run, json!({"plan_id": plan_id(sid)}));
+                    out.push(
+                        "plan.completed",
+                        Source::Runtime,
+                        run,
+                        json!({"plan_id": plan_id(sid)}),
+                    );
                 }
             }
             "task_started" => {
                 let task = event.get("task").unwrap_or(&Value::Null);
-                let (id, kind, name) = (str_of(task, "id"), str_of(task, "kind"), str_of(task, "name"));
+                let (id, kind, name) = (
+                    str_of(task, "id"),
+                    str_of(task, "kind"),
+                    str_of(task, "name"),
+                );
                 if let Some(r) = self.run.as_mut() {
-                    r.tasks.insert(id.to_owned(), (kind.to_owned(), name.to_owned()));
+                    r.tasks
+                        .insert(id.to_owned(), (kind.to_owned(), name.to_owned()));
                 }
                 out.push(
                     "tool.started",
@@ -365,13 +432,27 @@ impl Projection {
             "text" => {
                 let Some(r) = self.run.as_mut() else {
                     let id = format!("msg_{sid}_{}", out.seq);
-                    out.message(Source::Runtime, None, &id, "assistant", str_of(step, "text"), None);
+                    out.message(
+                        Source::Runtime,
+                        None,
+                        &id,
+                        "assistant",
+                        str_of(step, "text"),
+                        None,
+                    );
                     return;
                 };
                 r.messages += 1;
                 let id = message_id(sid, r.n, r.messages);
                 r.last_message = Some(id.clone());
-                out.message(Source::Runtime, run, &id, "assistant", str_of(step, "text"), None);
+                out.message(
+                    Source::Runtime,
+                    run,
+                    &id,
+                    "assistant",
+                    str_of(step, "text"),
+                    None,
+                );
             }
             "reasoning" => {
                 let id = match self.run.as_mut() {
@@ -381,7 +462,12 @@ impl Projection {
                     }
                     None => format!("rsn_{sid}_{}", out.seq),
                 };
-                out.push("reasoning.started", Source::Runtime, run.clone(), json!({"reasoning_id": id}));
+                out.push(
+                    "reasoning.started",
+                    Source::Runtime,
+                    run.clone(),
+                    json!({"reasoning_id": id}),
+                );
                 out.push(
                     "reasoning.completed",
                     Source::Runtime,
@@ -403,7 +489,10 @@ impl Projection {
             }
             "tool_call" => {
                 let name = str_of(step, "toolName");
-                let is_error = step.get("isError").and_then(Value::as_bool).unwrap_or(false);
+                let is_error = step
+                    .get("isError")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
                 let mut data = json!({
                     "tool_call_id": str_of(step, "toolCallId"),
                     "kind": tools::kind(name),
@@ -538,7 +627,11 @@ impl Projection {
                 _ => out.push("run.completed", Source::Runtime, run, completed("stop")),
             },
             "ask" => {
-                let questions = event.get("questions").and_then(Value::as_array).cloned().unwrap_or_default();
+                let questions = event
+                    .get("questions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
                 let prompt = questions
                     .iter()
                     .map(|q| str_of(q, "question"))
@@ -555,7 +648,12 @@ impl Projection {
                         "options": questions,
                     }),
                 );
-                out.push("run.completed", Source::Runtime, run, completed("input_requested"));
+                out.push(
+                    "run.completed",
+                    Source::Runtime,
+                    run,
+                    completed("input_requested"),
+                );
             }
             "sleep" => {
                 let mut data = completed("sleep");
@@ -569,7 +667,12 @@ impl Projection {
                     Some("runner_exited") => "runner_exited",
                     _ => "interrupted",
                 };
-                out.push("run.interrupted", Source::Runtime, run, json!({"reason": reason}));
+                out.push(
+                    "run.interrupted",
+                    Source::Runtime,
+                    run,
+                    json!({"reason": reason}),
+                );
             }
         }
     }
@@ -608,5 +711,144 @@ impl Projection {
     /// Whether a run is open (events between runs carry no `run_id`).
     pub fn in_run(&self) -> bool {
         self.run.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_of(p: &mut Projection, events: &[(u64, Value)]) -> Vec<HastEvent> {
+        let start = RunStart {
+            input_seq: 2,
+            turn_type: "initial".into(),
+        };
+        events
+            .iter()
+            .flat_map(|(seq, e)| {
+                let s = (e["type"] == "turn_started").then_some(&start);
+                p.apply("s", *seq, 0, e, s)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_turn_is_one_run_and_its_deltas_name_the_message_they_make() {
+        let mut p = Projection::default();
+        let out = run_of(
+            &mut p,
+            &[
+                (1, json!({"type": "session_created", "prompt": "hi"})),
+                (
+                    2,
+                    json!({"type": "prompt_submitted", "prompt": "hi", "inputKind": "initial", "behavior": "steer"}),
+                ),
+                (3, json!({"type": "turn_started"})),
+            ],
+        );
+        let kinds: Vec<&str> = out.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "runtime.status",
+                "message.started",
+                "message.completed",
+                "run.queued",
+                "run.started"
+            ]
+        );
+        let seqs: Vec<u64> = out.iter().map(|e| e.sequence.unwrap()).collect();
+        assert_eq!(seqs, [10, 20, 21, 22, 30]);
+        assert_eq!(out[3].run_id, out[4].run_id);
+        let delta = json!({"type": "step", "step": {"type": "text_delta", "delta": "he"}});
+        let d1 = p.volatile("s", 0, &delta).unwrap();
+        // A retried call abandons what it streamed: the retry's deltas name a new message.
+        let retry = RetryNotice {
+            reason: "503".into(),
+            delay_ms: 10,
+            attempt: 2,
+            attempts: 3,
+        };
+        let out = run_of(
+            &mut p,
+            &[(
+                4,
+                json!({"type": "system", "level": "warn", "message": retry.message()}),
+            )],
+        );
+        assert_eq!(out[0].kind, "run.retrying");
+        assert_eq!(out[0].data["attempt"], 2);
+        let d2 = p.volatile("s", 0, &delta).unwrap();
+        assert_ne!(d1.data["message_id"], d2.data["message_id"]);
+        let out = run_of(
+            &mut p,
+            &[
+                (
+                    5,
+                    json!({"type": "step", "step": {"type": "text", "text": "hello"}}),
+                ),
+                (
+                    6,
+                    json!({"type": "complete", "status": "completed", "result": "hello"}),
+                ),
+            ],
+        );
+        assert_eq!(out[1].data["message_id"], d2.data["message_id"]);
+        assert_eq!(out[2].kind, "run.completed");
+        assert_eq!(out[2].data["final_message_id"], d2.data["message_id"]);
+        assert_eq!(out[2].data["attempts"], 2);
+        assert!(p.volatile("s", 0, &delta).is_none(), "no run is open");
+    }
+
+    #[test]
+    fn no_timeline_event_outgrows_its_slots() {
+        let mut p = Projection::default();
+        let changes: Vec<Value> = (0..50)
+            .map(|i| json!({"path": format!("f{i}"), "kind": "update"}))
+            .collect();
+        let out = run_of(
+            &mut p,
+            &[(
+                7,
+                json!({"type": "step", "step": {
+                    "type": "tool_call", "toolName": "file_change", "toolCallId": "c",
+                    "input": {"changes": changes}, "isError": false
+                }}),
+            )],
+        );
+        assert_eq!(out.len() as u64, SLOTS);
+        assert_eq!(out.last().unwrap().sequence, Some(7 * SLOTS + SLOTS - 1));
+    }
+
+    #[test]
+    fn outcomes_name_their_reason() {
+        let mut p = Projection::default();
+        let budget = crate::Error::BudgetHit { cents: 5 }.to_string();
+        let out = run_of(
+            &mut p,
+            &[
+                (3, json!({"type": "turn_started"})),
+                (
+                    4,
+                    json!({"type": "complete", "status": "failed", "error": budget}),
+                ),
+                (5, json!({"type": "turn_started"})),
+                (
+                    6,
+                    json!({"type": "system", "level": "warn", "message": "stopped", "metadata": {"code": "runner_exited"}}),
+                ),
+                (7, json!({"type": "interrupted"})),
+                (8, json!({"type": "turn_started"})),
+                (
+                    9,
+                    json!({"type": "ask", "questions": [{"question": "why?", "options": []}]}),
+                ),
+            ],
+        );
+        let by_kind = |k: &str| out.iter().find(|e| e.kind == k).unwrap().data.clone();
+        assert_eq!(by_kind("run.failed")["code"], "budget_hit");
+        assert_eq!(by_kind("run.interrupted")["reason"], "runner_exited");
+        assert_eq!(by_kind("input.requested")["prompt"], "why?");
+        assert_eq!(by_kind("run.completed")["finish_reason"], "input_requested");
     }
 }

@@ -15,8 +15,12 @@ const CHUNK: u32 = 500;
 
 /// The input that started the turn at `turn_seq`.
 pub fn run_start(conn: &Connection, pk: i64, turn_seq: u64) -> Result<Option<RunStart>> {
-    Ok(store::record::turn_input(conn, pk, turn_seq)?
-        .map(|(input_seq, turn_type)| RunStart { input_seq, turn_type }))
+    Ok(
+        store::record::turn_input(conn, pk, turn_seq)?.map(|(input_seq, turn_type)| RunStart {
+            input_seq,
+            turn_type,
+        }),
+    )
 }
 
 /// [`run_start`] of every `turn_started` among `events`.

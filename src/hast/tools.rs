@@ -45,7 +45,10 @@ pub fn changed_files(name: &str, input: Option<&Value>, max: usize) -> Vec<(Stri
     let field = |key: &str| input.get(key).and_then(Value::as_str).map(str::to_owned);
     let mut out: Vec<(String, &'static str)> = match name {
         "write_file" => field("path").map(|p| (p, "update")).into_iter().collect(),
-        "Write" | "Edit" | "MultiEdit" => field("file_path").map(|p| (p, "update")).into_iter().collect(),
+        "Write" | "Edit" | "MultiEdit" => field("file_path")
+            .map(|p| (p, "update"))
+            .into_iter()
+            .collect(),
         "NotebookEdit" => field("notebook_path")
             .map(|p| (p, "update"))
             .into_iter()
@@ -88,16 +91,25 @@ mod tests {
     #[test]
     fn writing_tools_name_their_files() {
         assert_eq!(
-            changed_files("write_file", Some(&json!({"path": "a.txt", "content": "x"})), 9),
+            changed_files(
+                "write_file",
+                Some(&json!({"path": "a.txt", "content": "x"})),
+                9
+            ),
             vec![("a.txt".to_owned(), "update")]
         );
         assert_eq!(
             changed_files(
                 "file_change",
-                Some(&json!({"changes": [{"path": "n.txt", "kind": "add"}, {"path": "o.txt", "kind": "delete"}]})),
+                Some(
+                    &json!({"changes": [{"path": "n.txt", "kind": "add"}, {"path": "o.txt", "kind": "delete"}]})
+                ),
                 9
             ),
-            vec![("n.txt".to_owned(), "update"), ("o.txt".to_owned(), "delete")]
+            vec![
+                ("n.txt".to_owned(), "update"),
+                ("o.txt".to_owned(), "delete")
+            ]
         );
         assert!(changed_files("read_file", Some(&json!({"path": "a.txt"})), 9).is_empty());
         let many: Vec<Value> = (0..20).map(|i| json!({"path": format!("f{i}")})).collect();

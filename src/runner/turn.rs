@@ -816,8 +816,13 @@ impl TurnIo {
     /// (a turn lost in a crash contributes its input), notes as user messages; whole turns only,
     /// newest first until about `budget_chars` of JSON.
     pub async fn conversation(&self, budget_chars: usize) -> Result<Vec<Value>> {
-        crate::sessions::conversation::before(&self.store, self.key.pk, self.turn_started, budget_chars)
-            .await
+        crate::sessions::conversation::before(
+            &self.store,
+            self.key.pk,
+            self.turn_started,
+            budget_chars,
+        )
+        .await
     }
 
     /// The turn's own conversation, recorded on its terminal (and read back by

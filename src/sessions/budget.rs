@@ -52,9 +52,11 @@ mod tests {
 
     #[test]
     fn the_cap_is_whole_cents_of_the_priced_usage() {
-        let totals = |usd: f64| format!(
-            r#"{{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":{usd}}}}}"#
-        );
+        let totals = |usd: f64| {
+            format!(
+                r#"{{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":{usd}}}}}"#
+            )
+        };
         assert!(!reached(0, Some(&totals(5.0))), "0 is no cap");
         assert!(!reached(3, Some(&totals(0.0299))));
         assert!(reached(3, Some(&totals(0.03))));
@@ -64,7 +66,9 @@ mod tests {
 
     #[test]
     fn a_budget_stop_is_recognised_by_its_error_text() {
-        assert!(is_budget_failure(&Error::BudgetHit { cents: 5 }.to_string()));
+        assert!(is_budget_failure(
+            &Error::BudgetHit { cents: 5 }.to_string()
+        ));
         assert!(!is_budget_failure("the model endpoint answered 500"));
     }
 }

@@ -314,7 +314,10 @@ impl Sessions {
         let metadata = if record.metadata.is_empty() {
             None
         } else {
-            Some(serde_json::to_string(&record.metadata).map_err(|e| Error::Internal(e.to_string()))?)
+            Some(
+                serde_json::to_string(&record.metadata)
+                    .map_err(|e| Error::Internal(e.to_string()))?,
+            )
         };
         let images = images::decode_all(&input.common.images)?;
         let machine = input.mode.as_ref().map(machine::validate).transpose()?;
@@ -394,7 +397,9 @@ impl Sessions {
                 }
                 // So may the session this one comes from.
                 let from = match (&record.parent, &lineage) {
-                    (Some(p), Some(_)) => Some((p, tx.session_key(&actor.workspace_id, &p.session_id)?)),
+                    (Some(p), Some(_)) => {
+                        Some((p, tx.session_key(&actor.workspace_id, &p.session_id)?))
+                    }
                     _ => None,
                 };
                 let start = RecordStart {

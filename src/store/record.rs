@@ -110,8 +110,9 @@ pub fn record_facts(conn: &Connection, pk: i64) -> Result<Option<RecordFacts>> {
 pub fn record_facts_of(conn: &Connection, pks: &[i64]) -> Result<Vec<RecordFacts>> {
     let list = serde_json::to_string(pks)
         .map_err(|e| crate::Error::Internal(format!("cannot encode keys: {e}")))?;
-    let sql =
-        format!("SELECT {FACT_COLUMNS} {FACT_JOINS} WHERE s.pk IN (SELECT value FROM json_each(?1))");
+    let sql = format!(
+        "SELECT {FACT_COLUMNS} {FACT_JOINS} WHERE s.pk IN (SELECT value FROM json_each(?1))"
+    );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map([list], facts_from_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -207,9 +208,7 @@ impl Tx<'_> {
 
     pub fn set_budget(&mut self, key: &SessionKey, cents: u64) -> Result<()> {
         self.conn
-            .prepare_cached(
-                "UPDATE sessions SET budget_cents = ?2, updated_at = ?3 WHERE pk = ?1",
-            )?
+            .prepare_cached("UPDATE sessions SET budget_cents = ?2, updated_at = ?3 WHERE pk = ?1")?
             .execute(params![key.pk, cents.min(i64::MAX as u64) as i64, self.now])?;
         Ok(())
     }

@@ -53,7 +53,9 @@ pub const TYPES: [&str; 24] = [
 ];
 
 fn load(rel: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas").join(rel);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("schemas")
+        .join(rel);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).expect("schema JSON")
 }
@@ -96,8 +98,9 @@ fn validator(key: &str, make: impl FnOnce() -> Value) -> &'static jsonschema::Va
     if let Some(v) = map.get(key) {
         return v;
     }
-    let v: &'static jsonschema::Validator =
-        Box::leak(Box::new(jsonschema::validator_for(&make()).expect("schema compiles")));
+    let v: &'static jsonschema::Validator = Box::leak(Box::new(
+        jsonschema::validator_for(&make()).expect("schema compiles"),
+    ));
     map.insert(key.to_owned(), v);
     v
 }
@@ -160,13 +163,14 @@ pub fn events_paged(s: &Server, id: &str, limit: u32) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     let mut after = 0u64;
     loop {
-        let (status, page) =
-            s.get(&v2(s, &format!("/{id}/events?after={after}&limit={limit}")));
+        let (status, page) = s.get(&v2(s, &format!("/{id}/events?after={after}&limit={limit}")));
         assert_eq!(status, 200, "events: {page}");
         let events = page["events"].as_array().expect("events").clone();
         for e in &events {
             assert_envelope(e);
-            let seq = e["sequence"].as_u64().expect("durable events have a sequence");
+            let seq = e["sequence"]
+                .as_u64()
+                .expect("durable events have a sequence");
             assert!(seq > after, "sequence {seq} after {after}");
             after = seq;
         }
@@ -184,11 +188,19 @@ pub fn events(s: &Server, id: &str) -> Vec<Value> {
 
 /// The types of a list of envelopes.
 pub fn types(events: &[Value]) -> Vec<&str> {
-    events.iter().map(|e| e["type"].as_str().unwrap_or("?")).collect()
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("?"))
+        .collect()
 }
 
 /// Polls the event list until `pred` holds; returns the events then.
-pub fn wait_events(s: &Server, id: &str, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+pub fn wait_events(
+    s: &Server,
+    id: &str,
+    what: &str,
+    pred: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let evs = events(s, id);
@@ -224,7 +236,10 @@ pub fn wait_runs(s: &Server, id: &str, n: usize) -> Vec<Value> {
 
 /// Opens `…/events/stream{query}`.
 pub fn stream(s: &Server, id: &str, query: &str, last_event_id: Option<u64>) -> Sse {
-    let sse = s.sse_at(&v2(s, &format!("/{id}/events/stream{query}")), last_event_id);
+    let sse = s.sse_at(
+        &v2(s, &format!("/{id}/events/stream{query}")),
+        last_event_id,
+    );
     assert_eq!(sse.status, 200, "stream {id}{query}");
     sse
 }

@@ -45,9 +45,17 @@ pub async fn list(
 ) -> Result<HttpResponse> {
     let q = Query::parse(&req)?;
     let after = q.uint53("after")?.unwrap_or(0);
-    let limit = q.limit("limit", 100, state.sessions.config().limits.history_page_max)? as usize;
+    let limit = q.limit(
+        "limit",
+        100,
+        state.sessions.config().limits.history_page_max,
+    )? as usize;
     let row = state.sessions.detail_row(&actor, &path).await?;
-    let stamp = stamp(&state.sessions, &row, &agent_engine(&state.sessions, &row).await?);
+    let stamp = stamp(
+        &state.sessions,
+        &row,
+        &agent_engine(&state.sessions, &row).await?,
+    );
     let (pk, sid) = (row.pk, row.id.clone());
     let (events, more) = state
         .sessions
@@ -74,7 +82,11 @@ pub async fn stream(
         Some(_) => return Err(Error::invalid("snapshots: must be true or false")),
     };
     let row = state.sessions.detail_row(&actor, &path).await?;
-    let stamp = stamp(&state.sessions, &row, &agent_engine(&state.sessions, &row).await?);
+    let stamp = stamp(
+        &state.sessions,
+        &row,
+        &agent_engine(&state.sessions, &row).await?,
+    );
     let store = state.sessions.store().clone();
     let sub = store.bus().subscribe(&row.id)?;
     let first = hast::first_seq_after(after);
@@ -122,8 +134,13 @@ struct Snapshots {
 fn may_change_status(event_type: &str) -> bool {
     matches!(
         event_type,
-        "prompt_submitted" | "answer_submitted" | "turn_started" | "complete" | "ask"
-            | "interrupted" | "sleep"
+        "prompt_submitted"
+            | "answer_submitted"
+            | "turn_started"
+            | "complete"
+            | "ask"
+            | "interrupted"
+            | "sleep"
     )
 }
 
@@ -136,6 +153,14 @@ struct Hast {
     after: u64,
     projection: Arc<Projection>,
     snapshots: Option<Snapshots>,
+}
+
+/// The timeline event a bus frame carries (`{"seq":N,"event":{…}}` or `{"event":{…}}`).
+fn frame_event(frame: &Frame) -> Value {
+    serde_json::from_str::<Value>(&frame.data)
+        .ok()
+        .and_then(|mut v| v.get_mut("event").map(Value::take))
+        .unwrap_or(Value::Null)
 }
 
 fn render(events: &[HastEvent], stamp: &Stamp) -> Vec<(u64, String)> {
@@ -180,7 +205,10 @@ impl Render for Hast {
         let projection = Arc::make_mut(&mut self.projection);
         let hast = read::apply_stored(projection, &self.stamp.session_id, &events, &starts);
         let mut out = String::new();
-        for e in hast.iter().filter(|e| e.sequence.is_some_and(|s| s > self.after)) {
+        for e in hast
+            .iter()
+            .filter(|e| e.sequence.is_some_and(|s| s > self.after))
+        {
             out.push_str(&e.sse(&self.stamp));
         }
         Ok(Bytes::from(out))
@@ -192,12 +220,12 @@ impl Render for Hast {
             let cell = frame.cache.slot::<OnceCell<Bytes>>();
             let bytes = cell
                 .get_or_init(|| async {
-                    let event: Value = serde_json::from_str::<Value>(&frame.data)
-                        .ok()
-                        .and_then(|mut v| v.get_mut("event").map(Value::take))
-                        .unwrap_or(Value::Null);
                     self.projection
-                        .volatile(&self.stamp.session_id, frame.created_at, &event)
+                        .volatile(
+                            &self.stamp.session_id,
+                            frame.created_at,
+                            &frame_event(&frame),
+                        )
                         .map(|e| Bytes::from(e.sse(&self.stamp)))
                         .unwrap_or_default()
                 })
@@ -207,13 +235,12 @@ impl Render for Hast {
         let cell = frame.cache.slot::<OnceCell<Durable>>();
         let made = cell
             .get_or_try_init(|| async {
-                let event: Value = serde_json::from_str::<Value>(&frame.data)
-                    .ok()
-                    .and_then(|mut v| v.get_mut("event").map(Value::take))
-                    .unwrap_or(Value::Null);
+                let event = frame_event(&frame);
                 let start = if &*frame.event_type == "turn_started" {
                     let pk = self.pk;
-                    self.store.read(move |c| read::run_start(c, pk, seq)).await?
+                    self.store
+                        .read(move |c| read::run_start(c, pk, seq))
+                        .await?
                 } else {
                     None
                 };

@@ -56,13 +56,25 @@ struct MessageBody {
     behavior: Option<Behavior>,
 }
 
+/// A bounded JSON body decoded into `T` (unknown fields refused).
+async fn body_of<T: serde::de::DeserializeOwned>(
+    state: &AppState,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T> {
+    let limit = state.sessions.config().limits.max_body_bytes;
+    body::typed(&body::json_value(req, payload, limit).await?)
+}
+
 fn check_prompt(state: &AppState, prompt: &str) -> Result<()> {
     let max = state.sessions.config().limits.max_prompt_chars;
     if prompt.trim().is_empty() {
         return Err(Error::invalid("prompt: must not be empty"));
     }
     if prompt.chars().count() > max {
-        return Err(Error::invalid(format!("prompt: longer than {max} characters")));
+        return Err(Error::invalid(format!(
+            "prompt: longer than {max} characters"
+        )));
     }
     Ok(())
 }
@@ -108,7 +120,9 @@ async fn agent_for(
         ))
     })?;
     // A lineage keeps the parent's working directory when it stays with the parent's agent.
-    let cwd = parent.filter(|p| p.agent_id == agent.id).and_then(|p| p.cwd.clone());
+    let cwd = parent
+        .filter(|p| p.agent_id == agent.id)
+        .and_then(|p| p.cwd.clone());
     Ok((Some(agent.id.clone()), cwd))
 }
 
@@ -118,13 +132,16 @@ pub async fn create(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let limit = state.sessions.config().limits.max_body_bytes;
-    let raw = body::json_value(&req, payload, limit).await?;
-    let b: CreateBody = body::typed(&raw)?;
+    let b: CreateBody = body_of(&state, &req, payload).await?;
     check_prompt(&state, &b.prompt)?;
     let metadata = b.metadata.unwrap_or_default();
     record::check_metadata("metadata", &metadata)?;
-    let budget_cents = b.budget.as_ref().map(check_budget).transpose()?.unwrap_or(0);
+    let budget_cents = b
+        .budget
+        .as_ref()
+        .map(check_budget)
+        .transpose()?
+        .unwrap_or(0);
     let parent = match b.parent {
         Some(p) => Some(Parent {
             kind: ParentKind::parse(&p.kind).ok_or_else(|| {
@@ -203,16 +220,18 @@ pub async fn patch(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let limit = state.sessions.config().limits.max_body_bytes;
-    let raw = body::json_value(&req, payload, limit).await?;
-    let b: PatchBody = body::typed(&raw)?;
+    let b: PatchBody = body_of(&state, &req, payload).await?;
     let budget_cents = b.budget.as_ref().map(check_budget).transpose()?;
     if let Some(m) = &b.metadata {
-        let set: Vec<(&String, &String)> =
-            m.iter().filter_map(|(k, v)| Some((k, v.as_ref()?))).collect();
+        let set: Vec<(&String, &String)> = m
+            .iter()
+            .filter_map(|(k, v)| Some((k, v.as_ref()?)))
+            .collect();
         record::check_metadata("metadata", set)?;
         if let Some(k) = m.keys().find(|k| k.is_empty()) {
-            return Err(Error::invalid(format!("metadata/{k}: keys must not be empty")));
+            return Err(Error::invalid(format!(
+                "metadata/{k}: keys must not be empty"
+            )));
         }
     }
     let patch = RecordPatch {
@@ -232,9 +251,7 @@ pub async fn message(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let limit = state.sessions.config().limits.max_body_bytes;
-    let raw = body::json_value(&req, payload, limit).await?;
-    let b: MessageBody = body::typed(&raw)?;
+    let b: MessageBody = body_of(&state, &req, payload).await?;
     check_prompt(&state, &b.prompt)?;
     let row = state.sessions.detail_row(&actor, &path).await?;
     let asking = row.turn_status == "ask" && !row.turn_active;
