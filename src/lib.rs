@@ -15,6 +15,7 @@ pub mod error;
 pub mod hast;
 pub mod ids;
 pub mod process;
+pub mod projection;
 pub mod runner;
 pub mod secret;
 pub mod server;

@@ -15,10 +15,7 @@ use crate::engine::openai::OpenAiConfig;
 use crate::engine::{Engine, EngineConfig, Engines, scripted::ScriptedEngine};
 use crate::runner::Runner;
 use crate::sessions::Sessions;
-use crate::store::Store;
-
-/// The workspace that exists from the first start.
-pub const DEFAULT_WORKSPACE: &str = "default";
+use crate::store::{DEFAULT_WORKSPACE, Store};
 
 /// Opens the data directory and the store, creating both when missing.
 pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
@@ -173,7 +170,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
-    runner.attach_sessions(sessions.clone());
+    runner.attach_sessions(Arc::new(sessions.clone()));
     let auth = Auth::new(store.clone());
     let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
     let state = web::Data::new(AppState::new(sessions, auth));

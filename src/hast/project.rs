@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{HastEvent, SLOTS, Source, tools};
 use crate::clock;
-use crate::sessions::budget;
+use crate::projection::budget;
 use crate::timeline::RetryNotice;
 
 /// The input a turn started from: it names the run.

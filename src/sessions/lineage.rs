@@ -12,8 +12,8 @@
 
 use serde_json::Value;
 
-use super::conversation;
 use crate::error::Result;
+use crate::projection::conversation;
 use crate::store::{LastTerminal, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

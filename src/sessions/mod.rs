@@ -3,14 +3,11 @@
 //! Each write is one store job that appends its events and updates the projection in the same
 //! transaction (invariant 1); the runner hears of new inputs only after COMMIT.
 
-pub mod bucket;
-pub mod budget;
-pub mod conversation;
 mod images;
 pub mod lineage;
-pub mod projection;
 mod query;
 pub mod record;
+mod session_tools;
 pub mod view;
 mod wait;
 
@@ -24,6 +21,7 @@ use crate::clock;
 use crate::config::Config;
 use crate::drive::Drive;
 use crate::error::{Error, Result};
+use crate::projection;
 use crate::runner::machine::{self, MachineState};
 use crate::runner::{Delivery, Runner};
 use crate::store::{self, JsonColumn, NewInput, NewSession, SessionKey, Store, Tx};
@@ -730,7 +728,7 @@ impl Sessions {
                         not_before: 0,
                     },
                 )?;
-                tx.set_turn_status(&key, "running")?;
+                projection::set_turn_status(tx, &key, "running")?;
                 remember(tx, &actor, &common, &key, seq)?;
                 Ok((key, seq, true))
             })
@@ -884,7 +882,7 @@ fn accepts_prompts(tx: &Tx<'_>, key: &SessionKey) -> Result<()> {
     if tx.is_closed(key)? {
         return Err(Error::SessionClosed);
     }
-    budget::check(tx, key)
+    projection::budget::check(tx, key)
 }
 
 /// The drive root is stored as no cwd.
@@ -1014,7 +1012,7 @@ fn add_message(
         images,
     )?;
     if !row.turn_active {
-        tx.set_turn_status(key, "running")?;
+        projection::set_turn_status(tx, key, "running")?;
     } else if input.behavior == Behavior::FollowUp {
         projection::refresh_follow_up_queue(tx, key)?;
     }

@@ -20,8 +20,8 @@
 
 use serde_json::{Value, json};
 
-use super::budget;
 use crate::clock;
+use crate::projection::budget;
 use crate::store::{RecordFacts, SessionRow};
 use crate::timeline::Usage;
 
