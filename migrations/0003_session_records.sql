@@ -30,5 +30,16 @@ UPDATE sessions SET last_terminal_seq = COALESCE((
     WHERE e.session_pk = sessions.pk AND e.type IN ('complete', 'ask', 'interrupted', 'sleep')
 ), 0);
 
--- The input that started a turn (the run it is, on `/v2`), found from the turn.
+-- The input that started a turn (the run it is, on `/v2`), found from the turn; and the turn
+-- open at any position, found without scanning the timeline.
 CREATE INDEX input_turns_by_turn ON input_turns (session_pk, turn_started_seq, input_seq);
+
+-- Turns recorded before every claim named its input (the runner's own wakes and machine steps)
+-- name themselves.
+INSERT OR IGNORE INTO input_turns (session_pk, input_seq, turn_started_seq)
+SELECT e.session_pk, e.seq, e.seq FROM events e
+WHERE e.type = 'turn_started'
+  AND NOT EXISTS (
+    SELECT 1 FROM input_turns it
+    WHERE it.session_pk = e.session_pk AND it.turn_started_seq = e.seq
+  );

@@ -60,12 +60,9 @@ pub fn apply_stored(
 /// the session's history).
 pub fn projection_before(conn: &Connection, pk: i64, sid: &str, seq: u64) -> Result<Projection> {
     let mut projection = Projection::default();
-    let Some((start, kind)) = store::record::run_boundary_before(conn, pk, seq)? else {
+    let Some(start) = store::record::open_turn_before(conn, pk, seq)? else {
         return Ok(projection);
     };
-    if kind != "turn_started" {
-        return Ok(projection);
-    }
     let mut after = start - 1;
     loop {
         let mut events = store::events_after(conn, pk, after, CHUNK)?;

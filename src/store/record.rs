@@ -129,6 +129,7 @@ pub fn turn_input(conn: &Connection, pk: i64, turn_seq: u64) -> Result<Option<(u
                  WHEN 'answer_submitted' THEN 'answer'
                  WHEN 'sleep' THEN 'wake'
                  WHEN 'state_machine' THEN 'machine'
+                 WHEN 'turn_started' THEN 'resume'
                  ELSE e.type END
              FROM input_turns it
              JOIN events e ON e.session_pk = it.session_pk AND e.seq = it.input_seq
@@ -141,20 +142,31 @@ pub fn turn_input(conn: &Connection, pk: i64, turn_seq: u64) -> Result<Option<(u
         .optional()?)
 }
 
-/// The newest `turn_started` or terminal before `seq`: where the run open at `seq` (if any)
-/// began. Scans back only as far as that boundary.
-pub fn run_boundary_before(conn: &Connection, pk: i64, seq: u64) -> Result<Option<(u64, String)>> {
-    Ok(conn
+/// The `turn_started` seq of the turn still open just before timeline event `seq`, if any: the
+/// newest turn before it (by the index on `input_turns`, every turn has a row there) unless its
+/// terminal came before `seq`. Reads no further than that turn's own events.
+pub fn open_turn_before(conn: &Connection, pk: i64, seq: u64) -> Result<Option<u64>> {
+    let seq = seq.min(i64::MAX as u64) as i64;
+    let turn: Option<i64> = conn
         .prepare_cached(
-            "SELECT seq, type FROM events
-             WHERE session_pk = ?1 AND seq < ?2
-               AND type IN ('turn_started', 'complete', 'ask', 'interrupted', 'sleep')
-             ORDER BY seq DESC LIMIT 1",
+            "SELECT max(turn_started_seq) FROM input_turns
+             WHERE session_pk = ?1 AND turn_started_seq < ?2",
         )?
-        .query_row(params![pk, seq.min(i64::MAX as u64) as i64], |r| {
-            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
-        })
-        .optional()?)
+        .query_row(params![pk, seq], |r| r.get(0))?;
+    let Some(turn) = turn else {
+        return Ok(None);
+    };
+    let ended = conn
+        .prepare_cached(
+            "SELECT 1 FROM events
+             WHERE session_pk = ?1 AND seq > ?2 AND seq < ?3
+               AND type IN ('complete', 'ask', 'interrupted', 'sleep')
+             ORDER BY seq LIMIT 1",
+        )?
+        .query_row(params![pk, turn, seq], |_| Ok(()))
+        .optional()?
+        .is_some();
+    Ok((!ended).then_some(turn as u64))
 }
 
 /// What the budget check needs, inside a write: `(budget_cents, usage totals JSON)`.
