@@ -198,10 +198,13 @@ impl Hast {
 impl Render for Hast {
     async fn stored(&mut self, events: Vec<StoredEvent>) -> Result<Bytes> {
         let pk = self.pk;
-        let (starts, events) = self
-            .store
-            .read(move |c| Ok((read::run_starts(c, pk, &events)?, events)))
-            .await?;
+        let (starts, events) = if events.iter().any(|e| e.event_type == "turn_started") {
+            self.store
+                .read(move |c| Ok((read::run_starts(c, pk, &events)?, events)))
+                .await?
+        } else {
+            (Default::default(), events)
+        };
         let projection = Arc::make_mut(&mut self.projection);
         let hast = read::apply_stored(projection, &self.stamp.session_id, &events, &starts);
         let mut out = String::new();
