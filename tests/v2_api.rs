@@ -400,7 +400,7 @@ fn scopes_workspaces_and_provenance() {
         "--name",
         "ro",
     ]);
-    let http = reqwest::blocking::Client::new();
+    let http = http_builder().build().expect("client");
     let call = |method: reqwest::Method, path: &str, key: Option<&str>, body: Option<Value>| {
         let mut req = http.request(method, s.url(path));
         if let Some(k) = key {
@@ -420,7 +420,9 @@ fn scopes_workspaces_and_provenance() {
         call(Method::GET, &format!("{session}/events"), ro, None),
         200
     );
-    let sse = reqwest::blocking::Client::new()
+    let sse = http_builder()
+        .build()
+        .expect("client")
         .get(s.url(&format!("{session}/events/stream")))
         .bearer_auth(&read_only)
         .send()
