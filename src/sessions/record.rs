@@ -1,7 +1,7 @@
 //! The Session record (seed 004): one session as the `/v2` family shows it, in `GET
 //! /v2/sessions/{id}`, the list, and the event stream's `session/snapshot` frames alike.
 //!
-//! Everything is derived from the projection row, the facts of migration 0003 and the newest
+//! Everything is derived from the projection row, the facts of migration 0004 and the newest
 //! terminal event; nothing here is stored twice. How sessiond's states map onto the record's
 //! lifecycle fields (where the seed leaves them open):
 //!

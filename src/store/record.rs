@@ -1,5 +1,5 @@
 //! The facts a session's record (the `/v2` Session) is made of beyond its projection row:
-//! provenance, metadata, budget, lineage, closing and stopping (migration 0003), and the events
+//! provenance, metadata, budget, lineage, closing and stopping (migration 0004), and the events
 //! the record and the HAST projection look up by position.
 
 use rusqlite::{Connection, OptionalExtension, params};
