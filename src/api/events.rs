@@ -1,6 +1,7 @@
 //! `GET …/events`: the session's timeline as the Sessions API's Server-Sent Events. Durable
 //! frames carry `id: <seq>` so `EventSource` resumes with `Last-Event-ID` on its own; volatile
-//! frames (deltas) carry no id. The resumable stream itself is [`super::stream`].
+//! frames (deltas) carry no id. The resumable stream itself is [`super::stream`]; it ends when
+//! the client hangs up, its credential is revoked, its session is deleted, or at shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::context::AppState;
-use super::stream::{self, Opening, Render};
+use super::stream::{self, Ends, Opening, Render};
 use crate::bus::Frame;
 use crate::error::Result;
 use crate::sessions::Actor;
@@ -46,6 +47,7 @@ pub async fn events(
 ) -> Result<HttpResponse> {
     // `Last-Event-ID` wins over `since`.
     let since = stream::resume_point(&req, "since")?;
+    let ends = Ends::new(&state, &actor, &req);
     let row = state.sessions.detail_row(&actor, &path.1).await?;
     let store = state.sessions.store().clone();
     let sub = store.bus().subscribe(&row.id)?;
@@ -56,6 +58,7 @@ pub async fn events(
         after: since,
         sub,
         keepalive,
+        ends,
         render: SessionsApi,
     }))
 }

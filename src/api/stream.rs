@@ -5,7 +5,12 @@
 //! Order of operations is what makes resume gap-free (invariant 5): subscribe to the live bus
 //! first, then replay the stored backlog after the client's cursor, then the volatile tail of the
 //! running turn, then live frames, dropping any durable frame whose seq was already sent. Idle
-//! streams get `: keep-alive` comments; the bus's shutdown ends every stream.
+//! streams get `: keep-alive` comments.
+//!
+//! A stream ends when its client hangs up (the connection layer sees the end of the client's
+//! side at once, so its descriptor and subscriber slot are freed without waiting for a write to
+//! fail), when the credential it was opened with is revoked, when its session is deleted, and at
+//! shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,17 +18,25 @@ use std::time::Duration;
 
 use actix_web::http::header;
 use actix_web::web::Bytes;
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::stream;
 use tokio::sync::{broadcast, watch};
 
 use super::body::{Query, parse_uint53};
+use super::connection::PeerClosed;
+use super::context::AppState;
+use crate::auth::{self, Revoked, StreamCredential};
 use crate::bus::{self, Frame, Subscription};
 use crate::error::Result;
+use crate::metrics::METRICS;
+use crate::sessions::{Actor, Channel};
 use crate::store::{self, Store, StoredEvent};
 
 /// Stored events read per backlog query.
 const BACKLOG_CHUNK: u32 = 500;
+
+/// Most bytes of live frames sent in one write.
+const LIVE_BATCH_BYTES: usize = 64 * 1024;
 
 /// How one API family writes its frames.
 pub trait Render: 'static {
@@ -53,6 +66,52 @@ pub fn resume_point(req: &HttpRequest, param: &str) -> Result<u64> {
     Ok(Query::parse(req)?.uint53(param)?.unwrap_or(0))
 }
 
+/// What ends a stream besides its session and the server: the client hanging up and the
+/// credential it was opened with being revoked. Made before the session is read, so no
+/// revocation is missed in between.
+pub struct Ends {
+    app: web::Data<AppState>,
+    peer: Option<PeerClosed>,
+    credential: StreamCredential,
+    revocations: broadcast::Receiver<Revoked>,
+}
+
+impl Ends {
+    pub fn new(app: &web::Data<AppState>, actor: &Actor, req: &HttpRequest) -> Ends {
+        let revocations = app.auth.revocations();
+        let credential = match &actor.channel {
+            Channel::ApiKey { key_id } => StreamCredential::Key(key_id.clone()),
+            Channel::Browser => req
+                .cookie(auth::COOKIE)
+                .map(|c| StreamCredential::Browser(crate::secret::token_hash(c.value())))
+                .unwrap_or(StreamCredential::None),
+            _ => StreamCredential::None,
+        };
+        Ends {
+            app: app.clone(),
+            peer: req.conn_data::<PeerClosed>().cloned(),
+            credential,
+            revocations,
+        }
+    }
+}
+
+/// Counts the stream in `sessiond_sse_subscribers` while it exists.
+struct OpenStream;
+
+impl OpenStream {
+    fn new() -> OpenStream {
+        METRICS.sse_subscribers.inc();
+        OpenStream
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        METRICS.sse_subscribers.dec();
+    }
+}
+
 enum Phase {
     Backlog,
     Tail,
@@ -72,7 +131,9 @@ struct StreamState<R> {
     closed: watch::Receiver<bool>,
     /// The backlog already carried an output past the tail's start: the tail is stale.
     tail_settled: bool,
+    ends: Ends,
     render: R,
+    _open: OpenStream,
 }
 
 /// What a stream starts from.
@@ -84,6 +145,7 @@ pub struct Opening<R> {
     /// Made before the backlog is read.
     pub sub: Subscription,
     pub keepalive: Duration,
+    pub ends: Ends,
     pub render: R,
 }
 
@@ -98,7 +160,9 @@ pub fn respond<R: Render>(o: Opening<R>) -> HttpResponse {
         phase: Phase::Backlog,
         keepalive: o.keepalive,
         tail_settled: false,
+        ends: o.ends,
         render: o.render,
+        _open: OpenStream::new(),
     };
     HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
@@ -108,6 +172,41 @@ pub fn respond<R: Render>(o: Opening<R>) -> HttpResponse {
 }
 
 type Chunk = std::result::Result<Bytes, actix_web::Error>;
+
+impl<R: Render> StreamState<R> {
+    /// Appends a live frame unless it is a durable one already sent.
+    async fn push_live(&mut self, frame: Arc<Frame>, out: &mut Vec<u8>) {
+        if let Some(seq) = frame.seq {
+            if seq <= self.last {
+                return;
+            }
+            self.last = seq;
+        }
+        match self.render.live(frame).await {
+            Ok(bytes) => out.extend_from_slice(&bytes),
+            Err(e) => {
+                tracing::warn!(error = %e, "event stream frame failed");
+                self.phase = Phase::Done;
+            }
+        }
+    }
+
+    /// Appends the live frames that are already waiting (up to [`LIVE_BATCH_BYTES`]). A stream
+    /// that fell behind is ended after what it has (its client resumes by seq).
+    async fn drain_ready(&mut self, out: &mut Vec<u8>) {
+        while out.len() < LIVE_BATCH_BYTES && matches!(self.phase, Phase::Live) {
+            match self.sub.rx.try_recv() {
+                Ok(frame) => self.push_live(frame, out).await,
+                Err(broadcast::error::TryRecvError::Empty) => return,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    METRICS.sse_lagged.inc();
+                    self.phase = Phase::Done;
+                }
+                Err(broadcast::error::TryRecvError::Closed) => self.phase = Phase::Done,
+            }
+        }
+    }
+}
 
 async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamState<R>)> {
     loop {
@@ -182,27 +281,29 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
             }
             Phase::Live => {
                 let keepalive = tokio::time::sleep(st.keepalive);
+                let peer = async {
+                    match &mut st.ends.peer {
+                        Some(p) => p.wait().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     msg = st.sub.rx.recv() => match msg {
                         Ok(frame) => {
-                            if let Some(seq) = frame.seq {
-                                if seq <= st.last {
-                                    continue;
-                                }
-                                st.last = seq;
+                            let mut out = Vec::new();
+                            st.push_live(frame, &mut out).await;
+                            // Whatever else is already waiting goes out in the same write: under
+                            // fan-out, one wake-up and one write per batch, not per frame.
+                            st.drain_ready(&mut out).await;
+                            if out.is_empty() {
+                                continue;
                             }
-                            match st.render.live(frame).await {
-                                Ok(out) if out.is_empty() => continue,
-                                Ok(out) => return Some((Ok(out), st)),
-                                Err(e) => {
-                                    tracing::warn!(error = %e, "event stream frame failed");
-                                    st.phase = Phase::Done;
-                                }
-                            }
+                            return Some((Ok(Bytes::from(out)), st));
                         }
                         // Too slow: end the stream; the client resumes from its last seq.
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             tracing::debug!(session = %st.sub.session_id(), "cut off a slow event stream");
+                            METRICS.sse_lagged.inc();
                             st.phase = Phase::Done;
                         }
                         Err(broadcast::error::RecvError::Closed) => st.phase = Phase::Done,
@@ -211,6 +312,18 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                         return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
                     }
                     _ = st.closed.changed() => st.phase = Phase::Done,
+                    () = peer => st.phase = Phase::Done,
+                    revoked = st.ends.revocations.recv() => match revoked {
+                        Ok(r) if st.ends.credential.is_revoked_by(&r) => st.phase = Phase::Done,
+                        Ok(_) => {}
+                        // Missed some: ask about this stream's own credential.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            if !st.ends.app.auth.still_valid(&st.ends.credential).await {
+                                st.phase = Phase::Done;
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Closed) => {}
+                    },
                 }
             }
         }

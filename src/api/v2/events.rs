@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 
 use crate::api::body::Query;
 use crate::api::context::AppState;
-use crate::api::stream::{self, Opening, Render};
+use crate::api::stream::{self, Ends, Opening, Render};
 use crate::bus::Frame;
 use crate::error::{Error, Result};
 use crate::hast::{self, HastEvent, Projection, Stamp, read};
@@ -81,6 +81,7 @@ pub async fn stream(
         Some("true" | "1") => true,
         Some(_) => return Err(Error::invalid("snapshots: must be true or false")),
     };
+    let ends = Ends::new(&state, &actor, &req);
     let row = state.sessions.detail_row(&actor, &path).await?;
     let stamp = stamp(
         &state.sessions,
@@ -101,6 +102,7 @@ pub async fn stream(
         after: first - 1,
         sub,
         keepalive,
+        ends,
         render: Hast {
             store,
             sessions: state.sessions.clone(),

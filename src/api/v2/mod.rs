@@ -11,6 +11,8 @@ use actix_web::web;
 
 use super::at;
 
+pub use sessions::HARNESSES;
+
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/v2/sessions")
