@@ -121,6 +121,8 @@ fn from_error(id: &Value, e: &Error) -> Value {
         Error::InvalidRequest(_) | Error::NotFound | Error::AgentNotFound => INVALID_PARAMS,
         Error::Conflict(..)
         | Error::NotAsking
+        | Error::BudgetHit { .. }
+        | Error::SessionClosed
         | Error::IdempotencyConflict
         | Error::TooManyStreams
         | Error::ShuttingDown
