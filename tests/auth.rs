@@ -2646,3 +2646,65 @@ fn the_origin_check_compares_the_scheme_of_the_public_url() {
     assert_eq!(with_origin(&format!("http://{host}")), 403);
     assert_eq!(with_origin("http://sessions.example.test"), 403);
 }
+
+/// A browser session's event streams end within a second of its end: when it is signed out, and
+/// when it expires (`limits.browser_session_ms`), like the streams of a revoked API key.
+#[test]
+fn browser_session_streams_end_when_it_is_signed_out_or_expires() {
+    const LIFETIME: Duration = Duration::from_secs(5);
+    let s = Server::start_with_config(&format!(
+        "[limits]\nbrowser_session_ms = {}\n",
+        LIFETIME.as_millis()
+    ));
+    let id = new_session(&s, "hello");
+    let events = format!("/v1/ws/{WS}/agent/sessions/{id}/events");
+    let stream_as = |cookie: &str| {
+        let client = Client::builder().timeout(None).build().expect("client");
+        let resp = Cred::cookie(cookie, None)
+            .apply(client.get(s.url(&events)))
+            .header("accept", "text/event-stream")
+            .send()
+            .expect("SSE");
+        assert_eq!(resp.status().as_u16(), 200);
+        let sse = Sse::from_response(resp);
+        assert!(sse.next_frame(Duration::from_secs(10)).is_some(), "backlog");
+        sse
+    };
+
+    // Expiry: the session was made no later than the login's answer, so it has expired by
+    // `LIFETIME` after it; its stream ends within a second of that.
+    let cookie = login_cookie(&s.base, OWNER_EMAIL, OWNER_PASSWORD);
+    let expired_by = Instant::now() + LIFETIME;
+    let expiring = stream_as(&cookie);
+    assert!(
+        !expiring.ends_within(Duration::from_secs(1)),
+        "the stream ended long before its session expired"
+    );
+    let deadline = expired_by + Duration::from_secs(1);
+    assert!(
+        expiring.ends_within(deadline.saturating_duration_since(Instant::now())),
+        "the expired session's stream is still open a second after its expiry"
+    );
+    let list = format!("/v1/ws/{WS}/agent/sessions");
+    assert_eq!(
+        get_as(&s.base, &list, &Cred::cookie(&cookie, None)).status,
+        401
+    );
+
+    // Sign-out: its stream ends within a second; another session's stream stays open.
+    let cookie = login_cookie(&s.base, OWNER_EMAIL, OWNER_PASSWORD);
+    let signed_out = stream_as(&cookie);
+    let other = stream_as(&login_cookie(&s.base, OWNER_EMAIL, OWNER_PASSWORD));
+    let r = send(
+        Cred::cookie(&cookie, Some(&origin(&s))).apply(plain_client().post(s.url("/auth/logout"))),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        signed_out.ends_within(Duration::from_secs(1)),
+        "the signed-out session's stream is still open"
+    );
+    assert!(
+        !other.ends_within(Duration::from_millis(300)),
+        "another browser session's stream ended"
+    );
+}

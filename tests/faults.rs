@@ -377,7 +377,9 @@ fn wait_healthy(s: &Server) {
 /// fault, refuses writes with 507, and recovers on its own when space returns.
 #[test]
 fn a_server_started_on_a_full_disk_serves_reads_and_recovers_when_space_returns() {
-    let Some(fs) = Tmpfs::mount("16m") else { return };
+    let Some(fs) = Tmpfs::mount("16m") else {
+        return;
+    };
     let data = fs.path().join("data");
     let mut s = Server::start_in(&data, &[]);
     let id = s.create_prompt("hello");
@@ -441,7 +443,9 @@ fn a_server_started_on_a_full_disk_serves_reads_and_recovers_when_space_returns(
 /// not even its temporary one; once space returns the same upload works.
 #[test]
 fn an_upload_on_a_full_disk_answers_507_leaves_nothing_and_works_again() {
-    let Some(fs) = Tmpfs::mount("16m") else { return };
+    let Some(fs) = Tmpfs::mount("16m") else {
+        return;
+    };
     let data = fs.path().join("data");
     let s = Server::start_in(&data, &[]);
     let (st, grant) = s.post(&s.sessions_url("/attachments/session"), &json!({}));

@@ -7,8 +7,8 @@
 //!
 //! A stream ends when its client hangs up (the connection layer sees the end of the client's
 //! side at once, so its descriptor and subscriber slot are freed without waiting for a write to
-//! fail), when the credential it was opened with is revoked, when its session is deleted, and at
-//! shutdown.
+//! fail), when the credential it was opened with is revoked (an API key revoked, a browser session
+//! signed out) or expires, when its session is deleted, and at shutdown.
 
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use super::connection::PeerClosed;
 use super::context::AppState;
 use crate::auth::{self, Revoked, StreamCredential};
 use crate::bus::{self, Frame, Subscription};
+use crate::clock;
 use crate::error::Result;
 use crate::metrics::METRICS;
 use crate::sessions::{Actor, Channel};
@@ -110,10 +111,10 @@ pub async fn events(
     let revocations = state.auth.revocations();
     let credential = match &actor.channel {
         Channel::ApiKey { key_id } => StreamCredential::Key(key_id.clone()),
-        Channel::Browser => req
-            .cookie(auth::COOKIE)
-            .map(|c| StreamCredential::Browser(crate::secret::token_hash(c.value())))
-            .unwrap_or(StreamCredential::None),
+        Channel::Browser => match req.cookie(auth::COOKIE) {
+            Some(c) => state.auth.browser_stream_credential(c.value()).await?,
+            None => StreamCredential::None,
+        },
         _ => StreamCredential::None,
     };
     let row = state.sessions.detail_row(&actor, &path.1).await?;
@@ -232,6 +233,16 @@ async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
             }
             Phase::Live => {
                 let keepalive = tokio::time::sleep(st.keepalive);
+                let expires_at = st.credential.expires_at();
+                let expiry = async move {
+                    match expires_at {
+                        Some(at) => {
+                            let left = at.saturating_add(1).saturating_sub(clock::now_ms());
+                            tokio::time::sleep(Duration::from_millis(left.max(0) as u64)).await
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
                 let peer = async {
                     match &mut st.peer {
                         Some(p) => p.wait().await,
@@ -264,6 +275,7 @@ async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
                     }
                     _ = st.closed.changed() => st.phase = Phase::Done,
                     () = peer => st.phase = Phase::Done,
+                    () = expiry => st.phase = Phase::Done,
                     revoked = st.revocations.recv() => match revoked {
                         Ok(r) if st.credential.is_revoked_by(&r) => st.phase = Phase::Done,
                         Ok(_) => {}

@@ -15,7 +15,8 @@
 //! one made by the CLI (another process) within the cache's 100 ms. Open event streams end too:
 //! [`Auth::watch_revocations`] looks for newly revoked keys a few times a second (one small query,
 //! however many streams are open) and tells every stream through [`Auth::revocations`]; signing
-//! out ends the browser session's streams the same way.
+//! out ends the browser session's streams the same way, and a browser session's streams end when
+//! it expires ([`StreamCredential::expires_at`]).
 
 pub mod limiter;
 pub mod password;
@@ -36,8 +37,6 @@ use crate::timeline::Sender;
 
 /// Name of the browser session cookie.
 pub const COOKIE: &str = "sessiond_session";
-/// How long a browser session lasts.
-pub const BROWSER_SESSION_MS: i64 = 7 * 24 * 3_600_000;
 /// How long a verified key is trusted without looking at the database again (a revocation made by
 /// another process takes effect within this time; one made through this server at once).
 pub const KEY_CACHE_TTL: Duration = Duration::from_millis(100);
@@ -118,11 +117,16 @@ pub enum Revoked {
     Browser(String),
 }
 
-/// What an open stream was authorised with, to end it when that is revoked.
+/// What an open stream was authorised with, to end it when that is revoked or expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamCredential {
+    /// An API key, by its public id.
     Key(String),
-    Browser(String),
+    /// A browser session: the hash of its cookie and when it expires (ms since the epoch).
+    Browser {
+        hash: String,
+        expires_at: i64,
+    },
     None,
 }
 
@@ -130,8 +134,16 @@ impl StreamCredential {
     pub fn is_revoked_by(&self, r: &Revoked) -> bool {
         match (self, r) {
             (StreamCredential::Key(a), Revoked::Key(b)) => a == b,
-            (StreamCredential::Browser(a), Revoked::Browser(b)) => a == b,
+            (StreamCredential::Browser { hash, .. }, Revoked::Browser(b)) => hash == b,
             _ => false,
+        }
+    }
+
+    /// When the credential stops being valid by itself (API keys do not expire).
+    pub fn expires_at(&self) -> Option<i64> {
+        match self {
+            StreamCredential::Browser { expires_at, .. } => Some(*expires_at),
+            _ => None,
         }
     }
 }
@@ -141,6 +153,8 @@ pub struct Auth {
     keys: Mutex<HashMap<String, CachedKey>>,
     revoked: broadcast::Sender<Revoked>,
     pub logins: limiter::LoginLimiter,
+    /// How long a browser session lasts (`limits.browser_session_ms`).
+    session_ms: i64,
     /// Hash of the one-time setup token while no user exists.
     setup: Mutex<Option<String>>,
 }
@@ -187,14 +201,21 @@ pub fn create_key(
 }
 
 impl Auth {
-    pub fn new(store: Store) -> Auth {
+    /// `session_ms`: how long a browser session lasts.
+    pub fn new(store: Store, session_ms: u64) -> Auth {
         Auth {
             store,
             keys: Mutex::new(HashMap::new()),
             revoked: broadcast::channel(256).0,
             logins: limiter::LoginLimiter::new(),
+            session_ms: i64::try_from(session_ms).unwrap_or(i64::MAX),
             setup: Mutex::new(None),
         }
+    }
+
+    /// How long a browser session lasts, in ms.
+    pub fn session_ms(&self) -> i64 {
+        self.session_ms
     }
 
     pub fn store(&self) -> &Store {
@@ -321,7 +342,7 @@ impl Auth {
                     Ok(Some(k)) if !k.revoked && k.member
                 )
             }
-            StreamCredential::Browser(hash) => {
+            StreamCredential::Browser { hash, .. } => {
                 let hash = hash.clone();
                 matches!(
                     self.store.read(move |c| identity::browser_session(c, &hash)).await,
@@ -362,6 +383,21 @@ impl Auth {
 
     /// The user behind a browser session cookie; 401 when unknown or expired.
     pub async fn cookie(&self, cookie: &str) -> Result<String> {
+        Ok(self.live_browser_session(cookie).await?.0)
+    }
+
+    /// What a stream opened with this browser session cookie is bound to: it ends when the
+    /// session is signed out or expires.
+    pub async fn browser_stream_credential(&self, cookie: &str) -> Result<StreamCredential> {
+        let (_, expires_at) = self.live_browser_session(cookie).await?;
+        Ok(StreamCredential::Browser {
+            hash: secret::token_hash(cookie),
+            expires_at,
+        })
+    }
+
+    /// The user and expiry of a browser session cookie; 401 when unknown or expired.
+    async fn live_browser_session(&self, cookie: &str) -> Result<(String, i64)> {
         let hash = secret::token_hash(cookie);
         let (user_id, expires_at) = self
             .store
@@ -371,14 +407,14 @@ impl Auth {
         if expires_at < clock::now_ms() {
             return Err(Error::Unauthorized);
         }
-        Ok(user_id)
+        Ok((user_id, expires_at))
     }
 
     /// Opens a browser session; returns the cookie value.
     pub async fn open_browser_session(&self, user_id: &str) -> Result<String> {
         let token = secret::random_token(32)?;
         let (hash, user) = (secret::token_hash(&token), user_id.to_owned());
-        let expires = clock::now_ms() + BROWSER_SESSION_MS;
+        let expires = clock::now_ms().saturating_add(self.session_ms);
         self.store
             .write(move |tx| tx.insert_browser_session(&hash, &user, expires))
             .await?;

@@ -886,7 +886,10 @@ pub(crate) async fn force_interrupted(
 /// Ends every turn a previous process left running and returns the sessions with queued inputs
 /// (with the time their first input may run). With `wait_for_storage`, a terminal that meets a
 /// storage fault is retried until the store takes it (start-up on a full disk).
-pub(crate) async fn recover(shared: &Shared, wait_for_storage: bool) -> Result<Vec<(SessionKey, i64)>> {
+pub(crate) async fn recover(
+    shared: &Shared,
+    wait_for_storage: bool,
+) -> Result<Vec<(SessionKey, i64)>> {
     let store = &shared.store;
     let stale = store.read(store::active_turn_sessions).await?;
     for (pk, id) in stale {
