@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+/// How long a browser sign-in lasts unless `limits.browser_session_ms` says otherwise: 7 days.
+pub const DEFAULT_BROWSER_SESSION_MS: u64 = 7 * 24 * 3_600_000;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -206,7 +209,7 @@ impl Default for Limits {
             history_page_max: 500,
             max_upload_bytes: 100 * 1024 * 1024,
             upload_grant_ttl_ms: 15 * 60 * 1000,
-            browser_session_ms: 7 * 24 * 3_600_000,
+            browser_session_ms: DEFAULT_BROWSER_SESSION_MS,
             body_timeout_ms: 30_000,
         }
     }

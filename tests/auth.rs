@@ -2435,7 +2435,8 @@ fn keys_are_listed_without_secrets_random_and_revocable() {
     let cols = listed_key(dir, key_id(&second));
     assert!(cols.iter().any(|c| c == "last used never"), "{cols:?}");
 
-    // Revocation by another process: refused within the ~2 s cache time.
+    // Revocation by another process: refused within the key cache's 100 ms (measured closely
+    // by `revocation_takes_effect_at_once_and_ends_open_streams`; here with a loose bound).
     assert_eq!(get_as(&s.base, &list, &Cred::key(&second)).status, 200);
     cli(dir, &["token", "revoke", key_id(&second)]);
     let revoked_at = Instant::now();
@@ -2447,7 +2448,7 @@ fn keys_are_listed_without_secrets_random_and_revocable() {
         took < Duration::from_millis(3500),
         "revocation took {took:?}"
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // And it stays refused.
     let r = get_as(&s.base, &list, &Cred::key(&second));
     assert_eq!(r.status, 401, "{}", r.text);
     assert!(r.header("www-authenticate").is_some());

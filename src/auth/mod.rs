@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 use crate::clock;
+use crate::config;
 use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::{Actor, Channel};
@@ -201,16 +202,23 @@ pub fn create_key(
 }
 
 impl Auth {
-    /// `session_ms`: how long a browser session lasts.
-    pub fn new(store: Store, session_ms: u64) -> Auth {
+    /// Browser sessions last [`config::DEFAULT_BROWSER_SESSION_MS`] unless
+    /// [`Auth::with_browser_session_ms`] says otherwise.
+    pub fn new(store: Store) -> Auth {
         Auth {
             store,
             keys: Mutex::new(HashMap::new()),
             revoked: broadcast::channel(256).0,
             logins: limiter::LoginLimiter::new(),
-            session_ms: i64::try_from(session_ms).unwrap_or(i64::MAX),
+            session_ms: config::DEFAULT_BROWSER_SESSION_MS as i64,
             setup: Mutex::new(None),
         }
+    }
+
+    /// Sets how long a browser session lasts (`limits.browser_session_ms`).
+    pub fn with_browser_session_ms(mut self, ms: u64) -> Auth {
+        self.session_ms = i64::try_from(ms).unwrap_or(i64::MAX);
+        self
     }
 
     /// How long a browser session lasts, in ms.

@@ -24,6 +24,10 @@ pub enum End {
     Stall,
     /// Start a `data:` line and never end it (20 MiB of `x`).
     Flood,
+    /// Keep the connection open (sending comments) until the test calls
+    /// [`FakeOpenAi::release`], then `data: [DONE]`: the turn is certainly still streaming
+    /// until the test says so.
+    UntilReleased,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +64,10 @@ struct State {
     closed_early: usize,
     /// The title for `"stream": false` requests; `None` answers 500.
     title: Option<String>,
+    /// Streams ending [`End::UntilReleased`] may finish.
+    released: bool,
+    /// Chunks written to streams so far.
+    chunks_sent: usize,
 }
 
 #[derive(Clone)]
@@ -192,6 +200,20 @@ impl FakeOpenAi {
 
     pub fn closed_early(&self) -> usize {
         self.state.lock().expect("lock").closed_early
+    }
+
+    /// Lets streams that end [`End::UntilReleased`] finish.
+    pub fn release(&self) {
+        self.state.lock().expect("lock").released = true;
+    }
+
+    /// Waits until `n` stream chunks have been written (to any stream).
+    pub fn wait_chunks_sent(&self, n: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.state.lock().expect("lock").chunks_sent < n {
+            assert!(Instant::now() < deadline, "expected {n} chunks sent");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Waits until `n` chat requests have arrived.
@@ -329,6 +351,7 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
                     state.lock().expect("lock").closed_early += 1;
                     return;
                 }
+                state.lock().expect("lock").chunks_sent += 1;
             }
             match end {
                 End::Done => {
@@ -345,6 +368,21 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
                             return;
                         }
                     }
+                }
+                End::UntilReleased => {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while !state.lock().expect("lock").released && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(20));
+                        if conn
+                            .write_all(b": still thinking\n\n")
+                            .and_then(|_| conn.flush())
+                            .is_err()
+                        {
+                            state.lock().expect("lock").closed_early += 1;
+                            return;
+                        }
+                    }
+                    let _ = conn.write_all(b"data: [DONE]\n\n");
                 }
                 End::Hold => {
                     let deadline = Instant::now() + Duration::from_secs(30);
