@@ -747,13 +747,18 @@ fn screenshots_of_the_main_screens() {
         "return document.querySelectorAll('.session-row').length >= 9;",
         WAIT,
     );
-    // Sessions that were read are no longer marked unread.
-    let unread = b.exec(
-        "return document.querySelector(`.session-item[data-id='${arguments[0]}']`).classList.contains('unread');",
-        &[json!(rich)],
+    // Sessions that were read are no longer marked unread (the page marks them read as it shows
+    // them; the list may have been fetched before that mark arrived, so wait for it to say so).
+    poll_until("the viewed session read", WAIT, || {
+        (s.detail(&rich)["unread"] == false).then_some(())
+    });
+    b.wait_js(
+        "the viewed session shown as read",
+        &format!(
+            "const e = document.querySelector(`.session-item[data-id='{rich}']`); return e && !e.classList.contains('unread');"
+        ),
+        WAIT,
     );
-    assert_eq!(unread, false, "the viewed session is read");
-    assert_eq!(s.detail(&rich)["unread"], false);
     b.screenshot("list-dark");
     let errors = ui_errors(&b);
     assert!(errors.is_empty(), "browser console: {errors:#?}");
