@@ -340,7 +340,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
     runner.attach_sessions(Arc::new(sessions.clone()));
-    let auth = Auth::new(store.clone()).with_browser_session_ms(cfg.limits.browser_session_ms);
+    let auth = Auth::new(store.clone())
+        .with_browser_session_ms(cfg.limits.browser_session_ms)
+        .with_login_delay_ms(cfg.limits.login_delay_ms);
     let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
     let state = web::Data::new(AppState::new(sessions, auth));
     let state_for_url = state.clone();

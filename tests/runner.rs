@@ -853,9 +853,12 @@ fn message_wakes_sleeping_session_early_and_drops_the_wake() {
     let n = s.history_all(&id).len();
     // Past the old wakeAt: no second (wake) turn.
     let now_ms = end["createdAt"].as_f64().unwrap();
+    // The old wake time must pass (time itself is the condition here), then the runner must
+    // have nothing to do: a wrongly kept wake would have queued a turn by then.
     std::thread::sleep(Duration::from_millis(
         (wake_at - now_ms).max(0.0) as u64 + 700,
     ));
+    s.wait_runner_idle();
     let events = s.history_all(&id);
     assert_eq!(
         events.len(),

@@ -215,6 +215,12 @@ impl Auth {
         }
     }
 
+    /// Sets the failed-login limiter's first delay (`limits.login_delay_ms`).
+    pub fn with_login_delay_ms(mut self, ms: u64) -> Auth {
+        self.logins = limiter::LoginLimiter::with_base_delay(Duration::from_millis(ms));
+        self
+    }
+
     /// Sets how long a browser session lasts (`limits.browser_session_ms`).
     pub fn with_browser_session_ms(mut self, ms: u64) -> Auth {
         self.session_ms = i64::try_from(ms).unwrap_or(i64::MAX);
