@@ -127,8 +127,11 @@ fn a_reply_streams_as_deltas_and_is_stored_once_complete() {
         delay: Duration::from_millis(60),
         end: End::Done,
     });
+    // The stream starts once the test listens, so every delta reaches it.
+    fake.hold_streams();
     let id = create(&s, json!({"prompt": "hi"}));
     let sse = s.sse(&id, Some(0), None);
+    fake.release();
     let frames = sse.until_terminal(Duration::from_secs(20));
     // Invariant 6: deltas are live only; the text step is the durable record.
     let deltas: String = frames
@@ -137,10 +140,7 @@ fn a_reply_streams_as_deltas_and_is_stored_once_complete() {
         .filter(|d| d["event"]["step"]["type"] == "text_delta")
         .filter_map(|d| d["event"]["step"]["delta"].as_str().map(str::to_owned))
         .collect();
-    assert!(
-        "Hello from the model".ends_with(&deltas) && !deltas.is_empty(),
-        "deltas {deltas:?}"
-    );
+    assert_eq!(deltas, "Hello from the model", "every delta, in order");
 
     let events = history(&s, &id);
     assert!(steps(&events, "text_delta").is_empty());

@@ -64,8 +64,10 @@ struct State {
     closed_early: usize,
     /// The title for `"stream": false` requests; `None` answers 500.
     title: Option<String>,
-    /// Streams ending [`End::UntilReleased`] may finish.
+    /// Streams ending [`End::UntilReleased`] may finish, and held streams may start.
     released: bool,
+    /// Streams wait for [`FakeOpenAi::release`] before their first chunk.
+    hold_start: bool,
     /// Chunks written to streams so far.
     chunks_sent: usize,
 }
@@ -202,7 +204,13 @@ impl FakeOpenAi {
         self.state.lock().expect("lock").closed_early
     }
 
-    /// Lets streams that end [`End::UntilReleased`] finish.
+    /// Makes streams wait for [`FakeOpenAi::release`] before their first chunk (a test can then
+    /// subscribe to the session's events before anything streams).
+    pub fn hold_streams(&self) {
+        self.state.lock().expect("lock").hold_start = true;
+    }
+
+    /// Lets held streams start and streams that end [`End::UntilReleased`] finish.
     pub fn release(&self) {
         self.state.lock().expect("lock").released = true;
     }
@@ -337,6 +345,14 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
             let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
             if conn.write_all(head.as_bytes()).is_err() {
                 return;
+            }
+            loop {
+                let s = state.lock().expect("lock");
+                if !s.hold_start || s.released {
+                    break;
+                }
+                drop(s);
+                std::thread::sleep(Duration::from_millis(10));
             }
             for c in chunks {
                 if !delay.is_zero() {
