@@ -16,7 +16,7 @@
 //! [`Auth::watch_revocations`] looks for newly revoked keys a few times a second (one small query,
 //! however many streams are open) and tells every stream through [`Auth::revocations`]; signing
 //! out ends the browser session's streams the same way, and a browser session's streams end when
-//! it expires ([`StreamCredential::expires_at`]).
+//! it expires ([`Auth::expires_at`]).
 
 pub mod limiter;
 pub mod password;
@@ -123,11 +123,8 @@ pub enum Revoked {
 pub enum StreamCredential {
     /// An API key, by its public id.
     Key(String),
-    /// A browser session: the hash of its cookie and when it expires (ms since the epoch).
-    Browser {
-        hash: String,
-        expires_at: i64,
-    },
+    /// A browser session, by the hash of its cookie.
+    Browser(String),
     None,
 }
 
@@ -135,16 +132,8 @@ impl StreamCredential {
     pub fn is_revoked_by(&self, r: &Revoked) -> bool {
         match (self, r) {
             (StreamCredential::Key(a), Revoked::Key(b)) => a == b,
-            (StreamCredential::Browser { hash, .. }, Revoked::Browser(b)) => hash == b,
+            (StreamCredential::Browser(a), Revoked::Browser(b)) => a == b,
             _ => false,
-        }
-    }
-
-    /// When the credential stops being valid by itself (API keys do not expire).
-    pub fn expires_at(&self) -> Option<i64> {
-        match self {
-            StreamCredential::Browser { expires_at, .. } => Some(*expires_at),
-            _ => None,
         }
     }
 }
@@ -356,7 +345,7 @@ impl Auth {
                     Ok(Some(k)) if !k.revoked && k.member
                 )
             }
-            StreamCredential::Browser { hash, .. } => {
+            StreamCredential::Browser(hash) => {
                 let hash = hash.clone();
                 matches!(
                     self.store.read(move |c| identity::browser_session(c, &hash)).await,
@@ -400,14 +389,24 @@ impl Auth {
         Ok(self.live_browser_session(cookie).await?.0)
     }
 
-    /// What a stream opened with this browser session cookie is bound to: it ends when the
-    /// session is signed out or expires.
-    pub async fn browser_stream_credential(&self, cookie: &str) -> Result<StreamCredential> {
-        let (_, expires_at) = self.live_browser_session(cookie).await?;
-        Ok(StreamCredential::Browser {
-            hash: secret::token_hash(cookie),
-            expires_at,
-        })
+    /// When a stream's credential stops being valid by itself (ms since the epoch): a browser
+    /// session's expiry; `None` for API keys, which do not expire. A browser session that is gone
+    /// already expires now.
+    pub async fn expires_at(&self, cred: &StreamCredential) -> Option<i64> {
+        let StreamCredential::Browser(hash) = cred else {
+            return None;
+        };
+        let hash = hash.clone();
+        match self
+            .store
+            .read(move |c| identity::browser_session(c, &hash))
+            .await
+        {
+            Ok(Some((_, expires_at))) => Some(expires_at),
+            Ok(None) => Some(clock::now_ms()),
+            // Unreadable now: the stream keeps its other ends (sign-out, revocation).
+            Err(_) => None,
+        }
     }
 
     /// The user and expiry of a browser session cookie; 401 when unknown or expired.
