@@ -5,7 +5,14 @@
 //! a tiny real write (`PRAGMA user_version` rewritten to itself, which appends one WAL frame) at a
 //! short interval, so the state turns healthy on its own once space returns, without waiting for
 //! a client to try.
+//!
+//! A full filesystem is not cleared by a commit alone: a batch that failed half-way leaves the
+//! write-ahead log extended by the frames it managed to write, so a smaller write (the probe, a
+//! one-line step) can still commit into that slack while the next real batch fails again. The
+//! store stays `full` until the data dir's filesystem has [`MIN_FREE_BYTES`] available, so
+//! health does not flap between full and ok on a disk that is still full.
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,6 +22,9 @@ use crate::error::Error;
 
 /// How often a degraded store tries a probe write.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Free space the data dir's filesystem needs before a `full` store reports ok again.
+pub const MIN_FREE_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Condition {
@@ -47,6 +57,8 @@ pub struct HealthReport {
 
 pub struct Health {
     state: Mutex<HealthReport>,
+    /// The directory whose filesystem holds the database (none: free space is not checked).
+    dir: Option<PathBuf>,
     /// A prober thread is running.
     probing: AtomicBool,
 }
@@ -60,11 +72,19 @@ impl Default for Health {
                 detail: None,
             }),
             probing: AtomicBool::new(false),
+            dir: None,
         }
     }
 }
 
 impl Health {
+    /// Health of a store whose database lives in `dir`.
+    pub fn for_dir(dir: &Path) -> Self {
+        Health {
+            dir: Some(dir.to_path_buf()),
+            ..Health::default()
+        }
+    }
     pub fn report(&self) -> HealthReport {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -76,6 +96,9 @@ impl Health {
     /// A batch committed: the store writes again.
     pub(crate) fn committed(&self) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.condition == Condition::Full && !self.has_room() {
+            return;
+        }
         if s.condition != Condition::Ok {
             tracing::info!("storage writes again");
             *s = HealthReport {
@@ -107,6 +130,14 @@ impl Health {
         !self.probing.swap(true, Ordering::SeqCst)
     }
 
+    /// Whether the data dir's filesystem has [`MIN_FREE_BYTES`] available (true when unknown).
+    fn has_room(&self) -> bool {
+        self.dir
+            .as_deref()
+            .and_then(available_bytes)
+            .is_none_or(|free| free >= MIN_FREE_BYTES)
+    }
+
     /// The prober stopped (the store is healthy again, or closed).
     pub(crate) fn probe_stopped(&self) {
         self.probing.store(false, Ordering::SeqCst);
@@ -116,4 +147,26 @@ impl Health {
     pub(crate) fn resume_probing(&self) -> bool {
         !self.probing.swap(true, Ordering::SeqCst)
     }
+}
+
+/// Bytes available to unprivileged writers on the filesystem holding `dir`.
+#[cfg(unix)]
+fn available_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and `st` is a valid out-pointer for one `statvfs`.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+#[cfg(not(unix))]
+fn available_bytes(_dir: &Path) -> Option<u64> {
+    None
 }

@@ -100,7 +100,10 @@ impl Store {
             .max_size(cfg.read_connections)
             .min_idle(Some(1))
             .build(manager)?;
-        let health = Arc::new(health::Health::default());
+        let health = Arc::new(match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => health::Health::for_dir(dir),
+            _ => health::Health::for_dir(Path::new(".")),
+        });
         let writer = writer::spawn(conn, cfg.max_batch, Arc::clone(&bus), Arc::clone(&health))?;
         Ok(Store {
             inner: Arc::new(Inner {
