@@ -126,7 +126,7 @@ async fn run_turn(
             session_id: key.id.clone(),
         },
         sessions: shared.sessions.get().cloned(),
-        measured_usage: false,
+        usage_recorded: false,
         key: key.clone(),
         generation: claim.generation,
         cancel: control.cancel.subscribe(),
@@ -178,6 +178,7 @@ async fn run_turn(
             error: e.to_string(),
         },
     };
+    io.usage_recorded |= engine.records_usage();
     let reply = io.last_text.clone().unwrap_or_default();
     let completed = matches!(end, TurnEnd::Complete { .. });
     let outcome = finish(
@@ -189,7 +190,8 @@ async fn run_turn(
         io,
     )
     .await?;
-    if claim.initial && completed {
+    // A title is made from a first exchange; an empty reply leaves the excerpt.
+    if claim.initial && completed && !reply.trim().is_empty() {
         spawn_title(shared, engine, key, prompt, reply);
     }
     Ok(outcome)
@@ -218,16 +220,16 @@ fn spawn_title(
             return;
         }
         let title = match tokio::time::timeout(Duration::from_secs(60), generate).await {
-            Ok(Ok(t)) => Some(
-                t.trim()
-                    .trim_matches(['"', '\''])
-                    .chars()
-                    .take(120)
-                    .collect::<String>(),
-            ),
-            _ => None,
-        }
-        .filter(|t| !t.is_empty());
+            Ok(Ok(t)) => crate::engine::title::clean(&t),
+            Ok(Err(e)) => {
+                tracing::warn!(session = %key.id, error = %e, "the automatic title failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(session = %key.id, "the automatic title timed out");
+                None
+            }
+        };
         let _ = shared
             .store
             .write(move |tx| match &title {
@@ -419,7 +421,7 @@ pub(crate) fn turn_state(
 }
 
 fn estimate_tokens(text: &str) -> f64 {
-    (text.chars().count() as f64 / 4.0).ceil()
+    crate::engine::estimated_tokens(text) as f64
 }
 
 /// Settles every task still running with `status` (`stopped` when the turn ends or is cut off,
@@ -452,7 +454,7 @@ async fn finish(
         mut usage,
         todos,
         last_text,
-        measured_usage,
+        usage_recorded,
         ..
     } = io;
     usage.total_tokens = usage.input + usage.output;
@@ -460,8 +462,9 @@ async fn finish(
         .write(move |tx| {
             tx.check_generation(&key, generation)?;
             settle_running_tasks(tx, &key, "stopped")?;
-            // Engines without a token count get the runner's estimate.
-            if !measured_usage && usage.total_tokens > 0.0 {
+            // Engines without a token count get the runner's estimate, marked as one.
+            if !usage_recorded && usage.total_tokens > 0.0 {
+                tx.append(&key, &usage_estimated(RUNNER_ESTIMATE))?;
                 append_usage(tx, &key, &usage_event(&usage), &usage)?;
             }
             let (status, agent_status) = match &end {
@@ -603,6 +606,21 @@ fn append_usage(tx: &mut Tx<'_>, key: &SessionKey, event: &Event, call: &Usage) 
     tx.append(key, event)
 }
 
+const ENGINE_ESTIMATE: &str = "The model endpoint reported no token usage: the usage that follows \
+                               is estimated from the text sent and received (about 4 characters a \
+                               token) and priced with the agent's price table.";
+const RUNNER_ESTIMATE: &str = "This engine reports no token usage: the usage that follows is \
+                               estimated from the turn's text (about 4 characters a token) and \
+                               carries no cost.";
+
+fn usage_estimated(message: &str) -> Event {
+    Event::System {
+        level: Level::Info,
+        message: message.to_owned(),
+        metadata: SystemMetadata::code(SystemMetadata::USAGE_ESTIMATED),
+    }
+}
+
 fn usage_event(usage: &Usage) -> Event {
     Event::Usage {
         turn_usage: usage.clone(),
@@ -714,8 +732,9 @@ pub struct Turn {
     /// The session itself (tools that start or message other sessions act as it).
     origin: Origin,
     sessions: Option<Arc<dyn SessionOps>>,
-    /// The engine reported real usage; the runner's estimate is not written.
-    measured_usage: bool,
+    /// The engine recorded usage (measured, or its own estimate); the runner's estimate is not
+    /// written.
+    usage_recorded: bool,
     key: SessionKey,
     generation: u64,
     cancel: watch::Receiver<bool>,
@@ -910,17 +929,18 @@ impl TurnIo for Turn {
         self.last_text = Some(text.to_owned());
     }
 
-    /// Records one model call's measured usage: a `usage` event with the turn's totals so far,
-    /// and the session's totals. The runner then writes no estimate for this turn.
+    /// Records one model call's usage: a `usage` event with the turn's totals so far, and the
+    /// session's totals. The runner then writes no estimate for this turn.
     async fn record_usage(
         &mut self,
         call: Usage,
         by_model: Vec<ModelUsage>,
         context_window: f64,
         window_usage: ContextWindowUsage,
+        estimated: bool,
     ) -> Result<()> {
-        if !self.measured_usage {
-            self.measured_usage = true;
+        if !self.usage_recorded {
+            self.usage_recorded = true;
             self.usage = Usage::default();
         }
         self.usage.add(&call);
@@ -932,7 +952,12 @@ impl TurnIo for Turn {
             context_window_usage: window_usage,
         };
         self.last_seq = self
-            .fenced(move |tx, key| append_usage(tx, key, &event, &call))
+            .fenced(move |tx, key| {
+                if estimated {
+                    tx.append(key, &usage_estimated(ENGINE_ESTIMATE))?;
+                }
+                append_usage(tx, key, &event, &call)
+            })
             .await?;
         Ok(())
     }
@@ -973,7 +998,7 @@ impl TurnIo for Turn {
     /// Records assistant text in the turn's conversation and, until the engine measures usage,
     /// in the estimate.
     fn say(&mut self, text: &str) {
-        if !self.measured_usage {
+        if !self.usage_recorded {
             self.usage.output += estimate_tokens(text);
         }
         self.messages
@@ -1114,7 +1139,7 @@ impl TurnIo for Turn {
             })
             .await?;
         for text in &texts {
-            if !self.measured_usage {
+            if !self.usage_recorded {
                 self.usage.input += estimate_tokens(text);
             }
             self.messages.push(json!({"role": "user", "content": text}));

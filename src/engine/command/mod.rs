@@ -514,6 +514,7 @@ impl CommandEngine {
                     Vec::new(),
                     context_window,
                     ContextWindowUsage::default(),
+                    false,
                 )
                 .await?;
             }
