@@ -10,6 +10,8 @@
 //! not supported`); a non-streamed request with tools then takes the next scripted reply, sent as
 //! one `chat.completion`.
 
+#![allow(dead_code)]
+
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
