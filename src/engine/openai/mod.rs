@@ -421,14 +421,8 @@ impl OpenAiEngine {
             let (message, retry_after) = match result {
                 Ok(reply) => return Ok(Called::Reply(reply)),
                 Err(CallError::Cancelled { partial }) => {
-                    if !partial.is_empty() {
-                        let raw = partial
-                            .usage
-                            .unwrap_or_else(|| estimate_usage(&body, &partial));
-                        let estimated = partial.usage.is_none();
-                        self.record_usage(io, model, raw, system_tokens, estimated)
-                            .await?;
-                    }
+                    self.record_partial_usage(io, model, &body, &partial, system_tokens)
+                        .await?;
                     return Ok(Called::Interrupted {
                         partial: partial.content,
                     });
@@ -478,14 +472,8 @@ impl OpenAiEngine {
                         })
                         .await?;
                     }
-                    if !partial.is_empty() {
-                        let raw = partial
-                            .usage
-                            .unwrap_or_else(|| estimate_usage(&body, &partial));
-                        let estimated = partial.usage.is_none();
-                        self.record_usage(io, model, raw, system_tokens, estimated)
-                            .await?;
-                    }
+                    self.record_partial_usage(io, model, &body, &partial, system_tokens)
+                        .await?;
                     (message, retry_after)
                 }
             };
@@ -785,6 +773,31 @@ impl OpenAiEngine {
                 self.cfg.max_steps
             ),
         })
+    }
+
+    /// Writes the usage of an attempt that ended early, when the model had produced something by
+    /// then: the tokens were spent all the same (reported, else estimated).
+    async fn record_partial_usage(
+        &self,
+        io: &mut dyn TurnIo,
+        model: &str,
+        body: &Value,
+        partial: &Reply,
+        system_tokens: f64,
+    ) -> Result<()> {
+        if partial.is_empty() {
+            return Ok(());
+        }
+        match partial.usage {
+            Some(raw) => {
+                self.record_usage(io, model, raw, system_tokens, false)
+                    .await
+            }
+            None => {
+                let raw = estimate_usage(body, partial);
+                self.record_usage(io, model, raw, system_tokens, true).await
+            }
+        }
     }
 
     /// Writes one call's usage, measured or (`estimated`) made up from the text because the
