@@ -725,23 +725,24 @@ fn check_complete(body: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// A new session whose first turn is `prompt`, in the drive root, on the default agent.
+fn first_turn(prompt: &str) -> CreateIn {
+    CreateIn {
+        prompt: prompt.into(),
+        agent_id: None,
+        cwd: None,
+        tier: None,
+        behavior: Behavior::Steer,
+        mode: None,
+        common: InputCommon::default(),
+    }
+}
+
 /// Creates a session (its first turn is a plain prompt) and waits for that turn's terminal.
 async fn create_session(sd: &Sessions, actor: &Actor) -> Result<(String, Duration), String> {
     let t = Instant::now();
     let s = sd
-        .create(
-            actor,
-            CreateIn {
-                prompt: "Say two hundred words.".into(),
-                agent_id: None,
-                cwd: None,
-                tier: None,
-                behavior: Behavior::Steer,
-                mode: None,
-                common: InputCommon::default(),
-            },
-            None,
-        )
+        .create(actor, first_turn("Say two hundred words."), None)
         .await
         .map_err(|e| e.to_string())?;
     match sd.wait_for_terminal(&s.key, s.input_seq).await {
@@ -1122,19 +1123,7 @@ const LLAMA_PROMPT: &str = "Name three colours.";
 async fn llama_turn(sd: &Sessiond) -> Result<(Option<Instant>, Instant, String), String> {
     let created = sd
         .sessions
-        .create(
-            &sd.actor,
-            CreateIn {
-                prompt: LLAMA_PROMPT.into(),
-                agent_id: None,
-                cwd: None,
-                tier: None,
-                behavior: Behavior::Steer,
-                mode: None,
-                common: InputCommon::default(),
-            },
-            None,
-        )
+        .create(&sd.actor, first_turn(LLAMA_PROMPT), None)
         .await
         .map_err(|e| e.to_string())?;
     let mut sub = sd

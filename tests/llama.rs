@@ -112,6 +112,19 @@ fn terminals(s: &Server, id: &str, n: usize) -> Vec<Value> {
     }
 }
 
+/// Reads the stream until the reply's first text delta.
+fn wait_first_delta(sse: &Sse) {
+    let deadline = Instant::now() + SLOW;
+    loop {
+        let frame = sse
+            .next_frame(deadline.saturating_duration_since(Instant::now()))
+            .expect("a text delta before the deadline");
+        if frame.data["event"]["step"]["type"] == "text_delta" {
+            return;
+        }
+    }
+}
+
 fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
     events
         .iter()
@@ -206,18 +219,8 @@ fn streamed_turns_record_the_servers_usage_and_a_follow_up_carries_the_conversat
     assert_completed_with_text(&events);
     let chats = r.tap.chats();
     assert_eq!(chats.len(), 2);
-    let sent: Vec<(String, String)> = chats[1].body()["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .skip(1)
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap_or("").to_owned(),
-                m["content"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
+    let body = chats[1].body();
+    let sent = roles_and_contents(&body["messages"].as_array().expect("messages")[1..]);
     assert_eq!(
         sent,
         [
@@ -292,15 +295,7 @@ fn an_interrupt_closes_the_request_and_the_server_stops_generating() {
     };
     let id = create(&r.s, "Count from one to one thousand.");
     let sse = r.s.sse(&id, Some(0), None);
-    let deadline = Instant::now() + SLOW;
-    loop {
-        let frame = sse
-            .next_frame(deadline.saturating_duration_since(Instant::now()))
-            .expect("a text delta before the deadline");
-        if frame.data["event"]["step"]["type"] == "text_delta" {
-            break;
-        }
-    }
+    wait_first_delta(&sse);
     let (status, v) =
         r.s.post(&r.s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
     assert_eq!(status, 200, "{v}");
@@ -415,15 +410,7 @@ fn a_killed_model_server_is_retried_until_it_is_back() {
     let after = events.last().and_then(|e| e["seq"].as_u64()).expect("seq");
     let sse = r.s.sse(&id, Some(after), None);
     message(&r.s, &id, "Tell me a story.");
-    let deadline = Instant::now() + SLOW;
-    loop {
-        let frame = sse
-            .next_frame(deadline.saturating_duration_since(Instant::now()))
-            .expect("a text delta before the deadline");
-        if frame.data["event"]["step"]["type"] == "text_delta" {
-            break;
-        }
-    }
+    wait_first_delta(&sse);
     r.llama.kill();
     let frames = poll_until("the void notice", SLOW, || {
         let f = sse.next_frame(Duration::from_millis(100))?;

@@ -743,16 +743,7 @@ fn earlier_turns_and_steers_reach_the_model() {
 
     let chats = fake.chats();
     assert_eq!(chats.len(), 3);
-    let second: Vec<(String, String)> = messages(&chats[1])
-        .iter()
-        .skip(1)
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap_or("").to_owned(),
-                m["content"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
+    let second = roles_and_contents(&messages(&chats[1])[1..]);
     assert_eq!(
         second,
         [

@@ -98,48 +98,42 @@ fn chunk(delta: Value, finish: Option<&str>) -> Value {
     })
 }
 
-/// A text reply streamed as one delta per word, with usage.
-pub fn text_reply(text: &str, usage: (u64, u64, u64)) -> Reply {
+/// The role chunk, then `text` as one content delta per word.
+fn word_chunks(text: &str) -> Vec<Value> {
     let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
-    let words: Vec<&str> = text.split_inclusive(' ').collect();
-    for w in words {
+    for w in text.split_inclusive(' ') {
         chunks.push(chunk(json!({"content": w}), None));
     }
-    chunks.push(chunk(json!({}), Some("stop")));
-    chunks.push(usage_chunk(usage));
+    chunks
+}
+
+fn stream(chunks: Vec<Value>) -> Reply {
     Reply::Stream {
         chunks,
         delay: Duration::ZERO,
         end: End::Done,
     }
+}
+
+/// A text reply streamed as one delta per word, with usage.
+pub fn text_reply(text: &str, usage: (u64, u64, u64)) -> Reply {
+    let mut chunks = word_chunks(text);
+    chunks.push(chunk(json!({}), Some("stop")));
+    chunks.push(usage_chunk(usage));
+    stream(chunks)
 }
 
 /// Text streamed as one delta per word that ends with `[DONE]` but no finish reason: the reply
 /// was cut short.
 pub fn truncated_reply(text: &str) -> Reply {
-    let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
-    for w in text.split_inclusive(' ') {
-        chunks.push(chunk(json!({"content": w}), None));
-    }
-    Reply::Stream {
-        chunks,
-        delay: Duration::ZERO,
-        end: End::Done,
-    }
+    stream(word_chunks(text))
 }
 
 /// A text reply without usage (servers that ignore `stream_options.include_usage`).
 pub fn text_reply_without_usage(text: &str) -> Reply {
-    let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
-    for w in text.split_inclusive(' ') {
-        chunks.push(chunk(json!({"content": w}), None));
-    }
+    let mut chunks = word_chunks(text);
     chunks.push(chunk(json!({}), Some("stop")));
-    Reply::Stream {
-        chunks,
-        delay: Duration::ZERO,
-        end: End::Done,
-    }
+    stream(chunks)
 }
 
 /// `(prompt, completion, cached)` tokens.

@@ -148,25 +148,15 @@ impl Server {
     /// Starts with an optional config file and changes to the base environment (`None` removes
     /// a variable), e.g. `SESSIOND_ENGINE` set to an engine's JSON.
     pub fn start_with_env(toml: Option<&str>, env: &[(&str, Option<&str>)]) -> Server {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let mut args = Vec::new();
-        if let Some(toml) = toml {
-            let cfg = tmp.path().join("sessiond.toml");
-            std::fs::write(&cfg, toml).expect("write config");
-            args = vec!["--config".into(), cfg.display().to_string()];
-        }
-        let dir = tmp.path().join("data");
-        let env = env
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
-            .collect();
-        let mut s = Server::spawn(&dir, args, env);
-        s._tmp = Some(tmp);
-        s
+        Server::start_in_tmp(toml, env, false)
     }
 
     /// Like `start_with_env`, with the server's log (stderr) written to a file: see [`Server::log`].
     pub fn start_logged(toml: Option<&str>, env: &[(&str, Option<&str>)]) -> Server {
+        Server::start_in_tmp(toml, env, true)
+    }
+
+    fn start_in_tmp(toml: Option<&str>, env: &[(&str, Option<&str>)], logged: bool) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut args = Vec::new();
         if let Some(toml) = toml {
@@ -179,8 +169,8 @@ impl Server {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
             .collect();
-        let log = tmp.path().join("sessiond.log");
-        let mut s = Server::spawn_logged(&dir, args, env, Some(log));
+        let log = logged.then(|| tmp.path().join("sessiond.log"));
+        let mut s = Server::spawn_logged(&dir, args, env, log);
         s._tmp = Some(tmp);
         s
     }
@@ -658,6 +648,19 @@ pub fn assert_known_event(event: &Value) {
         errors.is_empty(),
         "event is not a known seed variant: {errors:#?}\n{event:#}"
     );
+}
+
+/// `(role, content)` of chat messages (text contents; others as empty).
+pub fn roles_and_contents(messages: &[Value]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or("").to_owned(),
+                m["content"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
 }
 
 pub fn event_types(events: &[Value]) -> Vec<String> {
