@@ -1838,4 +1838,29 @@ fn retries_and_failed_calls_are_logged_with_the_session_and_endpoint_never_the_k
         "{log}"
     );
     assert!(!log.contains("sk-must-never-be-logged"), "{log}");
+
+    // A failed title call is logged the same way.
+    fake.set_title(None);
+    fake.push(text_reply("Sure.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "a title, please"}));
+    wait_terminals(&s, &id, 1);
+    let log = poll_until(
+        "the title failure is logged",
+        Duration::from_secs(10),
+        || {
+            let log = s.log();
+            log.lines()
+                .any(|l| l.contains("automatic title failed") && l.contains(&id))
+                .then_some(log)
+        },
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains("automatic title failed"))
+        .expect("line");
+    assert!(
+        line.contains("WARN") && line.contains(&fake.base_url),
+        "{line}"
+    );
+    assert!(!log.contains("sk-must-never-be-logged"), "{log}");
 }

@@ -924,23 +924,22 @@ impl OpenAiEngine {
         if let Some(key) = self.api_key()? {
             req = req.bearer_auth(key);
         }
+        // These reach the log (with the session), so they name the endpoint.
+        let failed = |what: String| Error::Internal(format!("title: {} {what}", self.endpoint));
         let response = tokio::time::timeout(
             Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
             req.send(),
         )
         .await
-        .map_err(|_| Error::Internal("title: the model endpoint timed out".into()))?
-        .map_err(|_| Error::Internal("title: the model endpoint is unreachable".into()))?;
+        .map_err(|_| failed("timed out".into()))?
+        .map_err(|_| failed("is unreachable".into()))?;
         if !response.status().is_success() {
-            return Err(Error::Internal(format!(
-                "title: the model endpoint answered {}",
-                response.status()
-            )));
+            return Err(failed(format!("answered {}", response.status())));
         }
         let value: Value = response
             .json()
             .await
-            .map_err(|_| Error::Internal("title: the reply is not JSON".into()))?;
+            .map_err(|_| failed("answered with something that is not JSON".into()))?;
         // The runner cleans the reply up (`engine::title::clean`).
         Ok(value
             .pointer("/choices/0/message/content")
