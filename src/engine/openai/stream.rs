@@ -175,12 +175,7 @@ pub async fn call(
             }
             // A server that leaves out `[DONE]` after the model finished still sent a whole reply.
             Ok(None) if acc.reply.finish_reason.is_some() => return acc.finish(),
-            Ok(None) if acc.events == 0 && streamed_tools => {
-                return Err(CallError::StreamingToolsRefused(
-                    "the model endpoint answered a streamed request with tools with an empty stream"
-                        .into(),
-                ));
-            }
+            Ok(None) if acc.events == 0 && streamed_tools => return Err(empty_stream()),
             Ok(None) => {
                 return Err(acc.retryable("the model stream ended before the reply was complete"));
             }
@@ -195,13 +190,7 @@ pub async fn call(
         for data in parser.push(&chunk) {
             let value = match data {
                 Data::Done if acc.reply.finish_reason.is_some() => return acc.finish(),
-                Data::Done if acc.events == 0 && streamed_tools => {
-                    return Err(CallError::StreamingToolsRefused(
-                        "the model endpoint answered a streamed request with tools with an empty \
-                         stream"
-                            .into(),
-                    ));
-                }
+                Data::Done if acc.events == 0 && streamed_tools => return Err(empty_stream()),
                 Data::Done => {
                     return Err(acc.retryable(
                         "the model stream ended ([DONE]) without a finish reason: the reply is \
@@ -213,8 +202,8 @@ pub async fn call(
             if let Some(err) = value.get("error") {
                 let message = err
                     .get("message")
-                    .or_else(|| err.as_str().map(|_| err))
                     .and_then(Value::as_str)
+                    .or_else(|| err.as_str())
                     .unwrap_or("unknown error");
                 let message = format!("the model endpoint reported an error mid-stream: {message}");
                 return Err(if streamed_tools && refuses_streamed_tools(&message) {
@@ -311,7 +300,14 @@ fn refuses_streamed_tools(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
     m.contains("stream")
         && m.contains("tool")
-        && (m.contains("not supported") || m.contains("unsupported") || m.contains("not support"))
+        && (m.contains("not support") || m.contains("unsupported"))
+}
+
+/// What llama-cpp-python sends when it cannot stream with tools and only its log says why.
+fn empty_stream() -> CallError {
+    CallError::StreamingToolsRefused(
+        "the model endpoint answered a streamed request with tools with an empty stream".into(),
+    )
 }
 
 /// A transport error as its kind and its root cause (`connection refused`, a TLS certificate
@@ -621,6 +617,22 @@ mod tests {
             })
         );
         assert!(sink.0.is_empty());
+    }
+
+    #[test]
+    fn refusals_to_stream_with_tools_are_recognised() {
+        assert!(refuses_streamed_tools(
+            "the model endpoint answered 500 Internal Server Error: Automatic streaming tool choice is not supported"
+        ));
+        assert!(refuses_streamed_tools(
+            "Streaming is unsupported when tools are given"
+        ));
+        assert!(!refuses_streamed_tools(
+            "the model endpoint answered 503: overloaded"
+        ));
+        assert!(!refuses_streamed_tools(
+            "tool_choice must be one of auto, none"
+        ));
     }
 
     #[test]
