@@ -86,6 +86,8 @@ pub struct Request<'a> {
     pub body: &'a Value,
     /// Longest wait for the first byte and between two chunks.
     pub idle_timeout: Duration,
+    /// Sent as `X-Request-Id`, so the endpoint's logs name the request behind the call.
+    pub request_id: &'a str,
 }
 
 /// Runs one streamed call. Returns as soon as `cancel` turns true, dropping the response (which
@@ -101,7 +103,11 @@ pub async fn call(
         });
     }
     let streamed = req.body["stream"] == Value::Bool(true);
-    let mut builder = req.client.post(req.url).json(req.body);
+    let mut builder = req
+        .client
+        .post(req.url)
+        .header("X-Request-Id", req.request_id)
+        .json(req.body);
     if streamed {
         builder = builder.header("Accept", "text/event-stream");
     }
