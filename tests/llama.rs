@@ -473,3 +473,165 @@ fn the_models_title_is_cleaned_up() {
         }
     }
 }
+
+/// The `timings` llama.cpp puts on the last chunk of a stream (its own token counts, sent with
+/// or without `usage`).
+fn timings(exchange: &llama::Exchange) -> Value {
+    exchange
+        .response
+        .as_ref()
+        .and_then(|r| {
+            r.sse()
+                .into_iter()
+                .filter_map(|c| c.get("timings").cloned())
+                .next_back()
+        })
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn usage_the_server_does_not_report_is_estimated_from_the_text_priced_and_marked() {
+    let Some(r) = rig(
+        LlamaOptions::default(),
+        json!({
+            "prices": {"smollm2": {"input": 1.0, "output": 2.0}},
+            "contextWindow": 2048,
+        }),
+    ) else {
+        return;
+    };
+    r.tap.set_quirks(Quirks {
+        ignore_include_usage: true,
+        ..Quirks::default()
+    });
+    let id = create(&r.s, "Say hello to me.");
+    let events = terminals(&r.s, &id, 1);
+    assert_completed_with_text(&events);
+    let chats = r.tap.chats();
+    assert_eq!(chats.len(), 1, "one call, no retries");
+    assert_eq!(
+        chats[0].body()["stream_options"]["include_usage"],
+        true,
+        "sessiond asked for usage"
+    );
+    assert!(chats[0].reported_usage().is_none(), "the server sent none");
+    assert!(chats[0].response.as_ref().is_some_and(|r| r.sse_done()));
+
+    // A `usage_estimated` notice, then in the same write the estimated usage event.
+    let at = events
+        .iter()
+        .position(|e| e["event"]["metadata"]["code"] == "usage_estimated")
+        .unwrap_or_else(|| panic!("no estimate marker: {:?}", event_types(&events)));
+    assert_eq!(events[at]["event"]["type"], "system");
+    let usage = &events[at + 1]["event"];
+    assert_eq!(
+        usage["type"], "usage",
+        "the marker comes right before its usage"
+    );
+    assert_eq!(of_type(&events, "usage").len(), 1, "no second estimate");
+    let n = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_f64).unwrap_or(-1.0);
+    let reply = chats[0].reply_text();
+    assert_eq!(
+        n(usage, "/lastMessageUsage/output"),
+        sessiond::engine::estimated_tokens(&reply) as f64,
+        "the output is estimated from the text streamed: {reply:?}"
+    );
+    let input = n(usage, "/lastMessageUsage/input");
+    assert!(input > 0.0, "{usage}");
+    assert!(
+        (n(usage, "/turnUsage/cost/total")
+            - (input * 1.0 + n(usage, "/turnUsage/output") * 2.0) / 1e6)
+            .abs()
+            < 1e-12,
+        "priced with the table: {usage}"
+    );
+    assert_eq!(n(usage, "/effectiveContextWindow"), 2048.0);
+    // The estimate is of the order of llama.cpp's own count (4 characters a token is rough).
+    let t = timings(&chats[0]);
+    for (estimated, counted) in [
+        (input, n(&t, "/prompt_n") + n(&t, "/cache_n").max(0.0)),
+        (n(usage, "/lastMessageUsage/output"), n(&t, "/predicted_n")),
+    ] {
+        assert!(
+            counted > 0.0 && estimated >= counted / 4.0 && estimated <= counted * 4.0,
+            "estimated {estimated}, llama.cpp counted {counted}: {t}"
+        );
+    }
+}
+
+#[test]
+fn a_server_that_cannot_stream_with_tools_is_asked_without_streaming_and_remembered() {
+    let Some(r) = rig(
+        LlamaOptions::default(),
+        json!({"tools": tools_except(&["list_dir"]), "maxSteps": 2, "maxRetries": 4}),
+    ) else {
+        return;
+    };
+    r.tap.set_quirks(Quirks {
+        refuse_streamed_tools: true,
+        ..Quirks::default()
+    });
+    let id = create(&r.s, "Say hi.");
+    let events = terminals(&r.s, &id, 1);
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| is_terminal(e))
+        .expect("terminal");
+    assert_eq!(last["event"]["type"], "complete");
+    assert!(
+        last["event"]["status"] == "completed"
+            || last["event"]["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("maxSteps"),
+        "the turn did not break: {last}"
+    );
+    let chats = r.tap.chats();
+    assert!(chats.len() >= 2, "{} calls", chats.len());
+    assert_eq!(chats[0].body()["stream"], true);
+    assert!(chats[0].body()["tools"].is_array());
+    // The refusal is not retried: every later call, with the same tools, is not streamed and
+    // llama.cpp answers it whole.
+    for c in &chats[1..] {
+        let body = c.body();
+        assert_eq!(body["stream"], false, "{body}");
+        assert!(body.get("stream_options").is_none());
+        assert_eq!(body["tools"], chats[0].body()["tools"]);
+        assert_eq!(body["tool_choice"], "auto");
+        let response = c.response.as_ref().expect("a response");
+        assert!(response.complete && response.start_line.contains("200"));
+        assert!(response.json()["choices"].is_array(), "a whole reply");
+    }
+    let system = of_type(&events, "system");
+    assert_eq!(system.len(), 1, "one notice, no retries: {system:?}");
+    assert!(
+        system[0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("without streaming")
+    );
+    // Usage is what llama.cpp reported for the whole reply.
+    let usage = of_type(&events, "usage");
+    assert_usage_is_the_servers(usage[0], &chats[1].reported_usage().expect("usage"));
+    // Text the model gave is stored as it gave it.
+    let text = chats
+        .iter()
+        .skip(1)
+        .map(|c| c.reply_text())
+        .filter(|t| !t.trim().is_empty())
+        .collect::<Vec<_>>();
+    let stored: Vec<String> = texts(&events)
+        .into_iter()
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    assert_eq!(stored, text);
+
+    // Remembered for the endpoint: the next turn's first call is not streamed at all.
+    let before = chats.len();
+    message(&r.s, &id, "Say bye.");
+    terminals(&r.s, &id, 2);
+    let chats = r.tap.chats();
+    assert!(chats.len() > before);
+    assert_eq!(chats[before].body()["stream"], false);
+}

@@ -2,8 +2,9 @@
 //! (the `xllamacpp` wheel) serving SmolLM2-135M-Instruct, started by
 //! `tests/python/llama/serve.py` from the `llama` suite's venv (`common/venv.rs`), and a [`Tap`]:
 //! a TCP proxy between sessiond and that server which records every HTTP exchange byte for byte
-//! (so a test can compare what sessiond recorded with what the server sent) and can be pointed
-//! at a restarted server.
+//! (so a test can compare what sessiond recorded with what the server sent), can be pointed
+//! at a restarted server, and can play two behaviours of other servers llama.cpp's does not
+//! have ([`Quirks`]).
 //!
 //! Include it next to `common/venv.rs` (`#[path = "common/venv.rs"] mod venv;`).
 
@@ -247,12 +248,126 @@ struct Conn {
     upstream_closed: bool,
 }
 
+/// Behaviours of other OpenAI-compatible servers (llama-cpp-python's) that the tap plays in
+/// front of llama.cpp's. Requests are still answered by llama.cpp; the tap only changes what
+/// reaches it, or answers a request it would refuse.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quirks {
+    /// Requests reach llama.cpp without their `stream_options`: it then reports no usage at all,
+    /// as a server that ignores `stream_options.include_usage` does. The request recorded is the
+    /// one the client sent.
+    pub ignore_include_usage: bool,
+    /// A streamed request that offers tools is not forwarded: the tap answers it with an event
+    /// stream that ends before any event (llama-cpp-python's answer to `tool_choice: "auto"`
+    /// with `stream: true`, whose error only reaches its log), and closes the connection.
+    pub refuse_streamed_tools: bool,
+}
+
 /// A TCP proxy that records what crosses it.
 #[derive(Clone)]
 pub struct Tap {
     pub addr: String,
     upstream: Arc<Mutex<String>>,
+    quirks: Arc<Mutex<Quirks>>,
     conns: Arc<Mutex<Vec<Arc<Mutex<Conn>>>>>,
+}
+
+/// What the tap answers for llama-cpp-python when it refuses to stream with tools.
+const EMPTY_STREAM: &str =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+
+/// The length of the first whole request in `bytes` (head and `Content-Length` body), if one
+/// has arrived.
+fn whole_request(bytes: &[u8]) -> Option<usize> {
+    let end = find(bytes, b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&bytes[..end]);
+    let len = head
+        .split("\r\n")
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    (bytes.len() >= end + len).then_some(end + len)
+}
+
+/// What a whole request becomes under `quirks`: the bytes to forward, or `None` when the tap
+/// answers it itself.
+fn rewrite(request: &[u8], quirks: Quirks) -> Option<Vec<u8>> {
+    let Some(end) = find(request, b"\r\n\r\n").map(|e| e + 4) else {
+        return Some(request.to_vec());
+    };
+    let Ok(mut body) = serde_json::from_slice::<Value>(&request[end..]) else {
+        return Some(request.to_vec());
+    };
+    let offers_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    if quirks.refuse_streamed_tools && body["stream"] == Value::Bool(true) && offers_tools {
+        return None;
+    }
+    if !quirks.ignore_include_usage {
+        return Some(request.to_vec());
+    }
+    if let Some(o) = body.as_object_mut() {
+        o.remove("stream_options");
+    }
+    let body = body.to_string();
+    let head = String::from_utf8_lossy(&request[..end - 4]);
+    let mut out = String::new();
+    for line in head.split("\r\n") {
+        match line.split_once(':') {
+            Some((k, _)) if k.trim().eq_ignore_ascii_case("content-length") => {
+                out.push_str(&format!("{k}: {}", body.len()));
+            }
+            _ => out.push_str(line),
+        }
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+    out.push_str(&body);
+    Some(out.into_bytes())
+}
+
+/// The client-to-server half of a connection under quirks: whole requests are recorded as
+/// sent, then forwarded as [`rewrite`] makes them, or answered by the tap.
+fn pump_requests(mut from: TcpStream, mut to: TcpStream, conn: Arc<Mutex<Conn>>, quirks: Quirks) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut pending = Vec::new();
+    'read: loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        }
+        while let Some(len) = whole_request(&pending) {
+            let request: Vec<u8> = pending.drain(..len).collect();
+            conn.lock()
+                .expect("lock")
+                .request
+                .extend_from_slice(&request);
+            match rewrite(&request, quirks) {
+                Some(bytes) => {
+                    if to.write_all(&bytes).is_err() {
+                        break 'read;
+                    }
+                }
+                None => {
+                    {
+                        let mut c = conn.lock().expect("lock");
+                        c.response.extend_from_slice(EMPTY_STREAM.as_bytes());
+                        c.upstream_closed = true;
+                    }
+                    let _ = from.write_all(EMPTY_STREAM.as_bytes());
+                    break 'read;
+                }
+            }
+        }
+    }
+    {
+        let mut c = conn.lock().expect("lock");
+        if !c.upstream_closed {
+            c.client_closed = true;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
 }
 
 fn pump(mut from: TcpStream, mut to: TcpStream, conn: Arc<Mutex<Conn>>, client_to_server: bool) {
@@ -296,6 +411,7 @@ impl Tap {
         let tap = Tap {
             addr,
             upstream: Arc::new(Mutex::new(upstream.to_owned())),
+            quirks: Arc::default(),
             conns: Arc::default(),
         };
         let t = tap.clone();
@@ -315,7 +431,12 @@ impl Tap {
                     server.try_clone().expect("clone"),
                 );
                 let conn2 = Arc::clone(&conn);
-                std::thread::spawn(move || pump(client, server, conn, true));
+                let quirks = *t.quirks.lock().expect("lock");
+                if quirks.ignore_include_usage || quirks.refuse_streamed_tools {
+                    std::thread::spawn(move || pump_requests(client, server, conn, quirks));
+                } else {
+                    std::thread::spawn(move || pump(client, server, conn, true));
+                }
                 std::thread::spawn(move || pump(s2, c2, conn2, false));
             }
         });
@@ -325,6 +446,11 @@ impl Tap {
     /// Sends new connections to `upstream` (`host:port`) from now on.
     pub fn set_upstream(&self, upstream: &str) {
         *self.upstream.lock().expect("lock") = upstream.to_owned();
+    }
+
+    /// Plays `quirks` on connections opened from now on.
+    pub fn set_quirks(&self, quirks: Quirks) {
+        *self.quirks.lock().expect("lock") = quirks;
     }
 
     /// The base URL an `openai` engine uses to reach the server through the tap.
