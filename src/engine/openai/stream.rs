@@ -301,12 +301,14 @@ fn retryable(message: &str, retry_after: Option<Duration>) -> CallError {
 }
 
 /// Whether an error message says the server cannot stream while tools are offered
-/// (llama-cpp-python: `Automatic streaming tool choice is not supported`).
+/// (llama-cpp-python: `Automatic streaming tool choice is not supported`; llama.cpp's server
+/// before it streamed tool calls: `Cannot use tools with stream`).
 fn refuses_streamed_tools(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
-    m.contains("stream")
-        && m.contains("tool")
-        && (m.contains("not support") || m.contains("unsupported"))
+    m.contains("cannot use tools with stream")
+        || (m.contains("stream")
+            && m.contains("tool")
+            && (m.contains("not support") || m.contains("unsupported")))
 }
 
 /// What llama-cpp-python sends when it cannot stream with tools and only its log says why.
@@ -632,6 +634,9 @@ mod tests {
         ));
         assert!(refuses_streamed_tools(
             "Streaming is unsupported when tools are given"
+        ));
+        assert!(refuses_streamed_tools(
+            "the model endpoint answered 400 Bad Request: Cannot use tools with stream"
         ));
         assert!(!refuses_streamed_tools(
             "the model endpoint answered 503: overloaded"
