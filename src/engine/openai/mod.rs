@@ -30,8 +30,8 @@ use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
 use crate::engine::TurnIo;
 use crate::error::{Error, Result};
 use crate::timeline::{
-    ContextWindowUsage, Event, Level, ModelTransport, ModelUsage, Step, SystemMetadata, Tier,
-    ToolOutputPart, Usage, UsageCost,
+    ContextWindowUsage, Event, Level, ModelTransport, ModelUsage, RetryNotice, Step,
+    SystemMetadata, Tier, ToolOutputPart, Usage, UsageCost,
 };
 
 /// Attachments up to this size are put into the prompt; larger ones are named by path.
@@ -508,14 +508,15 @@ impl OpenAiEngine {
                 error = %message,
                 "model call failed; retrying"
             );
+            let notice = RetryNotice {
+                reason: message,
+                delay_ms: delay,
+                attempt: attempt + 1,
+                attempts: self.cfg.max_retries + 1,
+            };
             io.emit(Event::System {
                 level: Level::Warn,
-                message: format!(
-                    "{message}; retrying in {:.1} s (attempt {} of {})",
-                    delay as f64 / 1000.0,
-                    attempt + 1,
-                    self.cfg.max_retries + 1
-                ),
+                message: notice.message(),
                 metadata: None,
             })
             .await?;
@@ -709,17 +710,6 @@ impl OpenAiEngine {
                     return Ok(TurnEnd::Interrupted);
                 }
             };
-            match reply.usage {
-                Some(raw) => {
-                    self.record_usage(io, &model, raw, system_tokens, false)
-                        .await?
-                }
-                None => {
-                    let raw = estimate_usage(&body, &reply);
-                    self.record_usage(io, &model, raw, system_tokens, true)
-                        .await?;
-                }
-            }
             if !reply.reasoning.is_empty() {
                 io.emit(Event::Step {
                     step: Step::Reasoning {
@@ -738,6 +728,19 @@ impl OpenAiEngine {
                 io.set_reply(&reply.content);
             }
             io.messages_mut().push(assistant_message(&reply));
+            // After the reply is stored: a call that spends the session's budget ends the turn
+            // here (`budget_hit`) without losing what it answered.
+            match reply.usage {
+                Some(raw) => {
+                    self.record_usage(io, &model, raw, system_tokens, false)
+                        .await?
+                }
+                None => {
+                    let raw = estimate_usage(&body, &reply);
+                    self.record_usage(io, &model, raw, system_tokens, true)
+                        .await?;
+                }
+            }
             if reply.tool_calls.is_empty() {
                 if reply.finish_reason.as_deref() == Some("length") && reply.content.is_empty() {
                     return Ok(TurnEnd::Failed {
