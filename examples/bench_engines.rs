@@ -37,6 +37,15 @@
 //! Baseline and sessiond run in alternating rounds at each concurrency level (1 and 16 clients, one
 //! session per sessiond client), closed loop. CPU per turn is the whole process's (fake and client
 //! included, the same on both sides), so the difference is what sessiond spends.
+//!
+//! **Against llama.cpp.** When the test suite's llama.cpp venv can be made (`tests/python/llama`,
+//! see `tests/common/venv.rs`), a real server runs too: llama.cpp's own server (`xllamacpp`) with
+//! SmolLM2-135M-Instruct on the CPU, one request at a time, greedy decoding (temperature 0) so that
+//! both sides get the same reply. sessiond's turns are first turns of fresh sessions (no tools, a
+//! short system prompt), timed from `Sessions::create` to the first delta and to `complete` on the
+//! bus; the baseline posts the very body sessiond sent (captured once through a recording proxy
+//! that the measured turns do not pass). The two alternate, one call at a time; the server's
+//! prompt cache serves both the same way.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -61,8 +70,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 use tokio::sync::broadcast::error::RecvError;
 
+#[path = "../tests/common/llama.rs"]
+mod llama;
 #[path = "support/report.rs"]
 mod report;
+#[path = "../tests/common/venv.rs"]
+mod venv;
 use report::{Lat, loadavg, quick_flag, thousands};
 
 /// Text deltas in every streamed text reply.
@@ -85,6 +98,8 @@ struct Opts {
     warmup: usize,
     /// Measured tool turns (and raw two-call exchanges) per round, one client.
     tool_turns: usize,
+    /// Measured calls per side and round against llama.cpp.
+    llama_turns: usize,
 }
 
 impl Opts {
@@ -100,6 +115,7 @@ impl Opts {
                 per_client: [150, 15],
                 warmup: 3,
                 tool_turns: 40,
+                llama_turns: 4,
             }
         } else {
             Opts {
@@ -108,6 +124,7 @@ impl Opts {
                 per_client: [1000, 100],
                 warmup: 5,
                 tool_turns: 200,
+                llama_turns: 15,
             }
         }
     }
@@ -601,7 +618,19 @@ struct Sessiond {
 }
 
 impl Sessiond {
-    fn start(fake: &Fake) -> Sessiond {
+    /// The engine JSON of the bench against the fake.
+    fn fake_engine(fake: &Fake) -> Value {
+        // The engine reads its key from a variable nobody sets: nothing real is ever sent.
+        json!({
+            "kind": "openai",
+            "baseUrl": fake.url,
+            "model": "bench",
+            "titles": false,
+            "apiKeyEnv": "SESSIOND_BENCH_NO_KEY",
+        })
+    }
+
+    fn start(engine: Value) -> Sessiond {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
         let cfg = Config {
             bind: "127.0.0.1:0".into(),
@@ -614,14 +643,6 @@ impl Sessiond {
         );
         let store = sessiond::server::open_store(&cfg, Arc::clone(&bus))
             .unwrap_or_else(|e| die("open store", e));
-        // The engine reads its key from a variable nobody sets: nothing real is ever sent.
-        let engine = json!({
-            "kind": "openai",
-            "baseUrl": fake.url,
-            "model": "bench",
-            "titles": false,
-            "apiKeyEnv": "SESSIOND_BENCH_NO_KEY",
-        });
         let engine = EngineConfig::parse(&engine.to_string())
             .unwrap_or_else(|e| die("engine config", e))
             .unwrap_or_else(|| die("engine config", "empty"))
@@ -704,23 +725,24 @@ fn check_complete(body: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// A new session whose first turn is `prompt`, in the drive root, on the default agent.
+fn first_turn(prompt: &str) -> CreateIn {
+    CreateIn {
+        prompt: prompt.into(),
+        agent_id: None,
+        cwd: None,
+        tier: None,
+        behavior: Behavior::Steer,
+        mode: None,
+        common: InputCommon::default(),
+    }
+}
+
 /// Creates a session (its first turn is a plain prompt) and waits for that turn's terminal.
 async fn create_session(sd: &Sessions, actor: &Actor) -> Result<(String, Duration), String> {
     let t = Instant::now();
     let s = sd
-        .create(
-            actor,
-            CreateIn {
-                prompt: "Say two hundred words.".into(),
-                agent_id: None,
-                cwd: None,
-                tier: None,
-                behavior: Behavior::Steer,
-                mode: None,
-                common: InputCommon::default(),
-            },
-            None,
-        )
+        .create(actor, first_turn("Say two hundred words."), None)
         .await
         .map_err(|e| e.to_string())?;
     match sd.wait_for_terminal(&s.key, s.input_seq).await {
@@ -1093,6 +1115,213 @@ async fn compare(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Against llama.cpp.
+
+const LLAMA_PROMPT: &str = "Name three colours.";
+
+/// A first turn of a fresh session as the bus saw it: the first delta, the end and the text.
+async fn llama_turn(sd: &Sessiond) -> Result<(Option<Instant>, Instant, String), String> {
+    let created = sd
+        .sessions
+        .create(&sd.actor, first_turn(LLAMA_PROMPT), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut sub = sd
+        .store
+        .bus()
+        .subscribe(&created.key.id)
+        .map_err(|e| e.to_string())?;
+    if !sub.tail.is_empty() {
+        return Err("subscribed after the first delta".into());
+    }
+    let mut first = None;
+    loop {
+        match sub.rx.recv().await {
+            Ok(f) if f.seq.is_none() => {
+                if f.data.contains("\"text_delta\"") {
+                    first.get_or_insert_with(Instant::now);
+                }
+            }
+            Ok(f) if is_terminal_type(&f.event_type) => {
+                let end = Instant::now();
+                let body: Value = serde_json::from_str(&f.data).map_err(|e| e.to_string())?;
+                let e = &body["event"];
+                if e["type"] != "complete" || e["status"] != "completed" {
+                    return Err(format!(
+                        "the turn ended {} {}: {}",
+                        e["type"], e["status"], e["error"]
+                    ));
+                }
+                let text = e["result"].as_str().unwrap_or("").to_owned();
+                return Ok((first, end, text));
+            }
+            Ok(_) => {}
+            Err(RecvError::Lagged(n)) => return Err(format!("the subscriber lagged by {n}")),
+            Err(RecvError::Closed) => return Err("the bus closed".into()),
+        }
+    }
+}
+
+/// sessiond against llama.cpp, and the same request sent straight to it; `None` when the
+/// server cannot run here.
+fn llama_bench(opts: &Opts, rt: &tokio::runtime::Runtime) -> Option<(Side, Side)> {
+    println!("== llama.cpp: SmolLM2-135M-Instruct on the CPU, straight and through sessiond ==");
+    let python = match venv::suite("llama")
+        .ok_or_else(|| "tests/python/llama is missing".to_owned())
+        .and_then(|s| venv::venv(&s))
+    {
+        Ok(dir) => dir.join("bin/python"),
+        Err(why) => {
+            println!("   skipped: the llama.cpp venv (tests/python/llama) cannot be made: {why}");
+            println!();
+            return None;
+        }
+    };
+    let max_tokens = 32;
+    let server = llama::Llama::start(
+        &python,
+        llama::LlamaOptions {
+            parallel: 1,
+            ..Default::default()
+        },
+    );
+    let engine = |base: &str| {
+        json!({
+            "kind": "openai",
+            "baseUrl": base,
+            "model": "smollm2",
+            "systemPrompt": "You are a helpful assistant. Answer briefly.",
+            "maxTokens": max_tokens,
+            "temperature": 0.0,
+            "titles": false,
+            "tools": {"disabled": ["ask_user", "todo_write", "sleep_until", "start_session",
+                "message_session", "read_file", "write_file", "list_dir", "search_files"]},
+            "apiKeyEnv": "SESSIOND_BENCH_NO_KEY",
+        })
+    };
+    // The body sessiond sends, captured once through a recording proxy.
+    let tap = llama::Tap::start(&server.addr);
+    let capture = Sessiond::start(engine(&tap.base_url()));
+    if let Err(e) = rt.block_on(llama_turn(&capture)) {
+        die("llama.cpp warm-up", e);
+    }
+    capture.stop();
+    let body = tap
+        .chats()
+        .first()
+        .map(|c| c.request.body.clone())
+        .unwrap_or_else(|| die("llama.cpp warm-up", "no request captured"));
+    let url = format!("http://{}/v1", server.addr);
+    let sd = Sessiond::start(engine(&url));
+    let http = rt.block_on(async { raw_client() });
+    let chat = format!("{url}/chat/completions");
+    let (mut raw, mut ours) = (Side::default(), Side::default());
+    let (mut raw_texts, mut our_texts) = (Vec::new(), Vec::new());
+    for round in 0..opts.rounds.min(3) {
+        for baseline_now in [round % 2 == 0, round % 2 == 1] {
+            let window = CpuWindow::start();
+            let t0 = Instant::now();
+            for _ in 0..opts.llama_turns {
+                let t = Instant::now();
+                if baseline_now {
+                    raw.requests += 1;
+                    match rt.block_on(raw_call(&http, &chat, &body)) {
+                        Ok(r) => {
+                            raw.total.push(r.end - t);
+                            if let Some(f) = r.first_delta {
+                                raw.first.push(f - t);
+                            }
+                            raw_texts.push(r.text);
+                        }
+                        Err(e) => raw.error(e),
+                    }
+                } else {
+                    ours.requests += 1;
+                    match rt.block_on(llama_turn(&sd)) {
+                        Ok((first, end, text)) => {
+                            ours.total.push(end - t);
+                            if let Some(f) = first {
+                                ours.first.push(f - t);
+                            }
+                            our_texts.push(text);
+                        }
+                        Err(e) => ours.error(e),
+                    }
+                }
+            }
+            let side = if baseline_now { &mut raw } else { &mut ours };
+            side.wall += t0.elapsed().as_secs_f64();
+            window.stop(&mut side.cpu);
+        }
+    }
+    sd.stop();
+    for s in [&mut raw, &mut ours] {
+        s.total.sort();
+        s.first.sort();
+    }
+    let same = our_texts
+        .iter()
+        .filter(|t| raw_texts.first() == Some(*t))
+        .count();
+    println!(
+        "   server: llama.cpp (xllamacpp) at {}, 1 slot; prompt {LLAMA_PROMPT:?}, max_tokens \
+         {max_tokens}, temperature 0; request body {} B (sessiond's, sent by both sides)",
+        server.addr,
+        thousands(body.len() as u64)
+    );
+    println!(
+        "   replies: {same} of {} of sessiond's turns gave the baseline's first reply ({:?})",
+        our_texts.len(),
+        raw_texts
+            .first()
+            .map(|t| t.chars().take(60).collect::<String>())
+            .unwrap_or_default()
+    );
+    println!(
+        "   1 at a time, alternating ({} measured per side):",
+        raw.requests
+    );
+    println!(
+        "     baseline, request -> [DONE]:       {}",
+        raw.total.line()
+    );
+    println!(
+        "     sessiond, create -> complete:      {}",
+        ours.total.line()
+    );
+    println!(
+        "     time to first token: baseline p50 {:.1} ms, p99 {:.1} ms; sessiond (seen on the \
+         bus) p50 {:.1} ms, p99 {:.1} ms; sessiond - baseline p50 {:+.1} ms, mean {:+.1} ms",
+        raw.first.p(50.0),
+        raw.first.p(99.0),
+        ours.first.p(50.0),
+        ours.first.p(99.0),
+        ours.first.p(50.0) - raw.first.p(50.0),
+        ours.first.mean() - raw.first.mean()
+    );
+    println!(
+        "     whole turn: sessiond / baseline p50 {:.3}x, mean {:.3}x; sessiond - baseline p50 \
+         {:+.1} ms, mean {:+.1} ms",
+        ours.total.p(50.0) / raw.total.p(50.0),
+        ours.total.mean() / raw.total.mean(),
+        ours.total.p(50.0) - raw.total.p(50.0),
+        ours.total.mean() - raw.total.mean()
+    );
+    println!(
+        "     CPU of this process per turn (the model server is another process): baseline \
+         {:.3} ms, sessiond {:.3} ms ({:+.3} ms); baseline {}; sessiond {}",
+        raw.cpu_ms(),
+        ours.cpu_ms(),
+        ours.cpu_ms() - raw.cpu_ms(),
+        raw.errors_line(),
+        ours.errors_line()
+    );
+    println!();
+    drop(server);
+    Some((raw, ours))
+}
+
+// ---------------------------------------------------------------------------------------------
 // Main.
 
 fn mean_u64(v: &[u64]) -> f64 {
@@ -1162,7 +1391,7 @@ fn main() {
         loadavg()
     );
     let fake = Fake::start();
-    let sd = Sessiond::start(&fake);
+    let sd = Sessiond::start(Sessiond::fake_engine(&fake));
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("bench-client")
@@ -1347,6 +1576,9 @@ fn main() {
     println!();
 
     sd.stop();
+    if let Some((raw, ours)) = llama_bench(&opts, &client_rt) {
+        rows.push(("llama.cpp turn, 1 at a time".into(), raw, ours));
+    }
     client_rt.shutdown_timeout(Duration::from_secs(2));
 
     println!(

@@ -331,6 +331,21 @@ pub struct SystemMetadata {
     pub code: String,
 }
 
+impl SystemMetadata {
+    /// The `usage` event written right after this one holds estimated counts, not a model's.
+    /// An extension of the seed's codes (its `usage` event has no field for it).
+    pub const USAGE_ESTIMATED: &'static str = "usage_estimated";
+    /// What streamed live since the last durable event (text, reasoning) is void: the attempt
+    /// that produced it failed and the call is made again. An extension of the seed's codes.
+    pub const PARTIAL_TEXT_VOID: &'static str = "partial_text_void";
+
+    pub fn code(code: &str) -> Option<SystemMetadata> {
+        Some(SystemMetadata {
+            code: code.to_owned(),
+        })
+    }
+}
+
 /// Every event sessiond writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(

@@ -40,8 +40,14 @@ export function derive(entries, detail) {
   let todos = detail?.todos || null;
   let followUps = detail?.followUpQueue || null;
   const tasks = new Map();
-  const usage = { tokens: 0, cost: 0, input: 0, output: 0, models: new Map(), last: null };
+  const usage = { tokens: 0, cost: 0, input: 0, output: 0, models: new Map(), last: null, estimated: false };
+  // A `usage_estimated` notice marks the `usage` event right after it.
+  let nextEstimated = false;
   for (const { event: ev } of entries) {
+    if (ev?.type === 'system' && ev.metadata?.code === 'usage_estimated') {
+      nextEstimated = true;
+      continue;
+    }
     switch (ev?.type) {
       case 'todos':
         todos = ev.todos;
@@ -61,7 +67,10 @@ export function derive(entries, detail) {
         break;
       }
       case 'usage': {
-        const u = ev.turnUsage || {};
+        // `turnUsage` is the turn's running total; each event adds its own call.
+        const u = ev.lastMessageUsage || ev.turnUsage || {};
+        usage.estimated ||= nextEstimated;
+        nextEstimated = false;
         usage.tokens += u.totalTokens || 0;
         usage.input += u.input || 0;
         usage.output += u.output || 0;
@@ -301,6 +310,8 @@ export class SessionPane {
     const entry = { seq: frame.seq, event: ev, createdAt: Date.now() };
     this.entries.push(entry);
     this.project(ev);
+    // A failed attempt's streamed text is void: the retry streams the answer afresh.
+    if (ev.type === 'system' && ev.metadata?.code === 'partial_text_void') this.timeline.clearLive();
     if (ev.type === 'step' && ev.step?.type === 'text') this.timeline.clearLiveText();
     if (ev.type === 'step' && ev.step?.type === 'reasoning') this.timeline.clearLiveReasoning();
     if (isTerminal(ev.type)) this.timeline.clearLive();
@@ -502,10 +513,12 @@ export function machinePanel(m) {
 }
 
 function usagePanel(u, partial) {
+  const about = u.estimated ? '≈' : '';
   const rows = [
-    ['Tokens', fmtTokens(u.tokens)],
-    ['Input / output', `${fmtTokens(u.input)} / ${fmtTokens(u.output)}`],
-    ['Cost', fmtCost(u.cost)],
+    ['Tokens', `${about}${fmtTokens(u.tokens)}`],
+    ['Input / output', `${about}${fmtTokens(u.input)} / ${fmtTokens(u.output)}`],
+    // An estimate without a price is not a cost of $0.00.
+    ['Cost', u.estimated && u.cost === 0 ? 'not measured' : `${about}${fmtCost(u.cost)}`],
   ];
   const last = u.last;
   let ctxBar = null;
@@ -522,6 +535,7 @@ function usagePanel(u, partial) {
     u.models.size > 0 && h('ul', { class: 'models' }, [...u.models.entries()].map(([name, m]) => h('li', null,
       h('span', { class: 'model-name', text: name }), h('span', { class: 'muted small', text: `${fmtTokens(m.tokens)} · ${fmtCost(m.cost)}${m.billing ? ` · ${m.billing}` : ''}` })))),
     ctxBar,
+    u.estimated && h('p', { class: 'muted small', dataset: { kind: 'usage-estimated' }, text: 'Includes estimates made from the text (about 4 characters a token) where the engine reported no usage.' }),
     partial && h('p', { class: 'muted small', text: 'Counts the loaded part of the history.' }));
 }
 

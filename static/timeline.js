@@ -54,6 +54,10 @@ export class Timeline {
     this.asks = [];
     this.needHeader = true;
     this.usage = null;
+    // The next `usage` event holds estimated counts (a `usage_estimated` notice came first), and
+    // whether any usage of the current turn was estimated.
+    this.nextUsageEstimated = false;
+    this.usageEstimated = false;
     this.machineState = undefined;
   }
 
@@ -213,6 +217,8 @@ export class Timeline {
         break;
       case 'usage':
         this.usage = ev;
+        this.usageEstimated ||= this.nextUsageEstimated;
+        this.nextUsageEstimated = false;
         break;
       case 'memory':
         parent.append(this.line('sparkles', `Memory ${ev.phase || ''}: ${ev.message || ev.status || ''}`, 'muted'));
@@ -222,6 +228,11 @@ export class Timeline {
         break;
       case 'system': {
         if (ev.level === 'debug') break;
+        // Shown on the usage it marks rather than as a line of its own.
+        if (ev.metadata?.code === 'usage_estimated') {
+          this.nextUsageEstimated = true;
+          break;
+        }
         const kind = ev.level === 'error' ? 'error' : ev.level === 'warn' ? 'warn' : 'muted';
         parent.append(this.line(ev.level === 'info' ? 'help' : 'alert', ev.message || 'System notice', kind));
         break;
@@ -232,6 +243,7 @@ export class Timeline {
         this.closeAsks('Closed');
         parent.append(this.terminal(ev, at, seq));
         this.usage = null;
+        this.usageEstimated = false;
         this.needHeader = true;
         break;
       case 'ask':
@@ -239,6 +251,7 @@ export class Timeline {
         this.header(parent);
         parent.append(this.askCard(ev, seq));
         this.usage = null;
+        this.usageEstimated = false;
         this.needHeader = true;
         break;
       default:
@@ -421,7 +434,10 @@ export class Timeline {
   usageText() {
     const u = this.usage?.turnUsage;
     if (!u) return '';
-    return ` · ${fmtTokens(u.totalTokens)} tokens · ${fmtCost(u.cost?.total ?? 0)}`;
+    const cost = u.cost?.total ?? 0;
+    if (!this.usageEstimated) return ` · ${fmtTokens(u.totalTokens)} tokens · ${fmtCost(cost)}`;
+    // Estimated counts say so, and a made-up $0.00 is not shown as if it were measured.
+    return ` · ≈${fmtTokens(u.totalTokens)} tokens (estimated)${cost > 0 ? ` · ≈${fmtCost(cost)}` : ''}`;
   }
 
   terminal(ev, at, seq) {

@@ -567,14 +567,20 @@ fn a_stream_cut_mid_turn_is_retried_or_fails_cleanly() {
         1,
         "the cut attempt stored nothing"
     );
+    // Live clients saw "Half a sen" stream in: they are told it is void before the retry.
     let sys = events_of(&events, "system");
-    assert!(
-        sys[0]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("ended before"),
-        "{sys:?}"
-    );
+    assert_eq!(sys[0]["metadata"]["code"], "partial_text_void", "{sys:?}");
+    let retry = sys
+        .iter()
+        .position(|e| e["message"].as_str().unwrap_or("").contains("ended before"));
+    assert!(retry.is_some_and(|r| r > 0), "{sys:?}");
+    // The cut attempt cost tokens too: its usage is estimated and marked, the retry's measured.
+    let usage = events_of(&events, "usage");
+    assert_eq!(usage.len(), 2, "{:?}", event_types(&events));
+    assert_eq!(usage[1]["lastMessageUsage"]["input"], 10.0);
+    let estimated = position_of_code(&events, "usage_estimated");
+    assert_eq!(estimated.len(), 1);
+    assert_eq!(events[estimated[0] + 1]["event"]["type"], "usage");
 
     // Without retries the turn fails with the reason.
     let cwd = agent_with_engine(&s, "strict", fake.engine(json!({"maxRetries": 0})));
@@ -613,11 +619,26 @@ fn an_interrupt_mid_stream_closes_the_connection() {
     );
     // The engine stopped on its own: the runner did not have to cut it off after the grace
     // period (which it would say in a `system` event).
-    assert!(
-        events_of(&events, "system").is_empty(),
-        "no cut-off notice: {:?}",
-        event_types(&events)
-    );
+    let notices: Vec<&Value> = events_of(&events, "system")
+        .into_iter()
+        .filter(|e| e["metadata"]["code"] != "usage_estimated")
+        .collect();
+    assert!(notices.is_empty(), "no cut-off notice: {notices:?}");
+    // What streamed before the interrupt was paid for: an estimate, marked as one.
+    let usage = events_of(&events, "usage");
+    assert_eq!(usage.len(), 1);
+    assert!(usage[0]["turnUsage"]["output"].as_f64().unwrap_or(0.0) >= 1.0);
+    assert_eq!(position_of_code(&events, "usage_estimated").len(), 1);
+}
+
+/// Indexes of the `system` events with `metadata.code` = `code`.
+fn position_of_code(events: &[Value], code: &str) -> Vec<usize> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["event"]["type"] == "system" && e["event"]["metadata"]["code"] == code)
+        .map(|(i, _)| i)
+        .collect()
 }
 
 #[test]
@@ -695,7 +716,10 @@ fn earlier_turns_and_steers_reach_the_model() {
     // Second turn: its stream stays open until released, so the steer certainly lands while it
     // streams (R25).
     fake.push(Reply::Stream {
-        chunks: (0..8).map(|i| content_chunk(&format!("w{i} "))).collect(),
+        chunks: (0..8)
+            .map(|i| content_chunk(&format!("w{i} ")))
+            .chain([finish_chunk("stop")])
+            .collect(),
         delay: Duration::ZERO,
         end: End::UntilReleased,
     });
@@ -721,16 +745,7 @@ fn earlier_turns_and_steers_reach_the_model() {
 
     let chats = fake.chats();
     assert_eq!(chats.len(), 3);
-    let second: Vec<(String, String)> = messages(&chats[1])
-        .iter()
-        .skip(1)
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap_or("").to_owned(),
-                m["content"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
+    let second = roles_and_contents(&messages(&chats[1])[1..]);
     assert_eq!(
         second,
         [
@@ -981,6 +996,7 @@ fn bad_engine_settings_are_refused() {
         json!({"kind": "openai", "maxSteps": 0}),
         json!({"kind": "openai", "models": {"ultra": "x"}}),
         json!({"kind": "openai", "tools": {"disabled": ["rm_rf"]}}),
+        json!({"kind": "openai", "toolChoice": "sometimes"}),
     ] {
         let (status, v) = s.post(
             &s.url(&format!("/v1/ws/{WS}/agents")),
@@ -1480,6 +1496,375 @@ fn an_endless_reply_is_cut_off_at_the_size_limit() {
     let events = wait_terminals(&s, &id, 1);
     assert_failed_with(&events, "larger than 16 MiB");
     assert_eq!(fake.chats().len(), 1, "not retried");
+}
+
+// ---------------------------------------------------------------------------------------------
+// What real servers do: streams cut short by `[DONE]`, no usage, no streaming with tools, titles
+// that ignore the instructions.
+
+/// Every tool but `list_dir` switched off (a short request, one tool offered).
+fn only_list_dir() -> Value {
+    json!({"disabled": ["ask_user", "todo_write", "sleep_until", "start_session",
+        "message_session", "read_file", "write_file", "search_files"]})
+}
+
+fn delta_text(frames: &[SseFrame]) -> String {
+    frames
+        .iter()
+        .filter(|f| f.data["event"]["step"]["type"] == "text_delta")
+        .filter_map(|f| f.data["event"]["step"]["delta"].as_str())
+        .collect()
+}
+
+#[test]
+fn a_stream_ended_by_done_without_a_finish_reason_is_retried_and_never_complete() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(text_reply("Hello.", (5, 1, 0)));
+    let id = create(&s, json!({"prompt": "hi"}));
+    let events = wait_terminals(&s, &id, 1);
+    let after = events.last().and_then(|e| e["seq"].as_u64()).expect("seq");
+
+    // The next turn's first attempt is cut short by `[DONE]`: live clients get its deltas, then
+    // the notice that they are void, then the retry's deltas.
+    fake.push(truncated_reply("Half of the"));
+    fake.push(text_reply("The whole answer.", (10, 3, 0)));
+    let sse = s.sse(&id, Some(after), None);
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "again"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let frames = sse.until_terminal(Duration::from_secs(20));
+    let void = frames
+        .iter()
+        .position(|f| f.data["event"]["metadata"]["code"] == "partial_text_void")
+        .unwrap_or_else(|| panic!("no void notice live: {frames:#?}"));
+    assert_eq!(delta_text(&frames[..void]), "Half of the");
+    assert_eq!(delta_text(&frames[void..]), "The whole answer.");
+
+    let events = history(&s, &id);
+    let texts: Vec<&Value> = steps(&events, "text");
+    assert_eq!(texts.last().expect("text")["text"], "The whole answer.");
+    assert!(
+        texts
+            .iter()
+            .all(|t| !t["text"].as_str().unwrap_or("").contains("Half")),
+        "the truncated attempt is not stored: {texts:?}"
+    );
+    assert_eq!(last_terminal(&events)["result"], "The whole answer.");
+    let retries: Vec<&Value> = events_of(&events, "system")
+        .into_iter()
+        .filter(|e| {
+            e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("without a finish reason")
+        })
+        .collect();
+    assert_eq!(retries.len(), 1, "one retry: {retries:?}");
+
+    // Without retries the turn fails: a truncated answer is never recorded as complete.
+    let cwd = agent_with_engine(&s, "strict", fake.engine(json!({"maxRetries": 0})));
+    fake.push(truncated_reply("Only a part"));
+    let id = create(&s, json!({"prompt": "talk", "cwd": cwd}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_failed_with(&events, "without a finish reason");
+    assert!(steps(&events, "text").is_empty());
+}
+
+#[test]
+fn usage_the_endpoint_does_not_report_is_estimated_priced_and_marked() {
+    let fake = FakeOpenAi::start();
+    let s = server(
+        &fake,
+        json!({"prices": {"fake-model": {"input": 2.0, "output": 8.0}}, "contextWindow": 8192}),
+    );
+    fake.push(text_reply_without_usage("Four words right here."));
+    let id = create(&s, json!({"prompt": "estimate me"}));
+    let events = wait_terminals(&s, &id, 1);
+    let marks = position_of_code(&events, "usage_estimated");
+    assert_eq!(marks.len(), 1, "{:?}", event_types(&events));
+    let usage = &events[marks[0] + 1]["event"];
+    assert_eq!(
+        usage["type"], "usage",
+        "the marker comes right before its usage event"
+    );
+    assert_eq!(
+        events[marks[0]]["seq"].as_u64().map(|s| s + 1),
+        usage_seq(&events, marks[0] + 1)
+    );
+    let turn = &usage["turnUsage"];
+    let n = |v: &Value| v.as_f64().unwrap_or(0.0);
+    // "Four words right here." is 22 characters: about 6 tokens.
+    assert_eq!(n(&turn["output"]), 6.0, "{turn}");
+    assert!(
+        n(&turn["input"]) > 10.0,
+        "the system prompt and the tools went in: {turn}"
+    );
+    assert!(
+        (n(&turn["cost"]["total"]) - (n(&turn["input"]) * 2.0 + 6.0 * 8.0) / 1e6).abs() < 1e-12,
+        "priced: {turn}"
+    );
+    assert_eq!(n(&usage["effectiveContextWindow"]), 8192.0);
+    assert!(n(&usage["contextWindowUsage"]["systemPrompt"]) > 0.0);
+    assert_eq!(
+        events_of(&events, "usage").len(),
+        1,
+        "no second estimate by the runner"
+    );
+
+    // A measured call is not marked.
+    fake.push(text_reply("Measured.", (30, 2, 0)));
+    s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "and now"}),
+    );
+    let events = wait_terminals(&s, &id, 2);
+    assert_eq!(position_of_code(&events, "usage_estimated").len(), 1);
+    let last = events_of(&events, "usage").pop().expect("usage").clone();
+    assert_eq!(n(&last["lastMessageUsage"]["input"]), 30.0);
+}
+
+fn usage_seq(events: &[Value], i: usize) -> Option<u64> {
+    events[i]["seq"].as_u64()
+}
+
+#[test]
+fn tool_choice_is_sent_with_the_tools_and_configurable() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(text_reply("ok", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "hi"}));
+    wait_terminals(&s, &id, 1);
+    assert_eq!(
+        fake.chats()[0].body["tool_choice"],
+        "auto",
+        "auto by default"
+    );
+
+    let mut seen = 1;
+    for (choice, sent) in [
+        ("required", json!("required")),
+        ("none", json!("none")),
+        ("omit", Value::Null),
+    ] {
+        let cwd = agent_with_engine(&s, choice, fake.engine(json!({"toolChoice": choice})));
+        fake.push(text_reply("ok", (1, 1, 0)));
+        let id = create(&s, json!({"prompt": "hi", "cwd": cwd}));
+        wait_terminals(&s, &id, 1);
+        seen += 1;
+        let chats = fake.wait_chats(seen, Duration::from_secs(10));
+        assert_eq!(chats[seen - 1].body["tool_choice"], sent, "{choice}");
+    }
+
+    // Without tools there is no tool_choice either.
+    let mut tools = only_list_dir();
+    tools["disabled"]
+        .as_array_mut()
+        .expect("list")
+        .push(json!("list_dir"));
+    let cwd = agent_with_engine(&s, "toolless", fake.engine(json!({"tools": tools})));
+    fake.push(text_reply("ok", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "hi", "cwd": cwd}));
+    wait_terminals(&s, &id, 1);
+    let last = fake.chats().pop().expect("chat");
+    assert!(last.body.get("tools").is_none() && last.body.get("tool_choice").is_none());
+}
+
+#[test]
+fn an_endpoint_that_cannot_stream_with_tools_is_called_without_streaming_and_remembered() {
+    for refusal in [Refusal::EmptyStream, Refusal::Error] {
+        let fake = FakeOpenAi::start();
+        fake.refuse_streamed_tools(Some(refusal));
+        let s = server(&fake, json!({"tools": only_list_dir(), "maxRetries": 4}));
+        fake.push(text_reply("Answered in one piece.", (12, 4, 0)));
+        let id = create(&s, json!({"prompt": "list"}));
+        let events = wait_terminals(&s, &id, 1);
+        assert_eq!(
+            last_terminal(&events)["result"],
+            "Answered in one piece.",
+            "{refusal:?}: {:?}",
+            event_types(&events)
+        );
+        let calls = fake.chat_requests();
+        assert_eq!(
+            calls.len(),
+            2,
+            "{refusal:?}: one refusal, one fallback, no retries"
+        );
+        assert_eq!(calls[0].body["stream"], true);
+        assert_eq!(calls[1].body["stream"], false);
+        assert!(calls[1].body.get("stream_options").is_none());
+        assert_eq!(calls[1].body["tools"], calls[0].body["tools"]);
+        let sys = events_of(&events, "system");
+        assert_eq!(
+            sys.len(),
+            1,
+            "{refusal:?}: a notice, no retry warnings: {sys:?}"
+        );
+        assert!(
+            sys[0]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("without streaming")
+        );
+        let usage = events_of(&events, "usage");
+        assert_eq!(usage[0]["lastMessageUsage"]["input"], 12.0);
+
+        // The endpoint is remembered: the next call with tools is not streamed at all.
+        fake.push(text_reply("Again in one piece.", (5, 2, 0)));
+        s.post(
+            &s.sessions_url(&format!("/{id}/messages")),
+            &json!({"prompt": "more"}),
+        );
+        let events = wait_terminals(&s, &id, 2);
+        assert_eq!(last_terminal(&events)["result"], "Again in one piece.");
+        let calls = fake.chat_requests();
+        assert_eq!(calls.len(), 3, "{refusal:?}");
+        assert_eq!(calls[2].body["stream"], false);
+    }
+}
+
+#[test]
+fn deterministic_errors_are_never_retried() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({"maxRetries": 4}));
+    fake.push(Reply::Status {
+        code: 400,
+        body: json!({"error": {"message": "this model does not exist"}}),
+        retry_after: None,
+    });
+    let id = create(&s, json!({"prompt": "hi"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_failed_with(&events, "does not exist");
+    assert_eq!(fake.chats().len(), 1, "asked once");
+    assert!(events_of(&events, "system").is_empty());
+}
+
+#[test]
+fn model_titles_are_cleaned_up_and_empty_replies_keep_the_excerpt() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    let title = |id: &str, status: &str| {
+        poll_until("the title settles", Duration::from_secs(10), || {
+            let d = detail_checked(&s, id);
+            (d["titleStatus"] == status).then_some(d)
+        })
+    };
+
+    // A model that ignores "at most six words" and adds punctuation and a second line.
+    fake.set_title(Some(
+        "Title: Planning the vegetable garden for the coming spring season, with raised beds.\nIt is a nice plan.",
+    ));
+    fake.push(text_reply("Sure.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "help me plan a garden"}));
+    wait_terminals(&s, &id, 1);
+    let d = title(&id, "complete");
+    assert_eq!(
+        d["title"], "Planning the vegetable garden for the coming spring season",
+        "first line, no label or quotes, cut at a word, at most 60 characters, no trailing comma"
+    );
+
+    // Nothing usable: the excerpt stays and the title is marked failed.
+    fake.set_title(Some("..."));
+    fake.push(text_reply("Sure.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "a second garden"}));
+    wait_terminals(&s, &id, 1);
+    let d = title(&id, "failed");
+    assert_eq!(d["title"], "a second garden");
+
+    // An empty reply gets no title request at all.
+    let before = fake.title_requests().len();
+    fake.push(Reply::Stream {
+        chunks: vec![finish_chunk("stop"), usage_chunk((3, 0, 0))],
+        delay: Duration::ZERO,
+        end: End::Done,
+    });
+    let id = create(&s, json!({"prompt": "say nothing"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_eq!(last_terminal(&events)["status"], "completed");
+    // Wait for anything the turn's end may still start: a later turn on the same server runs
+    // after it, and its title request is the only new one.
+    fake.push(text_reply("Sure.", (1, 1, 0)));
+    let other = create(&s, json!({"prompt": "one more"}));
+    wait_terminals(&s, &other, 1);
+    title(&other, "failed");
+    assert_eq!(
+        fake.title_requests().len(),
+        before + 1,
+        "only the last session asked"
+    );
+    let d = detail_checked(&s, &id);
+    assert_eq!(d["title"], "say nothing");
+    assert_eq!(d["titleOrigin"], "excerpt");
+}
+
+#[test]
+fn retries_and_failed_calls_are_logged_with_the_session_and_endpoint_never_the_key() {
+    let fake = FakeOpenAi::start();
+    let engine = fake.engine(json!({"maxRetries": 1})).to_string();
+    let s = Server::start_logged(
+        Some(&policy(&fake, "")),
+        &[
+            ("SESSIOND_ENGINE", Some(&engine)),
+            ("SESSIOND_LOG", Some("warn")),
+            ("OPENAI_API_KEY", Some("sk-must-never-be-logged")),
+        ],
+    );
+    for _ in 0..2 {
+        fake.push(Reply::Status {
+            code: 503,
+            body: json!({"error": {"message": "overloaded"}}),
+            retry_after: None,
+        });
+    }
+    let id = create(&s, json!({"prompt": "hi"}));
+    let events = wait_terminals(&s, &id, 1);
+    assert_failed_with(&events, "overloaded");
+    let log = poll_until("the failure is logged", Duration::from_secs(10), || {
+        let log = s.log();
+        log.contains("no retries left").then_some(log)
+    });
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(&id)).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("retrying") && l.contains("WARN")),
+        "{log}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(&format!("{}/chat/completions", fake.base_url))),
+        "{log}"
+    );
+    assert!(!log.contains("sk-must-never-be-logged"), "{log}");
+
+    // A failed title call is logged the same way.
+    fake.set_title(None);
+    fake.push(text_reply("Sure.", (1, 1, 0)));
+    let id = create(&s, json!({"prompt": "a title, please"}));
+    wait_terminals(&s, &id, 1);
+    let log = poll_until(
+        "the title failure is logged",
+        Duration::from_secs(10),
+        || {
+            let log = s.log();
+            log.lines()
+                .any(|l| l.contains("automatic title failed") && l.contains(&id))
+                .then_some(log)
+        },
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains("automatic title failed"))
+        .expect("line");
+    assert!(
+        line.contains("WARN") && line.contains(&fake.base_url),
+        "{line}"
+    );
+    assert!(!log.contains("sk-must-never-be-logged"), "{log}");
 }
 
 /// The request id of the HTTP request that sent the input (`X-Request-Id`, the client's own here)

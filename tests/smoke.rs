@@ -25,9 +25,12 @@ fn create_runs_a_scripted_turn() {
             "prompt_submitted",
             "turn_started",
             "step",
+            "system",
             "usage",
             "complete"
         ]
     );
     assert_eq!(events[3]["event"]["step"]["text"], "echo: hello");
+    // The scripted engine's token counts are made up: marked as an estimate, in the same write.
+    assert_eq!(events[4]["event"]["metadata"]["code"], "usage_estimated");
 }

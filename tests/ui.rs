@@ -8,6 +8,8 @@
 //! `target/ui-screenshots/`.
 
 mod common;
+#[path = "common/fake_openai.rs"]
+mod fake_openai;
 #[path = "common/webdriver.rs"]
 mod webdriver;
 
@@ -1012,6 +1014,113 @@ fn a_lost_server_is_shown_and_retried() {
         WAIT,
     );
     b.screenshot("list-server-down");
+}
+
+#[test]
+fn a_failed_attempts_live_text_is_dropped_and_estimated_usage_says_so() {
+    use fake_openai::*;
+    let Some(b) = browser() else { return };
+    let fake = FakeOpenAi::start();
+    let engine = fake.engine(json!({"retryBaseMs": 300})).to_string();
+    let s = Server::start_with_env(
+        Some(&format!(
+            "[policy]\nmodel_endpoints = [{:?}]\n",
+            fake.base_url
+        )),
+        &[("SESSIOND_ENGINE", Some(&engine))],
+    );
+    fake.push(text_reply("Hello.", (5, 1, 0)));
+    let id = s.create_prompt("hi");
+    s.wait_terminal(&id, 1);
+    login(&b, &s);
+    open_session(&b, &s, &id);
+    b.find("[data-kind=complete]");
+    // Every state the live text goes through, from before the next turn starts.
+    b.exec(
+        "window.__live = []; const box = document.querySelector('.tl-live'); \
+         new MutationObserver(() => window.__live.push(box.textContent)).observe(box, {childList: true, subtree: true, characterData: true});",
+        &[],
+    );
+
+    // The first attempt streams and is cut short by `[DONE]`; the retry streams the answer,
+    // with no usage reported.
+    let Reply::Stream { chunks, .. } = truncated_reply("Half of the first try ") else {
+        unreachable!()
+    };
+    fake.push(Reply::Stream {
+        chunks,
+        delay: Duration::from_millis(80),
+        end: End::Done,
+    });
+    let Reply::Stream { chunks, .. } = text_reply_without_usage("The whole answer.") else {
+        unreachable!()
+    };
+    fake.push(Reply::Stream {
+        chunks,
+        delay: Duration::from_millis(80),
+        end: End::Done,
+    });
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "again"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    b.wait_js(
+        "the second reply",
+        "return document.querySelectorAll('[data-kind=complete]').length === 2;",
+        WAIT,
+    );
+    let states = b.exec("return window.__live;", &[]);
+    let states: Vec<&str> = states
+        .as_array()
+        .expect("states")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        states.iter().any(|t| t.contains("Half of the")),
+        "the first attempt streamed live: {states:?}"
+    );
+    assert!(
+        states.iter().any(|t| t.contains("The whole")),
+        "the retry streamed live: {states:?}"
+    );
+    assert!(
+        states
+            .iter()
+            .all(|t| !(t.contains("Half") && t.contains("whole"))),
+        "the void text was dropped before the retry streamed: {states:?}"
+    );
+    let texts = b.exec(
+        "return [...document.querySelectorAll('.timeline [data-kind=text]')].map(e => e.textContent.trim());",
+        &[],
+    );
+    assert_eq!(texts, json!(["Hello.", "The whole answer."]));
+    assert_eq!(count(&b, "[data-kind=live-text]"), 0);
+
+    // Measured usage shows plainly; the estimate says it is one and shows no made-up cost.
+    let ends = b.exec(
+        "return [...document.querySelectorAll('.timeline [data-kind=complete]')].map(e => e.textContent);",
+        &[],
+    );
+    let ends: Vec<&str> = ends
+        .as_array()
+        .expect("ends")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        ends[0].contains("6 tokens") && !ends[0].contains("estimated"),
+        "{ends:?}"
+    );
+    assert!(
+        ends[1].contains("≈") && ends[1].contains("(estimated)"),
+        "{ends:?}"
+    );
+    assert!(!ends[1].contains("$0.00"), "{ends:?}");
+    b.find("[data-kind=usage-estimated]");
+    b.screenshot("session-estimated-usage");
+    assert!(ui_errors(&b).is_empty(), "{:?}", ui_errors(&b));
 }
 
 /// Browser errors that point at the UI itself: script errors and CSP violations. (Failed requests

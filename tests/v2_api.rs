@@ -4,7 +4,6 @@
 
 mod common;
 #[path = "common/fake_openai.rs"]
-#[allow(dead_code)]
 mod fake_openai;
 #[path = "common/hast.rs"]
 mod hast;

@@ -66,14 +66,18 @@ pub trait TurnIo: DeltaSink + Sync {
     /// The turn's reply (a Job's state result, the text a title is made from).
     fn set_reply(&mut self, text: &str);
 
-    /// Records one model call's measured usage: a `usage` event with the turn's totals so far,
-    /// and the session's totals. The runner then writes no estimate for this turn.
+    /// Records one model call's usage: a `usage` event with the turn's totals so far, and the
+    /// session's totals. The runner then writes no estimate for this turn. `estimated` marks
+    /// counts the engine made up from the text because its model reported none: a `system` event
+    /// with `metadata.code` `usage_estimated` goes just before the `usage` event, in the same
+    /// write.
     async fn record_usage(
         &mut self,
         call: Usage,
         by_model: Vec<ModelUsage>,
         context_window: f64,
         window_usage: ContextWindowUsage,
+        estimated: bool,
     ) -> Result<()>;
 
     /// True once the turn has been interrupted; engines stop at their next step.

@@ -6,6 +6,7 @@ pub mod command;
 pub mod io;
 pub mod openai;
 pub mod scripted;
+pub mod title;
 pub mod tools;
 
 use std::collections::HashMap;
@@ -90,6 +91,12 @@ pub trait Engine: Send + Sync {
         io: &'a mut dyn TurnIo,
         input: TurnInput,
     ) -> BoxFuture<'a, Result<TurnEnd>>;
+
+    /// Whether the engine records the usage of its model calls itself (measured, or estimated
+    /// where its model reports none), so the runner writes no estimate of its own for its turns.
+    fn records_usage(&self) -> bool {
+        false
+    }
 
     /// The tier this engine runs a turn at when `requested` is asked for; a different answer is
     /// recorded as `tier_clamped`.
@@ -263,6 +270,12 @@ impl Engines {
         built.insert(json.to_owned(), Arc::clone(&engine));
         engine
     }
+}
+
+/// Tokens in `text` when nothing measured them: about 4 characters a token, rounded up (the usual
+/// rule of thumb for English with OpenAI-style tokenizers). Estimates are marked as such.
+pub fn estimated_tokens(text: &str) -> u64 {
+    text.chars().count().div_ceil(4) as u64
 }
 
 /// The supported tier closest to `requested` (ties go to the cheaper one); `requested` itself when

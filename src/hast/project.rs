@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{HastEvent, SLOTS, Source, tools};
 use crate::clock;
 use crate::projection::budget;
-use crate::timeline::RetryNotice;
+use crate::timeline::{RetryNotice, SystemMetadata};
 
 /// The input a turn started from: it names the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -541,6 +541,11 @@ impl Projection {
     fn system(&mut self, out: &mut Out<'_>, event: &Value, run: Option<String>) {
         let message = str_of(event, "message");
         let code = event.pointer("/metadata/code").and_then(Value::as_str);
+        // The marker of an estimated `usage` event: /v2's usage has no place for it, and it is
+        // no warning.
+        if code == Some(SystemMetadata::USAGE_ESTIMATED) {
+            return;
+        }
         if let Some(r) = self.run.as_mut() {
             r.notice_code = code.map(str::to_owned);
         }

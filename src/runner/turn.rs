@@ -174,7 +174,7 @@ struct Terminal {
     usage: Usage,
     todos: Option<Vec<Todo>>,
     last_text: Option<String>,
-    measured_usage: bool,
+    usage_recorded: bool,
     /// Text an interrupted turn streamed and never said durably.
     partial: String,
 }
@@ -218,7 +218,7 @@ async fn run_turn(
             session_id: key.id.clone(),
         },
         sessions: shared.sessions.get().cloned(),
-        measured_usage: false,
+        usage_recorded: false,
         key: key.clone(),
         generation: claim.generation,
         cancel: control.cancel.subscribe(),
@@ -275,6 +275,7 @@ async fn run_turn(
         TurnEnd::Sleep { .. } => "sleep",
         TurnEnd::Interrupted => "interrupted",
     };
+    io.usage_recorded |= engine.records_usage();
     let reply = io.last_text.clone().unwrap_or_default();
     let completed = matches!(end, TurnEnd::Complete { .. });
     let partial = match end {
@@ -287,7 +288,7 @@ async fn run_turn(
         usage,
         todos,
         last_text,
-        measured_usage,
+        usage_recorded,
         ..
     } = io;
     if !partial.is_empty() {
@@ -303,7 +304,7 @@ async fn run_turn(
         usage,
         todos,
         last_text,
-        measured_usage,
+        usage_recorded,
     };
     let written = persist(shared, &key.id, "the turn's terminal", || {
         finish(&shared.store, key.clone(), terminal.clone())
@@ -334,7 +335,8 @@ async fn run_turn(
             .await;
         }
     };
-    if claim.initial && completed {
+    // A title is made from a first exchange; an empty reply leaves the excerpt.
+    if claim.initial && completed && !reply.trim().is_empty() {
         spawn_title(shared, engine, key, prompt, reply);
     }
     Ok(outcome)
@@ -379,16 +381,16 @@ fn spawn_title(
             return;
         }
         let title = match tokio::time::timeout(Duration::from_secs(60), generate).await {
-            Ok(Ok(t)) => Some(
-                t.trim()
-                    .trim_matches(['"', '\''])
-                    .chars()
-                    .take(120)
-                    .collect::<String>(),
-            ),
-            _ => None,
-        }
-        .filter(|t| !t.is_empty());
+            Ok(Ok(t)) => crate::engine::title::clean(&t),
+            Ok(Err(e)) => {
+                tracing::warn!(session = %key.id, error = %e, "the automatic title failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(session = %key.id, "the automatic title timed out");
+                None
+            }
+        };
         let _ = shared
             .store
             .write(move |tx| match &title {
@@ -591,7 +593,7 @@ pub(crate) fn turn_state(
 const UNSAID_MAX_BYTES: usize = 1 << 20;
 
 fn estimate_tokens(text: &str) -> f64 {
-    (text.chars().count() as f64 / 4.0).ceil()
+    crate::engine::estimated_tokens(text) as f64
 }
 
 /// Settles every task still running with `status` (`stopped` when the turn ends or is cut off,
@@ -620,7 +622,7 @@ async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Ou
         mut usage,
         todos,
         last_text,
-        measured_usage,
+        usage_recorded,
         partial,
     } = terminal;
     usage.total_tokens = usage.input + usage.output;
@@ -629,8 +631,9 @@ async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Ou
             tx.check_generation(&key, generation)?;
             append_partial_text(tx, &key, partial)?;
             settle_running_tasks(tx, &key, "stopped")?;
-            // Engines without a token count get the runner's estimate.
-            if !measured_usage && usage.total_tokens > 0.0 {
+            // Engines without a token count get the runner's estimate, marked as one.
+            if !usage_recorded && usage.total_tokens > 0.0 {
+                tx.append(&key, &usage_estimated(RUNNER_ESTIMATE))?;
                 append_usage(tx, &key, &usage_event(&usage), &usage)?;
             }
             let (status, agent_status) = match &end {
@@ -770,6 +773,21 @@ fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome
 fn append_usage(tx: &mut Tx<'_>, key: &SessionKey, event: &Event, call: &Usage) -> Result<u64> {
     tx.add_usage(key, call)?;
     tx.append(key, event)
+}
+
+const ENGINE_ESTIMATE: &str = "The model endpoint reported no token usage: the usage that follows \
+                               is estimated from the text sent and received (about 4 characters a \
+                               token) and priced with the agent's price table.";
+const RUNNER_ESTIMATE: &str = "This engine reports no token usage: the usage that follows is \
+                               estimated from the turn's text (about 4 characters a token) and \
+                               carries no cost.";
+
+fn usage_estimated(message: &str) -> Event {
+    Event::System {
+        level: Level::Info,
+        message: message.to_owned(),
+        metadata: SystemMetadata::code(SystemMetadata::USAGE_ESTIMATED),
+    }
 }
 
 fn usage_event(usage: &Usage) -> Event {
@@ -936,8 +954,9 @@ pub struct Turn {
     /// The session itself (tools that start or message other sessions act as it).
     origin: Origin,
     sessions: Option<Arc<dyn SessionOps>>,
-    /// The engine reported real usage; the runner's estimate is not written.
-    measured_usage: bool,
+    /// The engine recorded usage (measured, or its own estimate); the runner's estimate is not
+    /// written.
+    usage_recorded: bool,
     key: SessionKey,
     generation: u64,
     cancel: watch::Receiver<bool>,
@@ -1095,17 +1114,18 @@ impl TurnIo for Turn {
         self.last_text = Some(text.to_owned());
     }
 
-    /// Records one model call's measured usage: a `usage` event with the turn's totals so far,
-    /// and the session's totals. The runner then writes no estimate for this turn.
+    /// Records one model call's usage: a `usage` event with the turn's totals so far, and the
+    /// session's totals. The runner then writes no estimate for this turn.
     async fn record_usage(
         &mut self,
         call: Usage,
         by_model: Vec<ModelUsage>,
         context_window: f64,
         window_usage: ContextWindowUsage,
+        estimated: bool,
     ) -> Result<()> {
-        if !self.measured_usage {
-            self.measured_usage = true;
+        if !self.usage_recorded {
+            self.usage_recorded = true;
             self.usage = Usage::default();
         }
         self.usage.add(&call);
@@ -1118,6 +1138,9 @@ impl TurnIo for Turn {
         };
         let (seq, spent) = self
             .fenced(move |tx, key| {
+                if estimated {
+                    tx.append(key, &usage_estimated(ENGINE_ESTIMATE))?;
+                }
                 let seq = append_usage(tx, key, &event, &call)?;
                 Ok((seq, projection::budget::check(tx, key).err()))
             })
@@ -1173,7 +1196,7 @@ impl TurnIo for Turn {
     /// Records assistant text in the turn's conversation and, until the engine measures usage,
     /// in the estimate.
     fn say(&mut self, text: &str) {
-        if !self.measured_usage {
+        if !self.usage_recorded {
             self.usage.output += estimate_tokens(text);
         }
         self.messages
@@ -1314,7 +1337,7 @@ impl TurnIo for Turn {
             })
             .await?;
         for text in &texts {
-            if !self.measured_usage {
+            if !self.usage_recorded {
                 self.usage.input += estimate_tokens(text);
             }
             self.messages.push(json!({"role": "user", "content": text}));

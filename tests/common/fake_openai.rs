@@ -2,6 +2,15 @@
 //! per test: every streamed `/chat/completions` request takes the next scripted reply; title
 //! requests (`"stream": false`) get the configured title. It records every request and notices
 //! when a client closes a stream early.
+//!
+//! Two behaviours of real servers can be scripted besides plain replies: a stream that ends with
+//! `[DONE]` and no finish reason ([`truncated_reply`], what llama-cpp-python sends a running stream
+//! when another request waits), and refusing to stream when tools are offered
+//! ([`FakeOpenAi::refuse_streamed_tools`], llama-cpp-python's `Automatic streaming tool choice is
+//! not supported`); a non-streamed request with tools then takes the next scripted reply, sent as
+//! one `chat.completion`.
+
+#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -56,9 +65,23 @@ pub struct Seen {
     pub request_id: Option<String>,
 }
 
+/// How the fake refuses a streamed request that offers tools.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Refusal {
+    /// `200` with an event stream that ends before any event (the error only reaches the
+    /// server's log).
+    EmptyStream,
+    /// `500` with the error message in the body.
+    Error,
+}
+
+/// The message llama-cpp-python gives when asked to stream with `tool_choice: "auto"`.
+pub const STREAMING_TOOLS_ERROR: &str = "Automatic streaming tool choice is not supported";
+
 #[derive(Default)]
 struct State {
     replies: VecDeque<Reply>,
+    refuse_streamed_tools: Option<Refusal>,
     seen: Vec<Seen>,
     /// Streams the client closed before the fake finished them.
     closed_early: usize,
@@ -87,20 +110,42 @@ fn chunk(delta: Value, finish: Option<&str>) -> Value {
     })
 }
 
-/// A text reply streamed as one delta per word, with usage.
-pub fn text_reply(text: &str, usage: (u64, u64, u64)) -> Reply {
+/// The role chunk, then `text` as one content delta per word.
+fn word_chunks(text: &str) -> Vec<Value> {
     let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
-    let words: Vec<&str> = text.split_inclusive(' ').collect();
-    for w in words {
+    for w in text.split_inclusive(' ') {
         chunks.push(chunk(json!({"content": w}), None));
     }
-    chunks.push(chunk(json!({}), Some("stop")));
-    chunks.push(usage_chunk(usage));
+    chunks
+}
+
+fn stream(chunks: Vec<Value>) -> Reply {
     Reply::Stream {
         chunks,
         delay: Duration::ZERO,
         end: End::Done,
     }
+}
+
+/// A text reply streamed as one delta per word, with usage.
+pub fn text_reply(text: &str, usage: (u64, u64, u64)) -> Reply {
+    let mut chunks = word_chunks(text);
+    chunks.push(chunk(json!({}), Some("stop")));
+    chunks.push(usage_chunk(usage));
+    stream(chunks)
+}
+
+/// Text streamed as one delta per word that ends with `[DONE]` but no finish reason: the reply
+/// was cut short.
+pub fn truncated_reply(text: &str) -> Reply {
+    stream(word_chunks(text))
+}
+
+/// A text reply without usage (servers that ignore `stream_options.include_usage`).
+pub fn text_reply_without_usage(text: &str) -> Reply {
+    let mut chunks = word_chunks(text);
+    chunks.push(chunk(json!({}), Some("stop")));
+    stream(chunks)
 }
 
 /// `(prompt, completion, cached)` tokens.
@@ -178,6 +223,36 @@ impl FakeOpenAi {
     pub fn push(&self, reply: Reply) -> &Self {
         self.state.lock().expect("lock").replies.push_back(reply);
         self
+    }
+
+    /// From now on, streamed requests that offer tools are refused this way (`None`: served).
+    pub fn refuse_streamed_tools(&self, refusal: Option<Refusal>) {
+        self.state.lock().expect("lock").refuse_streamed_tools = refusal;
+    }
+
+    /// Every chat request so far, streamed or not (title requests offer no tools and are left
+    /// out unless streamed).
+    pub fn chat_requests(&self) -> Vec<Seen> {
+        self.state
+            .lock()
+            .expect("lock")
+            .seen
+            .iter()
+            .filter(|s| s.body["stream"] == json!(true) || s.body.get("tools").is_some())
+            .cloned()
+            .collect()
+    }
+
+    /// Title requests so far.
+    pub fn title_requests(&self) -> Vec<Seen> {
+        self.state
+            .lock()
+            .expect("lock")
+            .seen
+            .iter()
+            .filter(|s| s.body["stream"] != json!(true) && s.body.get("tools").is_none())
+            .cloned()
+            .collect()
     }
 
     pub fn set_title(&self, title: Option<&str>) {
@@ -300,6 +375,7 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
         return;
     };
     let streamed = body["stream"] == json!(true);
+    let tools = body.get("tools").is_some();
     let reply = {
         let mut st = state.lock().expect("lock");
         st.seen.push(Seen {
@@ -308,6 +384,48 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
             body,
             request_id,
         });
+        let refusal = st.refuse_streamed_tools;
+        if streamed
+            && tools
+            && let Some(refusal) = refusal
+        {
+            drop(st);
+            match refusal {
+                Refusal::EmptyStream => {
+                    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+                    let _ = conn.write_all(head.as_bytes());
+                    let _ = conn.shutdown(std::net::Shutdown::Both);
+                }
+                Refusal::Error => respond(
+                    &mut conn,
+                    500,
+                    &json!({"error": {"message": STREAMING_TOOLS_ERROR, "type": "internal_server_error"}}),
+                    None,
+                ),
+            }
+            return;
+        }
+        if !streamed && tools {
+            let reply = st.replies.pop_front();
+            drop(st);
+            match reply {
+                Some(Reply::Stream { chunks, .. }) => {
+                    respond(&mut conn, 200, &whole_completion(&chunks), None)
+                }
+                Some(Reply::Status {
+                    code,
+                    body,
+                    retry_after,
+                }) => respond(&mut conn, code, &body, retry_after),
+                None => respond(
+                    &mut conn,
+                    500,
+                    &json!({"error": {"message": "the fake has no reply scripted for this request"}}),
+                    None,
+                ),
+            }
+            return;
+        }
         if streamed {
             st.replies.pop_front()
         } else {
@@ -418,6 +536,54 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
             let _ = conn.shutdown(std::net::Shutdown::Both);
         }
     }
+}
+
+/// A scripted stream's chunks as the one `chat.completion` a non-streamed request gets.
+fn whole_completion(chunks: &[Value]) -> Value {
+    let (mut content, mut reasoning, mut finish, mut usage) =
+        (String::new(), String::new(), Value::Null, Value::Null);
+    let mut calls: Vec<Value> = Vec::new();
+    for c in chunks {
+        if c.get("usage").is_some_and(Value::is_object) {
+            usage = c["usage"].clone();
+        }
+        let choice = &c["choices"][0];
+        if choice["finish_reason"].is_string() {
+            finish = choice["finish_reason"].clone();
+        }
+        let delta = &choice["delta"];
+        content.push_str(delta["content"].as_str().unwrap_or(""));
+        reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let i = call["index"].as_u64().unwrap_or(0) as usize;
+            while calls.len() <= i {
+                calls.push(json!({"id": "", "type": "function", "function": {"name": "", "arguments": ""}}));
+            }
+            let slot = &mut calls[i];
+            for (field, value) in [
+                ("/id", call.pointer("/id")),
+                ("/function/name", call.pointer("/function/name")),
+                ("/function/arguments", call.pointer("/function/arguments")),
+            ] {
+                if let (Some(v), Some(t)) = (value.and_then(Value::as_str), slot.pointer_mut(field))
+                {
+                    *t = json!(format!("{}{v}", t.as_str().unwrap_or("")));
+                }
+            }
+        }
+    }
+    let mut message = json!({"role": "assistant", "content": content});
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = json!(reasoning);
+    }
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    json!({
+        "id": "chatcmpl-fake", "object": "chat.completion", "model": "fake",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    })
 }
 
 fn respond(conn: &mut TcpStream, code: u16, body: &Value, retry_after: Option<u32>) {

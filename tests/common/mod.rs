@@ -29,6 +29,8 @@ pub struct Server {
     pub token: String,
     extra_args: Vec<String>,
     env: Vec<(String, Option<String>)>,
+    /// Where the server's stderr (its log) goes, when captured.
+    log: Option<PathBuf>,
 }
 
 /// Environment every test server starts with: the plain scripted engine (the tests pin its exact
@@ -157,6 +159,15 @@ impl Server {
     /// Starts with an optional config file and changes to the base environment (`None` removes
     /// a variable), e.g. `SESSIOND_ENGINE` set to an engine's JSON.
     pub fn start_with_env(toml: Option<&str>, env: &[(&str, Option<&str>)]) -> Server {
+        Server::start_in_tmp(toml, env, false)
+    }
+
+    /// Like `start_with_env`, with the server's log (stderr) written to a file: see [`Server::log`].
+    pub fn start_logged(toml: Option<&str>, env: &[(&str, Option<&str>)]) -> Server {
+        Server::start_in_tmp(toml, env, true)
+    }
+
+    fn start_in_tmp(toml: Option<&str>, env: &[(&str, Option<&str>)], logged: bool) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut args = Vec::new();
         if let Some(toml) = toml {
@@ -169,9 +180,18 @@ impl Server {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
             .collect();
-        let mut s = Server::spawn(&dir, args, env);
+        let log = logged.then(|| tmp.path().join("sessiond.log"));
+        let mut s = Server::spawn_logged(&dir, args, env, log);
         s._tmp = Some(tmp);
         s
+    }
+
+    /// What the server logged so far (servers started with `start_logged`).
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
     }
 
     /// Starts on the data dir `data_dir` (created if missing), which the caller owns.
@@ -192,6 +212,15 @@ impl Server {
         data_dir: &Path,
         extra_args: Vec<String>,
         env: Vec<(String, Option<String>)>,
+    ) -> Server {
+        Server::spawn_logged(data_dir, extra_args, env, None)
+    }
+
+    fn spawn_logged(
+        data_dir: &Path,
+        extra_args: Vec<String>,
+        env: Vec<(String, Option<String>)>,
+        log: Option<PathBuf>,
     ) -> Server {
         // Any client a test builds after starting a server has the TLS provider it needs.
         sessiond::tls::install_provider();
@@ -218,7 +247,17 @@ impl Server {
                 None => cmd.env_remove(k),
             };
         }
-        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let stderr = match &log {
+            Some(path) => Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .expect("log file"),
+            ),
+            None => Stdio::inherit(),
+        };
+        cmd.stdout(Stdio::piped()).stderr(stderr);
         let mut child = cmd.spawn().expect("spawn sessiond");
         let stdout = child.stdout.take().expect("stdout");
         let mut reader = BufReader::new(stdout);
@@ -251,16 +290,18 @@ impl Server {
             token,
             extra_args,
             env,
+            log,
         }
     }
 
     /// SIGKILL, then start again on the same data dir (new port).
     pub fn kill9_and_restart(&mut self) {
         self.kill9();
-        let mut fresh = Server::spawn(
+        let mut fresh = Server::spawn_logged(
             &self.data_dir.clone(),
             self.extra_args.clone(),
             self.env.clone(),
+            self.log.clone(),
         );
         self.child = fresh.child.take();
         self.base = std::mem::take(&mut fresh.base);
@@ -658,10 +699,32 @@ fn validator_for_value(key: &str, schema: &Value) -> &'static jsonschema::Valida
     v
 }
 
+/// The `metadata.code` values of `system` events sessiond adds to the seed's (README, "System
+/// event codes"): the seed schemas are widened by exactly these.
+pub const SYSTEM_CODE_EXTENSIONS: [&str; 2] = ["usage_estimated", "partial_text_void"];
+
+/// Adds [`SYSTEM_CODE_EXTENSIONS`] to every enum of system event codes in `schema`.
+fn widen_system_codes(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Array(values)) = map.get_mut("enum")
+                && values.iter().any(|v| v == "runner_exited")
+            {
+                values.extend(SYSTEM_CODE_EXTENSIONS.iter().map(|c| json!(c)));
+            }
+            map.values_mut().for_each(widen_system_codes);
+        }
+        Value::Array(items) => items.iter_mut().for_each(widen_system_codes),
+        _ => {}
+    }
+}
+
 pub fn load_schema(rel: &str) -> Value {
     let path = schema_dir().join(rel);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("schema JSON")
+    let mut schema = serde_json::from_str(&text).expect("schema JSON");
+    widen_system_codes(&mut schema);
+    schema
 }
 
 /// Asserts `instance` validates against `schemas/sessions/<file>` (e.g.
@@ -698,6 +761,19 @@ pub fn assert_known_event(event: &Value) {
         errors.is_empty(),
         "event is not a known seed variant: {errors:#?}\n{event:#}"
     );
+}
+
+/// `(role, content)` of chat messages (text contents; others as empty).
+pub fn roles_and_contents(messages: &[Value]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or("").to_owned(),
+                m["content"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
 }
 
 pub fn event_types(events: &[Value]) -> Vec<String> {

@@ -531,6 +531,7 @@ impl CommandEngine {
                     Vec::new(),
                     context_window,
                     ContextWindowUsage::default(),
+                    false,
                 )
                 .await?;
             }

@@ -15,9 +15,10 @@
 mod conversation;
 pub mod stream;
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -29,8 +30,8 @@ use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
 use crate::engine::TurnIo;
 use crate::error::{Error, Result};
 use crate::timeline::{
-    ContextWindowUsage, Event, Level, ModelTransport, ModelUsage, RetryNotice, Step, Tier,
-    ToolOutputPart, Usage, UsageCost,
+    ContextWindowUsage, Event, Level, ModelTransport, ModelUsage, RetryNotice, Step,
+    SystemMetadata, Tier, ToolOutputPart, Usage, UsageCost,
 };
 
 /// Attachments up to this size are put into the prompt; larger ones are named by path.
@@ -49,6 +50,32 @@ pub struct Price {
     pub output: f64,
     pub cache_read: f64,
     pub cache_write: f64,
+}
+
+/// The `tool_choice` sent with the tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolChoice {
+    /// The model decides whether to call a tool.
+    #[default]
+    Auto,
+    /// Every model call must call a tool (the turn ends only at `maxSteps` or a pausing tool).
+    Required,
+    /// The tools are described but not called.
+    None,
+    /// No `tool_choice` is sent: the server decides (some treat a missing one as `none`).
+    Omit,
+}
+
+impl ToolChoice {
+    fn wire(self) -> Option<&'static str> {
+        match self {
+            ToolChoice::Auto => Some("auto"),
+            ToolChoice::Required => Some("required"),
+            ToolChoice::None => Some("none"),
+            ToolChoice::Omit => None,
+        }
+    }
 }
 
 /// The model each tier runs on.
@@ -122,6 +149,8 @@ pub struct OpenAiConfig {
     pub stream_usage: bool,
     /// Generate the automatic title with the model after the first turn.
     pub titles: bool,
+    /// The `tool_choice` sent with the tools (`auto`, `required`, `none`, or `omit` to send none).
+    pub tool_choice: ToolChoice,
     pub tools: ToolsConfig,
 }
 
@@ -147,6 +176,7 @@ impl Default for OpenAiConfig {
             history_chars: 400_000,
             stream_usage: true,
             titles: true,
+            tool_choice: ToolChoice::Auto,
             tools: ToolsConfig::default(),
         }
     }
@@ -217,6 +247,8 @@ impl OpenAiConfig {
 pub struct OpenAiEngine {
     cfg: OpenAiConfig,
     url: String,
+    /// `url` as logs and the start-up line show it (without any user or password in it).
+    endpoint: String,
     default_model: String,
     provider: Option<&'static str>,
     client: reqwest::Client,
@@ -232,6 +264,7 @@ impl OpenAiEngine {
             .or_else(|| env("OPENAI_BASE_URL"))
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         let url = format!("{}/chat/completions", base.trim_end_matches('/'));
+        let endpoint = shown_url(&url);
         let default_model = cfg
             .model
             .clone()
@@ -249,6 +282,7 @@ impl OpenAiEngine {
             toolbox: Toolbox::new(cfg.tools.clone()),
             cfg,
             url,
+            endpoint,
             default_model,
             provider,
             client,
@@ -351,9 +385,23 @@ impl OpenAiEngine {
         Ok(())
     }
 
-    /// Calls the model, retrying what can be retried.
-    async fn call_with_retries(&self, io: &mut dyn TurnIo, body: &Value) -> Result<Called> {
+    /// Calls the model, retrying what can be retried. A call whose attempt failed after deltas
+    /// went out live says so first (`partial_text_void`), so live clients drop that text. An
+    /// endpoint that cannot stream with tools is asked again without streaming, and remembered.
+    /// Attempts that failed after the model produced part of a reply cost tokens all the same:
+    /// their usage is recorded (estimated).
+    async fn call_with_retries(
+        &self,
+        io: &mut dyn TurnIo,
+        body: &Value,
+        model: &str,
+        system_tokens: f64,
+    ) -> Result<Called> {
         let key = self.api_key()?;
+        let mut body = Cow::Borrowed(body);
+        if offers_tools(&body) && refuses_streamed_tools(&self.url) {
+            body = Cow::Owned(unstreamed(&body));
+        }
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -364,7 +412,7 @@ impl OpenAiEngine {
                     client: &self.client,
                     url: &self.url,
                     api_key: key.as_deref(),
-                    body,
+                    body: &body,
                     idle_timeout: Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
                     request_id: &request_id,
                 },
@@ -372,49 +420,110 @@ impl OpenAiEngine {
                 &mut cancel,
             )
             .await;
-            match result {
+            let (message, retry_after) = match result {
                 Ok(reply) => return Ok(Called::Reply(reply)),
                 Err(CallError::Cancelled { partial }) => {
-                    return Ok(Called::Interrupted { partial });
+                    self.record_partial_usage(io, model, &body, &partial, system_tokens)
+                        .await?;
+                    return Ok(Called::Interrupted {
+                        partial: partial.content,
+                    });
                 }
-                Err(CallError::Fatal(message)) => return Ok(Called::Failed(message)),
-                Err(CallError::Retryable {
-                    message,
-                    retry_after,
-                    partial: _,
-                }) => {
-                    if attempt > self.cfg.max_retries {
-                        return Ok(Called::Failed(format!(
-                            "{message} (gave up after {attempt} attempts)"
-                        )));
-                    }
-                    let backoff = self
-                        .cfg
-                        .retry_base_ms
-                        .saturating_mul(1u64 << (attempt - 1).min(16))
-                        .min(60_000);
-                    let delay = retry_after
-                        .map(|d| d.as_millis() as u64)
-                        .unwrap_or(0)
-                        .max(backoff);
-                    let notice = RetryNotice {
-                        reason: message,
-                        delay_ms: delay,
-                        attempt: attempt + 1,
-                        attempts: self.cfg.max_retries + 1,
-                    };
+                Err(CallError::StreamingToolsRefused(message)) if body["stream"] == json!(true) => {
+                    tracing::warn!(
+                        session = %io.session_id(),
+                        endpoint = %self.endpoint,
+                        error = %message,
+                        "the model endpoint cannot stream replies with tools; calling it without streaming"
+                    );
+                    remember_refuses_streamed_tools(&self.url);
                     io.emit(Event::System {
-                        level: Level::Warn,
-                        message: notice.message(),
+                        level: Level::Info,
+                        message: format!(
+                            "{message}; calls with tools to this endpoint are made without streaming"
+                        ),
                         metadata: None,
                     })
                     .await?;
-                    if !io.pause(delay).await {
-                        return Ok(Called::Interrupted {
-                            partial: String::new(),
-                        });
-                    }
+                    body = Cow::Owned(unstreamed(&body));
+                    attempt -= 1;
+                    continue;
                 }
+                Err(CallError::Fatal(message) | CallError::StreamingToolsRefused(message)) => {
+                    tracing::warn!(
+                        session = %io.session_id(),
+                        endpoint = %self.endpoint,
+                        error = %message,
+                        "model call failed"
+                    );
+                    return Ok(Called::Failed(message));
+                }
+                Err(CallError::Retryable {
+                    message,
+                    retry_after,
+                    streamed,
+                    partial,
+                }) => {
+                    if streamed {
+                        io.emit(Event::System {
+                            level: Level::Info,
+                            message: "The reply streamed so far is void: that attempt failed \
+                                      and its text is not part of the answer."
+                                .into(),
+                            metadata: SystemMetadata::code(SystemMetadata::PARTIAL_TEXT_VOID),
+                        })
+                        .await?;
+                    }
+                    self.record_partial_usage(io, model, &body, &partial, system_tokens)
+                        .await?;
+                    (message, retry_after)
+                }
+            };
+            if attempt > self.cfg.max_retries {
+                tracing::warn!(
+                    session = %io.session_id(),
+                    endpoint = %self.endpoint,
+                    attempts = attempt,
+                    error = %message,
+                    "model call failed; no retries left"
+                );
+                return Ok(Called::Failed(format!(
+                    "{message} (gave up after {attempt} attempts)"
+                )));
+            }
+            let backoff = self
+                .cfg
+                .retry_base_ms
+                .saturating_mul(1u64 << (attempt - 1).min(16))
+                .min(60_000);
+            let delay = retry_after
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0)
+                .max(backoff);
+            tracing::warn!(
+                session = %io.session_id(),
+                endpoint = %self.endpoint,
+                attempt,
+                retry_in_ms = delay,
+                error = %message,
+                "model call failed; retrying"
+            );
+            let notice = RetryNotice {
+                reason: message,
+                delay_ms: delay,
+                attempt: attempt + 1,
+                attempts: self.cfg.max_retries + 1,
+            };
+            io.emit(Event::System {
+                level: Level::Warn,
+                message: notice.message(),
+                metadata: None,
+            })
+            .await?;
+            if !io.pause(delay).await {
+                return Ok(Called::Interrupted {
+                    partial: String::new(),
+                });
             }
         }
     }
@@ -431,6 +540,9 @@ impl OpenAiEngine {
         let tools = self.toolbox.definitions();
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools);
+            if let Some(choice) = self.cfg.tool_choice.wire() {
+                body["tool_choice"] = json!(choice);
+            }
         }
         if let Some(n) = self.cfg.max_tokens {
             body["max_tokens"] = json!(n);
@@ -554,7 +666,7 @@ impl OpenAiEngine {
         let image_parts = self.attach_media(io, &input).await?;
         let history = io.conversation(self.cfg.history_chars).await?;
         let system = self.system_prompt(io);
-        let system_tokens = (system.chars().count() as f64 / 4.0).ceil();
+        let system_tokens = super::estimated_tokens(&system) as f64;
         let mut tools = TurnTools::default();
         for _ in 0..self.cfg.max_steps {
             for note in tools.background.drain(io).await? {
@@ -577,7 +689,10 @@ impl OpenAiEngine {
             let mut messages = vec![json!({"role": "system", "content": system})];
             messages.extend(conversation::repair(history.iter().cloned().chain(turn)));
             let body = self.request_body(&model, messages);
-            let reply = match self.call_with_retries(io, &body).await? {
+            let reply = match self
+                .call_with_retries(io, &body, &model, system_tokens)
+                .await?
+            {
                 Called::Reply(reply) => reply,
                 Called::Failed(message) => return Ok(TurnEnd::Failed { error: message }),
                 Called::Interrupted { partial } => {
@@ -615,8 +730,16 @@ impl OpenAiEngine {
             io.messages_mut().push(assistant_message(&reply));
             // After the reply is stored: a call that spends the session's budget ends the turn
             // here (`budget_hit`) without losing what it answered.
-            if let Some(raw) = reply.usage {
-                self.record_usage(io, &model, raw, system_tokens).await?;
+            match reply.usage {
+                Some(raw) => {
+                    self.record_usage(io, &model, raw, system_tokens, false)
+                        .await?
+                }
+                None => {
+                    let raw = estimate_usage(&body, &reply);
+                    self.record_usage(io, &model, raw, system_tokens, true)
+                        .await?;
+                }
             }
             if reply.tool_calls.is_empty() {
                 if reply.finish_reason.as_deref() == Some("length") && reply.content.is_empty() {
@@ -657,14 +780,41 @@ impl OpenAiEngine {
         })
     }
 
-    /// Writes one call's measured usage (priced, attributed to a provider where the seed has a
-    /// name for it).
+    /// Writes the usage of an attempt that ended early, when the model had produced something by
+    /// then: the tokens were spent all the same (reported, else estimated).
+    async fn record_partial_usage(
+        &self,
+        io: &mut dyn TurnIo,
+        model: &str,
+        body: &Value,
+        partial: &Reply,
+        system_tokens: f64,
+    ) -> Result<()> {
+        if partial.is_empty() {
+            return Ok(());
+        }
+        match partial.usage {
+            Some(raw) => {
+                self.record_usage(io, model, raw, system_tokens, false)
+                    .await
+            }
+            None => {
+                let raw = estimate_usage(body, partial);
+                self.record_usage(io, model, raw, system_tokens, true).await
+            }
+        }
+    }
+
+    /// Writes one call's usage, measured or (`estimated`) made up from the text because the
+    /// endpoint reported none: priced with the price table, attributed to a provider where the
+    /// seed has a name for it, against the configured context window.
     async fn record_usage(
         &self,
         io: &mut dyn TurnIo,
         model: &str,
         raw: RawUsage,
         system_tokens: f64,
+        estimated: bool,
     ) -> Result<()> {
         let usage = self.usage_of(model, raw);
         let by_model = self
@@ -687,7 +837,8 @@ impl OpenAiEngine {
             global_memory: 0.0,
         };
         let context = self.cfg.context_window.unwrap_or(0) as f64;
-        io.record_usage(usage, by_model, context, window).await
+        io.record_usage(usage, by_model, context, window, estimated)
+            .await
     }
 
     /// Runs the calls of one reply in order; a pausing tool (`ask_user`, `sleep_until`) runs
@@ -763,7 +914,7 @@ impl OpenAiEngine {
     async fn make_title(&self, prompt: &str, reply: &str) -> Result<String> {
         let model = self.model_for(Some(Tier::Economy));
         let excerpt = |s: &str| s.chars().take(2000).collect::<String>();
-        let body = json!({
+        let mut body = json!({
             "model": model,
             "stream": false,
             "messages": [
@@ -771,41 +922,35 @@ impl OpenAiEngine {
                 {"role": "user", "content": format!("User: {}\n\nAssistant: {}", excerpt(prompt), excerpt(reply))},
             ],
         });
+        if let Some(n) = self.cfg.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
         let mut req = self.client.post(&self.url).json(&body);
         if let Some(key) = self.api_key()? {
             req = req.bearer_auth(key);
         }
+        // These reach the log (with the session), so they name the endpoint.
+        let failed = |what: String| Error::Internal(format!("title: {} {what}", self.endpoint));
         let response = tokio::time::timeout(
             Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
             req.send(),
         )
         .await
-        .map_err(|_| Error::Internal("title: the model endpoint timed out".into()))?
-        .map_err(|_| Error::Internal("title: the model endpoint is unreachable".into()))?;
+        .map_err(|_| failed("timed out".into()))?
+        .map_err(|_| failed("is unreachable".into()))?;
         if !response.status().is_success() {
-            return Err(Error::Internal(format!(
-                "title: the model endpoint answered {}",
-                response.status()
-            )));
+            return Err(failed(format!("answered {}", response.status())));
         }
         let value: Value = response
             .json()
             .await
-            .map_err(|_| Error::Internal("title: the reply is not JSON".into()))?;
-        let title = value
+            .map_err(|_| failed("answered with something that is not JSON".into()))?;
+        // The runner cleans the reply up (`engine::title::clean`).
+        Ok(value
             .pointer("/choices/0/message/content")
             .and_then(Value::as_str)
             .unwrap_or("")
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("")
-            .trim_matches(['"', '\'', '*', '#', '.', ' '])
-            .to_owned();
-        if title.is_empty() {
-            return Err(Error::Internal("title: the model returned no title".into()));
-        }
-        Ok(title)
+            .to_owned())
     }
 }
 
@@ -835,13 +980,100 @@ enum Called {
     Failed(String),
 }
 
+fn offers_tools(body: &Value) -> bool {
+    body["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
+/// The same request, answered in one piece.
+fn unstreamed(body: &Value) -> Value {
+    let mut body = body.clone();
+    body["stream"] = json!(false);
+    if let Some(b) = body.as_object_mut() {
+        b.remove("stream_options");
+    }
+    body
+}
+
+/// Endpoints (chat-completions URLs) seen refusing to stream a reply with tools; every engine
+/// that calls one of them asks without streaming when it offers tools.
+fn streamed_tools_refusals() -> &'static Mutex<HashSet<String>> {
+    static REFUSALS: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    REFUSALS.get_or_init(Default::default)
+}
+
+fn refuses_streamed_tools(url: &str) -> bool {
+    streamed_tools_refusals()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(url)
+}
+
+fn remember_refuses_streamed_tools(url: &str) {
+    streamed_tools_refusals()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(url.to_owned());
+}
+
+/// Token counts made up from the text of a call whose endpoint reported none: the messages
+/// (with the usual few tokens of framing each) and the tool definitions in, the reply out.
+fn estimate_usage(body: &Value, reply: &Reply) -> RawUsage {
+    let mut prompt = 0;
+    for m in body["messages"].as_array().into_iter().flatten() {
+        prompt += 4;
+        prompt += match &m["content"] {
+            Value::String(text) => super::estimated_tokens(text),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .map(super::estimated_tokens)
+                .sum(),
+            _ => 0,
+        };
+        for call in m["tool_calls"].as_array().into_iter().flatten() {
+            prompt += super::estimated_tokens(&call["function"].to_string());
+        }
+    }
+    if offers_tools(body) {
+        prompt += super::estimated_tokens(&body["tools"].to_string());
+    }
+    let mut completion =
+        super::estimated_tokens(&reply.content) + super::estimated_tokens(&reply.reasoning);
+    for call in &reply.tool_calls {
+        completion +=
+            super::estimated_tokens(&call.name) + super::estimated_tokens(&call.arguments);
+    }
+    RawUsage {
+        prompt,
+        completion,
+        cached: 0,
+        cache_write: 0,
+    }
+}
+
+/// A URL as logs may show it: without the user and password some put in it.
+fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
 impl Engine for OpenAiEngine {
     fn name(&self) -> &'static str {
         "openai"
     }
 
     fn describe(&self) -> String {
-        format!("model {} at {}", self.default_model, self.url)
+        format!("model {} at {}", self.default_model, self.endpoint)
+    }
+
+    fn records_usage(&self) -> bool {
+        true
     }
 
     fn honoured_tier(&self, requested: Tier) -> Tier {

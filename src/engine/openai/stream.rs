@@ -3,7 +3,15 @@
 //!
 //! Errors are classified here because only the transport knows whether a retry can help: 429, 5xx,
 //! timeouts, dropped connections and streams that end before the model finished are retryable;
-//! anything else (bad request, bad key, unknown model) is not.
+//! anything else (bad request, bad key, unknown model) is not. A stream is finished only when the
+//! model said why it stopped (`finish_reason`): a server that ends a running stream with `[DONE]`
+//! and no reason (llama-cpp-python does when another request waits) delivered a truncated reply,
+//! which is a transport fault, never a complete answer.
+//!
+//! Some servers cannot stream a reply when tools are offered (llama-cpp-python answers
+//! `Automatic streaming tool choice is not supported`, or an empty `200`). Retrying the same
+//! request would fail the same way, so that is its own outcome: the caller asks again without
+//! streaming.
 
 use std::time::Duration;
 
@@ -42,20 +50,32 @@ pub struct Reply {
     pub finish_reason: Option<String>,
 }
 
+impl Reply {
+    /// Nothing came from the model.
+    pub fn is_empty(&self) -> bool {
+        self.content.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty()
+    }
+}
+
 #[derive(Debug)]
 pub enum CallError {
-    /// The turn was interrupted; the connection has been dropped. `partial` is the text that
-    /// had streamed by then.
+    /// The turn was interrupted; the connection has been dropped. `partial` is what the model
+    /// had produced by then.
     Cancelled {
-        partial: String,
+        partial: Box<Reply>,
     },
     /// Worth another attempt, after at least the delay the server asked for.
     Retryable {
         message: String,
         retry_after: Option<Duration>,
-        /// Text or reasoning already streamed before the failure.
-        partial: String,
+        /// Deltas (text, reasoning) already went out live before the failure.
+        streamed: bool,
+        /// What the model had produced before the failure (it was paid for all the same).
+        partial: Box<Reply>,
     },
+    /// The endpoint cannot stream a reply when tools are offered; the same request without
+    /// streaming may work.
+    StreamingToolsRefused(String),
     Fatal(String),
 }
 
@@ -79,25 +99,29 @@ pub async fn call(
 ) -> Result<Reply, CallError> {
     if *cancel.borrow() {
         return Err(CallError::Cancelled {
-            partial: String::new(),
+            partial: Box::default(),
         });
     }
+    let streamed = req.body["stream"] == Value::Bool(true);
     let mut builder = req
         .client
         .post(req.url)
-        .header("Accept", "text/event-stream")
         .header("X-Request-Id", req.request_id)
         .json(req.body);
+    if streamed {
+        builder = builder.header("Accept", "text/event-stream");
+    }
     if let Some(key) = req.api_key {
         builder = builder.bearer_auth(key);
     }
+    let streamed_tools = streamed && req.body["tools"].as_array().is_some_and(|t| !t.is_empty());
     let response = tokio::select! {
         r = tokio::time::timeout(req.idle_timeout, builder.send()) => match r {
-            Err(_) => return Err(retryable("the model endpoint did not answer in time", None, "")),
-            Ok(Err(e)) => return Err(retryable(&format!("cannot reach the model endpoint: {}", plain(&e)), None, "")),
+            Err(_) => return Err(retryable("the model endpoint did not answer in time", None)),
+            Ok(Err(e)) => return Err(retryable(&format!("cannot reach the model endpoint: {}", plain(&e)), None)),
             Ok(Ok(r)) => r,
         },
-        _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled { partial: String::new() }),
+        _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled { partial: Box::default() }),
     };
     let status = response.status();
     if !status.is_success() {
@@ -116,13 +140,13 @@ pub async fn call(
             "the model endpoint answered {status}: {}",
             error_message(&body)
         );
-        return Err(
-            if status.as_u16() == 429 || status.is_server_error() || status.as_u16() == 408 {
-                retryable(&message, retry_after, "")
-            } else {
-                CallError::Fatal(message)
-            },
-        );
+        return Err(if streamed_tools && refuses_streamed_tools(&message) {
+            CallError::StreamingToolsRefused(message)
+        } else if status.as_u16() == 429 || status.is_server_error() || status.as_u16() == 408 {
+            retryable(&message, retry_after)
+        } else {
+            CallError::Fatal(message)
+        });
     }
     let json_reply = response
         .headers()
@@ -135,9 +159,9 @@ pub async fn call(
             b = read_capped(response, MAX_REPLY_BYTES, req.idle_timeout) => match b {
                 Ok(body) => body,
                 Err(partial) if partial.len() >= MAX_REPLY_BYTES => return Err(too_large()),
-                Err(_) => return Err(retryable("the model endpoint's reply could not be read", None, "")),
+                Err(_) => return Err(retryable("the model endpoint's reply could not be read", None)),
             },
-            _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled { partial: String::new() }),
+            _ = cancel.wait_for(|c| *c) => return Err(CallError::Cancelled { partial: Box::default() }),
         };
         return whole_reply(&body, sink);
     }
@@ -148,30 +172,21 @@ pub async fn call(
         let next = tokio::select! {
             n = tokio::time::timeout(req.idle_timeout, bytes.next()) => n,
             _ = cancel.wait_for(|c| *c) => {
-                return Err(CallError::Cancelled { partial: acc.reply.content });
+                return Err(CallError::Cancelled { partial: acc.partial() });
             }
         };
         let chunk = match next {
             Err(_) => {
-                return Err(retryable(
-                    "the model stream stalled",
-                    None,
-                    &acc.reply.content,
-                ));
+                return Err(acc.retryable("the model stream stalled"));
             }
+            // A server that leaves out `[DONE]` after the model finished still sent a whole reply.
+            Ok(None) if acc.reply.finish_reason.is_some() => return acc.finish(),
+            Ok(None) if acc.events == 0 && streamed_tools => return Err(empty_stream()),
             Ok(None) => {
-                return Err(retryable(
-                    "the model stream ended before the reply was complete",
-                    None,
-                    &acc.reply.content,
-                ));
+                return Err(acc.retryable("the model stream ended before the reply was complete"));
             }
             Ok(Some(Err(e))) => {
-                return Err(retryable(
-                    &format!("the model stream broke: {}", plain(&e)),
-                    None,
-                    &acc.reply.content,
-                ));
+                return Err(acc.retryable(&format!("the model stream broke: {}", plain(&e))));
             }
             Ok(Some(Ok(chunk))) => chunk,
         };
@@ -180,19 +195,28 @@ pub async fn call(
         }
         for data in parser.push(&chunk) {
             let value = match data {
-                Data::Done => return acc.finish(),
+                Data::Done if acc.reply.finish_reason.is_some() => return acc.finish(),
+                Data::Done if acc.events == 0 && streamed_tools => return Err(empty_stream()),
+                Data::Done => {
+                    return Err(acc.retryable(
+                        "the model stream ended ([DONE]) without a finish reason: the reply is \
+                         incomplete",
+                    ));
+                }
                 Data::Json(value) => value,
             };
             if let Some(err) = value.get("error") {
                 let message = err
                     .get("message")
                     .and_then(Value::as_str)
+                    .or_else(|| err.as_str())
                     .unwrap_or("unknown error");
-                return Err(retryable(
-                    &format!("the model endpoint reported an error mid-stream: {message}"),
-                    None,
-                    &acc.reply.content,
-                ));
+                let message = format!("the model endpoint reported an error mid-stream: {message}");
+                return Err(if streamed_tools && refuses_streamed_tools(&message) {
+                    CallError::StreamingToolsRefused(message)
+                } else {
+                    acc.retryable(&message)
+                });
             }
             acc.apply(&value, sink);
             if acc.size() > MAX_REPLY_BYTES {
@@ -266,12 +290,32 @@ fn whole_reply(body: &str, sink: &mut dyn DeltaSink) -> Result<Reply, CallError>
     acc.finish()
 }
 
-fn retryable(message: &str, retry_after: Option<Duration>, partial: &str) -> CallError {
+/// A failure before the model produced anything.
+fn retryable(message: &str, retry_after: Option<Duration>) -> CallError {
     CallError::Retryable {
         message: message.to_owned(),
         retry_after,
-        partial: partial.to_owned(),
+        streamed: false,
+        partial: Box::default(),
     }
+}
+
+/// Whether an error message says the server cannot stream while tools are offered
+/// (llama-cpp-python: `Automatic streaming tool choice is not supported`; llama.cpp's server
+/// before it streamed tool calls: `Cannot use tools with stream`).
+fn refuses_streamed_tools(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("cannot use tools with stream")
+        || (m.contains("stream")
+            && m.contains("tool")
+            && (m.contains("not support") || m.contains("unsupported")))
+}
+
+/// What llama-cpp-python sends when it cannot stream with tools and only its log says why.
+fn empty_stream() -> CallError {
+    CallError::StreamingToolsRefused(
+        "the model endpoint answered a streamed request with tools with an empty stream".into(),
+    )
 }
 
 /// A transport error as its kind and its root cause (`connection refused`, a TLS certificate
@@ -388,9 +432,33 @@ struct Accumulator {
     reply: Reply,
     /// Tool calls by their stream index.
     calls: Vec<(u64, ToolCall)>,
+    /// Events (JSON documents) received.
+    events: usize,
+    /// Deltas sent to the sink.
+    deltas: usize,
 }
 
 impl Accumulator {
+    /// A failure after part of the reply came in.
+    fn retryable(&mut self, message: &str) -> CallError {
+        CallError::Retryable {
+            message: message.to_owned(),
+            retry_after: None,
+            streamed: self.deltas > 0,
+            partial: self.partial(),
+        }
+    }
+
+    /// What came in so far.
+    fn partial(&mut self) -> Box<Reply> {
+        let mut reply = std::mem::take(&mut self.reply);
+        reply.tool_calls = std::mem::take(&mut self.calls)
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect();
+        Box::new(reply)
+    }
+
     /// Bytes of reply gathered so far.
     fn size(&self) -> usize {
         self.reply.content.len()
@@ -403,6 +471,7 @@ impl Accumulator {
     }
 
     fn apply(&mut self, chunk: &Value, sink: &mut dyn DeltaSink) {
+        self.events += 1;
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let n = |p: &str| usage.pointer(p).and_then(Value::as_u64).unwrap_or(0);
             self.reply.usage = Some(RawUsage {
@@ -433,6 +502,7 @@ impl Accumulator {
             .filter(|r| !r.is_empty());
         if let Some(r) = reasoning {
             self.reply.reasoning.push_str(r);
+            self.deltas += 1;
             sink.delta(Step::ReasoningDelta {
                 delta: r.to_owned(),
             });
@@ -443,6 +513,7 @@ impl Accumulator {
             .filter(|t| !t.is_empty())
         {
             self.reply.content.push_str(text);
+            self.deltas += 1;
             sink.delta(Step::TextDelta {
                 delta: text.to_owned(),
             });
@@ -554,6 +625,25 @@ mod tests {
             })
         );
         assert!(sink.0.is_empty());
+    }
+
+    #[test]
+    fn refusals_to_stream_with_tools_are_recognised() {
+        assert!(refuses_streamed_tools(
+            "the model endpoint answered 500 Internal Server Error: Automatic streaming tool choice is not supported"
+        ));
+        assert!(refuses_streamed_tools(
+            "Streaming is unsupported when tools are given"
+        ));
+        assert!(refuses_streamed_tools(
+            "the model endpoint answered 400 Bad Request: Cannot use tools with stream"
+        ));
+        assert!(!refuses_streamed_tools(
+            "the model endpoint answered 503: overloaded"
+        ));
+        assert!(!refuses_streamed_tools(
+            "tool_choice must be one of auto, none"
+        ));
     }
 
     #[test]
