@@ -221,12 +221,13 @@ async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
             }
             Phase::Tail => {
                 st.phase = Phase::Live;
+                // Taken, not cleared: a stream keeps no copy of the tail once past it.
+                let tail = std::mem::take(&mut st.sub.tail);
                 // The tail belongs after durable output seq `tail_after`; if the backlog already
                 // carried a later output, the tail was settled by it and is stale. Inputs appended
                 // after `tail_after` (a note, a steer) leave it current.
-                if !st.tail_settled && st.last >= st.sub.tail_after && !st.sub.tail.is_empty() {
-                    let out: String = st.sub.tail.iter().map(|f| live_frame(f)).collect();
-                    st.sub.tail.clear();
+                if !st.tail_settled && st.last >= st.sub.tail_after && !tail.is_empty() {
+                    let out: String = tail.iter().map(|f| live_frame(f)).collect();
                     return Some((Ok(web::Bytes::from(out)), st));
                 }
             }
