@@ -14,6 +14,10 @@
 //! user and an API key bootstrapped through the binary's own CLI, and a config file raising
 //! `runner.workers` and `stream.max_subscribers_per_session`:
 //!
+//! 0. Server RSS after 1,000 watched `/stream 20` turns (the baseline) and after 10,000 and
+//!    100,000 (10,000 with `--quick`), 16 clients at once: first one long SSE stream per session
+//!    read from `since=0`, then a new session per turn whose stream is read up to its terminal.
+//!    `--memory` runs only this section.
 //! 1. Turns completed per second with the scripted engine (`/reply ok`) at 1, 64 and 512
 //!    concurrent sessions (1, 16, 64 with `--quick`): one client per session looping
 //!    `POST …/messages/wait` (each returns when the turn's terminal is durable).
@@ -28,6 +32,9 @@
 //!    receipt time minus the time the POST's response arrived (the commit precedes it), and
 //!    minus the time the POST was sent (an upper bound).
 //! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
+//!
+//! Section 3b (reconnects with `Last-Event-ID` to a busy session under fan-out) runs alone with
+//! `--reconnects`.
 //!
 //! Section 5 builds the HTTP app in this process over the library and compares `GET` snapshot
 //! throughput through the real authenticated route with a bench-only route that skips the
