@@ -13,6 +13,7 @@
 //! own lock: waking a busy session's subscribers never holds up another session, a subscribe or
 //! the writer's publishing for other sessions.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -30,17 +31,72 @@ pub struct Frame {
     pub event_type: Arc<str>,
     /// `{"seq":N,"event":{...}}` or `{"event":{...}}`.
     pub data: String,
+    /// When the event was written (ms since the epoch): the commit for durable frames.
+    pub created_at: i64,
+    /// What other API families make of this frame, computed by the first of their subscribers
+    /// and shared by the others.
+    pub cache: FrameCache,
+}
+
+impl Frame {
+    pub fn durable(seq: u64, event_type: &str, data: String, created_at: i64) -> Frame {
+        Frame {
+            seq: Some(seq),
+            event_type: event_type.into(),
+            data,
+            created_at,
+            cache: FrameCache::default(),
+        }
+    }
+
+    pub fn volatile(event_type: &str, data: String, created_at: i64) -> Frame {
+        Frame {
+            seq: None,
+            event_type: event_type.into(),
+            data,
+            created_at,
+            cache: FrameCache::default(),
+        }
+    }
+}
+
+/// Values derived from one frame, one per type: a projection that a thousand subscribers need is
+/// made once. The bus knows nothing of them; a projection stores, say, a
+/// `tokio::sync::OnceCell` of its rendering and every subscriber of that family awaits the same
+/// cell.
+#[derive(Default)]
+pub struct FrameCache(Mutex<Vec<Arc<dyn Any + Send + Sync>>>);
+
+impl FrameCache {
+    /// The frame's `T`, created empty by the first caller.
+    pub fn slot<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut slots = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for slot in slots.iter() {
+            if let Ok(found) = Arc::clone(slot).downcast::<T>() {
+                return found;
+            }
+        }
+        let made = Arc::new(T::default());
+        slots.push(Arc::clone(&made) as Arc<dyn Any + Send + Sync>);
+        made
+    }
+}
+
+impl std::fmt::Debug for FrameCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrameCache")
+    }
 }
 
 impl Frame {
     /// The volatile frame of a step (`{"event":{"type":"step","step":{...}}}`).
-    pub fn step(step: &Step) -> Option<Frame> {
+    pub fn step(step: &Step, created_at: i64) -> Option<Frame> {
         let body = serde_json::to_string(&Event::Step { step: step.clone() }).ok()?;
-        Some(Frame {
-            seq: None,
-            event_type: "step".into(),
-            data: format!("{{\"event\":{body}}}"),
-        })
+        Some(Frame::volatile(
+            "step",
+            format!("{{\"event\":{body}}}"),
+            created_at,
+        ))
     }
 }
 
@@ -51,10 +107,10 @@ const TAIL_MAX_BYTES: usize = 1 << 20;
 /// A piece of the volatile tail.
 #[derive(Clone)]
 enum TailPart {
-    /// Consecutive text deltas, merged.
-    Text(String),
-    /// Consecutive reasoning deltas, merged.
-    Reasoning(String),
+    /// Consecutive text deltas, merged; when the first was published.
+    Text(String, i64),
+    /// Consecutive reasoning deltas, merged; when the first was published.
+    Reasoning(String, i64),
     /// Any other volatile frame, as published.
     Frame(Arc<Frame>),
 }
@@ -62,9 +118,9 @@ enum TailPart {
 impl TailPart {
     fn into_frame(self) -> Option<Arc<Frame>> {
         match self {
-            TailPart::Text(delta) => Frame::step(&Step::TextDelta { delta }).map(Arc::new),
-            TailPart::Reasoning(delta) => {
-                Frame::step(&Step::ReasoningDelta { delta }).map(Arc::new)
+            TailPart::Text(delta, at) => Frame::step(&Step::TextDelta { delta }, at).map(Arc::new),
+            TailPart::Reasoning(delta, at) => {
+                Frame::step(&Step::ReasoningDelta { delta }, at).map(Arc::new)
             }
             TailPart::Frame(f) => Some(f),
         }
@@ -119,8 +175,8 @@ impl TopicState {
         }
         self.tail_bytes += bytes;
         match (self.tail.last_mut(), part) {
-            (Some(TailPart::Text(text)), TailPart::Text(delta))
-            | (Some(TailPart::Reasoning(text)), TailPart::Reasoning(delta)) => {
+            (Some(TailPart::Text(text, _)), TailPart::Text(delta, _))
+            | (Some(TailPart::Reasoning(text, _)), TailPart::Reasoning(delta, _)) => {
                 text.push_str(&delta)
             }
             (_, part) => self.tail.push(part),
@@ -307,21 +363,22 @@ impl Bus {
     /// into the tail merged with the deltas before it. `after_seq` is the last durable seq the
     /// publisher knows of.
     pub fn publish_delta(&self, session_id: &str, after_seq: u64, step: &Step) {
+        let now = crate::clock::now_ms();
         let part = match step {
-            Step::TextDelta { delta } => TailPart::Text(delta.clone()),
-            Step::ReasoningDelta { delta } => TailPart::Reasoning(delta.clone()),
+            Step::TextDelta { delta } => TailPart::Text(delta.clone(), now),
+            Step::ReasoningDelta { delta } => TailPart::Reasoning(delta.clone(), now),
             _ => {
-                if let Some(frame) = Frame::step(step) {
+                if let Some(frame) = Frame::step(step, now) {
                     self.publish_volatile(session_id, after_seq, frame);
                 }
                 return;
             }
         };
-        let Some(frame) = Frame::step(step) else {
+        let Some(frame) = Frame::step(step, now) else {
             return;
         };
         let bytes = match &part {
-            TailPart::Text(t) | TailPart::Reasoning(t) => t.len(),
+            TailPart::Text(t, _) | TailPart::Reasoning(t, _) => t.len(),
             TailPart::Frame(f) => f.data.len(),
         };
         self.publish_part(session_id, after_seq, Arc::new(frame), part, bytes);
@@ -415,11 +472,7 @@ mod tests {
     }
 
     fn durable(seq: u64, event_type: &str) -> Frame {
-        Frame {
-            seq: Some(seq),
-            event_type: event_type.into(),
-            data: format!("{{\"seq\":{seq}}}"),
-        }
+        Frame::durable(seq, event_type, format!("{{\"seq\":{seq}}}"), 0)
     }
 
     #[test]

@@ -10,7 +10,9 @@ pub mod middleware;
 pub mod openapi;
 pub mod schema;
 mod sessions;
+pub mod stream;
 mod uploads;
+mod v2;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Resource, web};
@@ -183,6 +185,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::post().to(agents::default_message_wait)),
             ),
     );
+    cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(
         at(
