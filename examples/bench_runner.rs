@@ -2437,9 +2437,8 @@ fn main() {
         ),
     )
     .unwrap_or_else(|e| die("write config", e));
-    // `serve` creates the data dir; the CLI then adds the user and key beside the running server.
-    let mut server = ServerProc::start(&bin, &data_dir, &config);
     let key = bootstrap_credentials(&bin, &data_dir);
+    let mut server = ServerProc::start(&bin, &data_dir, &config);
     println!(
         "   server: {} (pid {}), data dir in {}, runner.workers = {workers}, \
          stream.max_subscribers_per_session = {}, SESSIOND_LOG=warn",
