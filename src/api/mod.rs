@@ -1,5 +1,6 @@
 //! The HTTP surface: routes of every API family, mapped onto thin handlers.
 
+mod agentex;
 mod agents;
 mod auth;
 pub mod body;
@@ -88,7 +89,7 @@ async fn no_route() -> crate::Result<HttpResponse> {
 }
 
 /// A path whose other methods answer 405 with the `Allow` header listing the ones it has.
-fn at(path: &str, allow: &'static str) -> Resource {
+pub(crate) fn at(path: &str, allow: &'static str) -> Resource {
     web::resource(path).default_service(web::to(move || async move {
         HttpResponse::MethodNotAllowed()
             .insert_header((header::ALLOW, allow))
@@ -100,6 +101,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/healthz", "GET").route(web::get().to(healthz)));
     cfg.service(at("/readyz", "GET").route(web::get().to(readyz)));
     cfg.service(at("/openapi.json", "GET").route(web::get().to(openapi::serve)));
+    agentex::routes(cfg);
     cfg.service(
         web::scope("/auth")
             .service(at("/setup", "POST").route(web::post().to(auth::setup)))

@@ -752,6 +752,14 @@ impl Tx<'_> {
         super::default_session_id(self.conn, agent_id)
     }
 
+    /// Pins the engine configuration a session runs with instead of its agent's.
+    pub fn pin_session_engine(&mut self, key: &SessionKey, engine: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET engine = ?2 WHERE pk = ?1")?
+            .execute(params![key.pk, engine])?;
+        Ok(())
+    }
+
     /// Moves a session's cwd only if it still is `expected` (compare-and-swap).
     pub fn swap_cwd(
         &mut self,
