@@ -14,6 +14,10 @@
 //! user and an API key bootstrapped through the binary's own CLI, and a config file raising
 //! `runner.workers` and `stream.max_subscribers_per_session`:
 //!
+//! 0. Server RSS after 1,000 watched `/stream 20` turns (the baseline) and after 10,000 and
+//!    100,000 (10,000 with `--quick`), 16 clients at once: first one long SSE stream per session
+//!    read from `since=0`, then a new session per turn whose stream is read up to its terminal.
+//!    `--memory` runs only this section.
 //! 1. Turns completed per second with the scripted engine (`/reply ok`) at 1, 64 and 512
 //!    concurrent sessions (1, 16, 64 with `--quick`): one client per session looping
 //!    `POST …/messages/wait` (each returns when the turn's terminal is durable).
@@ -33,6 +37,9 @@
 //!
 //! 1b. The same turns through the agent platform API (`/agentex` `message/send`, non-streaming,
 //!    on tasks of the root agent) at the same levels, as a ratio to section 1's turns per second.
+//!
+//! Section 3b (reconnects with `Last-Event-ID` to a busy session under fan-out) runs alone with
+//! `--reconnects`.
 //!
 //! Section 5 builds the HTTP app in this process over the library and compares `GET` snapshot
 //! throughput through the real authenticated route with a bench-only route that skips the
@@ -66,7 +73,7 @@ use tokio::task::JoinSet;
 
 #[path = "support/report.rs"]
 mod report;
-use report::{Lat, loadavg, quick_flag, thousands};
+use report::{Lat, flags, loadavg, thousands};
 
 const WS: &str = "default";
 const EMAIL: &str = "bench@local";
@@ -79,6 +86,7 @@ const TARGET_V2_FANOUT_RATIO: f64 = 1.2;
 const FAN_ROUNDS: usize = 2;
 const TARGET_IDLE_KIB: f64 = 10.0;
 const TARGET_AUTH_RATIO: f64 = 0.9;
+const TARGET_MEMORY_GROWTH_MIB: f64 = 64.0;
 /// `/agentex` `message/send` turns per second against `/v1` `messages/wait` at the same
 /// concurrency: the agent platform API's layer (JSON-RPC, the turn follower) costs little.
 const TARGET_AGENTEX_RATIO: f64 = 0.8;
@@ -96,6 +104,12 @@ const IDLE_CONNECT_PARALLELISM: usize = 16;
 
 struct Opts {
     quick: bool,
+    /// Run only section 0.
+    memory_only: bool,
+    /// Run only section 3b.
+    reconnects_only: bool,
+    /// Completed turns at which section 0 reads the server's RSS (the first is the baseline).
+    memory_checkpoints: Vec<u64>,
     turn_levels: [usize; 3],
     turn_warmup: Duration,
     turn_secs: Duration,
@@ -120,13 +134,31 @@ struct Opts {
 
 impl Opts {
     fn parse() -> Opts {
-        let quick = quick_flag(
+        let given = flags(
             "bench_runner",
-            "smaller sizes (turns at 1/16/64 sessions, 2,000 idle streams, shorter runs); finishes in under 60 s",
+            &[
+                (
+                    "--quick",
+                    "smaller sizes (turns at 1/16/64 sessions, 2,000 idle streams, shorter runs, \
+                     memory to 10,000 turns); finishes in about a minute",
+                ),
+                (
+                    "--memory",
+                    "only section 0 (server RSS over watched turns), then stop",
+                ),
+                (
+                    "--reconnects",
+                    "only section 3b (reconnects under fan-out), then stop",
+                ),
+            ],
         );
+        let (quick, memory_only, reconnects_only) = (given[0], given[1], given[2]);
         if quick {
             Opts {
                 quick,
+                memory_only,
+                reconnects_only,
+                memory_checkpoints: vec![1_000, 10_000],
                 turn_levels: [1, 16, 64],
                 turn_warmup: Duration::from_millis(500),
                 turn_secs: Duration::from_secs(2),
@@ -149,6 +181,9 @@ impl Opts {
         } else {
             Opts {
                 quick,
+                memory_only,
+                reconnects_only,
+                memory_checkpoints: vec![1_000, 10_000, 100_000],
                 turn_levels: [1, 64, 512],
                 turn_warmup: Duration::from_secs(1),
                 turn_secs: Duration::from_secs(8),
@@ -959,6 +994,212 @@ fn events_path(id: &str, since: u64) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 0. Server RSS over watched turns.
+
+/// Sessions (and clients) of the memory run.
+const MEMORY_SESSIONS: usize = 16;
+
+struct MemoryRun {
+    watch: Watch,
+    /// `(turns completed, server VmRSS in KiB, seconds since the run began)` at each checkpoint.
+    points: Vec<(u64, u64, f64)>,
+    first_error: Option<String>,
+}
+
+impl MemoryRun {
+    /// RSS growth from the first checkpoint to the last, in MiB.
+    fn growth_mib(&self) -> Option<(u64, u64, f64)> {
+        let (&(t0, r0, _), &(t1, r1, _)) = (self.points.first()?, self.points.last()?);
+        (t1 > t0).then(|| (t0, t1, (r1 as f64 - r0 as f64) / 1024.0))
+    }
+}
+
+/// How the memory run's clients watch their turns.
+#[derive(Clone, Copy)]
+enum Watch {
+    /// One session per client, its stream opened once at `since=0` and read throughout.
+    LongStream,
+    /// A new session per turn (`POST …/sessions` with the prompt), its stream opened at `since=0`
+    /// and read up to the terminal, then closed.
+    SessionPerTurn,
+}
+
+/// Reads `sse` up to the next terminal frame; `Ok` if it is a `complete`.
+async fn read_to_terminal(
+    sse: &mut RawSse,
+    frames: &mut Vec<SseFrame>,
+    last: &mut u64,
+) -> Result<(), String> {
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            for f in frames.drain(..) {
+                let Some(seq) = f.id else { continue };
+                if seq <= *last {
+                    return Err(format!("seq {seq} after {last}"));
+                }
+                *last = seq;
+                let ty = serde_json::from_str::<Value>(&f.data)
+                    .ok()
+                    .and_then(|v| v["event"]["type"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                if matches!(ty.as_str(), "complete" | "ask" | "interrupted" | "sleep") {
+                    if ty != "complete" {
+                        return Err(format!("terminal {ty}"));
+                    }
+                    return Ok(());
+                }
+            }
+            if sse.read_frames(frames).await.is_none() {
+                return Err("SSE stream ended".to_owned());
+            }
+        }
+    })
+    .await;
+    read.unwrap_or_else(|_| Err("no terminal on SSE within 30 s".into()))
+}
+
+/// One client of the memory run: posts `/stream 20` turns and reads each on SSE up to its
+/// `complete`, as `watch` says, until `done` reaches `target`. Answers the error that stopped it.
+async fn memory_client(
+    ctx: Arc<CtxShared>,
+    id: String,
+    watch: Watch,
+    done: Arc<std::sync::atomic::AtomicU64>,
+    target: u64,
+) -> Option<String> {
+    let prompt = json!({"prompt": "/stream 20"});
+    match watch {
+        Watch::LongStream => {
+            let mut sse = match RawSse::open(ctx.addr, &events_path(&id, 0), &ctx.key).await {
+                Ok(s) => s,
+                Err(e) => return Some(format!("open SSE: {e}")),
+            };
+            let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/messages")));
+            let (mut frames, mut last) = (Vec::new(), 0u64);
+            // The backlog holds the session's first turn.
+            if let Err(e) = read_to_terminal(&mut sse, &mut frames, &mut last).await {
+                return Some(e);
+            }
+            while done.load(Ordering::Relaxed) < target {
+                if let Err(e) = post_json(&ctx.http, &url, &prompt).await {
+                    return Some(e);
+                }
+                if let Err(e) = read_to_terminal(&mut sse, &mut frames, &mut last).await {
+                    return Some(e);
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Watch::SessionPerTurn => {
+            let url = format!("{}{}", ctx.base, sessions_path(""));
+            while done.load(Ordering::Relaxed) < target {
+                let v = match post_json(&ctx.http, &url, &prompt).await {
+                    Ok(v) => v,
+                    Err(e) => return Some(e),
+                };
+                let Some(id) = v["session"]["sessionId"].as_str() else {
+                    return Some(format!("no sessionId in {v}"));
+                };
+                let mut sse = match RawSse::open(ctx.addr, &events_path(id, 0), &ctx.key).await {
+                    Ok(s) => s,
+                    Err(e) => return Some(format!("open SSE: {e}")),
+                };
+                let (mut frames, mut last) = (Vec::new(), 0u64);
+                if let Err(e) = read_to_terminal(&mut sse, &mut frames, &mut last).await {
+                    return Some(e);
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    None
+}
+
+async fn memory_run(ctx: &Ctx, opts: &Opts, watch: Watch) -> MemoryRun {
+    let sessions = match watch {
+        Watch::LongStream => create_sessions(ctx, MEMORY_SESSIONS).await,
+        Watch::SessionPerTurn => vec![String::new(); MEMORY_SESSIONS],
+    };
+    let shared = Arc::new(CtxShared {
+        base: ctx.base.clone(),
+        addr: ctx.addr,
+        key: ctx.key.clone(),
+        http: ctx.http.clone(),
+    });
+    let target = opts.memory_checkpoints.last().copied().unwrap_or(1_000);
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut set = JoinSet::new();
+    for id in sessions {
+        set.spawn(memory_client(
+            Arc::clone(&shared),
+            id,
+            watch,
+            Arc::clone(&done),
+            target,
+        ));
+    }
+    let start = Instant::now();
+    let mut points = Vec::new();
+    let mut first_error = None;
+    let mut next = opts.memory_checkpoints.iter().copied().peekable();
+    while let Some(&at) = next.peek() {
+        let n = done.load(Ordering::Relaxed);
+        if n >= at {
+            points.push((n, rss_kib(ctx.pid), start.elapsed().as_secs_f64()));
+            next.next();
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            Some(r) = set.join_next() => {
+                if let Some(e) = r.unwrap_or_else(|e| die("memory client", e)) {
+                    // A failed client stops the run: its figures would mean nothing.
+                    first_error = Some(e);
+                    set.abort_all();
+                    break;
+                }
+            }
+        }
+    }
+    while let Some(r) = set.join_next().await {
+        if let Ok(Some(e)) = r {
+            first_error.get_or_insert(e);
+        }
+    }
+    MemoryRun {
+        watch,
+        points,
+        first_error,
+    }
+}
+
+fn print_memory(m: &MemoryRun) {
+    let base = m.points.first().copied();
+    for &(turns, rss, secs) in &m.points {
+        let growth = base.map_or(String::new(), |(t0, r0, _)| {
+            if turns == t0 {
+                " (baseline)".to_owned()
+            } else {
+                format!(
+                    ", {:+} KiB since {} turns = {:.2} KiB per turn",
+                    rss as i64 - r0 as i64,
+                    thousands(t0),
+                    (rss as f64 - r0 as f64) / (turns - t0) as f64
+                )
+            }
+        });
+        println!(
+            "   after {:>7} turns ({secs:>3.0} s): VmRSS {:>9} KiB{growth}",
+            thousands(turns),
+            thousands(rss)
+        );
+    }
+    if let Some(e) = &m.first_error {
+        println!("   stopped by an error: {e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // 1. Turns per second.
 
 struct TurnLevel {
@@ -1707,6 +1948,32 @@ async fn reconnects(ctx: &Ctx, opts: &Opts) -> Reconnects {
     }
 }
 
+fn print_reconnects(rec: &Reconnects) {
+    println!(
+        "   connect -> response head, idle session (baseline): {}",
+        rec.idle.line()
+    );
+    println!(
+        "   connect -> response head, busy session:            {}",
+        rec.busy.line()
+    );
+    println!(
+        "   busy / idle p99: {:.1}x; reconnects that got no stream: {}{}; streams cut off \
+         for falling behind: {}; {} live deltas and {} notes delivered to {} subscribers",
+        rec.busy.p(99.0) / rec.idle.p(99.0),
+        rec.failures,
+        rec.first_failure
+            .as_deref()
+            .map(|e| format!(" (first: {e})"))
+            .unwrap_or_default(),
+        rec.cut_off,
+        thousands(rec.deltas as u64),
+        rec.notes,
+        rec.subscribers
+    );
+    println!("   while busy: {}", rec.cpu.line());
+}
+
 struct Stalled {
     subscribers: usize,
     /// `POST …/note` round trips with that many subscribers reading.
@@ -2289,6 +2556,47 @@ fn main() {
         metrics: server.metrics.clone(),
     };
 
+    if opts.reconnects_only {
+        rt.block_on(async {
+            println!(
+                "== 3b. Reconnects with Last-Event-ID under fan-out, {} subscribers ==",
+                opts.busy_subscribers
+            );
+            print_reconnects(&reconnects(&ctx, &opts).await);
+        });
+        let stopped = server.stop();
+        println!(
+            "   server stopped ({stopped}); load average at end: {}",
+            loadavg()
+        );
+        return;
+    }
+    let memory = rt.block_on(async {
+        println!(
+            "== 0. Server RSS over watched turns (`/stream 20`, {MEMORY_SESSIONS} concurrent \
+             clients, each reading its turns on SSE up to the `complete`) =="
+        );
+        println!("   a) one session per client, its stream opened once at since=0:");
+        let long = memory_run(&ctx, &opts, Watch::LongStream).await;
+        print_memory(&long);
+        println!(
+            "   b) a new session per turn (POST …/sessions), its stream opened at since=0 and \
+             closed after the terminal:"
+        );
+        let fresh = memory_run(&ctx, &opts, Watch::SessionPerTurn).await;
+        print_memory(&fresh);
+        println!();
+        [long, fresh]
+    });
+    if opts.memory_only {
+        let stopped = server.stop();
+        println!(
+            "   server stopped ({stopped}); load average at end: {}",
+            loadavg()
+        );
+        return;
+    }
+
     let (levels, rpc_levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
         let max_n = opts.turn_levels.iter().copied().max().unwrap_or(1);
         let t = Instant::now();
@@ -2446,29 +2754,7 @@ fn main() {
             opts.busy_subscribers
         );
         let rec = reconnects(&ctx, &opts).await;
-        println!(
-            "   connect -> response head, idle session (baseline): {}",
-            rec.idle.line()
-        );
-        println!(
-            "   connect -> response head, busy session:            {}",
-            rec.busy.line()
-        );
-        println!(
-            "   busy / idle p99: {:.1}x; reconnects that got no stream: {}{}; streams cut off \
-             for falling behind: {}; {} live deltas and {} notes delivered to {} subscribers",
-            rec.busy.p(99.0) / rec.idle.p(99.0),
-            rec.failures,
-            rec.first_failure
-                .as_deref()
-                .map(|e| format!(" (first: {e})"))
-                .unwrap_or_default(),
-            rec.cut_off,
-            thousands(rec.deltas as u64),
-            rec.notes,
-            rec.subscribers
-        );
-        println!("   while busy: {}", rec.cpu.line());
+        print_reconnects(&rec);
         let stalled = stalled_subscribers(&ctx, 500, 200).await;
         println!(
             "   writer cost of subscribers that stop reading: POST …/note (2 KB) round trip with \
@@ -2581,6 +2867,24 @@ fn main() {
 
     // Summary.
     let mut rows: Vec<(String, String, String, String)> = Vec::new();
+    for m in &memory {
+        if let Some((t0, t1, mib)) = m.growth_mib() {
+            let how = match m.watch {
+                Watch::LongStream => "one stream per session",
+                Watch::SessionPerTurn => "a session per turn",
+            };
+            rows.push((
+                format!(
+                    "RSS growth {} -> {} turns, {how}",
+                    thousands(t0),
+                    thousands(t1)
+                ),
+                format!("{mib:+.1} MiB"),
+                format!("< {TARGET_MEMORY_GROWTH_MIB} MiB"),
+                yes_no(mib < TARGET_MEMORY_GROWTH_MIB && m.first_error.is_none()).into(),
+            ));
+        }
+    }
     for l in &levels {
         rows.push((
             format!("turns/s at {} sessions", l.n),

@@ -2,9 +2,16 @@
 //!
 //! Durable frames are published by the store writer only after COMMIT; volatile frames (text and
 //! reasoning deltas) by the runner as they happen. Each session keeps the volatile *tail* published
-//! since its last durable frame, so a client that reconnects mid-turn still sees the partial text.
+//! since its last durable output, so a client that reconnects mid-turn still sees the partial text.
 //! A subscriber that falls behind the channel capacity is cut off (it resumes by seq); publishing
 //! never blocks, so a slow client can never stall the writer.
+//!
+//! Memory follows live work, not history: a session is in the map only while it has subscribers
+//! or an unsettled tail, and its broadcast ring (`stream.channel_capacity` slots) exists only
+//! while it has subscribers. The tail keeps consecutive deltas of one kind merged into one text,
+//! so a reconnect replays a few frames whatever the number of deltas, and each session has its
+//! own lock: waking a busy session's subscribers never holds up another session, a subscribe or
+//! the writer's publishing for other sessions.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -13,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, watch};
 
 use crate::error::{Error, Result};
+use crate::timeline::{Event, Step};
 
 /// One SSE payload, serialised once for every subscriber.
 #[derive(Debug)]
@@ -80,18 +88,111 @@ impl std::fmt::Debug for FrameCache {
     }
 }
 
+impl Frame {
+    /// The volatile frame of a step (`{"event":{"type":"step","step":{...}}}`).
+    pub fn step(step: &Step, created_at: i64) -> Option<Frame> {
+        let body = serde_json::to_string(&Event::Step { step: step.clone() }).ok()?;
+        Some(Frame::volatile(
+            "step",
+            format!("{{\"event\":{body}}}"),
+            created_at,
+        ))
+    }
+}
+
 /// Bytes of volatile tail kept per session; past this the tail is dropped until the next durable
-/// frame (the durable `text` still arrives, only the live preview is lost on reconnect).
+/// output (the durable `text` still arrives, only the live preview is lost on reconnect).
 const TAIL_MAX_BYTES: usize = 1 << 20;
 
-struct Topic {
-    tx: broadcast::Sender<Arc<Frame>>,
+/// A piece of the volatile tail.
+#[derive(Clone)]
+enum TailPart {
+    /// Consecutive text deltas, merged; when the first was published.
+    Text(String, i64),
+    /// Consecutive reasoning deltas, merged; when the first was published.
+    Reasoning(String, i64),
+    /// Any other volatile frame, as published.
+    Frame(Arc<Frame>),
+}
+
+impl TailPart {
+    fn into_frame(self) -> Option<Arc<Frame>> {
+        match self {
+            TailPart::Text(delta, at) => Frame::step(&Step::TextDelta { delta }, at).map(Arc::new),
+            TailPart::Reasoning(delta, at) => {
+                Frame::step(&Step::ReasoningDelta { delta }, at).map(Arc::new)
+            }
+            TailPart::Frame(f) => Some(f),
+        }
+    }
+}
+
+#[derive(Default)]
+struct TopicState {
+    /// The broadcast ring; only while the session has subscribers.
+    tx: Option<broadcast::Sender<Arc<Frame>>>,
     subscribers: usize,
-    tail: Vec<Arc<Frame>>,
+    tail: Vec<TailPart>,
     tail_bytes: usize,
+    /// The tail outgrew [`TAIL_MAX_BYTES`]: keep nothing until the next durable output.
+    tail_dropped: bool,
     /// Last durable seq that settled the tail (an output of the agent); the tail continues after
     /// it. Inputs appended meanwhile (a note, a steer) do not move it.
     last_seq: u64,
+    /// Taken out of the map: whoever still holds it must look the session up again.
+    removed: bool,
+}
+
+impl TopicState {
+    /// Nothing live: the topic may leave the map.
+    fn idle(&self) -> bool {
+        self.subscribers == 0 && self.tail.is_empty() && !self.tail_dropped
+    }
+
+    fn settle(&mut self, seq: u64) {
+        self.last_seq = seq;
+        self.tail = Vec::new();
+        self.tail_bytes = 0;
+        self.tail_dropped = false;
+    }
+
+    fn send(&self, frame: Arc<Frame>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(frame);
+        }
+    }
+
+    /// Adds to the tail, merging a delta into the part before it when it is of the same kind.
+    fn keep(&mut self, part: TailPart, bytes: usize) {
+        if self.tail_dropped {
+            return;
+        }
+        if self.tail_bytes + bytes > TAIL_MAX_BYTES {
+            self.tail = Vec::new();
+            self.tail_bytes = 0;
+            self.tail_dropped = true;
+            return;
+        }
+        self.tail_bytes += bytes;
+        match (self.tail.last_mut(), part) {
+            (Some(TailPart::Text(text, _)), TailPart::Text(delta, _))
+            | (Some(TailPart::Reasoning(text, _)), TailPart::Reasoning(delta, _)) => {
+                text.push_str(&delta)
+            }
+            (_, part) => self.tail.push(part),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Topic {
+    state: Mutex<TopicState>,
+}
+
+impl Topic {
+    fn lock(&self) -> MutexGuard<'_, TopicState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Does a durable event of this type settle the volatile tail? Everything the agent writes does
@@ -108,8 +209,10 @@ pub fn settles_tail(event_type: &str) -> bool {
     )
 }
 
+/// The session map. Lock order: the map, then a topic; a topic's lock is never held while the
+/// map's is taken.
 pub struct Bus {
-    topics: Mutex<HashMap<String, Topic>>,
+    topics: Mutex<HashMap<String, Arc<Topic>>>,
     capacity: usize,
     max_subscribers: usize,
     closed: watch::Sender<bool>,
@@ -119,7 +222,7 @@ pub struct Bus {
 pub struct Subscription {
     pub rx: broadcast::Receiver<Arc<Frame>>,
     /// Volatile frames published after durable output seq `tail_after` and not yet settled (inputs
-    /// with higher seqs may have been appended since).
+    /// with higher seqs may have been appended since); consecutive deltas come merged.
     pub tail: Vec<Arc<Frame>>,
     pub tail_after: u64,
     guard: SubscriberGuard,
@@ -127,17 +230,24 @@ pub struct Subscription {
 
 struct SubscriberGuard {
     bus: Arc<Bus>,
+    topic: Arc<Topic>,
     session_id: String,
 }
 
 impl Drop for SubscriberGuard {
     fn drop(&mut self) {
-        let mut topics = self.bus.lock();
-        if let Some(topic) = topics.get_mut(&self.session_id) {
-            topic.subscribers = topic.subscribers.saturating_sub(1);
-            if topic.subscribers == 0 && topic.tail.is_empty() {
-                topics.remove(&self.session_id);
+        let idle = {
+            let mut st = self.topic.lock();
+            st.subscribers = st.subscribers.saturating_sub(1);
+            if st.subscribers == 0 {
+                // No receiver is left (each subscription's receiver drops before its guard):
+                // free the ring.
+                st.tx = None;
             }
+            !st.removed && st.idle()
+        };
+        if idle {
+            self.bus.prune(&self.session_id);
         }
     }
 }
@@ -158,39 +268,69 @@ impl Bus {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Topic>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Topic>>> {
         // A panic while holding this lock cannot leave a topic half-updated in a way that matters
         // more than losing live delivery, so keep serving.
         self.topics.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn new_topic(&self) -> Topic {
-        Topic {
-            tx: broadcast::channel(self.capacity).0,
-            subscribers: 0,
-            tail: Vec::new(),
-            tail_bytes: 0,
-            last_seq: 0,
+    fn get(&self, session_id: &str) -> Option<Arc<Topic>> {
+        self.map().get(session_id).cloned()
+    }
+
+    fn get_or_create(&self, session_id: &str) -> Arc<Topic> {
+        Arc::clone(self.map().entry(session_id.to_owned()).or_default())
+    }
+
+    /// Takes a session out of the map if nothing live is left in it.
+    fn prune(&self, session_id: &str) {
+        let mut map = self.map();
+        let Some(topic) = map.get(session_id) else {
+            return;
+        };
+        let mut st = topic.lock();
+        if st.idle() {
+            st.removed = true;
+            drop(st);
+            map.remove(session_id);
         }
+    }
+
+    /// Sessions with live state (subscribers or a tail).
+    pub fn live_sessions(&self) -> usize {
+        self.map().len()
     }
 
     /// Subscribes to a session's live frames. Subscribe *before* reading the backlog, then drop
     /// duplicates by seq (invariant 5).
     pub fn subscribe(self: &Arc<Self>, session_id: &str) -> Result<Subscription> {
-        let mut topics = self.lock();
-        let topic = topics
-            .entry(session_id.to_owned())
-            .or_insert_with(|| self.new_topic());
-        if topic.subscribers >= self.max_subscribers {
-            return Err(Error::TooManyStreams);
-        }
-        topic.subscribers += 1;
+        let (topic, rx, tail, tail_after) = {
+            let mut map = self.map();
+            let topic = Arc::clone(map.entry(session_id.to_owned()).or_default());
+            let mut st = topic.lock();
+            if st.subscribers >= self.max_subscribers {
+                return Err(Error::TooManyStreams);
+            }
+            st.subscribers += 1;
+            let rx = st
+                .tx
+                .get_or_insert_with(|| broadcast::channel(self.capacity).0)
+                .subscribe();
+            let tail = st.tail.clone();
+            let tail_after = st.last_seq;
+            drop(st);
+            drop(map);
+            (topic, rx, tail, tail_after)
+        };
+        // Serialising the merged tail happens outside every lock.
+        let tail = tail.into_iter().filter_map(TailPart::into_frame).collect();
         Ok(Subscription {
-            rx: topic.tx.subscribe(),
-            tail: topic.tail.clone(),
-            tail_after: topic.last_seq,
+            rx,
+            tail,
+            tail_after,
             guard: SubscriberGuard {
                 bus: Arc::clone(self),
+                topic,
                 session_id: session_id.to_owned(),
             },
         })
@@ -198,61 +338,118 @@ impl Bus {
 
     /// Publishes a committed event. Called by the store writer after COMMIT, in seq order.
     pub fn publish_durable(&self, session_id: &str, frame: Frame) {
-        let mut topics = self.lock();
-        if let Some(topic) = topics.get_mut(session_id) {
+        let Some(topic) = self.get(session_id) else {
+            return;
+        };
+        let idle = {
+            let mut st = topic.lock();
+            if st.removed {
+                // Pruned in between: it had no subscriber and no tail, so nobody awaits this.
+                return;
+            }
             if settles_tail(&frame.event_type) {
-                topic.last_seq = frame.seq.unwrap_or(topic.last_seq);
-                topic.tail.clear();
-                topic.tail_bytes = 0;
+                let seq = frame.seq.unwrap_or(st.last_seq);
+                st.settle(seq);
             }
-            let _ = topic.tx.send(Arc::new(frame));
-            if topic.subscribers == 0 && topic.tail.is_empty() {
-                topics.remove(session_id);
-            }
+            st.send(Arc::new(frame));
+            st.idle()
+        };
+        if idle {
+            self.prune(session_id);
         }
     }
 
-    /// Publishes progress that is never stored (`text_delta`, `reasoning_delta`). `after_seq` is
-    /// the last durable seq the publisher knows of.
+    /// Publishes a text or reasoning delta (volatile): to live subscribers as its own frame, and
+    /// into the tail merged with the deltas before it. `after_seq` is the last durable seq the
+    /// publisher knows of.
+    pub fn publish_delta(&self, session_id: &str, after_seq: u64, step: &Step) {
+        let now = crate::clock::now_ms();
+        let part = match step {
+            Step::TextDelta { delta } => TailPart::Text(delta.clone(), now),
+            Step::ReasoningDelta { delta } => TailPart::Reasoning(delta.clone(), now),
+            _ => {
+                if let Some(frame) = Frame::step(step, now) {
+                    self.publish_volatile(session_id, after_seq, frame);
+                }
+                return;
+            }
+        };
+        let Some(frame) = Frame::step(step, now) else {
+            return;
+        };
+        let bytes = match &part {
+            TailPart::Text(t, _) | TailPart::Reasoning(t, _) => t.len(),
+            TailPart::Frame(f) => f.data.len(),
+        };
+        self.publish_part(session_id, after_seq, Arc::new(frame), part, bytes);
+    }
+
+    /// Publishes progress that is never stored. `after_seq` is the last durable seq the publisher
+    /// knows of.
     pub fn publish_volatile(&self, session_id: &str, after_seq: u64, frame: Frame) {
-        let mut topics = self.lock();
-        let topic = topics
-            .entry(session_id.to_owned())
-            .or_insert_with(|| self.new_topic());
-        if after_seq > topic.last_seq {
-            topic.last_seq = after_seq;
-            topic.tail.clear();
-            topic.tail_bytes = 0;
-        }
         let frame = Arc::new(frame);
-        if topic.tail_bytes + frame.data.len() <= TAIL_MAX_BYTES {
-            topic.tail_bytes += frame.data.len();
-            topic.tail.push(Arc::clone(&frame));
+        let bytes = frame.data.len();
+        let part = TailPart::Frame(Arc::clone(&frame));
+        self.publish_part(session_id, after_seq, frame, part, bytes);
+    }
+
+    fn publish_part(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        frame: Arc<Frame>,
+        part: TailPart,
+        bytes: usize,
+    ) {
+        loop {
+            let topic = self.get_or_create(session_id);
+            let mut st = topic.lock();
+            if st.removed {
+                continue;
+            }
+            if after_seq > st.last_seq {
+                st.settle(after_seq);
+            }
+            st.keep(part, bytes);
+            st.send(frame);
+            return;
         }
-        let _ = topic.tx.send(frame);
     }
 
     /// Forgets a session's volatile tail (its turn ended without a durable frame after it).
     pub fn clear_tail(&self, session_id: &str) {
-        let mut topics = self.lock();
-        if let Some(topic) = topics.get_mut(session_id) {
-            topic.tail.clear();
-            topic.tail_bytes = 0;
-            if topic.subscribers == 0 {
-                topics.remove(session_id);
-            }
+        let Some(topic) = self.get(session_id) else {
+            return;
+        };
+        let idle = {
+            let mut st = topic.lock();
+            st.tail = Vec::new();
+            st.tail_bytes = 0;
+            st.tail_dropped = false;
+            !st.removed && st.idle()
+        };
+        if idle {
+            self.prune(session_id);
         }
     }
 
     /// Ends every live stream of a deleted session.
     pub fn close_session(&self, session_id: &str) {
-        self.lock().remove(session_id);
+        if let Some(topic) = self.map().remove(session_id) {
+            let mut st = topic.lock();
+            st.removed = true;
+            st.tx = None;
+        }
     }
 
     /// Ends every live stream (graceful shutdown).
     pub fn close_all(&self) {
         let _ = self.closed.send(true);
-        self.lock().clear();
+        for (_, topic) in self.map().drain() {
+            let mut st = topic.lock();
+            st.removed = true;
+            st.tx = None;
+        }
     }
 
     /// True once [`Bus::close_all`] has been called (the server is shutting down).
@@ -263,5 +460,105 @@ impl Bus {
     /// Resolves once [`Bus::close_all`] has been called.
     pub fn closed(&self) -> watch::Receiver<bool> {
         self.closed.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(text: &str) -> Step {
+        Step::TextDelta { delta: text.into() }
+    }
+
+    fn durable(seq: u64, event_type: &str) -> Frame {
+        Frame::durable(seq, event_type, format!("{{\"seq\":{seq}}}"), 0)
+    }
+
+    #[test]
+    fn the_tail_merges_deltas_of_one_kind_and_keeps_their_order() {
+        let bus = Bus::new(16, 10);
+        bus.publish_delta("s", 3, &delta("a"));
+        bus.publish_delta("s", 3, &delta("b"));
+        bus.publish_delta("s", 3, &Step::ReasoningDelta { delta: "r".into() });
+        bus.publish_delta("s", 3, &delta("c"));
+        let sub = bus.subscribe("s").unwrap();
+        assert_eq!(sub.tail_after, 3);
+        let data: Vec<&str> = sub.tail.iter().map(|f| f.data.as_str()).collect();
+        assert_eq!(data.len(), 3, "{data:?}");
+        assert!(
+            data[0].contains(r#""type":"text_delta","delta":"ab""#),
+            "{}",
+            data[0]
+        );
+        assert!(
+            data[1].contains(r#""reasoning_delta","delta":"r""#),
+            "{}",
+            data[1]
+        );
+        assert!(data[2].contains(r#""delta":"c""#), "{}", data[2]);
+    }
+
+    #[test]
+    fn live_subscribers_still_get_every_delta() {
+        let bus = Bus::new(16, 10);
+        let mut sub = bus.subscribe("s").unwrap();
+        bus.publish_delta("s", 1, &delta("a"));
+        bus.publish_delta("s", 1, &delta("b"));
+        assert!(sub.rx.try_recv().unwrap().data.contains(r#""delta":"a""#));
+        assert!(sub.rx.try_recv().unwrap().data.contains(r#""delta":"b""#));
+    }
+
+    #[test]
+    fn an_oversized_tail_is_dropped_until_the_next_output() {
+        let bus = Bus::new(16, 10);
+        let big = "x".repeat(TAIL_MAX_BYTES / 2 + 1);
+        bus.publish_delta("s", 1, &delta(&big));
+        bus.publish_delta("s", 1, &delta(&big));
+        // What would follow the dropped part is not a tail either: it would leave a gap.
+        bus.publish_delta("s", 1, &delta("after"));
+        assert!(bus.subscribe("s").unwrap().tail.is_empty());
+        bus.publish_durable("s", durable(2, "step"));
+        bus.publish_delta("s", 2, &delta("new"));
+        let sub = bus.subscribe("s").unwrap();
+        assert_eq!(sub.tail.len(), 1);
+        assert_eq!(sub.tail_after, 2);
+    }
+
+    #[test]
+    fn sessions_leave_the_map_when_nothing_live_is_left() {
+        let bus = Bus::new(16, 10);
+        // A tail without subscribers: in the map, without a ring.
+        bus.publish_delta("a", 1, &delta("x"));
+        assert_eq!(bus.live_sessions(), 1);
+        assert!(bus.get("a").unwrap().lock().tx.is_none());
+        bus.publish_durable("a", durable(2, "complete"));
+        assert_eq!(bus.live_sessions(), 0);
+
+        let sub = bus.subscribe("b").unwrap();
+        bus.publish_durable("b", durable(5, "complete"));
+        assert_eq!(bus.live_sessions(), 1);
+        drop(sub);
+        assert_eq!(bus.live_sessions(), 0);
+
+        // Inputs do not settle a tail: the session stays until an output does.
+        bus.publish_delta("c", 1, &delta("x"));
+        bus.publish_durable("c", durable(2, "note_submitted"));
+        assert_eq!(bus.live_sessions(), 1);
+        bus.clear_tail("c");
+        assert_eq!(bus.live_sessions(), 0);
+    }
+
+    #[test]
+    fn a_deleted_session_ends_its_streams() {
+        let bus = Bus::new(16, 10);
+        let mut sub = bus.subscribe("s").unwrap();
+        bus.close_session("s");
+        assert!(matches!(
+            sub.rx.try_recv(),
+            Err(broadcast::error::TryRecvError::Closed)
+        ));
+        drop(sub);
+        assert_eq!(bus.live_sessions(), 0);
     }
 }

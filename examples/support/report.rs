@@ -7,14 +7,28 @@ use std::time::Duration;
 /// Reads the command line of benchmark `name`: `--quick` (described by `quick`), `--help`, or
 /// an error for anything else.
 pub fn quick_flag(name: &str, quick: &str) -> bool {
-    let mut on = false;
+    flags(name, &[("--quick", quick)])[0]
+}
+
+/// Reads the command line of benchmark `name`: each of `known` is a `(flag, description)`;
+/// answers, in the same order, which were given (`--help` prints them, anything else is an error).
+pub fn flags(name: &str, known: &[(&str, &str)]) -> Vec<bool> {
+    let mut on = vec![false; known.len()];
     for arg in std::env::args().skip(1) {
+        if let Some(i) = known.iter().position(|(f, _)| *f == arg) {
+            on[i] = true;
+            continue;
+        }
         match arg.as_str() {
-            "--quick" => on = true,
             "-h" | "--help" => {
+                let usage: Vec<String> = known.iter().map(|(f, _)| format!("[{f}]")).collect();
                 println!(
-                    "usage: cargo run --release --example {name} [-- --quick]\n\n--quick   {quick}"
+                    "usage: cargo run --release --example {name} [-- {}]\n",
+                    usage.join(" ")
                 );
+                for (f, what) in known {
+                    println!("{f:<10} {what}");
+                }
                 std::process::exit(0);
             }
             other => {

@@ -70,7 +70,14 @@ const MAX_REFUSING: usize = 16;
 static REFUSING: AtomicUsize = AtomicUsize::new(0);
 
 /// Admits a new connection, or answers it `503` and closes it when the process is at its limit.
+///
+/// Nagle's algorithm is switched off: a response goes out as its head and then its body, and
+/// holding the body back until the head is acknowledged meets the client's delayed ACK (~40 ms
+/// on Linux) on every request whose answer takes two writes.
 pub async fn admit(io: TcpStream) -> io::Result<Conn> {
+    if let Err(e) = io.set_nodelay(true) {
+        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+    }
     if let Some(slot) = Slot::acquire() {
         return Ok(Conn::new(io, Some(slot)));
     }

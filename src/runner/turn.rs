@@ -12,7 +12,6 @@ use tracing::Instrument;
 
 use super::machine::{MachineState, StepEnd};
 use super::{Delivery, Msg, Shared, TurnControl};
-use crate::bus::Frame;
 use crate::clock;
 use crate::drive::Drive;
 use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, TurnInput, TurnIo};
@@ -1008,15 +1007,9 @@ impl DeltaSink for Turn {
                 unsaid.push_str(delta);
             }
         }
-        let event = Event::Step { step };
-        let Ok(body) = serde_json::to_string(&event) else {
-            return;
-        };
-        self.store.bus().publish_volatile(
-            &self.key.id,
-            self.last_seq,
-            Frame::volatile("step", format!("{{\"event\":{body}}}"), clock::now_ms()),
-        );
+        self.store
+            .bus()
+            .publish_delta(&self.key.id, self.last_seq, &step);
     }
 }
 

@@ -54,9 +54,41 @@ pub(crate) struct Counters {
     pub deleted: bool,
 }
 
-/// Most sessions whose counters stay cached; past this the cache starts over (a miss only costs
-/// one read of the row).
-const COUNTER_CACHE_MAX: usize = 1_000_000;
+/// Sessions whose counters the newer generation of the cache holds before it becomes the older
+/// one (a miss only costs one read of the row).
+const COUNTER_CACHE_GENERATION: usize = 8_192;
+
+/// Committed counters of recently written sessions: two generations, so the cache holds at most
+/// `2 × COUNTER_CACHE_GENERATION` sessions however many were ever written, and a session written
+/// in the last generation is always found.
+#[derive(Default)]
+pub(crate) struct CounterCache {
+    new: HashMap<i64, Counters>,
+    old: HashMap<i64, Counters>,
+}
+
+impl CounterCache {
+    fn get(&self, pk: &i64) -> Option<&Counters> {
+        self.new.get(pk).or_else(|| self.old.get(pk))
+    }
+
+    fn insert(&mut self, pk: i64, c: Counters) {
+        if self.new.len() >= COUNTER_CACHE_GENERATION && !self.new.contains_key(&pk) {
+            self.old = std::mem::take(&mut self.new);
+        }
+        self.new.insert(pk, c);
+    }
+
+    fn remove(&mut self, pk: &i64) {
+        self.new.remove(pk);
+        self.old.remove(pk);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.new.len() + self.old.len()
+    }
+}
 
 /// The write transaction as a job sees it.
 pub struct Tx<'c> {
@@ -65,7 +97,7 @@ pub struct Tx<'c> {
     pub now: i64,
     published: Vec<(Arc<str>, Frame)>,
     /// Counters as committed (they match the rows).
-    committed: &'c HashMap<i64, Counters>,
+    committed: &'c CounterCache,
     /// Counters changed by earlier jobs of this batch that succeeded.
     batch: &'c HashMap<i64, Counters>,
     /// Counters changed by this job; dropped if the job fails.
@@ -257,7 +289,7 @@ fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 
 fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: Shared) {
     let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
-    let mut counters: HashMap<i64, Counters> = HashMap::new();
+    let mut counters = CounterCache::default();
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         // Take what is queued; when the queue runs dry, give the producers one chance to add to
@@ -376,7 +408,7 @@ fn commit_batch(
     conn: &Connection,
     batch: &mut Vec<Job>,
     bus: &Bus,
-    counters: &mut HashMap<i64, Counters>,
+    counters: &mut CounterCache,
 ) -> Result<bool> {
     let jobs_in_batch = batch.len();
     let changes_before = conn.total_changes();
@@ -451,9 +483,6 @@ fn commit_batch(
         flush_counters(conn, &changed, clock::now_ms()).and_then(|()| conn.execute_batch("COMMIT"));
     match committed {
         Ok(()) => {
-            if counters.len() > COUNTER_CACHE_MAX {
-                counters.clear();
-            }
             for (pk, c) in changed {
                 if c.deleted {
                     counters.remove(&pk);
@@ -490,5 +519,34 @@ fn commit_batch(
             }
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counter_cache_is_bounded_and_keeps_recent_sessions() {
+        let mut cache = CounterCache::default();
+        let c = |n| Counters {
+            last_event_seq: n,
+            last_output_seq: n,
+            deleted: false,
+        };
+        for pk in 0..(COUNTER_CACHE_GENERATION as i64 * 5) {
+            cache.insert(pk, c(pk as u64));
+            assert_eq!(cache.get(&pk), Some(&c(pk as u64)));
+        }
+        assert!(cache.len() <= 2 * COUNTER_CACHE_GENERATION);
+        let last = COUNTER_CACHE_GENERATION as i64 * 5 - 1;
+        for pk in (last - COUNTER_CACHE_GENERATION as i64 + 1)..=last {
+            assert!(
+                cache.get(&pk).is_some(),
+                "session {pk} of the last generation"
+            );
+        }
+        cache.remove(&last);
+        assert!(cache.get(&last).is_none());
     }
 }
