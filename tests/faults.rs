@@ -46,13 +46,20 @@ fn a_full_disk_ends_the_running_turn_answers_507_and_recovers_on_its_own() {
     assert_eq!(refused.0, 507, "{}", refused.1);
     assert_eq!(refused.1["error"], "storage_full", "{}", refused.1);
     assert!(refused.1["message"].is_string());
-    let (st, health) = s.get(&s.url("/healthz"));
-    assert_eq!(st, 200);
-    assert_eq!(health["status"], "degraded", "{health}");
+    // Health follows the writer's last batch: wait for the report rather than read it once (the
+    // refusal and the report are two requests, and the turn keeps writing between them).
+    let (health, ready) = poll_until(
+        "health and readiness report the full disk",
+        Duration::from_secs(20),
+        || {
+            let (st, health) = s.get(&s.url("/healthz"));
+            assert_eq!(st, 200, "{health}");
+            let (st, ready) = s.get(&s.url("/readyz"));
+            (health["status"] == "degraded" && st == 503).then_some((health, ready))
+        },
+    );
     assert_eq!(health["storage"]["status"], "full", "{health}");
     assert!(health["storage"]["since"].is_u64(), "{health}");
-    let (st, ready) = s.get(&s.url("/readyz"));
-    assert_eq!(st, 503, "{ready}");
     assert_eq!(ready["error"], "not_ready");
     // The running turn's own next write fails too: its terminal now waits for the storage.
     poll_until(
