@@ -15,6 +15,7 @@ pub mod error;
 pub mod ids;
 pub mod process;
 pub mod runner;
+pub mod schedules;
 pub mod secret;
 pub mod server;
 pub mod sessions;

@@ -14,6 +14,7 @@ use crate::drive::Drive;
 use crate::engine::openai::OpenAiConfig;
 use crate::engine::{Engine, EngineConfig, Engines, scripted::ScriptedEngine};
 use crate::runner::Runner;
+use crate::schedules::{Schedules, scheduler::Scheduler};
 use crate::sessions::Sessions;
 use crate::store::Store;
 
@@ -174,6 +175,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
     runner.attach_sessions(sessions.clone());
+    let schedules = Schedules::new(sessions.clone());
+    let scheduler = Scheduler::start(schedules.clone(), runner_rt.handle());
+    let schedules = web::Data::new(schedules);
     let auth = Auth::new(store.clone());
     let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
     let state = web::Data::new(AppState::new(sessions, auth));
@@ -184,6 +188,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .app_data(schedules.clone())
                 .wrap(
                     middleware::DefaultHeaders::new()
                         .add(("X-Content-Type-Options", "nosniff"))
@@ -215,7 +220,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         });
         server.await.map_err(|e| format!("server error: {e}"))
     });
-    // HTTP is down: stop turns (they write their terminals), then flush the writer.
+    // HTTP is down: stop firing schedules, stop turns (they write their terminals), then flush
+    // the writer.
+    runner_rt.block_on(scheduler.stop());
     runner_rt.block_on(runner.shutdown());
     store.close();
     runner_rt.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -1,5 +1,6 @@
 //! The HTTP surface: routes of every API family, mapped onto thin handlers.
 
+mod agentex;
 mod agents;
 mod auth;
 pub mod body;
@@ -124,6 +125,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 at("/{agentSlug}/sessions/default/messages/wait", "POST")
                     .route(web::post().to(agents::default_message_wait)),
             ),
+    );
+    cfg.service(
+        web::scope("/agentex")
+            .configure(agentex::routes)
+            .default_service(web::to(no_route)),
     );
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(

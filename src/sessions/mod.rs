@@ -102,6 +102,9 @@ pub struct Submitted {
     pub delivery: Delivery,
 }
 
+/// Writes a caller adds to the transaction that creates a session.
+type AlsoInTx = Box<dyn FnOnce(&mut Tx<'_>, &SessionKey) -> Result<()> + Send>;
+
 #[derive(Clone)]
 pub struct Sessions {
     store: Store,
@@ -272,8 +275,31 @@ impl Sessions {
     pub async fn create(
         &self,
         actor: &Actor,
+        input: CreateIn,
+        parent: Option<String>,
+    ) -> Result<Submitted> {
+        self.create_inner(actor, input, parent, None).await
+    }
+
+    /// Creates a root session like [`Sessions::create`] and runs `also` in the same transaction
+    /// once the session is in place: its writes commit with the session or not at all, and an
+    /// error from it creates nothing. Schedules record their tick this way, so a tick makes
+    /// exactly one session, also across a crash. (`also` does not run for a retried
+    /// `clientRequestId`.)
+    pub async fn create_with<F>(&self, actor: &Actor, input: CreateIn, also: F) -> Result<Submitted>
+    where
+        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<()> + Send + 'static,
+    {
+        self.create_inner(actor, input, None, Some(Box::new(also)))
+            .await
+    }
+
+    async fn create_inner(
+        &self,
+        actor: &Actor,
         mut input: CreateIn,
         parent: Option<String>,
+        also: Option<AlsoInTx>,
     ) -> Result<Submitted> {
         if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
             return self.replayed_submission(key, seq).await;
@@ -356,6 +382,9 @@ impl Sessions {
                 }
                 let (key, seq) =
                     insert_new_session(tx, &actor, &plan, &input, machine, None, &images)?;
+                if let Some(also) = also {
+                    also(tx, &key)?;
+                }
                 Ok((key, seq, true))
             })
             .await?;

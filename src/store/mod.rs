@@ -13,6 +13,7 @@
 pub mod identity;
 mod migrate;
 pub mod reads;
+pub mod schedules;
 mod writer;
 pub mod writes;
 

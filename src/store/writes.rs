@@ -274,6 +274,7 @@ impl Tx<'_> {
             "DELETE FROM client_requests WHERE session_id = ?1",
             [&key.id],
         )?;
+        c.execute("DELETE FROM schedule_runs WHERE session_id = ?1", [&key.id])?;
         c.execute("DELETE FROM sessions WHERE pk = ?1", [key.pk])?;
         self.set_counters(
             key.pk,

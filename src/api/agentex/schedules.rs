@@ -1,0 +1,372 @@
+//! Agent run schedules (`/agentex/agents/{agent_id}/schedules/...`): the 16 operations of the
+//! seed's `AgentsSchedules` group, each a thin call into [`crate::schedules`].
+//!
+//! A schedule is addressed by id or by name under its agent (skip and unskip by id only, as in
+//! the seed). Every response is the `RunSchedule` shape the official client validates:
+//! single-schedule responses carry the live fields (`next_action_times`,
+//! `live_data_available: true`); the list carries them when asked with `include_live=true`, and
+//! `live_data_available: null` otherwise.
+
+use std::marker::PhantomData;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::api::body::{self, Query};
+use crate::api::context::AppState;
+use crate::api::{at, no_route};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::schedules::{Creator, NewSchedule, Schedule, ScheduleChange, Schedules};
+use crate::sessions::Actor;
+use crate::store::schedules::ScheduleRef;
+
+/// How the initial input reaches each new task: as its first message (sessiond starts every
+/// session with its first prompt, which is what `message/send` does).
+const INITIAL_INPUT_METHOD: &str = "message/send";
+/// Default and largest `limit` of the list.
+const LIST_DEFAULT: u32 = 100;
+const LIST_MAX: u32 = 1000;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    // `/name/{name}` comes before `/{schedule_id}/…`, so that a schedule named `pause` (or
+    // `trigger`, …) is reachable by name; ids never read `name`.
+    cfg.service(
+        web::scope("/agents/{agent_id}/schedules")
+            .service(
+                at("", "GET, POST")
+                    .route(web::get().to(list))
+                    .route(web::post().to(create)),
+            )
+            .service(
+                at("/name/{name}", "GET, PATCH, DELETE")
+                    .route(web::get().to(get::<ByName>))
+                    .route(web::patch().to(update::<ByName>))
+                    .route(web::delete().to(delete::<ByName>)),
+            )
+            .service(at("/name/{name}/pause", "POST").route(web::post().to(pause::<ByName>)))
+            .service(at("/name/{name}/resume", "POST").route(web::post().to(resume::<ByName>)))
+            .service(at("/name/{name}/trigger", "POST").route(web::post().to(trigger::<ByName>)))
+            .service(
+                at("/{schedule_id}", "GET, PATCH, DELETE")
+                    .route(web::get().to(get::<ById>))
+                    .route(web::patch().to(update::<ById>))
+                    .route(web::delete().to(delete::<ById>)),
+            )
+            .service(at("/{schedule_id}/pause", "POST").route(web::post().to(pause::<ById>)))
+            .service(at("/{schedule_id}/resume", "POST").route(web::post().to(resume::<ById>)))
+            .service(at("/{schedule_id}/trigger", "POST").route(web::post().to(trigger::<ById>)))
+            .service(at("/{schedule_id}/skip", "POST").route(web::post().to(skip::<ById>)))
+            .service(at("/{schedule_id}/unskip", "POST").route(web::post().to(unskip::<ById>)))
+            .default_service(web::to(no_route)),
+    );
+}
+
+/// Whether the second path segment is a schedule's id or its name.
+trait Addressing {
+    fn target(segment: String) -> ScheduleRef;
+}
+
+struct ById;
+struct ByName;
+
+impl Addressing for ById {
+    fn target(segment: String) -> ScheduleRef {
+        ScheduleRef::Id(segment)
+    }
+}
+
+impl Addressing for ByName {
+    fn target(segment: String) -> ScheduleRef {
+        ScheduleRef::Name(segment)
+    }
+}
+
+/// `(agent_id, schedule id or name)`, typed by how the schedule is addressed.
+struct Target<A> {
+    agent_id: String,
+    schedule: ScheduleRef,
+    _by: PhantomData<A>,
+}
+
+impl<A: Addressing> Target<A> {
+    fn of(path: web::Path<(String, String)>) -> Target<A> {
+        let (agent_id, segment) = path.into_inner();
+        Target {
+            agent_id,
+            schedule: A::target(segment),
+            _by: PhantomData,
+        }
+    }
+}
+
+/// A JSON body decoded into `T`; an empty body reads as `{}` when `T` allows it.
+async fn json_body<T: DeserializeOwned>(
+    state: &AppState,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T> {
+    let bytes =
+        body::read_limited(req, payload, state.sessions.config().limits.max_body_bytes).await?;
+    let raw: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?
+    };
+    if !raw.is_object() {
+        return Err(Error::invalid("body: must be a JSON object"));
+    }
+    serde_path_to_error::deserialize(&raw).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            Error::invalid(format!("body: {}", e.inner()))
+        } else {
+            Error::invalid(format!("{path}: {}", e.inner()))
+        }
+    })
+}
+
+fn time(ms: Option<i64>) -> Value {
+    ms.map(|t| Value::String(clock::rfc3339(t)))
+        .unwrap_or(Value::Null)
+}
+
+fn times(list: Vec<i64>) -> Value {
+    Value::Array(
+        list.into_iter()
+            .map(|t| Value::String(clock::rfc3339(t)))
+            .collect(),
+    )
+}
+
+/// A schedule as the seed's `RunSchedule`. `live`: with the upcoming tick times.
+fn view(s: &Schedule, now: i64, live: bool) -> Value {
+    let r = &s.row;
+    let creator = match &s.creator {
+        Creator::User { user_id } => json!({
+            "principal_type": "user",
+            "user_id": user_id,
+            "account_id": r.workspace_id,
+        }),
+        Creator::ServiceAccount { service_account_id } => json!({
+            "principal_type": "service_account",
+            "service_account_id": service_account_id,
+            "account_id": r.workspace_id,
+        }),
+    };
+    let mut v = json!({
+        "id": r.id,
+        "agent_id": r.agent_id,
+        "name": r.name,
+        "description": r.description,
+        "cron_expression": r.cron_expression,
+        "interval_seconds": r.interval_seconds,
+        "timezone": r.timezone,
+        "start_at": time(r.start_at),
+        "end_at": time(r.end_at),
+        "paused": r.paused,
+        "state": if r.paused { "PAUSED" } else { "ACTIVE" },
+        "task_params": s.task_params,
+        "task_metadata": s.task_metadata,
+        "initial_input": s.initial_input,
+        "initial_input_method": INITIAL_INPUT_METHOD,
+        "creator_principal": creator,
+        "created_at": time(Some(r.created_at)),
+        "updated_at": time(Some(r.updated_at)),
+        "num_actions_taken": r.num_actions,
+        "last_action_time": time(r.last_action_at),
+        "skipped_action_times": times(s.skipped_times(now)),
+        "live_data_available": if live { Value::Bool(true) } else { Value::Null },
+    });
+    if live {
+        v["next_action_times"] = times(s.next_times(now));
+    }
+    v
+}
+
+fn one(s: &Schedule) -> HttpResponse {
+    HttpResponse::Ok().json(view(s, clock::now_ms(), true))
+}
+
+async fn create(
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let spec: NewSchedule = json_body(&state, &req, payload).await?;
+    let s = schedules.create(&actor, &path, spec).await?;
+    Ok(one(&s))
+}
+
+async fn list(
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<String>,
+    req: HttpRequest,
+) -> Result<HttpResponse> {
+    let q = Query::parse(&req)?;
+    let limit = q.limit("limit", LIST_DEFAULT, LIST_MAX)?;
+    let live = match q.get("include_live") {
+        None => false,
+        Some(v) if v.eq_ignore_ascii_case("true") || v == "1" => true,
+        Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => false,
+        Some(_) => return Err(Error::invalid("include_live: must be true or false")),
+    };
+    let found = schedules.list(&actor, &path, limit).await?;
+    let now = clock::now_ms();
+    let items: Vec<Value> = found.iter().map(|s| view(s, now, live)).collect();
+    Ok(HttpResponse::Ok().json(json!({ "total": items.len(), "run_schedules": items })))
+}
+
+async fn get<A: Addressing>(
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse> {
+    let t = Target::<A>::of(path);
+    Ok(one(&schedules
+        .get(&actor, &t.agent_id, &t.schedule)
+        .await?))
+}
+
+async fn update<A: Addressing>(
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let t = Target::<A>::of(path);
+    let change: ScheduleChange = json_body(&state, &req, payload).await?;
+    let s = schedules
+        .update(&actor, &t.agent_id, &t.schedule, change)
+        .await?;
+    Ok(one(&s))
+}
+
+async fn delete<A: Addressing>(
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse> {
+    let t = Target::<A>::of(path);
+    let id = schedules.delete(&actor, &t.agent_id, &t.schedule).await?;
+    let what = match &t.schedule {
+        ScheduleRef::Id(id) => id.clone(),
+        ScheduleRef::Name(name) => name.clone(),
+    };
+    Ok(HttpResponse::Ok().json(json!({
+        "id": id,
+        "message": format!("Run schedule '{what}' deleted successfully"),
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoteBody {
+    #[serde(default)]
+    note: Option<String>,
+}
+
+async fn pause<A: Addressing>(
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let t = Target::<A>::of(path);
+    let b: NoteBody = json_body(&state, &req, payload).await?;
+    let s = schedules
+        .set_paused(&actor, &t.agent_id, &t.schedule, true, b.note)
+        .await?;
+    Ok(one(&s))
+}
+
+async fn resume<A: Addressing>(
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let t = Target::<A>::of(path);
+    let b: NoteBody = json_body(&state, &req, payload).await?;
+    let s = schedules
+        .set_paused(&actor, &t.agent_id, &t.schedule, false, b.note)
+        .await?;
+    Ok(one(&s))
+}
+
+/// Trigger takes no body; one that is sent must still be a JSON object (`{}`).
+async fn trigger<A: Addressing>(
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let t = Target::<A>::of(path);
+    let _: Empty = json_body(&state, &req, payload).await?;
+    let s = schedules.trigger(&actor, &t.agent_id, &t.schedule).await?;
+    Ok(one(&s))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkipBody {
+    scheduled_time: String,
+}
+
+async fn skip<A: Addressing>(
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    skip_or_unskip::<A>(state, schedules, actor, path, req, payload, true).await
+}
+
+async fn unskip<A: Addressing>(
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    skip_or_unskip::<A>(state, schedules, actor, path, req, payload, false).await
+}
+
+async fn skip_or_unskip<A: Addressing>(
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    payload: web::Payload,
+    skip: bool,
+) -> Result<HttpResponse> {
+    let t = Target::<A>::of(path);
+    let b: SkipBody = json_body(&state, &req, payload).await?;
+    let s = schedules
+        .skip(&actor, &t.agent_id, &t.schedule, &b.scheduled_time, skip)
+        .await?;
+    Ok(one(&s))
+}

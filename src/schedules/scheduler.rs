@@ -1,0 +1,204 @@
+//! The scheduler: one task on the runner's runtime that sleeps until the earliest due tick of any
+//! schedule, fires what is due, and looks again.
+//!
+//! It keeps nothing in memory that the database does not have: the next tick of every schedule
+//! is its row's `next_due_at` (one indexed `min()`), and a schedule change wakes it through
+//! [`Schedules`]' notifier. Ticks fire one at a time, earliest first; a tick that finds the row
+//! changed under it (a pause, an edit, a delete) fires nothing and the row is read again.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{CHANGED, Fire, Schedule, Schedules};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::store::schedules::{self as rows, ScheduleRow};
+
+/// Longest single sleep: a wall clock that jumps (NTP, suspend) is noticed within this.
+const MAX_SLEEP: Duration = Duration::from_secs(30);
+/// Due schedules read per query.
+const BATCH: u32 = 64;
+/// Waits after a storage failure, doubling up to the last.
+const BACKOFF_MS: [u64; 5] = [500, 1_000, 5_000, 15_000, 30_000];
+
+pub struct Scheduler {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// What became of one due schedule.
+enum Outcome {
+    Fired,
+    /// Nothing to do (no longer due, or changed meanwhile: look again).
+    Nothing,
+    /// Storage trouble: wait before trying again.
+    Retry(Error),
+    Stop,
+}
+
+impl Scheduler {
+    /// Starts the scheduler on `rt`.
+    pub fn start(schedules: Schedules, rt: &tokio::runtime::Handle) -> Scheduler {
+        let (stop, stopped) = watch::channel(false);
+        let task = rt.spawn(run(schedules, stopped));
+        Scheduler { stop, task }
+    }
+
+    /// Stops after the firing in progress, if any, and waits for that.
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+    }
+}
+
+async fn run(schedules: Schedules, mut stopped: watch::Receiver<bool>) {
+    let mut failures = 0usize;
+    loop {
+        if *stopped.borrow() {
+            break;
+        }
+        match fire_due(&schedules, &stopped).await {
+            Ok(true) => break,
+            Ok(false) => failures = 0,
+            Err(e) => {
+                let wait = BACKOFF_MS[failures.min(BACKOFF_MS.len() - 1)];
+                failures += 1;
+                tracing::error!(error = %e, retry_in_ms = wait, "scheduler: cannot fire schedules");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                    _ = stopped.changed() => break,
+                }
+                continue;
+            }
+        }
+        let next = match schedules.store().read(rows::next_schedule_due).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(error = %e, "scheduler: cannot read the next tick");
+                Some(clock::now_ms() + BACKOFF_MS[1] as i64)
+            }
+        };
+        let wait = match next {
+            Some(due) => {
+                Duration::from_millis((due - clock::now_ms()).max(0) as u64).min(MAX_SLEEP)
+            }
+            None => MAX_SLEEP,
+        };
+        if wait.is_zero() {
+            continue;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = schedules.wake.notified() => {}
+            _ = stopped.changed() => break,
+        }
+    }
+    tracing::debug!("scheduler stopped");
+}
+
+/// Fires every schedule due now. `Ok(true)`: stop requested.
+async fn fire_due(schedules: &Schedules, stopped: &watch::Receiver<bool>) -> Result<bool> {
+    loop {
+        let now = clock::now_ms();
+        let due = schedules
+            .store()
+            .read(move |c| rows::due_schedules(c, now, BATCH))
+            .await?;
+        if due.is_empty() {
+            return Ok(false);
+        }
+        for id in due {
+            if *stopped.borrow() {
+                return Ok(true);
+            }
+            match fire_one(schedules, &id).await {
+                Outcome::Fired | Outcome::Nothing => {}
+                Outcome::Retry(e) => return Err(e),
+                Outcome::Stop => return Ok(true),
+            }
+        }
+    }
+}
+
+async fn fire_one(schedules: &Schedules, id: &str) -> Outcome {
+    let key = id.to_owned();
+    let row = match schedules
+        .store()
+        .read(move |c| rows::schedule_by_id(c, &key))
+        .await
+    {
+        Ok(Some(row)) => row,
+        Ok(None) => return Outcome::Nothing,
+        Err(e) => return Outcome::Retry(e),
+    };
+    let now = clock::now_ms();
+    let Some(due) = row.next_due_at.filter(|d| *d <= now) else {
+        return Outcome::Nothing;
+    };
+    let schedule = match Schedule::from_row(row.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            // A row this binary cannot read must not be retried forever: it stops ticking.
+            tracing::error!(schedule = %id, error = %e, "scheduler: schedule disabled");
+            return settle(schedules, &row, None).await;
+        }
+    };
+    let fire = plan(&schedule, due, now);
+    let Fire::Tick { next, .. } = fire else {
+        return Outcome::Nothing;
+    };
+    match schedules.fire(&schedule, fire).await {
+        Ok(session) => {
+            tracing::info!(
+                schedule = %id,
+                session = %session,
+                trigger = fire.trigger_type(),
+                "schedule fired"
+            );
+            Outcome::Fired
+        }
+        Err(Error::Conflict(CHANGED, _)) | Err(Error::NotFound) => Outcome::Nothing,
+        Err(Error::ShuttingDown) => Outcome::Stop,
+        Err(e @ (Error::Storage(_) | Error::Internal(_))) => Outcome::Retry(e),
+        Err(e) => {
+            // The tick cannot make a session (agent deleted, creator gone, input over a limit
+            // lowered since): it is used up, so the schedule goes on with its next one.
+            tracing::warn!(schedule = %id, error = %e, "schedule tick skipped: no session created");
+            settle(schedules, &schedule.row, next).await
+        }
+    }
+}
+
+async fn settle(schedules: &Schedules, row: &ScheduleRow, next: Option<i64>) -> Outcome {
+    match schedules.consume(row, next).await {
+        Ok(()) => Outcome::Nothing,
+        Err(Error::ShuttingDown) => Outcome::Stop,
+        Err(e) => Outcome::Retry(e),
+    }
+}
+
+/// Which tick a due schedule fires, and when it ticks next: the missed-tick rule.
+///
+/// The due tick fires once. If the tick after it is also past (sessiond was down, or the tick ran
+/// late by more than an interval), the missed ticks are folded into one catch-up run named after
+/// the latest of them, and the schedule continues with its first tick after now.
+pub fn plan(s: &Schedule, due: i64, now: i64) -> Fire {
+    let after_due = s.timing.next_after(due);
+    let next = s.timing.next_after(now);
+    match after_due {
+        Some(t) if t <= now => Fire::Tick {
+            due,
+            fire_time: s.timing.latest_between(due, now).unwrap_or(due),
+            catch_up: true,
+            next,
+        },
+        _ => Fire::Tick {
+            due,
+            fire_time: due,
+            catch_up: false,
+            next,
+        },
+    }
+}
