@@ -848,3 +848,22 @@ fn schedules_and_their_next_times_survive_a_restart() {
     }
     assert_eq!(after["initial_input"]["author"], "agent");
 }
+
+#[test]
+fn deleting_an_agent_deletes_its_schedules() {
+    let s = Server::start_with_config(CONFIG);
+    let agent = new_agent(&s, "short-lived");
+    create(
+        &s,
+        &agent,
+        json!({"name": "orphan", "interval_seconds": 600, "initial_input": {"content": "x"}}),
+    );
+    let (status, v) = s.delete(&s.url("/v1/ws/default/agents/short-lived"));
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = s.get(&sched(&s, &agent, ""));
+    assert_eq!((status, error_code(&v)), (404, "agent_not_found"));
+    // An agent of the same slug is a new agent, without the old one's schedules.
+    let again = new_agent(&s, "short-lived");
+    let (status, v) = s.get(&sched(&s, &again, ""));
+    assert_eq!((status, &v["total"]), (200, &json!(0)), "{v}");
+}
