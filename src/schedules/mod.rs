@@ -451,11 +451,34 @@ impl Definition {
         })
     }
 
-    fn cadence_columns(&self) -> (Option<String>, Option<i64>) {
-        match &self.cadence {
+    /// `row` with this definition's columns; its next tick is counted from `now`.
+    fn write_into(self, row: ScheduleRow, timing: &Timing, now: i64) -> Result<ScheduleRow> {
+        let (cron_expression, interval_seconds) = match &self.cadence {
             CadenceSpec::Cron(e) => (Some(e.trim().to_owned()), None),
             CadenceSpec::Interval(s) => (None, Some(*s)),
-        }
+        };
+        Ok(ScheduleRow {
+            name: self.name,
+            description: self.description,
+            cron_expression,
+            interval_seconds,
+            timezone: self.timezone,
+            anchor_at: self.anchor_at,
+            start_at: self.start_at,
+            end_at: self.end_at,
+            paused: self.paused,
+            initial_input: to_json(&self.initial_input)?,
+            task_params: self.task_params.map(|m| Value::Object(m).to_string()),
+            task_metadata: self.task_metadata.map(|m| Value::Object(m).to_string()),
+            skipped: encode_skipped(&timing.skipped),
+            next_due_at: if self.paused {
+                None
+            } else {
+                timing.next_after(now)
+            },
+            updated_at: now,
+            ..row
+        })
     }
 }
 
@@ -579,35 +602,31 @@ impl Schedules {
             self.limits(),
             self.sessions.config().limits.max_prompt_chars,
         )?;
-        let (cron_expression, interval_seconds) = def.cadence_columns();
-        let row = ScheduleRow {
+        let base = ScheduleRow {
             id: crate::ids::new_id(),
             workspace_id: actor.workspace_id.clone(),
             agent_id: agent_id.to_owned(),
-            name: def.name,
-            description: def.description,
-            cron_expression,
-            interval_seconds,
-            timezone: def.timezone,
-            anchor_at: def.anchor_at,
-            start_at: def.start_at,
-            end_at: def.end_at,
-            paused: def.paused,
-            initial_input: to_json(&def.initial_input)?,
-            task_params: def.task_params.map(|m| Value::Object(m).to_string()),
-            task_metadata: def.task_metadata.map(|m| Value::Object(m).to_string()),
+            name: String::new(),
+            description: None,
+            cron_expression: None,
+            interval_seconds: None,
+            timezone: String::new(),
+            anchor_at: 0,
+            start_at: None,
+            end_at: None,
+            paused: false,
+            initial_input: String::new(),
+            task_params: None,
+            task_metadata: None,
             creator: to_json(&creator)?,
-            skipped: "[]".into(),
-            next_due_at: if def.paused {
-                None
-            } else {
-                timing.next_after(now)
-            },
+            skipped: String::new(),
+            next_due_at: None,
             num_actions: 0,
             last_action_at: None,
             created_at: now,
             updated_at: now,
         };
+        let row = def.write_into(base, &timing, now)?;
         let max = u64::from(self.limits().max_per_agent);
         let inserted = row.clone();
         self.store()
@@ -730,30 +749,7 @@ impl Schedules {
             }
             let mut timing = def.check(&limits, max_prompt)?;
             timing.skipped = s.timing.skipped.range(now + 1..).copied().collect();
-            let (cron_expression, interval_seconds) = def.cadence_columns();
-            let mut row = ScheduleRow {
-                name: def.name,
-                description: def.description,
-                cron_expression,
-                interval_seconds,
-                timezone: def.timezone,
-                anchor_at: def.anchor_at,
-                start_at: def.start_at,
-                end_at: def.end_at,
-                paused: def.paused,
-                initial_input: to_json(&def.initial_input)?,
-                task_params: def.task_params.map(|m| Value::Object(m).to_string()),
-                task_metadata: def.task_metadata.map(|m| Value::Object(m).to_string()),
-                skipped: encode_skipped(&timing.skipped),
-                updated_at: now,
-                ..s.row.clone()
-            };
-            row.next_due_at = if row.paused {
-                None
-            } else {
-                timing.next_after(now)
-            };
-            Ok(row)
+            def.write_into(s.row.clone(), &timing, now)
         })
         .await
     }

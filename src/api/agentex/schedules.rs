@@ -46,8 +46,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::patch().to(update::<ByName>))
                     .route(web::delete().to(delete::<ByName>)),
             )
-            .service(at("/name/{name}/pause", "POST").route(web::post().to(pause::<ByName>)))
-            .service(at("/name/{name}/resume", "POST").route(web::post().to(resume::<ByName>)))
+            .service(
+                at("/name/{name}/pause", "POST").route(web::post().to(set_paused::<ByName, true>)),
+            )
+            .service(
+                at("/name/{name}/resume", "POST")
+                    .route(web::post().to(set_paused::<ByName, false>)),
+            )
             .service(at("/name/{name}/trigger", "POST").route(web::post().to(trigger::<ByName>)))
             .service(
                 at("/{schedule_id}", "GET, PATCH, DELETE")
@@ -55,11 +60,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::patch().to(update::<ById>))
                     .route(web::delete().to(delete::<ById>)),
             )
-            .service(at("/{schedule_id}/pause", "POST").route(web::post().to(pause::<ById>)))
-            .service(at("/{schedule_id}/resume", "POST").route(web::post().to(resume::<ById>)))
+            .service(
+                at("/{schedule_id}/pause", "POST").route(web::post().to(set_paused::<ById, true>)),
+            )
+            .service(
+                at("/{schedule_id}/resume", "POST")
+                    .route(web::post().to(set_paused::<ById, false>)),
+            )
             .service(at("/{schedule_id}/trigger", "POST").route(web::post().to(trigger::<ById>)))
-            .service(at("/{schedule_id}/skip", "POST").route(web::post().to(skip::<ById>)))
-            .service(at("/{schedule_id}/unskip", "POST").route(web::post().to(unskip::<ById>)))
+            .service(at("/{schedule_id}/skip", "POST").route(web::post().to(skip::<ById, true>)))
+            .service(at("/{schedule_id}/unskip", "POST").route(web::post().to(skip::<ById, false>)))
             .default_service(web::to(no_route)),
     );
 }
@@ -275,7 +285,8 @@ struct NoteBody {
     note: Option<String>,
 }
 
-async fn pause<A: Addressing>(
+/// Pause (`PAUSE`) or resume, with an optional note.
+async fn set_paused<A: Addressing, const PAUSE: bool>(
     state: web::Data<AppState>,
     schedules: web::Data<Schedules>,
     actor: Actor,
@@ -286,23 +297,7 @@ async fn pause<A: Addressing>(
     let t = Target::<A>::of(path);
     let b: NoteBody = json_body(&state, &req, payload).await?;
     let s = schedules
-        .set_paused(&actor, &t.agent_id, &t.schedule, true, b.note)
-        .await?;
-    Ok(one(&s))
-}
-
-async fn resume<A: Addressing>(
-    state: web::Data<AppState>,
-    schedules: web::Data<Schedules>,
-    actor: Actor,
-    path: web::Path<(String, String)>,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse> {
-    let t = Target::<A>::of(path);
-    let b: NoteBody = json_body(&state, &req, payload).await?;
-    let s = schedules
-        .set_paused(&actor, &t.agent_id, &t.schedule, false, b.note)
+        .set_paused(&actor, &t.agent_id, &t.schedule, PAUSE, b.note)
         .await?;
     Ok(one(&s))
 }
@@ -332,41 +327,19 @@ struct SkipBody {
     scheduled_time: String,
 }
 
-async fn skip<A: Addressing>(
+/// Skip (`SKIP`) or unskip one upcoming tick.
+async fn skip<A: Addressing, const SKIP: bool>(
     state: web::Data<AppState>,
     schedules: web::Data<Schedules>,
     actor: Actor,
     path: web::Path<(String, String)>,
     req: HttpRequest,
     payload: web::Payload,
-) -> Result<HttpResponse> {
-    skip_or_unskip::<A>(state, schedules, actor, path, req, payload, true).await
-}
-
-async fn unskip<A: Addressing>(
-    state: web::Data<AppState>,
-    schedules: web::Data<Schedules>,
-    actor: Actor,
-    path: web::Path<(String, String)>,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse> {
-    skip_or_unskip::<A>(state, schedules, actor, path, req, payload, false).await
-}
-
-async fn skip_or_unskip<A: Addressing>(
-    state: web::Data<AppState>,
-    schedules: web::Data<Schedules>,
-    actor: Actor,
-    path: web::Path<(String, String)>,
-    req: HttpRequest,
-    payload: web::Payload,
-    skip: bool,
 ) -> Result<HttpResponse> {
     let t = Target::<A>::of(path);
     let b: SkipBody = json_body(&state, &req, payload).await?;
     let s = schedules
-        .skip(&actor, &t.agent_id, &t.schedule, &b.scheduled_time, skip)
+        .skip(&actor, &t.agent_id, &t.schedule, &b.scheduled_time, SKIP)
         .await?;
     Ok(one(&s))
 }
