@@ -451,8 +451,17 @@ impl Definition {
         })
     }
 
-    /// `row` with this definition's columns; its next tick is counted from `now`.
+    /// `row` with this definition's columns. Its next tick is counted from `now`, except that a
+    /// tick already due (and about to fire) stays due if the new timing still has it, so an edit
+    /// never makes a tick vanish.
     fn write_into(self, row: ScheduleRow, timing: &Timing, now: i64) -> Result<ScheduleRow> {
+        let next_due_at = match row.next_due_at {
+            _ if self.paused => None,
+            Some(due) if due <= now && timing.is_tick(due) && !timing.skipped.contains(&due) => {
+                Some(due)
+            }
+            _ => timing.next_after(now),
+        };
         let (cron_expression, interval_seconds) = match &self.cadence {
             CadenceSpec::Cron(e) => (Some(e.trim().to_owned()), None),
             CadenceSpec::Interval(s) => (None, Some(*s)),
@@ -471,11 +480,7 @@ impl Definition {
             task_params: self.task_params.map(|m| Value::Object(m).to_string()),
             task_metadata: self.task_metadata.map(|m| Value::Object(m).to_string()),
             skipped: encode_skipped(&timing.skipped),
-            next_due_at: if self.paused {
-                None
-            } else {
-                timing.next_after(now)
-            },
+            next_due_at,
             updated_at: now,
             ..row
         })

@@ -202,3 +202,75 @@ pub fn plan(s: &Schedule, due: i64, now: i64) -> Fire {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An interval schedule of `every` seconds anchored at 0, skipping `skipped`.
+    fn every(seconds: i64, skipped: &[i64]) -> Schedule {
+        Schedule::from_row(ScheduleRow {
+            id: "s".into(),
+            workspace_id: "w".into(),
+            agent_id: "a".into(),
+            name: "n".into(),
+            description: None,
+            cron_expression: None,
+            interval_seconds: Some(seconds),
+            timezone: "UTC".into(),
+            anchor_at: 0,
+            start_at: None,
+            end_at: None,
+            paused: false,
+            initial_input: r#"{"content":"x"}"#.into(),
+            task_params: None,
+            task_metadata: None,
+            creator: r#"{"principal_type":"user","user_id":"u"}"#.into(),
+            skipped: serde_json::to_string(skipped).unwrap(),
+            next_due_at: Some(seconds * 1000),
+            num_actions: 0,
+            last_action_at: None,
+            created_at: 0,
+            updated_at: 0,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_due_tick_fires_as_itself_even_late_within_its_interval() {
+        let s = every(10, &[]);
+        let fire = plan(&s, 10_000, 10_004);
+        assert_eq!(
+            fire,
+            Fire::Tick {
+                due: 10_000,
+                fire_time: 10_000,
+                catch_up: false,
+                next: Some(20_000)
+            }
+        );
+        let late = plan(&s, 10_000, 19_999);
+        assert_eq!(late.trigger_type(), "scheduled");
+    }
+
+    #[test]
+    fn missed_ticks_fold_into_one_catch_up_named_after_the_latest() {
+        let s = every(10, &[]);
+        // Down from just after 10 s to 45 s: the ticks at 10, 20, 30 and 40 s were missed.
+        assert_eq!(
+            plan(&s, 10_000, 45_000),
+            Fire::Tick {
+                due: 10_000,
+                fire_time: 40_000,
+                catch_up: true,
+                next: Some(50_000)
+            }
+        );
+        // A skipped tick is not what the catch-up stands for.
+        let s = every(10, &[40_000]);
+        let Fire::Tick { fire_time, .. } = plan(&s, 10_000, 45_000) else {
+            panic!("a tick")
+        };
+        assert_eq!(fire_time, 30_000);
+    }
+}

@@ -200,12 +200,15 @@ fn name_taken(name: &str) -> Error {
     )
 }
 
+fn constraint(e: &rusqlite::Error) -> Option<std::ffi::c_int> {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => Some(f.extended_code),
+        _ => None,
+    }
+}
+
 fn is_unique_violation(e: &rusqlite::Error) -> bool {
-    matches!(
-        e,
-        rusqlite::Error::SqliteFailure(f, _)
-            if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
-    )
+    constraint(e) == Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
 }
 
 impl Tx<'_> {
@@ -241,12 +244,11 @@ impl Tx<'_> {
                 s.created_at,
                 s.updated_at,
             ])
-            .map_err(|e| {
-                if is_unique_violation(&e) {
-                    name_taken(&s.name)
-                } else {
-                    e.into()
-                }
+            .map_err(|e| match constraint(&e) {
+                Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE) => name_taken(&s.name),
+                // The agent was deleted since it was looked up.
+                Some(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY) => Error::AgentNotFound,
+                _ => e.into(),
             })?;
         Ok(())
     }
