@@ -33,7 +33,8 @@ CREATE TABLE schedules (
     updated_at       INTEGER NOT NULL,
     UNIQUE (agent_id, name)
 );
-CREATE INDEX schedules_due ON schedules (next_due_at) WHERE next_due_at IS NOT NULL;
+CREATE INDEX schedules_due ON schedules (next_due_at, id) WHERE next_due_at IS NOT NULL;
+CREATE INDEX schedules_by_agent ON schedules (agent_id, created_at, id);
 
 -- Which tick made which session: one row per session a schedule created, removed with the session.
 -- It also keeps what the task was given at fire time (its name, params and metadata).

@@ -558,6 +558,12 @@ impl Schedules {
         self.sessions.store()
     }
 
+    /// Tells the scheduler that a schedule's next tick moved (every operation here does it after
+    /// its commit; this is for writers outside this module, such as benchmarks).
+    pub fn poke(&self) {
+        self.wake.notify_one();
+    }
+
     fn limits(&self) -> &SchedulesConfig {
         &self.sessions.config().schedules
     }
@@ -786,6 +792,11 @@ impl Schedules {
                 "note: at most {MAX_NOTE_CHARS} characters"
             )));
         }
+        let current = self.get(actor, agent_id, r).await?;
+        if current.row.paused == paused {
+            // Already so: nothing to write (and a tick that is due stays due).
+            return Ok(current);
+        }
         let s = self
             .mutate(actor, agent_id, r, move |s, now| {
                 let mut next = s.clone();
@@ -912,44 +923,35 @@ impl Schedules {
         ))
     }
 
-    /// The actor a firing acts as: the schedule's creator, on the schedule channel — as long as
-    /// the creator still belongs to the workspace.
-    async fn fire_actor(&self, s: &Schedule) -> Result<Option<Actor>> {
-        let (ws, creator) = (s.row.workspace_id.clone(), s.creator.clone());
-        let slug = self
-            .store()
-            .read(move |c| {
-                let active = match &creator {
-                    Creator::User { user_id } => identity::is_member(c, user_id, &ws)?,
-                    Creator::ServiceAccount { service_account_id } => {
-                        rows::app_exists(c, service_account_id, &ws)?
-                    }
-                };
-                if active {
-                    store::workspace_slug(c, &ws)
-                } else {
-                    Ok(None)
-                }
-            })
-            .await?;
-        Ok(slug.map(|slug| Actor {
-            workspace_id: s.row.workspace_id.clone(),
-            workspace_slug: slug,
-            user_id: s.creator.user_id().to_owned(),
-            sender: s.creator.sender(),
-            channel: Channel::Schedule,
-        }))
+    /// The slug of a workspace (a firing's actor needs it for the workspace's drive).
+    pub(crate) async fn workspace_slug(&self, workspace_id: &str) -> Result<String> {
+        let ws = workspace_id.to_owned();
+        self.store()
+            .read(move |c| store::workspace_slug(c, &ws))
+            .await?
+            .ok_or(Error::NotFound)
     }
 
     /// Creates the session of one firing, moving the schedule on in the same transaction.
     /// A tick fires only from the row it was computed from (else `schedule_changed`, nothing
     /// written). Returns the new session's id.
     pub async fn fire(&self, s: &Schedule, fire: Fire) -> Result<String> {
-        let Some(actor) = self.fire_actor(s).await? else {
-            return Err(Error::Forbidden(
-                "the schedule's creator no longer belongs to its workspace".into(),
-            ));
+        let slug = self.workspace_slug(&s.row.workspace_id).await?;
+        self.fire_in(s, fire, slug).await
+    }
+
+    /// [`Schedules::fire`] for a caller that knows the workspace's slug. The session runs as the
+    /// schedule's creator, on the schedule channel, and only while the creator still belongs to
+    /// the workspace (checked in the transaction that creates it).
+    pub(crate) async fn fire_in(&self, s: &Schedule, fire: Fire, slug: String) -> Result<String> {
+        let actor = Actor {
+            workspace_id: s.row.workspace_id.clone(),
+            workspace_slug: slug,
+            user_id: s.creator.user_id().to_owned(),
+            sender: s.creator.sender(),
+            channel: Channel::Schedule,
         };
+        let creator = s.creator.clone();
         let fire_time = fire.fire_time();
         let label = s.label(fire_time);
         let title = match fire {
@@ -998,7 +1000,20 @@ impl Schedules {
         };
         let submitted = self
             .sessions
-            .create_with(&actor, input, move |tx, key| {
+            .create_with(&actor, input, title, move |tx, key| {
+                let active = match &creator {
+                    Creator::User { user_id } => {
+                        identity::is_member(tx.conn(), user_id, &expected.workspace_id)?
+                    }
+                    Creator::ServiceAccount { service_account_id } => {
+                        rows::app_exists(tx.conn(), service_account_id, &expected.workspace_id)?
+                    }
+                };
+                if !active {
+                    return Err(Error::Forbidden(
+                        "the schedule's creator no longer belongs to its workspace".into(),
+                    ));
+                }
                 let Some(current) = rows::schedule_by_id(tx.conn(), &expected.id)? else {
                     return Err(Error::NotFound);
                 };
@@ -1030,10 +1045,10 @@ impl Schedules {
                     run.task_name = format!("scheduled-run:{}:manual:{}", run.schedule_id, key.id);
                 }
                 tx.record_schedule_run(&run)?;
-                tx.set_manual_title(key, &title)
+                Ok(())
             })
             .await?;
-        self.wake.notify_one();
+        // No wake-up: the scheduler fired this itself, and a trigger leaves the next tick be.
         Ok(submitted.key.id)
     }
 

@@ -2,10 +2,11 @@
 //! schedule, fires what is due, and looks again.
 //!
 //! It keeps nothing in memory that the database does not have: the next tick of every schedule
-//! is its row's `next_due_at` (one indexed `min()`), and a schedule change wakes it through
+//! is its row's `next_due_at` (the first of a partial index), and a schedule change wakes it through
 //! [`Schedules`]' notifier. Ticks fire one at a time, earliest first; a tick that finds the row
 //! changed under it (a pause, an edit, a delete) fires nothing and the row is read again.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -100,6 +101,8 @@ async fn run(schedules: Schedules, mut stopped: watch::Receiver<bool>) {
 
 /// Fires every schedule due now. `Ok(true)`: stop requested.
 async fn fire_due(schedules: &Schedules, stopped: &watch::Receiver<bool>) -> Result<bool> {
+    // Workspace slugs of this round's firings, read once per workspace.
+    let mut slugs: HashMap<String, String> = HashMap::new();
     loop {
         let now = clock::now_ms();
         let due = schedules
@@ -109,11 +112,20 @@ async fn fire_due(schedules: &Schedules, stopped: &watch::Receiver<bool>) -> Res
         if due.is_empty() {
             return Ok(false);
         }
-        for id in due {
+        for row in due {
             if *stopped.borrow() {
                 return Ok(true);
             }
-            match fire_one(schedules, &id).await {
+            let ws = row.workspace_id.clone();
+            let slug = match slugs.get(&ws) {
+                Some(slug) => slug.clone(),
+                None => {
+                    let slug = schedules.workspace_slug(&ws).await?;
+                    slugs.insert(ws, slug.clone());
+                    slug
+                }
+            };
+            match fire_one(schedules, row, slug).await {
                 Outcome::Fired | Outcome::Nothing => {}
                 Outcome::Retry(e) => return Err(e),
                 Outcome::Stop => return Ok(true),
@@ -122,21 +134,12 @@ async fn fire_due(schedules: &Schedules, stopped: &watch::Receiver<bool>) -> Res
     }
 }
 
-async fn fire_one(schedules: &Schedules, id: &str) -> Outcome {
-    let key = id.to_owned();
-    let row = match schedules
-        .store()
-        .read(move |c| rows::schedule_by_id(c, &key))
-        .await
-    {
-        Ok(Some(row)) => row,
-        Ok(None) => return Outcome::Nothing,
-        Err(e) => return Outcome::Retry(e),
-    };
-    let now = clock::now_ms();
-    let Some(due) = row.next_due_at.filter(|d| *d <= now) else {
+async fn fire_one(schedules: &Schedules, row: ScheduleRow, slug: String) -> Outcome {
+    let id = row.id.clone();
+    let Some(due) = row.next_due_at else {
         return Outcome::Nothing;
     };
+    let now = clock::now_ms();
     let schedule = match Schedule::from_row(row.clone()) {
         Ok(s) => s,
         Err(e) => {
@@ -149,7 +152,7 @@ async fn fire_one(schedules: &Schedules, id: &str) -> Outcome {
     let Fire::Tick { next, .. } = fire else {
         return Outcome::Nothing;
     };
-    match schedules.fire(&schedule, fire).await {
+    match schedules.fire_in(&schedule, fire, slug).await {
         Ok(session) => {
             tracing::info!(
                 schedule = %id,
@@ -159,12 +162,13 @@ async fn fire_one(schedules: &Schedules, id: &str) -> Outcome {
             );
             Outcome::Fired
         }
-        Err(Error::Conflict(CHANGED, _)) | Err(Error::NotFound) => Outcome::Nothing,
+        Err(Error::Conflict(CHANGED, _)) => Outcome::Nothing,
         Err(Error::ShuttingDown) => Outcome::Stop,
         Err(e @ (Error::Storage(_) | Error::Internal(_))) => Outcome::Retry(e),
         Err(e) => {
             // The tick cannot make a session (agent deleted, creator gone, input over a limit
-            // lowered since): it is used up, so the schedule goes on with its next one.
+            // lowered since): it is used up, so the schedule goes on with its next one. (A
+            // schedule deleted meanwhile has no row left for this to change.)
             tracing::warn!(schedule = %id, error = %e, "schedule tick skipped: no session created");
             settle(schedules, &schedule.row, next).await
         }

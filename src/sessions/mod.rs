@@ -281,16 +281,26 @@ impl Sessions {
         self.create_inner(actor, input, parent, None).await
     }
 
-    /// Creates a root session like [`Sessions::create`] and runs `also` in the same transaction
-    /// once the session is in place: its writes commit with the session or not at all, and an
-    /// error from it creates nothing. Schedules record their tick this way, so a tick makes
-    /// exactly one session, also across a crash. (`also` does not run for a retried
-    /// `clientRequestId`.)
-    pub async fn create_with<F>(&self, actor: &Actor, input: CreateIn, also: F) -> Result<Submitted>
+    /// Creates a root session like [`Sessions::create`], titled `title` (a final title: automatic
+    /// titling leaves it), and runs `also` in the same transaction once the session is in place:
+    /// its writes commit with the session or not at all, and an error from it creates nothing.
+    /// Schedules record their tick this way, so a tick makes exactly one session, also across a
+    /// crash. (`also` does not run for a retried `clientRequestId`.)
+    pub async fn create_with<F>(
+        &self,
+        actor: &Actor,
+        input: CreateIn,
+        title: String,
+        also: F,
+    ) -> Result<Submitted>
     where
         F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<()> + Send + 'static,
     {
-        self.create_inner(actor, input, None, Some(Box::new(also)))
+        let also: AlsoInTx = Box::new(move |tx, key| {
+            tx.keep_title(key)?;
+            also(tx, key)
+        });
+        self.create_inner(actor, input, None, Some((title, also)))
             .await
     }
 
@@ -299,8 +309,9 @@ impl Sessions {
         actor: &Actor,
         mut input: CreateIn,
         parent: Option<String>,
-        also: Option<AlsoInTx>,
+        titled: Option<(String, AlsoInTx)>,
     ) -> Result<Submitted> {
+        let (title, also) = titled.unzip();
         if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
             return self.replayed_submission(key, seq).await;
         }
@@ -332,6 +343,7 @@ impl Sessions {
                     created_by: Some(prow.id.clone()),
                     mode: None,
                     bind_default: false,
+                    title: None,
                 }
             }
             None => {
@@ -365,8 +377,13 @@ impl Sessions {
                     created_by: None,
                     mode: None,
                     bind_default: false,
+                    title: None,
                 }
             }
+        };
+        let plan = Plan {
+            title: title.or(plan.title),
+            ..plan
         };
         let actor_c = actor.clone();
         let (key, seq, fresh) = self
@@ -462,6 +479,7 @@ impl Sessions {
                     // R61: default sessions launch in automatic mode.
                     mode: Some("\"auto\""),
                     bind_default: true,
+                    title: None,
                 };
                 let create = CreateIn {
                     prompt: input.prompt.clone(),
@@ -788,6 +806,8 @@ struct Plan {
     mode: Option<&'static str>,
     /// Bind the new session as the agent's default (first default-alias message).
     bind_default: bool,
+    /// A title the caller chose (kept as final); `None`: an excerpt of the prompt.
+    title: Option<String>,
 }
 
 /// The drive root is stored as no cwd.
@@ -811,7 +831,7 @@ fn insert_new_session(
         .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
         .transpose()?;
     let id = crate::ids::new_id();
-    let title = excerpt(&input.prompt);
+    let title = plan.title.clone().unwrap_or_else(|| excerpt(&input.prompt));
     let key = tx.insert_session(&NewSession {
         id: &id,
         workspace_id: &actor.workspace_id,

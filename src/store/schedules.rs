@@ -128,17 +128,21 @@ pub fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
 /// The earliest tick any schedule is waiting for.
 pub fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
     Ok(conn
-        .prepare_cached("SELECT min(next_due_at) FROM schedules WHERE next_due_at IS NOT NULL")?
-        .query_row([], |r| r.get(0))?)
+        .prepare_cached(
+            "SELECT next_due_at FROM schedules WHERE next_due_at IS NOT NULL
+             ORDER BY next_due_at LIMIT 1",
+        )?
+        .query_row([], |r| r.get(0))
+        .optional()?)
 }
 
-/// Ids of schedules whose tick is due at `now`, earliest first, at most `limit`.
-pub fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id FROM schedules WHERE next_due_at IS NOT NULL AND next_due_at <= ?1
-         ORDER BY next_due_at, id LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![now, limit], |r| r.get(0))?;
+/// Schedules whose tick is due at `now`, earliest first, at most `limit`.
+pub fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM schedules WHERE next_due_at IS NOT NULL AND next_due_at <= ?1
+         ORDER BY next_due_at, id LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![now, limit], from_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

@@ -217,6 +217,14 @@ impl Tx<'_> {
     }
 
     /// PATCH title: manual titles are final (never regenerated).
+    /// Makes the session's current title final, as if set by hand: automatic titling leaves it.
+    pub fn keep_title(&mut self, key: &SessionKey) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET title_origin = 'manual' WHERE pk = ?1")?
+            .execute([key.pk])?;
+        Ok(())
+    }
+
     pub fn set_manual_title(&mut self, key: &SessionKey, title: &str) -> Result<()> {
         self.conn
             .prepare_cached(
