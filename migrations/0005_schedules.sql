@@ -50,7 +50,7 @@ CREATE TABLE schedule_runs (
     task_params    TEXT,
     task_metadata  TEXT NOT NULL,
     created_at     INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 -- A tick of the cadence makes at most one session, whatever happens.
 CREATE UNIQUE INDEX schedule_runs_one_per_tick ON schedule_runs (schedule_id, fire_time)
     WHERE trigger_type <> 'manual';

@@ -1038,7 +1038,7 @@ impl Schedules {
                         ..current
                     },
                 };
-                tx.update_schedule(&moved)?;
+                tx.record_schedule_action(&moved)?;
                 let mut run = run;
                 run.session_id = key.id.clone();
                 if run.task_name.is_empty() {
@@ -1066,7 +1066,7 @@ impl Schedules {
                     .range(tx.now + 1..)
                     .copied()
                     .collect();
-                tx.update_schedule(&ScheduleRow {
+                tx.record_schedule_action(&ScheduleRow {
                     next_due_at: next,
                     skipped: encode_skipped(&kept),
                     ..expected

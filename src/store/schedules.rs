@@ -303,6 +303,28 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Writes what a firing changes (the next tick, the skips left, the count and the last
+    /// firing), and nothing else: the row's other columns and indexes stay untouched.
+    pub fn record_schedule_action(&mut self, s: &ScheduleRow) -> Result<()> {
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE schedules SET next_due_at = ?2, skipped = ?3, num_actions = ?4,
+                    last_action_at = ?5 WHERE id = ?1",
+            )?
+            .execute(params![
+                s.id,
+                s.next_due_at,
+                s.skipped,
+                s.num_actions,
+                s.last_action_at
+            ])?;
+        if changed == 0 {
+            return Err(Error::NotFound);
+        }
+        Ok(())
+    }
+
     pub fn delete_schedule(&mut self, id: &str) -> Result<()> {
         let n = self
             .conn
