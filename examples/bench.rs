@@ -544,7 +544,7 @@ fn seed_history(cfg: &Config, events: u64) -> Seeded {
         .unwrap_or_else(|e| die("password hash", e));
     let (ws, agent, user, api_key) = store
         .write_blocking(move |tx| {
-            let ws = tx.ensure_workspace(sessiond::server::DEFAULT_WORKSPACE, "Default")?;
+            let ws = tx.ensure_workspace(sessiond::store::DEFAULT_WORKSPACE, "Default")?;
             let agent: String = tx.conn().query_row(
                 "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
                 [&ws],

@@ -643,7 +643,7 @@ impl Sessiond {
         )
         .unwrap_or_else(|e| die("start runner", e));
         let sessions = Sessions::new(store.clone(), runner.clone(), Arc::new(cfg));
-        runner.attach_sessions(sessions.clone());
+        runner.attach_sessions(Arc::new(sessions.clone()));
         let (user_id, ws_id) = store
             .write_blocking(move |tx| {
                 let ws = sessiond::store::workspace_by_slug(tx.conn(), "default")?

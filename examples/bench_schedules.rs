@@ -99,7 +99,7 @@ fn main() {
     };
     let cfg = Arc::new(cfg);
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
-    runner.attach_sessions(sessions.clone());
+    runner.attach_sessions(Arc::new(sessions.clone()));
     let schedules = Schedules::new(sessions.clone());
     let scheduler = Scheduler::start(schedules.clone(), rt.handle());
     let bench = Bench {

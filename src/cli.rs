@@ -175,7 +175,19 @@ fn load_config(cli: &Cli) -> Result<Config, String> {
         cfg.bind = bind.clone();
     }
     cfg.validate()?;
+    check_engine(&cfg)?;
     Ok(cfg)
+}
+
+/// The config file's default engine is checked with the rest of the file, before any command
+/// runs (`config` knows the settings' shapes, not the engines').
+fn check_engine(cfg: &Config) -> Result<(), String> {
+    match &cfg.engine {
+        Some(engine) => crate::engine::EngineConfig::parse(&engine.to_string())
+            .map(|_| ())
+            .map_err(|e| format!("engine: {e}")),
+        None => Ok(()),
+    }
 }
 
 fn init_logging(format: LogFormat) {
@@ -479,4 +491,20 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
     })();
     store.close();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_files_engines_parse_with_every_option_enabled() {
+        let text = crate::config::tests::example_with_everything_enabled();
+        let cfg: Config = toml::from_str(&text).unwrap();
+        check_engine(&cfg).unwrap();
+        for agent in &cfg.agents {
+            let engine = agent.engine.as_ref().unwrap().to_string();
+            crate::engine::EngineConfig::parse(&engine).unwrap();
+        }
+    }
 }

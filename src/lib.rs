@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod process;
+pub mod projection;
 pub mod runner;
 pub mod schedules;
 pub mod secret;

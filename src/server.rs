@@ -16,10 +16,7 @@ use crate::engine::{Engine, EngineConfig, Engines, scripted::ScriptedEngine};
 use crate::runner::Runner;
 use crate::schedules::{Schedules, scheduler::Scheduler};
 use crate::sessions::Sessions;
-use crate::store::Store;
-
-/// The workspace that exists from the first start.
-pub const DEFAULT_WORKSPACE: &str = "default";
+use crate::store::{DEFAULT_WORKSPACE, Store};
 
 /// Opens the data directory and the store, creating both when missing.
 pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
@@ -174,7 +171,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
-    runner.attach_sessions(sessions.clone());
+    runner.attach_sessions(Arc::new(sessions.clone()));
     let schedules = Schedules::new(sessions.clone());
     let scheduler = Scheduler::start(schedules.clone(), runner_rt.handle());
     let schedules = web::Data::new(schedules);

@@ -78,11 +78,38 @@ fn version_of(python: &str) -> Option<(u32, u32)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// The first interpreter on `PATH` that is new enough: the newest named ones first.
+/// Interpreters to try, newest first: the versioned names on `PATH`, then every CPython that pyenv
+/// installed (its shims answer only for the versions pyenv has selected), then `python3`.
+fn candidates() -> Vec<String> {
+    let mut out = vec!["python3.13".to_owned(), "python3.12".to_owned()];
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    if let Some(Ok(entries)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
+        let mut installed: Vec<((u32, u32, u32), PathBuf)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let mut parts = name.split('.').map(|p| p.parse::<u32>().ok());
+                let version = (parts.next()??, parts.next()??, parts.next()??);
+                Some((version, e.path().join("bin/python3")))
+            })
+            .collect();
+        installed.sort_by_key(|b| std::cmp::Reverse(b.0));
+        out.extend(installed.into_iter().map(|(_, p)| p.display().to_string()));
+    }
+    out.push("python3".to_owned());
+    out
+}
+
+/// The first interpreter that runs and is new enough.
 fn interpreter(min: (u32, u32)) -> Option<(String, (u32, u32))> {
-    ["python3.13", "python3.12", "python3"]
-        .iter()
-        .filter_map(|p| Some((p.to_string(), version_of(p)?)))
+    candidates()
+        .into_iter()
+        .filter_map(|p| {
+            let v = version_of(&p)?;
+            Some((p, v))
+        })
         .find(|(_, v)| *v >= min)
 }
 
@@ -90,7 +117,7 @@ fn interpreter(min: (u32, u32)) -> Option<(String, (u32, u32))> {
 fn venv(suite: &Suite) -> Result<PathBuf, String> {
     let (python, version) = interpreter(suite.python).ok_or_else(|| {
         format!(
-            "no Python >= {}.{} on PATH (tried python3.13, python3.12, python3)",
+            "no Python >= {}.{} (tried python3.13 and python3.12 on PATH, pyenv's versions, python3)",
             suite.python.0, suite.python.1
         )
     })?;

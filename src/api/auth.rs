@@ -117,7 +117,7 @@ pub async fn setup(
             if identity::user_count(tx.conn())? > 0 {
                 return Err(Error::Forbidden("an owner already exists".into()));
             }
-            let ws = tx.ensure_workspace(crate::server::DEFAULT_WORKSPACE, "Default")?;
+            let ws = tx.ensure_workspace(crate::store::DEFAULT_WORKSPACE, "Default")?;
             let id = tx.insert_user(&e, &phc)?;
             tx.add_membership(&id, &ws, "owner")?;
             Ok(id)

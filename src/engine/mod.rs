@@ -1,8 +1,9 @@
 //! Engines run one turn of a session: they read the input, stream progress, append durable steps
 //! and end with a terminal. The runner owns everything around them (claiming, fencing, terminals,
-//! delivery); an engine only talks to its [`TurnIo`].
+//! delivery); an engine only talks to its [`TurnIo`], the port the runner implements.
 
 pub mod command;
+pub mod io;
 pub mod openai;
 pub mod scripted;
 pub mod tools;
@@ -16,8 +17,9 @@ use serde_json::Value;
 
 use crate::config::Policy;
 use crate::error::Result;
-use crate::runner::TurnIo;
 use crate::timeline::{AskQuestion, AttachmentRef, StoredImageRef, Tier};
+
+pub use io::{ChildSession, Delivered, DeltaSink, Origin, SessionMessage, SessionOps, TurnIo};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -77,7 +79,11 @@ pub trait Engine: Send + Sync {
     fn describe(&self) -> String {
         String::new()
     }
-    fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>>;
+    fn run<'a>(
+        &'a self,
+        io: &'a mut dyn TurnIo,
+        input: TurnInput,
+    ) -> BoxFuture<'a, Result<TurnEnd>>;
 
     /// The tier this engine runs a turn at when `requested` is asked for; a different answer is
     /// recorded as `tier_clamped`.
@@ -184,7 +190,11 @@ impl Engine for Unavailable {
         self.reason.clone()
     }
 
-    fn run<'a>(&'a self, _io: &'a mut TurnIo, _input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
+    fn run<'a>(
+        &'a self,
+        _io: &'a mut dyn TurnIo,
+        _input: TurnInput,
+    ) -> BoxFuture<'a, Result<TurnEnd>> {
         Box::pin(async move {
             Ok(TurnEnd::Failed {
                 error: format!("the agent's engine cannot run: {}", self.reason),

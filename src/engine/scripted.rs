@@ -27,8 +27,8 @@ use serde_json::json;
 
 use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
 use crate::clock;
+use crate::engine::TurnIo;
 use crate::error::Result;
-use crate::runner::TurnIo;
 use crate::timeline::{
     AskOption, AskQuestion, Event, Step, Tier, Todo, TodoStatus, ToolOutputPart,
 };
@@ -118,7 +118,11 @@ impl Engine for ScriptedEngine {
         }))
     }
 
-    fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
+    fn run<'a>(
+        &'a self,
+        io: &'a mut dyn TurnIo,
+        input: TurnInput,
+    ) -> BoxFuture<'a, Result<TurnEnd>> {
         Box::pin(async move {
             let resumed: Option<Continuation> = input
                 .resume

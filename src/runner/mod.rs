@@ -22,12 +22,9 @@ use tokio::task::JoinHandle;
 
 use crate::clock;
 use crate::config::RunnerConfig;
-use crate::engine::Engines;
+use crate::engine::{Engines, SessionOps};
 use crate::error::Result;
-use crate::sessions::Sessions;
 use crate::store::{SessionKey, Store};
-
-pub use turn::TurnIo;
 
 /// The answer a submission gets from the runner (R64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +95,7 @@ pub(crate) struct Shared {
     pub data_dir: PathBuf,
     /// The sessions core, for engine tools that start or message other sessions; set once the
     /// core exists (it is built on top of the runner).
-    pub sessions: OnceLock<Sessions>,
+    pub sessions: OnceLock<Arc<dyn SessionOps>>,
 }
 
 #[derive(Clone)]
@@ -149,7 +146,7 @@ impl Runner {
     }
 
     /// Gives engine tools the sessions core (`start_session`, `message_session`).
-    pub fn attach_sessions(&self, sessions: Sessions) {
+    pub fn attach_sessions(&self, sessions: Arc<dyn SessionOps>) {
         let _ = self.shared.sessions.set(sessions);
     }
 

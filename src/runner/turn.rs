@@ -1,9 +1,11 @@
-//! One turn: claim the session, run the engine through a [`TurnIo`], write the terminal.
+//! One turn: claim the session, run the engine through its [`TurnIo`] (the runner's [`Turn`]),
+//! write the terminal.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -12,14 +14,14 @@ use super::{Delivery, Msg, Shared, TurnControl};
 use crate::bus::Frame;
 use crate::clock;
 use crate::drive::Drive;
-use crate::engine::{Engine, InputKind, TurnEnd, TurnInput};
+use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, TurnInput, TurnIo};
 use crate::error::{Error, Result};
-use crate::sessions::{Actor, Channel, Sessions, projection};
+use crate::projection;
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
     AgentLoopState, AgentStatus, AttachmentRef, CompleteStatus, ContextWindowUsage, Event, Level,
-    ModelUsage, Sender, Step, StoredImageRef, SystemMetadata, Tier, Todo, TurnState,
-    TurnStateStatus, Usage,
+    ModelUsage, Step, StoredImageRef, SystemMetadata, Tier, Todo, TurnState, TurnStateStatus,
+    Usage,
 };
 
 /// What the dispatcher needs to know when a turn is over.
@@ -113,18 +115,15 @@ async fn run_turn(
     if let Some(ack) = ack {
         let _ = ack.send(Delivery::Accepted);
     }
-    let mut io = TurnIo {
+    let mut io = Turn {
         store: shared.store.clone(),
         drive: Drive::root_for(&shared.data_dir, &claim.workspace_slug),
         cwd: claim.cwd.clone(),
-        actor: Actor {
+        origin: Origin {
             workspace_id: claim.workspace_id.clone(),
             workspace_slug: claim.workspace_slug.clone(),
             user_id: claim.user_id.clone(),
-            sender: Sender::Session {
-                session_id: key.id.clone(),
-            },
-            channel: Channel::Runner,
+            session_id: key.id.clone(),
         },
         sessions: shared.sessions.get().cloned(),
         measured_usage: false,
@@ -364,7 +363,7 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             if is_external(&input.kind) {
                 tx.record_input_turn(&key, input.seq, started)?;
             }
-            tx.set_turn_status(&key, "running")?;
+            projection::set_turn_status(tx, &key, "running")?;
             projection::refresh_follow_up_queue(tx, &key)?;
             let steers_waiting = tx
                 .pending_inputs(&key)?
@@ -445,9 +444,9 @@ async fn finish(
     generation: u64,
     machine_step: bool,
     end: TurnEnd,
-    io: TurnIo,
+    io: Turn,
 ) -> Result<Outcome> {
-    let TurnIo {
+    let Turn {
         mode,
         messages,
         mut usage,
@@ -590,7 +589,7 @@ fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome
         .filter(|p| p.not_before > now)
         .map(|p| p.not_before)
         .min();
-    tx.set_turn_status(&key, if more { "running" } else { turn_status })?;
+    projection::set_turn_status(tx, &key, if more { "running" } else { turn_status })?;
     Ok(Outcome {
         key: Some(key),
         more,
@@ -706,15 +705,15 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
         .collect())
 }
 
-/// The engine's handle on its turn: durable appends (fenced), live deltas, steering, tasks and
-/// cancellation.
-pub struct TurnIo {
+/// A running turn as the runner keeps it; its engine sees it as its [`TurnIo`]: durable appends
+/// (fenced), live deltas, steering, tasks and cancellation.
+pub struct Turn {
     store: Store,
     drive: Drive,
     cwd: Option<String>,
-    /// The session itself as an actor (tools that start or message other sessions).
-    actor: Actor,
-    sessions: Option<Sessions>,
+    /// The session itself (tools that start or message other sessions act as it).
+    origin: Origin,
+    sessions: Option<Arc<dyn SessionOps>>,
     /// The engine reported real usage; the runner's estimate is not written.
     measured_usage: bool,
     key: SessionKey,
@@ -734,13 +733,52 @@ pub struct TurnIo {
     last_text: Option<String>,
 }
 
-impl TurnIo {
-    pub fn session_id(&self) -> &str {
+impl Turn {
+    /// Runs `f` on the writer as this turn: refused (`StaleTurn`) once the turn has lost its
+    /// session, so nothing a cut-off turn does lands after its terminal (invariant 8).
+    async fn fenced<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let key = self.key.clone();
+        let generation = self.generation;
+        self.store
+            .write(move |tx| {
+                tx.check_generation(&key, generation)?;
+                f(tx, &key)
+            })
+            .await
+    }
+}
+
+impl DeltaSink for Turn {
+    /// Broadcasts volatile progress (a delta); never stored.
+    fn delta(&mut self, step: Step) {
+        let event = Event::Step { step };
+        let Ok(body) = serde_json::to_string(&event) else {
+            return;
+        };
+        self.store.bus().publish_volatile(
+            &self.key.id,
+            self.last_seq,
+            Frame {
+                seq: None,
+                event_type: "step".into(),
+                data: format!("{{\"event\":{body}}}"),
+            },
+        );
+    }
+}
+
+#[async_trait]
+impl TurnIo for Turn {
+    fn session_id(&self) -> &str {
         &self.key.id
     }
 
     /// An image of this session by its storage id: `(mime type, bytes)`.
-    pub async fn image(&self, storage_id: &str) -> Result<Option<(String, Vec<u8>)>> {
+    async fn image(&self, storage_id: &str) -> Result<Option<(String, Vec<u8>)>> {
         let pk = self.key.pk;
         let id = storage_id.to_owned();
         let row = self.store.read(move |c| store::image(c, pk, &id)).await?;
@@ -748,29 +786,29 @@ impl TurnIo {
     }
 
     /// The drive of the session's workspace.
-    pub fn drive(&self) -> &Drive {
+    fn drive(&self) -> &Drive {
         &self.drive
     }
 
     /// The session's working directory, relative to the drive (`None` = the drive root).
-    pub fn cwd(&self) -> Option<&str> {
+    fn cwd(&self) -> Option<&str> {
         self.cwd.as_deref()
     }
 
     /// The session acting on its own behalf (inputs it sends are attributed to it, R7).
-    pub fn actor(&self) -> &Actor {
-        &self.actor
+    fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// The sessions core, for tools that start or message sessions (absent in bare runners).
-    pub fn sessions(&self) -> Option<&Sessions> {
-        self.sessions.as_ref()
+    fn sessions(&self) -> Option<Arc<dyn SessionOps>> {
+        self.sessions.clone()
     }
 
     /// How many sessions up the `createdBySessionId` chain goes from this one (0 for a root
     /// session), counting at most to `max`.
-    pub async fn depth(&self, max: u32) -> Result<u32> {
-        let ws = self.actor.workspace_id.clone();
+    async fn depth(&self, max: u32) -> Result<u32> {
+        let ws = self.origin.workspace_id.clone();
         let mut current = self.key.id.clone();
         let mut depth = 0;
         while depth < max {
@@ -791,14 +829,14 @@ impl TurnIo {
     }
 
     /// What the engine stored about this session at an earlier turn.
-    pub async fn memo(&self) -> Result<Option<Value>> {
+    async fn memo(&self) -> Result<Option<Value>> {
         let pk = self.key.pk;
         let memo = self.store.read(move |c| store::engine_memo(c, pk)).await?;
         Ok(memo.and_then(|m| serde_json::from_str(&m).ok()))
     }
 
     /// Keeps `memo` for the next turns of this session.
-    pub async fn set_memo(&mut self, memo: Value) -> Result<()> {
+    async fn set_memo(&mut self, memo: Value) -> Result<()> {
         let doc = memo.to_string();
         self.fenced(move |tx, key| tx.set_engine_memo(key, Some(&doc)))
             .await
@@ -807,7 +845,7 @@ impl TurnIo {
     /// The conversation of earlier turns, oldest first, as the messages their terminals recorded
     /// (a turn lost in a crash contributes its input), notes as user messages; whole turns only,
     /// newest first until about `budget_chars` of JSON.
-    pub async fn conversation(&self, budget_chars: usize) -> Result<Vec<Value>> {
+    async fn conversation(&self, budget_chars: usize) -> Result<Vec<Value>> {
         const TYPES: [&str; 6] = [
             "turn_started",
             "complete",
@@ -863,18 +901,18 @@ impl TurnIo {
 
     /// The turn's own conversation, recorded on its terminal (and read back by
     /// [`TurnIo::conversation`] in later turns). Starts with the turn's input.
-    pub fn messages_mut(&mut self) -> &mut Vec<Value> {
+    fn messages_mut(&mut self) -> &mut Vec<Value> {
         &mut self.messages
     }
 
     /// The turn's reply (a Job's state result, the text a title is made from).
-    pub fn set_reply(&mut self, text: &str) {
+    fn set_reply(&mut self, text: &str) {
         self.last_text = Some(text.to_owned());
     }
 
     /// Records one model call's measured usage: a `usage` event with the turn's totals so far,
     /// and the session's totals. The runner then writes no estimate for this turn.
-    pub async fn record_usage(
+    async fn record_usage(
         &mut self,
         call: Usage,
         by_model: Vec<ModelUsage>,
@@ -900,22 +938,22 @@ impl TurnIo {
     }
 
     /// True once the turn has been interrupted; engines stop at their next step.
-    pub fn is_cancelled(&self) -> bool {
+    fn is_cancelled(&self) -> bool {
         *self.cancel.borrow()
     }
 
     /// A receiver that turns true when the turn is interrupted (to race against I/O).
-    pub fn cancel_watch(&self) -> watch::Receiver<bool> {
+    fn cancel_watch(&self) -> watch::Receiver<bool> {
         self.cancel.clone()
     }
 
     /// True when a steer message is waiting for [`TurnIo::take_steers`].
-    pub fn steer_waiting(&self) -> bool {
+    fn steer_waiting(&self) -> bool {
         self.control.steer_pending.load(Ordering::SeqCst)
     }
 
     /// Waits `ms` unless interrupted first; returns false when interrupted.
-    pub async fn pause(&mut self, ms: u64) -> bool {
+    async fn pause(&mut self, ms: u64) -> bool {
         if self.is_cancelled() {
             return false;
         }
@@ -925,50 +963,16 @@ impl TurnIo {
         }
     }
 
-    /// Runs `f` on the writer as this turn: refused (`StaleTurn`) once the turn has lost its
-    /// session, so nothing a cut-off turn does lands after its terminal (invariant 8).
-    async fn fenced<T, F>(&self, f: F) -> Result<T>
-    where
-        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
-        T: Send + 'static,
-    {
-        let key = self.key.clone();
-        let generation = self.generation;
-        self.store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
-                f(tx, &key)
-            })
-            .await
-    }
-
     /// Appends a durable event unless this turn has lost its session.
-    pub async fn emit(&mut self, event: Event) -> Result<u64> {
+    async fn emit(&mut self, event: Event) -> Result<u64> {
         let seq = self.fenced(move |tx, key| tx.append(key, &event)).await?;
         self.last_seq = seq;
         Ok(seq)
     }
 
-    /// Broadcasts volatile progress (a delta); never stored.
-    pub fn delta(&mut self, step: Step) {
-        let event = Event::Step { step };
-        let Ok(body) = serde_json::to_string(&event) else {
-            return;
-        };
-        self.store.bus().publish_volatile(
-            &self.key.id,
-            self.last_seq,
-            Frame {
-                seq: None,
-                event_type: "step".into(),
-                data: format!("{{\"event\":{body}}}"),
-            },
-        );
-    }
-
     /// Records assistant text in the turn's conversation and, until the engine measures usage,
     /// in the estimate.
-    pub fn say(&mut self, text: &str) {
+    fn say(&mut self, text: &str) {
         if !self.measured_usage {
             self.usage.output += estimate_tokens(text);
         }
@@ -977,13 +981,13 @@ impl TurnIo {
         self.last_text = Some(text.to_owned());
     }
 
-    pub fn next_local_id(&mut self) -> u64 {
+    fn next_local_id(&mut self) -> u64 {
         self.local_ids += 1;
         self.local_ids
     }
 
     /// Replaces the session's todo list (event + snapshot field).
-    pub async fn set_todos(&mut self, todos: Vec<Todo>) -> Result<()> {
+    async fn set_todos(&mut self, todos: Vec<Todo>) -> Result<()> {
         let doc = serde_json::to_string(&todos).map_err(|e| Error::Internal(e.to_string()))?;
         self.todos = Some(todos.clone());
         let seq = self
@@ -999,7 +1003,7 @@ impl TurnIo {
 
     /// Starts a background task of this turn (`kind`: tool, subagent or scheduled) and returns
     /// its id (`t1`, `t2`, ...).
-    pub async fn start_task(&mut self, kind: &str, name: &str, label: &str) -> Result<String> {
+    async fn start_task(&mut self, kind: &str, name: &str, label: &str) -> Result<String> {
         let generation = self.generation;
         let (kind, name, label) = (kind.to_owned(), name.to_owned(), label.to_owned());
         let (id, seq) = self
@@ -1021,7 +1025,7 @@ impl TurnIo {
     }
 
     /// Appends a chunk of a task's output, and a heartbeat when one is due.
-    pub async fn task_output(&mut self, id: &str, chunk: &str) -> Result<()> {
+    async fn task_output(&mut self, id: &str, chunk: &str) -> Result<()> {
         self.emit(Event::TaskOutput {
             task_id: id.to_owned(),
             chunk: chunk.to_owned(),
@@ -1034,7 +1038,7 @@ impl TurnIo {
     }
 
     /// A `heartbeat` when tasks are running and one is due.
-    pub async fn heartbeat_if_due(&mut self) -> Result<()> {
+    async fn heartbeat_if_due(&mut self) -> Result<()> {
         if !self.active_tasks.is_empty() && self.last_heartbeat.elapsed() >= self.heartbeat_every {
             self.heartbeat().await?;
         }
@@ -1042,7 +1046,7 @@ impl TurnIo {
     }
 
     /// A `heartbeat` naming the tasks still running.
-    pub async fn heartbeat(&mut self) -> Result<()> {
+    async fn heartbeat(&mut self) -> Result<()> {
         self.last_heartbeat = tokio::time::Instant::now();
         self.emit(Event::Heartbeat {
             timestamp: clock::now_ms() as f64,
@@ -1053,7 +1057,7 @@ impl TurnIo {
     }
 
     /// Settles a task: `completed` with `result`, `failed` with `error`, `stopped` with `reason`.
-    pub async fn settle_task(&mut self, id: &str, status: &str, detail: Value) -> Result<()> {
+    async fn settle_task(&mut self, id: &str, status: &str, detail: Value) -> Result<()> {
         let (id_c, status_c) = (id.to_owned(), status.to_owned());
         let seq = self
             .fenced(move |tx, key| {
@@ -1083,7 +1087,7 @@ impl TurnIo {
 
     /// Takes the steer messages that arrived since the last call (oldest first), marking them
     /// delivered to this turn.
-    pub async fn take_steers(&mut self) -> Result<Vec<String>> {
+    async fn take_steers(&mut self) -> Result<Vec<String>> {
         if !self.control.steer_pending.swap(false, Ordering::SeqCst) {
             return Ok(Vec::new());
         }

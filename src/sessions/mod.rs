@@ -3,10 +3,9 @@
 //! Each write is one store job that appends its events and updates the projection in the same
 //! transaction (invariant 1); the runner hears of new inputs only after COMMIT.
 
-pub mod bucket;
 mod images;
-pub mod projection;
 mod query;
+mod session_tools;
 pub mod view;
 mod wait;
 
@@ -19,6 +18,7 @@ use crate::clock;
 use crate::config::Config;
 use crate::drive::Drive;
 use crate::error::{Error, Result};
+use crate::projection;
 use crate::runner::machine::{self, MachineState};
 use crate::runner::{Delivery, Runner};
 use crate::store::{self, JsonColumn, NewInput, NewSession, SessionKey, Store, Tx};
@@ -695,7 +695,7 @@ impl Sessions {
                         not_before: 0,
                     },
                 )?;
-                tx.set_turn_status(&key, "running")?;
+                projection::set_turn_status(tx, &key, "running")?;
                 remember(tx, &actor, &common, &key, seq)?;
                 Ok((key, seq, true))
             })
@@ -917,7 +917,7 @@ fn add_message(
         images,
     )?;
     if !row.turn_active {
-        tx.set_turn_status(key, "running")?;
+        projection::set_turn_status(tx, key, "running")?;
     } else if input.behavior == Behavior::FollowUp {
         projection::refresh_follow_up_queue(tx, key)?;
     }

@@ -1,7 +1,6 @@
 //! Everything the writer thread does to the database, as methods on [`Tx`].
 
 use rusqlite::{OptionalExtension, params};
-use serde_json::Value;
 
 use super::Tx;
 use crate::bus::Frame;
@@ -38,6 +37,9 @@ pub struct NewInput<'a> {
     pub images: Option<&'a str>,
     pub not_before: i64,
 }
+
+/// The workspace that exists from the first start.
+pub const DEFAULT_WORKSPACE: &str = "default";
 
 impl Tx<'_> {
     /// Finds a workspace by slug, creating it (and its `root` agent) when missing.
@@ -162,17 +164,13 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Sets the turn status and the bucket derived from it (and from the machine, when present).
-    pub fn set_turn_status(&mut self, key: &SessionKey, turn_status: &str) -> Result<()> {
-        let machine: Option<String> = self
-            .conn
-            .prepare_cached("SELECT machine FROM sessions WHERE pk = ?1")?
-            .query_row([key.pk], |r| r.get(0))?;
-        let activity = machine
-            .as_deref()
-            .and_then(|m| serde_json::from_str::<Value>(m).ok())
-            .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned));
-        let bucket = crate::sessions::bucket::derive(turn_status, activity.as_deref());
+    /// Sets the turn status and the bucket (derived by `projection::set_turn_status`).
+    pub fn set_turn_status(
+        &mut self,
+        key: &SessionKey,
+        turn_status: &str,
+        bucket: &str,
+    ) -> Result<()> {
         self.conn
             .prepare_cached(
                 "UPDATE sessions SET turn_status = ?2, bucket = ?3, updated_at = ?4 WHERE pk = ?1",

@@ -46,9 +46,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
+use crate::engine::TurnIo;
 use crate::error::{Error, Result};
 use crate::process::{Output, Process, ProcessSpec, describe_status};
-use crate::runner::TurnIo;
 use crate::timeline::{AskQuestion, ContextWindowUsage, Event, Step, Todo, Usage};
 
 /// The prompt of a run started by a wake (the CLI slept through a timer).
@@ -255,7 +255,7 @@ pub(crate) fn malformed(kind: &str, err: impl std::fmt::Display) -> Action {
 /// Background tasks one turn of a program may start.
 const MAX_TASKS: usize = 256;
 
-async fn unknown_task(io: &mut TurnIo, run: &mut Run, id: &str) -> Result<()> {
+async fn unknown_task(io: &mut dyn TurnIo, run: &mut Run, id: &str) -> Result<()> {
     let message = format!("ignored a line about task `{id}`, which was not started");
     step_of_run(io, run, Step::System { message }).await
 }
@@ -326,7 +326,11 @@ impl Engine for CommandEngine {
         format!("`{}` ({protocol} protocol)", self.cfg.program)
     }
 
-    fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
+    fn run<'a>(
+        &'a self,
+        io: &'a mut dyn TurnIo,
+        input: TurnInput,
+    ) -> BoxFuture<'a, Result<TurnEnd>> {
         Box::pin(async move {
             let resumable = self.cfg.resume && self.cfg.protocol != Protocol::Generic;
             let cli_session = if resumable {
@@ -373,7 +377,7 @@ impl CommandEngine {
             .unwrap_or(&self.cfg.program)
     }
 
-    fn work_dir(io: &TurnIo) -> Result<PathBuf> {
+    fn work_dir(io: &dyn TurnIo) -> Result<PathBuf> {
         io.drive().ensure()?;
         Ok(match io.cwd().filter(|c| !c.is_empty()) {
             Some(cwd) => io.drive().root().join(cwd),
@@ -384,7 +388,7 @@ impl CommandEngine {
     /// One run of the CLI: spawn, map its output, end it.
     async fn run_once(
         &self,
-        io: &mut TurnIo,
+        io: &mut dyn TurnIo,
         turn: &mut Turn,
         prompt: &str,
         kind: &str,
@@ -487,7 +491,7 @@ impl CommandEngine {
 
     async fn apply(
         &self,
-        io: &mut TurnIo,
+        io: &mut dyn TurnIo,
         turn: &mut Turn,
         run: &mut Run,
         action: Action,
@@ -608,7 +612,7 @@ impl CommandEngine {
 
 /// Records a step of a run: text is also the turn's reply; a tool call whose start was not
 /// reported gets one first, so every call has its start.
-async fn step_of_run(io: &mut TurnIo, run: &mut Run, step: Step) -> Result<()> {
+async fn step_of_run(io: &mut dyn TurnIo, run: &mut Run, step: Step) -> Result<()> {
     match &step {
         Step::Text { text } if text.is_empty() => return Ok(()),
         Step::Text { text } => {

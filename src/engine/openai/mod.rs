@@ -23,11 +23,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use self::stream::{CallError, DeltaSink, RawUsage, Reply, Request};
+use self::stream::{CallError, RawUsage, Reply, Request};
 use super::tools::{Outcome, Toolbox, ToolsConfig, TurnTools};
 use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
+use crate::engine::TurnIo;
 use crate::error::{Error, Result};
-use crate::runner::TurnIo;
 use crate::timeline::{
     ContextWindowUsage, Event, Level, ModelTransport, ModelUsage, Step, Tier, ToolOutputPart,
     Usage, UsageCost,
@@ -278,7 +278,7 @@ impl OpenAiEngine {
             .unwrap_or_else(|| self.default_model.clone())
     }
 
-    fn system_prompt(&self, io: &TurnIo) -> String {
+    fn system_prompt(&self, io: &dyn TurnIo) -> String {
         if let Some(p) = &self.cfg.system_prompt {
             return p.clone();
         }
@@ -319,7 +319,7 @@ impl OpenAiEngine {
     }
 
     /// Emits `router_switch` when this turn runs on another model than the session's last turn.
-    async fn note_model(&self, io: &mut TurnIo, tier: Option<Tier>, model: &str) -> Result<()> {
+    async fn note_model(&self, io: &mut dyn TurnIo, tier: Option<Tier>, model: &str) -> Result<()> {
         let memo = io.memo().await?;
         let last = memo
             .as_ref()
@@ -352,7 +352,7 @@ impl OpenAiEngine {
     }
 
     /// Calls the model, retrying what can be retried.
-    async fn call_with_retries(&self, io: &mut TurnIo, body: &Value) -> Result<Called> {
+    async fn call_with_retries(&self, io: &mut dyn TurnIo, body: &Value) -> Result<Called> {
         let key = self.api_key()?;
         let mut attempt = 0u32;
         loop {
@@ -443,7 +443,7 @@ impl OpenAiEngine {
 
     /// Rewrites the turn's opening message when it resumes a tool call (`ask_user` answered,
     /// `sleep_until` woken) so that the model sees it as that call's result.
-    async fn resume(&self, io: &mut TurnIo, input: &TurnInput) -> Result<()> {
+    async fn resume(&self, io: &mut dyn TurnIo, input: &TurnInput) -> Result<()> {
         let resumed = input.resume.as_ref().and_then(|r| {
             Some((
                 r.get("toolCallId")?.as_str()?.to_owned(),
@@ -492,7 +492,7 @@ impl OpenAiEngine {
     /// Puts the input's media in front of the model: small text attachments inline and the
     /// others by path (in the stored message), images as `image_url` parts (returned, sent with
     /// every call of this turn only: the timeline keeps them once, not in each conversation).
-    async fn attach_media(&self, io: &mut TurnIo, input: &TurnInput) -> Result<Vec<Value>> {
+    async fn attach_media(&self, io: &mut dyn TurnIo, input: &TurnInput) -> Result<Vec<Value>> {
         use base64::Engine as _;
         let mut notes = Vec::new();
         for a in &input.attachments {
@@ -544,7 +544,7 @@ impl OpenAiEngine {
         Ok(parts)
     }
 
-    async fn run_turn(&self, io: &mut TurnIo, input: TurnInput) -> Result<TurnEnd> {
+    async fn run_turn(&self, io: &mut dyn TurnIo, input: TurnInput) -> Result<TurnEnd> {
         let model = self.model_for(input.tier);
         self.note_model(io, input.tier, &model).await?;
         self.resume(io, &input).await?;
@@ -656,7 +656,7 @@ impl OpenAiEngine {
     /// name for it).
     async fn record_usage(
         &self,
-        io: &mut TurnIo,
+        io: &mut dyn TurnIo,
         model: &str,
         raw: RawUsage,
         system_tokens: f64,
@@ -689,7 +689,7 @@ impl OpenAiEngine {
     /// last and ends the turn.
     async fn run_tools(
         &self,
-        io: &mut TurnIo,
+        io: &mut dyn TurnIo,
         tools: &mut TurnTools,
         calls: &[stream::ToolCall],
     ) -> Result<Option<TurnEnd>> {
@@ -830,13 +830,6 @@ enum Called {
     Failed(String),
 }
 
-/// Deltas stream into the turn's volatile tail.
-impl DeltaSink for TurnIo {
-    fn delta(&mut self, step: Step) {
-        TurnIo::delta(self, step);
-    }
-}
-
 impl Engine for OpenAiEngine {
     fn name(&self) -> &'static str {
         "openai"
@@ -853,7 +846,11 @@ impl Engine for OpenAiEngine {
         }
     }
 
-    fn run<'a>(&'a self, io: &'a mut TurnIo, input: TurnInput) -> BoxFuture<'a, Result<TurnEnd>> {
+    fn run<'a>(
+        &'a self,
+        io: &'a mut dyn TurnIo,
+        input: TurnInput,
+    ) -> BoxFuture<'a, Result<TurnEnd>> {
         Box::pin(async move {
             let limit = Duration::from_millis(self.cfg.turn_timeout_ms.max(1));
             match tokio::time::timeout(limit, self.run_turn(io, input)).await {

@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::engine::DeltaSink;
 use crate::timeline::Step;
 
 /// A tool call the model asked for, assembled from its deltas.
@@ -56,11 +57,6 @@ pub enum CallError {
         partial: String,
     },
     Fatal(String),
-}
-
-/// Where deltas go while the reply streams (the turn's volatile tail).
-pub trait DeltaSink: Send {
-    fn delta(&mut self, step: Step);
 }
 
 pub struct Request<'a> {

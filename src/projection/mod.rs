@@ -1,9 +1,26 @@
-//! Projection fields derived from queued inputs, kept in step with the timeline in the same
-//! transaction.
+//! The fields of a session's row derived from its turn, its machine and its queued inputs (the
+//! bucket, the follow-up queue), kept in step with the timeline in the same transaction. Both the
+//! sessions core and the runner change what they derive from, so the rules live here, below both;
+//! the store only writes the values.
+
+pub mod bucket;
+
+use serde_json::Value;
 
 use crate::error::Result;
 use crate::store::{JsonColumn, SessionKey, Tx};
 use crate::timeline::{Event, FollowUpQueueItem};
+
+/// Sets the turn status and the bucket derived from it (and from the machine, when present).
+pub fn set_turn_status(tx: &mut Tx<'_>, key: &SessionKey, turn_status: &str) -> Result<()> {
+    let machine = tx.json_column(key, JsonColumn::Machine)?;
+    let activity = machine
+        .as_deref()
+        .and_then(|m| serde_json::from_str::<Value>(m).ok())
+        .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned));
+    let bucket = bucket::derive(turn_status, activity.as_deref());
+    tx.set_turn_status(key, turn_status, bucket)
+}
 
 /// Recomputes `followUpQueue` from the follow-up prompts still waiting; when it changed, stores it
 /// and appends a `follow_up_queue` event.

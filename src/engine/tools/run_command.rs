@@ -13,14 +13,15 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::Outcome;
+use super::{Call, Outcome, Tool, ToolsConfig};
+use crate::engine::TurnIo;
 use crate::error::{Error, Result};
 use crate::process::{Output, Process, ProcessSpec, describe_status};
-use crate::runner::TurnIo;
 
 /// `tools.runCommand` of an agent's engine.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -68,8 +69,21 @@ impl RunCommandConfig {
         }
         Ok(())
     }
+}
 
-    pub fn definition() -> Value {
+pub struct RunCommand;
+
+#[async_trait]
+impl Tool for RunCommand {
+    fn name(&self) -> &'static str {
+        "run_command"
+    }
+
+    fn description(&self) -> &'static str {
+        "Run a command in the working directory and get its exit status and output. Long runs continue as background tasks."
+    }
+
+    fn parameters(&self) -> Value {
         json!({
             "type": "object",
             "properties": {
@@ -79,6 +93,14 @@ impl RunCommandConfig {
             },
             "required": ["command"]
         })
+    }
+
+    fn offered(&self, cfg: &ToolsConfig) -> bool {
+        cfg.run_command.enabled
+    }
+
+    async fn call(&self, cx: Call<'_>, input: &Value) -> Result<Outcome> {
+        run(&cx.cfg.run_command, cx.io, &mut cx.turn.background, input).await
     }
 }
 
@@ -281,7 +303,7 @@ impl Background {
 
     /// Writes what the background commands printed since the last call as `task_output`,
     /// settles the ones that finished, and returns a message for the model about each of those.
-    pub async fn drain(&mut self, io: &mut TurnIo) -> Result<Vec<String>> {
+    pub async fn drain(&mut self, io: &mut dyn TurnIo) -> Result<Vec<String>> {
         let mut finished = Vec::new();
         let mut i = 0;
         while i < self.tasks.len() {
@@ -327,7 +349,7 @@ impl Background {
 
     /// Waits until every background command has finished, streaming their output and keeping the
     /// turn's heartbeats going; `None` when the turn was interrupted first.
-    pub async fn wait_all(&mut self, io: &mut TurnIo) -> Result<Option<Vec<String>>> {
+    pub async fn wait_all(&mut self, io: &mut dyn TurnIo) -> Result<Option<Vec<String>>> {
         let mut finished = Vec::new();
         while !self.tasks.is_empty() {
             finished.extend(self.drain(io).await?);
@@ -348,10 +370,10 @@ async fn stopped(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|f| *f).await;
 }
 
-/// Runs `run_command`.
-pub async fn run(
+/// Runs one `run_command` call.
+async fn run(
     cfg: &RunCommandConfig,
-    io: &mut TurnIo,
+    io: &mut dyn TurnIo,
     bg: &mut Background,
     input: &Value,
 ) -> Result<Outcome> {

@@ -1,5 +1,5 @@
-//! The file tools: `read_file`, `write_file`, `list_dir` and `search_files`, confined to a
-//! [`Sandbox`] — the session's working directory inside its workspace drive.
+//! The sandbox of the file tools (`read_file`, `write_file`, `list_dir`, `search_files`) and of
+//! `run_command`'s working directory: the session's working directory inside its workspace drive.
 //!
 //! Paths given to a tool are relative to the working directory and checked twice, as
 //! [`crate::drive`] checks drive paths: first lexically ([`drive::normalise`]: no absolute paths,

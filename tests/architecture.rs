@@ -1,0 +1,305 @@
+//! Dependencies point one way: the `crate::` (and `super::`) paths between the crate's top-level
+//! modules form no circle, the engines use nothing above them (no runner, no store, no sessions
+//! core), the store knows no sessions logic and `config` no engine types.
+//!
+//! The graph is read from the source text, which is exactly what a reader (or a change) sees:
+//! every `use` and every path in code outside `#[cfg(test)]` modules counts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module path of a file below `src/` (`engine/openai/mod.rs` → `[engine, openai]`).
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|p| p == "mod" || p == "lib" || p == "main")
+    {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code of a file without comments and without its `#[cfg(test)]` modules.
+fn code(text: &str) -> String {
+    let mut out = String::new();
+    let mut skipping: Option<i32> = None;
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let line = match line.find("//") {
+            Some(i) if !line[..i].contains('"') => &line[..i],
+            _ => line,
+        };
+        if let Some(depth) = skipping.as_mut() {
+            *depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+            if *depth <= 0 && line.contains('}') {
+                skipping = None;
+            }
+            continue;
+        }
+        if line.trim() == "#[cfg(test)]"
+            && lines
+                .peek()
+                .is_some_and(|next| next.trim_start().starts_with("mod ") || next.contains(" mod "))
+        {
+            let header = lines.next().unwrap_or("");
+            let depth = header.matches('{').count() as i32 - header.matches('}').count() as i32;
+            skipping = (depth > 0).then_some(depth);
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+fn ident_at(s: &str) -> &str {
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The top-level modules a file's code names, through `crate::` or `super::` paths.
+fn named_modules(code: &str, me: &[String], aliases: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut push = |name: &str| {
+        let name = aliases.get(name).map_or(name, String::as_str);
+        found.push(name.to_owned());
+    };
+    for (i, _) in code.match_indices("crate::") {
+        if code[..i].ends_with('$') {
+            continue;
+        }
+        let rest = &code[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // `crate::{a, b::c}`: the first segment of each entry.
+            let mut depth = 0;
+            let mut entry_start = true;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => entry_start = true,
+                    c if entry_start && !c.is_whitespace() => {
+                        push(ident_at(&group[j..]));
+                        entry_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            push(ident_at(rest));
+        }
+    }
+    for (i, _) in code.match_indices("super::") {
+        // Only the first `super` of a chain: `super::super::x` counts once.
+        if code[..i].ends_with("super::") {
+            continue;
+        }
+        let mut rest = &code[i..];
+        let mut up = 0;
+        while let Some(r) = rest.strip_prefix("super::") {
+            up += 1;
+            rest = r;
+        }
+        // A `super` path that reaches the crate root names a top-level module.
+        if up >= me.len() {
+            push(ident_at(rest));
+        }
+    }
+    found
+}
+
+fn graph() -> Graph {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let modules: BTreeSet<String> = lib
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|l| l.trim_end_matches(';').to_owned())
+        .collect();
+    // Items the crate root re-exports (`pub use error::{Error, Result}`) belong to their module.
+    let mut aliases = BTreeMap::new();
+    for line in lib.lines() {
+        if let Some(rest) = line.trim().strip_prefix("pub use ") {
+            let module = ident_at(rest).to_owned();
+            for item in rest[module.len()..]
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|s| !s.is_empty())
+            {
+                aliases.insert(item.to_owned(), module.clone());
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph = Graph::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let me = module_path(rel);
+        let Some(top) = me.first().cloned() else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        let deps = graph.entry(top.clone()).or_default();
+        for m in named_modules(&code(&text), &me, &aliases) {
+            if m != top && modules.contains(&m) {
+                deps.insert(m);
+            }
+        }
+    }
+    graph
+}
+
+/// A circle of the graph, if it has one.
+fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &Graph,
+        done: &mut BTreeSet<String>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, done, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut done, &mut Vec::new()))
+}
+
+fn show(graph: &Graph) -> String {
+    graph
+        .iter()
+        .map(|(m, deps)| {
+            format!(
+                "  {m} -> {}",
+                deps.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_module_graph_has_no_circle() {
+    let graph = graph();
+    assert!(
+        graph.get("runner").is_some_and(|d| d.contains("engine")),
+        "the reader misses known edges:\n{}",
+        show(&graph)
+    );
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!(
+            "import circle: {}\nthe graph:\n{}",
+            cycle.join(" -> "),
+            show(&graph)
+        );
+    }
+}
+
+#[test]
+fn engines_the_store_and_config_use_nothing_above_them() {
+    let graph = graph();
+    let rules: [(&str, &[&str]); 3] = [
+        (
+            "engine",
+            &[
+                "runner",
+                "sessions",
+                "store",
+                "projection",
+                "agents",
+                "api",
+                "server",
+                "auth",
+                "uploads",
+                "bus",
+                "web",
+                "cli",
+            ],
+        ),
+        (
+            "store",
+            &[
+                "sessions",
+                "projection",
+                "runner",
+                "engine",
+                "agents",
+                "api",
+                "server",
+                "auth",
+                "uploads",
+                "web",
+                "cli",
+            ],
+        ),
+        (
+            "config",
+            &["engine", "runner", "sessions", "store", "agents"],
+        ),
+    ];
+    for (module, above) in rules {
+        let deps = graph.get(module).cloned().unwrap_or_default();
+        let wrong: Vec<&str> = above
+            .iter()
+            .copied()
+            .filter(|m| deps.contains(*m))
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{module} uses {wrong:?}; it may use only modules below it\n{}",
+            show(&graph)
+        );
+    }
+}
+
+#[test]
+fn the_reader_sees_grouped_super_and_re_exported_paths() {
+    let aliases = BTreeMap::from([("Error".to_owned(), "error".to_owned())]);
+    let me = vec!["engine".to_owned(), "tools".to_owned()];
+    let code = code(
+        "use crate::{clock, timeline::{Step, Event}};\n\
+         use super::super::drive::Drive; // crate::runner in a comment\n\
+         fn f() -> crate::Error { todo!() }\n\
+         #[cfg(test)]\nmod tests {\n    use crate::store;\n}\n",
+    );
+    let mut found = named_modules(&code, &me, &aliases);
+    found.sort();
+    assert_eq!(found, ["clock", "drive", "error", "timeline"]);
+}
