@@ -624,7 +624,7 @@ fn http_client() -> reqwest::Client {
             .unwrap_or_else(|e| die("authorization header", e));
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    reqwest::Client::builder()
+    sessiond::tls::client_builder()
         .no_proxy()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(1)

@@ -652,7 +652,7 @@ fn http_client(key: Option<&str>) -> reqwest::Client {
             .unwrap_or_else(|e| die("authorization header", e));
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    reqwest::Client::builder()
+    sessiond::tls::client_builder()
         .no_proxy()
         .tcp_nodelay(true)
         .default_headers(headers)

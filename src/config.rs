@@ -230,8 +230,14 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        let cfg: Config = toml::from_str(&text)
+        let mut cfg: Config = toml::from_str(&text)
             .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+        // A relative `data_dir` in the file is the file's own neighbour, so a config file pins
+        // its data wherever sessiond is started from.
+        if cfg.data_dir.is_relative() && names_data_dir(&text) {
+            let folder = path.parent().unwrap_or(Path::new("."));
+            cfg.data_dir = folder.join(&cfg.data_dir);
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -265,11 +271,32 @@ impl Config {
         if !(1..=86_400).contains(&self.schedules.min_interval_seconds) {
             return Err("schedules.min_interval_seconds must be between 1 and 86400".into());
         }
+        check_bind(&self.bind)?;
         Ok(())
     }
 
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("sessiond.db")
+    }
+}
+
+/// Whether a config file's text sets `data_dir` (rather than leaving the default).
+fn names_data_dir(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("data_dir"))
+}
+
+/// `HOST:PORT` (a name, an IPv4 address or a bracketed IPv6 address, and a port number); the name
+/// is resolved when the server binds.
+fn check_bind(bind: &str) -> Result<(), String> {
+    let well_formed = bind
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!(
+            "bind: {bind:?} is not HOST:PORT (for example 127.0.0.1:8080, localhost:8090 or [::1]:8080)"
+        ))
     }
 }
 

@@ -22,6 +22,7 @@ pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod timeline;
+pub mod tls;
 pub mod uploads;
 pub mod web;
 

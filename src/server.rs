@@ -1,7 +1,7 @@
 //! `sessiond serve`: wires storage, the runner and the HTTP server together, and takes them down
 //! in the right order on SIGINT/SIGTERM (streams ended, turns interrupted, writer flushed).
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
 
 use actix_web::{App, HttpServer, middleware, web};
@@ -83,24 +83,14 @@ fn raise_open_files_limit() {
     }
 }
 
-/// The engine of agents that do not choose one: `SESSIOND_ENGINE` (a JSON engine object or just
-/// a kind), else the config file's `engine`, else `openai` when the OpenAI variables are set, else
-/// the scripted demo engine that says how to configure a model.
+/// The engine of agents that do not choose one: the configured one (`SESSIOND_ENGINE` or the
+/// config file's `[engine]`, already merged into `cfg.engine` and checked), else `openai` when the
+/// OpenAI variables are set, else the scripted demo engine that says how to configure a model.
 fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
-    let from_env = std::env::var("SESSIOND_ENGINE")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| {
-            let v = v.trim();
-            if v.starts_with('{') {
-                v.to_owned()
-            } else {
-                serde_json::json!({ "kind": v }).to_string()
-            }
-        });
-    let chosen = from_env.or_else(|| cfg.engine.as_ref().map(|e| e.to_string()));
-    if let Some(json) = chosen {
-        return match EngineConfig::parse(&json).map_err(|e| format!("engine: {e}"))? {
+    if let Some(json) = &cfg.engine {
+        return match EngineConfig::parse(&json.to_string())
+            .map_err(|e| format!("engine: {}", engine_problem(&e)))?
+        {
             Some(engine) => engine.build().map_err(|e| format!("engine: {e}")),
             None => Err("engine: give at least its kind".into()),
         };
@@ -114,6 +104,70 @@ fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
         hint: true,
         ..Default::default()
     }))
+}
+
+/// An engine configuration's problem, worded for the person who wrote it: without the `engine:`
+/// prefix the parser puts on its messages (the caller names where the engine came from) and with
+/// serde's "variant" in the words of the `kind` field.
+pub fn engine_problem(e: &crate::Error) -> String {
+    let msg = e.to_string();
+    let msg = msg.strip_prefix("engine: ").unwrap_or(&msg);
+    msg.replace("unknown variant", "unknown engine kind")
+}
+
+/// Listens on every address `bind` resolves to (`localhost:8090` is 127.0.0.1 and ::1; IPv4
+/// first, so that is the printed URL), before anything is written to the data dir, so a port in
+/// use is the first and only thing reported. With port 0 the other addresses try the port the
+/// first one got and are skipped if it is taken there; an address family the machine lacks (no
+/// IPv6) is skipped when another address works.
+fn listen(bind: &str) -> Result<Vec<TcpListener>, String> {
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for addr in bind
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve bind address {bind:?}: {e}"))?
+    {
+        if !addrs.contains(&addr) {
+            addrs.push(addr);
+        }
+    }
+    addrs.sort_by_key(SocketAddr::is_ipv6);
+    let mut listeners: Vec<TcpListener> = Vec::new();
+    let mut skipped = None;
+    for mut addr in addrs {
+        let any_port = addr.port() == 0;
+        if any_port && let Some(first) = listeners.first().and_then(|l| l.local_addr().ok()) {
+            addr.set_port(first.port());
+        }
+        match bind_socket(addr) {
+            Ok(l) => listeners.push(l),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrNotAvailable
+                    || (any_port && !listeners.is_empty()) =>
+            {
+                tracing::warn!(%addr, error = %e, "not listening on this address");
+                skipped = Some(format!("cannot listen on {addr}: {e}"));
+            }
+            Err(e) => return Err(format!("cannot listen on {addr}: {e}")),
+        }
+    }
+    if listeners.is_empty() {
+        return Err(skipped.unwrap_or_else(|| format!("bind address {bind:?} resolves to nothing")));
+    }
+    Ok(listeners)
+}
+
+/// A listening socket as actix makes one (address reuse, a backlog of 1024), IPv6 sockets for
+/// IPv6 only so that `[::]` and `0.0.0.0` can both be bound.
+fn bind_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
 }
 
 /// Says at start-up which engine each agent runs on.
@@ -130,10 +184,9 @@ fn log_engines(store: &Store, engines: &Engines) {
 pub fn serve(cfg: Config) -> Result<(), String> {
     api::schema::self_check()?;
     raise_open_files_limit();
-    let addr: SocketAddr = cfg
-        .bind
-        .parse()
-        .map_err(|_| format!("invalid bind address {:?} (expected ADDR:PORT)", cfg.bind))?;
+    let default = default_engine(&cfg)?;
+    // Listen first: a port in use fails before the data dir or the database are touched.
+    let listeners = listen(&cfg.bind)?;
     let cfg = Arc::new(cfg);
     let bus = Bus::new(
         cfg.stream.channel_capacity,
@@ -160,7 +213,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     }
     crate::process::track_in(children)
         .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
-    let engines = Engines::new(default_engine(&cfg)?, cfg.policy.clone());
+    let engines = Engines::new(default, cfg.policy.clone());
     log_engines(&store, &engines);
     let runner = Runner::start(
         store.clone(),
@@ -181,8 +234,10 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     let state_for_url = state.clone();
 
     let system = actix_web::rt::System::new();
+    let data_dir = cfg.data_dir.clone();
     let result = system.block_on(async {
-        let server = HttpServer::new(move || {
+        let signalled = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
+        let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
                 .app_data(schedules.clone())
@@ -197,20 +252,35 @@ pub fn serve(cfg: Config) -> Result<(), String> {
                 .configure(api::routes_with_ui)
         })
         .disable_signals()
-        .shutdown_timeout(10)
-        .bind(addr)
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        let bound = server.addrs().first().copied().unwrap_or(addr);
+        .shutdown_timeout(10);
+        for listener in listeners {
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            server = server
+                .listen(listener)
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        }
+        let bound = server
+            .addrs()
+            .first()
+            .copied()
+            .ok_or("no listening address")?;
         state_for_url.set_base_url(format!("http://{bound}"));
         println!("sessiond listening on http://{bound}");
+        for other in server.addrs().iter().skip(1) {
+            println!("also listening on http://{other}");
+        }
+        println!("data dir: {}", data_dir.display());
         if let Some(token) = &setup_token {
-            println!("no account yet: open http://{bound}/setup#{token} on this machine to create the owner");
+            println!(
+                "no account yet: open http://{bound}/setup#{token} on this machine to create the owner \
+                 (each start prints a new link)"
+            );
         }
         let server = server.run();
         let handle = server.handle();
         let bus = Arc::clone(&bus);
         actix_web::rt::spawn(async move {
-            shutdown_signal().await;
+            signalled.await;
             tracing::info!("shutting down");
             bus.close_all();
             handle.stop(true).await;
@@ -227,24 +297,26 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     result
 }
 
-async fn shutdown_signal() {
+/// Registers for SIGINT and SIGTERM at once, before the start-up lines are printed, so that a
+/// signal sent as soon as they appear gets the orderly shutdown rather than the default abrupt
+/// exit; resolves on the first of them.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
+        let mut term = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }

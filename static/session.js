@@ -14,6 +14,17 @@ export function bucketBadge(bucket, extra = '') {
   return h('span', { class: `badge badge-${bucket} ${extra}`.trim() }, h('span', { class: 'badge-dot', 'aria-hidden': 'true' }), BUCKET_WORDS[bucket] || bucket);
 }
 
+/**
+ * The badge of one open session: its bucket, except that a finished session says how its last
+ * turn ended when that was not a plain completion (interrupted, failed), as its details do.
+ */
+export function statusBadge(detail, status) {
+  if (detail.bucket === 'done' && status === 'interrupted') {
+    return h('span', { class: 'badge badge-done badge-interrupted' }, h('span', { class: 'badge-dot', 'aria-hidden': 'true' }), 'Interrupted');
+  }
+  return bucketBadge(detail.bucket);
+}
+
 /** The turn status as the latest events tell it, or null when the loaded page does not say. */
 function statusFromEntries(entries) {
   for (let i = entries.length - 1; i >= 0; i--) {
@@ -622,7 +633,7 @@ export function sessionView(ctx, id) {
     document.title = `${title} · sessiond`;
     const agentSlug = ctx.agents.find((a) => a.id === d.agent?.id)?.slug;
     add(clear(meta), [
-      bucketBadge(d.bucket),
+      statusBadge(d, pane.status()),
       d.archivedAt ? h('span', { class: 'badge badge-archived' }, icon('archive'), 'Archived') : null,
       d.agent && (agentSlug
         ? h('a', { class: 'chip-link', href: ctx.href(`/agents/${encodeURIComponent(agentSlug)}`) }, icon('bot'), d.agent.name)

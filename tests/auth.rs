@@ -38,7 +38,7 @@ const COOKIE: &str = "sessiond_session";
 /// A client that sends no credential unless told to (one pool for the whole file).
 fn plain_client() -> Client {
     static CLIENT: LazyLock<Client> = LazyLock::new(|| {
-        Client::builder()
+        http_builder()
             .timeout(Duration::from_secs(30))
             .build()
             .expect("http client")
@@ -208,7 +208,7 @@ fn cli_stdin(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
 
 /// Creates a person; returns their id.
 fn create_user(dir: &Path, email: &str, password: &str, ws: &str, role: &str) -> String {
-    cli_stdin(
+    let said = cli_stdin(
         dir,
         &[
             "user",
@@ -222,7 +222,12 @@ fn create_user(dir: &Path, email: &str, password: &str, ws: &str, role: &str) ->
             role,
         ],
         Some(&format!("{password}\n")),
-    )
+    );
+    // `created EMAIL as ROLE of workspace WS (user ID)`
+    said.rsplit_once("(user ")
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("user create said {said:?}"))
+        .to_owned()
 }
 
 fn create_key(dir: &Path, email: &str, ws: &str, scopes: &[&str], name: &str) -> String {
@@ -1793,7 +1798,7 @@ fn workspaces_are_isolated_404_and_nothing_leaks_invariant_10() {
     for cred in &creds {
         let r = send(
             cred.apply(
-                Client::builder()
+                http_builder()
                     .timeout(Duration::from_secs(10))
                     .build()
                     .unwrap()
@@ -2066,6 +2071,16 @@ impl Own {
             .expect("a line on stdout within 30 s")
     }
 
+    /// The next stdout line that starts with `prefix` (skipping others, such as the data dir).
+    fn line_starting(&self, prefix: &str) -> String {
+        loop {
+            let line = self.line();
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    }
+
     /// SIGTERM, bounded wait; returns everything written to stderr.
     fn stop(&mut self) -> String {
         let mut c = self.child.take().expect("running");
@@ -2101,7 +2116,7 @@ fn first_run_setup_with_the_one_time_token() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
     let srv = Own::start(&dir, "warn");
-    let line = srv.line();
+    let line = srv.line_starting("no account yet");
     let token = line
         .strip_prefix("no account yet: open ")
         .and_then(|rest| rest.split_whitespace().next())
@@ -2110,7 +2125,7 @@ fn first_run_setup_with_the_one_time_token() {
             assert_eq!(base, srv.base, "{line}");
             token.to_owned()
         })
-        .unwrap_or_else(|| panic!("unexpected second line {line:?}"));
+        .unwrap_or_else(|| panic!("unexpected setup line {line:?}"));
     assert!(
         URL_SAFE_NO_PAD.decode(&token).map(|b| b.len()).unwrap_or(0) >= 16,
         "setup token {token:?} is not >= 128 bits"
@@ -2203,6 +2218,7 @@ fn a_server_with_an_account_offers_no_setup() {
 fn the_log_never_contains_keys_or_passwords() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
+    std::fs::create_dir_all(&dir).expect("data dir");
     create_user(&dir, OWNER_EMAIL, OWNER_PASSWORD, WS, "owner");
     let key = create_key(
         &dir,

@@ -105,7 +105,10 @@ pub async fn setup(
     password::check_strength(&b.password)?;
     if !state.auth.take_setup(&b.token) {
         return Err(Error::Forbidden(
-            "the setup link is not valid (or was already used)".into(),
+            "this setup link is not valid: sessiond prints a new one each time it starts and \
+             only the latest works (or the link was already used); open the link of its latest \
+             start"
+                .into(),
         ));
     }
     let phc = password::hash(&b.password)?;

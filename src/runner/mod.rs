@@ -76,6 +76,17 @@ pub(crate) struct TurnControl {
     pub steer_notify: Notify,
     /// The fencing generation once the turn has claimed its session (0 before).
     pub generation: AtomicU64,
+    /// Text streamed (as deltas) since the turn's last durable `text` step: what the reader saw
+    /// arrive and has not been stored yet. An interrupted turn writes it as its last `text` step,
+    /// so the partial reply stays in the timeline whichever engine streamed it.
+    pub unsaid: std::sync::Mutex<String>,
+}
+
+impl TurnControl {
+    /// Takes the unsaid text (leaving it empty).
+    pub fn take_unsaid(&self) -> String {
+        std::mem::take(&mut *self.unsaid.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 struct Active {
@@ -380,6 +391,7 @@ impl Dispatcher {
             steer_pending: AtomicBool::new(false),
             steer_notify: Notify::new(),
             generation: AtomicU64::new(0),
+            unsaid: std::sync::Mutex::new(String::new()),
         });
         let pk = key.pk;
         let task = tokio::spawn(turn::run(
@@ -428,8 +440,9 @@ impl Dispatcher {
         let shared = Arc::clone(&self.shared);
         let tx = self.tx.clone();
         let key = active.key.clone();
+        let partial = active.control.take_unsaid();
         tokio::spawn(async move {
-            let outcome = turn::force_interrupted(&shared, key, generation).await;
+            let outcome = turn::force_interrupted(&shared, key, generation, partial).await;
             let _ = tx.send(Msg::TurnEnded { pk, outcome });
         });
     }

@@ -418,6 +418,9 @@ pub(crate) fn turn_state(
     }
 }
 
+/// Most streamed-but-unstored text kept for an interrupt (the volatile tail's bound).
+const UNSAID_MAX_BYTES: usize = 1 << 20;
+
 fn estimate_tokens(text: &str) -> f64 {
     (text.chars().count() as f64 / 4.0).ceil()
 }
@@ -446,19 +449,27 @@ async fn finish(
     end: TurnEnd,
     io: Turn,
 ) -> Result<Outcome> {
+    let partial = match end {
+        TurnEnd::Interrupted => io.control.take_unsaid(),
+        _ => String::new(),
+    };
     let Turn {
         mode,
-        messages,
+        mut messages,
         mut usage,
         todos,
         last_text,
         measured_usage,
         ..
     } = io;
+    if !partial.is_empty() {
+        messages.push(json!({"role": "assistant", "content": partial}));
+    }
     usage.total_tokens = usage.input + usage.output;
     store
         .write(move |tx| {
             tx.check_generation(&key, generation)?;
+            append_partial_text(tx, &key, partial)?;
             settle_running_tasks(tx, &key, "stopped")?;
             // Engines without a token count get the runner's estimate.
             if !measured_usage && usage.total_tokens > 0.0 {
@@ -613,12 +624,28 @@ fn usage_event(usage: &Usage) -> Event {
     }
 }
 
-/// Writes the `interrupted` terminal for a turn that was cut off (`generation` given) or lost in
-/// a crash, with a system event saying why. Refused (and harmless) when the turn already ended.
+/// Stores the text an interrupted turn streamed after its last `text` step as one more `text`
+/// step, so that what the reader saw is not lost with the live preview.
+fn append_partial_text(tx: &mut Tx<'_>, key: &SessionKey, partial: String) -> Result<()> {
+    if !partial.is_empty() {
+        tx.append(
+            key,
+            &Event::Step {
+                step: Step::Text { text: partial },
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes the `interrupted` terminal for a turn that was cut off (`generation` given, with the
+/// text it streamed and did not store) or lost in a crash, with a system event saying why.
+/// Refused (and harmless) when the turn already ended.
 async fn write_lost_turn(
     store: &Store,
     key: SessionKey,
     generation: Option<u64>,
+    partial: String,
     message: &'static str,
     code: Option<&'static str>,
 ) -> Result<Outcome> {
@@ -628,6 +655,7 @@ async fn write_lost_turn(
                 tx.check_generation(&key, generation)?;
             }
             let row = tx.session_row(&key)?;
+            append_partial_text(tx, &key, partial)?;
             settle_running_tasks(
                 tx,
                 &key,
@@ -666,12 +694,14 @@ pub(crate) async fn force_interrupted(
     shared: &Shared,
     key: SessionKey,
     generation: u64,
+    partial: String,
 ) -> Outcome {
     let fallback = Outcome::idle(key.clone());
     match write_lost_turn(
         &shared.store,
         key,
         Some(generation),
+        partial,
         "the turn did not stop within the interrupt grace period and was cut off",
         None,
     )
@@ -693,6 +723,7 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
             store,
             SessionKey { pk, id },
             None,
+            String::new(),
             "sessiond stopped while this turn was running; the turn was interrupted",
             Some("runner_exited"),
         )
@@ -753,8 +784,19 @@ impl Turn {
 }
 
 impl DeltaSink for Turn {
-    /// Broadcasts volatile progress (a delta); never stored.
+    /// Broadcasts volatile progress (a delta); never stored, except the text of an interrupted
+    /// turn (see `TurnControl::unsaid`).
     fn delta(&mut self, step: Step) {
+        if let Step::TextDelta { delta } = &step {
+            let mut unsaid = self
+                .control
+                .unsaid
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if unsaid.len() + delta.len() <= UNSAID_MAX_BYTES {
+                unsaid.push_str(delta);
+            }
+        }
         let event = Event::Step { step };
         let Ok(body) = serde_json::to_string(&event) else {
             return;
@@ -965,7 +1007,17 @@ impl TurnIo for Turn {
 
     /// Appends a durable event unless this turn has lost its session.
     async fn emit(&mut self, event: Event) -> Result<u64> {
+        let text = matches!(
+            event,
+            Event::Step {
+                step: Step::Text { .. }
+            }
+        );
         let seq = self.fenced(move |tx, key| tx.append(key, &event)).await?;
+        if text {
+            // The streamed text is stored now (the engine's own, complete version of it).
+            self.control.take_unsaid();
+        }
         self.last_seq = seq;
         Ok(seq)
     }

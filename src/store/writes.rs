@@ -42,7 +42,8 @@ pub struct NewInput<'a> {
 pub const DEFAULT_WORKSPACE: &str = "default";
 
 impl Tx<'_> {
-    /// Finds a workspace by slug, creating it (and its `root` agent) when missing.
+    /// Finds a workspace by slug, creating it (and its `root` agent, named for what it is: the
+    /// agent of the whole drive) when missing.
     pub fn ensure_workspace(&mut self, slug: &str, name: &str) -> Result<String> {
         if let Some(id) = self
             .conn
@@ -60,7 +61,7 @@ impl Tx<'_> {
         )?;
         self.conn.execute(
             "INSERT INTO agents (id, workspace_id, slug, name, anchor, created_at)
-             VALUES (?1, ?2, 'root', 'Drive', '', ?3)",
+             VALUES (?1, ?2, 'root', 'Workspace agent', '', ?3)",
             params![crate::ids::new_id(), id, self.now],
         )?;
         Ok(id)

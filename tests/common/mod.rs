@@ -50,6 +50,8 @@ fn bootstrap_credentials(data_dir: &Path) -> String {
     if let Ok(key) = std::fs::read_to_string(&key_file) {
         return key;
     }
+    // The CLI works on an existing data dir only (`serve` is the one command that creates it).
+    std::fs::create_dir_all(data_dir).expect("create data dir");
     let bin = env!("CARGO_BIN_EXE_sessiond");
     let mut user = Command::new(bin)
         .args([
@@ -106,13 +108,20 @@ fn bootstrap_credentials(data_dir: &Path) -> String {
     key
 }
 
+/// A blocking client builder. sessiond's reqwest has no built-in TLS provider, so the process
+/// installs the server's (ring) before any client is built: build every test client from here.
+pub fn http_builder() -> reqwest::blocking::ClientBuilder {
+    sessiond::tls::install_provider();
+    Client::builder()
+}
+
 fn client(token: &str) -> Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::AUTHORIZATION,
         format!("Bearer {token}").parse().expect("header"),
     );
-    Client::builder()
+    http_builder()
         .default_headers(headers)
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(64)
@@ -173,6 +182,8 @@ impl Server {
         extra_args: Vec<String>,
         env: Vec<(String, Option<String>)>,
     ) -> Server {
+        // Any client a test builds after starting a server has the TLS provider it needs.
+        sessiond::tls::install_provider();
         let token = bootstrap_credentials(data_dir);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
         cmd.arg("serve")
@@ -392,7 +403,7 @@ impl Server {
         if let Some(s) = since {
             url.push_str(&format!("?since={s}"));
         }
-        let mut req = Client::builder()
+        let mut req = http_builder()
             .timeout(None)
             .build()
             .expect("client")
@@ -645,6 +656,7 @@ pub fn query_escape(s: &str) -> String {
 /// A `sessiond` command with the environment cleared of sessiond's own variables, so the outer
 /// environment cannot change what a test runs.
 pub fn sessiond_command() -> Command {
+    sessiond::tls::install_provider();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
     cmd.env_remove("SESSIOND_CONFIG")
         .env_remove("SESSIOND_DATA_DIR")

@@ -56,6 +56,8 @@ class Server:
         self.env = dict(env or {})
         self.proc = None
         self.base = None
+        # The CLI works on an existing data dir only (`serve` is the one command that creates it).
+        os.makedirs(self.data_dir)
         _cli(self.data_dir, ["user", "create", "--email", OWNER_EMAIL, "--password-stdin"], stdin=OWNER_PASSWORD + "\n")
         self.key = self.token(["sessions", "files:write"], name="tests")
         self.start()

@@ -237,7 +237,7 @@ impl OpenAiEngine {
             .clone()
             .or_else(|| env("OPENAI_MODEL"))
             .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
-        let client = reqwest::Client::builder()
+        let client = crate::tls::client_builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("sessiond/", env!("CARGO_PKG_VERSION")))
             .build()
