@@ -761,7 +761,9 @@ fn ticks_missed_while_down_fold_into_one_catch_up_run_and_the_schedule_goes_on_f
     let restarting_at = now_ms();
     s.restart();
     let catch_up = poll_until("the catch-up run", WAIT, || {
-        runs_of(&s, &agent, name).into_iter().find(is_catch_up)
+        runs_of(&s, &agent, name)
+            .into_iter()
+            .find(|r| is_catch_up(r) && r["createdAt"].as_i64() > Some(stopped_at))
     });
     // The ticks that fell due while the server was down are one run, made after the restart and
     // named after the latest of them; every later run is a tick after it.

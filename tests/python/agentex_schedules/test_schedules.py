@@ -253,7 +253,14 @@ def test_ticks_missed_while_down_become_one_catch_up_run(server):
     restarting_at = datetime.now(UTC)
     server.start()
     catch_up = wait_for(
-        lambda: next((r for r in runs(server, agent_id, "every-second") if r["title"].endswith("(catch-up)")), None),
+        lambda: next(
+            (
+                r
+                for r in runs(server, agent_id, "every-second")
+                if r["title"].endswith("(catch-up)") and r["createdAt"] / 1000 > stopped_at
+            ),
+            None,
+        ),
         what="the catch-up run",
     )
     after_stop = sorted(
