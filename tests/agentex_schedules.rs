@@ -761,8 +761,10 @@ fn ticks_missed_while_down_fold_into_one_catch_up_run_and_the_schedule_goes_on_f
     let restarting_at = now_ms();
     s.restart();
     let catch_up = poll_until("the catch-up run", WAIT, || {
+        // The first catch-up made after the stop (runs_of lists the newest first).
         runs_of(&s, &agent, name)
             .into_iter()
+            .rev()
             .find(|r| is_catch_up(r) && r["createdAt"].as_i64() > Some(stopped_at))
     });
     // The ticks that fell due while the server was down are one run, made after the restart and

@@ -256,7 +256,7 @@ def test_ticks_missed_while_down_become_one_catch_up_run(server):
         lambda: next(
             (
                 r
-                for r in runs(server, agent_id, "every-second")
+                for r in reversed(runs(server, agent_id, "every-second"))  # the first one
                 if r["title"].endswith("(catch-up)") and r["createdAt"] / 1000 > stopped_at
             ),
             None,
