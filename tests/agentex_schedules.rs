@@ -871,3 +871,116 @@ fn deleting_an_agent_deletes_its_schedules() {
     let (status, v) = s.get(&sched(&s, &again, ""));
     assert_eq!((status, &v["total"]), (200, &json!(0)), "{v}");
 }
+
+#[test]
+fn a_tick_that_cannot_make_a_session_is_used_up_and_the_schedule_goes_on() {
+    let mut s = Server::start_with_config(CONFIG);
+    let agent = new_agent(&s, "orphaned");
+    let dir = s.data_dir.clone();
+    // A second person's schedule, and one of the owner who then leaves the workspace.
+    let colleague = cli(
+        &dir,
+        &[
+            "user",
+            "create",
+            "--email",
+            "colleague@test.local",
+            "--password-stdin",
+            "--workspace",
+            "default",
+            "--role",
+            "member",
+        ],
+        Some("colleague-password-1\n"),
+    );
+    assert!(!colleague.is_empty());
+    let key = cli(
+        &dir,
+        &[
+            "token",
+            "create",
+            "--user",
+            "colleague@test.local",
+            "--scope",
+            "sessions",
+        ],
+        None,
+    );
+    let (status, v) = status_json(
+        http_as(&key)
+            .post(sched(&s, &agent, ""))
+            .json(&json!({"name": "kept-going", "interval_seconds": 1,
+                          "initial_input": {"content": "still here"}}))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, 200, "{v}");
+    let created = create(
+        &s,
+        &agent,
+        json!({"name": "left-behind", "interval_seconds": 1, "initial_input": {"content": "hi"}}),
+    );
+    let id = created["id"].as_str().unwrap().to_owned();
+    let owner = created["creator_principal"]["user_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.stop();
+    // sessiond has no command that removes a member yet; the database is changed while it is
+    // stopped, as a future one would.
+    let db = rusqlite::Connection::open(dir.join("sessiond.db")).unwrap();
+    db.execute("DELETE FROM memberships WHERE user_id = ?1", [&owner])
+        .unwrap();
+    drop(db);
+    s.restart();
+    let restarted_at = now_ms();
+    // Read as the colleague, who still belongs to the workspace.
+    let colleague = http_as(&key);
+    let read = |sid: &str| {
+        let (status, v) = status_json(
+            colleague
+                .get(sched(&s, &agent, &format!("/{sid}")))
+                .send()
+                .unwrap(),
+        );
+        assert_eq!(status, 200, "{v}");
+        v
+    };
+    let v = poll_until("the schedule to move past its refused ticks", WAIT, || {
+        let v = read(&id);
+        let next = v["next_action_times"][0].as_str()?;
+        let next_ms = jiff::Timestamp::from_str(next).ok()?.as_millisecond();
+        (next_ms > restarted_at + 2500).then_some(v)
+    });
+    let made_before = v["num_actions_taken"].as_u64().unwrap();
+    let (status, list) = status_json(
+        colleague
+            .get(s.url(&format!(
+                "/v1/ws/default/agent/sessions?agentId={agent}&limit=100"
+            )))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, 200);
+    let titled = |name: &str| {
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| {
+                x["title"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(&format!("{name} · ")))
+            })
+            .count() as u64
+    };
+    assert_eq!(
+        titled("left-behind"),
+        made_before,
+        "nothing made after the owner left"
+    );
+    assert!(
+        titled("kept-going") >= 2,
+        "the other schedule kept firing: {list}"
+    );
+}

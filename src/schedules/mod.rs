@@ -1052,8 +1052,8 @@ impl Schedules {
         Ok(submitted.key.id)
     }
 
-    /// Moves a schedule past a tick that cannot make a session (its agent or creator is gone,
-    /// its input no longer fits this server's limits), so one broken schedule never stalls.
+    /// Moves a schedule past a tick that cannot make a session (its creator left the workspace,
+    /// its agent's folder cannot be made), so one broken schedule never stalls the others.
     async fn consume(&self, row: &ScheduleRow, next: Option<i64>) -> Result<()> {
         let expected = row.clone();
         self.store()

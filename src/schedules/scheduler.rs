@@ -166,9 +166,9 @@ async fn fire_one(schedules: &Schedules, row: ScheduleRow, slug: String) -> Outc
         Err(Error::ShuttingDown) => Outcome::Stop,
         Err(e @ (Error::Storage(_) | Error::Internal(_))) => Outcome::Retry(e),
         Err(e) => {
-            // The tick cannot make a session (agent deleted, creator gone, input over a limit
-            // lowered since): it is used up, so the schedule goes on with its next one. (A
-            // schedule deleted meanwhile has no row left for this to change.)
+            // The tick cannot make a session (its creator left the workspace, its agent's
+            // folder cannot be made): it is used up, so the schedule goes on with its next one.
+            // (A schedule deleted meanwhile has no row left for this to change.)
             tracing::warn!(schedule = %id, error = %e, "schedule tick skipped: no session created");
             settle(schedules, &schedule.row, next).await
         }
