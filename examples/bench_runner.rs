@@ -96,6 +96,9 @@ struct Opts {
     fan_subscribers: usize,
     fan_notes: usize,
     fan_gap: Duration,
+    /// Subscribers of the busy session in the reconnect run, and how long it runs.
+    busy_subscribers: usize,
+    busy_secs: Duration,
     idle_conns: usize,
     idle_settle: Duration,
     auth_conns: usize,
@@ -123,6 +126,8 @@ impl Opts {
                 fan_subscribers: 1000,
                 fan_notes: 50,
                 fan_gap: Duration::from_millis(20),
+                busy_subscribers: 500,
+                busy_secs: Duration::from_secs(4),
                 idle_conns: 2000,
                 idle_settle: Duration::from_secs(2),
                 auth_conns: 16,
@@ -143,6 +148,8 @@ impl Opts {
                 fan_subscribers: 1000,
                 fan_notes: 100,
                 fan_gap: Duration::from_millis(20),
+                busy_subscribers: 500,
+                busy_secs: Duration::from_secs(10),
                 idle_conns: 10_000,
                 idle_settle: Duration::from_secs(11),
                 auth_conns: 16,
@@ -552,12 +559,20 @@ struct ServerProc {
     pid: u32,
     base: String,
     addr: SocketAddr,
+    /// The metrics listener's `/metrics` URL.
+    metrics: Option<String>,
 }
 
 impl ServerProc {
     fn start(bin: &Path, data_dir: &Path, config: &Path) -> ServerProc {
         let mut child = sessiond_command(bin)
-            .args(["serve", "--bind", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--metrics-bind",
+                "127.0.0.1:0",
+            ])
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--config")
@@ -571,15 +586,22 @@ impl ServerProc {
         SERVER_PID.store(pid, Ordering::SeqCst);
         let stdout = child.stdout.take().unwrap_or_else(|| die("stdout", "none"));
         let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader
-            .read_line(&mut line)
-            .unwrap_or_else(|e| die("server first line", e));
-        let base = line
-            .trim()
-            .strip_prefix("sessiond listening on ")
-            .unwrap_or_else(|| die("server first line", format!("{line:?}")))
-            .to_owned();
+        let mut metrics = None;
+        let base = loop {
+            let mut line = String::new();
+            reader
+                .read_line(&mut line)
+                .unwrap_or_else(|e| die("server start-up line", e));
+            if let Some(url) = line.trim().strip_prefix("sessiond metrics on ") {
+                metrics = Some(url.to_owned());
+                continue;
+            }
+            break line
+                .trim()
+                .strip_prefix("sessiond listening on ")
+                .unwrap_or_else(|| die("server start-up line", format!("{line:?}")))
+                .to_owned();
+        };
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || {
             let mut sink = Vec::new();
@@ -594,6 +616,7 @@ impl ServerProc {
             pid,
             base,
             addr,
+            metrics,
         }
     }
 
@@ -642,6 +665,7 @@ struct Ctx {
     key: String,
     pid: u32,
     http: reqwest::Client,
+    metrics: Option<String>,
 }
 
 fn http_client(key: Option<&str>) -> reqwest::Client {
@@ -766,13 +790,26 @@ impl RawSse {
     /// Connects, sends the GET and reads the response head (which the server sends as soon as
     /// the subscription exists).
     async fn open(addr: SocketAddr, path: &str, key: &str) -> Result<RawSse, String> {
+        RawSse::resume(addr, path, key, None).await
+    }
+
+    /// Like [`RawSse::open`], resuming with `Last-Event-ID` as a browser's `EventSource` does.
+    async fn resume(
+        addr: SocketAddr,
+        path: &str,
+        key: &str,
+        last_event_id: Option<u64>,
+    ) -> Result<RawSse, String> {
         let mut stream = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let _ = stream.set_nodelay(true);
+        let resume = last_event_id
+            .map(|id| format!("Last-Event-ID: {id}\r\n"))
+            .unwrap_or_default();
         let req = format!(
             "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
-             Accept: text/event-stream\r\n\r\n"
+             Accept: text/event-stream\r\n{resume}\r\n"
         );
         stream
             .write_all(req.as_bytes())
@@ -1345,6 +1382,226 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 3b. Reconnects with Last-Event-ID under fan-out, and what stalled subscribers cost the writer.
+
+struct Reconnects {
+    subscribers: usize,
+    /// Time from connect to the response head, reconnecting to the idle session (baseline).
+    idle: Lat,
+    /// The same, to the busy session with its subscribers.
+    busy: Lat,
+    failures: usize,
+    first_failure: Option<String>,
+    /// Streams the server cut off because their client fell behind (they reconnected).
+    cut_off: usize,
+    deltas: usize,
+    notes: usize,
+    cpu: CpuUse,
+}
+
+/// Reconnects as `EventSource` does: open with the last seen id, read for about `hold`, drop,
+/// again; also when the server ends the stream. Returns the times to the response head and the
+/// failures.
+async fn reconnecting_reader(
+    addr: SocketAddr,
+    path: String,
+    key: String,
+    hold: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) -> (Vec<f64>, Vec<String>, usize, usize) {
+    let (mut heads, mut failures, mut cut_off, mut deltas) = (Vec::new(), Vec::new(), 0, 0);
+    let mut last: Option<u64> = None;
+    let mut first = true;
+    while !*stop.borrow() {
+        let t = Instant::now();
+        let mut sse = match RawSse::resume(addr, &path, &key, last).await {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        if !first {
+            heads.push(ms(t.elapsed()));
+        }
+        first = false;
+        let until = hold.map(|h| tokio::time::Instant::now() + h);
+        let mut frames = Vec::new();
+        loop {
+            let deadline = async {
+                match until {
+                    Some(u) => tokio::time::sleep_until(u).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = sse.read_frames(&mut frames) => match r {
+                    Some(_) => {
+                        for f in frames.drain(..) {
+                            match f.id {
+                                Some(id) => last = Some(id),
+                                None => deltas += 1,
+                            }
+                        }
+                    }
+                    None => {
+                        cut_off += 1;
+                        break;
+                    }
+                },
+                () = deadline => break,
+                _ = stop.changed() => return (heads, failures, cut_off, deltas),
+            }
+        }
+    }
+    (heads, failures, cut_off, deltas)
+}
+
+async fn reconnects(ctx: &Ctx, opts: &Opts) -> Reconnects {
+    let id = create_sessions(ctx, 1).await.remove(0);
+    let path = sessions_path(&format!("/{id}/events"));
+    let mut idle = Vec::new();
+    for _ in 0..50 {
+        let last = last_event_seq(ctx, &id).await;
+        let t = Instant::now();
+        let sse = RawSse::resume(ctx.addr, &path, &ctx.key, Some(last))
+            .await
+            .unwrap_or_else(|e| die("idle reconnect", e));
+        idle.push(ms(t.elapsed()));
+        drop(sse);
+    }
+    // The busy session: a turn streaming a delta every millisecond, and a note every 20 ms.
+    let turn_url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/messages")));
+    post_json(
+        &ctx.http,
+        &turn_url,
+        &json!({"prompt": "/slow 1\n/stream 1000000"}),
+    )
+    .await
+    .unwrap_or_else(|e| die("start the streaming turn", e));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut readers = JoinSet::new();
+    for i in 0..opts.busy_subscribers {
+        // One in ten drops its stream every second and resumes; the rest stay unless cut off.
+        let hold = (i % 10 == 0).then_some(Duration::from_secs(1));
+        readers.spawn(reconnecting_reader(
+            ctx.addr,
+            path.clone(),
+            ctx.key.clone(),
+            hold,
+            stop_rx.clone(),
+        ));
+    }
+    let note_url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
+    let cpu = CpuWindow::start(ctx.pid);
+    let started = Instant::now();
+    let mut notes = 0;
+    let mut ticker = tokio::time::interval(Duration::from_millis(20));
+    while started.elapsed() < opts.busy_secs {
+        ticker.tick().await;
+        post_json(&ctx.http, &note_url, &json!({"note": "busy"}))
+            .await
+            .unwrap_or_else(|e| die("POST note", e));
+        notes += 1;
+    }
+    let cpu = cpu.stop();
+    let _ = stop_tx.send(true);
+    let (mut busy, mut failures, mut cut_off, mut deltas) = (Vec::new(), Vec::new(), 0, 0);
+    while let Some(r) = readers.join_next().await {
+        let (h, f, c, d) = r.unwrap_or_else(|e| die("reader", e));
+        busy.extend(h);
+        failures.extend(f);
+        cut_off += c;
+        deltas += d;
+    }
+    let interrupt = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/interrupt")));
+    let _ = post_json(&ctx.http, &interrupt, &json!({})).await;
+    Reconnects {
+        subscribers: opts.busy_subscribers,
+        idle: Lat::of(idle),
+        busy: Lat::of(busy),
+        failures: failures.len(),
+        first_failure: failures.into_iter().next(),
+        cut_off,
+        deltas,
+        notes,
+        cpu,
+    }
+}
+
+struct Stalled {
+    subscribers: usize,
+    /// `POST …/note` round trips with that many subscribers reading.
+    fast: Lat,
+    /// The same with that many subscribers that never read.
+    stalled: Lat,
+    stalled_cut_off: usize,
+}
+
+/// Note round trips (each includes its commit) with `n` subscribers reading, then with `n`
+/// subscribers that stop reading after the response head, on another session.
+async fn stalled_subscribers(ctx: &Ctx, n: usize, notes: usize) -> Stalled {
+    async fn post_notes(ctx: &Ctx, id: &str, notes: usize) -> Lat {
+        let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
+        let body = json!({"note": "x".repeat(2000)});
+        let mut out = Vec::new();
+        for _ in 0..notes {
+            let t = Instant::now();
+            post_json(&ctx.http, &url, &body)
+                .await
+                .unwrap_or_else(|e| die("POST note", e));
+            out.push(ms(t.elapsed()));
+        }
+        Lat::of(out)
+    }
+    let ids = create_sessions(ctx, 2).await;
+    let (fast_id, stalled_id) = (&ids[0], &ids[1]);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let fast_path = sessions_path(&format!("/{fast_id}/events"));
+    let mut readers = JoinSet::new();
+    for _ in 0..n {
+        readers.spawn(reconnecting_reader(
+            ctx.addr,
+            fast_path.clone(),
+            ctx.key.clone(),
+            None,
+            stop_rx.clone(),
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fast = post_notes(ctx, fast_id, notes).await;
+    let _ = stop_tx.send(true);
+    while readers.join_next().await.is_some() {}
+    let stalled_path = sessions_path(&format!("/{stalled_id}/events"));
+    let (stalled_streams, _, _) = open_many(ctx, vec![stalled_path; n], CONNECT_PARALLELISM).await;
+    let before = metric(ctx, "sessiond_sse_lagged_total").await;
+    let stalled = post_notes(ctx, stalled_id, notes).await;
+    let after = metric(ctx, "sessiond_sse_lagged_total").await;
+    drop(stalled_streams);
+    Stalled {
+        subscribers: n,
+        fast,
+        stalled,
+        stalled_cut_off: (after - before).max(0.0) as usize,
+    }
+}
+
+/// One sample of the server's metrics listener (0 when it is not there).
+async fn metric(ctx: &Ctx, sample: &str) -> f64 {
+    let Some(url) = &ctx.metrics else { return 0.0 };
+    let Ok(r) = ctx.http.get(url).send().await else {
+        return 0.0;
+    };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            (name == sample).then(|| v.parse().ok())?
+        })
+        .unwrap_or(0.0)
+}
+
+// ---------------------------------------------------------------------------------------------
 // 4. RSS per idle SSE connection.
 
 struct Idle {
@@ -1851,6 +2108,7 @@ fn main() {
         key: key.clone(),
         pid: server.pid,
         http: http_client(Some(&key)),
+        metrics: server.metrics.clone(),
     };
 
     let (levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
@@ -1996,6 +2254,49 @@ fn main() {
             fan.missing, fan.ended_early
         );
         println!("   while posting: {}", fan.cpu.line());
+        println!();
+
+        println!(
+            "== 3b. Reconnects with Last-Event-ID under fan-out: {} subscribers of one busy \
+             session (a turn streaming a delta every ms, a note every 20 ms); one in ten drops \
+             its stream every second and resumes, any stream the server cuts off resumes ==",
+            opts.busy_subscribers
+        );
+        let rec = reconnects(&ctx, &opts).await;
+        println!(
+            "   connect -> response head, idle session (baseline): {}",
+            rec.idle.line()
+        );
+        println!(
+            "   connect -> response head, busy session:            {}",
+            rec.busy.line()
+        );
+        println!(
+            "   busy / idle p99: {:.1}x; reconnects that got no stream: {}{}; streams cut off \
+             for falling behind: {}; {} live deltas and {} notes delivered to {} subscribers",
+            rec.busy.p(99.0) / rec.idle.p(99.0),
+            rec.failures,
+            rec.first_failure
+                .as_deref()
+                .map(|e| format!(" (first: {e})"))
+                .unwrap_or_default(),
+            rec.cut_off,
+            thousands(rec.deltas as u64),
+            rec.notes,
+            rec.subscribers
+        );
+        println!("   while busy: {}", rec.cpu.line());
+        let stalled = stalled_subscribers(&ctx, 500, 200).await;
+        println!(
+            "   writer cost of subscribers that stop reading: POST …/note (2 KB) round trip with \
+             {n} reading subscribers {}, with {n} stalled ones {}; stalled / reading p50 {:.2}x; \
+             stalled streams cut off: {}",
+            stalled.fast.line(),
+            stalled.stalled.line(),
+            stalled.stalled.p(50.0) / stalled.fast.p(50.0),
+            stalled.stalled_cut_off,
+            n = stalled.subscribers
+        );
         println!();
 
         println!(

@@ -199,6 +199,11 @@ impl Bus {
         self.lock().clear();
     }
 
+    /// True once [`Bus::close_all`] has been called (the server is shutting down).
+    pub fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
     /// Resolves once [`Bus::close_all`] has been called.
     pub fn closed(&self) -> watch::Receiver<bool> {
         self.closed.subscribe()

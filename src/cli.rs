@@ -41,6 +41,10 @@ enum Command {
         /// port 0 picks a free port.
         #[arg(long, env = "SESSIOND_BIND", value_name = "HOST:PORT")]
         bind: Option<String>,
+        /// Address of the metrics listener (`GET /metrics`, Prometheus text format) [default:
+        /// none]; port 0 picks a free port.
+        #[arg(long, env = "SESSIOND_METRICS_BIND", value_name = "ADDR:PORT")]
+        metrics_bind: Option<String>,
     },
     /// Write a consistent copy of the database to FILE while the server keeps running.
     Backup {
@@ -204,9 +208,12 @@ fn load_config(cli: &Cli) -> Result<Config, String> {
     cfg.data_dir = std::path::absolute(&cfg.data_dir)
         .map_err(|e| format!("data dir {}: {e}", cfg.data_dir.display()))?;
     check_engine(&cfg)?;
-    if let Command::Serve { bind } = &cli.command {
+    if let Command::Serve { bind, metrics_bind } = &cli.command {
         if let Some(bind) = bind {
             cfg.bind = bind.clone();
+        }
+        if let Some(bind) = metrics_bind {
+            cfg.metrics.bind = Some(bind.clone());
         }
         if let Some(engine) = engine_from_env()? {
             cfg.engine = Some(engine);
@@ -258,6 +265,14 @@ fn init_logging(format: LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_env("SESSIOND_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    // The HTTP/1 parser logs every malformed request it refuses as an error; those are the
+    // client's errors (answered 4xx and counted in `sessiond_http_rejected_total`), so they stay
+    // out of the log unless asked for.
+    let asked = std::env::var("SESSIOND_LOG").is_ok_and(|v| v.contains("actix_http"));
+    let filter = match "actix_http::h1::dispatcher=off".parse() {
+        Ok(quiet) if !asked => filter.add_directive(quiet),
+        _ => filter,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -28,8 +28,19 @@ pub struct Config {
     /// else the scripted demo engine. `SESSIOND_ENGINE` overrides it.
     pub engine: Option<serde_json::Value>,
     pub policy: Policy,
+    pub metrics: MetricsConfig,
     /// Agents to create (or bring up to date) at start-up.
     pub agents: Vec<AgentConfig>,
+}
+
+/// `/metrics` (Prometheus text format) is served on a listener of its own, never on the API's:
+/// the figures cover every workspace, so no workspace credential may read them, and a scraper
+/// on the operator's network needs no secret.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address of the metrics listener (e.g. `127.0.0.1:9464`); unset: no metrics listener.
+    pub bind: Option<String>,
 }
 
 /// An agent declared in the config file.
@@ -106,6 +117,9 @@ pub struct Limits {
     pub max_upload_bytes: u64,
     /// How long a minted upload grant accepts new uploads.
     pub upload_grant_ttl_ms: u64,
+    /// The longest a JSON request body may take to arrive, and the longest an upload may pause;
+    /// then the request is answered 408.
+    pub body_timeout_ms: u64,
 }
 
 /// What agents may do on this machine. Any credential with the `sessions` scope may configure
@@ -166,6 +180,7 @@ impl Default for Config {
             schedules: SchedulesConfig::default(),
             engine: None,
             policy: Policy::default(),
+            metrics: MetricsConfig::default(),
             agents: Vec::new(),
         }
     }
@@ -202,6 +217,7 @@ impl Default for Limits {
             history_page_max: 500,
             max_upload_bytes: 100 * 1024 * 1024,
             upload_grant_ttl_ms: 15 * 60 * 1000,
+            body_timeout_ms: 30_000,
         }
     }
 }
@@ -261,6 +277,9 @@ impl Config {
         }
         if self.stream.channel_capacity < 16 || self.stream.max_subscribers_per_session == 0 {
             return Err("stream.channel_capacity must be at least 16 and stream.max_subscribers_per_session at least 1".into());
+        }
+        if self.limits.body_timeout_ms == 0 {
+            return Err("limits.body_timeout_ms must be at least 1".into());
         }
         if self.stream.keepalive_ms == 0 {
             return Err("stream.keepalive_ms must be at least 1".into());

@@ -3,6 +3,11 @@
 //! Every fallible operation in the core returns [`Error`]; the HTTP layer turns it into a status and
 //! a JSON body here and nowhere else. Bodies are `{"error": "<code>", "message": "..."}` except where
 //! a seed fixes the exact shape (`invalid_cwd` carries `reason`, `no_default_session` is bare).
+//!
+//! Storage faults are classified where they arise (SQLite result codes, OS errors): a full disk is
+//! `storage_full` (507), any other fault of the database or the data dir `storage_unavailable`
+//! (503); both are the operator's problem and pass once it is fixed, so clients may retry. Only
+//! what is left (a failed query that is a bug) is `internal`.
 
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, ResponseError};
@@ -10,7 +15,7 @@ use serde_json::json;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
     InvalidRequest(String),
@@ -38,12 +43,25 @@ pub enum Error {
     Conflict(&'static str, String),
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("a JSON body needs Content-Type: application/json")]
+    UnsupportedMediaType,
+    #[error("the request body did not arrive within {0} ms")]
+    RequestTimeout(u64),
     #[error("too many open streams for this session")]
     TooManyStreams,
     #[error("the turn no longer holds this session")]
     StaleTurn,
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The filesystem holding the data dir is full (or over quota): writes fail until space
+    /// returns.
+    #[error("storage is full: {0}")]
+    StorageFull(String),
+    /// The database or the data dir cannot be used right now (I/O error, read-only, locked,
+    /// damaged).
+    #[error("storage is unavailable: {0}")]
+    StorageUnavailable(String),
+    /// A storage operation failed in a way no operator action explains (a bug).
     #[error("storage error: {0}")]
     Storage(String),
     #[error("internal error: {0}")]
@@ -53,6 +71,24 @@ pub enum Error {
 impl Error {
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidRequest(msg.into())
+    }
+
+    /// A fault of the storage itself (full, I/O, read-only) rather than of the request: it passes
+    /// when the operator fixes the machine, so work that met it is retried, not abandoned.
+    pub fn is_storage_fault(&self) -> bool {
+        matches!(self, Error::StorageFull(_) | Error::StorageUnavailable(_))
+    }
+
+    /// An OS error met while writing to the data dir or the drive, with what was being done.
+    pub fn from_io(context: &str, e: &std::io::Error) -> Self {
+        let detail = format!("{context}: {e}");
+        match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => Error::StorageFull(detail),
+            Some(libc::EROFS | libc::EIO | libc::EACCES | libc::EPERM) => {
+                Error::StorageUnavailable(detail)
+            }
+            _ => Error::Internal(detail),
+        }
     }
 
     /// The stable machine-readable code clients switch on.
@@ -71,9 +107,13 @@ impl Error {
             Error::Forbidden(_) => "forbidden",
             Error::Conflict(code, _) => code,
             Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::UnsupportedMediaType => "unsupported_media_type",
+            Error::RequestTimeout(_) => "request_timeout",
             Error::TooManyStreams => "too_many_streams",
             Error::ShuttingDown => "unavailable",
             Error::StaleTurn => "stale_turn",
+            Error::StorageFull(_) => "storage_full",
+            Error::StorageUnavailable(_) => "storage_unavailable",
             Error::Storage(_) | Error::Internal(_) => "internal",
         }
     }
@@ -81,13 +121,32 @@ impl Error {
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        Error::Storage(e.to_string())
+        use rusqlite::ErrorCode as C;
+        let detail = e.to_string();
+        match e.sqlite_error_code() {
+            Some(C::DiskFull) => Error::StorageFull(detail),
+            Some(
+                C::SystemIoFailure
+                | C::CannotOpen
+                | C::ReadOnly
+                | C::PermissionDenied
+                | C::DatabaseBusy
+                | C::DatabaseLocked
+                | C::FileLockingProtocolFailed
+                | C::NoLargeFileSupport
+                | C::DatabaseCorrupt
+                | C::NotADatabase
+                | C::OutOfMemory,
+            ) => Error::StorageUnavailable(detail),
+            _ => Error::Storage(detail),
+        }
     }
 }
 
 impl From<r2d2::Error> for Error {
+    /// The read pool gave no connection in time: the database cannot be opened or is swamped.
     fn from(e: r2d2::Error) -> Self {
-        Error::Storage(e.to_string())
+        Error::StorageUnavailable(e.to_string())
     }
 }
 
@@ -108,8 +167,11 @@ impl ResponseError for Error {
             | Error::Conflict(..) => StatusCode::CONFLICT,
             Error::InvalidCwd(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
-            Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Error::ShuttingDown | Error::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::Storage(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -124,11 +186,30 @@ impl ResponseError for Error {
                 tracing::error!(error = %detail, "request failed");
                 json!({"error": self.code(), "message": "internal error"})
             }
+            Error::StorageFull(detail) => {
+                // The store's health logs the change of state once; each refusal is detail.
+                tracing::debug!(error = %detail, "write refused: storage is full");
+                json!({"error": self.code(), "message": "the server's storage is full; nothing was changed, retry once space is freed"})
+            }
+            Error::StorageUnavailable(detail) => {
+                tracing::debug!(error = %detail, "request failed: storage is unavailable");
+                json!({"error": self.code(), "message": "the server's storage is unavailable; nothing was changed, retry later"})
+            }
             other => json!({"error": other.code(), "message": other.to_string()}),
         };
         let mut res = HttpResponse::build(self.status_code());
-        if matches!(self, Error::ShuttingDown) {
-            res.insert_header((header::RETRY_AFTER, "1"));
+        match self {
+            Error::ShuttingDown => {
+                res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            // The rest of the body may still be on its way: do not read it, close instead.
+            Error::RequestTimeout(_) => {
+                res.insert_header((header::CONNECTION, "close"));
+            }
+            Error::StorageFull(_) | Error::StorageUnavailable(_) => {
+                res.insert_header((header::RETRY_AFTER, "5"));
+            }
+            _ => {}
         }
         if matches!(self, Error::Unauthorized) {
             res.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"sessiond\""));

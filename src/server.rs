@@ -4,7 +4,7 @@
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
 
-use actix_web::{App, HttpServer, middleware, web};
+use actix_web::{App, middleware, web};
 
 use crate::api::{self, AppState};
 use crate::auth::Auth;
@@ -64,9 +64,10 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
     Ok(())
 }
 
-/// Every open SSE stream holds a socket: lift the soft open-files limit to the hard one so that
-/// thousands of idle streams do not run the process out of descriptors.
-fn raise_open_files_limit() {
+/// Every open connection holds a file descriptor: lifts the soft open-files limit as far as the
+/// hard limit allows, then admits connections up to that limit minus a reserve
+/// (`api::connection`), so that at the limit new clients get a 503 instead of silence.
+fn raise_open_files_limit() -> u64 {
     #[cfg(unix)]
     // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
     unsafe {
@@ -74,13 +75,97 @@ fn raise_open_files_limit() {
             rlim_cur: 0,
             rlim_max: 0,
         };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                tracing::warn!("could not raise the open-files limit");
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            } else {
+                tracing::warn!(
+                    soft = lim.rlim_cur,
+                    hard = lim.rlim_max,
+                    "could not raise the open-files limit"
+                );
             }
         }
+        lim.rlim_cur
     }
+    #[cfg(not(unix))]
+    1024
+}
+
+/// The data dir's lock, held while this process serves it: a second `sessiond serve` on the same
+/// data dir would recover (end) the first one's running turns. The CLI subcommands do not take
+/// it; they work beside a running server as SQLite allows.
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+/// Takes the exclusive lock on `<data dir>/serve.lock` and writes our pid into it, or says which
+/// process holds it.
+pub fn lock_data_dir(data_dir: &std::path::Path) -> Result<DataDirLock, String> {
+    use std::io::{Read, Seek, Write};
+    let path = data_dir.join("serve.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EROFS | libc::EACCES | libc::EPERM) => format!(
+                "the data dir {} cannot be written ({e}); sessiond needs a writable data dir",
+                data_dir.display()
+            ),
+            _ => format!("cannot open {}: {e}", path.display()),
+        })?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(format!(
+                "another sessiond (pid {}) is serving the data dir {}; stop it first, or give this one another --data-dir",
+                if holder.is_empty() { "unknown" } else { holder },
+                data_dir.display()
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("cannot lock {}: {e}", path.display()));
+        }
+    }
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.seek(std::io::SeekFrom::Start(0)))
+        .and_then(|_| writeln!(file, "{}", std::process::id()))
+        .and_then(|()| file.flush());
+    written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(DataDirLock { _file: file })
+}
+
+/// A data dir or database that cannot be written is refused at start, not at the first write.
+fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
+    store.check_writable().map_err(|e| {
+        format!(
+            "the database {} cannot be written ({e}); sessiond needs a writable data dir",
+            cfg.db_path().display()
+        )
+    })?;
+    let probe = cfg.data_dir.join("run").join(".writable");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            format!(
+                "the data dir {} cannot be written ({e}); sessiond needs a writable data dir",
+                cfg.data_dir.display()
+            )
+        })
 }
 
 /// The engine of agents that do not choose one: the configured one (`SESSIOND_ENGINE` or the
@@ -183,16 +268,28 @@ fn log_engines(store: &Store, engines: &Engines) {
 
 pub fn serve(cfg: Config) -> Result<(), String> {
     api::schema::self_check()?;
-    raise_open_files_limit();
+    let open_files = raise_open_files_limit();
+    let connections = api::connection::set_connection_limit(open_files);
+    tracing::info!(open_files, connections, "connection limit");
     let default = default_engine(&cfg)?;
     // Listen first: a port in use fails before the data dir or the database are touched.
     let listeners = listen(&cfg.bind)?;
+    let metrics_listeners = match &cfg.metrics.bind {
+        Some(bind) => listen(bind).map_err(|e| format!("metrics: {e}"))?,
+        None => Vec::new(),
+    };
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| format!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
+    let _lock = lock_data_dir(&cfg.data_dir)?;
     let cfg = Arc::new(cfg);
     let bus = Bus::new(
         cfg.stream.channel_capacity,
         cfg.stream.max_subscribers_per_session,
     );
     let store = open_store(&cfg, Arc::clone(&bus))?;
+    std::fs::create_dir_all(cfg.data_dir.join("run"))
+        .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
+    check_writable(&cfg, &store)?;
     apply_config_agents(&cfg, &store)?;
 
     // Turns run on their own runtime, never on the HTTP workers.
@@ -237,36 +334,55 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     let data_dir = cfg.data_dir.clone();
     let result = system.block_on(async {
         let signalled = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
-        let mut server = HttpServer::new(move || {
-            App::new()
-                .app_data(state.clone())
-                .app_data(schedules.clone())
-                .wrap(
-                    middleware::DefaultHeaders::new()
-                        .add(("X-Content-Type-Options", "nosniff"))
-                        .add(("Referrer-Policy", "no-referrer"))
-                        .add(("X-Frame-Options", "DENY"))
-                        // API responses are data, never documents; the UI's pages set their own.
-                        .add(("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")),
-                )
-                .configure(api::routes_with_ui)
-        })
-        .disable_signals()
-        .shutdown_timeout(10);
-        for listener in listeners {
+        let bound = listeners
+            .first()
+            .and_then(|l| l.local_addr().ok())
+            .ok_or("no listening address")?;
+        let mut builder = actix_server::Server::build()
+            .disable_signals()
+            .shutdown_timeout(10);
+        let mut others = Vec::new();
+        for (i, listener) in listeners.into_iter().enumerate() {
             let addr = listener.local_addr().map_err(|e| e.to_string())?;
-            server = server
-                .listen(listener)
+            if i > 0 {
+                others.push(addr);
+            }
+            let state_for_app = state.clone();
+            let schedules_for_app = schedules.clone();
+            builder = builder
+                .listen(format!("sessiond-http-{i}"), listener, move || {
+                    http_service(
+                        addr,
+                        state_for_app.clone(),
+                        schedules_for_app.clone(),
+                        api::routes_with_ui,
+                    )
+                })
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         }
-        let bound = server
-            .addrs()
-            .first()
-            .copied()
-            .ok_or("no listening address")?;
+        let mut metrics_bound = None;
+        for (i, listener) in metrics_listeners.into_iter().enumerate() {
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            metrics_bound.get_or_insert(addr);
+            let state_for_metrics = state.clone();
+            let schedules_for_metrics = schedules.clone();
+            builder = builder
+                .listen(format!("sessiond-metrics-{i}"), listener, move || {
+                    http_service(
+                        addr,
+                        state_for_metrics.clone(),
+                        schedules_for_metrics.clone(),
+                        api::metrics_routes,
+                    )
+                })
+                .map_err(|e| format!("cannot listen on {addr} (metrics): {e}"))?;
+        }
         state_for_url.set_base_url(format!("http://{bound}"));
+        if let Some(a) = metrics_bound {
+            println!("sessiond metrics on http://{a}/metrics");
+        }
         println!("sessiond listening on http://{bound}");
-        for other in server.addrs().iter().skip(1) {
+        for other in &others {
             println!("also listening on http://{other}");
         }
         println!("data dir: {}", data_dir.display());
@@ -276,7 +392,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
                  (each start prints a new link)"
             );
         }
-        let server = server.run();
+        let server = builder.run();
+        let watcher = state.clone();
+        actix_web::rt::spawn(async move { watcher.auth.watch_revocations().await });
         let handle = server.handle();
         let bus = Arc::clone(&bus);
         actix_web::rt::spawn(async move {
@@ -295,6 +413,65 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     runner_rt.shutdown_timeout(std::time::Duration::from_secs(2));
     tracing::info!("stopped");
     result
+}
+
+/// One listener's HTTP/1 service: each accepted connection is admitted by `api::connection`
+/// (reserve, parser errors as JSON, hang-up notice), then served by an actix-web `App` with the
+/// request middleware and `routes`.
+fn http_service(
+    local: SocketAddr,
+    state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
+    routes: fn(&mut web::ServiceConfig),
+) -> impl actix_service::ServiceFactory<
+    actix_web::rt::net::TcpStream,
+    Config = (),
+    Response = (),
+    Error = actix_http::error::DispatchError,
+    InitError = (),
+> {
+    use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
+    use api::connection::{self, Conn};
+    let app = App::new()
+        .app_data(state)
+        .app_data(schedules)
+        .wrap(
+            middleware::DefaultHeaders::new()
+                .add(("X-Content-Type-Options", "nosniff"))
+                .add(("Referrer-Policy", "no-referrer"))
+                .add(("X-Frame-Options", "DENY"))
+                // API responses are data, never documents; the UI's pages set their own.
+                .add((
+                    "Content-Security-Policy",
+                    "default-src 'none'; frame-ancestors 'none'",
+                )),
+        )
+        .wrap(middleware::from_fn(api::middleware::observe))
+        .configure(routes);
+    let app = map_config(
+        app.into_factory()
+            .map_err(|e: actix_web::Error| e.error_response()),
+        |()| actix_web::dev::AppConfig::default(),
+    );
+    let h1 = actix_http::HttpService::build()
+        .keep_alive(actix_http::KeepAlive::Timeout(
+            std::time::Duration::from_secs(5),
+        ))
+        .client_request_timeout(std::time::Duration::from_secs(5))
+        .client_disconnect_timeout(std::time::Duration::from_secs(1))
+        .local_addr(local)
+        .on_connect_ext(|io: &Conn, ext: &mut actix_http::Extensions| {
+            ext.insert(io.peer_closed());
+        })
+        .h1(app);
+    fn_service(|io: actix_web::rt::net::TcpStream| async move {
+        let conn = connection::admit(io)
+            .await
+            .map_err(actix_http::error::DispatchError::Io)?;
+        let peer = conn.peer_addr();
+        Ok((conn, peer))
+    })
+    .and_then(h1)
 }
 
 /// Registers for SIGINT and SIGTERM at once, before the start-up lines are printed, so that a

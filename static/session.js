@@ -550,7 +550,7 @@ export function renderAside(aside, pane, extra) {
   if (extra) aside.append(extra);
   aside.append(panel('Details', 'help', h('dl', { class: 'kv' },
     h('dt', { text: 'Status' }), h('dd', { text: STATUS_WORDS[pane.status()] || pane.status() }),
-    h('dt', { text: 'Folder' }), h('dd', { class: 'mono', text: d.cwd || 'Drive root' }),
+    h('dt', { text: 'Folder' }), h('dd', { class: 'mono', text: (d.cwd && d.cwd !== '.') ? d.cwd : 'Drive root' }),
     h('dt', { text: 'Tier' }), h('dd', { text: d.tier || 'Auto' }),
     h('dt', { text: 'Created' }), h('dd', { text: fullTime(d.createdAt), title: String(d.createdAt) }),
     h('dt', { text: 'Updated' }), h('dd', { text: relTime(d.updatedAt) }),
@@ -638,7 +638,7 @@ export function sessionView(ctx, id) {
       d.agent && (agentSlug
         ? h('a', { class: 'chip-link', href: ctx.href(`/agents/${encodeURIComponent(agentSlug)}`) }, icon('bot'), d.agent.name)
         : h('span', { class: 'chip-link' }, icon('bot'), d.agent.name)),
-      h('button', { type: 'button', class: 'chip-link', title: 'Move to another folder', onclick: () => moveCwd() }, icon('folder'), h('span', { class: 'mono', text: d.cwd || 'drive root' })),
+      h('button', { type: 'button', class: 'chip-link', title: 'Move to another folder', onclick: () => moveCwd() }, icon('folder'), h('span', { class: 'mono', text: (d.cwd && d.cwd !== '.') ? d.cwd : 'drive root' })),
       d.machine && h('span', { class: 'chip-link' }, icon('layers'), `${d.machine.definitionName || 'Job'} · ${d.machine.progress?.completed ?? 0}/${d.machine.progress?.total ?? 0}`),
       d.createdBySessionId && h('a', { class: 'chip-link', href: ctx.href(`/s/${encodeURIComponent(d.createdBySessionId)}`) }, icon('branch'), `Started by ${parent?.title ? `“${parent.title}”` : 'another session'}`)]);
     archiveBtn.replaceChildren(icon(d.archivedAt ? 'restore' : 'archive'));

@@ -273,6 +273,7 @@ fn run_sse_command(
     let resp = http
         .post(format!("{base}/v1/ws/default/agent/sessions/{id}/messages"))
         .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
         .body(r#"{"prompt": "/stream 20"}"#)
         .send()
         .expect("send a message");

@@ -168,7 +168,12 @@ fn assert_single_final_text(b: &Browser, expected: &str) {
         .collect();
     assert_eq!(texts.len(), 1, "one durable reply expected: {texts:?}");
     assert_eq!(texts[0].trim(), expected.trim(), "rendered reply");
-    assert_eq!(count(b, "[data-kind=live-text]"), 0, "no live text remains");
+    // The live preview goes once the page has applied the durable text (a render after it).
+    b.wait_js(
+        "no live text remaining",
+        "return document.querySelectorAll('[data-kind=live-text]').length === 0;",
+        WAIT,
+    );
     let all = text_of(b, ".timeline");
     let all = all.as_str().unwrap_or("");
     assert_eq!(
@@ -406,7 +411,12 @@ fn interrupting_a_slow_turn() {
     b.find("[data-kind=interrupted]");
     let terminal = s.wait_terminal(&id, 1);
     assert_eq!(terminal["event"]["type"], "interrupted");
-    assert_eq!(count(&b, "[data-kind=live-text]"), 0);
+    // The page settles after the terminal: wait for the live preview to go, do not count at once.
+    b.wait_js(
+        "the live text gone",
+        "return document.querySelectorAll('[data-kind=live-text]').length === 0;",
+        WAIT,
+    );
     b.wait_js(
         "the stop button gone",
         "return document.querySelector('.btn-stop').hidden;",

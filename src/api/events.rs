@@ -4,6 +4,11 @@
 //! first, then replay the stored backlog after the client's cursor, then the volatile tail of the
 //! running turn, then live frames, dropping any durable frame whose seq was already sent.
 //! Durable frames carry `id: <seq>` so `EventSource` resumes with `Last-Event-ID` on its own.
+//!
+//! A stream ends when its client hangs up (the connection layer sees the end of the client's
+//! side at once, so its descriptor and subscriber slot are freed without waiting for a write to
+//! fail), when the credential it was opened with is revoked, when its session is deleted, and at
+//! shutdown.
 
 use std::time::Duration;
 
@@ -13,10 +18,13 @@ use futures_util::stream;
 use tokio::sync::{broadcast, watch};
 
 use super::body::{Query, parse_uint53};
+use super::connection::PeerClosed;
 use super::context::AppState;
+use crate::auth::{self, Revoked, StreamCredential};
 use crate::bus::{self, Frame, Subscription};
 use crate::error::Result;
-use crate::sessions::Actor;
+use crate::metrics::METRICS;
+use crate::sessions::{Actor, Channel};
 use crate::store::{self, Store, StoredEvent};
 
 /// Stored events read per backlog query.
@@ -30,6 +38,7 @@ enum Phase {
 }
 
 struct StreamState {
+    app: web::Data<AppState>,
     store: Store,
     pk: i64,
     last: u64,
@@ -37,8 +46,29 @@ struct StreamState {
     phase: Phase,
     keepalive: Duration,
     closed: watch::Receiver<bool>,
+    /// The client hung up.
+    peer: Option<PeerClosed>,
+    credential: StreamCredential,
+    revocations: broadcast::Receiver<Revoked>,
     /// The backlog already carried an output past the tail's start: the tail is stale.
     tail_settled: bool,
+    _open: OpenStream,
+}
+
+/// Counts the stream in `sessiond_sse_subscribers` while it exists.
+struct OpenStream;
+
+impl OpenStream {
+    fn new() -> OpenStream {
+        METRICS.sse_subscribers.inc();
+        OpenStream
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        METRICS.sse_subscribers.dec();
+    }
 }
 
 fn durable_frame(e: &StoredEvent) -> String {
@@ -76,11 +106,22 @@ pub async fn events(
     req: HttpRequest,
 ) -> Result<HttpResponse> {
     let since = resume_point(&req)?;
+    // Listen for revocations before the session is read, so none is missed in between.
+    let revocations = state.auth.revocations();
+    let credential = match &actor.channel {
+        Channel::ApiKey { key_id } => StreamCredential::Key(key_id.clone()),
+        Channel::Browser => req
+            .cookie(auth::COOKIE)
+            .map(|c| StreamCredential::Browser(crate::secret::token_hash(c.value())))
+            .unwrap_or(StreamCredential::None),
+        _ => StreamCredential::None,
+    };
     let row = state.sessions.detail_row(&actor, &path.1).await?;
     let store = state.sessions.store().clone();
     let sub = store.bus().subscribe(&row.id)?;
     let cfg = &state.sessions.config().stream;
     let st = StreamState {
+        app: state.clone(),
         closed: store.bus().closed(),
         store,
         pk: row.pk,
@@ -88,7 +129,11 @@ pub async fn events(
         sub,
         phase: Phase::Backlog,
         keepalive: Duration::from_millis(cfg.keepalive_ms),
+        peer: req.conn_data::<PeerClosed>().cloned(),
+        credential,
+        revocations,
         tail_settled: false,
+        _open: OpenStream::new(),
     };
     let body = stream::unfold(st, next_chunk);
     Ok(HttpResponse::Ok()
@@ -99,6 +144,42 @@ pub async fn events(
 }
 
 type Chunk = std::result::Result<web::Bytes, actix_web::Error>;
+
+/// Most bytes of live frames sent in one write.
+const LIVE_BATCH_BYTES: usize = 64 * 1024;
+
+impl StreamState {
+    /// Appends a live frame unless it is a durable one already sent.
+    fn push_live(&mut self, frame: &Frame, out: &mut String) {
+        if let Some(seq) = frame.seq {
+            if seq <= self.last {
+                return;
+            }
+            self.last = seq;
+        }
+        out.push_str(&live_frame(frame));
+    }
+
+    /// Appends the live frames that are already waiting (up to [`LIVE_BATCH_BYTES`]). A stream
+    /// that fell behind is ended after what it has (its client resumes by seq).
+    fn drain_ready(&mut self, out: &mut String) {
+        while out.len() < LIVE_BATCH_BYTES {
+            match self.sub.rx.try_recv() {
+                Ok(frame) => self.push_live(&frame, out),
+                Err(broadcast::error::TryRecvError::Empty) => return,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    METRICS.sse_lagged.inc();
+                    self.phase = Phase::Done;
+                    return;
+                }
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    self.phase = Phase::Done;
+                    return;
+                }
+            }
+        }
+    }
+}
 
 async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
     loop {
@@ -151,20 +232,29 @@ async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
             }
             Phase::Live => {
                 let keepalive = tokio::time::sleep(st.keepalive);
+                let peer = async {
+                    match &mut st.peer {
+                        Some(p) => p.wait().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     msg = st.sub.rx.recv() => match msg {
                         Ok(frame) => {
-                            if let Some(seq) = frame.seq {
-                                if seq <= st.last {
-                                    continue;
-                                }
-                                st.last = seq;
+                            let mut out = String::new();
+                            st.push_live(&frame, &mut out);
+                            // Whatever else is already waiting goes out in the same write: under
+                            // fan-out, one wake-up and one write per batch, not per frame.
+                            st.drain_ready(&mut out);
+                            if out.is_empty() {
+                                continue;
                             }
-                            return Some((Ok(web::Bytes::from(live_frame(&frame))), st));
+                            return Some((Ok(web::Bytes::from(out)), st));
                         }
                         // Too slow: end the stream; the client resumes from its last seq.
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             tracing::debug!(session = %st.sub.session_id(), "cut off a slow event stream");
+                            METRICS.sse_lagged.inc();
                             st.phase = Phase::Done;
                         }
                         Err(broadcast::error::RecvError::Closed) => st.phase = Phase::Done,
@@ -173,6 +263,18 @@ async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
                         return Some((Ok(web::Bytes::from_static(b": keep-alive\n\n")), st));
                     }
                     _ = st.closed.changed() => st.phase = Phase::Done,
+                    () = peer => st.phase = Phase::Done,
+                    revoked = st.revocations.recv() => match revoked {
+                        Ok(r) if st.credential.is_revoked_by(&r) => st.phase = Phase::Done,
+                        Ok(_) => {}
+                        // Missed some: ask about this stream's own credential.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            if !st.app.auth.still_valid(&st.credential).await {
+                                st.phase = Phase::Done;
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Closed) => {}
+                    },
                 }
             }
         }

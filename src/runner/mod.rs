@@ -24,6 +24,7 @@ use crate::clock;
 use crate::config::RunnerConfig;
 use crate::engine::{Engines, SessionOps};
 use crate::error::Result;
+use crate::metrics::METRICS;
 use crate::store::{SessionKey, Store};
 
 /// The answer a submission gets from the runner (R64).
@@ -107,6 +108,9 @@ pub(crate) struct Shared {
     /// The sessions core, for engine tools that start or message other sessions; set once the
     /// core exists (it is built on top of the runner).
     pub sessions: OnceLock<Arc<dyn SessionOps>>,
+    /// Set at shutdown: writes that wait for storage to recover give up (the next start's
+    /// recovery ends what they could not).
+    pub stopping: AtomicBool,
 }
 
 #[derive(Clone)]
@@ -133,6 +137,7 @@ impl Runner {
             cfg,
             data_dir,
             sessions: OnceLock::new(),
+            stopping: AtomicBool::new(false),
         });
         let recovered = rt.block_on(turn::recover(&shared))?;
         let mut dispatcher = Dispatcher {
@@ -241,6 +246,10 @@ impl Dispatcher {
                 },
                 () = sleep => self.fire_timers(),
             }
+            METRICS.turns_active.set(self.active.len() as i64);
+            METRICS
+                .sessions_waiting_for_slot
+                .set(self.ready.len() as i64);
             if self.shutdown.is_some() && self.active.is_empty() {
                 if let Some(done) = self.shutdown.take() {
                     let _ = done.send(());
@@ -284,6 +293,7 @@ impl Dispatcher {
                 self.fill_slots();
             }
             Msg::Shutdown { done } => {
+                self.shared.stopping.store(true, Ordering::SeqCst);
                 self.ready.clear();
                 self.queued.clear();
                 self.timers.clear();

@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
 
 use super::machine::{MachineState, StepEnd};
 use super::{Delivery, Msg, Shared, TurnControl};
@@ -16,6 +17,7 @@ use crate::clock;
 use crate::drive::Drive;
 use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, TurnInput, TurnIo};
 use crate::error::{Error, Result};
+use crate::metrics::METRICS;
 use crate::projection;
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
@@ -39,6 +41,60 @@ impl Outcome {
             key: Some(key),
             more: false,
             next_due: None,
+        }
+    }
+
+    /// The claim met a storage fault (nothing changed): look for the session's work again later.
+    fn retry_later(key: SessionKey) -> Outcome {
+        Outcome {
+            key: Some(key),
+            more: false,
+            next_due: Some(clock::now_ms() + CLAIM_RETRY.as_millis() as i64),
+        }
+    }
+}
+
+/// How soon a claim that met a storage fault is tried again.
+const CLAIM_RETRY: Duration = Duration::from_secs(1);
+/// Backoff of a terminal write that met a storage fault: from the first to the longest wait.
+const PERSIST_RETRY_FIRST: Duration = Duration::from_millis(100);
+const PERSIST_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Runs a write the runner cannot do without (a turn's terminal) until the store takes it:
+/// storage faults (disk full, I/O errors) are retried with backoff, so the turn ends as soon as
+/// the store can write again and the session takes work without a restart. Other errors, and
+/// shutdown, end the attempts (a turn still active then is ended by the next start's recovery).
+async fn persist<T, F, Fut>(shared: &Shared, session: &str, what: &str, mut write: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    /// Counts the turn in `turns_awaiting_storage` while it waits (also if the task is aborted).
+    struct Waiting;
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            METRICS.turns_awaiting_storage.dec();
+        }
+    }
+    let mut delay = PERSIST_RETRY_FIRST;
+    let mut waiting: Option<Waiting> = None;
+    loop {
+        match write().await {
+            Err(e) if e.is_storage_fault() && !shared.stopping.load(Ordering::SeqCst) => {
+                if waiting.is_none() {
+                    METRICS.turns_awaiting_storage.inc();
+                    waiting = Some(Waiting);
+                    tracing::warn!(session, error = %e, "cannot write {what} yet; retrying until storage recovers");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(PERSIST_RETRY_MAX);
+            }
+            other => {
+                if waiting.is_some() && other.is_ok() {
+                    tracing::info!(session, "wrote {what} after storage recovered");
+                }
+                return other;
+            }
         }
     }
 }
@@ -70,6 +126,8 @@ struct Claim {
     user_id: String,
     images: Vec<StoredImageRef>,
     attachments: Vec<AttachmentRef>,
+    /// The request that sent the input (`X-Request-Id`), or a new id for the runner's own.
+    request_id: String,
 }
 
 pub(crate) async fn run(
@@ -80,7 +138,15 @@ pub(crate) async fn run(
     tx: mpsc::UnboundedSender<Msg>,
 ) {
     let pk = key.pk;
-    let outcome = match run_turn(&shared, key.clone(), &control, ack).await {
+    let span = tracing::info_span!(
+        "turn",
+        session = %key.id,
+        request_id = tracing::field::Empty
+    );
+    let outcome = match run_turn(&shared, key.clone(), &control, ack)
+        .instrument(span)
+        .await
+    {
         Ok(outcome) => outcome,
         Err(Error::StaleTurn | Error::NotFound) => Outcome {
             key: None,
@@ -95,19 +161,43 @@ pub(crate) async fn run(
     let _ = tx.send(Msg::TurnEnded { pk, outcome });
 }
 
+/// Everything the terminal write needs, kept so that the write can be tried again.
+#[derive(Clone)]
+struct Terminal {
+    generation: u64,
+    machine_step: bool,
+    end: TurnEnd,
+    mode: String,
+    messages: Vec<Value>,
+    usage: Usage,
+    todos: Option<Vec<Todo>>,
+    last_text: Option<String>,
+    measured_usage: bool,
+    /// Text an interrupted turn streamed and never said durably.
+    partial: String,
+}
+
 async fn run_turn(
     shared: &Arc<Shared>,
     key: SessionKey,
     control: &Arc<TurnControl>,
     ack: Option<oneshot::Sender<Delivery>>,
 ) -> Result<Outcome> {
-    let claim = claim(&shared.store, key.clone()).await?;
+    let claim = match claim(&shared.store, key.clone()).await {
+        Ok(claim) => claim,
+        Err(e) if e.is_storage_fault() => {
+            tracing::warn!(session = %key.id, error = %e, "cannot start a turn yet; will retry");
+            return Ok(Outcome::retry_later(key));
+        }
+        Err(e) => return Err(e),
+    };
     let Some(claim) = claim else {
         if let Some(ack) = ack {
             let _ = ack.send(Delivery::Queued);
         }
         return Ok(Outcome::idle(key));
     };
+    tracing::Span::current().record("request_id", claim.request_id.as_str());
     control.generation.store(claim.generation, Ordering::SeqCst);
     control
         .steer_pending
@@ -142,6 +232,7 @@ async fn run_turn(
         heartbeat_every: Duration::from_millis(shared.cfg.heartbeat_ms.max(1)),
         last_heartbeat: tokio::time::Instant::now(),
         last_text: None,
+        request_id: claim.request_id.clone(),
     };
     if !claim.text.is_empty() {
         io.messages
@@ -159,7 +250,92 @@ async fn run_turn(
         attachments: claim.attachments,
     };
     let engine = shared.engines.for_config(&claim.engine_config);
-    let mut input = input;
+    // From here on the session is this turn's: whatever happens, it ends with a terminal.
+    METRICS.engine_calls.with(&[engine.name()]).inc();
+    let end = match run_engine(engine.as_ref(), &mut io, input).await {
+        Ok(end) => end,
+        Err(Error::StaleTurn) => return Err(Error::StaleTurn),
+        Err(e) => TurnEnd::Failed {
+            error: e.to_string(),
+        },
+    };
+    if matches!(end, TurnEnd::Failed { .. }) {
+        METRICS.engine_errors.with(&[engine.name()]).inc();
+    }
+    let outcome_label = match &end {
+        TurnEnd::Complete { .. } => "completed",
+        TurnEnd::Failed { .. } => "failed",
+        TurnEnd::Ask { .. } => "ask",
+        TurnEnd::Sleep { .. } => "sleep",
+        TurnEnd::Interrupted => "interrupted",
+    };
+    let reply = io.last_text.clone().unwrap_or_default();
+    let completed = matches!(end, TurnEnd::Complete { .. });
+    let partial = match end {
+        TurnEnd::Interrupted => io.control.take_unsaid(),
+        _ => String::new(),
+    };
+    let Turn {
+        mode,
+        mut messages,
+        usage,
+        todos,
+        last_text,
+        measured_usage,
+        ..
+    } = io;
+    if !partial.is_empty() {
+        messages.push(json!({"role": "assistant", "content": partial}));
+    }
+    let terminal = Terminal {
+        partial,
+        generation: claim.generation,
+        machine_step: claim.machine_step,
+        end,
+        mode,
+        messages,
+        usage,
+        todos,
+        last_text,
+        measured_usage,
+    };
+    let written = persist(shared, &key.id, "the turn's terminal", || {
+        finish(&shared.store, key.clone(), terminal.clone())
+    })
+    .await;
+    let outcome = match written {
+        Ok(outcome) => {
+            METRICS
+                .turns_ended
+                .with(&[engine.name(), outcome_label])
+                .inc();
+            outcome
+        }
+        Err(e @ (Error::StaleTurn | Error::NotFound | Error::ShuttingDown)) => return Err(e),
+        Err(e) if e.is_storage_fault() => return Err(e),
+        Err(e) => {
+            // The terminal itself cannot be written (it is malformed): end the turn the way
+            // recovery would, so the session is never left running.
+            tracing::error!(session = %key.id, error = %e, "cannot write the turn's terminal");
+            return write_lost_turn(
+                shared,
+                key,
+                Some(claim.generation),
+                String::new(),
+                "the turn's result could not be stored; the turn was interrupted",
+                Some("terminal_failed"),
+            )
+            .await;
+        }
+    };
+    if claim.initial && completed {
+        spawn_title(shared, engine, key, prompt, reply);
+    }
+    Ok(outcome)
+}
+
+/// Runs the engine on the claimed turn (the tier clamped to one it honours first).
+async fn run_engine(engine: &dyn Engine, io: &mut Turn, mut input: TurnInput) -> Result<TurnEnd> {
     if let Some(requested) = input.tier {
         let effective = engine.honoured_tier(requested);
         if effective != requested {
@@ -171,28 +347,7 @@ async fn run_turn(
             input.tier = Some(effective);
         }
     }
-    let end = match engine.run(&mut io, input).await {
-        Ok(end) => end,
-        Err(Error::StaleTurn) => return Err(Error::StaleTurn),
-        Err(e) => TurnEnd::Failed {
-            error: e.to_string(),
-        },
-    };
-    let reply = io.last_text.clone().unwrap_or_default();
-    let completed = matches!(end, TurnEnd::Complete { .. });
-    let outcome = finish(
-        &shared.store,
-        key.clone(),
-        claim.generation,
-        claim.machine_step,
-        end,
-        io,
-    )
-    .await?;
-    if claim.initial && completed {
-        spawn_title(shared, engine, key, prompt, reply);
-    }
-    Ok(outcome)
+    engine.run(io, input).await
 }
 
 /// Asks the engine for an automatic title after the first turn (manual titles are never touched).
@@ -283,6 +438,9 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             let Some(generation) = tx.claim_turn(&key)? else {
                 return Ok(None);
             };
+            let request_id = tx
+                .input_request_id(&key, input.seq)?
+                .unwrap_or_else(crate::ids::new_id);
             tx.remove_input(&key, input.seq)?;
             let kind = match input.kind.as_str() {
                 "answer" => InputKind::Answer,
@@ -380,7 +538,8 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                     .as_deref()
                     .or(row.tier.as_deref())
                     .and_then(Tier::parse),
-                cwd: row.cwd,
+                // A cwd set to the drive root is stored as `.`; engines see the root as no cwd.
+                cwd: row.cwd.filter(|c| c != "."),
                 mode: row.mode,
                 resume,
                 last_seq: started,
@@ -394,6 +553,7 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 user_id: row.user_id,
                 images,
                 attachments,
+                request_id,
             }))
         })
         .await
@@ -441,30 +601,19 @@ fn settle_running_tasks(tx: &mut Tx<'_>, key: &SessionKey, status: &str) -> Resu
     Ok(())
 }
 
-async fn finish(
-    store: &Store,
-    key: SessionKey,
-    generation: u64,
-    machine_step: bool,
-    end: TurnEnd,
-    io: Turn,
-) -> Result<Outcome> {
-    let partial = match end {
-        TurnEnd::Interrupted => io.control.take_unsaid(),
-        _ => String::new(),
-    };
-    let Turn {
+async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Outcome> {
+    let Terminal {
+        generation,
+        machine_step,
+        end,
         mode,
-        mut messages,
+        messages,
         mut usage,
         todos,
         last_text,
         measured_usage,
-        ..
-    } = io;
-    if !partial.is_empty() {
-        messages.push(json!({"role": "assistant", "content": partial}));
-    }
+        partial,
+    } = terminal;
     usage.total_tokens = usage.input + usage.output;
     store
         .write(move |tx| {
@@ -642,6 +791,28 @@ fn append_partial_text(tx: &mut Tx<'_>, key: &SessionKey, partial: String) -> Re
 /// text it streamed and did not store) or lost in a crash, with a system event saying why.
 /// Refused (and harmless) when the turn already ended.
 async fn write_lost_turn(
+    shared: &Shared,
+    key: SessionKey,
+    generation: Option<u64>,
+    partial: String,
+    message: &'static str,
+    code: Option<&'static str>,
+) -> Result<Outcome> {
+    let session = key.id.clone();
+    persist(shared, &session, "the turn's terminal", || {
+        write_lost_terminal(
+            &shared.store,
+            key.clone(),
+            generation,
+            partial.clone(),
+            message,
+            code,
+        )
+    })
+    .await
+}
+
+async fn write_lost_terminal(
     store: &Store,
     key: SessionKey,
     generation: Option<u64>,
@@ -698,7 +869,7 @@ pub(crate) async fn force_interrupted(
 ) -> Outcome {
     let fallback = Outcome::idle(key.clone());
     match write_lost_turn(
-        &shared.store,
+        shared,
         key,
         Some(generation),
         partial,
@@ -719,7 +890,7 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
     let stale = store.read(store::active_turn_sessions).await?;
     for (pk, id) in stale {
         tracing::warn!(session = %id, "ending a turn left running by a previous process");
-        write_lost_turn(
+        write_lost_terminal(
             store,
             SessionKey { pk, id },
             None,
@@ -762,6 +933,7 @@ pub struct Turn {
     heartbeat_every: Duration,
     last_heartbeat: tokio::time::Instant,
     last_text: Option<String>,
+    request_id: String,
 }
 
 impl Turn {
@@ -817,6 +989,10 @@ impl DeltaSink for Turn {
 impl TurnIo for Turn {
     fn session_id(&self) -> &str {
         &self.key.id
+    }
+
+    fn request_id(&self) -> &str {
+        &self.request_id
     }
 
     /// An image of this session by its storage id: `(mime type, bytes)`.

@@ -330,7 +330,7 @@ impl Sessions {
                     .unwrap_or_default();
                 // R53: omitted cwd and tier come from the parent; a child stays with the parent's agent.
                 let cwd = match &input.cwd {
-                    Some(c) => non_root_str(drive.check_cwd(c, &anchor)?),
+                    Some(c) => Some(as_set(drive.check_cwd(c, &anchor)?)),
                     None => prow.cwd.clone(),
                 };
                 Plan {
@@ -354,10 +354,10 @@ impl Sessions {
                             .find(|a| &a.id == id)
                             .ok_or(Error::AgentNotFound)?;
                         let cwd = match &input.cwd {
-                            Some(c) => drive.check_cwd(c, &agent.anchor)?,
-                            None => drive.make_dir(&agent.anchor)?,
+                            Some(c) => Some(as_set(drive.check_cwd(c, &agent.anchor)?)),
+                            None => non_root_str(drive.make_dir(&agent.anchor)?),
                         };
-                        (agent, Some(cwd))
+                        (agent, cwd)
                     }
                     None => {
                         let cwd = input
@@ -367,12 +367,12 @@ impl Sessions {
                             .transpose()?;
                         let owner = agents::owner_of(&all_agents, cwd.as_deref().unwrap_or(""))
                             .ok_or(Error::AgentNotFound)?;
-                        (owner, cwd)
+                        (owner, cwd.map(as_set))
                     }
                 };
                 Plan {
                     agent_id: owner.id.clone(),
-                    cwd: cwd.and_then(non_root_str),
+                    cwd,
                     tier: input.tier.map(|t| t.as_str().to_owned()),
                     created_by: None,
                     mode: None,
@@ -572,15 +572,10 @@ impl Sessions {
             .find(|a| a.id == row.agent_id)
             .map(|a| a.anchor)
             .unwrap_or_default();
-        let canonical = self.drive(actor).check_cwd(cwd, &anchor)?;
-        let new = non_root_str(canonical.clone());
+        let shown = as_set(self.drive(actor).check_cwd(cwd, &anchor)?);
+        let new = Some(shown.clone());
         let ws = actor.workspace_id.clone();
         let id = row.id.clone();
-        let shown = if canonical.is_empty() {
-            ".".to_owned()
-        } else {
-            canonical
-        };
         let message = format!("working directory moved to {shown}; it applies from the next turn");
         self.store
             .write(move |tx| {
@@ -810,9 +805,20 @@ struct Plan {
     title: Option<String>,
 }
 
-/// The drive root is stored as no cwd.
+/// A cwd that comes from an agent's anchor or the default alias: the drive root is no cwd.
 fn non_root_str(cwd: String) -> Option<String> {
     if cwd.is_empty() { None } else { Some(cwd) }
+}
+
+/// A cwd a client set (create, child create, `POST …/cwd`) is stored as the canonical path it is
+/// answered with, the drive root spelled `.` — what the move answers is what the snapshot shows.
+/// (Engines see the root as no cwd: `runner::turn::claim`.)
+fn as_set(canonical: String) -> String {
+    if canonical.is_empty() {
+        ".".to_owned()
+    } else {
+        canonical
+    }
 }
 
 /// Inserts a session with its `session_created`, optional `agent_message` and first

@@ -475,6 +475,13 @@ pub fn sessions_with_pending_inputs(conn: &Connection) -> Result<Vec<(i64, Strin
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Inputs stored and not yet taken by a turn, across all sessions (a metric).
+pub fn pending_input_count(conn: &Connection) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM pending_inputs")?
+        .query_row([], |r| r.get(0))?)
+}
+
 /// The `turn_started` seq of the turn that took an input, once one has.
 pub fn input_turn(conn: &Connection, session_pk: i64, input_seq: u64) -> Result<Option<u64>> {
     Ok(conn

@@ -41,6 +41,15 @@ pub struct NewInput<'a> {
 /// The workspace that exists from the first start.
 pub const DEFAULT_WORKSPACE: &str = "default";
 
+/// Request ids of queued inputs by `(session pk, seq)`. They serve tracing only, so they live in
+/// memory (an input re-delivered after a restart runs under a new id) and the schema does not
+/// change; an entry a rolled-back batch left is overwritten by the next input of that seq.
+static INPUT_REQUEST_IDS: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<(i64, u64), String>>,
+> = std::sync::LazyLock::new(Default::default);
+/// Past this many waiting inputs the ids are forgotten (their turns get new ones).
+const MAX_INPUT_REQUEST_IDS: usize = 100_000;
+
 impl Tx<'_> {
     /// Finds a workspace by slug, creating it (and its `root` agent, named for what it is: the
     /// agent of the whole drive) when missing.
@@ -357,7 +366,23 @@ impl Tx<'_> {
                 input.images,
                 input.not_before
             ])?;
+        if let Some(id) = &self.request_id {
+            let mut ids = INPUT_REQUEST_IDS.lock().unwrap_or_else(|p| p.into_inner());
+            if ids.len() >= MAX_INPUT_REQUEST_IDS {
+                ids.clear();
+            }
+            ids.insert((key.pk, input.seq), id.clone());
+        }
         Ok(())
+    }
+
+    /// The id of the HTTP request that stored a queued input, taken as the input is (`None` for
+    /// the runner's own, and after a restart).
+    pub fn input_request_id(&self, key: &SessionKey, seq: u64) -> Result<Option<String>> {
+        Ok(INPUT_REQUEST_IDS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(key.pk, seq)))
     }
 
     /// The oldest input that may run now, if any.

@@ -413,6 +413,8 @@ impl CommandEngine {
             .insert("SESSIOND_SESSION_ID".into(), io.session_id().to_owned());
         spec.env
             .insert("SESSIOND_INPUT_KIND".into(), kind.to_owned());
+        spec.env
+            .insert("SESSIOND_REQUEST_ID".into(), io.request_id().to_owned());
         if self.cfg.prompt == PromptVia::Stdin {
             spec.stdin = Some(prompt.to_owned());
         }

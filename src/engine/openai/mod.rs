@@ -358,6 +358,7 @@ impl OpenAiEngine {
         loop {
             attempt += 1;
             let mut cancel = io.cancel_watch();
+            let request_id = io.request_id().to_owned();
             let result = stream::call(
                 Request {
                     client: &self.client,
@@ -365,6 +366,7 @@ impl OpenAiEngine {
                     api_key: key.as_deref(),
                     body,
                     idle_timeout: Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
+                    request_id: &request_id,
                 },
                 io,
                 &mut cancel,

@@ -1,0 +1,566 @@
+//! `GET /openapi.json`: an OpenAPI 3.1 document of every route the server answers.
+//!
+//! Each API family contributes one table of operations ([`Op`]) and its component schemas, here,
+//! beside the others; the document is built from the tables at start-up. The Sessions API's
+//! request, query and response schemas are the seed's own files (`schemas/sessions/`), found by the
+//! seed's file-name rule; sessiond's own routes (agents, sign-in, uploads, health) describe their
+//! bodies inline. A test walks the router and fails for any registered route or method the
+//! document lacks (and for any documented one that is not registered), so the two cannot drift:
+//! a family that adds a route adds its row here.
+
+use std::sync::LazyLock;
+
+use actix_web::HttpResponse;
+use rust_embed::RustEmbed;
+use serde_json::{Map, Value, json};
+
+#[derive(RustEmbed)]
+#[folder = "schemas/sessions/"]
+#[include = "*.json"]
+struct SessionSchemas;
+
+/// Who may call an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No credential.
+    Public,
+    /// An API key or the browser session cookie with this scope (`sessions`, `sessions:read`,
+    /// `files:write`); the cookie's unsafe requests must come from this server's origin.
+    Scope(&'static str),
+    /// The browser session cookie (or a key, for `/auth/me`).
+    Signed,
+    /// An upload grant's token, and nothing else.
+    UploadToken,
+}
+
+/// What a successful answer carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Answer {
+    /// The seed's `<stem>.response.json` (200, and 202 for the `/wait` routes).
+    Seed,
+    /// JSON described by an inline schema (sessiond's own routes), with this status.
+    Json(u16, fn() -> Value),
+    /// `text/event-stream`.
+    Events,
+    /// The stored image's own type.
+    Image,
+}
+
+/// One operation: a method on a path.
+#[derive(Debug, Clone, Copy)]
+pub struct Op {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub id: &'static str,
+    pub summary: &'static str,
+    pub access: Access,
+    /// The request body: the seed's `<stem>.request.json` (`Seed`), an inline schema, or none.
+    pub body: Body,
+    pub answer: Answer,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Body {
+    None,
+    Seed,
+    Json(fn() -> Value),
+    /// Raw bytes of any type (uploads).
+    Bytes,
+}
+
+const WS: &str = "/v1/ws/{workspaceSlug}";
+
+macro_rules! op {
+    ($method:literal $path:expr, $id:literal, $summary:literal, $access:expr, $body:expr, $answer:expr) => {
+        Op {
+            method: $method,
+            path: $path,
+            id: $id,
+            summary: $summary,
+            access: $access,
+            body: $body,
+            answer: $answer,
+        }
+    };
+}
+
+const READ: Access = Access::Scope("sessions:read");
+const WRITE: Access = Access::Scope("sessions");
+
+/// The Sessions API (seed 000): every operation, its schemas from `schemas/sessions/`.
+pub static SESSIONS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("{WS}/agent/sessions{rest}").leak() };
+    let a = |rest: &str| -> &'static str { format!("{WS}/agents/{{agentSlug}}{rest}").leak() };
+    use Answer::Seed as S;
+    vec![
+        op!("get" p(""), "listSessions", "List sessions (bucket, search, archived, agent, keyset cursor)", READ, Body::None, S),
+        op!("post" p(""), "createSession", "Create a session with its first prompt", WRITE, Body::Seed, S),
+        op!("get" p("/activity"), "activity", "Every agent's prioritised recent sessions and default chat", READ, Body::None, S),
+        op!("post" p("/wait"), "createSessionAndWait", "Create a session and wait for its first terminal", WRITE, Body::Seed, S),
+        op!("post" p("/attachments/session"), "mintUploadGrant", "Mint an upload grant for a folder of the drive", Access::Scope("files:write"), Body::Seed, S),
+        op!("get" p("/{sessionId}"), "getSession", "The session's snapshot", READ, Body::None, S),
+        op!("patch" p("/{sessionId}"), "setTitle", "Set a manual title", WRITE, Body::Seed, S),
+        op!("delete" p("/{sessionId}"), "deleteSession", "Stop and delete a session", WRITE, Body::None, S),
+        op!("get" p("/{sessionId}/history"), "history", "A page of the timeline (cursor forward, before backward)", READ, Body::None, S),
+        op!("get" p("/{sessionId}/events"), "events", "The timeline as Server-Sent Events (resume with Last-Event-ID or since)", READ, Body::None, Answer::Events),
+        op!("get" p("/{sessionId}/images/{storageId}"), "image", "A stored inline image", READ, Body::None, Answer::Image),
+        op!("post" p("/{sessionId}/messages"), "sendMessage", "A steer or follow-up message", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/messages/wait"), "sendMessageAndWait", "A message, waiting for its terminal", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/note"), "addNote", "Context that starts no turn", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/answer"), "answer", "Answer the session's question", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/answer/wait"), "answerAndWait", "Answer, waiting for the next terminal", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/interrupt"), "interrupt", "Stop the running turn", WRITE, Body::None, S),
+        op!("put" p("/{sessionId}/archive"), "archive", "Archive or restore", WRITE, Body::Seed, S),
+        op!("put" p("/{sessionId}/read"), "markRead", "Move the read marker", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/sessions"), "createChild", "A child session (inherits cwd and tier)", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/sessions/wait"), "createChildAndWait", "A child session, waiting for its terminal", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/cwd"), "moveCwd", "Move the working directory (from the next turn)", WRITE, Body::Seed, S),
+        op!("get" a("/sessions/default"), "getDefaultSession", "The agent's default session", READ, Body::None, S),
+        op!("put" a("/sessions/default"), "setDefaultSession", "Point the agent's default alias at a session", WRITE, Body::Seed, S),
+        op!("get" a("/sessions/default/history"), "defaultSessionHistory", "History of the agent's default session", READ, Body::None, S),
+        op!("post" a("/sessions/default/messages"), "messageDefaultSession", "A message to the agent's default session (created on first use)", WRITE, Body::Seed, S),
+        op!("post" a("/sessions/default/messages/wait"), "messageDefaultSessionAndWait", "A message to the default session, waiting for its terminal", WRITE, Body::Seed, S),
+    ]
+});
+
+fn agent_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "slug", "name", "anchor", "engine", "createdAt"],
+        "properties": {
+            "id": {"type": "string"}, "slug": {"type": "string"}, "name": {"type": "string"},
+            "anchor": {"type": "string"}, "engine": {"type": "object"}, "createdAt": {"type": "number"}
+        }
+    })
+}
+
+fn agent_spec_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "slug": {"type": "string"}, "name": {"type": "string"}, "anchor": {"type": "string"},
+            "engine": {"type": "object"}
+        }
+    })
+}
+
+/// Agents (sessiond's extension of the Sessions API).
+pub static AGENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("{WS}/agents{rest}").leak() };
+    vec![
+        op!("get" p(""), "listAgents", "The workspace's agents", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["agents"], "properties": {"agents": {"type": "array", "items": agent_schema()}}}))),
+        op!("post" p(""), "createAgent", "Create an agent (slug, name, anchor, engine)", WRITE, Body::Json(agent_spec_schema), Answer::Json(201, agent_schema)),
+        op!("get" p("/{agentSlug}"), "getAgent", "One agent", READ, Body::None, Answer::Json(200, agent_schema)),
+        op!("patch" p("/{agentSlug}"), "updateAgent", "Change an agent's name, anchor or engine", WRITE, Body::Json(agent_spec_schema), Answer::Json(200, agent_schema)),
+        op!("delete" p("/{agentSlug}"), "deleteAgent", "Delete an agent that owns no sessions", WRITE, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["deleted"], "properties": {"deleted": {"const": true}}}))),
+    ]
+});
+
+fn me_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["workspaces"],
+        "properties": {
+            "user": {"type": "object", "required": ["id", "email"], "properties": {"id": {"type": "string"}, "email": {"type": "string"}}},
+            "key": {"type": "object", "required": ["id", "name", "scopes"], "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "scopes": {"type": "array", "items": {"type": "string"}}}},
+            "workspaces": {"type": "array", "items": {"type": "object", "required": ["slug", "role"], "properties": {"slug": {"type": "string"}, "role": {"type": "string"}}}}
+        }
+    })
+}
+
+fn credentials_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["email", "password"],
+        "properties": {"email": {"type": "string"}, "password": {"type": "string"}}
+    })
+}
+
+/// Sign-in for the web UI.
+pub static AUTH: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("post" "/auth/setup", "setup", "Create the first owner with the one-time setup token (this machine only)", Access::Public,
+            Body::Json(|| json!({"type": "object", "required": ["token", "email", "password"], "properties": {"token": {"type": "string"}, "email": {"type": "string"}, "password": {"type": "string"}}})),
+            Answer::Json(200, me_schema)),
+        op!("post" "/auth/login", "login", "Sign in: an HttpOnly session cookie", Access::Public, Body::Json(credentials_schema), Answer::Json(200, me_schema)),
+        op!("post" "/auth/logout", "logout", "Sign out", Access::Public, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["ok"], "properties": {"ok": {"const": true}}}))),
+        op!("get" "/auth/me", "me", "Who the credential is, and its workspaces", Access::Signed, Body::None, Answer::Json(200, me_schema)),
+        op!("get" "/auth/status", "authStatus", "Whether first-run setup is still open", Access::Public, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["setupRequired"], "properties": {"setupRequired": {"type": "boolean"}}}))),
+    ]
+});
+
+/// Upload grants' write-only endpoint.
+pub static UPLOADS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("put" format!("{}/{{grantId}}/{{filename}}", crate::uploads::UPLOAD_PREFIX).leak(), "upload",
+        "Write one new file into the grant's folder (the grant's token only)", Access::UploadToken, Body::Bytes,
+        Answer::Json(201, || json!({"type": "object", "required": ["path", "name", "bytes"], "properties": {"path": {"type": "string"}, "name": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}}}))),
+    ]
+});
+
+/// Liveness, readiness and this document.
+pub static SERVER: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" "/healthz", "healthz", "Liveness, version, and whether storage takes writes", Access::Public, Body::None,
+        Answer::Json(200, || json!({
+            "type": "object", "required": ["status", "version", "schemaVersion", "storage"],
+            "properties": {
+                "status": {"enum": ["ok", "degraded"]}, "version": {"type": "string"}, "schemaVersion": {"type": "integer"},
+                "storage": {"type": "object", "required": ["status"], "properties": {"status": {"enum": ["ok", "full", "unavailable"]}, "since": {"type": "number"}}}
+            }
+        }))),
+        op!("get" "/readyz", "readyz", "200 while the server takes work; 503 while storage refuses writes or it is shutting down", Access::Public, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["status"], "properties": {"status": {"const": "ready"}}}))),
+        op!("get" "/openapi.json", "openapi", "This document", Access::Public, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["openapi", "paths"]}))),
+    ]
+});
+
+/// Every family's operations, in the document's order.
+pub fn operations() -> Vec<Op> {
+    [&*SERVER, &*AUTH, &*SESSIONS, &*AGENTS, &*UPLOADS]
+        .into_iter()
+        .flat_map(|ops| ops.iter().copied())
+        .collect()
+}
+
+/// The seed's file-name stem of an operation (`POST_v1_ws__workspaceSlug__agent_sessions`).
+fn seed_stem(op: &Op) -> String {
+    format!(
+        "{}{}",
+        op.method.to_uppercase(),
+        op.path.replace(['/', '{', '}'], "_")
+    )
+}
+
+fn seed_schema(name: &str) -> Option<Value> {
+    let file = SessionSchemas::get(name)?;
+    let mut v: Value = serde_json::from_slice(&file.data).ok()?;
+    if let Some(m) = v.as_object_mut() {
+        m.remove("$schema");
+    }
+    Some(v)
+}
+
+fn component(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn error_response(what: &str) -> Value {
+    json!({"description": what, "content": {"application/json": {"schema": component("Error")}}})
+}
+
+fn security(access: Access) -> Value {
+    match access {
+        Access::Public => json!([]),
+        Access::Scope(_) | Access::Signed => json!([{"apiKey": []}, {"browserSession": []}]),
+        Access::UploadToken => json!([{"uploadToken": []}]),
+    }
+}
+
+fn parameters(op: &Op, stem: &str) -> Vec<Value> {
+    let mut out: Vec<Value> = op
+        .path
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string", "minLength": 1}}))
+        .collect();
+    if let Some(q) = seed_schema(&format!("{stem}.query.json")) {
+        let required: Vec<&str> = q["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if let Some(props) = q["properties"].as_object() {
+            for (name, schema) in props {
+                out.push(json!({
+                    "name": name, "in": "query", "required": required.contains(&name.as_str()),
+                    "schema": schema,
+                }));
+            }
+        }
+    }
+    out
+}
+
+fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
+    let stem = seed_stem(op);
+    let mut o = json!({
+        "operationId": op.id,
+        "summary": op.summary,
+        "security": security(op.access),
+        "parameters": parameters(op, &stem),
+    });
+    if let Access::Scope(scope) = op.access {
+        o["x-sessiond-scope"] = json!(scope);
+    }
+    if matches!(op.answer, Answer::Events)
+        && let Some(p) = o["parameters"].as_array_mut()
+    {
+        p.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string", "pattern": "^[0-9]+$"}}));
+    }
+    match op.body {
+        Body::None => {}
+        Body::Seed => {
+            let name = format!("{stem}.request");
+            if let Some(s) = seed_schema(&format!("{name}.json")) {
+                schemas.insert(name.clone(), s);
+                o["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": component(&name)}}});
+            }
+        }
+        Body::Json(schema) => {
+            o["requestBody"] =
+                json!({"required": true, "content": {"application/json": {"schema": schema()}}});
+        }
+        Body::Bytes => {
+            o["requestBody"] = json!({"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}});
+        }
+    }
+    let mut responses = Map::new();
+    match op.answer {
+        Answer::Seed => {
+            let name = format!("{stem}.response");
+            let schema = seed_schema(&format!("{name}.json")).map(|s| {
+                schemas.insert(name.clone(), s);
+                component(&name)
+            });
+            let body = json!({"description": "OK", "content": {"application/json": {"schema": schema.unwrap_or(json!({}))}}});
+            if op.path.ends_with("/wait") {
+                responses.insert("202".into(), json!({"description": "The deadline passed first: still pending", "content": body["content"].clone()}));
+            }
+            responses.insert("200".into(), body);
+        }
+        Answer::Json(status, schema) => {
+            responses.insert(
+                status.to_string(),
+                json!({"description": "OK", "content": {"application/json": {"schema": schema()}}}),
+            );
+        }
+        Answer::Events => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "Server-Sent Events: `id: <seq>` and `data: {\"seq\",\"event\"}` for durable events, `data: {\"event\"}` for live progress", "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
+            );
+        }
+        Answer::Image => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "The image, with its own type", "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}),
+            );
+        }
+    }
+    responses.insert(
+        "default".into(),
+        error_response("An error: `{error, message}` (seed-defined shapes such as `invalid_cwd` carry `reason`)"),
+    );
+    o["responses"] = Value::Object(responses);
+    o
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut schemas = Map::new();
+    schemas.insert(
+        "Error".into(),
+        json!({
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {"type": "string", "description": "A stable code to switch on"},
+                "message": {"type": "string"},
+                "reason": {"type": "string", "description": "invalid_cwd: missing, not_a_directory, outside_drive or outside_agent_anchor"}
+            }
+        }),
+    );
+    let mut paths = Map::new();
+    for op in operations() {
+        let item = operation(&op, &mut schemas);
+        let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
+        entry[op.method] = item;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "sessiond",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Durable agent sessions on one machine. Errors are JSON `{error, message}`; every response carries `X-Request-Id`.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer", "description": "An API key (`sessiond token create`, `sessiond app create`)"},
+                "browserSession": {"type": "apiKey", "in": "cookie", "name": crate::auth::COOKIE, "description": "The web UI's session (POST /auth/login); unsafe requests must come from this server's origin"},
+                "uploadToken": {"type": "http", "scheme": "bearer", "description": "An upload grant's token (POST …/attachments/session)"}
+            }
+        }
+    })
+}
+
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| document().to_string());
+
+/// `GET /openapi.json`.
+pub async fn serve() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(DOCUMENT.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use actix_web::dev::Service;
+    use actix_web::{App, test as web_test};
+
+    use super::*;
+
+    /// Full patterns of every routed resource, read from the router's resource map (its debug
+    /// form is the only enumeration actix offers): nested scopes' prefixes joined to their
+    /// resources.
+    fn registered_patterns(rmap_debug: &str) -> Vec<String> {
+        // Tokens in order: `patterns: Single("…"), is_prefix: …`, `nodes: Some([` and `])`.
+        let mut out = Vec::new();
+        let mut stack: Vec<String> = Vec::new();
+        let mut pending: Option<(String, bool)> = None;
+        let mut rest = rmap_debug;
+        loop {
+            let next_pat = rest.find("patterns: Single(\"");
+            let next_open = rest.find("nodes: Some([");
+            let next_none = rest.find("nodes: None");
+            // The end of a node list: its last map's `}` then `])` (a regex in a pattern may hold
+            // `])` too, never `}])`).
+            let next_close = rest.find("}])");
+            let Some(pos) = [next_pat, next_open, next_none, next_close]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
+                break;
+            };
+            if Some(pos) == next_pat {
+                let start = pos + "patterns: Single(\"".len();
+                let end = start + rest[start..].find('"').expect("pattern end");
+                let pattern = rest[start..end].to_owned();
+                let prefix = rest[end..]
+                    .trim_start_matches("\"),")
+                    .trim_start()
+                    .starts_with("is_prefix: true");
+                pending = Some((pattern, prefix));
+                rest = &rest[end..];
+            } else if Some(pos) == next_open {
+                let (p, _) = pending.take().unwrap_or_default();
+                rest = &rest[pos + "nodes: Some([".len()..];
+                // An empty scope: `Some([])`.
+                match rest.strip_prefix("])") {
+                    Some(after) => rest = after,
+                    None => stack.push(p),
+                }
+            } else if Some(pos) == next_none {
+                if let Some((p, _)) = pending.take() {
+                    out.push(format!("{}{p}", stack.concat()));
+                }
+                rest = &rest[pos + "nodes: None".len()..];
+            } else {
+                stack.pop();
+                rest = &rest[pos + 3..];
+            }
+        }
+        out
+    }
+
+    #[actix_web::test]
+    async fn the_document_covers_every_registered_route_and_nothing_else() {
+        let seen = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
+        let s = std::rc::Rc::clone(&seen);
+        let app = web_test::init_service(
+            App::new()
+                .wrap_fn(move |req, srv| {
+                    *s.borrow_mut() = format!("{:?}", req.request().resource_map());
+                    srv.call(req)
+                })
+                .configure(crate::api::routes_with_ui),
+        )
+        .await;
+        let _ = web_test::call_service(
+            &app,
+            web_test::TestRequest::get().uri("/healthz").to_request(),
+        )
+        .await;
+        let patterns = registered_patterns(&seen.borrow());
+        assert!(patterns.len() > 30, "{patterns:?}");
+        // The web UI's pages are not an API.
+        const UI: [&str; 4] = ["/", "/setup", "/login", "/ui/{path:.*}"];
+        let mut registered = BTreeSet::new();
+        for pattern in patterns.iter().filter(|p| !UI.contains(&p.as_str())) {
+            // A request with a method no route has: the resource answers 405 with what it allows.
+            let uri = pattern.replace(['{', '}'], "");
+            let res = web_test::call_service(
+                &app,
+                web_test::TestRequest::default()
+                    .method(actix_web::http::Method::from_bytes(b"PROBE").expect("method"))
+                    .uri(&uri)
+                    .to_request(),
+            )
+            .await;
+            assert_eq!(
+                res.status(),
+                405,
+                "{pattern}: every API resource lists its methods"
+            );
+            let allow = res
+                .headers()
+                .get("allow")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            for m in allow.split(',') {
+                registered.insert((m.trim().to_lowercase(), pattern.clone()));
+            }
+        }
+        let documented: BTreeSet<(String, String)> = operations()
+            .iter()
+            .map(|o| (o.method.to_owned(), o.path.to_owned()))
+            .collect();
+        let missing: Vec<_> = registered.difference(&documented).collect();
+        let stale: Vec<_> = documented.difference(&registered).collect();
+        assert!(
+            missing.is_empty(),
+            "routes the OpenAPI document lacks (add them to a family's table in api/openapi.rs): {missing:?}"
+        );
+        assert!(
+            stale.is_empty(),
+            "documented routes that are not registered: {stale:?}"
+        );
+    }
+
+    #[test]
+    fn seed_schemas_are_found_for_every_seed_operation() {
+        let doc = document();
+        for op in SESSIONS.iter() {
+            let o = &doc["paths"][op.path][op.method];
+            if matches!(op.body, Body::Seed) {
+                assert!(
+                    o["requestBody"].is_object(),
+                    "{} {}: no request schema",
+                    op.method,
+                    op.path
+                );
+            }
+            if matches!(op.answer, Answer::Seed) {
+                assert!(
+                    o["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+                        .is_string(),
+                    "{} {}: no response schema",
+                    op.method,
+                    op.path
+                );
+            }
+        }
+        let ids: BTreeSet<&str> = operations().iter().map(|o| o.id).collect();
+        assert_eq!(ids.len(), operations().len(), "operationIds are unique");
+    }
+}
