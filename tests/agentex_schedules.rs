@@ -753,12 +753,12 @@ fn ticks_missed_while_down_fold_into_one_catch_up_run_and_the_schedule_goes_on_f
         runs_of(&s, &agent, name).first().cloned()
     });
     s.stop();
-    let stopped_at = now_ms();
+    let stopped_at = sessiond::clock::now_ms();
     // Let at least three ticks fall due while the server is down.
     poll_until("the outage to last three ticks", WAIT, || {
-        (now_ms() >= stopped_at + 3500).then_some(())
+        (sessiond::clock::now_ms() >= stopped_at + 3500).then_some(())
     });
-    let restarting_at = now_ms();
+    let restarting_at = sessiond::clock::now_ms();
     s.restart();
     let catch_up = poll_until("the catch-up run", WAIT, || {
         // The first catch-up made after the stop (runs_of lists the newest first).
@@ -796,13 +796,6 @@ fn ticks_missed_while_down_fold_into_one_catch_up_run_and_the_schedule_goes_on_f
         next_ms > restarting_at,
         "it continues from now, not from the outage: {next}"
     );
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[test]
@@ -933,7 +926,7 @@ fn a_tick_that_cannot_make_a_session_is_used_up_and_the_schedule_goes_on() {
         .unwrap();
     drop(db);
     s.restart();
-    let restarted_at = now_ms();
+    let restarted_at = sessiond::clock::now_ms();
     // Read as the colleague, who still belongs to the workspace.
     let colleague = http_as(&key);
     let read = |sid: &str| {

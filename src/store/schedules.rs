@@ -68,6 +68,34 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ScheduleRow> {
     })
 }
 
+/// A row's values in [`COLUMNS`] order (`?1` … `?22`).
+fn values(s: &ScheduleRow) -> [&dyn rusqlite::ToSql; 22] {
+    [
+        &s.id,
+        &s.workspace_id,
+        &s.agent_id,
+        &s.name,
+        &s.description,
+        &s.cron_expression,
+        &s.interval_seconds,
+        &s.timezone,
+        &s.anchor_at,
+        &s.start_at,
+        &s.end_at,
+        &s.paused,
+        &s.initial_input,
+        &s.task_params,
+        &s.task_metadata,
+        &s.creator,
+        &s.skipped,
+        &s.next_due_at,
+        &s.num_actions,
+        &s.last_action_at,
+        &s.created_at,
+        &s.updated_at,
+    ]
+}
+
 /// How a schedule is addressed under its agent: by id or by its (unique per agent) name.
 #[derive(Debug, Clone)]
 pub enum ScheduleRef {
@@ -224,30 +252,7 @@ impl Tx<'_> {
         );
         self.conn
             .prepare_cached(&sql)?
-            .execute(params![
-                s.id,
-                s.workspace_id,
-                s.agent_id,
-                s.name,
-                s.description,
-                s.cron_expression,
-                s.interval_seconds,
-                s.timezone,
-                s.anchor_at,
-                s.start_at,
-                s.end_at,
-                s.paused,
-                s.initial_input,
-                s.task_params,
-                s.task_metadata,
-                s.creator,
-                s.skipped,
-                s.next_due_at,
-                s.num_actions,
-                s.last_action_at,
-                s.created_at,
-                s.updated_at,
-            ])
+            .execute(values(s).as_slice())
             .map_err(|e| match constraint(&e) {
                 Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE) => name_taken(&s.name),
                 // The agent was deleted since it was looked up.
@@ -257,39 +262,21 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Writes every mutable field of a schedule back (its id, workspace, agent and creation
-    /// stay); a rename onto a name already used under the agent is a 409.
+    /// Writes every mutable field of a schedule back (its id, workspace, agent, creator and
+    /// creation stay: their parameters, ?2, ?3, ?16 and ?21, are bound but unused); a rename onto
+    /// a name already used under the agent is a 409.
     pub fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
         let changed = self
             .conn
             .prepare_cached(
-                "UPDATE schedules SET name = ?2, description = ?3, cron_expression = ?4,
-                    interval_seconds = ?5, timezone = ?6, anchor_at = ?7, start_at = ?8,
-                    end_at = ?9, paused = ?10, initial_input = ?11, task_params = ?12,
-                    task_metadata = ?13, skipped = ?14, next_due_at = ?15, num_actions = ?16,
-                    last_action_at = ?17, updated_at = ?18
+                "UPDATE schedules SET name = ?4, description = ?5, cron_expression = ?6,
+                    interval_seconds = ?7, timezone = ?8, anchor_at = ?9, start_at = ?10,
+                    end_at = ?11, paused = ?12, initial_input = ?13, task_params = ?14,
+                    task_metadata = ?15, skipped = ?17, next_due_at = ?18, num_actions = ?19,
+                    last_action_at = ?20, updated_at = ?22
                  WHERE id = ?1",
             )?
-            .execute(params![
-                s.id,
-                s.name,
-                s.description,
-                s.cron_expression,
-                s.interval_seconds,
-                s.timezone,
-                s.anchor_at,
-                s.start_at,
-                s.end_at,
-                s.paused,
-                s.initial_input,
-                s.task_params,
-                s.task_metadata,
-                s.skipped,
-                s.next_due_at,
-                s.num_actions,
-                s.last_action_at,
-                s.updated_at,
-            ])
+            .execute(values(s).as_slice())
             .map_err(|e| {
                 if is_unique_violation(&e) {
                     name_taken(&s.name)

@@ -40,42 +40,32 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::get().to(list))
                     .route(web::post().to(create)),
             )
-            .service(
-                at("/name/{name}", "GET, PATCH, DELETE")
-                    .route(web::get().to(get::<ByName>))
-                    .route(web::patch().to(update::<ByName>))
-                    .route(web::delete().to(delete::<ByName>)),
-            )
-            .service(
-                at("/name/{name}/pause", "POST").route(web::post().to(set_paused::<ByName, true>)),
-            )
-            .service(
-                at("/name/{name}/resume", "POST")
-                    .route(web::post().to(set_paused::<ByName, false>)),
-            )
-            .service(at("/name/{name}/trigger", "POST").route(web::post().to(trigger::<ByName>)))
-            .service(
-                at("/{schedule_id}", "GET, PATCH, DELETE")
-                    .route(web::get().to(get::<ById>))
-                    .route(web::patch().to(update::<ById>))
-                    .route(web::delete().to(delete::<ById>)),
-            )
-            .service(
-                at("/{schedule_id}/pause", "POST").route(web::post().to(set_paused::<ById, true>)),
-            )
-            .service(
-                at("/{schedule_id}/resume", "POST")
-                    .route(web::post().to(set_paused::<ById, false>)),
-            )
-            .service(at("/{schedule_id}/trigger", "POST").route(web::post().to(trigger::<ById>)))
+            .configure(addressed::<ByName>)
+            .configure(addressed::<ById>)
             .service(at("/{schedule_id}/skip", "POST").route(web::post().to(skip::<ById, true>)))
             .service(at("/{schedule_id}/unskip", "POST").route(web::post().to(skip::<ById, false>)))
             .default_service(web::to(no_route)),
     );
 }
 
+/// The routes of a schedule addressed by id and by name alike: itself, pause, resume, trigger.
+fn addressed<A: Addressing + 'static>(cfg: &mut web::ServiceConfig) {
+    let at_ = |action: &str, allow| at(&format!("{}{action}", A::SEGMENT), allow);
+    cfg.service(
+        at_("", "GET, PATCH, DELETE")
+            .route(web::get().to(get::<A>))
+            .route(web::patch().to(update::<A>))
+            .route(web::delete().to(delete::<A>)),
+    )
+    .service(at_("/pause", "POST").route(web::post().to(set_paused::<A, true>)))
+    .service(at_("/resume", "POST").route(web::post().to(set_paused::<A, false>)))
+    .service(at_("/trigger", "POST").route(web::post().to(trigger::<A>)));
+}
+
 /// Whether the second path segment is a schedule's id or its name.
 trait Addressing {
+    /// The path segment that names the schedule.
+    const SEGMENT: &'static str;
     fn target(segment: String) -> ScheduleRef;
 }
 
@@ -83,12 +73,14 @@ struct ById;
 struct ByName;
 
 impl Addressing for ById {
+    const SEGMENT: &'static str = "/{schedule_id}";
     fn target(segment: String) -> ScheduleRef {
         ScheduleRef::Id(segment)
     }
 }
 
 impl Addressing for ByName {
+    const SEGMENT: &'static str = "/name/{name}";
     fn target(segment: String) -> ScheduleRef {
         ScheduleRef::Name(segment)
     }
