@@ -164,7 +164,7 @@ async fn fire_one(schedules: &Schedules, row: ScheduleRow, slug: String) -> Outc
         }
         Err(Error::Conflict(CHANGED, _)) => Outcome::Nothing,
         Err(Error::ShuttingDown) => Outcome::Stop,
-        Err(e @ (Error::Storage(_) | Error::Internal(_))) => Outcome::Retry(e),
+        Err(e) if is_transient(&e) => Outcome::Retry(e),
         Err(e) => {
             // The tick cannot make a session (its creator left the workspace, its agent's
             // folder cannot be made): it is used up, so the schedule goes on with its next one.
@@ -173,6 +173,13 @@ async fn fire_one(schedules: &Schedules, row: ScheduleRow, slug: String) -> Outc
             settle(schedules, &schedule.row, next).await
         }
     }
+}
+
+/// Whether a firing that failed with `e` is tried again (the tick stays due) rather than used up:
+/// storage faults (a full disk, an unusable data dir) pass when the operator fixes them, and a bug
+/// must not cost a user their tick.
+fn is_transient(e: &Error) -> bool {
+    e.is_storage_fault() || matches!(e, Error::Storage(_) | Error::Internal(_))
 }
 
 async fn settle(schedules: &Schedules, row: &ScheduleRow, next: Option<i64>) -> Outcome {
@@ -238,6 +245,26 @@ mod tests {
             updated_at: 0,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn storage_faults_keep_the_tick_due_and_refusals_use_it_up() {
+        for e in [
+            Error::StorageFull("disk".into()),
+            Error::StorageUnavailable("io".into()),
+            Error::Storage("sql".into()),
+            Error::Internal("bug".into()),
+        ] {
+            assert!(is_transient(&e), "{e:?}");
+        }
+        for e in [
+            Error::Forbidden("creator left".into()),
+            Error::NotFound,
+            Error::AgentNotFound,
+            Error::invalid("bad"),
+        ] {
+            assert!(!is_transient(&e), "{e:?}");
+        }
     }
 
     #[test]
