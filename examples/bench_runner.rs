@@ -26,7 +26,9 @@
 //!    overhead per turn.
 //! 3. Commit-to-delivery latency of `POST …/note` frames to 1,000 SSE subscribers of one session:
 //!    receipt time minus the time the POST's response arrived (the commit precedes it), and
-//!    minus the time the POST was sent (an upper bound).
+//!    minus the time the POST was sent (an upper bound) — on the Sessions API stream
+//!    (`…/events`) and on the Task events API stream (`/v2/sessions/{id}/events/stream`, HAST
+//!    envelopes) in alternating rounds, and the ratio of their p99s.
 //! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
 //!
 //! Section 5 builds the HTTP app in this process over the library and compares `GET` snapshot
@@ -68,6 +70,10 @@ const EMAIL: &str = "bench@local";
 const PASSWORD: &str = "bench-password-123";
 const TARGET_OVERHEAD_P99_MS: f64 = 10.0;
 const TARGET_FANOUT_P99_MS: f64 = 20.0;
+/// The `/v2` stream's fan-out p99 against `/v1`'s, measured in the same run.
+const TARGET_V2_FANOUT_RATIO: f64 = 1.2;
+/// Fan-out rounds per stream family (they alternate).
+const FAN_ROUNDS: usize = 2;
 const TARGET_IDLE_KIB: f64 = 10.0;
 const TARGET_AUTH_RATIO: f64 = 0.9;
 /// Sessions the idle connections are spread over.
@@ -520,6 +526,8 @@ fn sessiond_command(bin: &Path) -> Command {
 
 /// Creates the bench user and an API key (scope `sessions`) with the CLI; returns the key.
 fn bootstrap_credentials(bin: &Path, data_dir: &Path) -> String {
+    // Only `serve` creates a data dir; the CLI's commands need one that exists.
+    std::fs::create_dir_all(data_dir).unwrap_or_else(|e| die("data dir", e));
     let mut user = sessiond_command(bin)
         .args(["user", "create", "--email", EMAIL, "--password-stdin"])
         .arg("--data-dir")
@@ -1222,24 +1230,60 @@ async fn sse_latency(
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3. Fan-out of notes to 1,000 subscribers of one session.
+// 3. Fan-out of notes to 1,000 subscribers of one session, on the Sessions API stream and on the
+//    Task events API (HAST) stream, in alternating rounds.
 
+/// Which stream the subscribers read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// `GET /v1/ws/{ws}/agent/sessions/{id}/events`: one frame per note, `id:` = seq.
+    V1,
+    /// `GET /v2/sessions/{id}/events/stream`: `message.started` and `message.completed` per
+    /// note, `id:` = seq × 10 + i.
+    V2,
+}
+
+impl Family {
+    fn path(self, id: &str, since: u64) -> String {
+        match self {
+            Family::V1 => events_path(id, since),
+            Family::V2 => format!("/v2/sessions/{id}/events/stream?after={}", since * 10 + 9),
+        }
+    }
+
+    /// The timeline seq a frame id belongs to.
+    fn seq_of(self, frame_id: u64) -> u64 {
+        match self {
+            Family::V1 => frame_id,
+            Family::V2 => frame_id / 10,
+        }
+    }
+}
+
+/// The samples of every round of one family.
+#[derive(Default)]
 struct Fanout {
     subscribers: usize,
     open_failures: usize,
     first_open_error: Option<String>,
     notes: usize,
     /// Frame receipt minus the instant the POST's response arrived (commit happened before it).
-    from_response: Lat,
+    from_response: Vec<f64>,
     /// Frame receipt minus the instant the POST was sent (an upper bound of commit-to-delivery).
-    from_send: Lat,
+    from_send: Vec<f64>,
     /// Per note: last subscriber's receipt minus first subscriber's receipt.
-    spread: Lat,
-    post: Lat,
+    spread: Vec<f64>,
+    post: Vec<f64>,
     missing: usize,
     ended_early: usize,
     connect_secs: f64,
-    cpu: CpuUse,
+    cpu: Vec<CpuUse>,
+}
+
+impl Fanout {
+    fn p99(&self) -> f64 {
+        Lat::of(self.from_response.clone()).p(99.0)
+    }
 }
 
 async fn open_many(
@@ -1273,27 +1317,39 @@ async fn open_many(
     (ok, failed, first)
 }
 
-async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
+/// One round: a fresh session, `opts.fan_subscribers` streams of `family` on it, `notes` notes.
+async fn fanout_round(ctx: &Ctx, opts: &Opts, family: Family, notes: usize, into: &mut Fanout) {
     let id = create_sessions(ctx, 1).await.remove(0);
     let since = last_event_seq(ctx, &id).await;
     let t = Instant::now();
-    let paths = vec![events_path(&id, since); opts.fan_subscribers];
+    let paths = vec![family.path(&id, since); opts.fan_subscribers];
     let (streams, open_failures, first_open_error) =
         open_many(ctx, paths, CONNECT_PARALLELISM).await;
-    let connect_secs = t.elapsed().as_secs_f64();
-    let subscribers = streams.len();
+    into.connect_secs += t.elapsed().as_secs_f64();
+    into.subscribers = into.subscribers.max(streams.len());
+    into.open_failures += open_failures;
+    if into.first_open_error.is_none() {
+        into.first_open_error = first_open_error;
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut readers = JoinSet::new();
     for mut sse in streams {
         let mut stop = stop_rx.clone();
         readers.spawn(async move {
-            let mut got: Vec<(u64, Instant)> = Vec::new();
+            // The first receipt of each note's frames.
+            let mut got: HashMap<u64, Instant> = HashMap::new();
             let mut frames = Vec::new();
             let mut ended = false;
             loop {
                 tokio::select! {
                     r = sse.read_frames(&mut frames) => match r {
-                        Some(t) => got.extend(frames.drain(..).filter_map(|f| Some((f.id?, t)))),
+                        Some(t) => {
+                            for f in frames.drain(..) {
+                                if let Some(id) = f.id {
+                                    got.entry(family.seq_of(id)).or_insert(t);
+                                }
+                            }
+                        }
                         None => {
                             ended = true;
                             break;
@@ -1309,11 +1365,10 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
 
     let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
     let mut sent: HashMap<u64, (Instant, Instant)> = HashMap::new();
-    let mut post = Vec::new();
     let mut ticker = tokio::time::interval(opts.fan_gap);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let cpu = CpuWindow::start(ctx.pid);
-    for i in 0..opts.fan_notes {
+    for i in 0..notes {
         ticker.tick().await;
         let t_send = Instant::now();
         let r = ctx
@@ -1333,19 +1388,18 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
             .as_u64()
             .unwrap_or_else(|| die("POST note", "no seq"));
         sent.insert(seq, (t_send, t_resp));
-        post.push(ms(t_resp - t_send));
+        into.post.push(ms(t_resp - t_send));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let cpu = cpu.stop();
+    into.cpu.push(cpu.stop());
     let _ = stop_tx.send(true);
+    into.notes += sent.len();
 
-    let (mut from_response, mut from_send) = (Vec::new(), Vec::new());
     let mut per_note: HashMap<u64, (Instant, Instant)> = HashMap::new();
-    let (mut missing, mut ended_early) = (0, 0);
     while let Some(r) = readers.join_next().await {
         let (got, ended) = r.unwrap_or_else(|e| die("subscriber", e));
         if ended {
-            ended_early += 1;
+            into.ended_early += 1;
         }
         let mut seen = 0;
         for (seq, t) in got {
@@ -1353,31 +1407,63 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
                 continue;
             };
             seen += 1;
-            from_response.push(signed_ms(t, t_resp));
-            from_send.push(ms(t - t_send));
+            into.from_response.push(signed_ms(t, t_resp));
+            into.from_send.push(ms(t - t_send));
             let e = per_note.entry(seq).or_insert((t, t));
             e.0 = e.0.min(t);
             e.1 = e.1.max(t);
         }
-        missing += sent.len().saturating_sub(seen);
+        into.missing += sent.len().saturating_sub(seen);
     }
-    let spread = per_note
-        .values()
-        .map(|(first, last)| ms(*last - *first))
-        .collect();
-    Fanout {
-        subscribers,
-        open_failures,
-        first_open_error,
-        notes: sent.len(),
-        from_response: Lat::of(from_response),
-        from_send: Lat::of(from_send),
-        spread: Lat::of(spread),
-        post: Lat::of(post),
-        missing,
-        ended_early,
-        connect_secs,
-        cpu,
+    into.spread
+        .extend(per_note.values().map(|(first, last)| ms(*last - *first)));
+}
+
+/// Both families' fan-out, in alternating rounds (v1, v2, v1, v2) so that both meet the same
+/// machine.
+async fn fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout) {
+    let (mut v1, mut v2) = (Fanout::default(), Fanout::default());
+    let per_round = opts.fan_notes.div_ceil(FAN_ROUNDS);
+    for _ in 0..FAN_ROUNDS {
+        fanout_round(ctx, opts, Family::V1, per_round, &mut v1).await;
+        fanout_round(ctx, opts, Family::V2, per_round, &mut v2).await;
+    }
+    (v1, v2)
+}
+
+fn print_fanout(name: &str, fan: &Fanout) {
+    println!(
+        "   {name}: {} subscribers per round, opened in {:.2} s in all ({} failed{}); {} notes \
+         posted, POST p50 {:.2} ms, p99 {:.2} ms",
+        fan.subscribers,
+        fan.connect_secs,
+        fan.open_failures,
+        fan.first_open_error
+            .as_deref()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default(),
+        fan.notes,
+        Lat::of(fan.post.clone()).p(50.0),
+        Lat::of(fan.post.clone()).p(99.0)
+    );
+    println!(
+        "      commit -> delivery (receipt minus POST response): {}",
+        Lat::of(fan.from_response.clone()).line()
+    );
+    println!(
+        "      POST sent -> delivery (upper bound):              {}",
+        Lat::of(fan.from_send.clone()).line()
+    );
+    println!(
+        "      first -> last subscriber per note:                {}",
+        Lat::of(fan.spread.clone()).line()
+    );
+    println!(
+        "      missing (note, subscriber) pairs: {}; streams that ended early: {}",
+        fan.missing, fan.ended_early
+    );
+    for cpu in &fan.cpu {
+        println!("      while posting: {}", cpu.line());
     }
 }
 
@@ -2217,43 +2303,19 @@ fn main() {
 
         println!(
             "== 3. Fan-out: POST …/note to one session with {} SSE subscribers ({} notes, one \
-             every {} ms) ==",
+             every {} ms), Sessions API stream and Task events API stream in alternating rounds \
+             ({FAN_ROUNDS} each) ==",
             opts.fan_subscribers,
             opts.fan_notes,
             opts.fan_gap.as_millis()
         );
         let fan = fanout(&ctx, &opts).await;
+        print_fanout("/v1 …/events", &fan.0);
+        print_fanout("/v2 …/events/stream", &fan.1);
         println!(
-            "   {} subscribers open in {:.2} s ({} failed{}); {} notes posted, POST p50 {:.2} ms, \
-             p99 {:.2} ms",
-            fan.subscribers,
-            fan.connect_secs,
-            fan.open_failures,
-            fan.first_open_error
-                .as_deref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default(),
-            fan.notes,
-            fan.post.p(50.0),
-            fan.post.p(99.0)
+            "   /v2 p99 / /v1 p99 (commit -> delivery): {:.2}",
+            fan.1.p99() / fan.0.p99()
         );
-        println!(
-            "   commit -> delivery (receipt minus POST response): {}",
-            fan.from_response.line()
-        );
-        println!(
-            "   POST sent -> delivery (upper bound):              {}",
-            fan.from_send.line()
-        );
-        println!(
-            "   first -> last subscriber per note:                {}",
-            fan.spread.line()
-        );
-        println!(
-            "   missing (note, subscriber) pairs: {}; streams that ended early: {}",
-            fan.missing, fan.ended_early
-        );
-        println!("   while posting: {}", fan.cpu.line());
         println!();
 
         println!(
@@ -2426,15 +2488,24 @@ fn main() {
             yes_no(s.lat.p(99.0) < TARGET_OVERHEAD_P99_MS && s.errors == 0).into(),
         ));
     }
+    let (fan1, fan2) = &fan;
+    for (f, name) in [(fan1, "/v1"), (fan2, "/v2")] {
+        rows.push((
+            format!("fan-out p99, {} {name} subscribers", f.subscribers),
+            format!(
+                "{:.2} ms ({:.2} from send)",
+                f.p99(),
+                Lat::of(f.from_send.clone()).p(99.0)
+            ),
+            format!("< {TARGET_FANOUT_P99_MS} ms"),
+            yes_no(f.p99() < TARGET_FANOUT_P99_MS && f.missing == 0).into(),
+        ));
+    }
     rows.push((
-        format!("fan-out p99, {} subscribers", fan.subscribers),
-        format!(
-            "{:.2} ms ({:.2} from send)",
-            fan.from_response.p(99.0),
-            fan.from_send.p(99.0)
-        ),
-        format!("< {TARGET_FANOUT_P99_MS} ms"),
-        yes_no(fan.from_response.p(99.0) < TARGET_FANOUT_P99_MS && fan.missing == 0).into(),
+        "fan-out p99 /v2 / /v1 (same run)".into(),
+        format!("{:.2}", fan2.p99() / fan1.p99()),
+        format!("<= {TARGET_V2_FANOUT_RATIO}"),
+        yes_no(fan2.p99() / fan1.p99() <= TARGET_V2_FANOUT_RATIO && fan2.missing == 0).into(),
     ));
     rows.push((
         format!("RSS per idle stream, {} open", idle.opened),

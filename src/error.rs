@@ -31,6 +31,12 @@ pub enum Error {
     IdempotencyConflict,
     #[error("the session is not waiting for an answer")]
     NotAsking,
+    /// The session's cost reached its budget; raising the budget lets it continue.
+    #[error("budget_hit: the session has spent its budget of {cents} cents")]
+    BudgetHit { cents: u64 },
+    /// The session was closed (handed off to another one) and takes no more prompts.
+    #[error("the session is closed and takes no more prompts")]
+    SessionClosed,
     #[error("invalid cwd: {0}")]
     InvalidCwd(&'static str),
     #[error("another move of the working directory won")]
@@ -101,6 +107,8 @@ impl Error {
             Error::NoDefaultSession => "no_default_session",
             Error::IdempotencyConflict => "idempotency_conflict",
             Error::NotAsking => "not_asking",
+            Error::BudgetHit { .. } => "budget_hit",
+            Error::SessionClosed => "session_closed",
             Error::InvalidCwd(_) => "invalid_cwd",
             Error::CwdConflict => "cwd_conflict",
             Error::Exists => "exists",
@@ -161,6 +169,8 @@ impl ResponseError for Error {
             }
             Error::IdempotencyConflict
             | Error::NotAsking
+            | Error::BudgetHit { .. }
+            | Error::SessionClosed
             | Error::CwdConflict
             | Error::StaleTurn
             | Error::Exists

@@ -12,6 +12,7 @@ pub mod config;
 pub mod drive;
 pub mod engine;
 pub mod error;
+pub mod hast;
 pub mod ids;
 pub mod metrics;
 pub mod process;

@@ -2539,7 +2539,7 @@ fn security_headers_on_api_errors_and_ui() {
 }
 
 /// Revoking a key (here with the CLI, another process) refuses it on the next request and ends
-/// the event streams opened with it; signing out ends the browser session's streams.
+/// the event streams opened with it (on both API families); signing out ends the browser session's streams.
 #[test]
 fn revocation_takes_effect_at_once_and_ends_open_streams() {
     let s = Server::start();
@@ -2547,19 +2547,27 @@ fn revocation_takes_effect_at_once_and_ends_open_streams() {
     let key = create_key(dir, OWNER_EMAIL, WS, &["sessions"], "to revoke");
     let id = new_session(&s, "hello");
     let events = format!("/v1/ws/{WS}/agent/sessions/{id}/events");
-    let stream_as = |cred: &Cred| {
+    let hast = format!("/v2/sessions/{id}/events/stream?after=0");
+    let stream_at = |path: &str, cred: &Cred| {
         let client = Client::builder().timeout(None).build().expect("client");
         let resp = cred
-            .apply(client.get(s.url(&events)))
+            .apply(client.get(s.url(path)))
             .header("accept", "text/event-stream")
             .send()
             .expect("SSE");
         assert_eq!(resp.status().as_u16(), 200);
         Sse::from_response(resp)
     };
+    let stream_as = |cred: &Cred| stream_at(&events, cred);
     let stream = stream_as(&Cred::key(&key));
     assert!(
         stream.next_frame(Duration::from_secs(10)).is_some(),
+        "backlog"
+    );
+    // The Task events API's stream of the same session, with the same key.
+    let hast_stream = stream_at(&hast, &Cred::key(&key));
+    assert!(
+        hast_stream.next_frame(Duration::from_secs(10)).is_some(),
         "backlog"
     );
     let other = stream_as(&Cred::key(&s.token));
@@ -2600,6 +2608,10 @@ fn revocation_takes_effect_at_once_and_ends_open_streams() {
     assert!(
         stream.ends_within(Duration::from_secs(3)),
         "the revoked key's stream is still open"
+    );
+    assert!(
+        hast_stream.ends_within(Duration::from_secs(3)),
+        "the revoked key's /v2 stream is still open"
     );
     assert!(
         !other.ends_within(Duration::from_millis(300)),

@@ -439,11 +439,12 @@ fn interrupting_a_slow_turn() {
         "return document.querySelector('.session-meta .badge')?.textContent === 'Interrupted';",
         WAIT,
     );
-    let details = b.exec(
-        "const dt = [...document.querySelectorAll('.session-aside dt')].find(e => e.textContent === 'Status'); return dt && dt.nextElementSibling.textContent;",
-        &[],
+    // The side panel re-renders a moment after the header (it is debounced): wait for it.
+    b.wait_js(
+        "the details saying Interrupted",
+        "const dt = [...document.querySelectorAll('.session-aside dt')].find(e => e.textContent === 'Status'); return dt && dt.nextElementSibling.textContent === 'Interrupted';",
+        WAIT,
     );
-    assert_eq!(details, "Interrupted");
     b.screenshot("session-interrupted");
     // After a reload both are still there.
     b.refresh();

@@ -108,17 +108,26 @@ pub async fn json<T: DeserializeOwned>(
     limit: usize,
     schema_file: &str,
 ) -> Result<Json<T>> {
-    let bytes = json_bytes(req, payload, limit).await?;
-    let raw: Value = if bytes.is_empty() {
-        return Err(Error::invalid("body: a JSON object is required"));
-    } else {
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?
-    };
+    let raw = json_value(req, payload, limit).await?;
     schema::check(schema_file, &raw)?;
-    let value = serde_path_to_error::deserialize(&raw)
-        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))?;
+    let value = typed(&raw)?;
     Ok(Json { value, raw })
+}
+
+/// A bounded body that must be JSON (bodies no seed schema describes; their type checks them).
+pub async fn json_value(req: &HttpRequest, payload: web::Payload, limit: usize) -> Result<Value> {
+    let bytes = json_bytes(req, payload, limit).await?;
+    if bytes.is_empty() {
+        return Err(Error::invalid("body: a JSON object is required"));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))
+}
+
+/// Decodes a JSON value into `T`; the error names the failing field.
+pub fn typed<T: DeserializeOwned>(raw: &Value) -> Result<T> {
+    serde_path_to_error::deserialize(raw)
+        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))
 }
 
 /// Query parameters as `(name, value)` pairs; a repeated name keeps its last value.

@@ -11,7 +11,9 @@ pub mod middleware;
 pub mod openapi;
 pub mod schema;
 mod sessions;
+pub mod stream;
 mod uploads;
+mod v2;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Resource, web};
@@ -189,6 +191,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .configure(agentex::routes)
             .default_service(web::to(no_route)),
     );
+    cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(
         at(

@@ -46,8 +46,10 @@ pub enum Answer {
     Seed,
     /// JSON described by an inline schema (sessiond's own routes), with this status.
     Json(u16, fn() -> Value),
-    /// `text/event-stream`.
+    /// `text/event-stream` of the Sessions API.
     Events,
+    /// `text/event-stream` of HAST Event v2 envelopes.
+    HastEvents,
     /// The stored image's own type.
     Image,
 }
@@ -226,6 +228,116 @@ pub static SERVER: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+fn record_ref() -> Value {
+    component("SessionRecord")
+}
+
+fn budget_schema() -> Value {
+    json!({"type": "object", "required": ["cents"], "additionalProperties": false,
+        "properties": {"cents": {"type": "integer", "minimum": 0, "description": "0: no cap"}}})
+}
+
+/// The Task events API (seeds 001 and 004): Session records and their HAST Event v2 streams, in
+/// the credential's workspace (`X-Sessiond-Workspace` picks another of a browser user's).
+pub static TASK_EVENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" "/v2/sessions", "v2ListSessions", "Session records, newest first (limit, keyset cursor)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["sessions", "next_cursor"], "properties": {
+                "sessions": {"type": "array", "items": record_ref()}, "next_cursor": {"type": ["string", "null"]}}}))),
+        op!("post" "/v2/sessions", "v2CreateSession", "Create a session from a prompt (harness, metadata, budget, parent)", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["prompt"], "additionalProperties": false, "properties": {
+                "prompt": {"type": "string", "minLength": 1},
+                "harness": {"enum": crate::api::v2::HARNESSES},
+                "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+                "budget": budget_schema(),
+                "parent": {"type": "object", "required": ["kind", "session_id"], "additionalProperties": false, "properties": {
+                    "kind": {"enum": ["continuation", "handoff", "resume"]}, "session_id": {"type": "string"}}}}})),
+            Answer::Json(201, record_ref)),
+        op!("get" "/v2/sessions/{sessionId}", "v2GetSession", "The Session record", READ, Body::None, Answer::Json(200, record_ref)),
+        op!("patch" "/v2/sessions/{sessionId}", "v2UpdateSession", "Change the budget, or merge metadata (null removes a key)", WRITE,
+            Body::Json(|| json!({"type": "object", "additionalProperties": false, "properties": {
+                "budget": budget_schema(),
+                "metadata": {"type": "object", "additionalProperties": {"type": ["string", "null"]}}}})),
+            Answer::Json(200, record_ref)),
+        op!("post" "/v2/sessions/{sessionId}/messages", "v2SendMessage", "A message, or the answer when the session asked", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["prompt"], "additionalProperties": false, "properties": {
+                "prompt": {"type": "string", "minLength": 1}, "behavior": {"enum": ["steer", "follow_up"]}}})),
+            Answer::Json(200, || json!({"type": "object", "required": ["session_id", "delivery", "sequence"], "properties": {
+                "session_id": {"type": "string"}, "delivery": {"type": "string"},
+                "sequence": {"type": "integer", "minimum": 0, "description": "The first HAST sequence of the message"}}}))),
+        op!("get" "/v2/sessions/{sessionId}/events", "v2ListEvents", "Durable HAST events with sequence > after, in order (after, limit)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["events", "has_more"], "properties": {
+                "events": {"type": "array", "items": component("HastEnvelope")}, "has_more": {"type": "boolean"}}}))),
+        op!("get" "/v2/sessions/{sessionId}/events/stream", "v2StreamEvents", "HAST envelopes as Server-Sent Events (after or Last-Event-ID; snapshots=true adds session/snapshot frames)", READ, Body::None, Answer::HastEvents),
+    ]
+});
+
+/// The query parameters of the Task events API's reads (the Sessions API's come from its seed).
+fn task_query(op_id: &str) -> Vec<Value> {
+    let q = |name: &str, schema: Value, what: &str| json!({"name": name, "in": "query", "required": false, "description": what, "schema": schema});
+    let uint = || json!({"type": "integer", "minimum": 0, "maximum": super::body::MAX_SAFE});
+    let limit = || json!({"type": "integer", "minimum": 1});
+    match op_id {
+        "v2ListSessions" => vec![
+            q("limit", limit(), "Records per page"),
+            q(
+                "cursor",
+                json!({"type": "string", "minLength": 1}),
+                "`next_cursor` of the previous page",
+            ),
+        ],
+        "v2ListEvents" => vec![
+            q("after", uint(), "Events with a greater sequence"),
+            q("limit", limit(), "Events per page"),
+        ],
+        "v2StreamEvents" => vec![
+            q(
+                "after",
+                uint(),
+                "Resume after this sequence (Last-Event-ID wins)",
+            ),
+            q(
+                "snapshots",
+                json!({"enum": ["true", "false", "1", "0"]}),
+                "Add `session/snapshot` frames (the Session record when its status changes)",
+            ),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// `x-nullable: true` (OpenAPI 2) next to a `type` becomes that type or null, everywhere in `v`.
+fn widen_nullable(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if map.remove("x-nullable") == Some(json!(true))
+                && let Some(Value::String(t)) = map.get("type").cloned()
+            {
+                map.insert("type".into(), json!([t, "null"]));
+            }
+            map.values_mut().for_each(widen_nullable);
+        }
+        Value::Array(items) => items.iter_mut().for_each(widen_nullable),
+        _ => {}
+    }
+}
+
+/// A seed schema of the Task events API, as the document carries it: `$schema` dropped, the
+/// vendor enum at `enum_at` holding sessiond's engine names, OpenAPI 2's keywords in 3.1 form.
+fn task_schema(text: &str, enum_at: &str, values: Vec<&str>) -> Value {
+    let mut v: Value = serde_json::from_str(text).unwrap_or_else(|_| json!({}));
+    if let Some(m) = v.as_object_mut() {
+        m.remove("$schema");
+        // A bare property name: OpenAPI 3 wants `{propertyName}`; the `type` enum says it all.
+        m.remove("discriminator");
+    }
+    widen_nullable(&mut v);
+    if let Some(e) = v.pointer_mut(enum_at) {
+        *e = json!(values);
+    }
+    v
+}
+
 /// A schema of `schemas/agentex/` (`RunSchedule`, …), without its `$schema`.
 fn agentex_schema(name: &str) -> Value {
     let mut v = AgentexSchemas::get(&format!("{name}.json"))
@@ -313,6 +425,7 @@ pub fn operations() -> Vec<Op> {
         &*SESSIONS,
         &*AGENTS,
         &*UPLOADS,
+        &*TASK_EVENTS,
         &*AGENTEX_SCHEDULES,
     ]
     .into_iter()
@@ -389,7 +502,10 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
     if let Access::Scope(scope) = op.access {
         o["x-sessiond-scope"] = json!(scope);
     }
-    if matches!(op.answer, Answer::Events)
+    if let Some(p) = o["parameters"].as_array_mut() {
+        p.extend(task_query(op.id));
+    }
+    if matches!(op.answer, Answer::Events | Answer::HastEvents)
         && let Some(p) = o["parameters"].as_array_mut()
     {
         p.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string", "pattern": "^[0-9]+$"}}));
@@ -437,6 +553,12 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
                 json!({"description": "Server-Sent Events: `id: <seq>` and `data: {\"seq\",\"event\"}` for durable events, `data: {\"event\"}` for live progress", "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
             );
         }
+        Answer::HastEvents => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "Server-Sent Events: `id: <sequence>` (durable events only), `event: <type>`, `data: <HAST envelope>`; with snapshots=true also `event: session/snapshot` frames without `id:`", "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
+            );
+        }
         Answer::Image => {
             responses.insert(
                 "200".into(),
@@ -466,6 +588,27 @@ pub fn document() -> Value {
                 "reason": {"type": "string", "description": "invalid_cwd: missing, not_a_directory, outside_drive or outside_agent_anchor"}
             }
         }),
+    );
+    schemas.insert(
+        "SessionRecord".into(),
+        task_schema(
+            include_str!("../../schemas/session-record.json"),
+            "/properties/harness/enum",
+            crate::api::v2::HARNESSES.to_vec(),
+        ),
+    );
+    schemas.insert(
+        "HastEnvelope".into(),
+        task_schema(
+            include_str!("../../schemas/event-stream/envelope.json"),
+            "/properties/engine/enum",
+            crate::api::v2::HARNESSES
+                .iter()
+                .copied()
+                .map(crate::hast::engine_of)
+                .chain(["pi_agent_cli"])
+                .collect(),
+        ),
     );
     let mut paths = Map::new();
     for op in operations() {

@@ -370,6 +370,7 @@ pub async fn list(
                 search,
                 bucket,
                 archived_only,
+                include_archived: false,
                 agent_id,
                 exclude_default,
             },

@@ -1,9 +1,13 @@
 //! The fields of a session's row derived from its turn, its machine and its queued inputs (the
 //! bucket, the follow-up queue), kept in step with the timeline in the same transaction. Both the
 //! sessions core and the runner change what they derive from, so the rules live here, below both;
-//! the store only writes the values.
+//! the store only writes the values. So do the other rules both apply to what the store holds:
+//! a session's budget (`budget.rs`) and its conversation as its terminals recorded it
+//! (`conversation.rs`).
 
 pub mod bucket;
+pub mod budget;
+pub mod conversation;
 
 use serde_json::Value;
 

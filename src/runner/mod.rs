@@ -161,6 +161,11 @@ impl Runner {
         })
     }
 
+    /// The engines of the workspace agents (what they are, for the API families that say so).
+    pub fn engines(&self) -> &Engines {
+        &self.shared.engines
+    }
+
     /// Gives engine tools the sessions core (`start_session`, `message_session`).
     pub fn attach_sessions(&self, sessions: Arc<dyn SessionOps>) {
         let _ = self.shared.sessions.set(sessions);

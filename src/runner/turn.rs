@@ -126,6 +126,8 @@ struct Claim {
     user_id: String,
     images: Vec<StoredImageRef>,
     attachments: Vec<AttachmentRef>,
+    /// The session's budget is spent: the turn fails without calling the engine.
+    budget_spent: Option<Error>,
     /// The request that sent the input (`X-Request-Id`), or a new id for the runner's own.
     request_id: String,
 }
@@ -252,7 +254,11 @@ async fn run_turn(
     let engine = shared.engines.for_config(&claim.engine_config);
     // From here on the session is this turn's: whatever happens, it ends with a terminal.
     METRICS.engine_calls.with(&[engine.name()]).inc();
-    let end = match run_engine(engine.as_ref(), &mut io, input).await {
+    let run = match claim.budget_spent {
+        Some(spent) => Err(spent),
+        None => run_engine(engine.as_ref(), &mut io, input).await,
+    };
+    let end = match run {
         Ok(end) => end,
         Err(Error::StaleTurn) => return Err(Error::StaleTurn),
         Err(e) => TurnEnd::Failed {
@@ -518,9 +524,10 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 None,
             );
             let started = tx.append(&key, &Event::TurnStarted { state })?;
-            if is_external(&input.kind) {
-                tx.record_input_turn(&key, input.seq, started)?;
-            }
+            // Every turn names its input (the runner's own wakes and machine steps too): that is
+            // the run a turn is on `/v2`.
+            tx.record_input_turn(&key, input.seq, started)?;
+            let budget_spent = projection::budget::check(tx, &key).err();
             projection::set_turn_status(tx, &key, "running")?;
             projection::refresh_follow_up_queue(tx, &key)?;
             let steers_waiting = tx
@@ -553,6 +560,7 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 user_id: row.user_id,
                 images,
                 attachments,
+                budget_spent,
                 request_id,
             }))
         })
@@ -976,11 +984,7 @@ impl DeltaSink for Turn {
         self.store.bus().publish_volatile(
             &self.key.id,
             self.last_seq,
-            Frame {
-                seq: None,
-                event_type: "step".into(),
-                data: format!("{{\"event\":{body}}}"),
-            },
+            Frame::volatile("step", format!("{{\"event\":{body}}}"), clock::now_ms()),
         );
     }
 }
@@ -1064,57 +1068,8 @@ impl TurnIo for Turn {
     /// (a turn lost in a crash contributes its input), notes as user messages; whole turns only,
     /// newest first until about `budget_chars` of JSON.
     async fn conversation(&self, budget_chars: usize) -> Result<Vec<Value>> {
-        const TYPES: [&str; 6] = [
-            "turn_started",
-            "complete",
-            "ask",
-            "interrupted",
-            "sleep",
-            "note_submitted",
-        ];
-        let pk = self.key.pk;
-        let mut before = self.turn_started;
-        let mut chunks: Vec<Vec<Value>> = Vec::new();
-        let mut used = 0usize;
-        let mut terminal: Option<Vec<Value>> = None;
-        'pages: loop {
-            let page = self
-                .store
-                .read(move |c| store::events_of_types_before(c, pk, before, &TYPES, 256))
-                .await?;
-            let Some(last) = page.last() else { break };
-            before = last.seq;
-            for ev in page {
-                let body: Value = serde_json::from_str(&ev.body).unwrap_or(Value::Null);
-                let messages = || {
-                    body.pointer("/state/agent/messages")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default()
-                };
-                let chunk = match ev.event_type.as_str() {
-                    "note_submitted" => {
-                        let note = body.get("note").and_then(Value::as_str).unwrap_or("");
-                        vec![json!({"role": "user", "content": format!("(note) {note}")})]
-                    }
-                    "turn_started" => match terminal.take() {
-                        Some(m) if !m.is_empty() => m,
-                        _ => messages(),
-                    },
-                    _ => {
-                        terminal = Some(messages());
-                        continue;
-                    }
-                };
-                used += chunk.iter().map(|m| m.to_string().len()).sum::<usize>();
-                if used > budget_chars && !chunks.is_empty() {
-                    break 'pages;
-                }
-                chunks.push(chunk);
-            }
-        }
-        chunks.reverse();
-        Ok(chunks.into_iter().flatten().collect())
+        projection::conversation::before(&self.store, self.key.pk, self.turn_started, budget_chars)
+            .await
     }
 
     /// The turn's own conversation, recorded on its terminal (and read back by
@@ -1149,10 +1104,15 @@ impl TurnIo for Turn {
             effective_context_window: context_window,
             context_window_usage: window_usage,
         };
-        self.last_seq = self
-            .fenced(move |tx, key| append_usage(tx, key, &event, &call))
+        let (seq, spent) = self
+            .fenced(move |tx, key| {
+                let seq = append_usage(tx, key, &event, &call)?;
+                Ok((seq, projection::budget::check(tx, key).err()))
+            })
             .await?;
-        Ok(())
+        self.last_seq = seq;
+        // The call that reaches the session's budget ends the turn (`budget_hit`).
+        spent.map_or(Ok(()), Err)
     }
 
     /// True once the turn has been interrupted; engines stop at their next step.

@@ -1000,7 +1000,7 @@ impl Schedules {
         };
         let submitted = self
             .sessions
-            .create_with(&actor, input, title, move |tx, key| {
+            .create_titled(&actor, input, title, move |tx, key| {
                 let active = match &creator {
                     Creator::User { user_id } => {
                         identity::is_member(tx.conn(), user_id, &expected.workspace_id)?

@@ -4,11 +4,14 @@
 //! transaction (invariant 1); the runner hears of new inputs only after COMMIT.
 
 mod images;
+pub mod lineage;
 mod query;
+pub mod record;
 mod session_tools;
 pub mod view;
 mod wait;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -82,6 +85,16 @@ pub struct CreateIn {
     pub behavior: Behavior,
     pub mode: Option<Value>,
     pub common: InputCommon,
+}
+
+/// What a session made through the `/v2` family starts with besides its first prompt (the
+/// Session record's `metadata`, `budget` and `parent`).
+#[derive(Debug, Clone, Default)]
+pub struct RecordIn {
+    pub metadata: BTreeMap<String, String>,
+    /// 0 = no cap.
+    pub budget_cents: u64,
+    pub parent: Option<lineage::Parent>,
 }
 
 #[derive(Debug, Clone)]
@@ -278,7 +291,21 @@ impl Sessions {
         input: CreateIn,
         parent: Option<String>,
     ) -> Result<Submitted> {
-        self.create_inner(actor, input, parent, None).await
+        self.create_with(actor, input, parent, RecordIn::default())
+            .await
+    }
+
+    /// [`Sessions::create`] with the record facts a `/v2` caller gives: metadata, a budget, and
+    /// the session it continues, takes over or resumes (a handoff closes that one in the same
+    /// transaction).
+    pub async fn create_with(
+        &self,
+        actor: &Actor,
+        input: CreateIn,
+        parent: Option<String>,
+        record: RecordIn,
+    ) -> Result<Submitted> {
+        self.create_inner(actor, input, parent, record, None).await
     }
 
     /// Creates a root session like [`Sessions::create`], titled `title` (a final title: automatic
@@ -286,7 +313,7 @@ impl Sessions {
     /// its writes commit with the session or not at all, and an error from it creates nothing.
     /// Schedules record their tick this way, so a tick makes exactly one session, also across a
     /// crash. (`also` does not run for a retried `clientRequestId`.)
-    pub async fn create_with<F>(
+    pub async fn create_titled<F>(
         &self,
         actor: &Actor,
         input: CreateIn,
@@ -300,7 +327,7 @@ impl Sessions {
             tx.keep_title(key)?;
             also(tx, key)
         });
-        self.create_inner(actor, input, None, Some((title, also)))
+        self.create_inner(actor, input, None, RecordIn::default(), Some((title, also)))
             .await
     }
 
@@ -309,12 +336,25 @@ impl Sessions {
         actor: &Actor,
         mut input: CreateIn,
         parent: Option<String>,
+        record: RecordIn,
         titled: Option<(String, AlsoInTx)>,
     ) -> Result<Submitted> {
         let (title, also) = titled.unzip();
         if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
             return self.replayed_submission(key, seq).await;
         }
+        let lineage = match &record.parent {
+            Some(p) => Some(self.lineage_start(actor, p).await?),
+            None => None,
+        };
+        let metadata = if record.metadata.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::to_string(&record.metadata)
+                    .map_err(|e| Error::Internal(e.to_string()))?,
+            )
+        };
         let images = images::decode_all(&input.common.images)?;
         let machine = input.mode.as_ref().map(machine::validate).transpose()?;
         self.check_attachments(actor, &mut input.common)?;
@@ -397,16 +437,55 @@ impl Sessions {
                     // The parent may have been deleted since it was read.
                     tx.session_key(&actor.workspace_id, parent)?;
                 }
+                // So may the session this one comes from.
+                let from = match (&record.parent, &lineage) {
+                    (Some(p), Some(_)) => {
+                        Some((p, tx.session_key(&actor.workspace_id, &p.session_id)?))
+                    }
+                    _ => None,
+                };
+                let start = RecordStart {
+                    metadata: metadata.as_deref(),
+                    budget_cents: record.budget_cents,
+                    parent: from.as_ref().map(|(p, k)| (p.kind.as_str(), k.id.as_str())),
+                    context: lineage.as_deref(),
+                };
                 let (key, seq) =
-                    insert_new_session(tx, &actor, &plan, &input, machine, None, &images)?;
+                    insert_new_session(tx, &actor, &plan, &input, machine, None, &images, &start)?;
                 if let Some(also) = also {
                     also(tx, &key)?;
+                }
+                if let Some((p, parent_key)) = &from
+                    && p.kind == lineage::ParentKind::Handoff
+                {
+                    tx.close_session(parent_key, &key.id)?;
                 }
                 Ok((key, seq, true))
             })
             .await?;
         // R24: a new session has no turn yet, so steer and follow-up start alike.
         self.submitted(key, seq, fresh, false).await
+    }
+
+    /// Checks the session a new one comes from and makes what its engine is shown first.
+    async fn lineage_start(&self, actor: &Actor, parent: &lineage::Parent) -> Result<String> {
+        let row = self.detail_row(actor, &parent.session_id).await?;
+        match parent.kind {
+            lineage::ParentKind::Resume => {
+                lineage::resume_context(&self.store, row.pk, &row.id).await
+            }
+            lineage::ParentKind::Continuation | lineage::ParentKind::Handoff => {
+                let pk = row.pk;
+                let facts = self
+                    .store
+                    .read(move |c| store::record::record_facts(c, pk))
+                    .await?;
+                Ok(lineage::continuation_context(
+                    &row.id,
+                    facts.as_ref().and_then(|f| f.last_terminal.as_ref()),
+                ))
+            }
+        }
     }
 
     /// Sends a message (steer or follow-up) to a session.
@@ -498,6 +577,7 @@ impl Sessions {
                     None,
                     agent_first_message.as_deref(),
                     &images,
+                    &RecordStart::default(),
                 )?;
                 Ok((key, seq, true, true, false))
             })
@@ -665,6 +745,7 @@ impl Sessions {
                 if row.turn_status != "ask" || row.turn_active {
                     return Err(Error::NotAsking);
                 }
+                accepts_prompts(tx, &key)?;
                 let sender = sender_for(tx, &actor, &common)?;
                 let stored = images::store_all(tx, &key, &images)?;
                 let seq = tx.append(
@@ -703,6 +784,7 @@ impl Sessions {
     pub async fn interrupt(&self, actor: &Actor, session_id: &str) -> Result<()> {
         let ws = actor.workspace_id.clone();
         let session_id = session_id.to_owned();
+        let by = sender_id(&actor.sender);
         let key = self
             .store
             .write(move |tx| {
@@ -713,6 +795,7 @@ impl Sessions {
                         requested_at: clock::rfc3339(tx.now),
                     },
                 )?;
+                tx.set_stopped(&key, &by)?;
                 Ok(key)
             })
             .await?;
@@ -805,6 +888,48 @@ struct Plan {
     title: Option<String>,
 }
 
+/// The record facts a new session is inserted with (none for the Sessions API's own creates).
+#[derive(Default)]
+struct RecordStart<'a> {
+    /// JSON object.
+    metadata: Option<&'a str>,
+    budget_cents: u64,
+    /// `(kind, parent session id)`.
+    parent: Option<(&'static str, &'a str)>,
+    /// Shown to the engine before the first prompt (what a lineage carries over).
+    context: Option<&'a str>,
+}
+
+/// A session's `source` and `attribution` from the way its creator came in.
+fn provenance(actor: &Actor) -> (&'static str, Option<&'static str>, Option<&str>) {
+    match &actor.channel {
+        Channel::ApiKey { key_id } => ("api", Some("api_key"), Some(key_id)),
+        Channel::Browser => ("react", None, Some(&actor.user_id)),
+        Channel::Cli => ("cli", None, Some(&actor.user_id)),
+        Channel::Schedule => ("cron", None, Some(&actor.user_id)),
+        // A session started by another session's tools: programmatic, on its owner's behalf.
+        Channel::Runner => ("api", None, Some(&actor.user_id)),
+    }
+}
+
+/// The id an input's author goes by.
+fn sender_id(sender: &Sender) -> String {
+    match sender {
+        Sender::User { user_id } => user_id.clone(),
+        Sender::App { app_id } => app_id.clone(),
+        Sender::Session { session_id } => session_id.clone(),
+        Sender::System => "system".to_owned(),
+    }
+}
+
+/// A message or an answer may reach the session: it is open and within its budget.
+fn accepts_prompts(tx: &Tx<'_>, key: &SessionKey) -> Result<()> {
+    if tx.is_closed(key)? {
+        return Err(Error::SessionClosed);
+    }
+    projection::budget::check(tx, key)
+}
+
 /// A cwd that comes from an agent's anchor or the default alias: the drive root is no cwd.
 fn non_root_str(cwd: String) -> Option<String> {
     if cwd.is_empty() { None } else { Some(cwd) }
@@ -823,6 +948,7 @@ fn as_set(canonical: String) -> String {
 
 /// Inserts a session with its `session_created`, optional `agent_message` and first
 /// `prompt_submitted`; returns the key and the prompt's seq.
+#[allow(clippy::too_many_arguments)]
 fn insert_new_session(
     tx: &mut Tx<'_>,
     actor: &Actor,
@@ -831,6 +957,7 @@ fn insert_new_session(
     machine: Option<machine::Definition>,
     agent_first_message: Option<&str>,
     images: &[images::Decoded],
+    start: &RecordStart<'_>,
 ) -> Result<(SessionKey, u64)> {
     let definition = machine
         .as_ref()
@@ -838,6 +965,7 @@ fn insert_new_session(
         .transpose()?;
     let id = crate::ids::new_id();
     let title = plan.title.clone().unwrap_or_else(|| excerpt(&input.prompt));
+    let (source, attribution_type, attribution_id) = provenance(actor);
     let key = tx.insert_session(&NewSession {
         id: &id,
         workspace_id: &actor.workspace_id,
@@ -849,7 +977,21 @@ fn insert_new_session(
         tier: plan.tier.as_deref(),
         mode: definition.as_deref().or(plan.mode).unwrap_or("\"agent\""),
         requested_machine: definition.as_deref(),
+        source,
+        attribution_type,
+        attribution_id,
     })?;
+    if start.metadata.is_some() || start.budget_cents > 0 || start.parent.is_some() {
+        tx.set_record_facts(
+            &key,
+            &store::NewRecordFacts {
+                metadata: start.metadata,
+                budget_cents: start.budget_cents,
+                parent_kind: start.parent.map(|(kind, _)| kind),
+                parent_session_id: start.parent.map(|(_, id)| id),
+            },
+        )?;
+    }
     if let Some(def) = machine {
         let state = MachineState::new(def, &input.prompt, tx.now);
         let doc = serde_json::to_string(&state).map_err(|e| Error::Internal(e.to_string()))?;
@@ -885,6 +1027,7 @@ fn insert_new_session(
         actor,
         &key,
         &input.prompt,
+        start.context,
         InputKind::Initial,
         input.behavior,
         plan.tier.as_deref(),
@@ -902,6 +1045,7 @@ fn add_message(
     input: &MessageIn,
     images: &[images::Decoded],
 ) -> Result<(u64, bool)> {
+    accepts_prompts(tx, key)?;
     let row = tx.session_row(key)?;
     // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
     let tier = match input.tier {
@@ -916,6 +1060,7 @@ fn add_message(
         actor,
         key,
         &input.prompt,
+        None,
         InputKind::Message,
         input.behavior,
         tier.as_deref(),
@@ -930,14 +1075,15 @@ fn add_message(
     Ok((seq, row.turn_active))
 }
 
-/// Appends `prompt_submitted`, indexes the prompt, queues it for the runner and remembers the
-/// retry key — the shared tail of create and message.
+/// Appends `prompt_submitted`, indexes the prompt, queues it for the runner (after `context`, what
+/// the engine is shown first) and remembers the retry key — the shared tail of create and message.
 #[allow(clippy::too_many_arguments)]
 fn append_prompt(
     tx: &mut Tx<'_>,
     actor: &Actor,
     key: &SessionKey,
     prompt: &str,
+    context: Option<&str>,
     kind: InputKind,
     behavior: Behavior,
     tier: Option<&str>,
@@ -959,6 +1105,10 @@ fn append_prompt(
         },
     )?;
     tx.index_prompt(key, prompt)?;
+    let text = match context {
+        Some(context) => format!("{context}{prompt}"),
+        None => prompt.to_owned(),
+    };
     tx.enqueue_input(
         key,
         &NewInput {
@@ -969,7 +1119,7 @@ fn append_prompt(
             },
             behavior: behavior.as_str(),
             tier,
-            text: prompt,
+            text: &text,
             images: None,
             not_before: 0,
         },

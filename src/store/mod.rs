@@ -14,6 +14,7 @@ pub mod health;
 pub mod identity;
 mod migrate;
 pub mod reads;
+pub mod record;
 pub mod schedules;
 mod writer;
 pub mod writes;
@@ -31,6 +32,7 @@ use crate::error::{Error, Result};
 pub use health::{Condition, HealthReport};
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
+pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
 pub use writer::Tx;
 pub use writes::*;
 

@@ -124,6 +124,8 @@ pub fn session_row_by_pk(
 pub struct ListFilter {
     pub bucket: Option<String>,
     pub archived_only: bool,
+    /// Archived and unarchived sessions alike (`archived_only` is then ignored).
+    pub include_archived: bool,
     pub agent_id: Option<String>,
     pub exclude_default: bool,
     /// An FTS5 query already built from the user's words.
@@ -149,11 +151,13 @@ pub fn list_sessions(
         (":user", SqlValue::Text(user_id.to_owned())),
         (":limit", SqlValue::Integer(f.limit as i64 + 1)),
     ];
-    sql.push_str(if f.archived_only {
-        " AND s.archived_at IS NOT NULL"
-    } else {
-        " AND s.archived_at IS NULL"
-    });
+    if !f.include_archived {
+        sql.push_str(if f.archived_only {
+            " AND s.archived_at IS NOT NULL"
+        } else {
+            " AND s.archived_at IS NULL"
+        });
+    }
     if let Some(bucket) = &f.bucket {
         sql.push_str(" AND s.bucket = :bucket");
         args.push((":bucket", SqlValue::Text(bucket.clone())));

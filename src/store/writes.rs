@@ -25,6 +25,10 @@ pub struct NewSession<'a> {
     pub tier: Option<&'a str>,
     pub mode: &'a str,
     pub requested_machine: Option<&'a str>,
+    /// Where the session came from (a Session record's `source`) and who it is attributed to.
+    pub source: &'a str,
+    pub attribution_type: Option<&'a str>,
+    pub attribution_id: Option<&'a str>,
 }
 
 /// A queued input for the runner.
@@ -85,9 +89,10 @@ impl Tx<'_> {
             .prepare_cached(
                 "INSERT INTO sessions (id, workspace_id, agent_id, user_id, title, title_origin,
                     title_status, turn_status, bucket, cwd, created_by_session_id, tier, mode,
-                    requested_machine, created_at, updated_at)
+                    requested_machine, created_at, updated_at, source, attribution_type,
+                    attribution_id)
                  VALUES (?1, ?2, ?3, ?4, ?5, 'excerpt', 'complete', 'running', 'running', ?6, ?7,
-                    ?8, ?9, ?10, ?11, ?11)",
+                    ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)",
             )?
             .execute(params![
                 s.id,
@@ -100,7 +105,10 @@ impl Tx<'_> {
                 s.tier,
                 s.mode,
                 s.requested_machine,
-                self.now
+                self.now,
+                s.source,
+                s.attribution_type,
+                s.attribution_id,
             ])?;
         let pk = self.conn.last_insert_rowid();
         self.conn
@@ -152,16 +160,25 @@ impl Tx<'_> {
             )?
             .execute(params![key.pk, seq, event_type, body, self.now])?;
         let seq = seq as u64;
+        self.note_milestone(key, event_type, seq)?;
         let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
-        self.publish(
-            &key.id,
-            Frame {
-                seq: Some(seq),
-                event_type: event_type.into(),
-                data,
-            },
-        );
+        self.publish(&key.id, Frame::durable(seq, event_type, data, self.now));
         Ok(seq)
+    }
+
+    /// Keeps the projection columns that follow rare events (terminals, prompts and answers) in
+    /// step with the timeline, so that reading a session's state never scans its history.
+    fn note_milestone(&mut self, key: &SessionKey, event_type: &str, seq: u64) -> Result<()> {
+        if crate::timeline::is_terminal_type(event_type) {
+            self.conn
+                .prepare_cached("UPDATE sessions SET last_terminal_seq = ?2 WHERE pk = ?1")?
+                .execute(params![key.pk, seq as i64])?;
+        } else if matches!(event_type, "prompt_submitted" | "answer_submitted") {
+            self.conn
+                .prepare_cached("UPDATE sessions SET last_message_at = ?2 WHERE pk = ?1")?
+                .execute(params![key.pk, self.now])?;
+        }
+        Ok(())
     }
 
     /// Adds a prompt to the session's search document.

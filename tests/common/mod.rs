@@ -442,6 +442,11 @@ impl Server {
         if let Some(s) = since {
             url.push_str(&format!("?since={s}"));
         }
+        self.sse_at(&url, last_event_id)
+    }
+
+    /// Opens an SSE stream at `url` with the owner's key.
+    pub fn sse_at(&self, url: &str, last_event_id: Option<u64>) -> Sse {
         let mut req = http_builder()
             .timeout(None)
             .build()
@@ -486,6 +491,8 @@ pub fn into_json(resp: Response) -> (u16, Value) {
 #[derive(Debug, Clone)]
 pub struct SseFrame {
     pub id: Option<u64>,
+    /// The `event:` field (the HAST type on `/v2` streams).
+    pub event: Option<String>,
     pub data: Value,
 }
 
@@ -516,22 +523,31 @@ impl Sse {
         std::thread::spawn(move || {
             let reader = BufReader::new(resp);
             let mut id = None;
+            let mut event = None;
             let mut data = String::new();
             for line in reader.lines() {
                 let Ok(line) = line else { break };
                 if line.is_empty() {
                     if !data.is_empty() {
                         let v: Value = serde_json::from_str(&data).expect("SSE data is JSON");
-                        if tx.send(SseItem::Frame(SseFrame { id, data: v })).is_err() {
+                        let frame = SseFrame {
+                            id,
+                            event: event.take(),
+                            data: v,
+                        };
+                        if tx.send(SseItem::Frame(frame)).is_err() {
                             return;
                         }
                     }
                     id = None;
+                    event = None;
                     data.clear();
                 } else if let Some(c) = line.strip_prefix(':') {
                     let _ = tx.send(SseItem::Comment(c.trim().to_owned()));
                 } else if let Some(v) = line.strip_prefix("id:") {
                     id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event = Some(v.trim().to_owned());
                 } else if let Some(v) = line.strip_prefix("data:") {
                     data.push_str(v.trim_start());
                 }

@@ -78,6 +78,17 @@ pub enum Protocol {
     Codex,
 }
 
+impl Protocol {
+    /// [`Engine::harness`] of a CLI speaking this protocol.
+    pub fn harness(self) -> &'static str {
+        match self {
+            Protocol::Generic => "command",
+            Protocol::Claude => "claude_code",
+            Protocol::Codex => "codex",
+        }
+    }
+}
+
 /// How the prompt reaches the CLI.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -315,6 +326,10 @@ struct Turn {
 impl Engine for CommandEngine {
     fn name(&self) -> &'static str {
         "command"
+    }
+
+    fn harness(&self) -> &'static str {
+        self.cfg.protocol.harness()
     }
 
     fn describe(&self) -> String {
