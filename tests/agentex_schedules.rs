@@ -657,6 +657,10 @@ fn an_interval_schedule_fires_sessions_with_its_input_as_its_creator() {
     );
     let detail = s.detail(sid);
     assert_eq!(detail["agent"]["id"], agent);
+    // Its Session record says a schedule made it, on its creator's behalf.
+    let (status, record) = s.get(&s.url(&format!("/v2/sessions/{sid}")));
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["source"], "cron", "{record}");
     let title = detail["title"].as_str().unwrap();
     assert!(
         title.starts_with("ping · ") && title.ends_with(" UTC"),
