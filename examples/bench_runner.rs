@@ -31,6 +31,9 @@
 //!    envelopes) in alternating rounds, and the ratio of their p99s.
 //! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
 //!
+//! 1b. The same turns through the agent platform API (`/agentex` `message/send`, non-streaming,
+//!    on tasks of the root agent) at the same levels, as a ratio to section 1's turns per second.
+//!
 //! Section 5 builds the HTTP app in this process over the library and compares `GET` snapshot
 //! throughput through the real authenticated route with a bench-only route that skips the
 //! credential check but does the same read and serialisation (and, to split the difference, a
@@ -76,6 +79,9 @@ const TARGET_V2_FANOUT_RATIO: f64 = 1.2;
 const FAN_ROUNDS: usize = 2;
 const TARGET_IDLE_KIB: f64 = 10.0;
 const TARGET_AUTH_RATIO: f64 = 0.9;
+/// `/agentex` `message/send` turns per second against `/v1` `messages/wait` at the same
+/// concurrency: the agent platform API's layer (JSON-RPC, the turn follower) costs little.
+const TARGET_AGENTEX_RATIO: f64 = 0.8;
 /// Sessions the idle connections are spread over.
 const IDLE_SESSIONS: usize = 100;
 /// Concurrent connection attempts while opening the fan-out subscribers.
@@ -1021,17 +1027,30 @@ async fn turn_client(
 }
 
 async fn turns_at(ctx: &Ctx, opts: &Opts, sessions: &[String], n: usize) -> TurnLevel {
+    measure_level(ctx, opts, n, |i, window| {
+        let url = format!(
+            "{}{}",
+            ctx.base,
+            sessions_path(&format!("/{}/messages/wait", sessions[i]))
+        );
+        turn_client(ctx.http.clone(), url, window)
+    })
+    .await
+}
+
+/// Runs `n` clients (`client(i, window)`) over a warm-up and a measured window, sampling the
+/// server's CPU and thread states during the measured part.
+async fn measure_level<F, Fut>(ctx: &Ctx, opts: &Opts, n: usize, client: F) -> TurnLevel
+where
+    F: Fn(usize, (Instant, Instant)) -> Fut,
+    Fut: std::future::Future<Output = ClientTally> + Send + 'static,
+{
     let start = Instant::now();
     let from = start + opts.turn_warmup;
     let end = from + opts.turn_secs;
     let mut set = JoinSet::new();
-    for id in &sessions[..n] {
-        let url = format!(
-            "{}{}",
-            ctx.base,
-            sessions_path(&format!("/{id}/messages/wait"))
-        );
-        set.spawn(turn_client(ctx.http.clone(), url, (from, end)));
+    for i in 0..n {
+        set.spawn(client(i, (from, end)));
     }
     tokio::time::sleep_until(from.into()).await;
     let cpu = CpuWindow::start(ctx.pid);
@@ -1061,6 +1080,79 @@ async fn turns_at(ctx: &Ctx, opts: &Opts, sessions: &[String], n: usize) -> Turn
     }
     level.lat = Lat::of(lat);
     level
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1b. The agent platform API's message/send.
+
+/// One task: `message/send` of `/reply ok` to `/agentex/agents/{id}/rpc`, back to back, each
+/// answered once the turn it caused has ended.
+async fn rpc_turn_client(
+    http: reqwest::Client,
+    url: String,
+    task_id: String,
+    window: (Instant, Instant),
+) -> ClientTally {
+    let (from, end) = window;
+    let mut t = ClientTally {
+        turns: 0,
+        lat: Vec::new(),
+        errors: 0,
+        first_error: None,
+    };
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
+        "task_id": task_id,
+        "content": {"type": "text", "author": "user", "content": "/reply ok"}}});
+    while Instant::now() < end {
+        let t0 = Instant::now();
+        let result = post_json(&http, &url, &body).await.and_then(|v| {
+            if v["result"][0]["content"]["content"] == "ok" {
+                Ok(())
+            } else {
+                Err(format!("answer: {v}"))
+            }
+        });
+        let t1 = Instant::now();
+        match result {
+            Ok(()) if t1 >= from && t1 <= end => {
+                t.turns += 1;
+                t.lat.push(ms(t1 - t0));
+            }
+            Ok(()) => {}
+            Err(e) => {
+                t.errors += 1;
+                t.first_error.get_or_insert(e);
+            }
+        }
+    }
+    t
+}
+
+/// `n` tasks of the root agent (`task/create`) and the RPC URL to reach them.
+async fn open_tasks(ctx: &Ctx, n: usize) -> (String, Vec<String>) {
+    let root = get_json(&ctx.http, &format!("{}/agentex/agents/name/root", ctx.base))
+        .await
+        .unwrap_or_else(|e| die("GET /agentex/agents/name/root", e));
+    let url = format!(
+        "{}/agentex/agents/{}/rpc",
+        ctx.base,
+        root["id"].as_str().unwrap_or_default()
+    );
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let v = post_json(
+            &ctx.http,
+            &url,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {}}),
+        )
+        .await
+        .unwrap_or_else(|e| die("task/create", e));
+        match v["result"]["id"].as_str() {
+            Some(id) => tasks.push(id.to_owned()),
+            None => die("task/create", v),
+        }
+    }
+    (url, tasks)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2197,7 +2289,7 @@ fn main() {
         metrics: server.metrics.clone(),
     };
 
-    let (levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
+    let (levels, rpc_levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
         let max_n = opts.turn_levels.iter().copied().max().unwrap_or(1);
         let t = Instant::now();
         let sessions = create_sessions(&ctx, max_n.max(opts.sse_sessions)).await;
@@ -2240,6 +2332,35 @@ fn main() {
                 states_line(&l.states)
             );
             levels.push(l);
+        }
+        println!();
+
+        println!(
+            "== 1b. The same turns through the agent platform API: one client per task looping \
+             POST /agentex/agents/{{id}}/rpc `message/send` (answered when the turn has ended) =="
+        );
+        let (rpc_url, tasks) = open_tasks(&ctx, max_n).await;
+        let mut rpc_levels = Vec::new();
+        for (n, v1) in opts.turn_levels.iter().copied().zip(&levels) {
+            let l = measure_level(&ctx, &opts, n, |i, window| {
+                rpc_turn_client(ctx.http.clone(), rpc_url.clone(), tasks[i].clone(), window)
+            })
+            .await;
+            println!(
+                "   {:>3} tasks:    {:>7.0} turns/s ({} turns), message/send round trip {}; \
+                 {:.2} of /v1 messages/wait at {n} (section 1); errors {}{}",
+                n,
+                l.rate(),
+                thousands(l.turns),
+                l.lat.line(),
+                l.rate() / v1.rate().max(f64::MIN_POSITIVE),
+                l.errors,
+                l.first_error
+                    .as_deref()
+                    .map(|e| format!(" (first: {e})"))
+                    .unwrap_or_default()
+            );
+            rpc_levels.push(l);
         }
         println!();
 
@@ -2400,7 +2521,7 @@ fn main() {
             thousands(idle.rss_closed)
         );
         println!();
-        (levels, [sse1, sse64, sse64p], fan, idle)
+        (levels, rpc_levels, [sse1, sse64, sse64p], fan, idle)
     });
     let stopped = server.stop();
     println!("   server stopped ({stopped})");
@@ -2466,6 +2587,14 @@ fn main() {
             format!("{:.0}", l.rate()),
             "-".into(),
             "n/a".into(),
+        ));
+    }
+    for (l, v1) in rpc_levels.iter().zip(&levels) {
+        rows.push((
+            format!("/agentex message/send turns/s / /v1 at {}", l.n),
+            format!("{:.2}", l.rate() / v1.rate().max(f64::MIN_POSITIVE)),
+            format!(">= {TARGET_AGENTEX_RATIO}"),
+            yes_no(l.rate() >= TARGET_AGENTEX_RATIO * v1.rate() && l.errors == 0).into(),
         ));
     }
     rows.push((

@@ -37,20 +37,17 @@ CREATE INDEX schedules_due ON schedules (next_due_at, id) WHERE next_due_at IS N
 CREATE INDEX schedules_by_agent ON schedules (agent_id, created_at, id);
 
 -- Which tick made which session: one row per session a schedule created, removed with the session.
--- It also keeps what the task was given at fire time (its name, params and metadata).
+-- The task's name, params and metadata are its agentex_tasks row.
 CREATE TABLE schedule_runs (
-    session_id     TEXT PRIMARY KEY,
+    session_pk     INTEGER PRIMARY KEY REFERENCES sessions(pk) ON DELETE CASCADE,
     schedule_id    TEXT NOT NULL,
     -- The tick's nominal time (for a manual trigger, when it was triggered).
     fire_time      INTEGER NOT NULL,
     -- 'scheduled', 'catch_up' (ticks missed while sessiond was down, folded into one run) or
     -- 'manual' (trigger).
     trigger_type   TEXT NOT NULL,
-    task_name      TEXT NOT NULL,
-    task_params    TEXT,
-    task_metadata  TEXT NOT NULL,
     created_at     INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 -- A tick of the cadence makes at most one session, whatever happens.
 CREATE UNIQUE INDEX schedule_runs_one_per_tick ON schedule_runs (schedule_id, fire_time)
     WHERE trigger_type <> 'manual';

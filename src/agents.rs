@@ -54,7 +54,7 @@ fn check_name(name: &str) -> Result<()> {
 
 /// A valid engine object that the operator's policy permits (`[policy]`: what an engine may run,
 /// call and send is their decision, whoever holds the key that configures the agent).
-fn check_engine(engine: &Value, policy: &Policy) -> Result<String> {
+pub fn check_engine(engine: &Value, policy: &Policy) -> Result<String> {
     let obj = engine
         .as_object()
         .ok_or_else(|| Error::invalid("engine: must be an object"))?;
@@ -118,10 +118,30 @@ pub async fn create(
     workspace_id: &str,
     spec: AgentSpec,
 ) -> Result<AgentRow> {
+    create_with(store, drive, policy, workspace_id, spec, |_, _| Ok(())).await
+}
+
+/// [`create`], with `link` writing the caller's own rows about the new agent in the same
+/// transaction (an API family's registration of it).
+pub async fn create_with<F>(
+    store: &Store,
+    drive: &Drive,
+    policy: &Policy,
+    workspace_id: &str,
+    spec: AgentSpec,
+    link: F,
+) -> Result<AgentRow>
+where
+    F: FnOnce(&mut store::Tx<'_>, &AgentRow) -> Result<()> + Send + 'static,
+{
     let (slug, name, anchor, engine) = prepare_new(drive, policy, spec)?;
     let ws = workspace_id.to_owned();
     store
-        .write(move |tx| tx.insert_agent(&ws, &slug, &name, &anchor, &engine))
+        .write(move |tx| {
+            let row = tx.insert_agent(&ws, &slug, &name, &anchor, &engine)?;
+            link(tx, &row)?;
+            Ok(row)
+        })
         .await
 }
 

@@ -59,6 +59,9 @@ pub enum Error {
     StaleTurn,
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// An operation of a wire contract that sessiond answers but does not carry out (501).
+    #[error("{0}")]
+    NotImplemented(String),
     /// The filesystem holding the data dir is full (or over quota): writes fail until space
     /// returns.
     #[error("storage is full: {0}")]
@@ -119,6 +122,7 @@ impl Error {
             Error::RequestTimeout(_) => "request_timeout",
             Error::TooManyStreams => "too_many_streams",
             Error::ShuttingDown => "unavailable",
+            Error::NotImplemented(_) => "not_implemented",
             Error::StaleTurn => "stale_turn",
             Error::StorageFull(_) => "storage_full",
             Error::StorageUnavailable(_) => "storage_unavailable",
@@ -182,6 +186,7 @@ impl ResponseError for Error {
             Error::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             Error::ShuttingDown | Error::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
+            Error::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Error::Storage(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -223,6 +228,11 @@ impl ResponseError for Error {
         }
         if matches!(self, Error::Unauthorized) {
             res.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"sessiond\""));
+        }
+        if self.status_code() == StatusCode::CONFLICT {
+            // The same request conflicts again: clients that retry 409s (the official AgentEx
+            // client does) are told not to.
+            res.insert_header(("x-should-retry", "false"));
         }
         res.json(body)
     }

@@ -465,6 +465,10 @@ fn http_service(
         })
         .h1(app);
     fn_service(|io: actix_web::rt::net::TcpStream| async move {
+        // Streamed answers (SSE, NDJSON, an RPC answer written when its turn ends) go out as they
+        // are written: without this, Nagle's algorithm holds a stream's last small write until
+        // the client's delayed ACK, some 40 ms later.
+        let _ = io.set_nodelay(true);
         let conn = connection::admit(io)
             .await
             .map_err(actix_http::error::DispatchError::Io)?;

@@ -635,13 +635,31 @@ fn an_interval_schedule_fires_sessions_with_its_input_as_its_creator() {
     let created = create(
         &s,
         &agent,
-        json!({"name": "ping", "interval_seconds": 1, "initial_input": {"content": "Ping the service"}}),
+        json!({"name": "ping", "interval_seconds": 1, "initial_input": {"content": "Ping the service"},
+               "task_params": {"target": "db"}, "task_metadata": {"team": "ops", "schedule_id": "mine"}}),
     );
     let id = created["id"].as_str().unwrap().to_owned();
     let session = poll_until("a tick's session", WAIT, || {
         runs_of(&s, &agent, "ping").pop()
     });
     let sid = session["id"].as_str().unwrap();
+    // The session is an agent platform task named after the schedule and the tick, with the
+    // schedule's params and its metadata, where the tick's own keys win.
+    let (status, task) = s.get(&s.url(&format!("/agentex/tasks/{sid}")));
+    assert_eq!(status, 200, "{task}");
+    let meta = &task["task_metadata"];
+    assert_eq!(task["params"], json!({"target": "db"}));
+    assert_eq!(meta["team"], "ops");
+    assert_eq!(meta["schedule_id"], id.as_str());
+    assert_eq!(meta["schedule_name"], "ping");
+    assert_eq!(meta["trigger_type"], "scheduled");
+    let name = task["name"].as_str().unwrap();
+    assert_eq!(
+        name,
+        format!("scheduled-run:{id}:{}", meta["fire_time"].as_str().unwrap())
+    );
+    let (status, by_name) = s.get(&s.url(&format!("/agentex/tasks/name/{name}")));
+    assert_eq!((status, &by_name["id"]), (200, &task["id"]));
     let terminal = s.wait_terminal(sid, 0);
     assert_eq!(terminal["event"]["type"], "complete", "{terminal}");
     let events = s.history_all(sid);

@@ -104,7 +104,9 @@ pub async fn observe(
         .with(&[&route, method_label])
         .observe_duration(started.elapsed());
     span.in_scope(|| {
-        if status.is_server_error() {
+        // A 501 is a deliberate answer (an operation of a wire contract sessiond does not carry
+        // out), not a failure.
+        if status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED {
             tracing::warn!(status = status.as_u16(), route = %route, "request failed");
         }
         tracing::debug!(

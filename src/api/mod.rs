@@ -89,7 +89,7 @@ async fn no_route() -> crate::Result<HttpResponse> {
 }
 
 /// A path whose other methods answer 405 with the `Allow` header listing the ones it has.
-fn at(path: &str, allow: &'static str) -> Resource {
+pub(crate) fn at(path: &str, allow: &'static str) -> Resource {
     web::resource(path).default_service(web::to(move || async move {
         HttpResponse::MethodNotAllowed()
             .insert_header((header::ALLOW, allow))
@@ -101,6 +101,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/healthz", "GET").route(web::get().to(healthz)));
     cfg.service(at("/readyz", "GET").route(web::get().to(readyz)));
     cfg.service(at("/openapi.json", "GET").route(web::get().to(openapi::serve)));
+    agentex::routes(cfg);
     cfg.service(
         web::scope("/auth")
             .service(at("/setup", "POST").route(web::post().to(auth::setup)))
@@ -185,11 +186,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 at("/{agentSlug}/sessions/default/messages/wait", "POST")
                     .route(web::post().to(agents::default_message_wait)),
             ),
-    );
-    cfg.service(
-        web::scope("/agentex")
-            .configure(agentex::routes)
-            .default_service(web::to(no_route)),
     );
     cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.

@@ -52,6 +52,11 @@ pub enum Answer {
     HastEvents,
     /// The stored image's own type.
     Image,
+    /// A JSON-RPC response (this schema), as one line of JSON, or NDJSON lines when streamed.
+    Rpc(fn() -> Value),
+    /// 501: an operation of a wire contract that sessiond does not carry out. Tagged
+    /// `not-implemented`, so that a fuzzer can leave these out.
+    NotImplemented,
 }
 
 /// One operation: a method on a path.
@@ -228,6 +233,262 @@ pub static SERVER: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+fn object(required: &[&str], properties: Value) -> Value {
+    json!({"type": "object", "required": required, "properties": properties})
+}
+
+fn list_of(item: Value) -> Value {
+    json!({"type": "array", "items": item})
+}
+
+/// A JSON object the contract leaves open (metadata, params, state), or null.
+fn open_or_null() -> Value {
+    json!({"type": ["object", "null"]})
+}
+
+fn date_time() -> Value {
+    json!({"type": "string", "format": "date-time"})
+}
+
+fn date_time_or_null() -> Value {
+    json!({"type": ["string", "null"], "format": "date-time"})
+}
+
+fn ax_agent() -> Value {
+    object(
+        &[
+            "id",
+            "name",
+            "description",
+            "acp_type",
+            "created_at",
+            "updated_at",
+        ],
+        json!({
+            "id": {"type": "string"}, "name": {"type": "string"}, "description": {"type": "string"},
+            "acp_type": {"enum": ["sync", "async", "agentic"]}, "created_at": date_time(), "updated_at": date_time(),
+            "production_deployment_id": {"type": ["string", "null"]}, "registration_metadata": open_or_null(),
+            "status": {"type": ["string", "null"]}
+        }),
+    )
+}
+
+fn ax_task() -> Value {
+    object(
+        &["id"],
+        json!({
+            "id": {"type": "string"}, "name": {"type": ["string", "null"]},
+            "status": {"type": ["string", "null"]}, "status_reason": {"type": ["string", "null"]},
+            "params": open_or_null(), "task_metadata": open_or_null(),
+            "created_at": date_time_or_null(), "updated_at": date_time_or_null(),
+            "agents": {"type": ["array", "null"], "items": ax_agent()}
+        }),
+    )
+}
+
+fn ax_deployment() -> Value {
+    object(
+        &[
+            "id",
+            "agent_id",
+            "docker_image",
+            "is_production",
+            "status",
+            "created_at",
+        ],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"}, "docker_image": {"type": "string"},
+            "is_production": {"type": "boolean"}, "status": {"type": "string"}, "created_at": date_time(),
+            "promoted_at": date_time_or_null(), "registration_metadata": open_or_null()
+        }),
+    )
+}
+
+fn ax_deployment_spec() -> Value {
+    object(
+        &["docker_image"],
+        json!({
+            "docker_image": {"type": "string"}, "helm_release_name": {"type": ["string", "null"]},
+            "sgp_deploy_id": {"type": ["string", "null"]},
+            "registration_metadata": {"type": ["object", "null"], "description": "`engine`: the engine configuration this deployment carries (sessiond's engine JSON)"}
+        }),
+    )
+}
+
+fn ax_message() -> Value {
+    object(
+        &["id", "task_id", "content"],
+        json!({
+            "id": {"type": "string"}, "task_id": {"type": "string"},
+            "content": {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["text", "data", "tool_request", "tool_response", "reasoning"]}}},
+            "streaming_status": {"enum": ["IN_PROGRESS", "DONE", null]},
+            "created_at": date_time_or_null(), "updated_at": date_time_or_null()
+        }),
+    )
+}
+
+fn ax_message_spec() -> Value {
+    object(
+        &["task_id", "content"],
+        json!({"task_id": {"type": "string"}, "content": {"type": "object"}, "streaming_status": {"type": ["string", "null"]}}),
+    )
+}
+
+fn ax_event() -> Value {
+    object(
+        &["id", "agent_id", "sequence_id", "task_id"],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"}, "sequence_id": {"type": "integer"},
+            "task_id": {"type": "string"}, "content": open_or_null(), "created_at": date_time_or_null()
+        }),
+    )
+}
+
+fn ax_state() -> Value {
+    object(
+        &["id", "agent_id", "task_id", "state"],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"}, "task_id": {"type": "string"},
+            "state": {"type": "object"}, "created_at": date_time(), "updated_at": date_time_or_null()
+        }),
+    )
+}
+
+fn ax_span() -> Value {
+    object(
+        &["id", "name", "trace_id", "start_time"],
+        json!({
+            "id": {"type": "string"}, "name": {"type": "string"}, "trace_id": {"type": "string"},
+            "start_time": date_time(), "end_time": date_time_or_null(),
+            "parent_id": {"type": ["string", "null"]}, "task_id": {"type": ["string", "null"]}
+        }),
+    )
+}
+
+fn ax_tracker() -> Value {
+    object(
+        &["id", "agent_id", "task_id"],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"}, "task_id": {"type": "string"},
+            "last_processed_event_id": {"type": ["string", "null"]},
+            "status": {"type": ["string", "null"]}, "status_reason": {"type": ["string", "null"]}
+        }),
+    )
+}
+
+fn ax_deleted() -> Value {
+    object(
+        &["id", "message"],
+        json!({"id": {"type": "string"}, "message": {"type": "string"}}),
+    )
+}
+
+fn ax_reason() -> Value {
+    json!({"type": "object", "properties": {"reason": {"type": ["string", "null"]}}})
+}
+
+fn ax_task_update() -> Value {
+    json!({"type": "object", "properties": {"merge_params": open_or_null(), "task_metadata": open_or_null()}})
+}
+
+fn ax_rpc_request() -> Value {
+    object(
+        &["method", "params"],
+        json!({
+            "jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]},
+            "method": {"enum": crate::api::agentex::RPC_METHODS}, "params": {"type": "object"}
+        }),
+    )
+}
+
+/// A JSON-RPC 2.0 response (errors included: they are HTTP 200 too).
+fn ax_rpc_response() -> Value {
+    object(
+        &["jsonrpc", "id"],
+        json!({
+            "jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}, "result": {},
+            "error": {"type": ["object", "null"], "required": ["code", "message"], "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}
+        }),
+    )
+}
+
+/// The agent platform API (seed 003), at `/agentex`: the routes the official `agentex-client`
+/// calls, in the credential's workspace.
+pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("/agentex{rest}").leak() };
+    use Answer::{Json as J, NotImplemented as NI};
+    let one = |f: fn() -> Value| J(200, f);
+    vec![
+        op!("get" p("/agents"), "agentexListAgents", "Agents (task_id filter; order_by, order_direction; page_number from 1)", READ, Body::None, J(200, || list_of(ax_agent()))),
+        op!("post" p("/agents/register-build"), "agentexRegisterBuild", "Register an agent by name (idempotent): creates or updates sessiond's agent", WRITE, Body::Json(|| json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}, "description": {"type": ["string", "null"]}, "registration_metadata": open_or_null()}})), one(ax_agent)),
+        op!("post" p("/agents/register"), "agentexRegister", "ACP server registration: not offered (sessiond calls no agent server)", WRITE, Body::None, NI),
+        op!("get" p("/agents/name/{agent_name}"), "agentexGetAgentByName", "One agent by name", READ, Body::None, one(ax_agent)),
+        op!("delete" p("/agents/name/{agent_name}"), "agentexDeleteAgentByName", "Delete an agent by name (and its tasks)", WRITE, Body::None, one(ax_deleted)),
+        op!("post" p("/agents/name/{agent_name}/rpc"), "agentexRpcByName", "JSON-RPC 2.0 call to an agent by name (NDJSON updates for a streamed message/send)", WRITE, Body::Json(ax_rpc_request), Answer::Rpc(ax_rpc_response)),
+        op!("get" p("/agents/{agent_id}"), "agentexGetAgent", "One agent", READ, Body::None, one(ax_agent)),
+        op!("delete" p("/agents/{agent_id}"), "agentexDeleteAgent", "Delete an agent (and its tasks)", WRITE, Body::None, one(ax_deleted)),
+        op!("post" p("/agents/{agent_id}/rpc"), "agentexRpc", "JSON-RPC 2.0 call to an agent (NDJSON updates for a streamed message/send)", WRITE, Body::Json(ax_rpc_request), Answer::Rpc(ax_rpc_response)),
+        op!("get" p("/agents/{agent_id}/deployments"), "agentexListDeployments", "An agent's deployments (engine versions)", READ, Body::None, J(200, || list_of(ax_deployment()))),
+        op!("post" p("/agents/{agent_id}/deployments"), "agentexCreateDeployment", "A new engine version of the agent (checked against [policy])", WRITE, Body::Json(ax_deployment_spec), one(ax_deployment)),
+        op!("get" p("/agents/{agent_id}/deployments/{deployment_id}"), "agentexGetDeployment", "One deployment", READ, Body::None, one(ax_deployment)),
+        op!("delete" p("/agents/{agent_id}/deployments/{deployment_id}"), "agentexDeleteDeployment", "Delete a deployment that is not in production", WRITE, Body::None, one(ax_deleted)),
+        op!("post" p("/agents/{agent_id}/deployments/{deployment_id}/promote"), "agentexPromoteDeployment", "Make the deployment the only production one; its engine becomes the agent's", WRITE, Body::None, one(ax_deployment)),
+        op!("post" p("/agents/{agent_id}/deployments/{deployment_id}/rpc"), "agentexPreviewRpc", "JSON-RPC 2.0 against the deployment's engine without promoting it", WRITE, Body::Json(ax_rpc_request), Answer::Rpc(ax_rpc_response)),
+        op!("get" p("/tasks"), "agentexListTasks", "Tasks (agent_id, agent_name, status, task_metadata filters; pages)", READ, Body::None, J(200, || list_of(ax_task()))),
+        op!("get" p("/tasks/name/{task_name}"), "agentexGetTaskByName", "One task by name", READ, Body::None, one(ax_task)),
+        op!("put" p("/tasks/name/{task_name}"), "agentexUpdateTaskByName", "Merge params, replace task_metadata", WRITE, Body::Json(ax_task_update), one(ax_task)),
+        op!("delete" p("/tasks/name/{task_name}"), "agentexDeleteTaskByName", "Stop and delete a task (its session)", WRITE, Body::None, one(ax_deleted)),
+        op!("get" p("/tasks/name/{task_name}/stream"), "agentexStreamTaskByName", "A task's updates as Server-Sent Events", READ, Body::None, Answer::Events),
+        op!("get" p("/tasks/{task_id}"), "agentexGetTask", "One task", READ, Body::None, one(ax_task)),
+        op!("put" p("/tasks/{task_id}"), "agentexUpdateTask", "Merge params, replace task_metadata", WRITE, Body::Json(ax_task_update), one(ax_task)),
+        op!("delete" p("/tasks/{task_id}"), "agentexDeleteTask", "Stop and delete a task (its session)", WRITE, Body::None, one(ax_deleted)),
+        op!("get" p("/tasks/{task_id}/stream"), "agentexStreamTask", "A task's updates as Server-Sent Events", READ, Body::None, Answer::Events),
+        op!("post" p("/tasks/{task_id}/interrupt"), "agentexInterruptTask", "Stop the running turn (cooperative); the task stays open", WRITE, Body::None, one(ax_task)),
+        op!("post" p("/tasks/{task_id}/cancel"), "agentexCancelTask", "Stop the turn and close the task: CANCELED", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("post" p("/tasks/{task_id}/complete"), "agentexCompleteTask", "Close the task: COMPLETED", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("post" p("/tasks/{task_id}/fail"), "agentexFailTask", "Close the task: FAILED", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("post" p("/tasks/{task_id}/terminate"), "agentexTerminateTask", "Close the task: TERMINATED", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("post" p("/tasks/{task_id}/timeout"), "agentexTimeoutTask", "Close the task: TIMED_OUT", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("get" p("/tasks/{task_id}/query/{query_name}"), "agentexQueryTask", "Workflow queries: not offered", READ, Body::None, NI),
+        op!("get" p("/messages"), "agentexListMessages", "A task's messages, read from its timeline (task_id required)", READ, Body::None, J(200, || list_of(ax_message()))),
+        op!("post" p("/messages"), "agentexCreateMessage", "Add a message to a task's timeline", WRITE, Body::Json(ax_message_spec), one(ax_message)),
+        op!("get" p("/messages/paginated"), "agentexPaginatedMessages", "A task's messages by cursor and direction", READ, Body::None,
+            J(200, || object(&["data", "has_more"], json!({"data": list_of(ax_message()), "next_cursor": {"type": ["string", "null"]}, "has_more": {"type": "boolean"}})))),
+        op!("post" p("/messages/batch"), "agentexCreateMessages", "Add messages to a task (all checked before the first is added)", WRITE,
+            Body::Json(|| object(&["task_id", "contents"], json!({"task_id": {"type": "string"}, "contents": {"type": "array", "items": {"type": "object"}}}))),
+            J(200, || list_of(ax_message()))),
+        op!("put" p("/messages/batch"), "agentexUpdateMessages", "Rewriting messages: not offered (the timeline is append-only)", WRITE, Body::None, NI),
+        op!("get" p("/messages/{message_id}"), "agentexGetMessage", "One message", READ, Body::None, one(ax_message)),
+        op!("put" p("/messages/{message_id}"), "agentexUpdateMessage", "Rewriting a message: not offered (the timeline is append-only)", WRITE, Body::None, NI),
+        op!("get" p("/events"), "agentexListEvents", "A task's events after last_processed_event_id", READ, Body::None, J(200, || list_of(ax_event()))),
+        op!("get" p("/events/{event_id}"), "agentexGetEvent", "One event", READ, Body::None, one(ax_event)),
+        op!("get" p("/states"), "agentexListStates", "States (task_id, agent_id filters)", READ, Body::None, J(200, || list_of(ax_state()))),
+        op!("post" p("/states"), "agentexCreateState", "A task's state for an agent (one per pair)", WRITE,
+            Body::Json(|| object(&["agent_id", "task_id", "state"], json!({"agent_id": {"type": "string"}, "task_id": {"type": "string"}, "state": {"type": "object"}}))), one(ax_state)),
+        op!("get" p("/states/{state_id}"), "agentexGetState", "One state", READ, Body::None, one(ax_state)),
+        op!("put" p("/states/{state_id}"), "agentexUpdateState", "Replace a state", WRITE,
+            Body::Json(|| object(&["state"], json!({"state": {"type": "object"}}))), one(ax_state)),
+        op!("delete" p("/states/{state_id}"), "agentexDeleteState", "Delete a state", WRITE, Body::None, one(ax_state)),
+        op!("get" p("/spans"), "agentexListSpans", "Spans (trace_id, task_id filters)", READ, Body::None, J(200, || list_of(ax_span()))),
+        op!("post" p("/spans"), "agentexCreateSpan", "Record a span", WRITE,
+            Body::Json(|| object(&["name", "trace_id", "start_time"], json!({"name": {"type": "string"}, "trace_id": {"type": "string"}, "start_time": date_time()}))), one(ax_span)),
+        op!("get" p("/spans/{span_id}"), "agentexGetSpan", "One span", READ, Body::None, one(ax_span)),
+        op!("patch" p("/spans/{span_id}"), "agentexUpdateSpan", "Change a span (end time, output…)", WRITE, Body::Json(|| json!({"type": "object"})), one(ax_span)),
+        op!("get" p("/tracker"), "agentexListTrackers", "Agent-task trackers (task_id, agent_id filters)", READ, Body::None, J(200, || list_of(ax_tracker()))),
+        op!("get" p("/tracker/{tracker_id}"), "agentexGetTracker", "One tracker", READ, Body::None, one(ax_tracker)),
+        op!("put" p("/tracker/{tracker_id}"), "agentexUpdateTracker", "Move a tracker (last processed event, status)", WRITE,
+            Body::Json(|| json!({"type": "object", "properties": {"last_processed_event_id": {"type": ["string", "null"]}, "status": {"type": ["string", "null"]}, "status_reason": {"type": ["string", "null"]}}})), one(ax_tracker)),
+        op!("post" p("/checkpoints/list"), "agentexListCheckpoints", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/delete-thread"), "agentexDeleteCheckpointThread", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/get-tuple"), "agentexGetCheckpointTuple", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/put"), "agentexPutCheckpoint", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/put-writes"), "agentexPutCheckpointWrites", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("get" p("/deployment-history"), "agentexDeploymentHistory", "Deployment history: not offered (see an agent's deployments)", READ, Body::None, NI),
+        op!("get" p("/deployment-history/{deployment_id}"), "agentexDeploymentHistoryEntry", "Deployment history: not offered", READ, Body::None, NI),
+        op!("post" p("/agent_api_keys/webhook-trigger"), "agentexWebhookTrigger", "Webhook triggers: not offered (call the RPC routes with an API key)", WRITE, Body::None, NI),
+    ]
+});
+
 fn record_ref() -> Value {
     component("SessionRecord")
 }
@@ -356,14 +617,13 @@ fn run_schedule() -> Value {
 /// The fields a schedule's create and update bodies share (`name` and `initial_input` are
 /// required on create).
 fn schedule_fields() -> Value {
-    let time = json!({"type": ["string", "null"], "format": "date-time"});
     json!({
         "name": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", "maxLength": 64},
         "description": {"type": ["string", "null"]},
         "cron_expression": {"type": ["string", "null"], "description": "5 fields (minute hour day-of-month month day-of-week), evaluated in `timezone`"},
         "interval_seconds": {"type": ["integer", "null"], "minimum": 1, "description": "at least the server's schedules.min_interval_seconds"},
         "timezone": {"type": ["string", "null"], "description": "an IANA time zone (default UTC)"},
-        "start_at": time.clone(), "end_at": time,
+        "start_at": date_time_or_null(), "end_at": date_time_or_null(),
         "paused": {"type": ["boolean", "null"]},
         "task_params": {"type": ["object", "null"]}, "task_metadata": {"type": ["object", "null"]},
         "initial_input": {
@@ -386,7 +646,7 @@ fn schedule_note() -> Value {
 }
 
 fn schedule_tick() -> Value {
-    json!({"type": "object", "required": ["scheduled_time"], "additionalProperties": false, "properties": {"scheduled_time": {"type": "string", "format": "date-time"}}})
+    json!({"type": "object", "required": ["scheduled_time"], "additionalProperties": false, "properties": {"scheduled_time": date_time()}})
 }
 
 /// Agent run schedules, at `/agentex/agents/{agent_id}/schedules` (seed 003's `AgentsSchedules`).
@@ -395,7 +655,7 @@ pub static AGENTEX_SCHEDULES: LazyLock<Vec<Op>> = LazyLock::new(|| {
         format!("/agentex/agents/{{agent_id}}/schedules{rest}").leak()
     };
     let one = Answer::Json(200, run_schedule);
-    let deleted = Answer::Json(200, || agentex_schema("DeleteResponse"));
+    let deleted = Answer::Json(200, ax_deleted);
     vec![
         op!("get" p(""), "agentexListSchedules", "An agent's schedules, oldest first (include_live: with next run times; limit)", READ, Body::None,
             Answer::Json(200, || agentex_schema("ScheduleListResponse"))),
@@ -426,6 +686,7 @@ pub fn operations() -> Vec<Op> {
         &*AGENTS,
         &*UPLOADS,
         &*TASK_EVENTS,
+        &*AGENTEX,
         &*AGENTEX_SCHEDULES,
     ]
     .into_iter()
@@ -528,6 +789,9 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
         }
     }
     let mut responses = Map::new();
+    if matches!(op.answer, Answer::NotImplemented) {
+        o["tags"] = json!(["not-implemented"]);
+    }
     match op.answer {
         Answer::Seed => {
             let name = format!("{stem}.response");
@@ -563,6 +827,23 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
             responses.insert(
                 "200".into(),
                 json!({"description": "The image, with its own type", "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}),
+            );
+        }
+        Answer::Rpc(schema) => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "A JSON-RPC response (errors too) as one line; a streamed `message/send` answers one `TaskMessageUpdate` per line", "content": {
+                    "application/json": {"schema": schema()},
+                    "application/x-ndjson": {"schema": {"type": "string"}}
+                }}),
+            );
+        }
+        Answer::NotImplemented => {
+            responses.insert(
+                "501".into(),
+                error_response(
+                    "sessiond does not carry this operation out (`not_implemented`, with why)",
+                ),
             );
         }
     }

@@ -552,8 +552,9 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 last_seq: started,
                 steers_waiting,
                 machine_step,
-                engine_config: store::agent_by_id(tx.conn(), &row.agent_id)?
-                    .map_or_else(|| "{}".to_owned(), |a| a.engine),
+                // A pinned engine (a deployment preview's) wins over the agent's.
+                engine_config: store::turn_engine(tx.conn(), key.pk)?
+                    .unwrap_or_else(|| "{}".to_owned()),
                 workspace_slug: store::workspace_slug(tx.conn(), &row.workspace_id)?
                     .ok_or(Error::NotFound)?,
                 workspace_id: row.workspace_id,

@@ -33,10 +33,12 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
 use self::cadence::{Cadence, DEFAULT_TIMEZONE, Timing};
+use crate::agentex;
 use crate::clock;
 use crate::config::SchedulesConfig;
 use crate::error::{Error, Result};
-use crate::sessions::{Actor, Channel, CreateIn, InputCommon, Sessions};
+use crate::sessions::{Actor, Channel, InputCommon, MessageIn, OpenIn, Opened, Sessions};
+use crate::store::agentex::{AgentKey, TaskFields};
 use crate::store::schedules::{self as rows, ScheduleRef, ScheduleRow, ScheduleRunRow};
 use crate::store::{self, identity};
 use crate::timeline::{Behavior, Sender};
@@ -568,22 +570,11 @@ impl Schedules {
         &self.sessions.config().schedules
     }
 
-    /// Checks the agent exists in the actor's workspace (404 otherwise, also for another
-    /// workspace's agent).
+    /// Checks the agent exists in the actor's workspace (404 `agent_not_found` otherwise, also
+    /// for another workspace's agent): the agent platform API's own lookup.
     pub async fn check_agent(&self, actor: &Actor, agent_id: &str) -> Result<()> {
-        if !crate::ids::looks_like_id(agent_id) {
-            return Err(Error::AgentNotFound);
-        }
-        let id = agent_id.to_owned();
-        let ws = self
-            .store()
-            .read(move |c| rows::agent_workspace(c, &id))
-            .await?;
-        if ws.as_deref() == Some(actor.workspace_id.as_str()) {
-            Ok(())
-        } else {
-            Err(Error::AgentNotFound)
-        }
+        agentex::agents::find(&self.sessions, actor, AgentKey::Id(agent_id)).await?;
+        Ok(())
     }
 
     pub async fn create(
@@ -940,9 +931,11 @@ impl Schedules {
         self.fire_in(s, fire, slug).await
     }
 
-    /// [`Schedules::fire`] for a caller that knows the workspace's slug. The session runs as the
-    /// schedule's creator, on the schedule channel, and only while the creator still belongs to
-    /// the workspace (checked in the transaction that creates it).
+    /// [`Schedules::fire`] for a caller that knows the workspace's slug. The tick's task is a
+    /// session opened for the schedule's agent with the initial input as its first message, and
+    /// an agent platform task (named after the schedule and the tick, with the schedule's params
+    /// and metadata). It runs as the schedule's creator, on the schedule channel, and only while
+    /// the creator still belongs to the workspace (checked in the transaction that creates it).
     pub(crate) async fn fire_in(&self, s: &Schedule, fire: Fire, slug: String) -> Result<String> {
         let actor = Actor {
             workspace_id: s.row.workspace_id.clone(),
@@ -961,13 +954,14 @@ impl Schedules {
             Fire::Tick { catch_up: true, .. } => format!("{} · {label} (catch-up)", s.row.name),
             Fire::Manual { .. } => format!("{} · {label} (run now)", s.row.name),
         };
+        let session_id = crate::ids::new_id();
+        // Task names are unique in a workspace: a tick's names its schedule and nominal time (one
+        // task per tick), a manual run's its own id.
         let task_name = match fire {
-            Fire::Manual { .. } => None,
-            Fire::Tick { .. } => Some(format!(
-                "scheduled-run:{}:{}",
-                s.row.id,
-                clock::rfc3339(fire_time)
-            )),
+            Fire::Tick { .. } => {
+                format!("scheduled-run:{}:{}", s.row.id, clock::rfc3339(fire_time))
+            }
+            Fire::Manual { .. } => format!("scheduled-run:{}:manual:{session_id}", s.row.id),
         };
         let mut metadata = Map::new();
         metadata.insert("display_name".into(), json!(title));
@@ -978,78 +972,93 @@ impl Schedules {
         metadata.insert("schedule_name".into(), json!(s.row.name));
         metadata.insert("trigger_type".into(), json!(fire.trigger_type()));
         metadata.insert("fire_time".into(), json!(clock::rfc3339(fire_time)));
+        let task_metadata = Value::Object(metadata).to_string();
+        let task_params = s.task_params.as_ref().map(Value::to_string);
         let run = ScheduleRunRow {
-            session_id: String::new(),
             schedule_id: s.row.id.clone(),
             fire_time,
             trigger_type: fire.trigger_type().to_owned(),
-            task_name: task_name.unwrap_or_default(),
-            task_params: s.task_params.as_ref().map(Value::to_string),
-            task_metadata: Value::Object(metadata).to_string(),
         };
         let expected = s.row.clone();
         let skipped_now = s.timing.skipped.clone();
-        let input = CreateIn {
-            prompt: s.initial_input.content.clone(),
-            agent_id: Some(s.row.agent_id.clone()),
-            cwd: None,
-            tier: None,
-            behavior: Behavior::Steer,
-            mode: None,
-            common: InputCommon::default(),
+        let input = OpenIn {
+            id: session_id,
+            agent_id: s.row.agent_id.clone(),
+            title: Some(title),
+            engine: None,
+            first: Some(MessageIn {
+                prompt: s.initial_input.content.clone(),
+                tier: None,
+                behavior: Behavior::Steer,
+                common: InputCommon::default(),
+            }),
         };
-        let submitted = self
-            .sessions
-            .create_titled(&actor, input, title, move |tx, key| {
-                let active = match &creator {
-                    Creator::User { user_id } => {
-                        identity::is_member(tx.conn(), user_id, &expected.workspace_id)?
-                    }
-                    Creator::ServiceAccount { service_account_id } => {
-                        rows::app_exists(tx.conn(), service_account_id, &expected.workspace_id)?
-                    }
-                };
-                if !active {
-                    return Err(Error::Forbidden(
-                        "the schedule's creator no longer belongs to its workspace".into(),
-                    ));
+        // Every check is made in `link`, after the session's rows are in place but before the
+        // commit: an error there creates nothing.
+        let link = move |tx: &mut store::Tx<'_>, key: &store::SessionKey| -> Result<()> {
+            let active = match &creator {
+                Creator::User { user_id } => {
+                    identity::is_member(tx.conn(), user_id, &expected.workspace_id)?
                 }
-                let Some(current) = rows::schedule_by_id(tx.conn(), &expected.id)? else {
-                    return Err(Error::NotFound);
-                };
-                let moved = match fire {
-                    Fire::Tick { next, .. } => {
-                        if current != expected || current.paused {
-                            return Err(Error::Conflict(CHANGED, "the schedule changed".into()));
-                        }
-                        let kept: BTreeSet<i64> =
-                            skipped_now.range(tx.now + 1..).copied().collect();
-                        ScheduleRow {
-                            next_due_at: next,
-                            skipped: encode_skipped(&kept),
-                            num_actions: current.num_actions + 1,
-                            last_action_at: Some(tx.now),
-                            ..current
-                        }
+                Creator::ServiceAccount { service_account_id } => {
+                    rows::app_exists(tx.conn(), service_account_id, &expected.workspace_id)?
+                }
+            };
+            if !active {
+                return Err(Error::Forbidden(
+                    "the schedule's creator no longer belongs to its workspace".into(),
+                ));
+            }
+            let Some(current) = rows::schedule_by_id(tx.conn(), &expected.id)? else {
+                return Err(Error::NotFound);
+            };
+            let moved = match fire {
+                Fire::Tick { next, .. } => {
+                    if current != expected || current.paused {
+                        return Err(Error::Conflict(CHANGED, "the schedule changed".into()));
                     }
-                    Fire::Manual { .. } => ScheduleRow {
+                    let kept: BTreeSet<i64> = skipped_now.range(tx.now + 1..).copied().collect();
+                    ScheduleRow {
+                        next_due_at: next,
+                        skipped: encode_skipped(&kept),
                         num_actions: current.num_actions + 1,
                         last_action_at: Some(tx.now),
                         ..current
-                    },
-                };
-                tx.record_schedule_action(&moved)?;
-                let mut run = run;
-                run.session_id = key.id.clone();
-                if run.task_name.is_empty() {
-                    run.task_name = format!("scheduled-run:{}:manual:{}", run.schedule_id, key.id);
+                    }
                 }
-                tx.record_schedule_run(&run)?;
-                Ok(())
-            })
+                Fire::Manual { .. } => ScheduleRow {
+                    num_actions: current.num_actions + 1,
+                    last_action_at: Some(tx.now),
+                    ..current
+                },
+            };
+            tx.record_schedule_action(&moved)?;
+            tx.put_task_fields(
+                key,
+                &expected.workspace_id,
+                &TaskFields {
+                    name: Some(&task_name),
+                    params: task_params.as_deref(),
+                    task_metadata: Some(&task_metadata),
+                    deployment_id: None,
+                },
+            )?;
+            tx.record_schedule_run(key, &run)
+        };
+        let opened = self
+            .sessions
+            .open(&actor, input, |_| Ok(None), link)
             .await?;
         // No wake-up: the scheduler fired this itself, and a trigger leaves the next tick be.
-        Ok(submitted.key.id)
+        match opened {
+            Opened::Created {
+                submitted: Some(submitted),
+                ..
+            } => Ok(submitted.key.id),
+            _ => Err(Error::Internal(
+                "a schedule's task was opened without its first message".into(),
+            )),
+        }
     }
 
     /// Moves a schedule past a tick that cannot make a session (its creator left the workspace,
@@ -1073,12 +1082,6 @@ impl Schedules {
                 })
             })
             .await
-    }
-
-    /// The tick that created a session, if a schedule made it.
-    pub async fn run_of(&self, session_id: &str) -> Result<Option<ScheduleRunRow>> {
-        let id = session_id.to_owned();
-        self.store().read(move |c| rows::schedule_run(c, &id)).await
     }
 }
 

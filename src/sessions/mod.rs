@@ -5,6 +5,7 @@
 
 mod images;
 pub mod lineage;
+mod linked;
 mod query;
 pub mod record;
 mod session_tools;
@@ -30,6 +31,7 @@ use crate::timeline::{
 };
 
 pub use images::ImageIn;
+pub use linked::{OpenIn, Opened};
 pub use query::{AgentActivity, HistoryQuery, ListQuery};
 pub use wait::WaitOutcome;
 
@@ -114,9 +116,6 @@ pub struct Submitted {
     pub fresh: bool,
     pub delivery: Delivery,
 }
-
-/// Writes a caller adds to the transaction that creates a session.
-type AlsoInTx = Box<dyn FnOnce(&mut Tx<'_>, &SessionKey) -> Result<()> + Send>;
 
 #[derive(Clone)]
 pub struct Sessions {
@@ -301,45 +300,10 @@ impl Sessions {
     pub async fn create_with(
         &self,
         actor: &Actor,
-        input: CreateIn,
-        parent: Option<String>,
-        record: RecordIn,
-    ) -> Result<Submitted> {
-        self.create_inner(actor, input, parent, record, None).await
-    }
-
-    /// Creates a root session like [`Sessions::create`], titled `title` (a final title: automatic
-    /// titling leaves it), and runs `also` in the same transaction once the session is in place:
-    /// its writes commit with the session or not at all, and an error from it creates nothing.
-    /// Schedules record their tick this way, so a tick makes exactly one session, also across a
-    /// crash. (`also` does not run for a retried `clientRequestId`.)
-    pub async fn create_titled<F>(
-        &self,
-        actor: &Actor,
-        input: CreateIn,
-        title: String,
-        also: F,
-    ) -> Result<Submitted>
-    where
-        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<()> + Send + 'static,
-    {
-        let also: AlsoInTx = Box::new(move |tx, key| {
-            tx.keep_title(key)?;
-            also(tx, key)
-        });
-        self.create_inner(actor, input, None, RecordIn::default(), Some((title, also)))
-            .await
-    }
-
-    async fn create_inner(
-        &self,
-        actor: &Actor,
         mut input: CreateIn,
         parent: Option<String>,
         record: RecordIn,
-        titled: Option<(String, AlsoInTx)>,
     ) -> Result<Submitted> {
-        let (title, also) = titled.unzip();
         if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
             return self.replayed_submission(key, seq).await;
         }
@@ -383,7 +347,6 @@ impl Sessions {
                     created_by: Some(prow.id.clone()),
                     mode: None,
                     bind_default: false,
-                    title: None,
                 }
             }
             None => {
@@ -417,13 +380,8 @@ impl Sessions {
                     created_by: None,
                     mode: None,
                     bind_default: false,
-                    title: None,
                 }
             }
-        };
-        let plan = Plan {
-            title: title.or(plan.title),
-            ..plan
         };
         let actor_c = actor.clone();
         let (key, seq, fresh) = self
@@ -450,11 +408,9 @@ impl Sessions {
                     parent: from.as_ref().map(|(p, k)| (p.kind.as_str(), k.id.as_str())),
                     context: lineage.as_deref(),
                 };
-                let (key, seq) =
-                    insert_new_session(tx, &actor, &plan, &input, machine, None, &images, &start)?;
-                if let Some(also) = also {
-                    also(tx, &key)?;
-                }
+                let (key, seq) = insert_new_session(
+                    tx, &actor, &plan, &input, machine, None, &images, None, &start,
+                )?;
                 if let Some((p, parent_key)) = &from
                     && p.kind == lineage::ParentKind::Handoff
                 {
@@ -493,29 +449,54 @@ impl Sessions {
         &self,
         actor: &Actor,
         session_id: &str,
-        mut input: MessageIn,
+        input: MessageIn,
     ) -> Result<Submitted> {
+        Ok(self
+            .message_with(actor, session_id, input, |_, _, _| Ok(()))
+            .await?
+            .0)
+    }
+
+    /// [`Sessions::message`], with `link` writing another API family's rows about the input
+    /// (given the session and the input's seq) in the input's transaction. A retried
+    /// `clientRequestId` writes nothing, so `link` does not run (`None`).
+    pub async fn message_with<T, F>(
+        &self,
+        actor: &Actor,
+        session_id: &str,
+        mut input: MessageIn,
+        link: F,
+    ) -> Result<(Submitted, Option<T>)>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>, &SessionKey, u64) -> Result<T> + Send + 'static,
+    {
         if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
-            return self.replayed_submission(key, seq).await;
+            return Ok((self.replayed_submission(key, seq).await?, None));
         }
         let images = images::decode_all(&input.common.images)?;
         self.check_attachments(actor, &mut input.common)?;
         let actor_c = actor.clone();
         let session_id = session_id.to_owned();
         let follow_up = input.behavior == Behavior::FollowUp;
-        let (key, seq, fresh, active) = self
+        let (key, seq, active, linked) = self
             .store
             .write(move |tx| {
                 let actor = actor_c;
                 if let Some((key, seq)) = replayed(tx.conn(), &actor, &input.common)? {
-                    return Ok((key, seq, false, false));
+                    return Ok((key, seq, false, None));
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;
                 let (seq, active) = add_message(tx, &actor, &key, &input, &images)?;
-                Ok((key, seq, true, active))
+                let linked = link(tx, &key, seq)?;
+                Ok((key, seq, active, Some(linked)))
             })
             .await?;
-        self.submitted(key, seq, fresh, follow_up && active).await
+        let fresh = linked.is_some();
+        Ok((
+            self.submitted(key, seq, fresh, follow_up && active).await?,
+            linked,
+        ))
     }
 
     /// Posts to an agent's default session (R57, R62): the first message creates and binds it in
@@ -558,7 +539,6 @@ impl Sessions {
                     // R61: default sessions launch in automatic mode.
                     mode: Some("\"auto\""),
                     bind_default: true,
-                    title: None,
                 };
                 let create = CreateIn {
                     prompt: input.prompt.clone(),
@@ -577,6 +557,7 @@ impl Sessions {
                     None,
                     agent_first_message.as_deref(),
                     &images,
+                    None,
                     &RecordStart::default(),
                 )?;
                 Ok((key, seq, true, true, false))
@@ -725,20 +706,39 @@ impl Sessions {
         answer: String,
         common: InputCommon,
     ) -> Result<Submitted> {
+        Ok(self
+            .answer_with(actor, session_id, answer, common, |_, _, _| Ok(()))
+            .await?
+            .0)
+    }
+
+    /// [`Sessions::answer`], with `link` as in [`Sessions::message_with`].
+    pub async fn answer_with<T, F>(
+        &self,
+        actor: &Actor,
+        session_id: &str,
+        answer: String,
+        common: InputCommon,
+        link: F,
+    ) -> Result<(Submitted, Option<T>)>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>, &SessionKey, u64) -> Result<T> + Send + 'static,
+    {
         if let Some((key, seq)) = self.lookup_replay(actor, &common).await? {
-            return self.replayed_submission(key, seq).await;
+            return Ok((self.replayed_submission(key, seq).await?, None));
         }
         let mut common = common;
         self.check_attachments(actor, &mut common)?;
         let images = images::decode_all(&common.images)?;
         let actor_c = actor.clone();
         let session_id = session_id.to_owned();
-        let (key, seq, fresh) = self
+        let (key, seq, linked) = self
             .store
             .write(move |tx| {
                 let actor = actor_c;
                 if let Some((key, seq)) = replayed(tx.conn(), &actor, &common)? {
-                    return Ok((key, seq, false));
+                    return Ok((key, seq, None));
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;
                 let row = tx.session_row(&key)?;
@@ -773,10 +773,12 @@ impl Sessions {
                 )?;
                 projection::set_turn_status(tx, &key, "running")?;
                 remember(tx, &actor, &common, &key, seq)?;
-                Ok((key, seq, true))
+                let linked = link(tx, &key, seq)?;
+                Ok((key, seq, Some(linked)))
             })
             .await?;
-        self.submitted(key, seq, fresh, false).await
+        let fresh = linked.is_some();
+        Ok((self.submitted(key, seq, fresh, false).await?, linked))
     }
 
     /// Records `interrupt_requested` and stops the running turn, if any. On an idle session only
@@ -884,8 +886,6 @@ struct Plan {
     mode: Option<&'static str>,
     /// Bind the new session as the agent's default (first default-alias message).
     bind_default: bool,
-    /// A title the caller chose (kept as final); `None`: an excerpt of the prompt.
-    title: Option<String>,
 }
 
 /// The record facts a new session is inserted with (none for the Sessions API's own creates).
@@ -947,7 +947,8 @@ fn as_set(canonical: String) -> String {
 }
 
 /// Inserts a session with its `session_created`, optional `agent_message` and first
-/// `prompt_submitted`; returns the key and the prompt's seq.
+/// `prompt_submitted`; returns the key and the prompt's seq. `id` is the session's id when the
+/// caller chose one (else a new one); `start` holds the record facts it starts with.
 #[allow(clippy::too_many_arguments)]
 fn insert_new_session(
     tx: &mut Tx<'_>,
@@ -957,30 +958,19 @@ fn insert_new_session(
     machine: Option<machine::Definition>,
     agent_first_message: Option<&str>,
     images: &[images::Decoded],
+    id: Option<&str>,
     start: &RecordStart<'_>,
 ) -> Result<(SessionKey, u64)> {
-    let definition = machine
-        .as_ref()
-        .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
-        .transpose()?;
-    let id = crate::ids::new_id();
-    let title = plan.title.clone().unwrap_or_else(|| excerpt(&input.prompt));
-    let (source, attribution_type, attribution_id) = provenance(actor);
-    let key = tx.insert_session(&NewSession {
-        id: &id,
-        workspace_id: &actor.workspace_id,
-        agent_id: &plan.agent_id,
-        user_id: &actor.user_id,
-        title: &title,
-        cwd: plan.cwd.as_deref(),
-        created_by_session_id: plan.created_by.as_deref(),
-        tier: plan.tier.as_deref(),
-        mode: definition.as_deref().or(plan.mode).unwrap_or("\"agent\""),
-        requested_machine: definition.as_deref(),
-        source,
-        attribution_type,
-        attribution_id,
-    })?;
+    let key = insert_session_row(
+        tx,
+        actor,
+        plan,
+        &excerpt(&input.prompt),
+        &input.prompt,
+        input.common.client_request_id.clone(),
+        machine,
+        id,
+    )?;
     if start.metadata.is_some() || start.budget_cents > 0 || start.parent.is_some() {
         tx.set_record_facts(
             &key,
@@ -992,27 +982,6 @@ fn insert_new_session(
             },
         )?;
     }
-    if let Some(def) = machine {
-        let state = MachineState::new(def, &input.prompt, tx.now);
-        let doc = serde_json::to_string(&state).map_err(|e| Error::Internal(e.to_string()))?;
-        tx.set_json_column(&key, JsonColumn::MachineState, Some(&doc))?;
-        tx.set_json_column(
-            &key,
-            JsonColumn::Machine,
-            Some(&state.projection("running", None).to_string()),
-        )?;
-    }
-    if plan.bind_default {
-        tx.set_default(&plan.agent_id, Some(&id))?;
-    }
-    tx.append(
-        &key,
-        &Event::SessionCreated {
-            prompt: input.prompt.clone(),
-            created_at: clock::rfc3339(tx.now),
-            client_request_id: input.common.client_request_id.clone(),
-        },
-    )?;
     if let Some(message) = agent_first_message.filter(|m| !m.is_empty()) {
         tx.append(
             &key,
@@ -1035,6 +1004,64 @@ fn insert_new_session(
         images,
     )?;
     Ok((key, seq))
+}
+
+/// Inserts a session's row (with its machine, if any, and its provenance from the credential) and
+/// its `session_created` event.
+#[allow(clippy::too_many_arguments)]
+fn insert_session_row(
+    tx: &mut Tx<'_>,
+    actor: &Actor,
+    plan: &Plan,
+    title: &str,
+    prompt: &str,
+    client_request_id: Option<String>,
+    machine: Option<machine::Definition>,
+    id: Option<&str>,
+) -> Result<SessionKey> {
+    let definition = machine
+        .as_ref()
+        .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
+        .transpose()?;
+    let id = id.map_or_else(crate::ids::new_id, str::to_owned);
+    let (source, attribution_type, attribution_id) = provenance(actor);
+    let key = tx.insert_session(&NewSession {
+        id: &id,
+        workspace_id: &actor.workspace_id,
+        agent_id: &plan.agent_id,
+        user_id: &actor.user_id,
+        title,
+        cwd: plan.cwd.as_deref(),
+        created_by_session_id: plan.created_by.as_deref(),
+        tier: plan.tier.as_deref(),
+        mode: definition.as_deref().or(plan.mode).unwrap_or("\"agent\""),
+        requested_machine: definition.as_deref(),
+        source,
+        attribution_type,
+        attribution_id,
+    })?;
+    if let Some(def) = machine {
+        let state = MachineState::new(def, prompt, tx.now);
+        let doc = serde_json::to_string(&state).map_err(|e| Error::Internal(e.to_string()))?;
+        tx.set_json_column(&key, JsonColumn::MachineState, Some(&doc))?;
+        tx.set_json_column(
+            &key,
+            JsonColumn::Machine,
+            Some(&state.projection("running", None).to_string()),
+        )?;
+    }
+    if plan.bind_default {
+        tx.set_default(&plan.agent_id, Some(&id))?;
+    }
+    tx.append(
+        &key,
+        &Event::SessionCreated {
+            prompt: prompt.to_owned(),
+            created_at: clock::rfc3339(tx.now),
+            client_request_id,
+        },
+    )?;
+    Ok(key)
 }
 
 /// Appends a message to an existing session; returns its seq and whether a turn was running.

@@ -297,6 +297,18 @@ pub fn engine_memo(conn: &Connection, session_pk: i64) -> Result<Option<String>>
         .flatten())
 }
 
+/// The engine configuration a session's turns run with: the one pinned on the session (see
+/// migration 0005), else its agent's.
+pub fn turn_engine(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT COALESCE(s.engine, a.engine) FROM sessions s JOIN agents a ON a.id = s.agent_id
+             WHERE s.pk = ?1",
+        )?
+        .query_row([session_pk], |r| r.get(0))
+        .optional()?)
+}
+
 /// The first event of a given type at or after `from_seq` (used to find an input's terminal).
 pub fn first_event_of_types(
     conn: &Connection,

@@ -5,7 +5,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::Tx;
+use super::{SessionKey, Tx};
 use crate::error::{Error, Result};
 
 /// A schedule as stored. JSON columns are kept as text; `schedules` parses them.
@@ -174,14 +174,6 @@ pub fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Sche
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// The workspace an agent belongs to (`None`: no such agent).
-pub fn agent_workspace(conn: &Connection, agent_id: &str) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT workspace_id FROM agents WHERE id = ?1")?
-        .query_row([agent_id], |r| r.get(0))
-        .optional()?)
-}
-
 /// Whether an app still exists in a workspace (an app-created schedule fires only while it does).
 pub fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) -> Result<bool> {
     Ok(conn
@@ -191,38 +183,14 @@ pub fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) -> Result
         .is_some())
 }
 
-/// The tick that created a session, and what its task was given.
+/// The tick that created a session (the session is the row's key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleRunRow {
-    pub session_id: String,
     pub schedule_id: String,
+    /// The tick's nominal time (for a manual run, when it was triggered).
     pub fire_time: i64,
+    /// `scheduled`, `catch_up` or `manual`.
     pub trigger_type: String,
-    pub task_name: String,
-    /// JSON object.
-    pub task_params: Option<String>,
-    /// JSON object.
-    pub task_metadata: String,
-}
-
-pub fn schedule_run(conn: &Connection, session_id: &str) -> Result<Option<ScheduleRunRow>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT session_id, schedule_id, fire_time, trigger_type, task_name, task_params,
-                task_metadata FROM schedule_runs WHERE session_id = ?1",
-        )?
-        .query_row([session_id], |r| {
-            Ok(ScheduleRunRow {
-                session_id: r.get(0)?,
-                schedule_id: r.get(1)?,
-                fire_time: r.get(2)?,
-                trigger_type: r.get(3)?,
-                task_name: r.get(4)?,
-                task_params: r.get(5)?,
-                task_metadata: r.get(6)?,
-            })
-        })
-        .optional()?)
 }
 
 fn name_taken(name: &str) -> Error {
@@ -323,22 +291,20 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Remembers that a tick of a schedule created a session.
-    pub fn record_schedule_run(&mut self, run: &ScheduleRunRow) -> Result<()> {
+    /// Remembers that a tick of a schedule created the session `key`; a second session for one
+    /// tick of the cadence is refused by the table's unique index.
+    pub fn record_schedule_run(&mut self, key: &SessionKey, run: &ScheduleRunRow) -> Result<()> {
         self.conn
             .prepare_cached(
-                "INSERT INTO schedule_runs (session_id, schedule_id, fire_time, trigger_type,
-                    task_name, task_params, task_metadata, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO schedule_runs (session_pk, schedule_id, fire_time, trigger_type,
+                    created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
             .execute(params![
-                run.session_id,
+                key.pk,
                 run.schedule_id,
                 run.fire_time,
                 run.trigger_type,
-                run.task_name,
-                run.task_params,
-                run.task_metadata,
                 self.now
             ])?;
         Ok(())

@@ -242,14 +242,6 @@ impl Tx<'_> {
     }
 
     /// PATCH title: manual titles are final (never regenerated).
-    /// Makes the session's current title final, as if set by hand: automatic titling leaves it.
-    pub fn keep_title(&mut self, key: &SessionKey) -> Result<()> {
-        self.conn
-            .prepare_cached("UPDATE sessions SET title_origin = 'manual' WHERE pk = ?1")?
-            .execute([key.pk])?;
-        Ok(())
-    }
-
     pub fn set_manual_title(&mut self, key: &SessionKey, title: &str) -> Result<()> {
         self.conn
             .prepare_cached(
@@ -307,7 +299,6 @@ impl Tx<'_> {
             "DELETE FROM client_requests WHERE session_id = ?1",
             [&key.id],
         )?;
-        c.execute("DELETE FROM schedule_runs WHERE session_id = ?1", [&key.id])?;
         c.execute("DELETE FROM sessions WHERE pk = ?1", [key.pk])?;
         self.set_counters(
             key.pk,
@@ -759,6 +750,14 @@ impl Tx<'_> {
 
     pub fn default_session(&self, agent_id: &str) -> Result<Option<String>> {
         super::default_session_id(self.conn, agent_id)
+    }
+
+    /// Pins the engine configuration a session runs with instead of its agent's.
+    pub fn pin_session_engine(&mut self, key: &SessionKey, engine: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET engine = ?2 WHERE pk = ?1")?
+            .execute(params![key.pk, engine])?;
+        Ok(())
     }
 
     /// Moves a session's cwd only if it still is `expected` (compare-and-swap).

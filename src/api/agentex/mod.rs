@@ -1,9 +1,172 @@
-//! The agent platform API (`/agentex/...`), acting in the credential's workspace.
+//! `/agentex`: the agent platform API (seed 003), served so that the official `agentex-client`
+//! works unmodified with `base_url=<server>/agentex`.
+//!
+//! Routes act in the credential's workspace (the `Actor` extractor); reads need `sessions:read`,
+//! everything else `sessions`. Errors are sessiond's usual `{"error", "message"}` bodies with their
+//! status (`crate::error`), except inside JSON-RPC, whose errors are JSON-RPC error objects
+//! (`rpc`). This file is the route table and the helpers every handler shares: agent lookup by
+//! id or name ([`agent_by_id`], [`agent_by_name`]), bounded JSON bodies ([`json_body`]) and the
+//! contract's page-numbered list parameters ([`ListParams`]).
 
+mod agents;
+mod deployments;
+mod events;
+mod messages;
+mod rpc;
 mod schedules;
+mod spans;
+mod states;
+mod tasks;
+mod tracker;
+mod unsupported;
 
-use actix_web::web;
+pub use rpc::METHODS as RPC_METHODS;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::at;
+use super::body::{self, Query};
+use super::context::AppState;
+use crate::agentex;
+use crate::error::{Error, Result};
+use crate::sessions::Actor;
+use crate::store::agentex::{AgentKey, AgentexAgentRow, Direction, Page, RecordFilter};
+
+/// Largest `limit` of a page-numbered list.
+pub const PAGE_MAX: u32 = 1000;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    schedules::routes(cfg);
+    cfg.service(
+        web::scope("/agentex")
+            .configure(agents::routes)
+            .configure(deployments::routes)
+            .configure(schedules::routes)
+            .configure(tasks::routes)
+            .configure(messages::routes)
+            .configure(events::routes)
+            .configure(states::routes)
+            .configure(spans::routes)
+            .configure(tracker::routes)
+            .configure(unsupported::routes),
+    );
+}
+
+/// The agent of a `{agent_id}` path segment, in the actor's workspace (404 otherwise).
+pub async fn agent_by_id(state: &AppState, actor: &Actor, id: &str) -> Result<AgentexAgentRow> {
+    agentex::agents::find(&state.sessions, actor, AgentKey::Id(id)).await
+}
+
+/// The agent of a `{agent_name}` path segment, in the actor's workspace (404 otherwise).
+pub async fn agent_by_name(state: &AppState, actor: &Actor, name: &str) -> Result<AgentexAgentRow> {
+    agentex::agents::find(&state.sessions, actor, AgentKey::Name(name)).await
+}
+
+/// A JSON request body within `limits.max_body_bytes`, decoded into `T` (400 naming the field
+/// that does not fit). An empty body reads as `{}`, since the contract's bodies are often
+/// optional.
+pub async fn json_body<T: DeserializeOwned>(
+    state: &AppState,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T> {
+    let bytes =
+        body::read_limited(req, payload, state.sessions.config().limits.max_body_bytes).await?;
+    let raw: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?
+    };
+    decode(&raw, "body")
+}
+
+/// Decodes a JSON value, naming the path of the first thing that does not fit.
+pub fn decode<T: DeserializeOwned>(raw: &Value, what: &str) -> Result<T> {
+    agentex::decode_value(raw, what)
+}
+
+/// The contract's list parameters: `limit`, `page_number` (from 1), `order_by`, `order_direction`.
+pub struct ListParams {
+    pub query: Query,
+    pub order_by: &'static str,
+    pub direction: Direction,
+    pub page: Page,
+}
+
+impl ListParams {
+    /// `orders` are the `order_by` values the list accepts; the first is the default.
+    pub fn parse(req: &HttpRequest, orders: &[&'static str]) -> Result<ListParams> {
+        let query = Query::parse(req)?;
+        let limit = query.limit("limit", 50, PAGE_MAX)?;
+        let page_number = match query.get("page_number") {
+            None => 1,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    return Err(Error::invalid(
+                        "page_number: must be an integer from 1 (the first page)",
+                    ));
+                }
+            },
+        };
+        let order_by = match query.get("order_by").filter(|v| !v.is_empty()) {
+            None => orders[0],
+            Some(v) => orders.iter().copied().find(|o| *o == v).ok_or_else(|| {
+                Error::invalid(format!("order_by: must be one of {}", orders.join(", ")))
+            })?,
+        };
+        let direction = match query.get("order_direction").map(str::to_ascii_lowercase) {
+            None => Direction::Desc,
+            Some(d) if d == "desc" => Direction::Desc,
+            Some(d) if d == "asc" => Direction::Asc,
+            Some(_) => return Err(Error::invalid("order_direction: must be asc or desc")),
+        };
+        Ok(ListParams {
+            query,
+            order_by,
+            direction,
+            page: Page {
+                limit,
+                offset: (page_number - 1).saturating_mul(u64::from(limit)),
+            },
+        })
+    }
+}
+
+impl ListParams {
+    /// The filters of a task's records: `task_id` and `agent_id`.
+    pub fn records(&self) -> RecordFilter {
+        RecordFilter {
+            task_id: self.query.get("task_id").map(str::to_owned),
+            agent_id: self.query.get("agent_id").map(str::to_owned),
+            order_by: self.order_by,
+            direction: self.direction,
+            page: self.page,
+        }
+    }
+}
+
+/// A JSON object passed as a query parameter (`task_metadata`, `agent_card_metadata`).
+pub fn json_object_param(
+    query: &Query,
+    name: &str,
+) -> Result<Option<serde_json::Map<String, Value>>> {
+    let Some(text) = query.get(name).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) if !map.is_empty() => Ok(Some(map)),
+        Ok(Value::Object(_)) => Err(Error::invalid(format!(
+            "{name}: an empty object filters nothing; omit the parameter"
+        ))),
+        Ok(_) => Err(Error::invalid(format!("{name}: must be a JSON object"))),
+        Err(e) => Err(Error::invalid(format!("{name}: malformed JSON ({e})"))),
+    }
+}
+
+/// The contract's `DeleteResponse`.
+pub fn deleted(id: &str, message: String) -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "id": id, "message": message }))
 }

@@ -11,10 +11,11 @@ use std::marker::PhantomData;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::api::body::{self, Query};
+use super::{deleted, json_body};
+use crate::agentex::view;
+use crate::api::body::Query;
 use crate::api::context::AppState;
 use crate::api::{at, no_route};
 use crate::clock;
@@ -104,44 +105,8 @@ impl<A: Addressing> Target<A> {
     }
 }
 
-/// A JSON body decoded into `T`; an empty body reads as `{}` when `T` allows it.
-async fn json_body<T: DeserializeOwned>(
-    state: &AppState,
-    req: &HttpRequest,
-    payload: web::Payload,
-) -> Result<T> {
-    let bytes =
-        body::read_limited(req, payload, state.sessions.config().limits.max_body_bytes).await?;
-    let raw: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?
-    };
-    if !raw.is_object() {
-        return Err(Error::invalid("body: must be a JSON object"));
-    }
-    serde_path_to_error::deserialize(&raw).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            Error::invalid(format!("body: {}", e.inner()))
-        } else {
-            Error::invalid(format!("{path}: {}", e.inner()))
-        }
-    })
-}
-
-fn time(ms: Option<i64>) -> Value {
-    ms.map(|t| Value::String(clock::rfc3339(t)))
-        .unwrap_or(Value::Null)
-}
-
 fn times(list: Vec<i64>) -> Value {
-    Value::Array(
-        list.into_iter()
-            .map(|t| Value::String(clock::rfc3339(t)))
-            .collect(),
-    )
+    Value::Array(list.into_iter().map(view::time).collect())
 }
 
 /// A schedule as the seed's `RunSchedule`. `live`: with the upcoming tick times.
@@ -167,8 +132,8 @@ fn view(s: &Schedule, now: i64, live: bool) -> Value {
         "cron_expression": r.cron_expression,
         "interval_seconds": r.interval_seconds,
         "timezone": r.timezone,
-        "start_at": time(r.start_at),
-        "end_at": time(r.end_at),
+        "start_at": view::time_opt(r.start_at),
+        "end_at": view::time_opt(r.end_at),
         "paused": r.paused,
         "state": if r.paused { "PAUSED" } else { "ACTIVE" },
         "task_params": s.task_params,
@@ -176,10 +141,10 @@ fn view(s: &Schedule, now: i64, live: bool) -> Value {
         "initial_input": s.initial_input,
         "initial_input_method": INITIAL_INPUT_METHOD,
         "creator_principal": creator,
-        "created_at": time(Some(r.created_at)),
-        "updated_at": time(Some(r.updated_at)),
+        "created_at": view::time(r.created_at),
+        "updated_at": view::time(r.updated_at),
         "num_actions_taken": r.num_actions,
-        "last_action_time": time(r.last_action_at),
+        "last_action_time": view::time_opt(r.last_action_at),
         "skipped_action_times": times(s.skipped_times(now)),
         "live_data_available": if live { Value::Bool(true) } else { Value::Null },
     });
@@ -264,10 +229,10 @@ async fn delete<A: Addressing>(
         ScheduleRef::Id(id) => id.clone(),
         ScheduleRef::Name(name) => name.clone(),
     };
-    Ok(HttpResponse::Ok().json(json!({
-        "id": id,
-        "message": format!("Run schedule '{what}' deleted successfully"),
-    })))
+    Ok(deleted(
+        &id,
+        format!("Run schedule '{what}' deleted successfully"),
+    ))
 }
 
 #[derive(Debug, Default, Deserialize)]

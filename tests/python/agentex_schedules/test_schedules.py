@@ -3,8 +3,9 @@ strict response validation: every one of the 16 schedule operations, schedules f
 keeping schedules (and the sessions they made), the missed-tick rule, and DST-correct next run
 times for a New York 09:00 cron.
 
-The sessions a schedule makes are checked where every client sees them: the Sessions API
-(`/v1/ws/{ws}/agent/sessions`) of the same server.
+The tasks a schedule makes are checked where every client sees them: as tasks of the same
+client (named after their schedule and tick, with the schedule's params and metadata) and as
+sessions of the Sessions API (`/v1/ws/{ws}/agent/sessions`) of the same server.
 """
 
 import json
@@ -56,6 +57,11 @@ def runs(server, agent_id, name):
     query = urllib.parse.urlencode({"agentId": agent_id, "limit": 100})
     listed = call(server, "GET", f"/v1/ws/{WORKSPACE}/agent/sessions?{query}")["sessions"]
     return [s for s in listed if s["title"].startswith(f"{name} · ")]
+
+
+def tasks_of(agentex, schedule_id):
+    """The tasks a schedule made, through the official client (their metadata names it)."""
+    return agentex.tasks.list(task_metadata=json.dumps({"schedule_id": schedule_id}), limit=100)
 
 
 def history(server, session_id):
@@ -181,6 +187,9 @@ def test_pause_resume_skip_unskip_and_trigger(server):
     assert again.num_actions_taken == 2
     made = runs(server, agent_id, "standup")
     assert len(made) == 2 and all(r["title"].endswith("(run now)") for r in made)
+    tasks = tasks_of(agentex, s.id)
+    assert {t.id for t in tasks} == {r["id"] for r in made}
+    assert all(t.task_metadata["trigger_type"] == "manual" for t in tasks)
     prompts = [e["event"] for e in history(server, made[0]["id"]) if e["event"]["type"] == "prompt_submitted"]
     assert prompts[0]["prompt"] == "Prepare the standup notes"
 
@@ -189,11 +198,27 @@ def test_an_interval_schedule_fires_sessions(server):
     agentex = client(server)
     agent_id = new_agent(server)
     s = agentex.agents.schedules.create(
-        agent_id, name="heartbeat", interval_seconds=1, initial_input={"content": "Check the queue"}
+        agent_id,
+        name="heartbeat",
+        interval_seconds=1,
+        initial_input={"content": "Check the queue"},
+        task_params={"queue": "inbox"},
+        task_metadata={"team": "ops"},
     )
     made = wait_for(lambda: runs(server, agent_id, "heartbeat"), what="a tick's session")
     session = made[-1]
     assert session["title"].startswith("heartbeat · ") and session["title"].endswith(" UTC")
+
+    # The session is a task of the same client: named after the schedule and its tick, with the
+    # schedule's params and its metadata beside the tick's own.
+    task = next(t for t in tasks_of(agentex, s.id) if t.id == session["id"])
+    assert task.name.startswith(f"scheduled-run:{s.id}:")
+    assert task.task_metadata["team"] == "ops" and task.task_metadata["schedule_name"] == "heartbeat"
+    assert task.task_metadata["trigger_type"] == "scheduled"
+    assert task.name == f"scheduled-run:{s.id}:{task.task_metadata['fire_time']}"
+    by_name = agentex.tasks.retrieve_by_name(task.name)
+    assert by_name.id == task.id and by_name.params == {"queue": "inbox"}
+    assert [a.id for a in agentex.tasks.retrieve(task.id, relationships=["agents"]).agents] == [agent_id]
     wait_for(
         lambda: any(e["event"]["type"] == "complete" for e in history(server, session["id"])),
         what="the tick's turn to complete",
@@ -234,6 +259,7 @@ def test_a_restart_keeps_schedules_and_the_sessions_they_made(server):
     assert kept.created_at == cron.created_at
     after = runs(server, agent_id, "ticking")
     assert {r["id"] for r in before} <= {r["id"] for r in after}, "the sessions made before are kept"
+    assert {r["id"] for r in before} <= {t.id for t in tasks_of(agentex, ticking.id)}, "and their tasks"
     wait_for(lambda: len(runs(server, agent_id, "ticking")) > len(after), what="ticks after the restart")
     paused = agentex.agents.schedules.pause(ticking.id, agent_id=agent_id)
     assert paused.num_actions_taken == len(runs(server, agent_id, "ticking")), "one session per tick"

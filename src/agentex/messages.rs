@@ -1,0 +1,324 @@
+//! Task messages: a task's timeline events read as messages (`content`), listed by page or by
+//! cursor, and the messages a client adds: a user's text becomes a note (context the agent sees
+//! from its next turn, starting none), an agent's text an `agent_message`.
+
+use std::collections::HashSet;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::content::{self, ContentIn};
+use super::tasks;
+use crate::error::{Error, Result};
+use crate::sessions::{Actor, InputCommon, Sessions};
+use crate::store::agentex::{self as rows, Direction, MessageKind, Page, TaskKey, TaskRow};
+
+/// Most filters in one `filters` parameter.
+const FILTERS_MAX: usize = 32;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilterBody {
+    #[serde(default)]
+    content: Option<FilterContent>,
+    #[serde(default)]
+    streaming_status: Option<String>,
+    #[serde(default)]
+    exclude: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilterContent {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    author: Option<String>,
+}
+
+/// The message kinds of a content `type`.
+fn kinds_of_type(t: &str) -> Result<Vec<MessageKind>> {
+    use MessageKind::*;
+    Ok(match t {
+        "text" => vec![Prompt, Note, Answer, AgentMessage, Ask, Text],
+        "reasoning" => vec![Reasoning],
+        "tool_request" => vec![ToolRequest],
+        "tool_response" => vec![ToolResponse],
+        // Nothing in a timeline reads as data content.
+        "data" => vec![],
+        other => {
+            return Err(Error::invalid(format!(
+                "filters: content.type {other:?} is not one of text, data, reasoning, tool_request, tool_response"
+            )));
+        }
+    })
+}
+
+fn kinds_of_author(a: &str) -> Result<Vec<MessageKind>> {
+    use MessageKind::*;
+    match a {
+        "user" => Ok(vec![Prompt, Note, Answer]),
+        "agent" => Ok(vec![
+            AgentMessage,
+            Ask,
+            Text,
+            Reasoning,
+            ToolRequest,
+            ToolResponse,
+        ]),
+        other => Err(Error::invalid(format!(
+            "filters: content.author {other:?} is not one of user, agent"
+        ))),
+    }
+}
+
+/// The message kinds a `filters` parameter (a JSON list of `TaskMessageEntityFilter`) keeps:
+/// inclusive filters are OR'd, exclusive ones OR'd and negated, and both groups AND'd. A filter
+/// matches by content `type` and `author` and by `streaming_status` (every stored message is
+/// `DONE`).
+pub fn filter_kinds(filters: Option<&str>) -> Result<Vec<MessageKind>> {
+    let Some(text) = filters.filter(|f| !f.trim().is_empty()) else {
+        return Ok(MessageKind::ALL.to_vec());
+    };
+    let raw: Value = serde_json::from_str(text)
+        .map_err(|e| Error::invalid(format!("filters: malformed JSON ({e})")))?;
+    let list: Vec<FilterBody> = super::decode_value(&raw, "filters")?;
+    if list.len() > FILTERS_MAX {
+        return Err(Error::invalid(format!(
+            "filters: at most {FILTERS_MAX} filters"
+        )));
+    }
+    let mut include: Option<HashSet<MessageKind>> = None;
+    let mut exclude: HashSet<MessageKind> = HashSet::new();
+    for f in list {
+        let mut kinds: HashSet<MessageKind> = MessageKind::ALL.into_iter().collect();
+        if let Some(c) = &f.content {
+            if let Some(t) = &c.kind {
+                let of: HashSet<_> = kinds_of_type(t)?.into_iter().collect();
+                kinds.retain(|k| of.contains(k));
+            }
+            if let Some(a) = &c.author {
+                let of: HashSet<_> = kinds_of_author(a)?.into_iter().collect();
+                kinds.retain(|k| of.contains(k));
+            }
+        }
+        match f.streaming_status.as_deref() {
+            None | Some("DONE") => {}
+            Some("IN_PROGRESS") => kinds.clear(),
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "filters: streaming_status {other:?} is not one of IN_PROGRESS, DONE"
+                )));
+            }
+        }
+        if f.exclude {
+            exclude.extend(kinds);
+        } else {
+            include.get_or_insert_with(HashSet::new).extend(kinds);
+        }
+    }
+    let include = include.unwrap_or_else(|| MessageKind::ALL.into_iter().collect());
+    Ok(MessageKind::ALL
+        .into_iter()
+        .filter(|k| include.contains(k) && !exclude.contains(k))
+        .collect())
+}
+
+async fn task(sessions: &Sessions, actor: &Actor, task_id: &str) -> Result<TaskRow> {
+    tasks::find(sessions, actor, TaskKey::Id(task_id)).await
+}
+
+/// A task's messages by page number.
+pub async fn list(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    kinds: Vec<MessageKind>,
+    direction: Direction,
+    page: Page,
+) -> Result<Vec<Value>> {
+    let t = task(sessions, actor, task_id).await?;
+    let pk = t.pk;
+    let events = sessions
+        .store()
+        .read(move |c| rows::message_events_page(c, pk, &kinds, direction, page))
+        .await?;
+    Ok(events
+        .iter()
+        .filter_map(|e| content::message(&t.id, e))
+        .collect())
+}
+
+/// One page of a task's messages from a cursor: `older` (the default) pages back from the newest,
+/// newest first; `newer` pages forward, oldest first.
+pub struct CursorPage {
+    pub data: Vec<Value>,
+    pub next_cursor: Option<String>,
+    pub has_more: bool,
+}
+
+fn encode_cursor(seq: u64) -> String {
+    URL_SAFE_NO_PAD.encode(format!("m{seq}"))
+}
+
+fn decode_cursor(c: &str) -> Result<u64> {
+    URL_SAFE_NO_PAD
+        .decode(c)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|s| s.strip_prefix('m').and_then(|n| n.parse().ok()))
+        .ok_or_else(|| Error::invalid("cursor: not a cursor this server issued"))
+}
+
+pub async fn paginated(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    kinds: Vec<MessageKind>,
+    newer: bool,
+    cursor: Option<&str>,
+    limit: u32,
+) -> Result<CursorPage> {
+    let t = task(sessions, actor, task_id).await?;
+    let cursor = cursor
+        .filter(|c| !c.is_empty())
+        .map(decode_cursor)
+        .transpose()?;
+    let direction = if newer {
+        Direction::Asc
+    } else {
+        Direction::Desc
+    };
+    let pk = t.pk;
+    let mut events = sessions
+        .store()
+        .read(move |c| rows::message_events_from(c, pk, &kinds, direction, cursor, limit + 1))
+        .await?;
+    let has_more = events.len() > limit as usize;
+    events.truncate(limit as usize);
+    let next_cursor = if has_more {
+        events.last().map(|e| encode_cursor(e.seq))
+    } else {
+        None
+    };
+    Ok(CursorPage {
+        data: events
+            .iter()
+            .filter_map(|e| content::message(&t.id, e))
+            .collect(),
+        next_cursor,
+        has_more,
+    })
+}
+
+pub async fn get(sessions: &Sessions, actor: &Actor, id: &str) -> Result<Value> {
+    let (task_id, seq) = content::parse_message_id(id).ok_or(Error::NotFound)?;
+    let t = task(sessions, actor, task_id).await?;
+    let pk = t.pk;
+    sessions
+        .store()
+        .read(move |c| rows::message_event(c, pk, seq))
+        .await?
+        .and_then(|e| content::message(&t.id, &e))
+        .ok_or(Error::NotFound)
+}
+
+/// A message a client adds, checked before anything is written.
+pub struct NewMessage {
+    author: String,
+    text: String,
+    attachments: Vec<crate::timeline::AttachmentRef>,
+}
+
+/// Checks a message to add: text content, not empty, within the prompt limit.
+pub fn check_new(field: &str, raw: &Value, max_chars: usize) -> Result<NewMessage> {
+    match content::parse(field, raw)? {
+        ContentIn::Text {
+            author,
+            content,
+            attachments,
+        } => {
+            if content.is_empty() {
+                return Err(Error::invalid(format!(
+                    "{field}/content: must not be empty"
+                )));
+            }
+            if content.chars().count() > max_chars {
+                return Err(Error::invalid(format!(
+                    "{field}/content: longer than {max_chars} characters"
+                )));
+            }
+            if author == "agent" && !attachments.is_empty() {
+                return Err(Error::invalid(format!(
+                    "{field}/attachments: only a user's message carries attachments"
+                )));
+            }
+            Ok(NewMessage {
+                author,
+                text: content,
+                attachments,
+            })
+        }
+        ContentIn::Data { .. } => Err(Error::invalid(format!(
+            "{field}/type: only text messages can be added; data reaches an agent with message/send"
+        ))),
+        ContentIn::Other { kind } => Err(Error::invalid(format!(
+            "{field}/type: only text messages can be added ({kind} messages come from the agent's own turns)"
+        ))),
+    }
+}
+
+/// Adds a message to a task: a user's as a note, an agent's as an agent message.
+pub async fn create(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    m: NewMessage,
+) -> Result<Value> {
+    let t = task(sessions, actor, task_id).await?;
+    let seq = if m.author == "user" {
+        let common = InputCommon {
+            attachments: m.attachments,
+            ..Default::default()
+        };
+        sessions.note(actor, &t.id, m.text, common).await?
+    } else {
+        sessions.post_agent_message(actor, &t.id, m.text).await?
+    };
+    get(sessions, actor, &content::message_id(&t.id, seq)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MessageKind::*;
+
+    #[test]
+    fn filters_combine_as_the_contract_says() {
+        assert_eq!(filter_kinds(None).unwrap(), MessageKind::ALL.to_vec());
+        let users = filter_kinds(Some(r#"[{"content": {"author": "user"}}]"#)).unwrap();
+        assert_eq!(users, [Prompt, Note, Answer]);
+        // Inclusive filters are OR'd, exclusive ones subtracted.
+        let some = filter_kinds(Some(
+            r#"[{"content": {"type": "reasoning"}}, {"content": {"type": "tool_request"}},
+                {"content": {"author": "agent", "type": "tool_request"}, "exclude": true}]"#,
+        ))
+        .unwrap();
+        assert_eq!(some, [Reasoning]);
+        let agent_text = filter_kinds(Some(
+            r#"[{"content": {"type": "text"}}, {"content": {"author": "user"}, "exclude": true}]"#,
+        ))
+        .unwrap();
+        assert_eq!(agent_text, [AgentMessage, Ask, Text]);
+        assert!(
+            filter_kinds(Some(r#"[{"streaming_status": "IN_PROGRESS"}]"#))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(filter_kinds(Some(r#"[{"content": {"type": "video"}}]"#)).is_err());
+        assert!(filter_kinds(Some(r#"[{"content": {"data": {}}}]"#)).is_err());
+        assert!(filter_kinds(Some("{")).is_err());
+    }
+}

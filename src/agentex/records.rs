@@ -1,0 +1,433 @@
+//! The records a task's agent keeps beside its timeline: events (`event/send`), states (one JSON
+//! document per task and agent), trace spans and the task's tracker (its agent's cursor over the
+//! events). Each task has exactly one tracker, which shares the task's id.
+
+use serde_json::{Map, Value, json};
+
+use super::agents as agent_rows;
+use super::tasks;
+use super::view;
+use crate::error::{Error, Result};
+use crate::sessions::{Actor, Sessions};
+use crate::store::agentex::{
+    self as rows, AgentKey, EventRow, RecordFilter, SpanRow, StateRow, TaskKey, TrackerRow,
+    TrackerUpdate,
+};
+
+pub fn event_view(e: &EventRow) -> Value {
+    json!({
+        "id": e.id,
+        "agent_id": e.agent_id,
+        "sequence_id": e.sequence_id,
+        "task_id": e.task_id,
+        "content": view::document(e.content.as_deref()),
+        "created_at": view::time(e.created_at),
+    })
+}
+
+pub async fn event(sessions: &Sessions, actor: &Actor, id: &str) -> Result<EventRow> {
+    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
+    sessions
+        .store()
+        .read(move |c| rows::agentex_event(c, &ws, &id))
+        .await?
+        .ok_or(Error::NotFound)
+}
+
+/// A task's events after `last_processed_event_id` (one of its events), in `sequence_id` order.
+/// The agent named must be the task's.
+pub async fn events(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    agent_id: &str,
+    last_processed_event_id: Option<&str>,
+    limit: u32,
+) -> Result<Vec<EventRow>> {
+    let task = tasks::find(sessions, actor, TaskKey::Id(task_id)).await?;
+    if task.agent_id != agent_id {
+        return Ok(Vec::new());
+    }
+    let after = match last_processed_event_id {
+        None => 0,
+        Some(id) => {
+            let e = event(sessions, actor, id).await.map_err(|_| {
+                Error::invalid(format!(
+                    "last_processed_event_id: {id} is not an event of this task"
+                ))
+            })?;
+            if e.task_id != task.id {
+                return Err(Error::invalid(format!(
+                    "last_processed_event_id: {id} is not an event of this task"
+                )));
+            }
+            e.sequence_id
+        }
+    };
+    let pk = task.pk;
+    sessions
+        .store()
+        .read(move |c| rows::agentex_events(c, pk, after, limit))
+        .await
+}
+
+pub fn state_view(s: &StateRow) -> Value {
+    json!({
+        "id": s.id,
+        "agent_id": s.agent_id,
+        "task_id": s.task_id,
+        "state": view::document(Some(&s.state)),
+        "created_at": view::time(s.created_at),
+        "updated_at": view::time_opt(s.updated_at),
+    })
+}
+
+pub async fn state(sessions: &Sessions, actor: &Actor, id: &str) -> Result<StateRow> {
+    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
+    sessions
+        .store()
+        .read(move |c| rows::state(c, &ws, &id))
+        .await?
+        .ok_or(Error::NotFound)
+}
+
+/// A new state for a task and an agent of the workspace (409 when the pair has one).
+pub async fn create_state(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    agent_id: &str,
+    doc: Map<String, Value>,
+) -> Result<StateRow> {
+    let task = tasks::find(sessions, actor, TaskKey::Id(task_id))
+        .await
+        .map_err(|_| Error::invalid(format!("task_id: no task {task_id}")))?;
+    let agent = agent_rows::find(sessions, actor, AgentKey::Id(agent_id))
+        .await
+        .map_err(|_| Error::invalid(format!("agent_id: no agent {agent_id}")))?;
+    let key = task.key();
+    let doc = Value::Object(doc).to_string();
+    let ws = actor.workspace_id.clone();
+    sessions
+        .store()
+        .write(move |tx| {
+            let id = tx.insert_state(&key, &agent.id, &doc)?;
+            tx.state(&ws, &id)?.ok_or(Error::NotFound)
+        })
+        .await
+}
+
+pub async fn update_state(
+    sessions: &Sessions,
+    actor: &Actor,
+    id: &str,
+    doc: Map<String, Value>,
+) -> Result<StateRow> {
+    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
+    let doc = Value::Object(doc).to_string();
+    sessions
+        .store()
+        .write(move |tx| {
+            if !tx.update_state(&ws, &id, &doc)? {
+                return Err(Error::NotFound);
+            }
+            tx.state(&ws, &id)?.ok_or(Error::NotFound)
+        })
+        .await
+}
+
+/// Deletes a state; returns it as it was.
+pub async fn delete_state(sessions: &Sessions, actor: &Actor, id: &str) -> Result<StateRow> {
+    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
+    sessions
+        .store()
+        .write(move |tx| {
+            let s = tx.state(&ws, &id)?.ok_or(Error::NotFound)?;
+            tx.delete_state(&ws, &id)?;
+            Ok(s)
+        })
+        .await
+}
+
+pub async fn states(
+    sessions: &Sessions,
+    actor: &Actor,
+    filter: RecordFilter,
+) -> Result<Vec<StateRow>> {
+    let ws = actor.workspace_id.clone();
+    sessions
+        .store()
+        .read(move |c| rows::states(c, &ws, &filter))
+        .await
+}
+
+pub fn span_view(s: &SpanRow) -> Value {
+    json!({
+        "id": s.id,
+        "name": s.name,
+        "trace_id": s.trace_id,
+        "start_time": view::micros_time(s.start_time),
+        "end_time": s.end_time.map_or(Value::Null, view::micros_time),
+        "parent_id": s.parent_id,
+        "task_id": s.task_id,
+        "data": view::document(s.data.as_deref()),
+        "input": view::document(s.input.as_deref()),
+        "output": view::document(s.output.as_deref()),
+    })
+}
+
+pub async fn span(sessions: &Sessions, actor: &Actor, id: &str) -> Result<SpanRow> {
+    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
+    sessions
+        .store()
+        .read(move |c| rows::span(c, &ws, &id))
+        .await?
+        .ok_or(Error::NotFound)
+}
+
+/// Longest span id, trace id, parent id or name.
+const SPAN_TEXT_MAX: usize = 512;
+
+fn span_text(field: &str, v: &Value) -> Result<String> {
+    match v.as_str() {
+        Some(s)
+            if !s.is_empty()
+                && s.chars().count() <= SPAN_TEXT_MAX
+                && !s.chars().any(char::is_control) =>
+        {
+            Ok(s.to_owned())
+        }
+        _ => Err(Error::invalid(format!(
+            "{field}: must be a string of 1 to {SPAN_TEXT_MAX} characters without control characters"
+        ))),
+    }
+}
+
+fn span_opt_text(field: &str, v: &Value) -> Result<Option<String>> {
+    if v.is_null() {
+        Ok(None)
+    } else {
+        span_text(field, v).map(Some)
+    }
+}
+
+/// `data`, `input`, `output`: an object, a list of objects, or null.
+fn span_document(field: &str, v: &Value) -> Result<Option<String>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(_) => Ok(Some(v.to_string())),
+        Value::Array(items) if items.iter().all(Value::is_object) => Ok(Some(v.to_string())),
+        _ => Err(Error::invalid(format!(
+            "{field}: must be an object, a list of objects or null"
+        ))),
+    }
+}
+
+fn span_time(field: &str, v: &Value) -> Result<i64> {
+    match v.as_str() {
+        Some(t) => view::parse_micros(field, t),
+        None => Err(Error::invalid(format!(
+            "{field}: must be an RFC 3339 date-time"
+        ))),
+    }
+}
+
+/// Applies the fields present in `body` to `span` (a create starts from an empty span).
+async fn apply_span(
+    sessions: &Sessions,
+    actor: &Actor,
+    span: &mut SpanRow,
+    body: &Map<String, Value>,
+) -> Result<()> {
+    for (k, v) in body {
+        match k.as_str() {
+            "id" => {}
+            "name" => span.name = span_text("name", v)?,
+            "trace_id" => span.trace_id = span_text("trace_id", v)?,
+            "parent_id" => span.parent_id = span_opt_text("parent_id", v)?,
+            "start_time" => span.start_time = span_time("start_time", v)?,
+            "end_time" => {
+                span.end_time = if v.is_null() {
+                    None
+                } else {
+                    Some(span_time("end_time", v)?)
+                }
+            }
+            "task_id" => {
+                span.task_id = match v {
+                    Value::Null => None,
+                    Value::String(t) => {
+                        tasks::find(sessions, actor, TaskKey::Id(t))
+                            .await
+                            .map_err(|_| Error::invalid(format!("task_id: no task {t}")))?;
+                        Some(t.clone())
+                    }
+                    _ => return Err(Error::invalid("task_id: must be a string or null")),
+                }
+            }
+            "data" => span.data = span_document("data", v)?,
+            "input" => span.input = span_document("input", v)?,
+            "output" => span.output = span_document("output", v)?,
+            other => return Err(Error::invalid(format!("{other}: unknown field"))),
+        }
+    }
+    if let Some(end) = span.end_time
+        && end < span.start_time
+    {
+        return Err(Error::invalid("end_time: before start_time"));
+    }
+    Ok(())
+}
+
+/// A new span (`id` is generated when not given; 409 when it is taken).
+pub async fn create_span(
+    sessions: &Sessions,
+    actor: &Actor,
+    body: Map<String, Value>,
+) -> Result<SpanRow> {
+    for required in ["name", "start_time", "trace_id"] {
+        if body.get(required).is_none_or(Value::is_null) {
+            return Err(Error::invalid(format!("{required}: required")));
+        }
+    }
+    let mut span = SpanRow {
+        id: match body.get("id") {
+            None | Some(Value::Null) => crate::ids::new_id(),
+            Some(v) => span_text("id", v)?,
+        },
+        ..Default::default()
+    };
+    apply_span(sessions, actor, &mut span, &body).await?;
+    let ws = actor.workspace_id.clone();
+    let stored = span.clone();
+    sessions
+        .store()
+        .write(move |tx| tx.insert_span(&ws, &stored))
+        .await?;
+    Ok(span)
+}
+
+/// `PATCH /spans/{id}`: the fields present change (null clears an optional one).
+pub async fn update_span(
+    sessions: &Sessions,
+    actor: &Actor,
+    id: &str,
+    body: Map<String, Value>,
+) -> Result<SpanRow> {
+    for required in ["name", "start_time", "trace_id"] {
+        if body.get(required).is_some_and(Value::is_null) {
+            return Err(Error::invalid(format!("{required}: cannot be null")));
+        }
+    }
+    let mut span = span(sessions, actor, id).await?;
+    apply_span(sessions, actor, &mut span, &body).await?;
+    let ws = actor.workspace_id.clone();
+    let stored = span.clone();
+    sessions
+        .store()
+        .write(move |tx| {
+            tx.span(&ws, &stored.id)?.ok_or(Error::NotFound)?;
+            tx.update_span(&ws, &stored)
+        })
+        .await?;
+    Ok(span)
+}
+
+pub async fn spans(
+    sessions: &Sessions,
+    actor: &Actor,
+    trace_id: Option<String>,
+    filter: RecordFilter,
+) -> Result<Vec<SpanRow>> {
+    let ws = actor.workspace_id.clone();
+    sessions
+        .store()
+        .read(move |c| rows::spans(c, &ws, trace_id.as_deref(), &filter))
+        .await
+}
+
+pub fn tracker_view(t: &TrackerRow) -> Value {
+    json!({
+        "id": t.task_id,
+        "agent_id": t.agent_id,
+        "task_id": t.task_id,
+        "created_at": view::time(t.created_at),
+        "last_processed_event_id": t.last_processed_event_id,
+        "status": t.status,
+        "status_reason": t.status_reason,
+        "updated_at": view::time_opt(t.updated_at),
+    })
+}
+
+pub async fn tracker(sessions: &Sessions, actor: &Actor, id: &str) -> Result<TrackerRow> {
+    if !crate::ids::looks_like_id(id) {
+        return Err(Error::NotFound);
+    }
+    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
+    sessions
+        .store()
+        .read(move |c| rows::tracker(c, &ws, &id))
+        .await?
+        .ok_or(Error::NotFound)
+}
+
+/// What a tracker update may change.
+pub struct TrackerChange {
+    pub last_processed_event_id: Option<String>,
+    pub status: Option<String>,
+    pub status_reason: Option<String>,
+}
+
+/// Moves a tracker; `last_processed_event_id` must be one of the task's events.
+pub async fn update_tracker(
+    sessions: &Sessions,
+    actor: &Actor,
+    id: &str,
+    change: TrackerChange,
+) -> Result<TrackerRow> {
+    let task = tasks::find(sessions, actor, TaskKey::Id(id)).await?;
+    for (field, v) in [
+        ("status", &change.status),
+        ("status_reason", &change.status_reason),
+    ] {
+        if v.as_ref().is_some_and(|s| s.chars().count() > 10_000) {
+            return Err(Error::invalid(format!(
+                "{field}: longer than 10000 characters"
+            )));
+        }
+    }
+    let key = task.key();
+    sessions
+        .store()
+        .write(move |tx| {
+            if let Some(event) = &change.last_processed_event_id
+                && !tx.task_has_event(&key, event)?
+            {
+                return Err(Error::invalid(format!(
+                    "last_processed_event_id: {event} is not an event of this task"
+                )));
+            }
+            tx.update_tracker(
+                &key,
+                &TrackerUpdate {
+                    last_processed_event_id: change.last_processed_event_id.as_deref(),
+                    status: change.status.as_deref(),
+                    status_reason: change.status_reason.as_deref(),
+                },
+            )
+        })
+        .await?;
+    tracker(sessions, actor, id).await
+}
+
+pub async fn trackers(
+    sessions: &Sessions,
+    actor: &Actor,
+    filter: RecordFilter,
+) -> Result<Vec<TrackerRow>> {
+    let ws = actor.workspace_id.clone();
+    sessions
+        .store()
+        .read(move |c| rows::trackers(c, &ws, &filter))
+        .await
+}

@@ -1,0 +1,590 @@
+//! Tasks are sessions. A task's name, params and metadata, and a final status once one is set,
+//! are the `agentex_tasks` row beside the session; everything else is the session itself.
+//!
+//! How a task's status follows the session:
+//!
+//! | session | `Task.status` |
+//! |---|---|
+//! | a turn running or queued, or the last turn ended `complete`, `ask` or `sleep` | `RUNNING` |
+//! | the last turn ended `interrupted` (`task/interrupt`, the Sessions API's interrupt, a restart) | `INTERRUPTED`; the next message resumes it |
+//! | `task/cancel` or `POST /tasks/{id}/cancel` | `CANCELED`, final |
+//! | `POST /tasks/{id}/complete`, `/fail`, `/terminate`, `/timeout` | `COMPLETED`, `FAILED`, `TERMINATED`, `TIMED_OUT`, final |
+//! | the session was closed (handed off to another on `/v2`) | `COMPLETED`, final, the reason naming its successor |
+//!
+//! A final status stops the task's work for good (`Sessions::stop`: the running turn is
+//! interrupted and queued inputs are dropped) and the task accepts no new messages or events.
+//! A failed turn does not fail the task: the failure is the answer to the message that caused it.
+//! Deleting a task deletes its session; `DELETED` is never shown.
+
+use serde_json::{Map, Value, json};
+
+use super::agents as agent_view;
+use super::view;
+use crate::config::Policy;
+use crate::error::{Error, Result};
+use crate::sessions::{Actor, InputCommon, MessageIn, OpenIn, Opened, Sessions, Submitted};
+use crate::store::agentex::{
+    self as rows, AgentexAgentRow, DeploymentRow, EventRow, TaskFields, TaskFilter, TaskKey,
+    TaskRow,
+};
+use crate::store::{SessionKey, Tx};
+use crate::timeline::{AttachmentRef, Behavior, Event, Level};
+
+/// Every value of `Task.status`.
+pub const STATUSES: [&str; 8] = [
+    "CANCELED",
+    "COMPLETED",
+    "FAILED",
+    "RUNNING",
+    "INTERRUPTED",
+    "TERMINATED",
+    "TIMED_OUT",
+    "DELETED",
+];
+
+/// The statuses that end a task.
+pub const FINAL_STATUSES: [&str; 5] =
+    ["CANCELED", "COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"];
+
+/// Longest task name, in characters.
+const NAME_MAX: usize = 256;
+
+/// A task's status and its reason (see the module table).
+pub fn status(t: &TaskRow) -> (&str, Option<String>) {
+    if let Some(s) = &t.final_status {
+        return (s, t.status_reason.clone());
+    }
+    if let Some(to) = &t.handed_off_to {
+        return ("COMPLETED", Some(format!("handed off to {to}")));
+    }
+    if t.turn_status == "interrupted" && !t.turn_active {
+        (
+            "INTERRUPTED",
+            Some("the last turn was interrupted; the next message resumes the task".into()),
+        )
+    } else {
+        ("RUNNING", None)
+    }
+}
+
+pub fn is_final(t: &TaskRow) -> bool {
+    final_status(t).is_some()
+}
+
+/// The task's final status, if it has one (a closed session's task is `COMPLETED`).
+pub fn final_status(t: &TaskRow) -> Option<&str> {
+    match (&t.final_status, &t.handed_off_to) {
+        (Some(s), _) => Some(s),
+        (None, Some(_)) => Some("COMPLETED"),
+        (None, None) => None,
+    }
+}
+
+/// The contract's `Task` (the list's lean form leaves `params` out); `agents` is the task's agent
+/// when the request asked for `relationships=agents`.
+pub fn view(t: &TaskRow, with_params: bool, agent: Option<(&AgentexAgentRow, &Policy)>) -> Value {
+    let (status, reason) = status(t);
+    let mut v = json!({
+        "id": t.id,
+        "name": t.name,
+        "status": status,
+        "status_reason": reason,
+        "task_metadata": view::document(t.task_metadata.as_deref()),
+        "created_at": view::time(t.created_at),
+        "updated_at": view::time(t.updated_at),
+        "cleaned_at": null,
+    });
+    if with_params {
+        v["params"] = view::document(t.params.as_deref());
+    }
+    if let Some((a, policy)) = agent {
+        v["agents"] = json!([agent_view::view(a, policy)]);
+    }
+    v
+}
+
+pub async fn find(sessions: &Sessions, actor: &Actor, key: TaskKey<'_>) -> Result<TaskRow> {
+    let ws = actor.workspace_id.clone();
+    let (by_id, value) = match key {
+        TaskKey::Id(id) if !crate::ids::looks_like_id(id) => return Err(Error::NotFound),
+        TaskKey::Id(id) => (true, id.to_owned()),
+        TaskKey::Name(name) => (false, name.to_owned()),
+    };
+    sessions
+        .store()
+        .read(move |c| {
+            let key = if by_id {
+                TaskKey::Id(&value)
+            } else {
+                TaskKey::Name(&value)
+            };
+            rows::task(c, &ws, key)
+        })
+        .await?
+        .ok_or(Error::NotFound)
+}
+
+pub async fn reload(sessions: &Sessions, pk: i64) -> Result<TaskRow> {
+    sessions
+        .store()
+        .read(move |c| rows::task_by_pk(c, pk))
+        .await?
+        .ok_or(Error::NotFound)
+}
+
+pub async fn list(sessions: &Sessions, actor: &Actor, filter: TaskFilter) -> Result<Vec<TaskRow>> {
+    let ws = actor.workspace_id.clone();
+    sessions
+        .store()
+        .read(move |c| rows::tasks(c, &ws, &filter))
+        .await
+}
+
+/// The agent a task runs with, for `relationships=agents`.
+pub async fn agent_of(sessions: &Sessions, actor: &Actor, t: &TaskRow) -> Result<AgentexAgentRow> {
+    super::agents::find(sessions, actor, rows::AgentKey::Id(&t.agent_id)).await
+}
+
+/// Where an RPC runs: the agent, and the deployment of a preview (its engine instead of the
+/// agent's).
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub agent: &'a AgentexAgentRow,
+    pub deployment: Option<&'a DeploymentRow>,
+}
+
+/// A task's own fields at creation.
+#[derive(Debug, Default, Clone)]
+pub struct NewTask {
+    pub name: Option<String>,
+    pub params: Option<Map<String, Value>>,
+    pub task_metadata: Option<Map<String, Value>>,
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.chars().count() > NAME_MAX || name.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "name: 1 to {NAME_MAX} characters, no control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// An existing task may be used by an RPC to `target`: it runs with that agent (and, for a
+/// preview, on that deployment).
+fn check_target(t: &TaskRow, target: Target<'_>) -> Result<()> {
+    check_owner(
+        t,
+        &target.agent.id,
+        target.deployment.map(|d| d.id.as_str()),
+    )
+}
+
+fn check_owner(t: &TaskRow, agent_id: &str, deployment_id: Option<&str>) -> Result<()> {
+    if t.agent_id != agent_id {
+        return Err(Error::Conflict(
+            "task_of_another_agent",
+            format!("task {} belongs to another agent", t.id),
+        ));
+    }
+    if let Some(d) = deployment_id
+        && t.deployment_id.as_deref() != Some(d)
+    {
+        return Err(Error::Conflict(
+            "task_of_another_deployment",
+            format!(
+                "task {} does not run on deployment {d}; a preview addresses only the tasks it opened",
+                t.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A final task takes no new turns.
+fn check_open(t: &TaskRow) -> Result<()> {
+    match final_status(t) {
+        Some(s) => Err(Error::Conflict(
+            "task_closed",
+            format!("task {} is {s} and accepts no new messages or events", t.id),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `task/create`: get-or-create by name. An existing task of that name is returned as it is,
+/// except that `params`, when given, replace its params (`task_metadata` only applies at
+/// creation). Without a name every call opens a new task, with the id `id`. `first` is a message
+/// to open a new task with. Returns the task, whether this call created it, and the first
+/// message's submission.
+pub async fn get_or_create(
+    sessions: &Sessions,
+    actor: &Actor,
+    target: Target<'_>,
+    t: NewTask,
+    first: Option<MessageIn>,
+    id: String,
+) -> Result<(TaskRow, bool, Option<Submitted>)> {
+    if let Some(name) = &t.name {
+        check_name(name)?;
+    }
+    let ws = actor.workspace_id.clone();
+    let params = t.params.map(|p| Value::Object(p).to_string());
+    let metadata = t.task_metadata.map(|m| Value::Object(m).to_string());
+    let deployment_id = target.deployment.map(|d| d.id.clone());
+    let input = OpenIn {
+        id,
+        agent_id: target.agent.id.clone(),
+        title: t.name.clone(),
+        engine: target.deployment.map(|d| d.engine.clone()),
+        first,
+    };
+    let (find_ws, find_name, find_params) = (ws.clone(), t.name.clone(), params.clone());
+    let owner = (target.agent.id.clone(), deployment_id.clone());
+    let find = move |tx: &mut Tx<'_>| -> Result<Option<TaskRow>> {
+        let Some(name) = &find_name else {
+            return Ok(None);
+        };
+        let Some(found) = tx.task(&find_ws, TaskKey::Name(name))? else {
+            return Ok(None);
+        };
+        // Checked before anything is written: a refused call changes nothing.
+        check_owner(&found, &owner.0, owner.1.as_deref())?;
+        if let Some(p) = &find_params {
+            tx.put_task_fields(
+                &found.key(),
+                &find_ws,
+                &TaskFields {
+                    params: Some(p),
+                    ..Default::default()
+                },
+            )?;
+        }
+        Ok(Some(found))
+    };
+    let link = move |tx: &mut Tx<'_>, key: &SessionKey| -> Result<TaskRow> {
+        tx.put_task_fields(
+            key,
+            &ws,
+            &TaskFields {
+                name: t.name.as_deref(),
+                params: params.as_deref(),
+                task_metadata: metadata.as_deref(),
+                deployment_id: deployment_id.as_deref(),
+            },
+        )?;
+        rows::task_by_pk(tx.conn(), key.pk)?.ok_or(Error::NotFound)
+    };
+    match sessions.open(actor, input, find, link).await? {
+        Opened::Found(found) => {
+            let found = reload(sessions, found.pk).await?;
+            Ok((found, false, None))
+        }
+        Opened::Created { linked, submitted } => Ok((linked, true, submitted)),
+    }
+}
+
+/// How an RPC names the task it is for.
+#[derive(Debug, Clone, Default)]
+pub struct TaskRef {
+    pub id: Option<String>,
+    pub name: Option<String>,
+}
+
+impl TaskRef {
+    fn key(&self) -> Option<TaskKey<'_>> {
+        match (&self.id, &self.name) {
+            (Some(id), _) => Some(TaskKey::Id(id)),
+            (None, Some(name)) => Some(TaskKey::Name(name)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// The task an RPC names, checked against its target (404 when there is none).
+pub async fn resolve(
+    sessions: &Sessions,
+    actor: &Actor,
+    target: Target<'_>,
+    r: &TaskRef,
+) -> Result<TaskRow> {
+    let key = r
+        .key()
+        .ok_or_else(|| Error::invalid("either task_id or task_name must be provided"))?;
+    let t = find(sessions, actor, key).await?;
+    if let (Some(_), Some(name)) = (&r.id, &r.name)
+        && t.name.as_deref() != Some(name.as_str())
+    {
+        return Err(Error::invalid(format!(
+            "task_id and task_name name different tasks ({} is not named {name:?})",
+            t.id
+        )));
+    }
+    check_target(&t, target)?;
+    Ok(t)
+}
+
+/// A message to deliver: its text and drive attachments.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    pub text: String,
+    pub attachments: Vec<AttachmentRef>,
+}
+
+impl Prompt {
+    fn message(self) -> MessageIn {
+        MessageIn {
+            prompt: self.text,
+            tier: None,
+            // Each message gets a turn of its own, after any turn already running.
+            behavior: Behavior::FollowUp,
+            common: InputCommon {
+                attachments: self.attachments,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Where a message goes: a task that exists, or a new task with the id it will get (known
+/// first, so that its turn can be followed from its start).
+pub enum Destination {
+    Existing(Box<TaskRow>),
+    New(String),
+}
+
+impl Destination {
+    pub fn session_id(&self) -> &str {
+        match self {
+            Destination::Existing(t) => &t.id,
+            Destination::New(id) => id,
+        }
+    }
+}
+
+/// The task a `message/send` names (it must be open to new messages), or a new one: no task
+/// named, or a name no task has.
+pub async fn destination(
+    sessions: &Sessions,
+    actor: &Actor,
+    target: Target<'_>,
+    r: &TaskRef,
+) -> Result<Destination> {
+    let existing = match (&r.id, &r.name) {
+        (None, None) => None,
+        (None, Some(name)) => match find(sessions, actor, TaskKey::Name(name)).await {
+            Ok(t) => Some(t),
+            Err(Error::NotFound) => None,
+            Err(e) => return Err(e),
+        },
+        _ => Some(resolve(sessions, actor, target, r).await?),
+    };
+    match existing {
+        Some(t) => {
+            check_target(&t, target)?;
+            check_open(&t)?;
+            Ok(Destination::Existing(Box::new(t)))
+        }
+        None => Ok(Destination::New(crate::ids::new_id())),
+    }
+}
+
+/// `message/send`: delivers a message to its destination, opening the new task with it
+/// (`task_params` apply only then). A task whose agent asked a question gets the message as its
+/// answer. Returns the task as it was found (or created) and the submission; `None`: a task of
+/// the new task's name was created meanwhile; look for the destination again.
+pub async fn send(
+    sessions: &Sessions,
+    actor: &Actor,
+    target: Target<'_>,
+    to: Destination,
+    name: Option<String>,
+    task_params: Option<Map<String, Value>>,
+    d: Prompt,
+) -> Result<Option<(TaskRow, Submitted)>> {
+    let task = match to {
+        Destination::New(id) => {
+            let t = NewTask {
+                name,
+                params: task_params,
+                task_metadata: None,
+            };
+            let (task, created, submitted) =
+                get_or_create(sessions, actor, target, t, Some(d.message()), id).await?;
+            return match submitted {
+                Some(s) if created => Ok(Some((task, s))),
+                _ => Ok(None),
+            };
+        }
+        Destination::Existing(task) => *task,
+    };
+    let (submitted, ()) = deliver(sessions, actor, &task, d, |_, _, _| Ok(())).await?;
+    Ok(Some((task, submitted)))
+}
+
+/// Delivers a message to a task (an answer when it is asking), with `link` writing beside it.
+async fn deliver<T, F>(
+    sessions: &Sessions,
+    actor: &Actor,
+    task: &TaskRow,
+    d: Prompt,
+    link: F,
+) -> Result<(Submitted, T)>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Tx<'_>, &SessionKey, u64) -> Result<T> + Clone + Send + 'static,
+{
+    if task.turn_status == "ask" && !task.turn_active {
+        let common = InputCommon {
+            attachments: d.attachments.clone(),
+            ..Default::default()
+        };
+        match sessions
+            .answer_with(actor, &task.id, d.text.clone(), common, link.clone())
+            .await
+        {
+            Ok((s, Some(t))) => return Ok((s, t)),
+            Ok((_, None)) => return Err(Error::Internal("answer without its link".into())),
+            // It stopped asking meanwhile: send it as a message.
+            Err(Error::NotAsking) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    message(sessions, actor, task, d, link).await
+}
+
+async fn message<T, F>(
+    sessions: &Sessions,
+    actor: &Actor,
+    task: &TaskRow,
+    d: Prompt,
+    link: F,
+) -> Result<(Submitted, T)>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Tx<'_>, &SessionKey, u64) -> Result<T> + Send + 'static,
+{
+    match sessions
+        .message_with(actor, &task.id, d.message(), link)
+        .await?
+    {
+        (s, Some(t)) => Ok((s, t)),
+        (_, None) => Err(Error::Internal("message without its link".into())),
+    }
+}
+
+/// `event/send`: records an event on the task and delivers its content (if any) as a message.
+pub async fn send_event(
+    sessions: &Sessions,
+    actor: &Actor,
+    target: Target<'_>,
+    r: &TaskRef,
+    content: Option<(Value, Prompt)>,
+) -> Result<EventRow> {
+    let task = resolve(sessions, actor, target, r).await?;
+    check_open(&task)?;
+    let agent_id = task.agent_id.clone();
+    match content {
+        Some((raw, d)) => {
+            let raw = raw.to_string();
+            let (_, event) = deliver(sessions, actor, &task, d, move |tx, key, seq| {
+                tx.insert_agentex_event(key, &agent_id, Some(seq), Some(&raw))
+            })
+            .await?;
+            Ok(event)
+        }
+        None => {
+            let key = task.key();
+            sessions
+                .store()
+                .write(move |tx| tx.insert_agentex_event(&key, &agent_id, None, None))
+                .await
+        }
+    }
+}
+
+/// Sets a final status: the task's work stops for good (see the module doc). `strict` refuses a
+/// task that already has one (409); otherwise such a task is returned as it is.
+pub async fn finish(
+    sessions: &Sessions,
+    actor: &Actor,
+    task: &TaskRow,
+    status: &'static str,
+    reason: Option<String>,
+    strict: bool,
+) -> Result<TaskRow> {
+    if let Some(current) = final_status(task) {
+        if strict {
+            return Err(Error::Conflict(
+                "task_closed",
+                format!("task {} is already {current}", task.id),
+            ));
+        }
+        return Ok(task.clone());
+    }
+    let reason = reason
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| format!("Task {}", status.to_ascii_lowercase().replace('_', " ")));
+    let ws = actor.workspace_id.clone();
+    sessions
+        .stop(actor, &task.id, move |tx, key| {
+            tx.set_task_final_status(key, &ws, status, &reason)?;
+            // The seed's system codes are a closed set, so the status is said in the message.
+            tx.append(
+                key,
+                &Event::System {
+                    level: Level::Info,
+                    message: format!("task {status}: {reason}"),
+                    metadata: None,
+                },
+            )?;
+            Ok(())
+        })
+        .await?;
+    reload(sessions, task.pk).await
+}
+
+/// `task/interrupt`: the cooperative stop of the running turn (the Sessions API's interrupt);
+/// the task stays open and resumes with its next message.
+pub async fn interrupt(sessions: &Sessions, actor: &Actor, task: &TaskRow) -> Result<TaskRow> {
+    sessions.interrupt(actor, &task.id).await?;
+    reload(sessions, task.pk).await
+}
+
+/// `PUT /tasks/{id}`: `merge_params` is merged into the params key by key; `task_metadata`
+/// replaces the metadata.
+pub async fn update(
+    sessions: &Sessions,
+    actor: &Actor,
+    task: &TaskRow,
+    merge_params: Option<Map<String, Value>>,
+    task_metadata: Option<Map<String, Value>>,
+) -> Result<TaskRow> {
+    let ws = actor.workspace_id.clone();
+    let pk = task.pk;
+    sessions
+        .store()
+        .write(move |tx| {
+            let current = rows::task_by_pk(tx.conn(), pk)?.ok_or(Error::NotFound)?;
+            let params = merge_params.map(|patch| {
+                let mut merged = match view::document(current.params.as_deref()) {
+                    Value::Object(m) => m,
+                    _ => Map::new(),
+                };
+                merged.extend(patch);
+                Value::Object(merged).to_string()
+            });
+            let metadata = task_metadata.map(|m| Value::Object(m).to_string());
+            tx.put_task_fields(
+                &current.key(),
+                &ws,
+                &TaskFields {
+                    params: params.as_deref(),
+                    task_metadata: metadata.as_deref(),
+                    ..Default::default()
+                },
+            )
+        })
+        .await?;
+    reload(sessions, pk).await
+}

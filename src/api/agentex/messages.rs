@@ -1,0 +1,173 @@
+//! `/agentex/messages…`: a task's messages (its timeline read as messages), by page or by
+//! cursor, one by id, and the messages a client adds (`agentex::messages`).
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ListParams, at, json_body, unsupported};
+use crate::agentex::messages;
+use crate::api::body::Query;
+use crate::api::context::AppState;
+use crate::error::{Error, Result};
+use crate::sessions::Actor;
+
+/// Most messages one batch adds.
+const BATCH_MAX: usize = 100;
+
+const MESSAGE_UPDATE: &str = "task messages are the task's timeline, which is append-only: add \
+    a message with POST /messages instead of changing one";
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        at("/messages", "GET, POST")
+            .route(web::get().to(list))
+            .route(web::post().to(create)),
+    )
+    .service(at("/messages/paginated", "GET").route(web::get().to(paginated)))
+    .service(
+        at("/messages/batch", "POST, PUT")
+            .route(web::post().to(create_batch))
+            .route(web::put().to(|_: Actor| unsupported::answer(MESSAGE_UPDATE))),
+    )
+    .service(
+        at("/messages/{message_id}", "GET, PUT")
+            .route(web::get().to(get))
+            .route(web::put().to(|_: Actor| unsupported::answer(MESSAGE_UPDATE))),
+    );
+}
+
+fn task_id(query: &Query) -> Result<String> {
+    query
+        .get("task_id")
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| Error::invalid("task_id: required"))
+}
+
+/// `GET /messages?task_id=…`: newest first unless `order_direction=asc`.
+async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
+    let p = ListParams::parse(&req, &["created_at"])?;
+    let task = task_id(&p.query)?;
+    let kinds = messages::filter_kinds(p.query.get("filters"))?;
+    let out = messages::list(&state.sessions, &actor, &task, kinds, p.direction, p.page).await?;
+    Ok(HttpResponse::Ok().json(out))
+}
+
+/// `GET /messages/paginated?task_id=…&cursor=…&direction=older|newer`.
+async fn paginated(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+) -> Result<HttpResponse> {
+    let q = Query::parse(&req)?;
+    let task = task_id(&q)?;
+    let limit = q.limit("limit", 50, super::PAGE_MAX)?;
+    let newer = match q.get("direction") {
+        None | Some("older") => false,
+        Some("newer") => true,
+        Some(_) => return Err(Error::invalid("direction: must be older or newer")),
+    };
+    let kinds = messages::filter_kinds(q.get("filters"))?;
+    let page = messages::paginated(
+        &state.sessions,
+        &actor,
+        &task,
+        kinds,
+        newer,
+        q.get("cursor"),
+        limit,
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(json!({
+        "data": page.data,
+        "next_cursor": page.next_cursor,
+        "has_more": page.has_more,
+    })))
+}
+
+async fn get(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<String>,
+) -> Result<HttpResponse> {
+    Ok(HttpResponse::Ok().json(messages::get(&state.sessions, &actor, &path).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    content: Value,
+    task_id: String,
+    /// Accepted for compatibility; a message's time is when it enters the timeline.
+    #[serde(default)]
+    #[allow(dead_code)]
+    created_at: Option<String>,
+    #[serde(default)]
+    streaming_status: Option<String>,
+}
+
+fn check_streaming_status(s: Option<&str>) -> Result<()> {
+    match s {
+        None | Some("DONE") => Ok(()),
+        Some("IN_PROGRESS") => Err(Error::invalid(
+            "streaming_status: messages added here are complete (DONE); the timeline does not \
+             change them afterwards",
+        )),
+        Some(_) => Err(Error::invalid(
+            "streaming_status: must be IN_PROGRESS, DONE or null",
+        )),
+    }
+}
+
+/// `POST /messages`: a user's text is a note for the agent, an agent's text an agent message.
+async fn create(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let b: CreateBody = json_body(&state, &req, payload).await?;
+    check_streaming_status(b.streaming_status.as_deref())?;
+    let max = state.sessions.config().limits.max_prompt_chars;
+    let m = messages::check_new("content", &b.content, max)?;
+    let out = messages::create(&state.sessions, &actor, &b.task_id, m).await?;
+    Ok(HttpResponse::Ok().json(out))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    contents: Vec<Value>,
+    task_id: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    created_at: Option<String>,
+}
+
+/// `POST /messages/batch`: every message is checked before the first is added.
+async fn create_batch(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let b: BatchBody = json_body(&state, &req, payload).await?;
+    if b.contents.len() > BATCH_MAX {
+        return Err(Error::invalid(format!(
+            "contents: at most {BATCH_MAX} messages per batch"
+        )));
+    }
+    let max = state.sessions.config().limits.max_prompt_chars;
+    let checked = b
+        .contents
+        .iter()
+        .enumerate()
+        .map(|(i, c)| messages::check_new(&format!("contents/{i}"), c, max))
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = Vec::with_capacity(checked.len());
+    for m in checked {
+        out.push(messages::create(&state.sessions, &actor, &b.task_id, m).await?);
+    }
+    Ok(HttpResponse::Ok().json(out))
+}

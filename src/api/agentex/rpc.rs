@@ -1,0 +1,595 @@
+//! The agent RPC routes: JSON-RPC 2.0 over `POST /agents/{agent_id}/rpc`,
+//! `/agents/name/{agent_name}/rpc` and a deployment's preview `…/deployments/{id}/rpc`.
+//!
+//! | method | result |
+//! |---|---|
+//! | `task/create` | `Task` (get-or-create by `name`) |
+//! | `message/send` | `TaskMessage[]`: the agent's messages of the turn the message caused; with `stream: true`, one `TaskMessageUpdate` per line (NDJSON) |
+//! | `event/send` | `Event` (its content, if any, is delivered like a message, without waiting) |
+//! | `task/cancel` | `Task`, `CANCELED` |
+//! | `task/interrupt` | `Task` (the turn stops at its next step) |
+//!
+//! Once the agent named by the path exists, every answer is HTTP 200 with a JSON-RPC response:
+//! errors are error objects with the standard codes (-32700 parse error, -32600 invalid request,
+//! -32601 unknown method, -32602 invalid params, -32603 internal error) or -32000 for what the
+//! task's state refuses (a final task, a failed turn), `data.code` carrying sessiond's error code,
+//! and the request's `id` echoed. `message/send` answers while the turn runs: blank lines keep the
+//! connection alive (clients skip them) until the answer's line. Every line is compact JSON with
+//! U+2028, U+2029 and U+0085 escaped, since line readers split on them.
+
+use std::time::Duration;
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::stream;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::{agent_by_id, agent_by_name};
+use crate::agentex::content;
+use crate::agentex::tasks::{self, NewTask, Prompt, Target, TaskRef};
+use crate::agentex::updates::{Follower, Item, Scope};
+use crate::api::body;
+use crate::api::context::AppState;
+use crate::error::{Error, Result};
+use crate::sessions::Actor;
+use crate::store::agentex::{AgentexAgentRow, DeploymentRow};
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const INTERNAL_ERROR: i64 = -32603;
+/// Implementation-defined server error: the task's state refuses the call.
+const REFUSED: i64 = -32000;
+
+pub const METHODS: [&str; 5] = [
+    "task/create",
+    "message/send",
+    "event/send",
+    "task/cancel",
+    "task/interrupt",
+];
+
+pub async fn by_id(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    match agent_by_id(&state, &actor, &path).await {
+        Ok(agent) => handle(state, actor, agent, None, req, payload).await,
+        Err(e) => unreachable_agent(e),
+    }
+}
+
+pub async fn by_name(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    match agent_by_name(&state, &actor, &path).await {
+        Ok(agent) => handle(state, actor, agent, None, req, payload).await,
+        Err(e) => unreachable_agent(e),
+    }
+}
+
+/// An agent that is not there is the route's 404; failing to look it up is still an RPC answer
+/// (before the request was read, so without its id).
+pub fn unreachable_agent(e: Error) -> Result<HttpResponse> {
+    match e {
+        Error::Storage(_)
+        | Error::StorageFull(_)
+        | Error::StorageUnavailable(_)
+        | Error::Internal(_) => Ok(answer(&from_error(&Value::Null, &e))),
+        other => Err(other),
+    }
+}
+
+/// One line of the answer: compact JSON, with the characters line readers split on escaped.
+pub fn line(v: &Value) -> String {
+    let mut s = v.to_string();
+    if s.contains(['\u{2028}', '\u{2029}', '\u{85}']) {
+        s = s
+            .replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029")
+            .replace('\u{85}', "\\u0085");
+    }
+    s.push('\n');
+    s
+}
+
+fn result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+fn error(id: &Value, code: i64, message: impl Into<String>, data: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "result": null,
+        "error": {"code": code, "message": message.into(), "data": data},
+    })
+}
+
+/// A core error as a JSON-RPC error object.
+fn from_error(id: &Value, e: &Error) -> Value {
+    let code = match e {
+        Error::InvalidRequest(_) | Error::NotFound | Error::AgentNotFound => INVALID_PARAMS,
+        Error::Conflict(..)
+        | Error::NotAsking
+        | Error::BudgetHit { .. }
+        | Error::SessionClosed
+        | Error::IdempotencyConflict
+        | Error::TooManyStreams
+        | Error::ShuttingDown
+        | Error::StaleTurn => REFUSED,
+        _ => INTERNAL_ERROR,
+    };
+    let message = match e {
+        Error::NotFound => "task not found".to_owned(),
+        Error::Storage(detail) | Error::Internal(detail) => {
+            tracing::error!(error = %detail, "agent rpc failed");
+            "internal error".to_owned()
+        }
+        // The detail (a path, SQLite's words) stays in the log, as on every other route.
+        Error::StorageFull(detail) => {
+            tracing::debug!(error = %detail, "agent rpc refused: storage is full");
+            "the server's storage is full; retry once space is freed".to_owned()
+        }
+        Error::StorageUnavailable(detail) => {
+            tracing::debug!(error = %detail, "agent rpc failed: storage is unavailable");
+            "the server's storage is unavailable; retry later".to_owned()
+        }
+        other => other.to_string(),
+    };
+    error(id, code, message, json!({"code": e.code()}))
+}
+
+fn answer(v: &Value) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(line(v))
+}
+
+/// A request that passed the envelope checks.
+struct Call {
+    id: Value,
+    method: String,
+    params: Value,
+}
+
+/// The JSON-RPC 2.0 envelope, or the error response it deserves.
+fn envelope(bytes: &[u8]) -> std::result::Result<Call, Value> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+        error(
+            &Value::Null,
+            PARSE_ERROR,
+            format!("parse error: {e}"),
+            Value::Null,
+        )
+    })?;
+    let Value::Object(mut obj) = v else {
+        return Err(error(
+            &Value::Null,
+            INVALID_REQUEST,
+            "invalid request: the body must be a JSON-RPC request object",
+            Value::Null,
+        ));
+    };
+    let id = obj.remove("id").unwrap_or(Value::Null);
+    if !(id.is_null() || id.is_string() || id.is_i64() || id.is_u64()) {
+        return Err(error(
+            &Value::Null,
+            INVALID_REQUEST,
+            "invalid request: id must be a string, an integer or null",
+            Value::Null,
+        ));
+    }
+    match obj.remove("jsonrpc") {
+        None => {}
+        Some(Value::String(v)) if v == "2.0" => {}
+        Some(_) => {
+            return Err(error(
+                &id,
+                INVALID_REQUEST,
+                "invalid request: jsonrpc must be \"2.0\"",
+                Value::Null,
+            ));
+        }
+    }
+    let method = match obj.remove("method") {
+        Some(Value::String(m)) => m,
+        _ => {
+            return Err(error(
+                &id,
+                INVALID_REQUEST,
+                "invalid request: method must be a string",
+                Value::Null,
+            ));
+        }
+    };
+    if let Some(extra) = obj.keys().find(|k| *k != "params") {
+        return Err(error(
+            &id,
+            INVALID_REQUEST,
+            format!("invalid request: unknown member {extra:?}"),
+            Value::Null,
+        ));
+    }
+    if !METHODS.contains(&method.as_str()) {
+        return Err(error(
+            &id,
+            METHOD_NOT_FOUND,
+            format!(
+                "method not found: {method:?} is not one of {}",
+                METHODS.join(", ")
+            ),
+            Value::Null,
+        ));
+    }
+    let params = match obj.remove("params") {
+        Some(p @ Value::Object(_)) => p,
+        Some(_) => {
+            return Err(error(
+                &id,
+                INVALID_PARAMS,
+                "invalid params: params must be an object",
+                Value::Null,
+            ));
+        }
+        None => {
+            return Err(error(
+                &id,
+                INVALID_PARAMS,
+                "invalid params: params is required",
+                Value::Null,
+            ));
+        }
+    };
+    Ok(Call { id, method, params })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateTaskParams {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    params: Option<Map<String, Value>>,
+    #[serde(default)]
+    task_metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskParams {
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(default)]
+    task_name: Option<String>,
+}
+
+impl TaskParams {
+    fn task_ref(self) -> TaskRef {
+        TaskRef {
+            id: self.task_id,
+            name: self.task_name,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendMessageParams {
+    content: Value,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(default)]
+    task_name: Option<String>,
+    #[serde(default)]
+    task_params: Option<Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendEventParams {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(default)]
+    task_name: Option<String>,
+}
+
+fn params<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {
+    crate::agentex::decode_value(v, "params")
+}
+
+/// What a message or an event delivers, from its `content`.
+fn prompt(state: &AppState, content: &Value) -> Result<Prompt> {
+    let parsed = content::parse("params/content", content)?;
+    let (text, attachments) = content::prompt("params/content", parsed)?;
+    if text.is_empty() {
+        return Err(Error::invalid("params/content: the message is empty"));
+    }
+    let max = state.sessions.config().limits.max_prompt_chars;
+    if text.chars().count() > max {
+        return Err(Error::invalid(format!(
+            "params/content: longer than {max} characters"
+        )));
+    }
+    Ok(Prompt { text, attachments })
+}
+
+/// Runs one call against an agent (and, for a preview, a deployment's engine).
+pub async fn handle(
+    state: web::Data<AppState>,
+    actor: Actor,
+    agent: AgentexAgentRow,
+    deployment: Option<DeploymentRow>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let bytes =
+        body::read_limited(&req, payload, state.sessions.config().limits.max_body_bytes).await?;
+    let call = match envelope(&bytes) {
+        Ok(call) => call,
+        Err(response) => return Ok(answer(&response)),
+    };
+    let target = Target {
+        agent: &agent,
+        deployment: deployment.as_ref(),
+    };
+    let id = call.id.clone();
+    if call.method == "message/send" {
+        return Ok(
+            match start_message(&state, &actor, target, &call.params).await {
+                Ok((follower, streaming)) => stream_answer(follower, id, streaming),
+                Err(e) => answer(&from_error(&id, &e)),
+            },
+        );
+    }
+    Ok(answer(
+        &match call_method(&state, &actor, target, &call).await {
+            Ok(v) => result(&id, v),
+            Err(e) => from_error(&id, &e),
+        },
+    ))
+}
+
+/// Every method but `message/send`: one result.
+async fn call_method(
+    state: &AppState,
+    actor: &Actor,
+    target: Target<'_>,
+    call: &Call,
+) -> Result<Value> {
+    let sessions = &state.sessions;
+    match call.method.as_str() {
+        "task/create" => {
+            let p: CreateTaskParams = params(&call.params)?;
+            let t = NewTask {
+                name: p.name,
+                params: p.params,
+                task_metadata: p.task_metadata,
+            };
+            let id = crate::ids::new_id();
+            let (task, _, _) = tasks::get_or_create(sessions, actor, target, t, None, id).await?;
+            Ok(tasks::view(&task, true, None))
+        }
+        "task/cancel" => {
+            let p: TaskParams = params(&call.params)?;
+            let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
+            let task = tasks::finish(sessions, actor, &task, "CANCELED", None, false).await?;
+            Ok(tasks::view(&task, true, None))
+        }
+        "task/interrupt" => {
+            let p: TaskParams = params(&call.params)?;
+            let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
+            let task = tasks::interrupt(sessions, actor, &task).await?;
+            Ok(tasks::view(&task, true, None))
+        }
+        "event/send" => {
+            let p: SendEventParams = params(&call.params)?;
+            let content = match p.content {
+                Some(mut c) if !c.is_null() => {
+                    let d = prompt(state, &c)?;
+                    // Stored as sent, with the `type` readers switch on.
+                    if c.get("type").is_none_or(Value::is_null) {
+                        c["type"] = json!("text");
+                    }
+                    Some((c, d))
+                }
+                _ => None,
+            };
+            let r = TaskRef {
+                id: p.task_id,
+                name: p.task_name,
+            };
+            let event = tasks::send_event(sessions, actor, target, &r, content).await?;
+            Ok(crate::agentex::records::event_view(&event))
+        }
+        other => Err(Error::Internal(format!("no handler for {other}"))),
+    }
+}
+
+/// `message/send`: delivers the message, then follows the turn it causes.
+async fn start_message(
+    state: &AppState,
+    actor: &Actor,
+    target: Target<'_>,
+    raw: &Value,
+) -> Result<(Follower, bool)> {
+    let sessions = &state.sessions;
+    let p: SendMessageParams = params(raw)?;
+    let d = prompt(state, &p.content)?;
+    let r = TaskRef {
+        id: p.task_id,
+        name: p.task_name,
+    };
+    let keepalive = Duration::from_millis(sessions.config().stream.keepalive_ms);
+    // Twice at most: a task of the new name may appear between looking and creating.
+    for _ in 0..2 {
+        let to = tasks::destination(sessions, actor, target, &r).await?;
+        // Subscribed before the message is submitted, so the whole turn is seen live.
+        let sub = sessions.store().bus().subscribe(to.session_id())?;
+        let sent = tasks::send(
+            sessions,
+            actor,
+            target,
+            to,
+            r.name.clone(),
+            p.task_params.clone(),
+            d.clone(),
+        )
+        .await?;
+        if let Some((task, submitted)) = sent {
+            let scope = Scope::Turn {
+                input_seq: submitted.input_seq,
+            };
+            let follower = Follower::start(sessions.store(), task.key(), scope, keepalive, sub);
+            return Ok((follower, p.stream.unwrap_or(false)));
+        }
+    }
+    Err(Error::Conflict(
+        "task_name_taken",
+        "tasks of that name keep appearing; send the message again".into(),
+    ))
+}
+
+fn stream_answer(follower: Follower, id: Value, streaming: bool) -> HttpResponse {
+    let st = Answer {
+        follower,
+        id,
+        streaming,
+        messages: Vec::new(),
+        done: false,
+    };
+    let content_type = if streaming {
+        "application/x-ndjson"
+    } else {
+        "application/json"
+    };
+    HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, content_type))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream::unfold(st, next_line))
+}
+
+/// The answer to `message/send` while its turn runs.
+struct Answer {
+    follower: Follower,
+    id: Value,
+    streaming: bool,
+    /// The agent's stored messages so far (the non-streaming answer).
+    messages: Vec<Value>,
+    done: bool,
+}
+
+type Chunk = std::result::Result<web::Bytes, actix_web::Error>;
+
+async fn next_line(mut st: Answer) -> Option<(Chunk, Answer)> {
+    if st.done {
+        return None;
+    }
+    loop {
+        let out = match st.follower.next().await? {
+            Item::Update(update) => {
+                if let Some(m) = update.get("parent_task_message")
+                    && matches!(update["type"].as_str(), Some("done" | "full"))
+                {
+                    st.messages.push(m.clone());
+                }
+                if !st.streaming {
+                    continue;
+                }
+                line(&result(&st.id, update))
+            }
+            Item::Keepalive => "\n".to_owned(),
+            Item::StatusMayChange => continue,
+            Item::TurnEnded { error: Some(e), .. } => {
+                st.done = true;
+                line(&error(
+                    &st.id,
+                    REFUSED,
+                    format!("the agent's turn failed: {e}"),
+                    json!({
+                        "code": "turn_failed",
+                        "task_id": st.follower.key().id,
+                        "messages": st.messages,
+                    }),
+                ))
+            }
+            Item::TurnEnded { .. } => {
+                st.done = true;
+                if st.streaming {
+                    return None;
+                }
+                line(&result(
+                    &st.id,
+                    Value::Array(std::mem::take(&mut st.messages)),
+                ))
+            }
+            Item::Closed => {
+                st.done = true;
+                line(&error(
+                    &st.id,
+                    REFUSED,
+                    "the task was deleted or the server is shutting down before the turn ended",
+                    json!({"code": "unavailable", "task_id": st.follower.key().id}),
+                ))
+            }
+        };
+        return Some((Ok(web::Bytes::from(out)), st));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_escape_what_line_readers_split_on() {
+        let l = line(&json!({"t": "a\u{2028}b\u{2029}c\u{85}d\ne"}));
+        assert_eq!(l, "{\"t\":\"a\\u2028b\\u2029c\\u0085d\\ne\"}\n");
+        assert_eq!(l.lines().count(), 1);
+    }
+
+    #[test]
+    fn envelope_errors_have_the_standard_codes() {
+        let code = |body: &str| envelope(body.as_bytes()).err().unwrap()["error"]["code"].clone();
+        assert_eq!(code("{"), json!(PARSE_ERROR));
+        assert_eq!(code("[1]"), json!(INVALID_REQUEST));
+        assert_eq!(
+            code(r#"{"id": 1, "jsonrpc": "1.0", "method": "task/create", "params": {}}"#),
+            json!(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(r#"{"id": {}, "method": "task/create", "params": {}}"#),
+            json!(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(r#"{"id": 1, "method": "task/delete", "params": {}}"#),
+            json!(METHOD_NOT_FOUND)
+        );
+        assert_eq!(
+            code(r#"{"id": 1, "method": "task/create"}"#),
+            json!(INVALID_PARAMS)
+        );
+        let err = envelope(br#"{"id": "x", "method": "nope", "params": {}}"#)
+            .err()
+            .unwrap();
+        assert_eq!(err["id"], "x");
+        assert!(
+            envelope(br#"{"id": 7, "jsonrpc": "2.0", "method": "task/create", "params": {}}"#)
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! `/agentex/states…`: one JSON state per task and agent (`agentex::records`).
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{ListParams, at, json_body};
+use crate::agentex::records;
+use crate::api::context::AppState;
+use crate::error::Result;
+use crate::sessions::Actor;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        at("/states", "GET, POST")
+            .route(web::get().to(list))
+            .route(web::post().to(create)),
+    )
+    .service(
+        at("/states/{state_id}", "GET, PUT, DELETE")
+            .route(web::get().to(get))
+            .route(web::put().to(update))
+            .route(web::delete().to(delete)),
+    );
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    agent_id: String,
+    task_id: String,
+    state: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateBody {
+    state: Map<String, Value>,
+}
+
+async fn create(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let b: CreateBody = json_body(&state, &req, payload).await?;
+    let s =
+        records::create_state(&state.sessions, &actor, &b.task_id, &b.agent_id, b.state).await?;
+    Ok(HttpResponse::Ok().json(records::state_view(&s)))
+}
+
+async fn get(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<String>,
+) -> Result<HttpResponse> {
+    let s = records::state(&state.sessions, &actor, &path).await?;
+    Ok(HttpResponse::Ok().json(records::state_view(&s)))
+}
+
+async fn update(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let b: UpdateBody = json_body(&state, &req, payload).await?;
+    let s = records::update_state(&state.sessions, &actor, &path, b.state).await?;
+    Ok(HttpResponse::Ok().json(records::state_view(&s)))
+}
+
+async fn delete(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<String>,
+) -> Result<HttpResponse> {
+    let s = records::delete_state(&state.sessions, &actor, &path).await?;
+    Ok(HttpResponse::Ok().json(records::state_view(&s)))
+}
+
+async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
+    let p = ListParams::parse(&req, &["created_at", "updated_at"])?;
+    let rows = records::states(&state.sessions, &actor, p.records()).await?;
+    Ok(HttpResponse::Ok().json(rows.iter().map(records::state_view).collect::<Vec<_>>()))
+}

@@ -1,0 +1,254 @@
+//! Operations that other API families build on, with their own rows written in the same
+//! transaction as the session's events: opening a session that waits for its first message,
+//! stopping a session for good, and posting an agent message written outside the runner.
+//!
+//! The agent platform API (`/agentex`) opens its tasks this way: a task exists before its first
+//! message, is found by name in the same transaction that would create it (so two racing
+//! get-or-creates make one session), and may run with a pinned engine configuration.
+
+use super::{
+    Actor, CreateIn, MessageIn, Plan, RecordStart, Sessions, Submitted, agents, images,
+    insert_new_session, insert_session_row, non_root_str, sender_id,
+};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::projection;
+use crate::runner::machine::MachineState;
+use crate::store::{JsonColumn, SessionKey, Tx};
+use crate::timeline::Event;
+
+/// A session to open for an agent.
+#[derive(Debug, Clone)]
+pub struct OpenIn {
+    /// The id the new session gets (`ids::new_id()`), chosen by the caller so that it can
+    /// subscribe to the session's live frames before the first message is submitted.
+    pub id: String,
+    /// The agent (its id); the session works in the agent's anchor.
+    pub agent_id: String,
+    /// A title that stays (a task's name); `None`: the first message's excerpt, or "New task".
+    pub title: Option<String>,
+    /// An engine configuration (JSON) the session runs with instead of its agent's.
+    pub engine: Option<String>,
+    /// The first message; `None` opens the session waiting for one.
+    pub first: Option<MessageIn>,
+}
+
+/// What the write of [`Sessions::open`] did: found a session, or created one (with the first
+/// message's seq, if it had one).
+enum Written<T> {
+    Found(T),
+    Created(T, SessionKey, Option<u64>),
+}
+
+/// What [`Sessions::open`] did.
+pub enum Opened<T> {
+    /// `find` named an existing session; nothing was written.
+    Found(T),
+    /// A new session, with what `link` returned and the first message's submission.
+    Created {
+        linked: T,
+        submitted: Option<Submitted>,
+    },
+}
+
+impl Sessions {
+    /// Opens a session for an agent unless `find`, run first inside the same write, returns an
+    /// existing one; `link` then writes the caller's rows about the new session in its
+    /// transaction. A session opened without a first message has `turnStatus` `complete` (no turn
+    /// ran) until one arrives.
+    pub async fn open<T, Find, Link>(
+        &self,
+        actor: &Actor,
+        mut input: OpenIn,
+        find: Find,
+        link: Link,
+    ) -> Result<Opened<T>>
+    where
+        T: Send + 'static,
+        Find: FnOnce(&mut Tx<'_>) -> Result<Option<T>> + Send + 'static,
+        Link: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
+    {
+        let agent = agents::list(&self.store, &actor.workspace_id)
+            .await?
+            .into_iter()
+            .find(|a| a.id == input.agent_id)
+            .ok_or(Error::AgentNotFound)?;
+        let images = match &mut input.first {
+            Some(first) => {
+                self.check_attachments(actor, &mut first.common)?;
+                images::decode_all(&first.common.images)?
+            }
+            None => Vec::new(),
+        };
+        let anchor = self.drive(actor).make_dir(&agent.anchor)?;
+        let actor_c = actor.clone();
+        let outcome = self
+            .store
+            .write(move |tx| {
+                let actor = actor_c;
+                if let Some(found) = find(tx)? {
+                    return Ok(Written::Found(found));
+                }
+                let plan = Plan {
+                    agent_id: agent.id.clone(),
+                    cwd: non_root_str(anchor),
+                    tier: input
+                        .first
+                        .as_ref()
+                        .and_then(|f| f.tier)
+                        .map(|t| t.as_str().to_owned()),
+                    created_by: None,
+                    mode: None,
+                    bind_default: false,
+                };
+                let (key, first_seq) = match input.first {
+                    Some(first) => {
+                        let create = CreateIn {
+                            prompt: first.prompt,
+                            agent_id: Some(agent.id.clone()),
+                            cwd: None,
+                            tier: first.tier,
+                            behavior: first.behavior,
+                            mode: None,
+                            common: first.common,
+                        };
+                        let (key, seq) = insert_new_session(
+                            tx,
+                            &actor,
+                            &plan,
+                            &create,
+                            None,
+                            None,
+                            &images,
+                            Some(&input.id),
+                            &RecordStart::default(),
+                        )?;
+                        (key, Some(seq))
+                    }
+                    None => {
+                        let title = input.title.as_deref().unwrap_or("New task");
+                        let key = insert_session_row(
+                            tx,
+                            &actor,
+                            &plan,
+                            title,
+                            "",
+                            None,
+                            None,
+                            Some(&input.id),
+                        )?;
+                        projection::set_turn_status(tx, &key, "complete")?;
+                        (key, None)
+                    }
+                };
+                if let Some(title) = &input.title {
+                    tx.set_manual_title(&key, title)?;
+                }
+                if let Some(engine) = &input.engine {
+                    tx.pin_session_engine(&key, engine)?;
+                }
+                let linked = link(tx, &key)?;
+                Ok(Written::Created(linked, key, first_seq))
+            })
+            .await?;
+        match outcome {
+            Written::Found(found) => Ok(Opened::Found(found)),
+            Written::Created(linked, key, first_seq) => {
+                let submitted = match first_seq {
+                    Some(seq) => Some(self.submitted(key, seq, true, false).await?),
+                    None => None,
+                };
+                Ok(Opened::Created { linked, submitted })
+            }
+        }
+    }
+
+    /// Stops a session's work for good: records `interrupt_requested`, drops every queued input
+    /// (messages, answers, wakes, machine steps) and interrupts the running turn, which ends
+    /// `interrupted`. A session that was waiting (queued, asking or sleeping) without a running
+    /// turn ends `interrupted` at once, and a paused Job's machine goes idle. Who stopped it is
+    /// recorded like an interrupt's. `link` writes the caller's record of the stop in the same
+    /// transaction.
+    pub async fn stop<T, F>(&self, actor: &Actor, session_id: &str, link: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
+    {
+        let ws = actor.workspace_id.clone();
+        let session_id = session_id.to_owned();
+        let by = sender_id(&actor.sender);
+        let (key, linked) = self
+            .store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &session_id)?;
+                let row = tx.session_row(&key)?;
+                tx.append(
+                    &key,
+                    &Event::InterruptRequested {
+                        requested_at: clock::rfc3339(tx.now),
+                    },
+                )?;
+                tx.set_stopped(&key, &by)?;
+                for input in tx.pending_inputs(&key)? {
+                    tx.remove_input(&key, input.seq)?;
+                }
+                projection::refresh_follow_up_queue(tx, &key)?;
+                if !row.turn_active {
+                    // A paused Job stops where it is: its machine goes idle (nothing will wake or
+                    // answer it), which the bucket follows.
+                    let machine = row
+                        .machine_state
+                        .as_deref()
+                        .and_then(|m| serde_json::from_str::<MachineState>(m).ok())
+                        .filter(|m| !m.is_finished());
+                    if let Some(m) = machine {
+                        let state =
+                            serde_json::to_value(&m).map_err(|e| Error::Internal(e.to_string()))?;
+                        tx.set_json_column(
+                            &key,
+                            JsonColumn::Machine,
+                            Some(&m.projection("idle", None).to_string()),
+                        )?;
+                        tx.append(
+                            &key,
+                            &Event::StateMachine {
+                                state_machine: state,
+                            },
+                        )?;
+                    }
+                    if matches!(row.turn_status.as_str(), "running" | "ask" | "sleep") {
+                        projection::set_turn_status(tx, &key, "interrupted")?;
+                    }
+                }
+                let linked = link(tx, &key)?;
+                Ok((key, linked))
+            })
+            .await?;
+        self.runner.interrupt(key);
+        Ok(linked)
+    }
+
+    /// Appends an `agent_message` written outside the runner (another API family posting the
+    /// agent's words into the session); returns its seq.
+    pub async fn post_agent_message(
+        &self,
+        actor: &Actor,
+        session_id: &str,
+        message: String,
+    ) -> Result<u64> {
+        let ws = actor.workspace_id.clone();
+        let session_id = session_id.to_owned();
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &session_id)?;
+                tx.append(
+                    &key,
+                    &Event::AgentMessage {
+                        message,
+                        created_at: clock::rfc3339(tx.now),
+                    },
+                )
+            })
+            .await
+    }
+}

@@ -1,0 +1,1256 @@
+//! The agent platform API's rows (migration 0005): agent registrations, deployments, task fields,
+//! events, states, spans and trackers, and the queries that read tasks and their messages out of
+//! sessions and timelines.
+//!
+//! Lists that the wire contract pages by number (`page_number`) use `LIMIT … OFFSET` within a
+//! bounded page size; everything else reads by key.
+
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value as SqlValue};
+use serde_json::{Map, Value};
+
+use super::{SessionKey, Tx};
+use crate::error::{Error, Result};
+
+/// Ascending or descending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Asc,
+    Desc,
+}
+
+impl Direction {
+    fn sql(self) -> &'static str {
+        match self {
+            Direction::Asc => "ASC",
+            Direction::Desc => "DESC",
+        }
+    }
+}
+
+/// A page of a page-numbered list: `limit` rows after skipping `offset`.
+#[derive(Debug, Clone, Copy)]
+pub struct Page {
+    pub limit: u32,
+    pub offset: u64,
+}
+
+/// SQL conditions that a JSON column contains `filter` (JSONB containment, as the wire contract
+/// describes it): every key of `filter` is present under `base` with a value that contains the
+/// filter's value — objects recursively, other values by equality.
+fn containment(
+    column: &str,
+    base: &str,
+    filter: &Map<String, Value>,
+    args: &mut Vec<SqlValue>,
+) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (key, value) in filter {
+        if key.contains('"') || key.contains('\\') {
+            return Err(Error::invalid(format!(
+                "metadata filter: key {key:?} may not contain quotes or backslashes"
+            )));
+        }
+        let path = format!("{base}.\"{key}\"");
+        match value {
+            Value::Object(inner) if !inner.is_empty() => {
+                out.extend(containment(column, &path, inner, args)?);
+            }
+            Value::Object(_) => out.push(format!("json_type({column}, '{path}') = 'object'")),
+            Value::Null => out.push(format!("json_type({column}, '{path}') = 'null'")),
+            Value::Bool(b) => out.push(format!(
+                "json_type({column}, '{path}') = '{}'",
+                if *b { "true" } else { "false" }
+            )),
+            Value::String(s) => {
+                args.push(SqlValue::Text(s.clone()));
+                out.push(format!(
+                    "(json_type({column}, '{path}') = 'text' AND json_extract({column}, '{path}') = ?)"
+                ));
+            }
+            Value::Number(n) => {
+                args.push(match n.as_i64() {
+                    Some(i) => SqlValue::Integer(i),
+                    None => SqlValue::Real(n.as_f64().unwrap_or(0.0)),
+                });
+                out.push(format!(
+                    "(json_type({column}, '{path}') IN ('integer', 'real') AND json_extract({column}, '{path}') = ?)"
+                ));
+            }
+            Value::Array(_) => {
+                args.push(SqlValue::Text(value.to_string()));
+                out.push(format!("json_extract({column}, '{path}') = json(?)"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn push_page(sql: &mut String, args: &mut Vec<SqlValue>, page: Page) {
+    sql.push_str(" LIMIT ? OFFSET ?");
+    args.push(SqlValue::Integer(i64::from(page.limit)));
+    args.push(SqlValue::Integer(page.offset.min(i64::MAX as u64) as i64));
+}
+
+/// A page-numbered list: a SELECT scoped by its first condition, narrowed by filters, then
+/// ordered (ties broken by a unique column) and cut to one page.
+struct List {
+    sql: String,
+    args: Vec<SqlValue>,
+}
+
+impl List {
+    fn new(select: &str, scope: &str, value: &str) -> List {
+        List {
+            sql: format!("{select} WHERE {scope} = ?"),
+            args: vec![SqlValue::Text(value.to_owned())],
+        }
+    }
+
+    /// `AND <cond>` (one `?`) when the filter has a value.
+    fn filter(&mut self, cond: &str, value: Option<&str>) {
+        if let Some(v) = value {
+            self.sql.push_str(" AND ");
+            self.sql.push_str(cond);
+            self.args.push(SqlValue::Text(v.to_owned()));
+        }
+    }
+
+    /// Containment conditions on a JSON column.
+    fn contains(
+        &mut self,
+        column: &str,
+        base: &str,
+        filter: Option<&Map<String, Value>>,
+    ) -> Result<()> {
+        if let Some(f) = filter {
+            for cond in containment(column, base, f, &mut self.args)? {
+                self.sql.push_str(" AND ");
+                self.sql.push_str(&cond);
+            }
+        }
+        Ok(())
+    }
+
+    fn run<T>(
+        mut self,
+        conn: &Connection,
+        order: &str,
+        tie: &str,
+        direction: Direction,
+        page: Page,
+        from_row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let dir = direction.sql();
+        self.sql
+            .push_str(&format!(" ORDER BY {order} {dir}, {tie} {dir}"));
+        push_page(&mut self.sql, &mut self.args, page);
+        let mut stmt = conn.prepare_cached(&self.sql)?;
+        let rows = stmt.query_map(params_from_iter(self.args), from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agents
+
+/// An agent as the agent platform API sees it: sessiond's agent plus its registration.
+#[derive(Debug, Clone)]
+pub struct AgentexAgentRow {
+    pub id: String,
+    pub workspace_id: String,
+    pub slug: String,
+    pub name: String,
+    pub engine: String,
+    pub created_at: i64,
+    pub description: String,
+    pub agent_input_type: Option<String>,
+    pub registration_metadata: Option<String>,
+    pub registered_at: Option<i64>,
+    pub production_deployment_id: Option<String>,
+    pub updated_at: i64,
+}
+
+const AGENT_SELECT: &str = "SELECT a.id, a.workspace_id, a.slug, a.name, a.engine, a.created_at,
+    COALESCE(x.description, ''), x.agent_input_type, x.registration_metadata, x.registered_at,
+    x.production_deployment_id, COALESCE(x.updated_at, a.created_at)
+    FROM agents a LEFT JOIN agentex_agents x ON x.agent_id = a.id";
+
+fn agent_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AgentexAgentRow> {
+    Ok(AgentexAgentRow {
+        id: r.get(0)?,
+        workspace_id: r.get(1)?,
+        slug: r.get(2)?,
+        name: r.get(3)?,
+        engine: r.get(4)?,
+        created_at: r.get(5)?,
+        description: r.get(6)?,
+        agent_input_type: r.get(7)?,
+        registration_metadata: r.get(8)?,
+        registered_at: r.get(9)?,
+        production_deployment_id: r.get(10)?,
+        updated_at: r.get(11)?,
+    })
+}
+
+/// How a request names an agent: by its id or by its unique name (sessiond's slug).
+#[derive(Debug, Clone, Copy)]
+pub enum AgentKey<'a> {
+    Id(&'a str),
+    Name(&'a str),
+}
+
+/// An agent of the workspace, by id or by name.
+pub fn agentex_agent(
+    conn: &Connection,
+    workspace_id: &str,
+    key: AgentKey<'_>,
+) -> Result<Option<AgentexAgentRow>> {
+    let (cond, value) = match key {
+        AgentKey::Id(id) => ("a.id = ?2", id),
+        AgentKey::Name(name) => ("a.slug = ?2", name),
+    };
+    Ok(conn
+        .prepare_cached(&format!(
+            "{AGENT_SELECT} WHERE a.workspace_id = ?1 AND {cond}"
+        ))?
+        .query_row([workspace_id, value], agent_from_row)
+        .optional()?)
+}
+
+/// Filters and order of the agent list.
+#[derive(Debug, Clone)]
+pub struct AgentFilter {
+    /// Only the agent of this task (session id).
+    pub task_id: Option<String>,
+    /// Containment filter on `registration_metadata.agent_card.metadata`.
+    pub agent_card_metadata: Option<Map<String, Value>>,
+    /// `created_at`, `updated_at` or `name`.
+    pub order_by: &'static str,
+    pub direction: Direction,
+    pub page: Page,
+}
+
+pub fn agentex_agents(
+    conn: &Connection,
+    workspace_id: &str,
+    f: &AgentFilter,
+) -> Result<Vec<AgentexAgentRow>> {
+    let mut list = List::new(AGENT_SELECT, "a.workspace_id", workspace_id);
+    list.filter(
+        "a.id IN (SELECT agent_id FROM sessions WHERE id = ? AND workspace_id = a.workspace_id)",
+        f.task_id.as_deref(),
+    );
+    list.contains(
+        "x.registration_metadata",
+        "$.\"agent_card\".\"metadata\"",
+        f.agent_card_metadata.as_ref(),
+    )?;
+    let order = match f.order_by {
+        "updated_at" => "COALESCE(x.updated_at, a.created_at)",
+        "name" => "a.slug",
+        _ => "a.created_at",
+    };
+    list.run(conn, order, "a.id", f.direction, f.page, agent_from_row)
+}
+
+/// What `register-build` records about an agent.
+pub struct Registration<'a> {
+    pub description: &'a str,
+    pub agent_input_type: Option<&'a str>,
+    pub registration_metadata: Option<&'a str>,
+}
+
+impl Tx<'_> {
+    /// Records (or replaces) an agent's registration; `registered_at` becomes now.
+    pub fn register_agent(&mut self, agent_id: &str, r: &Registration<'_>) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO agentex_agents (agent_id, description, agent_input_type,
+                    registration_metadata, registered_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                 ON CONFLICT (agent_id) DO UPDATE SET description = excluded.description,
+                    agent_input_type = excluded.agent_input_type,
+                    registration_metadata = excluded.registration_metadata,
+                    registered_at = excluded.registered_at, updated_at = excluded.updated_at",
+            )?
+            .execute(params![
+                agent_id,
+                r.description,
+                r.agent_input_type,
+                r.registration_metadata,
+                self.now
+            ])?;
+        Ok(())
+    }
+
+    pub fn agentex_agent(
+        &self,
+        workspace_id: &str,
+        key: AgentKey<'_>,
+    ) -> Result<Option<AgentexAgentRow>> {
+        agentex_agent(self.conn, workspace_id, key)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deployments
+
+#[derive(Debug, Clone)]
+pub struct DeploymentRow {
+    pub id: String,
+    pub agent_id: String,
+    pub docker_image: String,
+    pub helm_release_name: Option<String>,
+    pub sgp_deploy_id: Option<String>,
+    pub registration_metadata: String,
+    pub engine: String,
+    pub is_production: bool,
+    pub promoted_at: Option<i64>,
+    pub created_at: i64,
+}
+
+const DEPLOYMENT_COLUMNS: &str = "id, agent_id, docker_image, helm_release_name, sgp_deploy_id,
+    registration_metadata, engine, is_production, promoted_at, created_at";
+
+fn deployment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeploymentRow> {
+    Ok(DeploymentRow {
+        id: r.get(0)?,
+        agent_id: r.get(1)?,
+        docker_image: r.get(2)?,
+        helm_release_name: r.get(3)?,
+        sgp_deploy_id: r.get(4)?,
+        registration_metadata: r.get(5)?,
+        engine: r.get(6)?,
+        is_production: r.get(7)?,
+        promoted_at: r.get(8)?,
+        created_at: r.get(9)?,
+    })
+}
+
+pub fn deployment(
+    conn: &Connection,
+    agent_id: &str,
+    deployment_id: &str,
+) -> Result<Option<DeploymentRow>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM agentex_deployments WHERE agent_id = ?1 AND id = ?2"
+        ))?
+        .query_row([agent_id, deployment_id], deployment_from_row)
+        .optional()?)
+}
+
+/// `order_by`: `created_at` or `promoted_at`.
+pub fn deployments(
+    conn: &Connection,
+    agent_id: &str,
+    order_by: &'static str,
+    direction: Direction,
+    page: Page,
+) -> Result<Vec<DeploymentRow>> {
+    let select = format!("SELECT {DEPLOYMENT_COLUMNS} FROM agentex_deployments");
+    let order = if order_by == "promoted_at" {
+        "promoted_at"
+    } else {
+        "created_at"
+    };
+    List::new(&select, "agent_id", agent_id).run(
+        conn,
+        order,
+        "id",
+        direction,
+        page,
+        deployment_from_row,
+    )
+}
+
+/// A deployment to insert.
+pub struct NewDeployment<'a> {
+    pub id: &'a str,
+    pub agent_id: &'a str,
+    pub docker_image: &'a str,
+    pub helm_release_name: Option<&'a str>,
+    pub sgp_deploy_id: Option<&'a str>,
+    pub registration_metadata: &'a str,
+    pub engine: &'a str,
+}
+
+impl Tx<'_> {
+    pub fn insert_deployment(&mut self, d: &NewDeployment<'_>) -> Result<DeploymentRow> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO agentex_deployments (id, agent_id, docker_image, helm_release_name,
+                    sgp_deploy_id, registration_metadata, engine, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                d.id,
+                d.agent_id,
+                d.docker_image,
+                d.helm_release_name,
+                d.sgp_deploy_id,
+                d.registration_metadata,
+                d.engine,
+                self.now
+            ])?;
+        deployment(self.conn, d.agent_id, d.id)?.ok_or(Error::NotFound)
+    }
+
+    /// Makes `deployment_id` the agent's one production deployment and its engine the agent's.
+    pub fn promote_deployment(
+        &mut self,
+        agent_id: &str,
+        deployment_id: &str,
+        engine: &str,
+    ) -> Result<DeploymentRow> {
+        let c = self.conn;
+        c.prepare_cached(
+            "UPDATE agentex_deployments SET is_production = 0
+             WHERE agent_id = ?1 AND is_production = 1 AND id <> ?2",
+        )?
+        .execute([agent_id, deployment_id])?;
+        let n = c
+            .prepare_cached(
+                "UPDATE agentex_deployments SET is_production = 1,
+                    promoted_at = CASE WHEN is_production = 1 THEN promoted_at ELSE ?3 END
+                 WHERE agent_id = ?1 AND id = ?2",
+            )?
+            .execute(params![agent_id, deployment_id, self.now])?;
+        if n == 0 {
+            return Err(Error::NotFound);
+        }
+        c.prepare_cached(
+            "INSERT INTO agentex_agents (agent_id, production_deployment_id, updated_at)
+             VALUES (?1, ?2, ?3)
+             ON CONFLICT (agent_id) DO UPDATE SET
+                production_deployment_id = excluded.production_deployment_id,
+                updated_at = excluded.updated_at",
+        )?
+        .execute(params![agent_id, deployment_id, self.now])?;
+        c.prepare_cached("UPDATE agents SET engine = ?2 WHERE id = ?1")?
+            .execute([agent_id, engine])?;
+        deployment(c, agent_id, deployment_id)?.ok_or(Error::NotFound)
+    }
+
+    /// Deletes a deployment that is not in production.
+    pub fn delete_deployment(&mut self, agent_id: &str, deployment_id: &str) -> Result<()> {
+        let row = deployment(self.conn, agent_id, deployment_id)?.ok_or(Error::NotFound)?;
+        if row.is_production {
+            return Err(Error::Conflict(
+                "deployment_in_production",
+                "the production deployment cannot be deleted; promote another one first".into(),
+            ));
+        }
+        self.conn
+            .prepare_cached("DELETE FROM agentex_deployments WHERE id = ?1")?
+            .execute([deployment_id])?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tasks
+
+/// A session seen as a task.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub pk: i64,
+    pub id: String,
+    pub workspace_id: String,
+    pub agent_id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub turn_status: String,
+    pub turn_active: bool,
+    pub name: Option<String>,
+    pub params: Option<String>,
+    pub task_metadata: Option<String>,
+    /// A final status (cancel, complete, fail, terminate, timeout), if one was set.
+    pub final_status: Option<String>,
+    pub status_reason: Option<String>,
+    pub deployment_id: Option<String>,
+    /// The session was closed (handed off on `/v2`): the id of the session that took over.
+    pub handed_off_to: Option<String>,
+}
+
+impl TaskRow {
+    pub fn key(&self) -> SessionKey {
+        SessionKey {
+            pk: self.pk,
+            id: self.id.clone(),
+        }
+    }
+}
+
+/// The status a task shows: its final status, else COMPLETED once its session is closed, else
+/// INTERRUPTED while its last turn ended interrupted, else RUNNING. Mirrors `TaskRow`'s Rust-side
+/// derivation in `agentex::tasks`.
+const TASK_STATUS_SQL: &str = "COALESCE(t.status, CASE WHEN s.closed_at IS NOT NULL THEN 'COMPLETED'
+    WHEN s.turn_status = 'interrupted' AND s.turn_active = 0 THEN 'INTERRUPTED' ELSE 'RUNNING' END)";
+
+const TASK_SELECT: &str = "SELECT s.pk, s.id, s.workspace_id, s.agent_id, s.created_at,
+    MAX(s.updated_at, COALESCE(t.updated_at, 0)), s.turn_status, s.turn_active, t.name, t.params,
+    t.task_metadata, t.status, t.status_reason, t.deployment_id,
+    CASE WHEN s.closed_at IS NOT NULL THEN COALESCE(s.handed_off_to, '') END
+    FROM sessions s LEFT JOIN agentex_tasks t ON t.session_pk = s.pk";
+
+fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+    Ok(TaskRow {
+        pk: r.get(0)?,
+        id: r.get(1)?,
+        workspace_id: r.get(2)?,
+        agent_id: r.get(3)?,
+        created_at: r.get(4)?,
+        updated_at: r.get(5)?,
+        turn_status: r.get(6)?,
+        turn_active: r.get(7)?,
+        name: r.get(8)?,
+        params: r.get(9)?,
+        task_metadata: r.get(10)?,
+        final_status: r.get(11)?,
+        status_reason: r.get(12)?,
+        deployment_id: r.get(13)?,
+        handed_off_to: r.get(14)?,
+    })
+}
+
+/// How a request names a task: by id (the session id) or by its unique name.
+#[derive(Debug, Clone, Copy)]
+pub enum TaskKey<'a> {
+    Id(&'a str),
+    Name(&'a str),
+}
+
+pub fn task(conn: &Connection, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
+    let (cond, value) = match key {
+        TaskKey::Id(id) => ("s.id = ?2", id),
+        TaskKey::Name(name) => ("t.name = ?2", name),
+    };
+    Ok(conn
+        .prepare_cached(&format!(
+            "{TASK_SELECT} WHERE s.workspace_id = ?1 AND {cond}"
+        ))?
+        .query_row([workspace_id, value], task_from_row)
+        .optional()?)
+}
+
+pub fn task_by_pk(conn: &Connection, pk: i64) -> Result<Option<TaskRow>> {
+    Ok(conn
+        .prepare_cached(&format!("{TASK_SELECT} WHERE s.pk = ?1"))?
+        .query_row([pk], task_from_row)
+        .optional()?)
+}
+
+/// Filters and order of the task list.
+#[derive(Debug, Clone)]
+pub struct TaskFilter {
+    pub agent_id: Option<String>,
+    pub agent_name: Option<String>,
+    pub status: Option<String>,
+    pub task_metadata: Option<Map<String, Value>>,
+    /// `created_at`, `updated_at`, `name` or `status`.
+    pub order_by: &'static str,
+    pub direction: Direction,
+    pub page: Page,
+}
+
+pub fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Result<Vec<TaskRow>> {
+    let mut list = List::new(TASK_SELECT, "s.workspace_id", workspace_id);
+    list.filter("s.agent_id = ?", f.agent_id.as_deref());
+    list.filter(
+        "s.agent_id IN (SELECT id FROM agents WHERE workspace_id = s.workspace_id AND slug = ?)",
+        f.agent_name.as_deref(),
+    );
+    list.filter(&format!("{TASK_STATUS_SQL} = ?"), f.status.as_deref());
+    list.contains("t.task_metadata", "$", f.task_metadata.as_ref())?;
+    let order = match f.order_by {
+        "updated_at" => "MAX(s.updated_at, COALESCE(t.updated_at, 0))",
+        "name" => "t.name",
+        "status" => TASK_STATUS_SQL,
+        _ => "s.created_at",
+    };
+    list.run(conn, order, "s.id", f.direction, f.page, task_from_row)
+}
+
+/// The task fields a write sets; `None` leaves a field as it is.
+#[derive(Debug, Default)]
+pub struct TaskFields<'a> {
+    pub name: Option<&'a str>,
+    pub params: Option<&'a str>,
+    pub task_metadata: Option<&'a str>,
+    pub deployment_id: Option<&'a str>,
+}
+
+impl Tx<'_> {
+    pub fn task(&self, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
+        task(self.conn, workspace_id, key)
+    }
+
+    /// Creates the task row of a session, or sets the given fields on it.
+    pub fn put_task_fields(
+        &mut self,
+        key: &SessionKey,
+        workspace_id: &str,
+        f: &TaskFields<'_>,
+    ) -> Result<()> {
+        let inserted = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO agentex_tasks (session_pk, workspace_id, name, params, task_metadata,
+                    deployment_id, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (session_pk) DO UPDATE SET
+                    name = COALESCE(excluded.name, name),
+                    params = COALESCE(excluded.params, params),
+                    task_metadata = COALESCE(excluded.task_metadata, task_metadata),
+                    deployment_id = COALESCE(excluded.deployment_id, deployment_id),
+                    updated_at = excluded.updated_at",
+            )?
+            .execute(params![
+                key.pk,
+                workspace_id,
+                f.name,
+                f.params,
+                f.task_metadata,
+                f.deployment_id,
+                self.now
+            ]);
+        match inserted {
+            Ok(_) => Ok(()),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Err(Error::Conflict(
+                    "task_name_taken",
+                    "another task already has this name".into(),
+                ))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sets a task's final status (and its reason).
+    pub fn set_task_final_status(
+        &mut self,
+        key: &SessionKey,
+        workspace_id: &str,
+        status: &str,
+        reason: &str,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO agentex_tasks (session_pk, workspace_id, status, status_reason, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (session_pk) DO UPDATE SET status = excluded.status,
+                    status_reason = excluded.status_reason, updated_at = excluded.updated_at",
+            )?
+            .execute(params![key.pk, workspace_id, status, reason, self.now])?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Task messages: timeline events that read as messages
+
+/// The kinds of timeline events that read as task messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageKind {
+    Prompt,
+    Note,
+    Answer,
+    AgentMessage,
+    Ask,
+    Text,
+    Reasoning,
+    ToolRequest,
+    ToolResponse,
+}
+
+impl MessageKind {
+    pub const ALL: [MessageKind; 9] = [
+        MessageKind::Prompt,
+        MessageKind::Note,
+        MessageKind::Answer,
+        MessageKind::AgentMessage,
+        MessageKind::Ask,
+        MessageKind::Text,
+        MessageKind::Reasoning,
+        MessageKind::ToolRequest,
+        MessageKind::ToolResponse,
+    ];
+
+    /// `(event type, step type)` of the events of this kind.
+    fn event(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            MessageKind::Prompt => ("prompt_submitted", None),
+            MessageKind::Note => ("note_submitted", None),
+            MessageKind::Answer => ("answer_submitted", None),
+            MessageKind::AgentMessage => ("agent_message", None),
+            MessageKind::Ask => ("ask", None),
+            MessageKind::Text => ("step", Some("text")),
+            MessageKind::Reasoning => ("step", Some("reasoning")),
+            MessageKind::ToolRequest => ("step", Some("tool_call_start")),
+            MessageKind::ToolResponse => ("step", Some("tool_call")),
+        }
+    }
+}
+
+/// `(condition, arguments)` selecting events of the given kinds (none: a condition that is false).
+fn kinds_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
+    let mut types = Vec::new();
+    let mut steps = Vec::new();
+    for k in kinds {
+        match k.event() {
+            (t, None) => types.push(SqlValue::Text(t.to_owned())),
+            (_, Some(s)) => steps.push(SqlValue::Text(s.to_owned())),
+        }
+    }
+    let mut parts = Vec::new();
+    if !types.is_empty() {
+        parts.push(format!("e.type IN ({})", vec!["?"; types.len()].join(",")));
+    }
+    if !steps.is_empty() {
+        parts.push(format!(
+            "(e.type = 'step' AND json_extract(e.body, '$.step.type') IN ({}))",
+            vec!["?"; steps.len()].join(",")
+        ));
+    }
+    if parts.is_empty() {
+        return ("0".into(), Vec::new());
+    }
+    types.extend(steps);
+    (format!("({})", parts.join(" OR ")), types)
+}
+
+fn stored_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::StoredEvent> {
+    Ok(super::StoredEvent {
+        seq: r.get::<_, i64>(0)? as u64,
+        created_at: r.get(1)?,
+        event_type: r.get(2)?,
+        body: r.get(3)?,
+    })
+}
+
+/// The message events of a session, by page number.
+pub fn message_events_page(
+    conn: &Connection,
+    session_pk: i64,
+    kinds: &[MessageKind],
+    direction: Direction,
+    page: Page,
+) -> Result<Vec<super::StoredEvent>> {
+    let (cond, mut kind_args) = kinds_condition(kinds);
+    let mut sql = format!(
+        "SELECT e.seq, e.created_at, e.type, e.body FROM events e
+         WHERE e.session_pk = ? AND {cond} ORDER BY e.seq {}",
+        direction.sql()
+    );
+    let mut args = vec![SqlValue::Integer(session_pk)];
+    args.append(&mut kind_args);
+    push_page(&mut sql, &mut args, page);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(args), stored_event)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The message events of a session before (`Desc`) or after (`Asc`) a seq, at most `limit`.
+pub fn message_events_from(
+    conn: &Connection,
+    session_pk: i64,
+    kinds: &[MessageKind],
+    direction: Direction,
+    cursor: Option<u64>,
+    limit: u32,
+) -> Result<Vec<super::StoredEvent>> {
+    let (cond, mut kind_args) = kinds_condition(kinds);
+    let bound = match (direction, cursor) {
+        (Direction::Desc, Some(_)) => " AND e.seq < ?",
+        (Direction::Asc, Some(_)) => " AND e.seq > ?",
+        (_, None) => "",
+    };
+    let sql = format!(
+        "SELECT e.seq, e.created_at, e.type, e.body FROM events e
+         WHERE e.session_pk = ? AND {cond}{bound} ORDER BY e.seq {} LIMIT ?",
+        direction.sql()
+    );
+    let mut args = vec![SqlValue::Integer(session_pk)];
+    args.append(&mut kind_args);
+    if let Some(c) = cursor {
+        args.push(SqlValue::Integer(c.min(i64::MAX as u64) as i64));
+    }
+    args.push(SqlValue::Integer(i64::from(limit)));
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(args), stored_event)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// One event of a session, if it reads as a message.
+pub fn message_event(
+    conn: &Connection,
+    session_pk: i64,
+    seq: u64,
+) -> Result<Option<super::StoredEvent>> {
+    let (cond, kind_args) = kinds_condition(&MessageKind::ALL);
+    let sql = format!(
+        "SELECT e.seq, e.created_at, e.type, e.body FROM events e
+         WHERE e.session_pk = ? AND e.seq = ? AND {cond}"
+    );
+    let mut args = vec![
+        SqlValue::Integer(session_pk),
+        SqlValue::Integer(seq.min(i64::MAX as u64) as i64),
+    ];
+    args.extend(kind_args);
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row(params_from_iter(args), stored_event)
+        .optional()?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events
+
+#[derive(Debug, Clone)]
+pub struct EventRow {
+    pub sequence_id: i64,
+    pub id: String,
+    pub task_id: String,
+    pub agent_id: String,
+    pub content: Option<String>,
+    pub created_at: i64,
+}
+
+const EVENT_SELECT: &str = "SELECT v.sequence_id, v.id, s.id, v.agent_id, v.content, v.created_at
+    FROM agentex_events v JOIN sessions s ON s.pk = v.session_pk";
+
+fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok(EventRow {
+        sequence_id: r.get(0)?,
+        id: r.get(1)?,
+        task_id: r.get(2)?,
+        agent_id: r.get(3)?,
+        content: r.get(4)?,
+        created_at: r.get(5)?,
+    })
+}
+
+pub fn agentex_event(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<EventRow>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "{EVENT_SELECT} WHERE v.id = ?1 AND s.workspace_id = ?2"
+        ))?
+        .query_row([id, workspace_id], event_from_row)
+        .optional()?)
+}
+
+/// A task's events with `sequence_id > after`, ascending.
+pub fn agentex_events(
+    conn: &Connection,
+    session_pk: i64,
+    after: i64,
+    limit: u32,
+) -> Result<Vec<EventRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "{EVENT_SELECT} WHERE v.session_pk = ?1 AND v.sequence_id > ?2
+         ORDER BY v.sequence_id LIMIT ?3"
+    ))?;
+    let rows = stmt.query_map(params![session_pk, after, limit], event_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+impl Tx<'_> {
+    /// Records an event sent to a task; `seq` is the timeline input it delivered, if any.
+    pub fn insert_agentex_event(
+        &mut self,
+        key: &SessionKey,
+        agent_id: &str,
+        seq: Option<u64>,
+        content: Option<&str>,
+    ) -> Result<EventRow> {
+        let id = crate::ids::new_id();
+        self.conn
+            .prepare_cached(
+                "INSERT INTO agentex_events (id, session_pk, agent_id, seq, content, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                id,
+                key.pk,
+                agent_id,
+                seq.map(|s| s as i64),
+                content,
+                self.now
+            ])?;
+        Ok(EventRow {
+            sequence_id: self.conn.last_insert_rowid(),
+            id,
+            task_id: key.id.clone(),
+            agent_id: agent_id.to_owned(),
+            content: content.map(str::to_owned),
+            created_at: self.now,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// States
+
+/// Filters and order of the lists of a task's records (states, spans, trackers).
+#[derive(Debug, Clone)]
+pub struct RecordFilter {
+    pub task_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub order_by: &'static str,
+    pub direction: Direction,
+    pub page: Page,
+}
+
+#[derive(Debug, Clone)]
+pub struct StateRow {
+    pub id: String,
+    pub task_id: String,
+    pub agent_id: String,
+    pub state: String,
+    pub created_at: i64,
+    pub updated_at: Option<i64>,
+}
+
+const STATE_SELECT: &str = "SELECT st.id, s.id, st.agent_id, st.state, st.created_at, st.updated_at
+    FROM agentex_states st JOIN sessions s ON s.pk = st.session_pk";
+
+fn state_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StateRow> {
+    Ok(StateRow {
+        id: r.get(0)?,
+        task_id: r.get(1)?,
+        agent_id: r.get(2)?,
+        state: r.get(3)?,
+        created_at: r.get(4)?,
+        updated_at: r.get(5)?,
+    })
+}
+
+pub fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "{STATE_SELECT} WHERE st.id = ?1 AND s.workspace_id = ?2"
+        ))?
+        .query_row([id, workspace_id], state_from_row)
+        .optional()?)
+}
+
+/// `order_by`: `created_at` or `updated_at`.
+pub fn states(conn: &Connection, workspace_id: &str, f: &RecordFilter) -> Result<Vec<StateRow>> {
+    let mut list = List::new(STATE_SELECT, "s.workspace_id", workspace_id);
+    list.filter("s.id = ?", f.task_id.as_deref());
+    list.filter("st.agent_id = ?", f.agent_id.as_deref());
+    let order = if f.order_by == "updated_at" {
+        "COALESCE(st.updated_at, st.created_at)"
+    } else {
+        "st.created_at"
+    };
+    list.run(conn, order, "st.id", f.direction, f.page, state_from_row)
+}
+
+impl Tx<'_> {
+    pub fn insert_state(
+        &mut self,
+        key: &SessionKey,
+        agent_id: &str,
+        state: &str,
+    ) -> Result<String> {
+        let id = crate::ids::new_id();
+        let n = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO agentex_states (id, session_pk, agent_id, state, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (session_pk, agent_id) DO NOTHING",
+            )?
+            .execute(params![id, key.pk, agent_id, state, self.now])?;
+        if n == 0 {
+            return Err(Error::Conflict(
+                "state_exists",
+                "this task already has a state for this agent; update it instead".into(),
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Replaces a state's document; false when there is no such state in the workspace.
+    pub fn update_state(&mut self, workspace_id: &str, id: &str, state: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE agentex_states SET state = ?3, updated_at = ?4 WHERE id = ?1
+                 AND session_pk IN (SELECT pk FROM sessions WHERE workspace_id = ?2)",
+            )?
+            .execute(params![id, workspace_id, state, self.now])?;
+        Ok(n > 0)
+    }
+
+    pub fn delete_state(&mut self, workspace_id: &str, id: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM agentex_states WHERE id = ?1
+                 AND session_pk IN (SELECT pk FROM sessions WHERE workspace_id = ?2)",
+            )?
+            .execute([id, workspace_id])?;
+        Ok(n > 0)
+    }
+
+    pub fn state(&self, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+        state(self.conn, workspace_id, id)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spans
+
+#[derive(Debug, Clone, Default)]
+pub struct SpanRow {
+    pub id: String,
+    pub trace_id: String,
+    pub name: String,
+    /// Microseconds since the Unix epoch.
+    pub start_time: i64,
+    pub end_time: Option<i64>,
+    pub parent_id: Option<String>,
+    pub task_id: Option<String>,
+    pub data: Option<String>,
+    pub input: Option<String>,
+    pub output: Option<String>,
+}
+
+const SPAN_COLUMNS: &str =
+    "id, trace_id, name, start_time, end_time, parent_id, task_id, data, input, output";
+
+fn span_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpanRow> {
+    Ok(SpanRow {
+        id: r.get(0)?,
+        trace_id: r.get(1)?,
+        name: r.get(2)?,
+        start_time: r.get(3)?,
+        end_time: r.get(4)?,
+        parent_id: r.get(5)?,
+        task_id: r.get(6)?,
+        data: r.get(7)?,
+        input: r.get(8)?,
+        output: r.get(9)?,
+    })
+}
+
+pub fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {SPAN_COLUMNS} FROM agentex_spans WHERE workspace_id = ?1 AND id = ?2"
+        ))?
+        .query_row([workspace_id, id], span_from_row)
+        .optional()?)
+}
+
+/// `order_by`: `start_time`, `end_time` or `name`. Spans have no agent, so the filter's
+/// `agent_id` does not apply; `trace_id` narrows to one trace.
+pub fn spans(
+    conn: &Connection,
+    workspace_id: &str,
+    trace_id: Option<&str>,
+    f: &RecordFilter,
+) -> Result<Vec<SpanRow>> {
+    let select = format!("SELECT {SPAN_COLUMNS} FROM agentex_spans");
+    let mut list = List::new(&select, "workspace_id", workspace_id);
+    list.filter("trace_id = ?", trace_id);
+    list.filter("task_id = ?", f.task_id.as_deref());
+    let order = match f.order_by {
+        "end_time" => "end_time",
+        "name" => "name",
+        _ => "start_time",
+    };
+    list.run(conn, order, "id", f.direction, f.page, span_from_row)
+}
+
+impl Tx<'_> {
+    pub fn insert_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
+        let n = self
+            .conn
+            .prepare_cached(&format!(
+                "INSERT INTO agentex_spans (workspace_id, {SPAN_COLUMNS}, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                 ON CONFLICT (workspace_id, id) DO NOTHING"
+            ))?
+            .execute(params![
+                workspace_id,
+                s.id,
+                s.trace_id,
+                s.name,
+                s.start_time,
+                s.end_time,
+                s.parent_id,
+                s.task_id,
+                s.data,
+                s.input,
+                s.output,
+                self.now
+            ])?;
+        if n == 0 {
+            return Err(Error::Conflict(
+                "span_exists",
+                format!("a span with id {} already exists", s.id),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Replaces every field of a span but its id.
+    pub fn update_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE agentex_spans SET trace_id = ?3, name = ?4, start_time = ?5,
+                    end_time = ?6, parent_id = ?7, task_id = ?8, data = ?9, input = ?10,
+                    output = ?11
+                 WHERE workspace_id = ?1 AND id = ?2",
+            )?
+            .execute(params![
+                workspace_id,
+                s.id,
+                s.trace_id,
+                s.name,
+                s.start_time,
+                s.end_time,
+                s.parent_id,
+                s.task_id,
+                s.data,
+                s.input,
+                s.output
+            ])?;
+        Ok(())
+    }
+
+    pub fn span(&self, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+        span(self.conn, workspace_id, id)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trackers
+
+/// A task's tracker: its agent's processing cursor over the task's events.
+#[derive(Debug, Clone)]
+pub struct TrackerRow {
+    pub task_id: String,
+    pub agent_id: String,
+    pub created_at: i64,
+    pub last_processed_event_id: Option<String>,
+    pub status: Option<String>,
+    pub status_reason: Option<String>,
+    pub updated_at: Option<i64>,
+}
+
+const TRACKER_SELECT: &str = "SELECT s.id, s.agent_id, s.created_at, k.last_processed_event_id,
+    k.status, k.status_reason, k.updated_at
+    FROM sessions s LEFT JOIN agentex_trackers k ON k.session_pk = s.pk";
+
+fn tracker_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackerRow> {
+    Ok(TrackerRow {
+        task_id: r.get(0)?,
+        agent_id: r.get(1)?,
+        created_at: r.get(2)?,
+        last_processed_event_id: r.get(3)?,
+        status: r.get(4)?,
+        status_reason: r.get(5)?,
+        updated_at: r.get(6)?,
+    })
+}
+
+pub fn tracker(conn: &Connection, workspace_id: &str, task_id: &str) -> Result<Option<TrackerRow>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "{TRACKER_SELECT} WHERE s.id = ?1 AND s.workspace_id = ?2"
+        ))?
+        .query_row([task_id, workspace_id], tracker_from_row)
+        .optional()?)
+}
+
+/// `order_by`: `created_at` or `updated_at`.
+pub fn trackers(
+    conn: &Connection,
+    workspace_id: &str,
+    f: &RecordFilter,
+) -> Result<Vec<TrackerRow>> {
+    let mut list = List::new(TRACKER_SELECT, "s.workspace_id", workspace_id);
+    list.filter("s.id = ?", f.task_id.as_deref());
+    list.filter("s.agent_id = ?", f.agent_id.as_deref());
+    let order = if f.order_by == "updated_at" {
+        "COALESCE(k.updated_at, s.created_at)"
+    } else {
+        "s.created_at"
+    };
+    list.run(conn, order, "s.id", f.direction, f.page, tracker_from_row)
+}
+
+/// A tracker change; `None` leaves a field as it is.
+#[derive(Debug, Default)]
+pub struct TrackerUpdate<'a> {
+    pub last_processed_event_id: Option<&'a str>,
+    pub status: Option<&'a str>,
+    pub status_reason: Option<&'a str>,
+}
+
+impl Tx<'_> {
+    pub fn update_tracker(&mut self, key: &SessionKey, u: &TrackerUpdate<'_>) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO agentex_trackers (session_pk, last_processed_event_id, status,
+                    status_reason, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (session_pk) DO UPDATE SET
+                    last_processed_event_id = COALESCE(excluded.last_processed_event_id,
+                        last_processed_event_id),
+                    status = COALESCE(excluded.status, status),
+                    status_reason = COALESCE(excluded.status_reason, status_reason),
+                    updated_at = excluded.updated_at",
+            )?
+            .execute(params![
+                key.pk,
+                u.last_processed_event_id,
+                u.status,
+                u.status_reason,
+                self.now
+            ])?;
+        Ok(())
+    }
+
+    /// The event of a task with this id, if there is one.
+    pub fn task_has_event(&self, key: &SessionKey, event_id: &str) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM agentex_events WHERE session_pk = ?1 AND id = ?2")?
+            .query_row(params![key.pk, event_id], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn containment_builds_one_condition_per_leaf() {
+        let filter = json!({"a": "x", "b": {"c": 1, "d": true}, "e": [1, 2]});
+        let mut args = Vec::new();
+        let conds = containment("m", "$", filter.as_object().unwrap(), &mut args).unwrap();
+        assert_eq!(conds.len(), 4);
+        assert!(conds[1].contains("$.\"b\".\"c\""));
+        assert_eq!(args.len(), 3);
+        let bad = json!({"a\"": 1});
+        assert!(containment("m", "$", bad.as_object().unwrap(), &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn no_kinds_selects_nothing() {
+        assert_eq!(kinds_condition(&[]).0, "0");
+        let (cond, args) = kinds_condition(&[MessageKind::Prompt, MessageKind::Text]);
+        assert!(cond.contains("e.type IN (?)") && cond.contains("step.type"));
+        assert_eq!(args.len(), 2);
+    }
+}

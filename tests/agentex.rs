@@ -1,0 +1,635 @@
+//! The agent platform API (`/agentex`) over raw HTTP: JSON-RPC envelopes and error objects, the
+//! line format of RPC answers, HTTP errors around them, and the sessions that tasks are, checked
+//! against the Sessions API's seed schemas and as `/v2` Session records. The official client
+//! drives the rest (`tests/python/agentex_client`).
+
+mod common;
+#[path = "common/hast.rs"]
+mod hast;
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+use common::{Server, WS, assert_known_events, assert_schema, poll_until};
+// What `hast` reads from its parent.
+use common::{Sse, SseFrame, SseItem};
+use serde_json::{Value, json};
+
+fn agentex(s: &Server, path: &str) -> String {
+    s.url(&format!("/agentex{path}"))
+}
+
+/// Registers an agent and returns its id.
+fn register(s: &Server, name: &str) -> String {
+    let (status, v) = s.post(
+        &agentex(s, "/agents/register-build"),
+        &json!({"name": name, "description": "test"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    v["id"].as_str().expect("id").to_owned()
+}
+
+/// A raw RPC call: status, content type and the body's text.
+fn rpc_raw(s: &Server, agent_id: &str, body: &str) -> (u16, String, String) {
+    let res = s
+        .http
+        .post(agentex(s, &format!("/agents/{agent_id}/rpc")))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .expect("POST rpc");
+    let status = res.status().as_u16();
+    let ct = res
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    (status, ct, res.text().expect("body"))
+}
+
+/// An RPC answer that is one line of JSON (after keep-alive blank lines).
+fn rpc(s: &Server, agent_id: &str, body: &Value) -> Value {
+    let (status, ct, text) = rpc_raw(s, agent_id, &body.to_string());
+    assert_eq!(status, 200, "{text}");
+    assert!(ct.starts_with("application/json"), "{ct}");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line of JSON: {text:?}");
+    assert!(text.ends_with('\n'));
+    serde_json::from_str(lines[0]).expect("JSON line")
+}
+
+fn assert_rpc_error(v: &Value, code: i64, id: &Value) {
+    assert_eq!(v["jsonrpc"], "2.0", "{v}");
+    assert_eq!(&v["id"], id, "{v}");
+    assert_eq!(v["result"], Value::Null, "{v}");
+    assert_eq!(v["error"]["code"], code, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{v}"
+    );
+}
+
+#[test]
+fn json_rpc_errors_have_standard_codes_and_echo_the_id() {
+    let s = Server::start();
+    let agent = register(&s, "rpc-errors");
+    for (body, code, id) in [
+        ("{not json", -32700, Value::Null),
+        ("[1, 2]", -32600, Value::Null),
+        ("\"task/create\"", -32600, Value::Null),
+        (
+            r#"{"jsonrpc": "1.0", "id": 3, "method": "task/create", "params": {}}"#,
+            -32600,
+            json!(3),
+        ),
+        (
+            r#"{"id": {"nested": 1}, "method": "task/create", "params": {}}"#,
+            -32600,
+            Value::Null,
+        ),
+        (r#"{"id": "a", "params": {}}"#, -32600, json!("a")),
+        (
+            r#"{"id": "a", "method": "task/create", "params": {}, "extra": 1}"#,
+            -32600,
+            json!("a"),
+        ),
+        (
+            r#"{"id": 7, "method": "task/delete", "params": {}}"#,
+            -32601,
+            json!(7),
+        ),
+        (r#"{"id": 8, "method": "task/create"}"#, -32602, json!(8)),
+        (
+            r#"{"id": 9, "method": "task/create", "params": [1]}"#,
+            -32602,
+            json!(9),
+        ),
+        (
+            r#"{"id": 10, "method": "task/create", "params": {"nme": "typo"}}"#,
+            -32602,
+            json!(10),
+        ),
+        (
+            r#"{"id": 11, "method": "task/create", "params": {"name": 5}}"#,
+            -32602,
+            json!(11),
+        ),
+        (
+            r#"{"id": 12, "method": "task/cancel", "params": {}}"#,
+            -32602,
+            json!(12),
+        ),
+        (
+            r#"{"id": 13, "method": "task/interrupt", "params": {"task_id": "01a230e0-0000-7000-8000-000000000000"}}"#,
+            -32602,
+            json!(13),
+        ),
+        (
+            r#"{"id": 14, "method": "message/send", "params": {"content": {"type": "image"}}}"#,
+            -32602,
+            json!(14),
+        ),
+        (
+            r#"{"id": 15, "method": "message/send", "params": {"content": {"type": "text", "author": "user", "content": ""}}}"#,
+            -32602,
+            json!(15),
+        ),
+        (
+            r#"{"id": 16, "method": "event/send", "params": {"content": {"type": "text", "author": "user", "content": "x"}}}"#,
+            -32602,
+            json!(16),
+        ),
+    ] {
+        let (status, ct, text) = rpc_raw(&s, &agent, body);
+        assert_eq!(status, 200, "{body} -> {status} {text}");
+        assert!(ct.starts_with("application/json"), "{body}: {ct}");
+        assert_eq!(text.matches('\n').count(), 1, "{body}: one line: {text:?}");
+        let v: Value = serde_json::from_str(&text).expect("JSON");
+        assert_rpc_error(&v, code, &id);
+    }
+    // Nothing was created by any of them.
+    let (_, tasks) = s.get(&agentex(&s, &format!("/tasks?agent_id={agent}")));
+    assert_eq!(tasks, json!([]));
+}
+
+#[test]
+fn http_errors_around_the_rpc() {
+    let s = Server::start();
+    let agent = register(&s, "rpc-http");
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {}});
+    // An agent that is not there is a 404 of the route, not an RPC answer.
+    let (status, v) = s.post(
+        &agentex(&s, "/agents/01a230e0-0000-7000-8000-000000000000/rpc"),
+        &call,
+    );
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (404, Some("agent_not_found"))
+    );
+    let (status, _) = s.post(&agentex(&s, "/agents/name/nobody/rpc"), &call);
+    assert_eq!(status, 404);
+    // No credential, a read-only credential.
+    let anonymous = reqwest::blocking::Client::new();
+    let res = anonymous
+        .post(agentex(&s, &format!("/agents/{agent}/rpc")))
+        .json(&call)
+        .send()
+        .expect("POST");
+    assert_eq!(res.status().as_u16(), 401);
+    let reader = common::sessiond_command()
+        .args([
+            "token",
+            "create",
+            "--user",
+            common::OWNER_EMAIL,
+            "--scope",
+            "sessions:read",
+            "--data-dir",
+        ])
+        .arg(&s.data_dir)
+        .output()
+        .expect("token");
+    let reader = String::from_utf8(reader.stdout)
+        .expect("utf8")
+        .trim()
+        .to_owned();
+    let res = anonymous
+        .post(agentex(&s, &format!("/agents/{agent}/rpc")))
+        .bearer_auth(&reader)
+        .json(&call)
+        .send()
+        .expect("POST");
+    assert_eq!(res.status().as_u16(), 403);
+    let res = anonymous
+        .get(agentex(&s, "/agents"))
+        .bearer_auth(&reader)
+        .send()
+        .expect("GET");
+    assert_eq!(res.status().as_u16(), 200);
+    // A body over the limit.
+    let big = format!(
+        "{{\"method\": \"task/create\", \"params\": {{\"name\": \"{}\"}}}}",
+        "x".repeat(33 * 1024 * 1024)
+    );
+    let (status, _, _) = rpc_raw(&s, &agent, &big);
+    assert_eq!(status, 413);
+    // A method the route does not have, and a route that does not exist.
+    let res = s
+        .http
+        .get(agentex(&s, &format!("/agents/{agent}/rpc")))
+        .send()
+        .expect("GET");
+    assert_eq!(res.status().as_u16(), 405);
+    assert_eq!(res.headers()["allow"], "POST");
+    let (status, v) = s.get(&agentex(&s, "/no/such/route"));
+    assert_eq!((status, v["error"].as_str()), (404, Some("not_found")));
+}
+
+#[test]
+fn unsupported_operations_answer_501_after_the_credential_check() {
+    let s = Server::start();
+    for (method, path) in [
+        ("POST", "/checkpoints/list"),
+        ("POST", "/checkpoints/put"),
+        ("GET", "/deployment-history"),
+        ("GET", "/deployment-history/x"),
+        ("POST", "/agent_api_keys/webhook-trigger"),
+        ("POST", "/agents/register"),
+        ("GET", "/tasks/x/query/state"),
+        ("PUT", "/messages/x.1"),
+        ("PUT", "/messages/batch"),
+    ] {
+        let url = agentex(&s, path);
+        let req = |c: &reqwest::blocking::Client| match method {
+            "GET" => c.get(&url),
+            "PUT" => c.put(&url).json(&json!({})),
+            _ => c.post(&url).json(&json!({})),
+        };
+        let res = req(&reqwest::blocking::Client::new()).send().expect("send");
+        assert_eq!(res.status().as_u16(), 401, "{method} {path}");
+        let (status, v) = common::into_json(req(&s.http).send().expect("send"));
+        assert_eq!(status, 501, "{method} {path}: {v}");
+        assert_eq!(v["error"], "not_implemented");
+        assert!(v["message"].as_str().is_some_and(|m| m.len() > 20), "{v}");
+    }
+}
+
+#[test]
+fn conflicts_tell_retrying_clients_not_to() {
+    let s = Server::start();
+    let res = s
+        .http
+        .delete(agentex(&s, "/agents/name/root"))
+        .send()
+        .expect("DELETE");
+    assert_eq!(res.status().as_u16(), 409);
+    assert_eq!(res.headers()["x-should-retry"], "false");
+}
+
+/// Tasks are sessions: whatever `/agentex` did to them reads back through the Sessions API as
+/// valid seed documents.
+#[test]
+fn tasks_are_sessions_that_satisfy_the_sessions_api_schemas() {
+    let s = Server::start();
+    let agent = register(&s, "schemas");
+    let created = rpc(
+        &s,
+        &agent,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create",
+            "params": {"name": "the task", "params": {"a": 1}}}),
+    );
+    let task = created["result"]["id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    assert_eq!(created["result"]["status"], "RUNNING");
+    let detail = s.detail(&task);
+    assert_schema(
+        "GET_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json",
+        &detail,
+    );
+    assert_eq!(detail["title"], "the task");
+    assert_eq!(detail["turnStatus"], "complete", "no turn ran yet");
+    assert_eq!(detail["agent"]["id"], agent);
+    let answer = rpc(
+        &s,
+        &agent,
+        &json!({"id": 2, "method": "message/send", "params": {"task_id": task,
+            "content": {"type": "text", "author": "user", "content": "/tool look\n/reply done"}}}),
+    );
+    assert_eq!(answer["id"], 2);
+    let messages = answer["result"].as_array().expect("messages");
+    assert_eq!(messages.len(), 3, "{answer}");
+    rpc(
+        &s,
+        &agent,
+        &json!({"id": 3, "method": "event/send", "params": {"task_name": "the task",
+            "content": {"type": "data", "author": "user", "data": {"k": "v"}}}}),
+    );
+    poll_until("the event's turn", Duration::from_secs(30), || {
+        let h = s.history_all(&task);
+        (h.iter()
+            .filter(|e| e["event"]["type"] == "complete")
+            .count()
+            == 2)
+            .then_some(())
+    });
+    let cancelled = rpc(
+        &s,
+        &agent,
+        &json!({"id": 4, "method": "task/cancel", "params": {"task_id": task}}),
+    );
+    assert_eq!(cancelled["result"]["status"], "CANCELED");
+    let history = s.history_all(&task);
+    assert_known_events(history.iter().map(|e| &e["event"]));
+    let prompts: Vec<&Value> = history
+        .iter()
+        .filter(|e| e["event"]["type"] == "prompt_submitted")
+        .map(|e| &e["event"]["prompt"])
+        .collect();
+    assert_eq!(
+        prompts,
+        [&json!("/tool look\n/reply done"), &json!("{\"k\":\"v\"}")]
+    );
+    let (status, page) = s.get(&s.sessions_url(&format!("/{task}/history?limit=500")));
+    assert_eq!(status, 200);
+    assert_schema(
+        "GET_v1_ws__workspaceSlug__agent_sessions__sessionId__history.response.json",
+        &page,
+    );
+    assert_schema(
+        "GET_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json",
+        &s.detail(&task),
+    );
+    // The session list shows it too.
+    let (_, list) = s.get(&s.sessions_url(""));
+    assert_schema(
+        "GET_v1_ws__workspaceSlug__agent_sessions.response.json",
+        &list,
+    );
+    assert!(
+        list["sessions"]
+            .as_array()
+            .expect("sessions")
+            .iter()
+            .any(|x| x["id"] == task)
+    );
+    // The agent's default-session routes know nothing of it (tasks are not default chats).
+    let (_, slug) = s.get(&agentex(&s, &format!("/agents/{agent}")));
+    let (_, default) = s.get(&s.url(&format!(
+        "/v1/ws/{WS}/agents/{}/sessions/default",
+        slug["name"].as_str().expect("name")
+    )));
+    assert_eq!(default, json!({"session": null}));
+}
+
+/// `message/send` answers while the turn runs: blank keep-alive lines, then the one JSON line;
+/// with `stream`, NDJSON lines of updates.
+#[test]
+fn rpc_answers_keep_the_connection_alive_and_stream_ndjson() {
+    let s = Server::start_with_config("[stream]\nkeepalive_ms = 50\n");
+    let agent = register(&s, "lines");
+    let body = json!({"id": "k", "method": "message/send", "params": {
+        "content": {"type": "text", "author": "user", "content": "/slow 300\n/reply one\n/reply two"}}});
+    let (status, ct, text) = rpc_raw(&s, &agent, &body.to_string());
+    assert_eq!(status, 200);
+    assert!(ct.starts_with("application/json"));
+    let blank = text.lines().take_while(|l| l.is_empty()).count();
+    assert!(blank >= 1, "keep-alive lines came first: {text:?}");
+    let v: Value = serde_json::from_str(&text).expect("the whole body is one JSON document");
+    let replies: Vec<&Value> = v["result"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| &m["content"]["content"])
+        .collect();
+    assert_eq!(replies, [&json!("one"), &json!("two")]);
+
+    let streamed = json!({"id": 5, "method": "message/send", "params": {"stream": true,
+        "content": {"type": "text", "author": "user", "content": "/stream 3"}}});
+    let res = s
+        .http
+        .post(agentex(&s, &format!("/agents/{agent}/rpc")))
+        .json(&streamed)
+        .send()
+        .expect("POST");
+    assert_eq!(res.status().as_u16(), 200);
+    assert!(
+        res.headers()["content-type"]
+            .to_str()
+            .expect("ct")
+            .starts_with("application/x-ndjson")
+    );
+    let mut kinds = Vec::new();
+    let mut deltas = String::new();
+    let mut done = Value::Null;
+    for line in BufReader::new(res).lines() {
+        let line = line.expect("line");
+        if line.is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&line).expect("each line is JSON");
+        assert_eq!((v["jsonrpc"].as_str(), &v["id"]), (Some("2.0"), &json!(5)));
+        let u = &v["result"];
+        kinds.push(u["type"].as_str().expect("type").to_owned());
+        if let Some(d) = u["delta"]["text_delta"].as_str() {
+            deltas.push_str(d);
+        }
+        if u["type"] == "done" {
+            done = u["parent_task_message"].clone();
+        }
+    }
+    assert_eq!(kinds, ["start", "delta", "delta", "delta", "done"]);
+    assert_eq!(deltas, "chunk 1 chunk 2 chunk 3 ");
+    assert_eq!(done["content"]["content"], deltas);
+    let id = done["id"].as_str().expect("message id");
+    let (status, stored) = s.get(&agentex(&s, &format!("/messages/{id}")));
+    assert_eq!(status, 200);
+    assert_eq!(stored, done, "the streamed message is the stored one");
+}
+
+/// The task stream is SSE: `connected` first, updates as they happen, comments as keep-alives.
+#[test]
+fn the_task_stream_is_server_sent_events() {
+    let s = Server::start_with_config("[stream]\nkeepalive_ms = 50\n");
+    let agent = register(&s, "sse");
+    let created = rpc(&s, &agent, &json!({"method": "task/create", "params": {}}));
+    let task = created["result"]["id"].as_str().expect("id").to_owned();
+    let res = s
+        .http
+        .get(agentex(&s, &format!("/tasks/{task}/stream")))
+        .send()
+        .expect("GET");
+    assert_eq!(res.status().as_u16(), 200);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    assert_eq!(res.headers()["x-accel-buffering"], "no");
+    let mut lines = BufReader::new(res).lines();
+    let first = lines.next().expect("line").expect("line");
+    assert_eq!(
+        serde_json::from_str::<Value>(first.strip_prefix("data: ").expect("data")).expect("JSON"),
+        json!({"type": "connected", "taskId": task})
+    );
+    let mut comments = 0;
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        if line.starts_with(':') {
+            comments += 1;
+            if comments == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(comments, 2, "keep-alive comments while nothing happens");
+    rpc(
+        &s,
+        &agent,
+        &json!({"method": "task/cancel", "params": {"task_id": task}}),
+    );
+    let mut last = Value::Null;
+    for line in lines {
+        let line = line.expect("line");
+        if let Some(data) = line.strip_prefix("data: ") {
+            last = serde_json::from_str(data).expect("JSON");
+        }
+    }
+    assert_eq!(
+        last["type"], "task_updated",
+        "the stream ends on the final status"
+    );
+    assert_eq!(last["task"]["status"], "CANCELED");
+}
+
+/// `task/cancel` of a session that waits without a running turn (asleep, asking, a paused Job)
+/// ends it at once: nothing wakes it, answers it or leaves it looking busy.
+#[test]
+fn cancelling_a_waiting_session_ends_it_at_once() {
+    let s = Server::start();
+    let (_, root) = s.get(&agentex(&s, "/agents/name/root"));
+    let root = root["id"].as_str().expect("root id").to_owned();
+    let job = json!({ "name": "pickjob", "prompt": "p", "states": [
+        { "name": "pick", "prompt": "/ask Which? | x | y" },
+        { "name": "finish", "prompt": "/reply finished" }
+    ]});
+    for (body, waiting) in [
+        (json!({"prompt": "/sleep 600000"}), "sleep"),
+        (json!({"prompt": "/ask Which? | x | y"}), "ask"),
+        (json!({"prompt": "go", "mode": job}), "ask"),
+    ] {
+        let id = common::id_of(&s.create(body.clone()));
+        let before = poll_until("the turn to pause", Duration::from_secs(30), || {
+            let d = s.detail(&id);
+            (d["turnStatus"] == waiting).then_some(d)
+        });
+        assert_ne!(before["bucket"], "done", "{body}: {before}");
+        let cancelled = rpc(
+            &s,
+            &root,
+            &json!({"method": "task/cancel", "params": {"task_id": id}}),
+        );
+        assert_eq!(cancelled["result"]["status"], "CANCELED", "{cancelled}");
+        let d = s.detail(&id);
+        assert_schema(
+            "GET_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json",
+            &d,
+        );
+        assert_eq!(
+            (d["turnStatus"].as_str(), d["bucket"].as_str()),
+            (Some("interrupted"), Some("done")),
+            "{body}: {d}"
+        );
+        if let Some(m) = d.get("machine") {
+            assert_eq!(m["activity"], "idle", "{d}");
+        }
+        let (status, v) = s.post(
+            &s.sessions_url(&format!("/{id}/answer")),
+            &json!({"answer": "x"}),
+        );
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (409, Some("not_asking")),
+            "{body}"
+        );
+        let history = s.history_all(&id);
+        assert_known_events(history.iter().map(|e| &e["event"]));
+    }
+}
+
+/// A task is a `/v2` Session record too, with the credential's provenance; cancelling it records
+/// who stopped it, and a `/v2` handoff closes it (`COMPLETED`, no more messages).
+#[test]
+fn tasks_are_session_records_with_the_credentials_provenance() {
+    let s = Server::start();
+    let agent = register(&s, "records");
+    let created = rpc(
+        &s,
+        &agent,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {"name": "kept"}}),
+    );
+    let task = created["result"]["id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    let r = hast::record(&s, &task);
+    assert_eq!(r["source"], "api");
+    // An API key is `sd_<24-char public id>_<secret>`.
+    assert_eq!(
+        r["attribution"],
+        json!({"type": "api_key", "id": &s.token[3..27], "user": null})
+    );
+    let answer = rpc(
+        &s,
+        &agent,
+        &json!({"id": 2, "method": "message/send", "params": {"task_id": task,
+            "content": {"type": "text", "author": "user", "content": "/reply hi"}}}),
+    );
+    assert_eq!(answer["result"][0]["content"]["content"], "hi", "{answer}");
+    let r = hast::record(&s, &task);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert!(r["last_message_at"].is_string(), "{r}");
+    // Cancelling a running turn stops it, and the record says by whom.
+    rpc(
+        &s,
+        &agent,
+        &json!({"id": 21, "method": "event/send", "params": {"task_id": task,
+            "content": {"type": "text", "author": "user", "content": "/slow 300\n/stream 100"}}}),
+    );
+    poll_until("the slow turn", Duration::from_secs(20), || {
+        (hast::record(&s, &task)["status"] == "running").then_some(())
+    });
+    let cancelled = rpc(
+        &s,
+        &agent,
+        &json!({"id": 3, "method": "task/cancel", "params": {"task_id": task}}),
+    );
+    assert_eq!(cancelled["result"]["status"], "CANCELED");
+    let r = poll_until("the record's stop", Duration::from_secs(20), || {
+        let r = hast::record(&s, &task);
+        (r["status"] == "stopped").then_some(r)
+    });
+    assert!(r["stopped"]["at"].is_string(), "{r}");
+    assert!(
+        r["status_reason"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("interrupted by ")),
+        "{r}"
+    );
+
+    // A handoff on /v2 closes the task's session: the task is done and takes no more messages.
+    let open = rpc(
+        &s,
+        &agent,
+        &json!({"id": 4, "method": "task/create", "params": {"name": "handed"}}),
+    );
+    let handed = open["result"]["id"].as_str().expect("task id").to_owned();
+    let next = hast::create_v2(
+        &s,
+        json!({"prompt": "take over", "parent": {"kind": "handoff", "session_id": handed}}),
+    );
+    let (status, t) = s.get(&agentex(&s, &format!("/tasks/{handed}")));
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(t["status"], "COMPLETED", "{t}");
+    assert_eq!(
+        t["status_reason"],
+        format!("handed off to {}", next["id"].as_str().expect("id"))
+    );
+    let refused = rpc(
+        &s,
+        &agent,
+        &json!({"id": 5, "method": "message/send", "params": {"task_id": handed,
+            "content": {"type": "text", "author": "user", "content": "still there?"}}}),
+    );
+    assert_rpc_error(&refused, -32000, &json!(5));
+    assert_eq!(refused["error"]["data"]["code"], "task_closed", "{refused}");
+    let (_, listed) = s.get(&agentex(&s, "/tasks?status=COMPLETED"));
+    assert!(
+        listed
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .any(|x| x["id"] == handed.as_str()),
+        "{listed}"
+    );
+}
