@@ -25,6 +25,7 @@ pub struct Config {
     pub runner: RunnerConfig,
     pub limits: Limits,
     pub stream: StreamConfig,
+    pub schedules: SchedulesConfig,
     /// The engine of agents that do not choose one (`{kind = "openai", ...}`, same keys as an
     /// agent's `engine` JSON). Unset: `openai` when OPENAI_BASE_URL or OPENAI_API_KEY is set,
     /// else the scripted demo engine. `SESSIOND_ENGINE` overrides it.
@@ -150,6 +151,17 @@ pub struct Policy {
     pub api_key_files: Vec<std::path::PathBuf>,
 }
 
+/// Agent run schedules (`/agentex/agents/{id}/schedules`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulesConfig {
+    /// Most schedules one agent may have.
+    pub max_per_agent: u32,
+    /// Shortest `interval_seconds` a schedule may have. (Cron expressions have minute
+    /// granularity, so they tick at most once a minute.)
+    pub min_interval_seconds: u32,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamConfig {
@@ -172,6 +184,7 @@ impl Default for Config {
             runner: RunnerConfig::default(),
             limits: Limits::default(),
             stream: StreamConfig::default(),
+            schedules: SchedulesConfig::default(),
             engine: None,
             policy: Policy::default(),
             metrics: MetricsConfig::default(),
@@ -214,6 +227,15 @@ impl Default for Limits {
             browser_session_ms: DEFAULT_BROWSER_SESSION_MS,
             login_delay_ms: 1000,
             body_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl Default for SchedulesConfig {
+    fn default() -> Self {
+        SchedulesConfig {
+            max_per_agent: 100,
+            min_interval_seconds: 60,
         }
     }
 }
@@ -276,6 +298,12 @@ impl Config {
         }
         if self.stream.keepalive_ms == 0 {
             return Err("stream.keepalive_ms must be at least 1".into());
+        }
+        if !(1..=10_000).contains(&self.schedules.max_per_agent) {
+            return Err("schedules.max_per_agent must be between 1 and 10000".into());
+        }
+        if !(1..=86_400).contains(&self.schedules.min_interval_seconds) {
+            return Err("schedules.min_interval_seconds must be between 1 and 86400".into());
         }
         check_bind(&self.bind)?;
         Ok(())

@@ -20,6 +20,7 @@ pub mod process;
 pub mod projection;
 pub mod request_id;
 pub mod runner;
+pub mod schedules;
 pub mod secret;
 pub mod server;
 pub mod sessions;

@@ -14,6 +14,7 @@ use crate::drive::Drive;
 use crate::engine::openai::OpenAiConfig;
 use crate::engine::{Engine, EngineConfig, Engines, scripted::ScriptedEngine};
 use crate::runner::Runner;
+use crate::schedules::{Schedules, scheduler::Scheduler};
 use crate::sessions::Sessions;
 use crate::store::{DEFAULT_WORKSPACE, Store};
 
@@ -340,6 +341,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
     runner.attach_sessions(Arc::new(sessions.clone()));
+    let schedules = Schedules::new(sessions.clone());
+    let scheduler = Scheduler::start(schedules.clone(), runner_rt.handle());
+    let schedules = web::Data::new(schedules);
     let auth = Auth::new(store.clone())
         .with_browser_session_ms(cfg.limits.browser_session_ms)
         .with_login_delay_ms(cfg.limits.login_delay_ms);
@@ -365,9 +369,15 @@ pub fn serve(cfg: Config) -> Result<(), String> {
                 others.push(addr);
             }
             let state_for_app = state.clone();
+            let schedules_for_app = schedules.clone();
             builder = builder
                 .listen(format!("sessiond-http-{i}"), listener, move || {
-                    http_service(addr, state_for_app.clone(), api::routes_with_ui)
+                    http_service(
+                        addr,
+                        state_for_app.clone(),
+                        schedules_for_app.clone(),
+                        api::routes_with_ui,
+                    )
                 })
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         }
@@ -376,9 +386,15 @@ pub fn serve(cfg: Config) -> Result<(), String> {
             let addr = listener.local_addr().map_err(|e| e.to_string())?;
             metrics_bound.get_or_insert(addr);
             let state_for_metrics = state.clone();
+            let schedules_for_metrics = schedules.clone();
             builder = builder
                 .listen(format!("sessiond-metrics-{i}"), listener, move || {
-                    http_service(addr, state_for_metrics.clone(), api::metrics_routes)
+                    http_service(
+                        addr,
+                        state_for_metrics.clone(),
+                        schedules_for_metrics.clone(),
+                        api::metrics_routes,
+                    )
                 })
                 .map_err(|e| format!("cannot listen on {addr} (metrics): {e}"))?;
         }
@@ -410,7 +426,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         });
         server.await.map_err(|e| format!("server error: {e}"))
     });
-    // HTTP is down: stop turns (they write their terminals), then flush the writer.
+    // HTTP is down: stop firing schedules, stop turns (they write their terminals), then flush
+    // the writer.
+    runner_rt.block_on(scheduler.stop());
     runner_rt.block_on(runner.shutdown());
     store.close();
     runner_rt.shutdown_timeout(std::time::Duration::from_secs(2));
@@ -424,6 +442,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
 fn http_service(
     local: SocketAddr,
     state: web::Data<AppState>,
+    schedules: web::Data<Schedules>,
     routes: fn(&mut web::ServiceConfig),
 ) -> impl actix_service::ServiceFactory<
     actix_web::rt::net::TcpStream,
@@ -436,6 +455,7 @@ fn http_service(
     use api::connection::{self, Conn};
     let app = App::new()
         .app_data(state)
+        .app_data(schedules)
         .wrap(
             middleware::DefaultHeaders::new()
                 .add(("X-Content-Type-Options", "nosniff"))

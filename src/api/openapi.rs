@@ -19,6 +19,12 @@ use serde_json::{Map, Value, json};
 #[include = "*.json"]
 struct SessionSchemas;
 
+/// The agent platform API's response schemas, transcribed from seed 003 (`schemas/agentex/`).
+#[derive(RustEmbed)]
+#[folder = "schemas/agentex/"]
+#[include = "*.json"]
+struct AgentexSchemas;
+
 /// Who may call an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -593,6 +599,84 @@ fn task_schema(text: &str, enum_at: &str, values: Vec<&str>) -> Value {
     v
 }
 
+/// A schema of `schemas/agentex/` (`RunSchedule`, …), without its `$schema`.
+fn agentex_schema(name: &str) -> Value {
+    let mut v = AgentexSchemas::get(&format!("{name}.json"))
+        .and_then(|f| serde_json::from_slice::<Value>(&f.data).ok())
+        .unwrap_or_else(|| json!({}));
+    if let Some(m) = v.as_object_mut() {
+        m.remove("$schema");
+    }
+    v
+}
+
+fn run_schedule() -> Value {
+    agentex_schema("RunSchedule")
+}
+
+/// The fields a schedule's create and update bodies share (`name` and `initial_input` are
+/// required on create).
+fn schedule_fields() -> Value {
+    json!({
+        "name": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", "maxLength": 64},
+        "description": {"type": ["string", "null"]},
+        "cron_expression": {"type": ["string", "null"], "description": "5 fields (minute hour day-of-month month day-of-week), evaluated in `timezone`"},
+        "interval_seconds": {"type": ["integer", "null"], "minimum": 1, "description": "at least the server's schedules.min_interval_seconds"},
+        "timezone": {"type": ["string", "null"], "description": "an IANA time zone (default UTC)"},
+        "start_at": date_time_or_null(), "end_at": date_time_or_null(),
+        "paused": {"type": ["boolean", "null"]},
+        "task_params": {"type": ["object", "null"]}, "task_metadata": {"type": ["object", "null"]},
+        "initial_input": {
+            "type": "object", "required": ["content"], "additionalProperties": false,
+            "properties": {"content": {"type": "string", "minLength": 1}, "author": {"enum": ["user", "agent"]}, "type": {"const": "text"}}
+        }
+    })
+}
+
+fn schedule_create() -> Value {
+    json!({"type": "object", "required": ["name", "initial_input"], "additionalProperties": false, "properties": schedule_fields()})
+}
+
+fn schedule_update() -> Value {
+    json!({"type": "object", "additionalProperties": false, "properties": schedule_fields()})
+}
+
+fn schedule_note() -> Value {
+    json!({"type": "object", "additionalProperties": false, "properties": {"note": {"type": ["string", "null"]}}})
+}
+
+fn schedule_tick() -> Value {
+    json!({"type": "object", "required": ["scheduled_time"], "additionalProperties": false, "properties": {"scheduled_time": date_time()}})
+}
+
+/// Agent run schedules, at `/agentex/agents/{agent_id}/schedules` (seed 003's `AgentsSchedules`).
+pub static AGENTEX_SCHEDULES: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str {
+        format!("/agentex/agents/{{agent_id}}/schedules{rest}").leak()
+    };
+    let one = Answer::Json(200, run_schedule);
+    let deleted = Answer::Json(200, ax_deleted);
+    vec![
+        op!("get" p(""), "agentexListSchedules", "An agent's schedules, oldest first (include_live: with next run times; limit)", READ, Body::None,
+            Answer::Json(200, || agentex_schema("ScheduleListResponse"))),
+        op!("post" p(""), "agentexCreateSchedule", "A schedule: cron in an IANA time zone, or an interval; each tick opens a task with the initial input", WRITE, Body::Json(schedule_create), one),
+        op!("get" p("/name/{name}"), "agentexGetScheduleByName", "One schedule by name", READ, Body::None, one),
+        op!("patch" p("/name/{name}"), "agentexUpdateScheduleByName", "Change a schedule by name (only the fields sent)", WRITE, Body::Json(schedule_update), one),
+        op!("delete" p("/name/{name}"), "agentexDeleteScheduleByName", "Delete a schedule by name (its tasks stay)", WRITE, Body::None, deleted),
+        op!("post" p("/name/{name}/pause"), "agentexPauseScheduleByName", "Pause a schedule by name: no ticks until resumed", WRITE, Body::Json(schedule_note), one),
+        op!("post" p("/name/{name}/resume"), "agentexResumeScheduleByName", "Resume a schedule by name: ticks again from now", WRITE, Body::Json(schedule_note), one),
+        op!("post" p("/name/{name}/trigger"), "agentexTriggerScheduleByName", "Run a schedule by name now, outside its cadence", WRITE, Body::None, one),
+        op!("get" p("/{schedule_id}"), "agentexGetSchedule", "One schedule", READ, Body::None, one),
+        op!("patch" p("/{schedule_id}"), "agentexUpdateSchedule", "Change a schedule (only the fields sent)", WRITE, Body::Json(schedule_update), one),
+        op!("delete" p("/{schedule_id}"), "agentexDeleteSchedule", "Delete a schedule (its tasks stay)", WRITE, Body::None, deleted),
+        op!("post" p("/{schedule_id}/pause"), "agentexPauseSchedule", "Pause: no ticks until resumed", WRITE, Body::Json(schedule_note), one),
+        op!("post" p("/{schedule_id}/resume"), "agentexResumeSchedule", "Resume: ticks again from now", WRITE, Body::Json(schedule_note), one),
+        op!("post" p("/{schedule_id}/trigger"), "agentexTriggerSchedule", "Run now, outside the cadence (also while paused)", WRITE, Body::None, one),
+        op!("post" p("/{schedule_id}/skip"), "agentexSkipScheduleTick", "Leave one upcoming tick out", WRITE, Body::Json(schedule_tick), one),
+        op!("post" p("/{schedule_id}/unskip"), "agentexUnskipScheduleTick", "Put a skipped tick back", WRITE, Body::Json(schedule_tick), one),
+    ]
+});
+
 /// Every family's operations, in the document's order.
 pub fn operations() -> Vec<Op> {
     [
@@ -603,6 +687,7 @@ pub fn operations() -> Vec<Op> {
         &*UPLOADS,
         &*TASK_EVENTS,
         &*AGENTEX,
+        &*AGENTEX_SCHEDULES,
     ]
     .into_iter()
     .flat_map(|ops| ops.iter().copied())

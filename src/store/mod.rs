@@ -16,6 +16,7 @@ pub mod identity;
 mod migrate;
 pub mod reads;
 pub mod record;
+pub mod schedules;
 mod writer;
 pub mod writes;
 

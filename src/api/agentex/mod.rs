@@ -13,6 +13,7 @@ mod deployments;
 mod events;
 mod messages;
 mod rpc;
+mod schedules;
 mod spans;
 mod states;
 mod tasks;
@@ -41,6 +42,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::scope("/agentex")
             .configure(agents::routes)
             .configure(deployments::routes)
+            .configure(schedules::routes)
             .configure(tasks::routes)
             .configure(messages::routes)
             .configure(events::routes)

@@ -58,12 +58,20 @@ def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_document(t
         )
         with urllib.request.urlopen(req, timeout=30) as res:
             session = json.loads(res.read())["session"]["sessionId"]
+        req = urllib.request.Request(
+            server.url("/v1/ws/default/agents"),
+            headers={"Authorization": f"Bearer {server.key}"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as res:
+            agents = json.loads(res.read())["agents"]
+        root_id = next(a["id"] for a in agents if a["slug"] == "root")
         config = tmp_path / "schemathesis.toml"
         config.write_text(
             "[parameters]\n"
             'workspaceSlug = "default"\n'
             f'sessionId = "{session}"\n'
             'agentSlug = "root"\n'
+            f'agent_id = "{root_id}"\n'
             'agent_name = "root"\n'
             f'task_id = "{session}"\n'
         )

@@ -1,0 +1,312 @@
+//! Agent run schedules and the record of which tick made which session.
+//!
+//! The rows hold what the schedules core decided (cadence text, JSON documents, the next tick);
+//! nothing here interprets a cron expression or a time zone.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{SessionKey, Tx};
+use crate::error::{Error, Result};
+
+/// A schedule as stored. JSON columns are kept as text; `schedules` parses them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleRow {
+    pub id: String,
+    pub workspace_id: String,
+    pub agent_id: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub cron_expression: Option<String>,
+    pub interval_seconds: Option<i64>,
+    pub timezone: String,
+    pub anchor_at: i64,
+    pub start_at: Option<i64>,
+    pub end_at: Option<i64>,
+    pub paused: bool,
+    pub initial_input: String,
+    pub task_params: Option<String>,
+    pub task_metadata: Option<String>,
+    pub creator: String,
+    /// JSON array of ms.
+    pub skipped: String,
+    pub next_due_at: Option<i64>,
+    pub num_actions: i64,
+    pub last_action_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+const COLUMNS: &str = "id, workspace_id, agent_id, name, description, cron_expression,
+    interval_seconds, timezone, anchor_at, start_at, end_at, paused, initial_input, task_params,
+    task_metadata, creator, skipped, next_due_at, num_actions, last_action_at, created_at,
+    updated_at";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ScheduleRow> {
+    Ok(ScheduleRow {
+        id: r.get(0)?,
+        workspace_id: r.get(1)?,
+        agent_id: r.get(2)?,
+        name: r.get(3)?,
+        description: r.get(4)?,
+        cron_expression: r.get(5)?,
+        interval_seconds: r.get(6)?,
+        timezone: r.get(7)?,
+        anchor_at: r.get(8)?,
+        start_at: r.get(9)?,
+        end_at: r.get(10)?,
+        paused: r.get(11)?,
+        initial_input: r.get(12)?,
+        task_params: r.get(13)?,
+        task_metadata: r.get(14)?,
+        creator: r.get(15)?,
+        skipped: r.get(16)?,
+        next_due_at: r.get(17)?,
+        num_actions: r.get(18)?,
+        last_action_at: r.get(19)?,
+        created_at: r.get(20)?,
+        updated_at: r.get(21)?,
+    })
+}
+
+/// A row's values in [`COLUMNS`] order (`?1` … `?22`).
+fn values(s: &ScheduleRow) -> [&dyn rusqlite::ToSql; 22] {
+    [
+        &s.id,
+        &s.workspace_id,
+        &s.agent_id,
+        &s.name,
+        &s.description,
+        &s.cron_expression,
+        &s.interval_seconds,
+        &s.timezone,
+        &s.anchor_at,
+        &s.start_at,
+        &s.end_at,
+        &s.paused,
+        &s.initial_input,
+        &s.task_params,
+        &s.task_metadata,
+        &s.creator,
+        &s.skipped,
+        &s.next_due_at,
+        &s.num_actions,
+        &s.last_action_at,
+        &s.created_at,
+        &s.updated_at,
+    ]
+}
+
+/// How a schedule is addressed under its agent: by id or by its (unique per agent) name.
+#[derive(Debug, Clone)]
+pub enum ScheduleRef {
+    Id(String),
+    Name(String),
+}
+
+/// The schedule `r` names under `agent_id` in `workspace_id`, if any.
+pub fn schedule(
+    conn: &Connection,
+    workspace_id: &str,
+    agent_id: &str,
+    r: &ScheduleRef,
+) -> Result<Option<ScheduleRow>> {
+    let (column, value) = match r {
+        ScheduleRef::Id(id) => ("id", id),
+        ScheduleRef::Name(name) => ("name", name),
+    };
+    let sql = format!(
+        "SELECT {COLUMNS} FROM schedules WHERE {column} = ?1 AND agent_id = ?2 AND workspace_id = ?3"
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row(params![value, agent_id, workspace_id], from_row)
+        .optional()?)
+}
+
+/// The schedule with this id, wherever it is (the scheduler's view).
+pub fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<ScheduleRow>> {
+    Ok(conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))?
+        .query_row([id], from_row)
+        .optional()?)
+}
+
+/// An agent's schedules, oldest first, at most `limit`.
+pub fn schedules_of_agent(
+    conn: &Connection,
+    workspace_id: &str,
+    agent_id: &str,
+    limit: u32,
+) -> Result<Vec<ScheduleRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM schedules WHERE agent_id = ?1 AND workspace_id = ?2
+         ORDER BY created_at, id LIMIT ?3"
+    ))?;
+    let rows = stmt.query_map(params![agent_id, workspace_id, limit], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
+    let n: i64 = conn
+        .prepare_cached("SELECT count(*) FROM schedules WHERE agent_id = ?1")?
+        .query_row([agent_id], |r| r.get(0))?;
+    Ok(n as u64)
+}
+
+/// The earliest tick any schedule is waiting for.
+pub fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT next_due_at FROM schedules WHERE next_due_at IS NOT NULL
+             ORDER BY next_due_at LIMIT 1",
+        )?
+        .query_row([], |r| r.get(0))
+        .optional()?)
+}
+
+/// Schedules whose tick is due at `now`, earliest first, at most `limit`.
+pub fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM schedules WHERE next_due_at IS NOT NULL AND next_due_at <= ?1
+         ORDER BY next_due_at, id LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![now, limit], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Whether an app still exists in a workspace (an app-created schedule fires only while it does).
+pub fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM apps WHERE id = ?1 AND workspace_id = ?2")?
+        .query_row([app_id, workspace_id], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// The tick that created a session (the session is the row's key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleRunRow {
+    pub schedule_id: String,
+    /// The tick's nominal time (for a manual run, when it was triggered).
+    pub fire_time: i64,
+    /// `scheduled`, `catch_up` or `manual`.
+    pub trigger_type: String,
+}
+
+fn name_taken(name: &str) -> Error {
+    Error::Conflict(
+        "schedule_exists",
+        format!("a schedule named {name} already exists for this agent"),
+    )
+}
+
+fn constraint(e: &rusqlite::Error) -> Option<std::ffi::c_int> {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => Some(f.extended_code),
+        _ => None,
+    }
+}
+
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    constraint(e) == Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
+}
+
+impl Tx<'_> {
+    /// Inserts a schedule; a name already used under the agent is a 409.
+    pub fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+        let sql = format!(
+            "INSERT INTO schedules ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
+                ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
+        );
+        self.conn
+            .prepare_cached(&sql)?
+            .execute(values(s).as_slice())
+            .map_err(|e| match constraint(&e) {
+                Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE) => name_taken(&s.name),
+                // The agent was deleted since it was looked up.
+                Some(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY) => Error::AgentNotFound,
+                _ => e.into(),
+            })?;
+        Ok(())
+    }
+
+    /// Writes every mutable field of a schedule back (its id, workspace, agent, creator and
+    /// creation stay: their parameters, ?2, ?3, ?16 and ?21, are bound but unused); a rename onto
+    /// a name already used under the agent is a 409.
+    pub fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE schedules SET name = ?4, description = ?5, cron_expression = ?6,
+                    interval_seconds = ?7, timezone = ?8, anchor_at = ?9, start_at = ?10,
+                    end_at = ?11, paused = ?12, initial_input = ?13, task_params = ?14,
+                    task_metadata = ?15, skipped = ?17, next_due_at = ?18, num_actions = ?19,
+                    last_action_at = ?20, updated_at = ?22
+                 WHERE id = ?1",
+            )?
+            .execute(values(s).as_slice())
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    name_taken(&s.name)
+                } else {
+                    Error::from(e)
+                }
+            })?;
+        if changed == 0 {
+            return Err(Error::NotFound);
+        }
+        Ok(())
+    }
+
+    /// Writes what a firing changes (the next tick, the skips left, the count and the last
+    /// firing), and nothing else: the row's other columns and indexes stay untouched.
+    pub fn record_schedule_action(&mut self, s: &ScheduleRow) -> Result<()> {
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE schedules SET next_due_at = ?2, skipped = ?3, num_actions = ?4,
+                    last_action_at = ?5 WHERE id = ?1",
+            )?
+            .execute(params![
+                s.id,
+                s.next_due_at,
+                s.skipped,
+                s.num_actions,
+                s.last_action_at
+            ])?;
+        if changed == 0 {
+            return Err(Error::NotFound);
+        }
+        Ok(())
+    }
+
+    pub fn delete_schedule(&mut self, id: &str) -> Result<()> {
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM schedules WHERE id = ?1")?
+            .execute([id])?;
+        if n == 0 {
+            return Err(Error::NotFound);
+        }
+        Ok(())
+    }
+
+    /// Remembers that a tick of a schedule created the session `key`; a second session for one
+    /// tick of the cadence is refused by the table's unique index.
+    pub fn record_schedule_run(&mut self, key: &SessionKey, run: &ScheduleRunRow) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO schedule_runs (session_pk, schedule_id, fire_time, trigger_type,
+                    created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                key.pk,
+                run.schedule_id,
+                run.fire_time,
+                run.trigger_type,
+                self.now
+            ])?;
+        Ok(())
+    }
+}
