@@ -100,13 +100,15 @@ fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
     let chosen = from_env.or_else(|| cfg.engine.as_ref().map(|e| e.to_string()));
     if let Some(json) = chosen {
         return match EngineConfig::parse(&json).map_err(|e| format!("engine: {e}"))? {
-            Some(engine) => engine.build().map_err(|e| format!("engine: {e}")),
+            Some(engine) => engine
+                .build(&Default::default())
+                .map_err(|e| format!("engine: {e}")),
             None => Err("engine: give at least its kind".into()),
         };
     }
     if let Some(openai) = OpenAiConfig::from_env() {
         return EngineConfig::Openai(Box::new(openai))
-            .build()
+            .build(&Default::default())
             .map_err(|e| format!("engine: {e}"));
     }
     Ok(Arc::new(ScriptedEngine {
