@@ -163,6 +163,8 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
     let engines = Engines::new(default_engine(&cfg)?, cfg.policy.clone());
     log_engines(&store, &engines);
+    let acp_slot = engines.acp_platform();
+    let agent_keys = crate::agentex::acp::AgentKeys::load_or_create(&cfg.data_dir)?;
     let runner = Runner::start(
         store.clone(),
         engines,
@@ -173,6 +175,13 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));
     runner.attach_sessions(Arc::new(sessions.clone()));
+    let platform = Arc::new(crate::agentex::acp::Platform::new(
+        sessions.clone(),
+        agent_keys.clone(),
+    ));
+    let _ = acp_slot.set(platform.clone());
+    let platform = web::Data::from(platform);
+    let agent_keys = web::Data::new(agent_keys);
     let auth = Auth::new(store.clone());
     let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
     let state = web::Data::new(AppState::new(sessions, auth));
@@ -183,6 +192,8 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .app_data(platform.clone())
+                .app_data(agent_keys.clone())
                 .wrap(
                     middleware::DefaultHeaders::new()
                         .add(("X-Content-Type-Options", "nosniff"))

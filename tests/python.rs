@@ -9,7 +9,8 @@
 //! the requirements are unchanged.
 //!
 //! A suite's `requirements.txt` may start with `# python >= 3.12` to ask for a newer interpreter
-//! than the default one. The suites start the server themselves (`tests/python/sessiond_server.py`
+//! than the default one, or with `# python == 3.12` for exactly that version (a suite whose
+//! dependency tree is large and tested on one version). The suites start the server themselves (`tests/python/sessiond_server.py`
 //! spawns the binary named by `SESSIOND_BIN`), so they can restart it.
 //!
 //! Positional arguments select suites by name (`cargo test --test python -- agentex_client`);
@@ -30,6 +31,8 @@ struct Suite {
     requirements: String,
     /// `(major, minor)` the suite needs at least.
     python: (u32, u32),
+    /// Whether it needs exactly that version.
+    exact: bool,
 }
 
 fn suites() -> Vec<Suite> {
@@ -43,10 +46,12 @@ fn suites() -> Vec<Suite> {
         let Ok(requirements) = std::fs::read_to_string(dir.join("requirements.txt")) else {
             continue;
         };
-        let python = requirements
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("# python >="))
+        let first = requirements.lines().next().unwrap_or_default();
+        let (spec, exact) = match first.strip_prefix("# python ==") {
+            Some(v) => (Some(v), true),
+            None => (first.strip_prefix("# python >="), false),
+        };
+        let python = spec
             .and_then(|v| {
                 let (major, minor) = v.trim().split_once('.')?;
                 Some((major.parse().ok()?, minor.parse().ok()?))
@@ -57,6 +62,7 @@ fn suites() -> Vec<Suite> {
             dir,
             requirements,
             python,
+            exact,
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -102,23 +108,25 @@ fn candidates() -> Vec<String> {
     out
 }
 
-/// The first interpreter that runs and is new enough.
-fn interpreter(min: (u32, u32)) -> Option<(String, (u32, u32))> {
+/// The first interpreter that runs and is new enough (or, `exact`, of that version).
+fn interpreter(min: (u32, u32), exact: bool) -> Option<(String, (u32, u32))> {
     candidates()
         .into_iter()
         .filter_map(|p| {
             let v = version_of(&p)?;
             Some((p, v))
         })
-        .find(|(_, v)| *v >= min)
+        .find(|(_, v)| if exact { *v == min } else { *v >= min })
 }
 
 /// The suite's venv, made (or found) under `target/venvs/`.
 fn venv(suite: &Suite) -> Result<PathBuf, String> {
-    let (python, version) = interpreter(suite.python).ok_or_else(|| {
+    let (python, version) = interpreter(suite.python, suite.exact).ok_or_else(|| {
         format!(
-            "no Python >= {}.{} (tried python3.13 and python3.12 on PATH, pyenv's versions, python3)",
-            suite.python.0, suite.python.1
+            "no Python {} {}.{} (tried python3.13 and python3.12 on PATH, pyenv's versions, python3)",
+            if suite.exact { "==" } else { ">=" },
+            suite.python.0,
+            suite.python.1
         )
     })?;
     let mut hash = Sha256::new();

@@ -59,6 +59,12 @@ pub enum Channel {
     Schedule,
     /// The runner on behalf of a session (the session tools).
     Runner,
+    /// A registered ACP server calling back with the key it was issued; it may act only on its
+    /// own agent's tasks.
+    Agent { agent_id: String },
+    /// A request from this machine without a credential that `[policy]` lets in (an ACP server
+    /// registering, `acp_register_from_loopback`).
+    Loopback,
 }
 
 /// Fields shared by every input that carries media and a retry key.

@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{agent_by_id, agent_by_name};
+use crate::agentex::acp::Platform;
 use crate::agentex::content;
 use crate::agentex::tasks::{self, NewTask, Prompt, Target, TaskRef};
 use crate::agentex::updates::{Follower, Item, Scope};
@@ -341,20 +342,29 @@ pub async fn handle(
             },
         );
     }
-    Ok(answer(
-        &match call_method(&state, &actor, target, &call).await {
-            Ok(v) => result(&id, v),
-            Err(e) => from_error(&id, &e),
-        },
-    ))
+    let platform = req.app_data::<web::Data<Platform>>().cloned();
+    Ok(answer(&match call_method(
+        &state,
+        &actor,
+        target,
+        &call,
+        platform.as_ref().map(|p| p.get_ref()),
+    )
+    .await
+    {
+        Ok(v) => result(&id, v),
+        Err(e) => from_error(&id, &e),
+    }))
 }
 
-/// Every method but `message/send`: one result.
+/// Every method but `message/send`: one result. An async ACP agent is told of its task's
+/// creation and cancellation through `platform`.
 async fn call_method(
     state: &AppState,
     actor: &Actor,
     target: Target<'_>,
     call: &Call,
+    platform: Option<&Platform>,
 ) -> Result<Value> {
     let sessions = &state.sessions;
     match call.method.as_str() {
@@ -366,13 +376,27 @@ async fn call_method(
                 task_metadata: p.task_metadata,
             };
             let id = crate::ids::new_id();
-            let (task, _, _) = tasks::get_or_create(sessions, actor, target, t, None, id).await?;
+            let (task, created, _) =
+                tasks::get_or_create(sessions, actor, target, t, None, id).await?;
+            if created
+                && let Some(platform) = platform
+                && let Err(e) = platform.task_created(target.agent, &task).await
+            {
+                // The agent did not take the task: it fails with the reason.
+                let reason = format!("the agent did not accept the task: {e}");
+                tasks::finish(sessions, actor, &task, "FAILED", Some(reason), false).await?;
+                return Err(e);
+            }
             Ok(tasks::view(&task, true, None))
         }
         "task/cancel" => {
             let p: TaskParams = params(&call.params)?;
             let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
+            let was_open = !tasks::is_final(&task);
             let task = tasks::finish(sessions, actor, &task, "CANCELED", None, false).await?;
+            if was_open && let Some(platform) = platform {
+                platform.task_cancelled(target.agent, &task).await;
+            }
             Ok(tasks::view(&task, true, None))
         }
         "task/interrupt" => {
