@@ -1,0 +1,77 @@
+"""An async agent built with the AgentEx SDK: task/create reaches it, event/send answers at once
+and the agent's messages and state written through the API land in the task, cancel reaches it;
+its key acts only on its own tasks."""
+
+from conftest import WORKSPACE, raw, text, unique, wait_for
+
+
+def test_events_become_the_agents_messages_and_state(server, client, agents):
+    a = agents("async_agent", "async")
+    agent = client.agents.retrieve_by_name(a.name)
+    assert agent.acp_type == "async"
+    task = client.agents.create_task(agent_name=a.name, params={"name": unique("t"), "params": {"goal": "count"}}).result
+    # task/create was handled before the RPC answered (the SDK answers it after its handler).
+    created = a.records("task/create")
+    assert [c["task_id"] for c in created] == [task.id] and created[0]["params"] == {"goal": "count"}
+    assert created[0]["acp_type"] == "async"
+    state = client.states.list(task_id=task.id)
+    assert [s.state for s in state] == [{"events": 0}]
+
+    event = client.agents.send_event(agent_name=a.name, params={"task_id": task.id, "content": text("first")}).result
+    call = a.wait_record("event/send", task_id=task.id, text="first")[0]
+    assert call["event_id"] == event.id
+    a.wait_record("handled", task_id=task.id, text="first")
+    messages = wait_for(
+        lambda: [m for m in client.messages.list(task_id=task.id) if m.content.author == "agent"],
+        what="the agent's message",
+    )
+    assert [m.content.content for m in messages] == ["got: first"]
+    assert client.states.list(task_id=task.id)[0].state == {"events": 1}
+    # The same message in the Sessions API's history.
+    status, page = raw(server, "GET", f"/v1/ws/{WORKSPACE}/agent/sessions/{task.id}/history?limit=500")
+    assert status == 200
+    said = [e["event"].get("message") for e in page["events"] if e["event"]["type"] == "agent_message"]
+    assert said == ["got: first"]
+    # A message from the Sessions API reaches the agent as an event too.
+    status, _ = raw(server, "POST", f"/v1/ws/{WORKSPACE}/agent/sessions/{task.id}/messages", {"prompt": "from v1"})
+    assert status in (200, 202), _
+    a.wait_record("handled", task_id=task.id, text="from v1")
+    assert client.states.list(task_id=task.id)[0].state == {"events": 2}
+
+
+def test_cancel_reaches_the_agent(client, agents):
+    a = agents("async_agent", "async")
+    task = client.agents.create_task(agent_name=a.name, params={}).result
+    client.agents.cancel_task(agent_name=a.name, params={"task_id": task.id})
+    a.wait_record("task/cancel", task_id=task.id)
+    assert client.tasks.retrieve(task.id).status == "CANCELED"
+    other = client.agents.create_task(agent_name=a.name, params={}).result
+    client.tasks.cancel(other.id)
+    a.wait_record("task/cancel", task_id=other.id)
+
+
+def test_an_agent_key_acts_only_on_its_own_tasks(server, client, agents):
+    a = agents("async_agent", "async")
+    b = agents("async_agent", "async")
+    mine = client.agents.create_task(agent_name=a.name, params={}).result
+    theirs = client.agents.create_task(agent_name=b.name, params={}).result
+    # The key a registration answers with (registering again by name keeps it).
+    status, reg = raw(
+        server,
+        "POST",
+        "/agentex/agents/register",
+        {"name": a.name, "description": "again", "acp_url": f"http://127.0.0.1:{a.port}", "acp_type": "async"},
+    )
+    assert status == 200, reg
+    key = {"x-agent-api-key": reg["agent_api_key"]}
+    body = {"task_id": mine.id, "content": text("by key", author="agent")}
+    status, m = raw(server, "POST", "/agentex/messages", body, headers=key)
+    assert status == 200, m
+    status, _ = raw(server, "POST", "/agentex/messages", {**body, "task_id": theirs.id}, headers=key)
+    assert status == 404
+    status, _ = raw(server, "GET", f"/agentex/tasks/{theirs.id}", headers=key)
+    assert status == 404
+    status, _ = raw(server, "GET", "/agentex/tasks", headers=key)
+    assert status == 403
+    status, _ = raw(server, "GET", f"/agentex/tasks/{mine.id}", headers={"x-agent-api-key": "agx_not-a-key"})
+    assert status == 401
