@@ -98,6 +98,8 @@ class Agent:
             ACP_PORT=str(self.port),
             ACP_TYPE=self.acp_type,
             AGENT_RECORD=self.record_path,
+            # LiteLLM (an SDK dependency) would fetch its price list from the network first.
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
             PYTHONPATH=AGENTS,
         )
         self.log = open(os.path.join(self.server._tmp, f"{self.name}.log"), "ab")
@@ -169,7 +171,7 @@ def client(server):
     c.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def agents(server):
     started = []
 

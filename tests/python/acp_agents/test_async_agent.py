@@ -2,11 +2,19 @@
 and the agent's messages and state written through the API land in the task, cancel reaches it;
 its key acts only on its own tasks."""
 
+import pytest
+
 from conftest import WORKSPACE, raw, text, unique, wait_for
 
 
-def test_events_become_the_agents_messages_and_state(server, client, agents):
-    a = agents("async_agent", "async")
+@pytest.fixture(scope="module")
+def worker(agents):
+    """One async agent for the module (an SDK agent takes many seconds to start)."""
+    return agents("async_agent", "async")
+
+
+def test_events_become_the_agents_messages_and_state(server, client, worker):
+    a = worker
     agent = client.agents.retrieve_by_name(a.name)
     assert agent.acp_type == "async"
     task = client.agents.create_task(agent_name=a.name, params={"name": unique("t"), "params": {"goal": "count"}}).result
@@ -39,8 +47,8 @@ def test_events_become_the_agents_messages_and_state(server, client, agents):
     assert client.states.list(task_id=task.id)[0].state == {"events": 2}
 
 
-def test_cancel_reaches_the_agent(client, agents):
-    a = agents("async_agent", "async")
+def test_cancel_reaches_the_agent(client, worker):
+    a = worker
     task = client.agents.create_task(agent_name=a.name, params={}).result
     client.agents.cancel_task(agent_name=a.name, params={"task_id": task.id})
     a.wait_record("task/cancel", task_id=task.id)
@@ -50,19 +58,25 @@ def test_cancel_reaches_the_agent(client, agents):
     a.wait_record("task/cancel", task_id=other.id)
 
 
-def test_an_agent_key_acts_only_on_its_own_tasks(server, client, agents):
-    a = agents("async_agent", "async")
-    b = agents("async_agent", "async")
-    mine = client.agents.create_task(agent_name=a.name, params={}).result
-    theirs = client.agents.create_task(agent_name=b.name, params={}).result
-    # The key a registration answers with (registering again by name keeps it).
+def register(server, name, port, acp_type="sync"):
     status, reg = raw(
         server,
         "POST",
         "/agentex/agents/register",
-        {"name": a.name, "description": "again", "acp_url": f"http://127.0.0.1:{a.port}", "acp_type": "async"},
+        {"name": name, "description": "d", "acp_url": f"http://127.0.0.1:{port}", "acp_type": acp_type},
     )
     assert status == 200, reg
+    return reg
+
+
+def test_an_agent_key_acts_only_on_its_own_tasks(server, client, worker):
+    a = worker
+    # Another agent (registered, never called: sync agents hear nothing of task/create).
+    other = register(server, unique("other"), 9)
+    mine = client.agents.create_task(agent_name=a.name, params={}).result
+    theirs = client.agents.create_task(agent_name=other["name"], params={}).result
+    # Registering again by name answers with the same key.
+    reg = register(server, a.name, a.port, "async")
     key = {"x-agent-api-key": reg["agent_api_key"]}
     body = {"task_id": mine.id, "content": text("by key", author="agent")}
     status, m = raw(server, "POST", "/agentex/messages", body, headers=key)
@@ -71,7 +85,13 @@ def test_an_agent_key_acts_only_on_its_own_tasks(server, client, agents):
     assert status == 404
     status, _ = raw(server, "GET", f"/agentex/tasks/{theirs.id}", headers=key)
     assert status == 404
+    status, _ = raw(server, "GET", f"/agentex/tasks/{mine.id}", headers=key)
+    assert status == 200
     status, _ = raw(server, "GET", "/agentex/tasks", headers=key)
+    assert status == 403
+    status, _ = raw(server, "POST", f"/agentex/agents/name/{a.name}/rpc", {"method": "task/create", "params": {}}, headers=key)
     assert status == 403
     status, _ = raw(server, "GET", f"/agentex/tasks/{mine.id}", headers={"x-agent-api-key": "agx_not-a-key"})
     assert status == 401
+    # The key the agent uses is that one: its calls all carried it.
+    assert all(c["key_matches"] for c in a.records("http"))

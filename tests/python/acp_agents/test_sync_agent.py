@@ -4,7 +4,15 @@ that is down, and a sessiond restart."""
 
 import threading
 
+import pytest
+
 from conftest import WORKSPACE, client_for, raw, text, unique, wait_for
+
+
+@pytest.fixture(scope="module")
+def echo(agents):
+    """One sync agent for the module (an SDK agent takes many seconds to start)."""
+    return agents("sync_echo", "sync")
 
 
 def history(server, task_id):
@@ -13,8 +21,8 @@ def history(server, task_id):
     return [e["event"] for e in page["events"]]
 
 
-def test_registration_lists_the_agent_with_its_acp_type(client, agents):
-    a = agents("sync_echo", "sync")
+def test_registration_lists_the_agent_with_its_acp_type(client, echo):
+    a = echo
     found = client.agents.retrieve_by_name(a.name)
     assert found.acp_type == "sync"
     assert found.registered_at is not None
@@ -25,8 +33,8 @@ def test_registration_lists_the_agent_with_its_acp_type(client, agents):
     assert a.records("http") == []
 
 
-def test_message_send_whole_and_streamed(server, client, agents):
-    a = agents("sync_echo", "sync")
+def test_message_send_whole_and_streamed(server, client, echo):
+    a = echo
     agent = client.agents.retrieve_by_name(a.name)
     task = client.agents.create_task(agent_name=a.name, params={"name": unique("t")}).result
     r = client.agents.send_message(agent_name=a.name, params={"task_id": task.id, "content": text("hello big world")})
@@ -51,8 +59,8 @@ def test_message_send_whole_and_streamed(server, client, agents):
     assert calls and all(c["key_matches"] and c["request_id"] for c in calls)
 
 
-def test_an_agent_that_fails_fails_the_turn_with_its_reason(client, agents):
-    a = agents("sync_echo", "sync")
+def test_an_agent_that_fails_fails_the_turn_with_its_reason(client, echo):
+    a = echo
     task = client.agents.create_task(agent_name=a.name, params={}).result
     # The low-level call: the client's send_message helper keeps only messages.
     r = client.agents.rpc_by_name(a.name, method="message/send", params={"task_id": task.id, "content": text("boom")}, id=4)
@@ -64,8 +72,8 @@ def test_an_agent_that_fails_fails_the_turn_with_its_reason(client, agents):
     assert [m.content.content for m in r.result] == ["echo: again"]
 
 
-def test_an_interrupt_closes_the_agents_stream(server, client, agents):
-    a = agents("sync_echo", "sync")
+def test_an_interrupt_closes_the_agents_stream(server, client, echo):
+    a = echo
     task = client.agents.create_task(agent_name=a.name, params={}).result
     updates = []
 
@@ -87,8 +95,8 @@ def test_an_interrupt_closes_the_agents_stream(server, client, agents):
     assert steps == ["working"]
 
 
-def test_an_agent_that_is_down_fails_the_turn_after_retries(server, client, agents):
-    a = agents("sync_echo", "sync")
+def test_an_agent_that_is_down_fails_the_turn_after_retries(server, client, echo):
+    a = echo
     task = client.agents.create_task(agent_name=a.name, params={}).result
     a.stop()
     r = client.agents.rpc_by_name(a.name, method="message/send", params={"task_id": task.id, "content": text("anyone?")})
@@ -102,8 +110,8 @@ def test_an_agent_that_is_down_fails_the_turn_after_retries(server, client, agen
     assert [m.content.content for m in r.result] == ["echo: back"]
 
 
-def test_registrations_survive_a_restart_of_sessiond(server, agents):
-    a = agents("sync_echo", "sync")
+def test_registrations_survive_a_restart_of_sessiond(server, echo):
+    a = echo
     server.restart()
     c = client_for(server)
     try:
