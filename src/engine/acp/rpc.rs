@@ -95,6 +95,7 @@ pub async fn send(
     Ok(Lines {
         resp,
         buf: Vec::new(),
+        scanned: 0,
         idle_timeout: to.idle_timeout,
         ended: false,
     })
@@ -121,6 +122,8 @@ fn describe(e: &reqwest::Error) -> String {
 pub struct Lines {
     resp: reqwest::Response,
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline.
+    scanned: usize,
     idle_timeout: Duration,
     ended: bool,
 }
@@ -129,14 +132,18 @@ impl Lines {
     /// The next non-blank line, `Ok(None)` at the end of the answer.
     pub async fn next(&mut self) -> Result<Option<String>, CallError> {
         loop {
-            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+            // Only bytes not looked at yet are searched, so a long line costs linear time.
+            if let Some(at) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+                let pos = self.scanned + at;
                 let rest = self.buf.split_off(pos + 1);
                 let line = std::mem::replace(&mut self.buf, rest);
+                self.scanned = 0;
                 match Self::text(&line[..pos])? {
                     Some(l) => return Ok(Some(l)),
                     None => continue,
                 }
             }
+            self.scanned = self.buf.len();
             if self.buf.len() > MAX_LINE {
                 return Err(CallError::Fatal(format!(
                     "the agent's ACP server sent a line longer than {MAX_LINE} bytes"
