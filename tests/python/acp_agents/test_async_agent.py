@@ -89,6 +89,17 @@ def test_an_agent_key_acts_only_on_its_own_tasks(server, client, worker):
     assert status == 200
     status, _ = raw(server, "GET", "/agentex/tasks", headers=key)
     assert status == 403
+    # Records: its own task's, not another's, and lists only by one of its tasks.
+    status, states = raw(server, "GET", f"/agentex/states?task_id={mine.id}", headers=key)
+    assert status == 200 and len(states) == 1, states
+    status, _ = raw(server, "GET", f"/agentex/states/{states[0]['id']}", headers=key)
+    assert status == 200
+    status, _ = raw(server, "GET", f"/agentex/states?task_id={theirs.id}", headers=key)
+    assert status == 404
+    status, _ = raw(server, "GET", "/agentex/states", headers=key)
+    assert status == 400
+    status, _ = raw(server, "POST", "/agentex/states", {"task_id": theirs.id, "agent_id": other["id"], "state": {}}, headers=key)
+    assert status == 404
     status, _ = raw(server, "POST", f"/agentex/agents/name/{a.name}/rpc", {"method": "task/create", "params": {}}, headers=key)
     assert status == 403
     status, _ = raw(server, "GET", f"/agentex/tasks/{mine.id}", headers={"x-agent-api-key": "agx_not-a-key"})
