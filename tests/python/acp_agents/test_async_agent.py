@@ -98,8 +98,9 @@ def test_an_agent_key_acts_only_on_its_own_tasks(server, client, worker):
     assert status == 404
     status, _ = raw(server, "GET", "/agentex/states", headers=key)
     assert status == 400
-    status, _ = raw(server, "POST", "/agentex/states", {"task_id": theirs.id, "agent_id": other["id"], "state": {}}, headers=key)
-    assert status == 404
+    # Another agent's task is as unknown as a task that does not exist (400 here, like one).
+    status, err = raw(server, "POST", "/agentex/states", {"task_id": theirs.id, "agent_id": other["id"], "state": {}}, headers=key)
+    assert status == 400 and err["message"] == f"task_id: no task {theirs.id}", err
     status, _ = raw(server, "POST", f"/agentex/agents/name/{a.name}/rpc", {"method": "task/create", "params": {}}, headers=key)
     assert status == 403
     status, _ = raw(server, "GET", f"/agentex/tasks/{mine.id}", headers={"x-agent-api-key": "agx_not-a-key"})
