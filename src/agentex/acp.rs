@@ -298,6 +298,11 @@ pub fn acp_config(agent: &AgentexAgentRow) -> Option<AcpConfig> {
     }
 }
 
+/// Whether an agent is an async ACP server (it hears of its tasks' creation and cancellation).
+pub fn is_async(agent: &AgentexAgentRow) -> bool {
+    acp_config(agent).is_some_and(|c| c.acp_type == AcpType::Async)
+}
+
 /// The agent platform as the `acp` engine sees it.
 pub struct Platform {
     sessions: Sessions,

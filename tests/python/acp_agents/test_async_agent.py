@@ -107,3 +107,13 @@ def test_an_agent_key_acts_only_on_its_own_tasks(server, client, worker):
     assert status == 401
     # The key the agent uses is that one: its calls all carried it.
     assert all(c["key_matches"] for c in a.records("http"))
+
+
+def test_a_message_that_opens_a_task_announces_it_first(client, worker):
+    name = unique("opened")
+    r = client.agents.rpc_by_name(worker.name, method="message/send", params={"task_name": name, "content": text("hello")})
+    assert r.error is None, r.error
+    task = client.tasks.retrieve_by_name(name)
+    worker.wait_record("handled", task_id=task.id, text="hello")
+    mine = [x["method"] for x in worker.records() if x.get("task_id") == task.id]
+    assert mine[:2] == ["task/create", "event/send"], mine
