@@ -484,7 +484,7 @@ struct RawReply {
 
 fn raw_client() -> reqwest::Client {
     // As the engine builds its own.
-    reqwest::Client::builder()
+    sessiond::tls::client_builder()
         .connect_timeout(Duration::from_secs(10))
         .user_agent("sessiond-bench")
         .build()

@@ -26,7 +26,9 @@
 //!    overhead per turn.
 //! 3. Commit-to-delivery latency of `POST …/note` frames to 1,000 SSE subscribers of one session:
 //!    receipt time minus the time the POST's response arrived (the commit precedes it), and
-//!    minus the time the POST was sent (an upper bound).
+//!    minus the time the POST was sent (an upper bound) — on the Sessions API stream
+//!    (`…/events`) and on the Task events API stream (`/v2/sessions/{id}/events/stream`, HAST
+//!    envelopes) in alternating rounds, and the ratio of their p99s.
 //! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
 //!
 //! 1b. The same turns through the agent platform API (`/agentex` `message/send`, non-streaming,
@@ -71,6 +73,10 @@ const EMAIL: &str = "bench@local";
 const PASSWORD: &str = "bench-password-123";
 const TARGET_OVERHEAD_P99_MS: f64 = 10.0;
 const TARGET_FANOUT_P99_MS: f64 = 20.0;
+/// The `/v2` stream's fan-out p99 against `/v1`'s, measured in the same run.
+const TARGET_V2_FANOUT_RATIO: f64 = 1.2;
+/// Fan-out rounds per stream family (they alternate).
+const FAN_ROUNDS: usize = 2;
 const TARGET_IDLE_KIB: f64 = 10.0;
 const TARGET_AUTH_RATIO: f64 = 0.9;
 /// `/agentex` `message/send` turns per second against `/v1` `messages/wait` at the same
@@ -102,6 +108,9 @@ struct Opts {
     fan_subscribers: usize,
     fan_notes: usize,
     fan_gap: Duration,
+    /// Subscribers of the busy session in the reconnect run, and how long it runs.
+    busy_subscribers: usize,
+    busy_secs: Duration,
     idle_conns: usize,
     idle_settle: Duration,
     auth_conns: usize,
@@ -129,6 +138,8 @@ impl Opts {
                 fan_subscribers: 1000,
                 fan_notes: 50,
                 fan_gap: Duration::from_millis(20),
+                busy_subscribers: 500,
+                busy_secs: Duration::from_secs(4),
                 idle_conns: 2000,
                 idle_settle: Duration::from_secs(2),
                 auth_conns: 16,
@@ -149,6 +160,8 @@ impl Opts {
                 fan_subscribers: 1000,
                 fan_notes: 100,
                 fan_gap: Duration::from_millis(20),
+                busy_subscribers: 500,
+                busy_secs: Duration::from_secs(10),
                 idle_conns: 10_000,
                 idle_settle: Duration::from_secs(11),
                 auth_conns: 16,
@@ -558,12 +571,20 @@ struct ServerProc {
     pid: u32,
     base: String,
     addr: SocketAddr,
+    /// The metrics listener's `/metrics` URL.
+    metrics: Option<String>,
 }
 
 impl ServerProc {
     fn start(bin: &Path, data_dir: &Path, config: &Path) -> ServerProc {
         let mut child = sessiond_command(bin)
-            .args(["serve", "--bind", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--metrics-bind",
+                "127.0.0.1:0",
+            ])
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--config")
@@ -577,15 +598,22 @@ impl ServerProc {
         SERVER_PID.store(pid, Ordering::SeqCst);
         let stdout = child.stdout.take().unwrap_or_else(|| die("stdout", "none"));
         let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader
-            .read_line(&mut line)
-            .unwrap_or_else(|e| die("server first line", e));
-        let base = line
-            .trim()
-            .strip_prefix("sessiond listening on ")
-            .unwrap_or_else(|| die("server first line", format!("{line:?}")))
-            .to_owned();
+        let mut metrics = None;
+        let base = loop {
+            let mut line = String::new();
+            reader
+                .read_line(&mut line)
+                .unwrap_or_else(|e| die("server start-up line", e));
+            if let Some(url) = line.trim().strip_prefix("sessiond metrics on ") {
+                metrics = Some(url.to_owned());
+                continue;
+            }
+            break line
+                .trim()
+                .strip_prefix("sessiond listening on ")
+                .unwrap_or_else(|| die("server start-up line", format!("{line:?}")))
+                .to_owned();
+        };
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || {
             let mut sink = Vec::new();
@@ -600,6 +628,7 @@ impl ServerProc {
             pid,
             base,
             addr,
+            metrics,
         }
     }
 
@@ -648,6 +677,7 @@ struct Ctx {
     key: String,
     pid: u32,
     http: reqwest::Client,
+    metrics: Option<String>,
 }
 
 fn http_client(key: Option<&str>) -> reqwest::Client {
@@ -658,7 +688,7 @@ fn http_client(key: Option<&str>) -> reqwest::Client {
             .unwrap_or_else(|e| die("authorization header", e));
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    reqwest::Client::builder()
+    sessiond::tls::client_builder()
         .no_proxy()
         .tcp_nodelay(true)
         .default_headers(headers)
@@ -772,13 +802,26 @@ impl RawSse {
     /// Connects, sends the GET and reads the response head (which the server sends as soon as
     /// the subscription exists).
     async fn open(addr: SocketAddr, path: &str, key: &str) -> Result<RawSse, String> {
+        RawSse::resume(addr, path, key, None).await
+    }
+
+    /// Like [`RawSse::open`], resuming with `Last-Event-ID` as a browser's `EventSource` does.
+    async fn resume(
+        addr: SocketAddr,
+        path: &str,
+        key: &str,
+        last_event_id: Option<u64>,
+    ) -> Result<RawSse, String> {
         let mut stream = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let _ = stream.set_nodelay(true);
+        let resume = last_event_id
+            .map(|id| format!("Last-Event-ID: {id}\r\n"))
+            .unwrap_or_default();
         let req = format!(
             "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
-             Accept: text/event-stream\r\n\r\n"
+             Accept: text/event-stream\r\n{resume}\r\n"
         );
         stream
             .write_all(req.as_bytes())
@@ -1277,24 +1320,60 @@ async fn sse_latency(
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3. Fan-out of notes to 1,000 subscribers of one session.
+// 3. Fan-out of notes to 1,000 subscribers of one session, on the Sessions API stream and on the
+//    Task events API (HAST) stream, in alternating rounds.
 
+/// Which stream the subscribers read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// `GET /v1/ws/{ws}/agent/sessions/{id}/events`: one frame per note, `id:` = seq.
+    V1,
+    /// `GET /v2/sessions/{id}/events/stream`: `message.started` and `message.completed` per
+    /// note, `id:` = seq × 10 + i.
+    V2,
+}
+
+impl Family {
+    fn path(self, id: &str, since: u64) -> String {
+        match self {
+            Family::V1 => events_path(id, since),
+            Family::V2 => format!("/v2/sessions/{id}/events/stream?after={}", since * 10 + 9),
+        }
+    }
+
+    /// The timeline seq a frame id belongs to.
+    fn seq_of(self, frame_id: u64) -> u64 {
+        match self {
+            Family::V1 => frame_id,
+            Family::V2 => frame_id / 10,
+        }
+    }
+}
+
+/// The samples of every round of one family.
+#[derive(Default)]
 struct Fanout {
     subscribers: usize,
     open_failures: usize,
     first_open_error: Option<String>,
     notes: usize,
     /// Frame receipt minus the instant the POST's response arrived (commit happened before it).
-    from_response: Lat,
+    from_response: Vec<f64>,
     /// Frame receipt minus the instant the POST was sent (an upper bound of commit-to-delivery).
-    from_send: Lat,
+    from_send: Vec<f64>,
     /// Per note: last subscriber's receipt minus first subscriber's receipt.
-    spread: Lat,
-    post: Lat,
+    spread: Vec<f64>,
+    post: Vec<f64>,
     missing: usize,
     ended_early: usize,
     connect_secs: f64,
-    cpu: CpuUse,
+    cpu: Vec<CpuUse>,
+}
+
+impl Fanout {
+    fn p99(&self) -> f64 {
+        Lat::of(self.from_response.clone()).p(99.0)
+    }
 }
 
 async fn open_many(
@@ -1328,27 +1407,39 @@ async fn open_many(
     (ok, failed, first)
 }
 
-async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
+/// One round: a fresh session, `opts.fan_subscribers` streams of `family` on it, `notes` notes.
+async fn fanout_round(ctx: &Ctx, opts: &Opts, family: Family, notes: usize, into: &mut Fanout) {
     let id = create_sessions(ctx, 1).await.remove(0);
     let since = last_event_seq(ctx, &id).await;
     let t = Instant::now();
-    let paths = vec![events_path(&id, since); opts.fan_subscribers];
+    let paths = vec![family.path(&id, since); opts.fan_subscribers];
     let (streams, open_failures, first_open_error) =
         open_many(ctx, paths, CONNECT_PARALLELISM).await;
-    let connect_secs = t.elapsed().as_secs_f64();
-    let subscribers = streams.len();
+    into.connect_secs += t.elapsed().as_secs_f64();
+    into.subscribers = into.subscribers.max(streams.len());
+    into.open_failures += open_failures;
+    if into.first_open_error.is_none() {
+        into.first_open_error = first_open_error;
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut readers = JoinSet::new();
     for mut sse in streams {
         let mut stop = stop_rx.clone();
         readers.spawn(async move {
-            let mut got: Vec<(u64, Instant)> = Vec::new();
+            // The first receipt of each note's frames.
+            let mut got: HashMap<u64, Instant> = HashMap::new();
             let mut frames = Vec::new();
             let mut ended = false;
             loop {
                 tokio::select! {
                     r = sse.read_frames(&mut frames) => match r {
-                        Some(t) => got.extend(frames.drain(..).filter_map(|f| Some((f.id?, t)))),
+                        Some(t) => {
+                            for f in frames.drain(..) {
+                                if let Some(id) = f.id {
+                                    got.entry(family.seq_of(id)).or_insert(t);
+                                }
+                            }
+                        }
                         None => {
                             ended = true;
                             break;
@@ -1364,11 +1455,10 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
 
     let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
     let mut sent: HashMap<u64, (Instant, Instant)> = HashMap::new();
-    let mut post = Vec::new();
     let mut ticker = tokio::time::interval(opts.fan_gap);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let cpu = CpuWindow::start(ctx.pid);
-    for i in 0..opts.fan_notes {
+    for i in 0..notes {
         ticker.tick().await;
         let t_send = Instant::now();
         let r = ctx
@@ -1388,19 +1478,18 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
             .as_u64()
             .unwrap_or_else(|| die("POST note", "no seq"));
         sent.insert(seq, (t_send, t_resp));
-        post.push(ms(t_resp - t_send));
+        into.post.push(ms(t_resp - t_send));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let cpu = cpu.stop();
+    into.cpu.push(cpu.stop());
     let _ = stop_tx.send(true);
+    into.notes += sent.len();
 
-    let (mut from_response, mut from_send) = (Vec::new(), Vec::new());
     let mut per_note: HashMap<u64, (Instant, Instant)> = HashMap::new();
-    let (mut missing, mut ended_early) = (0, 0);
     while let Some(r) = readers.join_next().await {
         let (got, ended) = r.unwrap_or_else(|e| die("subscriber", e));
         if ended {
-            ended_early += 1;
+            into.ended_early += 1;
         }
         let mut seen = 0;
         for (seq, t) in got {
@@ -1408,32 +1497,284 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> Fanout {
                 continue;
             };
             seen += 1;
-            from_response.push(signed_ms(t, t_resp));
-            from_send.push(ms(t - t_send));
+            into.from_response.push(signed_ms(t, t_resp));
+            into.from_send.push(ms(t - t_send));
             let e = per_note.entry(seq).or_insert((t, t));
             e.0 = e.0.min(t);
             e.1 = e.1.max(t);
         }
-        missing += sent.len().saturating_sub(seen);
+        into.missing += sent.len().saturating_sub(seen);
     }
-    let spread = per_note
-        .values()
-        .map(|(first, last)| ms(*last - *first))
-        .collect();
-    Fanout {
-        subscribers,
-        open_failures,
-        first_open_error,
-        notes: sent.len(),
-        from_response: Lat::of(from_response),
-        from_send: Lat::of(from_send),
-        spread: Lat::of(spread),
-        post: Lat::of(post),
-        missing,
-        ended_early,
-        connect_secs,
+    into.spread
+        .extend(per_note.values().map(|(first, last)| ms(*last - *first)));
+}
+
+/// Both families' fan-out, in alternating rounds (v1, v2, v1, v2) so that both meet the same
+/// machine.
+async fn fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout) {
+    let (mut v1, mut v2) = (Fanout::default(), Fanout::default());
+    let per_round = opts.fan_notes.div_ceil(FAN_ROUNDS);
+    for _ in 0..FAN_ROUNDS {
+        fanout_round(ctx, opts, Family::V1, per_round, &mut v1).await;
+        fanout_round(ctx, opts, Family::V2, per_round, &mut v2).await;
+    }
+    (v1, v2)
+}
+
+fn print_fanout(name: &str, fan: &Fanout) {
+    println!(
+        "   {name}: {} subscribers per round, opened in {:.2} s in all ({} failed{}); {} notes \
+         posted, POST p50 {:.2} ms, p99 {:.2} ms",
+        fan.subscribers,
+        fan.connect_secs,
+        fan.open_failures,
+        fan.first_open_error
+            .as_deref()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default(),
+        fan.notes,
+        Lat::of(fan.post.clone()).p(50.0),
+        Lat::of(fan.post.clone()).p(99.0)
+    );
+    println!(
+        "      commit -> delivery (receipt minus POST response): {}",
+        Lat::of(fan.from_response.clone()).line()
+    );
+    println!(
+        "      POST sent -> delivery (upper bound):              {}",
+        Lat::of(fan.from_send.clone()).line()
+    );
+    println!(
+        "      first -> last subscriber per note:                {}",
+        Lat::of(fan.spread.clone()).line()
+    );
+    println!(
+        "      missing (note, subscriber) pairs: {}; streams that ended early: {}",
+        fan.missing, fan.ended_early
+    );
+    for cpu in &fan.cpu {
+        println!("      while posting: {}", cpu.line());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3b. Reconnects with Last-Event-ID under fan-out, and what stalled subscribers cost the writer.
+
+struct Reconnects {
+    subscribers: usize,
+    /// Time from connect to the response head, reconnecting to the idle session (baseline).
+    idle: Lat,
+    /// The same, to the busy session with its subscribers.
+    busy: Lat,
+    failures: usize,
+    first_failure: Option<String>,
+    /// Streams the server cut off because their client fell behind (they reconnected).
+    cut_off: usize,
+    deltas: usize,
+    notes: usize,
+    cpu: CpuUse,
+}
+
+/// Reconnects as `EventSource` does: open with the last seen id, read for about `hold`, drop,
+/// again; also when the server ends the stream. Returns the times to the response head and the
+/// failures.
+async fn reconnecting_reader(
+    addr: SocketAddr,
+    path: String,
+    key: String,
+    hold: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) -> (Vec<f64>, Vec<String>, usize, usize) {
+    let (mut heads, mut failures, mut cut_off, mut deltas) = (Vec::new(), Vec::new(), 0, 0);
+    let mut last: Option<u64> = None;
+    let mut first = true;
+    while !*stop.borrow() {
+        let t = Instant::now();
+        let mut sse = match RawSse::resume(addr, &path, &key, last).await {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        if !first {
+            heads.push(ms(t.elapsed()));
+        }
+        first = false;
+        let until = hold.map(|h| tokio::time::Instant::now() + h);
+        let mut frames = Vec::new();
+        loop {
+            let deadline = async {
+                match until {
+                    Some(u) => tokio::time::sleep_until(u).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = sse.read_frames(&mut frames) => match r {
+                    Some(_) => {
+                        for f in frames.drain(..) {
+                            match f.id {
+                                Some(id) => last = Some(id),
+                                None => deltas += 1,
+                            }
+                        }
+                    }
+                    None => {
+                        cut_off += 1;
+                        break;
+                    }
+                },
+                () = deadline => break,
+                _ = stop.changed() => return (heads, failures, cut_off, deltas),
+            }
+        }
+    }
+    (heads, failures, cut_off, deltas)
+}
+
+async fn reconnects(ctx: &Ctx, opts: &Opts) -> Reconnects {
+    let id = create_sessions(ctx, 1).await.remove(0);
+    let path = sessions_path(&format!("/{id}/events"));
+    let mut idle = Vec::new();
+    for _ in 0..50 {
+        let last = last_event_seq(ctx, &id).await;
+        let t = Instant::now();
+        let sse = RawSse::resume(ctx.addr, &path, &ctx.key, Some(last))
+            .await
+            .unwrap_or_else(|e| die("idle reconnect", e));
+        idle.push(ms(t.elapsed()));
+        drop(sse);
+    }
+    // The busy session: a turn streaming a delta every millisecond, and a note every 20 ms.
+    let turn_url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/messages")));
+    post_json(
+        &ctx.http,
+        &turn_url,
+        &json!({"prompt": "/slow 1\n/stream 1000000"}),
+    )
+    .await
+    .unwrap_or_else(|e| die("start the streaming turn", e));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut readers = JoinSet::new();
+    for i in 0..opts.busy_subscribers {
+        // One in ten drops its stream every second and resumes; the rest stay unless cut off.
+        let hold = (i % 10 == 0).then_some(Duration::from_secs(1));
+        readers.spawn(reconnecting_reader(
+            ctx.addr,
+            path.clone(),
+            ctx.key.clone(),
+            hold,
+            stop_rx.clone(),
+        ));
+    }
+    let note_url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
+    let cpu = CpuWindow::start(ctx.pid);
+    let started = Instant::now();
+    let mut notes = 0;
+    let mut ticker = tokio::time::interval(Duration::from_millis(20));
+    while started.elapsed() < opts.busy_secs {
+        ticker.tick().await;
+        post_json(&ctx.http, &note_url, &json!({"note": "busy"}))
+            .await
+            .unwrap_or_else(|e| die("POST note", e));
+        notes += 1;
+    }
+    let cpu = cpu.stop();
+    let _ = stop_tx.send(true);
+    let (mut busy, mut failures, mut cut_off, mut deltas) = (Vec::new(), Vec::new(), 0, 0);
+    while let Some(r) = readers.join_next().await {
+        let (h, f, c, d) = r.unwrap_or_else(|e| die("reader", e));
+        busy.extend(h);
+        failures.extend(f);
+        cut_off += c;
+        deltas += d;
+    }
+    let interrupt = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/interrupt")));
+    let _ = post_json(&ctx.http, &interrupt, &json!({})).await;
+    Reconnects {
+        subscribers: opts.busy_subscribers,
+        idle: Lat::of(idle),
+        busy: Lat::of(busy),
+        failures: failures.len(),
+        first_failure: failures.into_iter().next(),
+        cut_off,
+        deltas,
+        notes,
         cpu,
     }
+}
+
+struct Stalled {
+    subscribers: usize,
+    /// `POST …/note` round trips with that many subscribers reading.
+    fast: Lat,
+    /// The same with that many subscribers that never read.
+    stalled: Lat,
+    stalled_cut_off: usize,
+}
+
+/// Note round trips (each includes its commit) with `n` subscribers reading, then with `n`
+/// subscribers that stop reading after the response head, on another session.
+async fn stalled_subscribers(ctx: &Ctx, n: usize, notes: usize) -> Stalled {
+    async fn post_notes(ctx: &Ctx, id: &str, notes: usize) -> Lat {
+        let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
+        let body = json!({"note": "x".repeat(2000)});
+        let mut out = Vec::new();
+        for _ in 0..notes {
+            let t = Instant::now();
+            post_json(&ctx.http, &url, &body)
+                .await
+                .unwrap_or_else(|e| die("POST note", e));
+            out.push(ms(t.elapsed()));
+        }
+        Lat::of(out)
+    }
+    let ids = create_sessions(ctx, 2).await;
+    let (fast_id, stalled_id) = (&ids[0], &ids[1]);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let fast_path = sessions_path(&format!("/{fast_id}/events"));
+    let mut readers = JoinSet::new();
+    for _ in 0..n {
+        readers.spawn(reconnecting_reader(
+            ctx.addr,
+            fast_path.clone(),
+            ctx.key.clone(),
+            None,
+            stop_rx.clone(),
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fast = post_notes(ctx, fast_id, notes).await;
+    let _ = stop_tx.send(true);
+    while readers.join_next().await.is_some() {}
+    let stalled_path = sessions_path(&format!("/{stalled_id}/events"));
+    let (stalled_streams, _, _) = open_many(ctx, vec![stalled_path; n], CONNECT_PARALLELISM).await;
+    let before = metric(ctx, "sessiond_sse_lagged_total").await;
+    let stalled = post_notes(ctx, stalled_id, notes).await;
+    let after = metric(ctx, "sessiond_sse_lagged_total").await;
+    drop(stalled_streams);
+    Stalled {
+        subscribers: n,
+        fast,
+        stalled,
+        stalled_cut_off: (after - before).max(0.0) as usize,
+    }
+}
+
+/// One sample of the server's metrics listener (0 when it is not there).
+async fn metric(ctx: &Ctx, sample: &str) -> f64 {
+    let Some(url) = &ctx.metrics else { return 0.0 };
+    let Ok(r) = ctx.http.get(url).send().await else {
+        return 0.0;
+    };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            (name == sample).then(|| v.parse().ok())?
+        })
+        .unwrap_or(0.0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1943,6 +2284,7 @@ fn main() {
         key: key.clone(),
         pid: server.pid,
         http: http_client(Some(&key)),
+        metrics: server.metrics.clone(),
     };
 
     let (levels, rpc_levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
@@ -2080,43 +2422,62 @@ fn main() {
 
         println!(
             "== 3. Fan-out: POST …/note to one session with {} SSE subscribers ({} notes, one \
-             every {} ms) ==",
+             every {} ms), Sessions API stream and Task events API stream in alternating rounds \
+             ({FAN_ROUNDS} each) ==",
             opts.fan_subscribers,
             opts.fan_notes,
             opts.fan_gap.as_millis()
         );
         let fan = fanout(&ctx, &opts).await;
+        print_fanout("/v1 …/events", &fan.0);
+        print_fanout("/v2 …/events/stream", &fan.1);
         println!(
-            "   {} subscribers open in {:.2} s ({} failed{}); {} notes posted, POST p50 {:.2} ms, \
-             p99 {:.2} ms",
-            fan.subscribers,
-            fan.connect_secs,
-            fan.open_failures,
-            fan.first_open_error
+            "   /v2 p99 / /v1 p99 (commit -> delivery): {:.2}",
+            fan.1.p99() / fan.0.p99()
+        );
+        println!();
+
+        println!(
+            "== 3b. Reconnects with Last-Event-ID under fan-out: {} subscribers of one busy \
+             session (a turn streaming a delta every ms, a note every 20 ms); one in ten drops \
+             its stream every second and resumes, any stream the server cuts off resumes ==",
+            opts.busy_subscribers
+        );
+        let rec = reconnects(&ctx, &opts).await;
+        println!(
+            "   connect -> response head, idle session (baseline): {}",
+            rec.idle.line()
+        );
+        println!(
+            "   connect -> response head, busy session:            {}",
+            rec.busy.line()
+        );
+        println!(
+            "   busy / idle p99: {:.1}x; reconnects that got no stream: {}{}; streams cut off \
+             for falling behind: {}; {} live deltas and {} notes delivered to {} subscribers",
+            rec.busy.p(99.0) / rec.idle.p(99.0),
+            rec.failures,
+            rec.first_failure
                 .as_deref()
-                .map(|e| format!(": {e}"))
+                .map(|e| format!(" (first: {e})"))
                 .unwrap_or_default(),
-            fan.notes,
-            fan.post.p(50.0),
-            fan.post.p(99.0)
+            rec.cut_off,
+            thousands(rec.deltas as u64),
+            rec.notes,
+            rec.subscribers
         );
+        println!("   while busy: {}", rec.cpu.line());
+        let stalled = stalled_subscribers(&ctx, 500, 200).await;
         println!(
-            "   commit -> delivery (receipt minus POST response): {}",
-            fan.from_response.line()
+            "   writer cost of subscribers that stop reading: POST …/note (2 KB) round trip with \
+             {n} reading subscribers {}, with {n} stalled ones {}; stalled / reading p50 {:.2}x; \
+             stalled streams cut off: {}",
+            stalled.fast.line(),
+            stalled.stalled.line(),
+            stalled.stalled.p(50.0) / stalled.fast.p(50.0),
+            stalled.stalled_cut_off,
+            n = stalled.subscribers
         );
-        println!(
-            "   POST sent -> delivery (upper bound):              {}",
-            fan.from_send.line()
-        );
-        println!(
-            "   first -> last subscriber per note:                {}",
-            fan.spread.line()
-        );
-        println!(
-            "   missing (note, subscriber) pairs: {}; streams that ended early: {}",
-            fan.missing, fan.ended_early
-        );
-        println!("   while posting: {}", fan.cpu.line());
         println!();
 
         println!(
@@ -2254,15 +2615,24 @@ fn main() {
             yes_no(s.lat.p(99.0) < TARGET_OVERHEAD_P99_MS && s.errors == 0).into(),
         ));
     }
+    let (fan1, fan2) = &fan;
+    for (f, name) in [(fan1, "/v1"), (fan2, "/v2")] {
+        rows.push((
+            format!("fan-out p99, {} {name} subscribers", f.subscribers),
+            format!(
+                "{:.2} ms ({:.2} from send)",
+                f.p99(),
+                Lat::of(f.from_send.clone()).p(99.0)
+            ),
+            format!("< {TARGET_FANOUT_P99_MS} ms"),
+            yes_no(f.p99() < TARGET_FANOUT_P99_MS && f.missing == 0).into(),
+        ));
+    }
     rows.push((
-        format!("fan-out p99, {} subscribers", fan.subscribers),
-        format!(
-            "{:.2} ms ({:.2} from send)",
-            fan.from_response.p(99.0),
-            fan.from_send.p(99.0)
-        ),
-        format!("< {TARGET_FANOUT_P99_MS} ms"),
-        yes_no(fan.from_response.p(99.0) < TARGET_FANOUT_P99_MS && fan.missing == 0).into(),
+        "fan-out p99 /v2 / /v1 (same run)".into(),
+        format!("{:.2}", fan2.p99() / fan1.p99()),
+        format!("<= {TARGET_V2_FANOUT_RATIO}"),
+        yes_no(fan2.p99() / fan1.p99() <= TARGET_V2_FANOUT_RATIO && fan2.missing == 0).into(),
     ));
     rows.push((
         format!("RSS per idle stream, {} open", idle.opened),

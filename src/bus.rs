@@ -6,6 +6,7 @@
 //! A subscriber that falls behind the channel capacity is cut off (it resumes by seq); publishing
 //! never blocks, so a slow client can never stall the writer.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -22,6 +23,61 @@ pub struct Frame {
     pub event_type: Arc<str>,
     /// `{"seq":N,"event":{...}}` or `{"event":{...}}`.
     pub data: String,
+    /// When the event was written (ms since the epoch): the commit for durable frames.
+    pub created_at: i64,
+    /// What other API families make of this frame, computed by the first of their subscribers
+    /// and shared by the others.
+    pub cache: FrameCache,
+}
+
+impl Frame {
+    pub fn durable(seq: u64, event_type: &str, data: String, created_at: i64) -> Frame {
+        Frame {
+            seq: Some(seq),
+            event_type: event_type.into(),
+            data,
+            created_at,
+            cache: FrameCache::default(),
+        }
+    }
+
+    pub fn volatile(event_type: &str, data: String, created_at: i64) -> Frame {
+        Frame {
+            seq: None,
+            event_type: event_type.into(),
+            data,
+            created_at,
+            cache: FrameCache::default(),
+        }
+    }
+}
+
+/// Values derived from one frame, one per type: a projection that a thousand subscribers need is
+/// made once. The bus knows nothing of them; a projection stores, say, a
+/// `tokio::sync::OnceCell` of its rendering and every subscriber of that family awaits the same
+/// cell.
+#[derive(Default)]
+pub struct FrameCache(Mutex<Vec<Arc<dyn Any + Send + Sync>>>);
+
+impl FrameCache {
+    /// The frame's `T`, created empty by the first caller.
+    pub fn slot<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut slots = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for slot in slots.iter() {
+            if let Ok(found) = Arc::clone(slot).downcast::<T>() {
+                return found;
+            }
+        }
+        let made = Arc::new(T::default());
+        slots.push(Arc::clone(&made) as Arc<dyn Any + Send + Sync>);
+        made
+    }
+}
+
+impl std::fmt::Debug for FrameCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrameCache")
+    }
 }
 
 /// Bytes of volatile tail kept per session; past this the tail is dropped until the next durable
@@ -197,6 +253,11 @@ impl Bus {
     pub fn close_all(&self) {
         let _ = self.closed.send(true);
         self.lock().clear();
+    }
+
+    /// True once [`Bus::close_all`] has been called (the server is shutting down).
+    pub fn is_closed(&self) -> bool {
+        *self.closed.borrow()
     }
 
     /// Resolves once [`Bus::close_all`] has been called.

@@ -1,5 +1,11 @@
-//! The command line: `sessiond serve`, `sessiond backup FILE`, with configuration layered as
+//! The command line: `sessiond serve`, `sessiond backup FILE` and the commands that manage
+//! agents, people, workspaces and keys on the data dir directly, with configuration layered as
 //! embedded defaults < `--config` file < environment < flags.
+//!
+//! The data dir is resolved to an absolute path once, printed when the server starts and named
+//! in every error, because it depends on the current directory unless pinned; only `serve`
+//! creates it, so a command run from another directory says where it looked instead of
+//! quietly starting an empty one.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +25,8 @@ pub struct Cli {
     /// TOML configuration file (every key optional; see config.example.toml).
     #[arg(long, global = true, env = "SESSIOND_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Data directory holding the database and the workspace drives [default: ./sessiond-data].
+    /// Data directory holding the database and the workspace drives [default: ./sessiond-data,
+    /// in the current directory]. Only `serve` creates it.
     #[arg(long, global = true, env = "SESSIOND_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
     #[command(subcommand)]
@@ -30,9 +37,14 @@ pub struct Cli {
 enum Command {
     /// Run the server (APIs, web UI and runner) until SIGINT or SIGTERM.
     Serve {
-        /// Address to listen on [default: 127.0.0.1:8080]; port 0 picks a free port.
-        #[arg(long, env = "SESSIOND_BIND", value_name = "ADDR:PORT")]
+        /// Address to listen on [default: 127.0.0.1:8080]; a host name (localhost) is resolved,
+        /// port 0 picks a free port.
+        #[arg(long, env = "SESSIOND_BIND", value_name = "HOST:PORT")]
         bind: Option<String>,
+        /// Address of the metrics listener (`GET /metrics`, Prometheus text format) [default:
+        /// none]; port 0 picks a free port.
+        #[arg(long, env = "SESSIOND_METRICS_BIND", value_name = "ADDR:PORT")]
+        metrics_bind: Option<String>,
     },
     /// Write a consistent copy of the database to FILE while the server keeps running.
     Backup {
@@ -70,16 +82,17 @@ enum Command {
 enum UserAction {
     /// Create a person; the password is read from standard input.
     Create {
+        /// The person's email address, which they sign in with.
         #[arg(long)]
         email: String,
         /// Read the password from standard input (the only way to give one).
         #[arg(long, required = true)]
         password_stdin: bool,
-        /// Workspace to join [default: default].
+        /// Workspace to join.
         #[arg(long, default_value = "default")]
         workspace: String,
         /// owner or member [default: owner for the first user, else member].
-        #[arg(long)]
+        #[arg(long, value_parser = ["owner", "member"])]
         role: Option<String>,
     },
 }
@@ -88,7 +101,9 @@ enum UserAction {
 enum WorkspaceAction {
     /// Create a workspace (with its root agent and drive folder).
     Create {
+        /// The workspace's name in URLs: 1 to 63 characters of a-z, 0-9 and '-'.
         slug: String,
+        /// Display name [default: the slug].
         #[arg(long)]
         name: Option<String>,
     },
@@ -98,30 +113,39 @@ enum WorkspaceAction {
 enum TokenAction {
     /// Create a personal API key; prints only the key (shown once).
     Create {
+        /// Email of the person the key acts as.
         #[arg(long)]
         user: String,
+        /// Workspace the key works in.
         #[arg(long, default_value = "default")]
         workspace: String,
         /// Capabilities: sessions, sessions:read, files:write (or ws:<slug>:<capability>).
         #[arg(long = "scope", required = true, num_args = 1..)]
         scopes: Vec<String>,
+        /// A label to recognise the key by in `token list`.
         #[arg(long, default_value = "cli")]
         name: String,
     },
     /// List API keys (never their secrets).
     List,
     /// Revoke an API key by id.
-    Revoke { id: String },
+    Revoke {
+        /// The key's id, as `token list` shows it.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 enum AppAction {
     /// Register an app and print its key (shown once).
     Create {
+        /// Workspace the app works in.
         #[arg(long, default_value = "default")]
         workspace: String,
+        /// The app's name, shown as the sender of what it submits.
         #[arg(long)]
         name: String,
+        /// Capabilities: sessions, sessions:read, files:write (or ws:<slug>:<capability>).
         #[arg(long = "scope", required = true, num_args = 1..)]
         scopes: Vec<String>,
     },
@@ -131,33 +155,43 @@ enum AppAction {
 enum AgentAction {
     /// Create an agent with an anchor folder in the workspace drive.
     Create {
+        /// The agent's name in URLs (`root` is reserved).
         slug: String,
+        /// Display name [default: the slug].
         #[arg(long)]
         name: Option<String>,
         /// Drive folder its sessions must stay inside [default: agents/<slug>].
         #[arg(long)]
         anchor: Option<String>,
+        /// Workspace of the agent.
         #[arg(long, default_value = "default")]
         workspace: String,
     },
     /// List the agents of a workspace.
     List {
+        /// Workspace whose agents to list.
         #[arg(long, default_value = "default")]
         workspace: String,
     },
     /// Change an agent's name or anchor.
     Update {
+        /// The agent to change.
         slug: String,
+        /// New display name.
         #[arg(long)]
         name: Option<String>,
+        /// New anchor folder in the workspace drive.
         #[arg(long)]
         anchor: Option<String>,
+        /// Workspace of the agent.
         #[arg(long, default_value = "default")]
         workspace: String,
     },
     /// Delete an agent that owns no sessions.
     Delete {
+        /// The agent to delete.
         slug: String,
+        /// Workspace of the agent.
         #[arg(long, default_value = "default")]
         workspace: String,
     },
@@ -171,11 +205,21 @@ fn load_config(cli: &Cli) -> Result<Config, String> {
     if let Some(dir) = &cli.data_dir {
         cfg.data_dir = dir.clone();
     }
-    if let Command::Serve { bind: Some(bind) } = &cli.command {
-        cfg.bind = bind.clone();
+    cfg.data_dir = std::path::absolute(&cfg.data_dir)
+        .map_err(|e| format!("data dir {}: {e}", cfg.data_dir.display()))?;
+    check_engine(&cfg)?;
+    if let Command::Serve { bind, metrics_bind } = &cli.command {
+        if let Some(bind) = bind {
+            cfg.bind = bind.clone();
+        }
+        if let Some(bind) = metrics_bind {
+            cfg.metrics.bind = Some(bind.clone());
+        }
+        if let Some(engine) = engine_from_env()? {
+            cfg.engine = Some(engine);
+        }
     }
     cfg.validate()?;
-    check_engine(&cfg)?;
     Ok(cfg)
 }
 
@@ -185,14 +229,50 @@ fn check_engine(cfg: &Config) -> Result<(), String> {
     match &cfg.engine {
         Some(engine) => crate::engine::EngineConfig::parse(&engine.to_string())
             .map(|_| ())
-            .map_err(|e| format!("engine: {e}")),
+            .map_err(|e| format!("engine: {}", crate::server::engine_problem(&e))),
         None => Ok(()),
     }
 }
 
-fn init_logging(format: LogFormat) {
+/// `SESSIOND_ENGINE`: an engine JSON object, or just a kind such as `scripted`; checked here so
+/// that a bad value is a configuration error that names the variable.
+fn engine_from_env() -> Result<Option<serde_json::Value>, String> {
+    let Some(raw) = std::env::var("SESSIOND_ENGINE")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let raw = raw.trim();
+    let value = if raw.starts_with('{') {
+        serde_json::from_str(raw).map_err(|e| format!("SESSIOND_ENGINE: not JSON: {e}"))?
+    } else {
+        serde_json::json!({ "kind": raw })
+    };
+    match crate::engine::EngineConfig::parse(&value.to_string()) {
+        Ok(Some(_)) => Ok(Some(value)),
+        Ok(None) => Err("SESSIOND_ENGINE: give at least the engine's kind".into()),
+        Err(e) => Err(format!(
+            "SESSIOND_ENGINE: {}",
+            crate::server::engine_problem(&e)
+        )),
+    }
+}
+
+/// The server logs what it does at `info`; the other commands print their result and log only
+/// warnings (no migration chatter). `SESSIOND_LOG` overrides both.
+fn init_logging(format: LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("SESSIOND_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_env("SESSIOND_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    // The HTTP/1 parser logs every malformed request it refuses as an error; those are the
+    // client's errors (answered 4xx and counted in `sessiond_http_rejected_total`), so they stay
+    // out of the log unless asked for.
+    let asked = std::env::var("SESSIOND_LOG").is_ok_and(|v| v.contains("actix_http"));
+    let filter = match "actix_http::h1::dispatcher=off".parse() {
+        Ok(quiet) if !asked => filter.add_directive(quiet),
+        _ => filter,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -202,33 +282,70 @@ fn init_logging(format: LogFormat) {
     };
 }
 
+/// Commands other than `serve` work on an existing data dir: one that is not there is most
+/// likely the wrong current directory, not a wish for a fresh empty one.
+fn require_data_dir(cfg: &Config) -> Result<(), String> {
+    if cfg.data_dir.is_dir() {
+        return Ok(());
+    }
+    Err(format!(
+        "no data dir at {}: run `sessiond serve` once to create it, or point --data-dir \
+         (or SESSIOND_DATA_DIR, or data_dir in the config file) at an existing one",
+        cfg.data_dir.display()
+    ))
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let cfg = match load_config(&cli) {
         Ok(cfg) => cfg,
         Err(e) => {
-            eprintln!("sessiond: {e}");
+            // The data dir it would have used, when the broken configuration does not decide it.
+            let dir = match (&cli.data_dir, &cli.config) {
+                (Some(dir), _) => Some(dir.clone()),
+                (None, None) => Some(Config::default().data_dir),
+                (None, Some(_)) => None,
+            };
+            match dir.and_then(|d| std::path::absolute(d).ok()) {
+                Some(dir) => eprintln!("sessiond: {e} (data dir: {})", dir.display()),
+                None => eprintln!("sessiond: {e}"),
+            }
             return ExitCode::from(2);
         }
     };
-    init_logging(cfg.log_format);
-    let result = match &cli.command {
-        Command::Serve { .. } => crate::server::serve(cfg),
-        Command::Backup { file } => crate::store::backup(&cfg.db_path(), file)
-            .map(|()| println!("backup written to {}", file.display()))
-            .map_err(|e| e.to_string()),
-        Command::Agent { action } => agent_command(&cfg, action),
-        Command::User { action } => identity_command(&cfg, IdentityAction::User(action)),
-        Command::Workspace { action } => identity_command(&cfg, IdentityAction::Workspace(action)),
-        Command::Token { action } => identity_command(&cfg, IdentityAction::Token(action)),
-        Command::App { action } => identity_command(&cfg, IdentityAction::App(action)),
-    };
+    let serve = matches!(cli.command, Command::Serve { .. });
+    init_logging(cfg.log_format, if serve { "info" } else { "warn" });
+    let result = if serve {
+        Ok(())
+    } else {
+        require_data_dir(&cfg)
+    }
+    .and_then(|()| run_command(&cfg, &cli.command));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sessiond: {e}");
+            let dir = cfg.data_dir.display().to_string();
+            if e.contains(&dir) {
+                eprintln!("sessiond: {e}");
+            } else {
+                eprintln!("sessiond: {e} (data dir: {dir})");
+            }
             ExitCode::FAILURE
         }
+    }
+}
+
+fn run_command(cfg: &Config, command: &Command) -> Result<(), String> {
+    match command {
+        Command::Serve { .. } => crate::server::serve(cfg.clone()),
+        Command::Backup { file } => crate::store::backup(&cfg.db_path(), file)
+            .map(|()| println!("backup written to {}", file.display()))
+            .map_err(|e| e.to_string()),
+        Command::Agent { action } => agent_command(cfg, action),
+        Command::User { action } => identity_command(cfg, IdentityAction::User(action)),
+        Command::Workspace { action } => identity_command(cfg, IdentityAction::Workspace(action)),
+        Command::Token { action } => identity_command(cfg, IdentityAction::Token(action)),
+        Command::App { action } => identity_command(cfg, IdentityAction::App(action)),
     }
 }
 
@@ -354,16 +471,11 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                 if !email.contains('@') {
                     return Err("--email: not an email address".into());
                 }
-                if let Some(r) = role
-                    && r != "owner"
-                    && r != "member"
-                {
-                    return Err("--role: owner or member".into());
-                }
                 let ws = workspace_id(&store, workspace)?;
                 let phc = crate::auth::password::hash(&password).map_err(|e| e.to_string())?;
                 let role = role.clone();
-                let id = store
+                let who = email.clone();
+                let (id, role) = store
                     .write_blocking(move |tx| {
                         let first = identity::user_count(tx.conn())? == 0;
                         let id = tx.insert_user(&email, &phc)?;
@@ -375,10 +487,10 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                             }
                         });
                         tx.add_membership(&id, &ws, &role)?;
-                        Ok(id)
+                        Ok((id, role))
                     })
                     .map_err(|e| e.to_string())?;
-                println!("{id}");
+                println!("created {who} as {role} of workspace {workspace} (user {id})");
             }
             IdentityAction::Workspace(WorkspaceAction::Create { slug, name }) => {
                 let ok = !slug.is_empty()

@@ -27,8 +27,19 @@ pub struct Config {
     /// else the scripted demo engine. `SESSIOND_ENGINE` overrides it.
     pub engine: Option<serde_json::Value>,
     pub policy: Policy,
+    pub metrics: MetricsConfig,
     /// Agents to create (or bring up to date) at start-up.
     pub agents: Vec<AgentConfig>,
+}
+
+/// `/metrics` (Prometheus text format) is served on a listener of its own, never on the API's:
+/// the figures cover every workspace, so no workspace credential may read them, and a scraper
+/// on the operator's network needs no secret.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address of the metrics listener (e.g. `127.0.0.1:9464`); unset: no metrics listener.
+    pub bind: Option<String>,
 }
 
 /// An agent declared in the config file.
@@ -105,6 +116,9 @@ pub struct Limits {
     pub max_upload_bytes: u64,
     /// How long a minted upload grant accepts new uploads.
     pub upload_grant_ttl_ms: u64,
+    /// The longest a JSON request body may take to arrive, and the longest an upload may pause;
+    /// then the request is answered 408.
+    pub body_timeout_ms: u64,
 }
 
 /// What agents may do on this machine. Any credential with the `sessions` scope may configure
@@ -160,6 +174,7 @@ impl Default for Config {
             stream: StreamConfig::default(),
             engine: None,
             policy: Policy::default(),
+            metrics: MetricsConfig::default(),
             agents: Vec::new(),
         }
     }
@@ -196,6 +211,7 @@ impl Default for Limits {
             history_page_max: 500,
             max_upload_bytes: 100 * 1024 * 1024,
             upload_grant_ttl_ms: 15 * 60 * 1000,
+            body_timeout_ms: 30_000,
         }
     }
 }
@@ -215,8 +231,14 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        let cfg: Config = toml::from_str(&text)
+        let mut cfg: Config = toml::from_str(&text)
             .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+        // A relative `data_dir` in the file is the file's own neighbour, so a config file pins
+        // its data wherever sessiond is started from.
+        if cfg.data_dir.is_relative() && names_data_dir(&text) {
+            let folder = path.parent().unwrap_or(Path::new("."));
+            cfg.data_dir = folder.join(&cfg.data_dir);
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -241,14 +263,38 @@ impl Config {
         if self.stream.channel_capacity < 16 || self.stream.max_subscribers_per_session == 0 {
             return Err("stream.channel_capacity must be at least 16 and stream.max_subscribers_per_session at least 1".into());
         }
+        if self.limits.body_timeout_ms == 0 {
+            return Err("limits.body_timeout_ms must be at least 1".into());
+        }
         if self.stream.keepalive_ms == 0 {
             return Err("stream.keepalive_ms must be at least 1".into());
         }
+        check_bind(&self.bind)?;
         Ok(())
     }
 
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("sessiond.db")
+    }
+}
+
+/// Whether a config file's text sets `data_dir` (rather than leaving the default).
+fn names_data_dir(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("data_dir"))
+}
+
+/// `HOST:PORT` (a name, an IPv4 address or a bracketed IPv6 address, and a port number); the name
+/// is resolved when the server binds.
+fn check_bind(bind: &str) -> Result<(), String> {
+    let well_formed = bind
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!(
+            "bind: {bind:?} is not HOST:PORT (for example 127.0.0.1:8080, localhost:8090 or [::1]:8080)"
+        ))
     }
 }
 

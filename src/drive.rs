@@ -128,7 +128,7 @@ impl Drive {
         let root = self.canonical_root()?;
         let target = self.root.join(&rel);
         fs::create_dir_all(&target)
-            .map_err(|e| Error::Internal(format!("cannot create {rel}: {e}")))?;
+            .map_err(|e| Error::from_io(&format!("cannot create {rel}"), &e))?;
         let real = target
             .canonicalize()
             .map_err(|e| Error::Internal(format!("{rel}: {e}")))?;
@@ -146,7 +146,7 @@ impl Drive {
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .map_err(|e| Error::Internal(format!("cannot create upload file: {e}")))?;
+            .map_err(|e| Error::from_io("cannot create upload file", &e))?;
         Ok((file, tmp))
     }
 
@@ -165,7 +165,7 @@ impl Drive {
                 })
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Exists),
-            Err(e) => Err(Error::Internal(format!("cannot store upload: {e}"))),
+            Err(e) => Err(Error::from_io("cannot store upload", &e)),
         }
     }
 
@@ -178,15 +178,28 @@ impl Drive {
         let written = file.write_all(bytes).and_then(|()| file.sync_all());
         let result = match written {
             Ok(()) => self.link_new(&tmp, &dir_rel, name),
-            Err(e) => Err(Error::Internal(format!("cannot write file: {e}"))),
+            Err(e) => Err(Error::from_io("cannot write file", &e)),
         };
         let _ = fs::remove_file(&tmp);
         result
     }
 }
 
-/// A visible file name: no separators, no `..`, no control characters, not hidden-as-dot-only,
-/// at most 255 bytes.
+/// Characters that change or hide how a name reads without showing themselves: Unicode's format
+/// characters (bidirectional overrides and isolates, zero-width spaces and joiners, the BOM, tags),
+/// line and paragraph separators, and the invisible fillers. A name `invoice\u{202E}fdp.exe` would
+/// show as `invoiceexe.pdf`.
+fn is_invisible(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x034F | 0x061C | 0x115F | 0x1160 | 0x180E | 0x3164 | 0xFEFF | 0xFFA0
+        | 0x0600..=0x0605 | 0x06DD | 0x070F | 0x0890..=0x0891 | 0x08E2
+        | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x206F | 0xFFF9..=0xFFFB
+        | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A
+        | 0xE0001 | 0xE0020..=0xE007F)
+}
+
+/// A visible file name: no separators, no `..`, no control or invisible format characters, not
+/// ending in a space, not hidden-as-dot-only, at most 255 bytes.
 pub fn check_file_name(name: &str) -> Result<()> {
     let bad = |why: &str| Error::invalid(format!("filename: {why}"));
     if name.is_empty() || name == "." || name == ".." {
@@ -200,6 +213,14 @@ pub fn check_file_name(name: &str) -> Result<()> {
     }
     if name.chars().any(char::is_control) {
         return Err(bad("must not contain control characters"));
+    }
+    if name.chars().any(is_invisible) {
+        return Err(bad(
+            "must not contain invisible format characters (such as bidirectional overrides)",
+        ));
+    }
+    if name.ends_with(char::is_whitespace) {
+        return Err(bad("must not end in a space"));
     }
     Ok(())
 }

@@ -3,6 +3,11 @@
 //! Every fallible operation in the core returns [`Error`]; the HTTP layer turns it into a status and
 //! a JSON body here and nowhere else. Bodies are `{"error": "<code>", "message": "..."}` except where
 //! a seed fixes the exact shape (`invalid_cwd` carries `reason`, `no_default_session` is bare).
+//!
+//! Storage faults are classified where they arise (SQLite result codes, OS errors): a full disk is
+//! `storage_full` (507), any other fault of the database or the data dir `storage_unavailable`
+//! (503); both are the operator's problem and pass once it is fixed, so clients may retry. Only
+//! what is left (a failed query that is a bug) is `internal`.
 
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, ResponseError};
@@ -10,7 +15,7 @@ use serde_json::json;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
     InvalidRequest(String),
@@ -26,6 +31,12 @@ pub enum Error {
     IdempotencyConflict,
     #[error("the session is not waiting for an answer")]
     NotAsking,
+    /// The session's cost reached its budget; raising the budget lets it continue.
+    #[error("budget_hit: the session has spent its budget of {cents} cents")]
+    BudgetHit { cents: u64 },
+    /// The session was closed (handed off to another one) and takes no more prompts.
+    #[error("the session is closed and takes no more prompts")]
+    SessionClosed,
     #[error("invalid cwd: {0}")]
     InvalidCwd(&'static str),
     #[error("another move of the working directory won")]
@@ -38,6 +49,10 @@ pub enum Error {
     Conflict(&'static str, String),
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("a JSON body needs Content-Type: application/json")]
+    UnsupportedMediaType,
+    #[error("the request body did not arrive within {0} ms")]
+    RequestTimeout(u64),
     #[error("too many open streams for this session")]
     TooManyStreams,
     #[error("the turn no longer holds this session")]
@@ -50,6 +65,15 @@ pub enum Error {
     /// An operation of a wire contract that sessiond answers but does not carry out (501).
     #[error("{0}")]
     NotImplemented(String),
+    /// The filesystem holding the data dir is full (or over quota): writes fail until space
+    /// returns.
+    #[error("storage is full: {0}")]
+    StorageFull(String),
+    /// The database or the data dir cannot be used right now (I/O error, read-only, locked,
+    /// damaged).
+    #[error("storage is unavailable: {0}")]
+    StorageUnavailable(String),
+    /// A storage operation failed in a way no operator action explains (a bug).
     #[error("storage error: {0}")]
     Storage(String),
     #[error("internal error: {0}")]
@@ -59,6 +83,24 @@ pub enum Error {
 impl Error {
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidRequest(msg.into())
+    }
+
+    /// A fault of the storage itself (full, I/O, read-only) rather than of the request: it passes
+    /// when the operator fixes the machine, so work that met it is retried, not abandoned.
+    pub fn is_storage_fault(&self) -> bool {
+        matches!(self, Error::StorageFull(_) | Error::StorageUnavailable(_))
+    }
+
+    /// An OS error met while writing to the data dir or the drive, with what was being done.
+    pub fn from_io(context: &str, e: &std::io::Error) -> Self {
+        let detail = format!("{context}: {e}");
+        match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => Error::StorageFull(detail),
+            Some(libc::EROFS | libc::EIO | libc::EACCES | libc::EPERM) => {
+                Error::StorageUnavailable(detail)
+            }
+            _ => Error::Internal(detail),
+        }
     }
 
     /// The stable machine-readable code clients switch on.
@@ -71,17 +113,23 @@ impl Error {
             Error::NoDefaultSession => "no_default_session",
             Error::IdempotencyConflict => "idempotency_conflict",
             Error::NotAsking => "not_asking",
+            Error::BudgetHit { .. } => "budget_hit",
+            Error::SessionClosed => "session_closed",
             Error::InvalidCwd(_) => "invalid_cwd",
             Error::CwdConflict => "cwd_conflict",
             Error::Exists => "exists",
             Error::Forbidden(_) => "forbidden",
             Error::Conflict(code, _) => code,
             Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::UnsupportedMediaType => "unsupported_media_type",
+            Error::RequestTimeout(_) => "request_timeout",
             Error::TooManyStreams => "too_many_streams",
             Error::ShuttingDown => "unavailable",
             Error::NotImplemented(_) => "not_implemented",
             Error::AgentUnavailable(_) => "agent_unavailable",
             Error::StaleTurn => "stale_turn",
+            Error::StorageFull(_) => "storage_full",
+            Error::StorageUnavailable(_) => "storage_unavailable",
             Error::Storage(_) | Error::Internal(_) => "internal",
         }
     }
@@ -89,13 +137,32 @@ impl Error {
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        Error::Storage(e.to_string())
+        use rusqlite::ErrorCode as C;
+        let detail = e.to_string();
+        match e.sqlite_error_code() {
+            Some(C::DiskFull) => Error::StorageFull(detail),
+            Some(
+                C::SystemIoFailure
+                | C::CannotOpen
+                | C::ReadOnly
+                | C::PermissionDenied
+                | C::DatabaseBusy
+                | C::DatabaseLocked
+                | C::FileLockingProtocolFailed
+                | C::NoLargeFileSupport
+                | C::DatabaseCorrupt
+                | C::NotADatabase
+                | C::OutOfMemory,
+            ) => Error::StorageUnavailable(detail),
+            _ => Error::Storage(detail),
+        }
     }
 }
 
 impl From<r2d2::Error> for Error {
+    /// The read pool gave no connection in time: the database cannot be opened or is swamped.
     fn from(e: r2d2::Error) -> Self {
-        Error::Storage(e.to_string())
+        Error::StorageUnavailable(e.to_string())
     }
 }
 
@@ -110,14 +177,19 @@ impl ResponseError for Error {
             }
             Error::IdempotencyConflict
             | Error::NotAsking
+            | Error::BudgetHit { .. }
+            | Error::SessionClosed
             | Error::CwdConflict
             | Error::StaleTurn
             | Error::Exists
             | Error::Conflict(..) => StatusCode::CONFLICT,
             Error::InvalidCwd(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
-            Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Error::ShuttingDown | Error::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Error::AgentUnavailable(_) => StatusCode::BAD_GATEWAY,
             Error::Storage(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -134,11 +206,30 @@ impl ResponseError for Error {
                 tracing::error!(error = %detail, "request failed");
                 json!({"error": self.code(), "message": "internal error"})
             }
+            Error::StorageFull(detail) => {
+                // The store's health logs the change of state once; each refusal is detail.
+                tracing::debug!(error = %detail, "write refused: storage is full");
+                json!({"error": self.code(), "message": "the server's storage is full; nothing was changed, retry once space is freed"})
+            }
+            Error::StorageUnavailable(detail) => {
+                tracing::debug!(error = %detail, "request failed: storage is unavailable");
+                json!({"error": self.code(), "message": "the server's storage is unavailable; nothing was changed, retry later"})
+            }
             other => json!({"error": other.code(), "message": other.to_string()}),
         };
         let mut res = HttpResponse::build(self.status_code());
-        if matches!(self, Error::ShuttingDown) {
-            res.insert_header((header::RETRY_AFTER, "1"));
+        match self {
+            Error::ShuttingDown => {
+                res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            // The rest of the body may still be on its way: do not read it, close instead.
+            Error::RequestTimeout(_) => {
+                res.insert_header((header::CONNECTION, "close"));
+            }
+            Error::StorageFull(_) | Error::StorageUnavailable(_) => {
+                res.insert_header((header::RETRY_AFTER, "5"));
+            }
+            _ => {}
         }
         if matches!(self, Error::Unauthorized) {
             res.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"sessiond\""));

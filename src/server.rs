@@ -1,10 +1,10 @@
 //! `sessiond serve`: wires storage, the runner and the HTTP server together, and takes them down
 //! in the right order on SIGINT/SIGTERM (streams ended, turns interrupted, writer flushed).
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
 
-use actix_web::{App, HttpServer, middleware, web};
+use actix_web::{App, middleware, web};
 
 use crate::api::{self, AppState};
 use crate::auth::Auth;
@@ -63,9 +63,10 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
     Ok(())
 }
 
-/// Every open SSE stream holds a socket: lift the soft open-files limit to the hard one so that
-/// thousands of idle streams do not run the process out of descriptors.
-fn raise_open_files_limit() {
+/// Every open connection holds a file descriptor: lifts the soft open-files limit as far as the
+/// hard limit allows, then admits connections up to that limit minus a reserve
+/// (`api::connection`), so that at the limit new clients get a 503 instead of silence.
+fn raise_open_files_limit() -> u64 {
     #[cfg(unix)]
     // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
     unsafe {
@@ -73,33 +74,107 @@ fn raise_open_files_limit() {
             rlim_cur: 0,
             rlim_max: 0,
         };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                tracing::warn!("could not raise the open-files limit");
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            } else {
+                tracing::warn!(
+                    soft = lim.rlim_cur,
+                    hard = lim.rlim_max,
+                    "could not raise the open-files limit"
+                );
             }
         }
+        lim.rlim_cur
     }
+    #[cfg(not(unix))]
+    1024
 }
 
-/// The engine of agents that do not choose one: `SESSIOND_ENGINE` (a JSON engine object or just
-/// a kind), else the config file's `engine`, else `openai` when the OpenAI variables are set, else
-/// the scripted demo engine that says how to configure a model.
+/// The data dir's lock, held while this process serves it: a second `sessiond serve` on the same
+/// data dir would recover (end) the first one's running turns. The CLI subcommands do not take
+/// it; they work beside a running server as SQLite allows.
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+/// Takes the exclusive lock on `<data dir>/serve.lock` and writes our pid into it, or says which
+/// process holds it.
+pub fn lock_data_dir(data_dir: &std::path::Path) -> Result<DataDirLock, String> {
+    use std::io::{Read, Seek, Write};
+    let path = data_dir.join("serve.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EROFS | libc::EACCES | libc::EPERM) => format!(
+                "the data dir {} cannot be written ({e}); sessiond needs a writable data dir",
+                data_dir.display()
+            ),
+            _ => format!("cannot open {}: {e}", path.display()),
+        })?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(format!(
+                "another sessiond (pid {}) is serving the data dir {}; stop it first, or give this one another --data-dir",
+                if holder.is_empty() { "unknown" } else { holder },
+                data_dir.display()
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("cannot lock {}: {e}", path.display()));
+        }
+    }
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.seek(std::io::SeekFrom::Start(0)))
+        .and_then(|_| writeln!(file, "{}", std::process::id()))
+        .and_then(|()| file.flush());
+    written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(DataDirLock { _file: file })
+}
+
+/// A data dir or database that cannot be written is refused at start, not at the first write.
+fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
+    store.check_writable().map_err(|e| {
+        format!(
+            "the database {} cannot be written ({e}); sessiond needs a writable data dir",
+            cfg.db_path().display()
+        )
+    })?;
+    let probe = cfg.data_dir.join("run").join(".writable");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            format!(
+                "the data dir {} cannot be written ({e}); sessiond needs a writable data dir",
+                cfg.data_dir.display()
+            )
+        })
+}
+
+/// The engine of agents that do not choose one: the configured one (`SESSIOND_ENGINE` or the
+/// config file's `[engine]`, already merged into `cfg.engine` and checked), else `openai` when the
+/// OpenAI variables are set, else the scripted demo engine that says how to configure a model.
 fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
-    let from_env = std::env::var("SESSIOND_ENGINE")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| {
-            let v = v.trim();
-            if v.starts_with('{') {
-                v.to_owned()
-            } else {
-                serde_json::json!({ "kind": v }).to_string()
-            }
-        });
-    let chosen = from_env.or_else(|| cfg.engine.as_ref().map(|e| e.to_string()));
-    if let Some(json) = chosen {
-        return match EngineConfig::parse(&json).map_err(|e| format!("engine: {e}"))? {
+    if let Some(json) = &cfg.engine {
+        return match EngineConfig::parse(&json.to_string())
+            .map_err(|e| format!("engine: {}", engine_problem(&e)))?
+        {
             Some(engine) => engine
                 .build(&Default::default())
                 .map_err(|e| format!("engine: {e}")),
@@ -117,6 +192,70 @@ fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
     }))
 }
 
+/// An engine configuration's problem, worded for the person who wrote it: without the `engine:`
+/// prefix the parser puts on its messages (the caller names where the engine came from) and with
+/// serde's "variant" in the words of the `kind` field.
+pub fn engine_problem(e: &crate::Error) -> String {
+    let msg = e.to_string();
+    let msg = msg.strip_prefix("engine: ").unwrap_or(&msg);
+    msg.replace("unknown variant", "unknown engine kind")
+}
+
+/// Listens on every address `bind` resolves to (`localhost:8090` is 127.0.0.1 and ::1; IPv4
+/// first, so that is the printed URL), before anything is written to the data dir, so a port in
+/// use is the first and only thing reported. With port 0 the other addresses try the port the
+/// first one got and are skipped if it is taken there; an address family the machine lacks (no
+/// IPv6) is skipped when another address works.
+fn listen(bind: &str) -> Result<Vec<TcpListener>, String> {
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for addr in bind
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve bind address {bind:?}: {e}"))?
+    {
+        if !addrs.contains(&addr) {
+            addrs.push(addr);
+        }
+    }
+    addrs.sort_by_key(SocketAddr::is_ipv6);
+    let mut listeners: Vec<TcpListener> = Vec::new();
+    let mut skipped = None;
+    for mut addr in addrs {
+        let any_port = addr.port() == 0;
+        if any_port && let Some(first) = listeners.first().and_then(|l| l.local_addr().ok()) {
+            addr.set_port(first.port());
+        }
+        match bind_socket(addr) {
+            Ok(l) => listeners.push(l),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrNotAvailable
+                    || (any_port && !listeners.is_empty()) =>
+            {
+                tracing::warn!(%addr, error = %e, "not listening on this address");
+                skipped = Some(format!("cannot listen on {addr}: {e}"));
+            }
+            Err(e) => return Err(format!("cannot listen on {addr}: {e}")),
+        }
+    }
+    if listeners.is_empty() {
+        return Err(skipped.unwrap_or_else(|| format!("bind address {bind:?} resolves to nothing")));
+    }
+    Ok(listeners)
+}
+
+/// A listening socket as actix makes one (address reuse, a backlog of 1024), IPv6 sockets for
+/// IPv6 only so that `[::]` and `0.0.0.0` can both be bound.
+fn bind_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
 /// Says at start-up which engine each agent runs on.
 fn log_engines(store: &Store, engines: &Engines) {
     let default = engines.default_engine();
@@ -130,17 +269,28 @@ fn log_engines(store: &Store, engines: &Engines) {
 
 pub fn serve(cfg: Config) -> Result<(), String> {
     api::schema::self_check()?;
-    raise_open_files_limit();
-    let addr: SocketAddr = cfg
-        .bind
-        .parse()
-        .map_err(|_| format!("invalid bind address {:?} (expected ADDR:PORT)", cfg.bind))?;
+    let open_files = raise_open_files_limit();
+    let connections = api::connection::set_connection_limit(open_files);
+    tracing::info!(open_files, connections, "connection limit");
+    let default = default_engine(&cfg)?;
+    // Listen first: a port in use fails before the data dir or the database are touched.
+    let listeners = listen(&cfg.bind)?;
+    let metrics_listeners = match &cfg.metrics.bind {
+        Some(bind) => listen(bind).map_err(|e| format!("metrics: {e}"))?,
+        None => Vec::new(),
+    };
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| format!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
+    let _lock = lock_data_dir(&cfg.data_dir)?;
     let cfg = Arc::new(cfg);
     let bus = Bus::new(
         cfg.stream.channel_capacity,
         cfg.stream.max_subscribers_per_session,
     );
     let store = open_store(&cfg, Arc::clone(&bus))?;
+    std::fs::create_dir_all(cfg.data_dir.join("run"))
+        .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
+    check_writable(&cfg, &store)?;
     apply_config_agents(&cfg, &store)?;
 
     // Turns run on their own runtime, never on the HTTP workers.
@@ -161,7 +311,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     }
     crate::process::track_in(children)
         .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
-    let engines = Engines::new(default_engine(&cfg)?, cfg.policy.clone());
+    let engines = Engines::new(default, cfg.policy.clone());
     log_engines(&store, &engines);
     let acp_slot = engines.acp_platform();
     let agent_keys = crate::agentex::acp::AgentKeys::load_or_create(&cfg.data_dir)?;
@@ -177,52 +327,84 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     runner.attach_sessions(Arc::new(sessions.clone()));
     let platform = Arc::new(crate::agentex::acp::Platform::new(
         sessions.clone(),
-        agent_keys.clone(),
+        agent_keys,
     ));
     let _ = acp_slot.set(platform.clone());
     let platform = web::Data::from(platform);
-    let agent_keys = web::Data::new(agent_keys);
     let auth = Auth::new(store.clone());
     let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
     let state = web::Data::new(AppState::new(sessions, auth));
     let state_for_url = state.clone();
 
     let system = actix_web::rt::System::new();
+    let data_dir = cfg.data_dir.clone();
     let result = system.block_on(async {
-        let server = HttpServer::new(move || {
-            App::new()
-                .app_data(state.clone())
-                .app_data(platform.clone())
-                .app_data(agent_keys.clone())
-                .wrap(
-                    middleware::DefaultHeaders::new()
-                        .add(("X-Content-Type-Options", "nosniff"))
-                        .add(("Referrer-Policy", "no-referrer"))
-                        .add(("X-Frame-Options", "DENY"))
-                        // API responses are data, never documents; the UI's pages set their own.
-                        .add(("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")),
-                )
-                .configure(api::routes_with_ui)
-        })
-        .disable_signals()
-        .shutdown_timeout(10)
-        // Streamed answers (SSE, NDJSON, an RPC answer written when its turn ends) go out as
-        // they are written: without this, Nagle's algorithm holds a stream's last small write
-        // until the client's delayed ACK, some 40 ms later.
-        .tcp_nodelay(true)
-        .bind(addr)
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        let bound = server.addrs().first().copied().unwrap_or(addr);
-        state_for_url.set_base_url(format!("http://{bound}"));
-        println!("sessiond listening on http://{bound}");
-        if let Some(token) = &setup_token {
-            println!("no account yet: open http://{bound}/setup#{token} on this machine to create the owner");
+        let signalled = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
+        let bound = listeners
+            .first()
+            .and_then(|l| l.local_addr().ok())
+            .ok_or("no listening address")?;
+        let mut builder = actix_server::Server::build()
+            .disable_signals()
+            .shutdown_timeout(10);
+        let mut others = Vec::new();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            if i > 0 {
+                others.push(addr);
+            }
+            let state_for_app = state.clone();
+            let platform_for_app = platform.clone();
+            builder = builder
+                .listen(format!("sessiond-http-{i}"), listener, move || {
+                    http_service(
+                        addr,
+                        state_for_app.clone(),
+                        platform_for_app.clone(),
+                        api::routes_with_ui,
+                    )
+                })
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         }
-        let server = server.run();
+        let mut metrics_bound = None;
+        for (i, listener) in metrics_listeners.into_iter().enumerate() {
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            metrics_bound.get_or_insert(addr);
+            let state_for_metrics = state.clone();
+            let platform_for_metrics = platform.clone();
+            builder = builder
+                .listen(format!("sessiond-metrics-{i}"), listener, move || {
+                    http_service(
+                        addr,
+                        state_for_metrics.clone(),
+                        platform_for_metrics.clone(),
+                        api::metrics_routes,
+                    )
+                })
+                .map_err(|e| format!("cannot listen on {addr} (metrics): {e}"))?;
+        }
+        state_for_url.set_base_url(format!("http://{bound}"));
+        if let Some(a) = metrics_bound {
+            println!("sessiond metrics on http://{a}/metrics");
+        }
+        println!("sessiond listening on http://{bound}");
+        for other in &others {
+            println!("also listening on http://{other}");
+        }
+        println!("data dir: {}", data_dir.display());
+        if let Some(token) = &setup_token {
+            println!(
+                "no account yet: open http://{bound}/setup#{token} on this machine to create the owner \
+                 (each start prints a new link)"
+            );
+        }
+        let server = builder.run();
+        let watcher = state.clone();
+        actix_web::rt::spawn(async move { watcher.auth.watch_revocations().await });
         let handle = server.handle();
         let bus = Arc::clone(&bus);
         actix_web::rt::spawn(async move {
-            shutdown_signal().await;
+            signalled.await;
             tracing::info!("shutting down");
             bus.close_all();
             handle.stop(true).await;
@@ -237,24 +419,89 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     result
 }
 
-async fn shutdown_signal() {
+/// One listener's HTTP/1 service: each accepted connection is admitted by `api::connection`
+/// (reserve, parser errors as JSON, hang-up notice), then served by an actix-web `App` with the
+/// request middleware and `routes`.
+fn http_service(
+    local: SocketAddr,
+    state: web::Data<AppState>,
+    platform: web::Data<crate::agentex::acp::Platform>,
+    routes: fn(&mut web::ServiceConfig),
+) -> impl actix_service::ServiceFactory<
+    actix_web::rt::net::TcpStream,
+    Config = (),
+    Response = (),
+    Error = actix_http::error::DispatchError,
+    InitError = (),
+> {
+    use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
+    use api::connection::{self, Conn};
+    let app = App::new()
+        .app_data(state)
+        .app_data(platform)
+        .wrap(
+            middleware::DefaultHeaders::new()
+                .add(("X-Content-Type-Options", "nosniff"))
+                .add(("Referrer-Policy", "no-referrer"))
+                .add(("X-Frame-Options", "DENY"))
+                // API responses are data, never documents; the UI's pages set their own.
+                .add((
+                    "Content-Security-Policy",
+                    "default-src 'none'; frame-ancestors 'none'",
+                )),
+        )
+        .wrap(middleware::from_fn(api::middleware::observe))
+        .configure(routes);
+    let app = map_config(
+        app.into_factory()
+            .map_err(|e: actix_web::Error| e.error_response()),
+        |()| actix_web::dev::AppConfig::default(),
+    );
+    let h1 = actix_http::HttpService::build()
+        .keep_alive(actix_http::KeepAlive::Timeout(
+            std::time::Duration::from_secs(5),
+        ))
+        .client_request_timeout(std::time::Duration::from_secs(5))
+        .client_disconnect_timeout(std::time::Duration::from_secs(1))
+        .local_addr(local)
+        .on_connect_ext(|io: &Conn, ext: &mut actix_http::Extensions| {
+            ext.insert(io.peer_closed());
+        })
+        .h1(app);
+    fn_service(|io: actix_web::rt::net::TcpStream| async move {
+        // Streamed answers (SSE, NDJSON, an RPC answer written when its turn ends) go out as they
+        // are written: without this, Nagle's algorithm holds a stream's last small write until
+        // the client's delayed ACK, some 40 ms later.
+        let _ = io.set_nodelay(true);
+        let conn = connection::admit(io)
+            .await
+            .map_err(actix_http::error::DispatchError::Io)?;
+        let peer = conn.peer_addr();
+        Ok((conn, peer))
+    })
+    .and_then(h1)
+}
+
+/// Registers for SIGINT and SIGTERM at once, before the start-up lines are printed, so that a
+/// signal sent as soon as they appear gets the orderly shutdown rather than the default abrupt
+/// exit; resolves on the first of them.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
+        let mut term = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }

@@ -516,3 +516,69 @@ pub const TERMINAL_TYPES: [&str; 4] = ["complete", "ask", "interrupted", "sleep"
 pub fn is_terminal_type(t: &str) -> bool {
     TERMINAL_TYPES.contains(&t)
 }
+
+/// A model call that failed and is tried again after a pause: the text of the `system` warning
+/// an engine writes for it, and its reading back (the `/v2` family shows it as `run.retrying`).
+/// The seed's `system.metadata.code` is a closed list, so the notice is recognised by its text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryNotice {
+    /// Why the call failed.
+    pub reason: String,
+    pub delay_ms: u64,
+    /// The attempt about to be made (2 for the first retry) and the most there will be.
+    pub attempt: u32,
+    pub attempts: u32,
+}
+
+impl RetryNotice {
+    const MARK: &'static str = "; retrying in ";
+
+    pub fn message(&self) -> String {
+        format!(
+            "{}{}{:.1} s (attempt {} of {})",
+            self.reason,
+            Self::MARK,
+            self.delay_ms as f64 / 1000.0,
+            self.attempt,
+            self.attempts
+        )
+    }
+
+    pub fn parse(message: &str) -> Option<RetryNotice> {
+        let (reason, rest) = message.rsplit_once(Self::MARK)?;
+        let (secs, rest) = rest.split_once(" s (attempt ")?;
+        let (attempt, attempts) = rest.strip_suffix(')')?.split_once(" of ")?;
+        let secs: f64 = secs.parse().ok()?;
+        Some(RetryNotice {
+            reason: reason.to_owned(),
+            delay_ms: (secs * 1000.0).round().max(0.0) as u64,
+            attempt: attempt.parse().ok()?,
+            attempts: attempts.parse().ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RetryNotice;
+
+    #[test]
+    fn retry_notices_read_back() {
+        let n = RetryNotice {
+            reason: "the endpoint answered 503; busy".into(),
+            delay_ms: 1500,
+            attempt: 2,
+            attempts: 5,
+        };
+        assert_eq!(
+            n.message(),
+            "the endpoint answered 503; busy; retrying in 1.5 s (attempt 2 of 5)"
+        );
+        assert_eq!(RetryNotice::parse(&n.message()), Some(n));
+        assert_eq!(RetryNotice::parse("working directory moved to ."), None);
+        assert_eq!(
+            RetryNotice::parse("x; retrying in soon s (attempt 2 of 5)"),
+            None
+        );
+    }
+}

@@ -152,14 +152,14 @@ impl Upload {
         }
         self.file
             .write_all(chunk)
-            .map_err(|e| Error::Internal(format!("cannot write upload: {e}")))
+            .map_err(|e| Error::from_io("cannot write upload", &e))
     }
 
     /// Makes the file visible under its name; fails with `exists` rather than replacing one.
     pub fn finish(self) -> Result<(String, u64)> {
         self.file
             .sync_all()
-            .map_err(|e| Error::Internal(format!("cannot write upload: {e}")))?;
+            .map_err(|e| Error::from_io("cannot write upload", &e))?;
         let path = self.drive.link_new(&self.tmp, &self.folder, &self.name)?;
         Ok((path, self.written))
     }

@@ -2,7 +2,10 @@
 
 import { h, add, clear, icon, iconButton, relTime } from './dom.js';
 import * as api from './api.js';
-import { SessionPane, bucketBadge, sidePanel } from './session.js';
+import { SessionPane, bucketBadge, statusBadge, sidePanel } from './session.js';
+
+/** What the reserved `root` agent is, in words (its name alone does not say). */
+export const ROOT_AGENT_ABOUT = 'The workspace’s own agent: it works anywhere in the drive, and sessions in no other agent’s folder are its.';
 
 async function activity(ctx) {
   const res = await api.get(api.sessionsPath(ctx.ws, '/activity?limitPerAgent=24'));
@@ -28,7 +31,8 @@ export function agentsView(ctx) {
         return h('a', { class: 'agent-card', href: ctx.href(`/agents/${encodeURIComponent(a.slug)}`) },
           h('div', { class: 'agent-card-head' },
             h('span', { class: 'avatar lg', 'aria-hidden': 'true' }, icon('bot')),
-            h('div', null, h('div', { class: 'agent-card-name', text: a.name }), h('div', { class: 'muted small mono', text: a.anchor || 'drive root' }))),
+            h('div', null, h('div', { class: 'agent-card-name', text: a.name }), h('div', { class: 'muted small mono', text: a.anchor || 'whole drive' }))),
+          a.slug === 'root' && h('p', { class: 'agent-card-desc small', text: ROOT_AGENT_ABOUT }),
           h('p', { class: 'agent-card-chat muted', text: o.chat ? `Chat: ${o.chat.title || 'Untitled'} · ${relTime(o.chat.updatedAt)}` : 'No chat yet' }),
           h('div', { class: 'agent-card-foot' },
             h('span', { class: 'small' }, `${o.sessions.length}${o.truncated ? '+' : ''} recent`),
@@ -58,6 +62,7 @@ export function agentView(ctx, slug) {
   const emptyChat = h('div', { class: 'empty-state chat-empty' },
     h('div', { class: 'empty-icon' }, icon('message')),
     h('h2', { text: `Chat with ${agent?.name || slug}` }),
+    slug === 'root' && h('p', { class: 'muted', text: ROOT_AGENT_ABOUT }),
     h('p', { class: 'muted', text: 'Your first message starts this agent’s default chat. Later messages continue it.' }));
 
   const pane = new SessionPane({
@@ -84,9 +89,9 @@ export function agentView(ctx, slug) {
 
   function renderSub() {
     add(clear(sub), [
-      h('span', { class: 'chip-link' }, icon('folder'), h('span', { class: 'mono', text: agent?.anchor || 'drive root' })),
+      h('span', { class: 'chip-link', title: slug === 'root' ? ROOT_AGENT_ABOUT : null }, icon('folder'), h('span', { class: 'mono', text: agent?.anchor || 'whole drive' })),
       h('span', { class: 'chip-link' }, icon('message'), pane.id ? 'Default chat' : 'No chat yet'),
-      pane.detail && bucketBadge(pane.detail.bucket)]);
+      pane.detail && statusBadge(pane.detail, pane.status())]);
   }
 
   let lastStatus = null;

@@ -14,7 +14,7 @@ export function sessionRow(ctx, s) {
   const m = s.machine;
   const sub = [
     h('span', { class: 'row-agent' }, icon('bot'), s.agent?.name || 'Agent'),
-    s.cwd && h('span', { class: 'row-cwd mono', title: s.cwd }, icon('folder'), s.cwd),
+    s.cwd && s.cwd !== '.' && h('span', { class: 'row-cwd mono', title: s.cwd }, icon('folder'), s.cwd),
     m && h('span', { class: 'row-job' }, icon('layers'), `${m.definitionName || 'Job'} · ${m.progress?.completed ?? 0}/${m.progress?.total ?? 0}${m.currentState ? ` · ${m.currentState}` : ''}`),
     s.createdBySessionId && h('span', { class: 'row-child' }, icon('branch'), 'Child session'),
   ];

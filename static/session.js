@@ -14,6 +14,17 @@ export function bucketBadge(bucket, extra = '') {
   return h('span', { class: `badge badge-${bucket} ${extra}`.trim() }, h('span', { class: 'badge-dot', 'aria-hidden': 'true' }), BUCKET_WORDS[bucket] || bucket);
 }
 
+/**
+ * The badge of one open session: its bucket, except that a finished session says how its last
+ * turn ended when that was not a plain completion (interrupted, failed), as its details do.
+ */
+export function statusBadge(detail, status) {
+  if (detail.bucket === 'done' && status === 'interrupted') {
+    return h('span', { class: 'badge badge-done badge-interrupted' }, h('span', { class: 'badge-dot', 'aria-hidden': 'true' }), 'Interrupted');
+  }
+  return bucketBadge(detail.bucket);
+}
+
 /** The turn status as the latest events tell it, or null when the loaded page does not say. */
 function statusFromEntries(entries) {
   for (let i = entries.length - 1; i >= 0; i--) {
@@ -539,7 +550,7 @@ export function renderAside(aside, pane, extra) {
   if (extra) aside.append(extra);
   aside.append(panel('Details', 'help', h('dl', { class: 'kv' },
     h('dt', { text: 'Status' }), h('dd', { text: STATUS_WORDS[pane.status()] || pane.status() }),
-    h('dt', { text: 'Folder' }), h('dd', { class: 'mono', text: d.cwd || 'Drive root' }),
+    h('dt', { text: 'Folder' }), h('dd', { class: 'mono', text: (d.cwd && d.cwd !== '.') ? d.cwd : 'Drive root' }),
     h('dt', { text: 'Tier' }), h('dd', { text: d.tier || 'Auto' }),
     h('dt', { text: 'Created' }), h('dd', { text: fullTime(d.createdAt), title: String(d.createdAt) }),
     h('dt', { text: 'Updated' }), h('dd', { text: relTime(d.updatedAt) }),
@@ -622,12 +633,12 @@ export function sessionView(ctx, id) {
     document.title = `${title} · sessiond`;
     const agentSlug = ctx.agents.find((a) => a.id === d.agent?.id)?.slug;
     add(clear(meta), [
-      bucketBadge(d.bucket),
+      statusBadge(d, pane.status()),
       d.archivedAt ? h('span', { class: 'badge badge-archived' }, icon('archive'), 'Archived') : null,
       d.agent && (agentSlug
         ? h('a', { class: 'chip-link', href: ctx.href(`/agents/${encodeURIComponent(agentSlug)}`) }, icon('bot'), d.agent.name)
         : h('span', { class: 'chip-link' }, icon('bot'), d.agent.name)),
-      h('button', { type: 'button', class: 'chip-link', title: 'Move to another folder', onclick: () => moveCwd() }, icon('folder'), h('span', { class: 'mono', text: d.cwd || 'drive root' })),
+      h('button', { type: 'button', class: 'chip-link', title: 'Move to another folder', onclick: () => moveCwd() }, icon('folder'), h('span', { class: 'mono', text: (d.cwd && d.cwd !== '.') ? d.cwd : 'drive root' })),
       d.machine && h('span', { class: 'chip-link' }, icon('layers'), `${d.machine.definitionName || 'Job'} · ${d.machine.progress?.completed ?? 0}/${d.machine.progress?.total ?? 0}`),
       d.createdBySessionId && h('a', { class: 'chip-link', href: ctx.href(`/s/${encodeURIComponent(d.createdBySessionId)}`) }, icon('branch'), `Started by ${parent?.title ? `“${parent.title}”` : 'another session'}`)]);
     archiveBtn.replaceChildren(icon(d.archivedAt ? 'restore' : 'archive'));

@@ -1,14 +1,18 @@
 //! The agent platform API (`/agentex`) over raw HTTP: JSON-RPC envelopes and error objects, the
 //! line format of RPC answers, HTTP errors around them, and the sessions that tasks are, checked
-//! against the Sessions API's seed schemas. The official client drives the rest
-//! (`tests/python/agentex_client`).
+//! against the Sessions API's seed schemas and as `/v2` Session records. The official client
+//! drives the rest (`tests/python/agentex_client`).
 
 mod common;
+#[path = "common/hast.rs"]
+mod hast;
 
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use common::{Server, WS, assert_known_events, assert_schema, poll_until};
+// What `hast` reads from its parent.
+use common::{Sse, SseFrame, SseItem};
 use serde_json::{Value, json};
 
 fn agentex(s: &Server, path: &str) -> String {
@@ -530,4 +534,101 @@ fn cancelling_a_waiting_session_ends_it_at_once() {
         let history = s.history_all(&id);
         assert_known_events(history.iter().map(|e| &e["event"]));
     }
+}
+
+/// A task is a `/v2` Session record too, with the credential's provenance; cancelling it records
+/// who stopped it, and a `/v2` handoff closes it (`COMPLETED`, no more messages).
+#[test]
+fn tasks_are_session_records_with_the_credentials_provenance() {
+    let s = Server::start();
+    let agent = register(&s, "records");
+    let created = rpc(
+        &s,
+        &agent,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {"name": "kept"}}),
+    );
+    let task = created["result"]["id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    let r = hast::record(&s, &task);
+    assert_eq!(r["source"], "api");
+    // An API key is `sd_<24-char public id>_<secret>`.
+    assert_eq!(
+        r["attribution"],
+        json!({"type": "api_key", "id": &s.token[3..27], "user": null})
+    );
+    let answer = rpc(
+        &s,
+        &agent,
+        &json!({"id": 2, "method": "message/send", "params": {"task_id": task,
+            "content": {"type": "text", "author": "user", "content": "/reply hi"}}}),
+    );
+    assert_eq!(answer["result"][0]["content"]["content"], "hi", "{answer}");
+    let r = hast::record(&s, &task);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert!(r["last_message_at"].is_string(), "{r}");
+    // Cancelling a running turn stops it, and the record says by whom.
+    rpc(
+        &s,
+        &agent,
+        &json!({"id": 21, "method": "event/send", "params": {"task_id": task,
+            "content": {"type": "text", "author": "user", "content": "/slow 300\n/stream 100"}}}),
+    );
+    poll_until("the slow turn", Duration::from_secs(20), || {
+        (hast::record(&s, &task)["status"] == "running").then_some(())
+    });
+    let cancelled = rpc(
+        &s,
+        &agent,
+        &json!({"id": 3, "method": "task/cancel", "params": {"task_id": task}}),
+    );
+    assert_eq!(cancelled["result"]["status"], "CANCELED");
+    let r = poll_until("the record's stop", Duration::from_secs(20), || {
+        let r = hast::record(&s, &task);
+        (r["status"] == "stopped").then_some(r)
+    });
+    assert!(r["stopped"]["at"].is_string(), "{r}");
+    assert!(
+        r["status_reason"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("interrupted by ")),
+        "{r}"
+    );
+
+    // A handoff on /v2 closes the task's session: the task is done and takes no more messages.
+    let open = rpc(
+        &s,
+        &agent,
+        &json!({"id": 4, "method": "task/create", "params": {"name": "handed"}}),
+    );
+    let handed = open["result"]["id"].as_str().expect("task id").to_owned();
+    let next = hast::create_v2(
+        &s,
+        json!({"prompt": "take over", "parent": {"kind": "handoff", "session_id": handed}}),
+    );
+    let (status, t) = s.get(&agentex(&s, &format!("/tasks/{handed}")));
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(t["status"], "COMPLETED", "{t}");
+    assert_eq!(
+        t["status_reason"],
+        format!("handed off to {}", next["id"].as_str().expect("id"))
+    );
+    let refused = rpc(
+        &s,
+        &agent,
+        &json!({"id": 5, "method": "message/send", "params": {"task_id": handed,
+            "content": {"type": "text", "author": "user", "content": "still there?"}}}),
+    );
+    assert_rpc_error(&refused, -32000, &json!(5));
+    assert_eq!(refused["error"]["data"]["code"], "task_closed", "{refused}");
+    let (_, listed) = s.get(&agentex(&s, "/tasks?status=COMPLETED"));
+    assert!(
+        listed
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .any(|x| x["id"] == handed.as_str()),
+        "{listed}"
+    );
 }

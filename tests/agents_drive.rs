@@ -529,9 +529,9 @@ fn cwd_on_create_is_normalised_and_checked_on_the_filesystem_r65_r67_r68() {
         assert_eq!(v["snapshot"]["cwd"], want, "cwd {cwd}");
         assert_eq!(detail_checked(&s, &id_of(&v))["cwd"], want);
     }
-    // The drive root is stored as no cwd.
+    // A cwd set to the drive root is shown as it was set and answered: ".".
     let v = create_checked(&s, json!({"prompt": "root", "cwd": "."}));
-    assert!(v["snapshot"].get("cwd").is_none(), "{}", v["snapshot"]);
+    assert_eq!(v["snapshot"]["cwd"], ".", "{}", v["snapshot"]);
 
     // R68: invalid targets are 422 with the exact seed body, and nothing is created.
     let before = all_session_ids(&s);
@@ -624,19 +624,19 @@ fn moving_the_cwd_validates_stores_and_applies_from_the_next_turn_r66_r67_r68() 
     assert_eq!(last_seq(&s, &id), before, "nothing was written");
     assert_eq!(detail_checked(&s, &id)["cwd"], "projects/release");
 
-    // The drive root is answered as "." and stored as no cwd.
+    // The drive root is answered as "." and the snapshot shows what was answered.
     let (status, v) = s.post(&s.sessions_url(&format!("/{id}/cwd")), &json!({"cwd": "."}));
     assert_eq!(status, 200, "{v}");
     assert_schema(CWD, &v);
     assert_eq!(v["session"]["cwd"], ".");
-    assert!(detail_checked(&s, &id).get("cwd").is_none());
+    assert_eq!(detail_checked(&s, &id)["cwd"], ".");
     let (status, w) = s.post(
         &s.sessions_url(&format!("/{id}/messages/wait")),
         &json!({"prompt": "third turn", "clientRequestId": new_uuid()}),
     );
     assert_eq!(status, 200, "{w}");
     assert_schema(MESSAGES_WAIT, &w);
-    assert!(w.get("cwd").is_none(), "{w}");
+    assert_eq!(w["cwd"], ".", "{w}");
 
     // Unknown session: 404.
     let (status, v) = s.post(
@@ -1582,7 +1582,7 @@ fn upload_grants_put_files_into_the_drive_without_overwriting_r36_r42() {
 }
 
 #[test]
-fn upload_names_with_separators_dot_dot_or_control_characters_are_refused_r42() {
+fn upload_names_with_separators_dot_dot_control_or_invisible_characters_are_refused_r42() {
     let s = Server::start();
     let g = mint(&s, json!({}));
     let before = files_under(&drive(&s));
@@ -1599,6 +1599,17 @@ fn upload_names_with_separators_dot_dot_or_control_characters_are_refused_r42() 
         "nul%00.txt",
         "del%7F.txt",
         "%FF%FE.txt",
+        // Invisible format characters: a right-to-left override (invoice<RLO>fdp.exe shows as
+        // invoiceexe.pdf), an isolate, a zero-width space, a BOM, a tag character.
+        "invoice%E2%80%AEfdp.exe",
+        "a%E2%81%A6b.txt",
+        "zero%E2%80%8Bwidth.txt",
+        "%EF%BB%BFbom.txt",
+        "tag%F3%A0%80%81.txt",
+        "line%E2%80%A8sep.txt",
+        // Names that end in a space.
+        "trailing.txt%20",
+        "trailing%20%20",
     ] {
         let (status, v) = put_encoded(&s, &g, encoded, Some(token(&g)), b"x".to_vec());
         assert_invalid(status, &v);
@@ -1614,6 +1625,11 @@ fn upload_names_with_separators_dot_dot_or_control_characters_are_refused_r42() 
     let ok = "n".repeat(255);
     let (status, v) = put_file(&s, &g, &ok, Some(token(&g)), b"x".to_vec());
     assert_eq!(status, 201, "{v}");
+    // Visible non-ASCII names and inner spaces are fine.
+    for name in ["résumé final.pdf", "日本語.txt", "emoji 😀.png"] {
+        let (status, v) = put_file(&s, &g, name, Some(token(&g)), b"x".to_vec());
+        assert_eq!(status, 201, "{name}: {v}");
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -23,6 +23,8 @@ fn stderr_of(out: &std::process::Output) -> String {
 struct Running {
     child: Option<Child>,
     base: String,
+    /// The stdout lines after the first (the data dir, the setup link, …).
+    lines: mpsc::Receiver<String>,
 }
 
 impl Running {
@@ -32,13 +34,14 @@ impl Running {
         let mut child = cmd.spawn().expect("spawn sessiond");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
+        // Every line goes to the channel, so the child never blocks on a full pipe.
         std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let _ = tx.send(line);
-            // Keep draining so the child never blocks on a full pipe.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
         });
         let line = match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(line) => line,
@@ -59,11 +62,27 @@ impl Running {
         Running {
             child: Some(child),
             base,
+            lines: rx,
+        }
+    }
+
+    /// The next stdout line starting with `prefix`, with the prefix removed (bounded wait).
+    fn line_after(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no line starting with {prefix:?}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
         }
     }
 
     fn healthz(&self) -> serde_json::Value {
-        let resp = reqwest::blocking::Client::builder()
+        let resp = http_builder()
             .timeout(Duration::from_secs(10))
             .build()
             .unwrap()
@@ -271,4 +290,458 @@ fn bind_from_environment() {
         .arg("--data-dir")
         .arg(&dir);
     serve_and_check_data_dir(cmd, &dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where the data is
+
+/// `serve` prints the data dir as an absolute path, also when it was given relative to the
+/// current directory.
+#[test]
+fn serve_prints_the_absolute_data_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = sessiond_command();
+    cmd.current_dir(tmp.path())
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir", "some/data"]);
+    let mut server = Running::spawn(cmd);
+    let printed = server.line_after("data dir: ");
+    let expected = tmp.path().join("some/data");
+    assert_eq!(Path::new(&printed), expected, "{printed}");
+    assert!(expected.join("sessiond.db").is_file());
+    assert!(server.stop().success());
+}
+
+/// Every command but `serve` refuses a data dir that is not there, naming the absolute path and
+/// how to point at another one, and creates nothing.
+#[test]
+fn commands_other_than_serve_refuse_a_missing_data_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let expected = tmp.path().join("sessiond-data");
+    for args in [
+        &[
+            "user",
+            "create",
+            "--email",
+            "me@example.com",
+            "--password-stdin",
+        ][..],
+        &["token", "list"],
+        &[
+            "token",
+            "create",
+            "--user",
+            "me@example.com",
+            "--scope",
+            "sessions",
+        ],
+        &["agent", "list"],
+        &["workspace", "create", "team"],
+        &["app", "create", "--name", "ci", "--scope", "sessions"],
+        &["backup", "copy.db"],
+    ] {
+        let mut cmd = sessiond_command();
+        cmd.current_dir(tmp.path()).args(args);
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("no data dir at {}", expected.display())),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains("--data-dir"), "{args:?}: {stderr}");
+        assert!(!expected.exists(), "{args:?} created the data dir");
+    }
+}
+
+/// Creates a data dir with a database (and the default workspace) the way `serve` would, by
+/// running `workspace create` in an existing empty folder.
+fn prepared_data_dir(tmp: &Path) -> std::path::PathBuf {
+    let dir = tmp.join("data");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = cli_in(&dir, &["workspace", "create", "team"], None);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    dir
+}
+
+/// Runs a CLI command on `data_dir` with `stdin`.
+fn cli_in(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    let mut cmd = sessiond_command();
+    cmd.args(args).arg("--data-dir").arg(data_dir);
+    if let Some(input) = stdin {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(input.as_bytes()).unwrap();
+        use std::io::Seek;
+        f.rewind().unwrap();
+        cmd.stdin(Stdio::from(f));
+    }
+    run_bounded(cmd, Duration::from_secs(60))
+}
+
+/// A CLI error names the data dir it looked in, so "no user" from the wrong directory is
+/// recognisable.
+#[test]
+fn cli_errors_name_the_data_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = prepared_data_dir(tmp.path());
+    let out = cli_in(
+        &dir,
+        &[
+            "token",
+            "create",
+            "--user",
+            "me@example.com",
+            "--scope",
+            "sessions",
+        ],
+        None,
+    );
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no user me@example.com")
+            && stderr.contains(&format!("(data dir: {})", dir.display())),
+        "{stderr}"
+    );
+    let out = cli_in(&dir, &["token", "revoke", "no-such-key"], None);
+    assert!(
+        stderr_of(&out).contains(&format!("(data dir: {})", dir.display())),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+/// A relative `data_dir` in a config file is taken from the file's folder, so the file pins the
+/// data wherever sessiond starts; without a file it is relative to the current directory.
+#[test]
+fn a_relative_data_dir_in_the_config_file_is_beside_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let etc = tmp.path().join("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    let cfg = etc.join("sessiond.toml");
+    std::fs::write(&cfg, "data_dir = \"state\"\n").unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut cmd = sessiond_command();
+    cmd.current_dir(&elsewhere)
+        .arg("--config")
+        .arg(&cfg)
+        .args(["serve", "--bind", "127.0.0.1:0"]);
+    let mut server = Running::spawn(cmd);
+    assert_eq!(
+        Path::new(&server.line_after("data dir: ")),
+        etc.join("state")
+    );
+    assert!(server.stop().success());
+    assert!(etc.join("state/sessiond.db").is_file());
+    assert!(!elsewhere.join("state").exists());
+    // The CLI finds the same data through the same file, from anywhere.
+    let mut cmd = sessiond_command();
+    cmd.current_dir(tmp.path())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["agent", "list"]);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(stdout_of(&out).starts_with("root\t"), "{}", stdout_of(&out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binding
+
+/// `--bind` takes a host name: `localhost` is resolved (and listened on).
+#[test]
+fn bind_resolves_host_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut cmd = sessiond_command();
+    cmd.args(["serve", "--bind", "localhost:0", "--data-dir"])
+        .arg(&dir);
+    let mut server = Running::spawn(cmd);
+    assert!(
+        server.base.starts_with("http://127.0.0.1:") || server.base.starts_with("http://[::1]:"),
+        "{}",
+        server.base
+    );
+    assert_eq!(server.healthz()["status"], "ok");
+    assert!(server.stop().success());
+}
+
+/// A port in use is reported before anything is created: no data dir, no database.
+#[test]
+fn a_port_in_use_fails_before_the_data_dir_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let mut cmd = sessiond_command();
+    cmd.args(["serve", "--bind", &addr.to_string(), "--data-dir"])
+        .arg(&dir);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
+    assert!(!dir.exists(), "the data dir was created: {stderr}");
+    assert!(!stderr.contains("migration"), "{stderr}");
+    drop(taken);
+}
+
+/// A bind value that is not HOST:PORT is a configuration error (exit 2) that says the form.
+#[test]
+fn a_malformed_bind_address_is_a_configuration_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    for bind in ["localhost", "127.0.0.1:http", ":8080", "127.0.0.1:99999"] {
+        let mut cmd = sessiond_command();
+        cmd.args(["serve", "--bind", bind, "--data-dir"])
+            .arg(tmp.path().join("data"));
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{bind}: {stderr}");
+        assert!(stderr.contains("HOST:PORT"), "{bind}: {stderr}");
+    }
+    assert!(!tmp.path().join("data").exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engines, help, output
+
+/// `SESSIOND_ENGINE` with an unknown kind or bad JSON is a configuration error that names the
+/// variable once and lists the kinds; nothing is created.
+#[test]
+fn a_bad_sessiond_engine_names_the_variable_and_the_kinds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    for (value, expect) in [
+        ("bogus", "SESSIOND_ENGINE: unknown engine kind `bogus`"),
+        (
+            "{\"kind\": \"bogus\"}",
+            "SESSIOND_ENGINE: unknown engine kind `bogus`",
+        ),
+        ("{not json", "SESSIOND_ENGINE: not JSON"),
+        ("{}", "SESSIOND_ENGINE: give at least the engine's kind"),
+    ] {
+        let mut cmd = sessiond_command();
+        cmd.env("SESSIOND_ENGINE", value)
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(&dir);
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert!(stderr.contains(expect), "{value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("(data dir: {})", dir.display())),
+            "{value}: {stderr}"
+        );
+        if value.contains("bogus") {
+            assert!(
+                stderr.contains("scripted"),
+                "the kinds are listed: {stderr}"
+            );
+        }
+        assert!(!stderr.contains("engine: engine"), "{stderr}");
+        assert!(!dir.exists(), "{value}: the data dir was created");
+    }
+    // The same mistake in a config file's [engine] is worded the same way.
+    let cfg = tmp.path().join("sessiond.toml");
+    std::fs::write(&cfg, "[engine]\nkind = \"bogus\"\n").unwrap();
+    let mut cmd = sessiond_command();
+    cmd.arg("--config")
+        .arg(&cfg)
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("engine: unknown engine kind `bogus`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("engine: engine"), "{stderr}");
+}
+
+/// Every subcommand's help describes each option and shows a default once.
+#[test]
+fn help_describes_every_option_and_shows_defaults_once() {
+    for args in [
+        &["serve"][..],
+        &["backup"],
+        &["user", "create"],
+        &["workspace", "create"],
+        &["token", "create"],
+        &["token", "list"],
+        &["token", "revoke"],
+        &["app", "create"],
+        &["agent", "create"],
+        &["agent", "list"],
+        &["agent", "update"],
+        &["agent", "delete"],
+    ] {
+        let mut cmd = sessiond_command();
+        cmd.args(args).arg("--help");
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        assert!(out.status.success(), "{args:?}: {}", stderr_of(&out));
+        let help = stdout_of(&out);
+        for line in help.lines() {
+            assert!(
+                line.matches("[default:").count() <= 1,
+                "{args:?}: a default shown twice: {line:?}\n{help}"
+            );
+        }
+        // An option or argument line (`  --email <EMAIL>`, `  <SLUG>`) carries a description.
+        for line in help.lines().filter(|l| {
+            let t = l.trim_start();
+            l.starts_with("  ")
+                && (t.starts_with("--") || t.starts_with('<') || t.starts_with("-h"))
+        }) {
+            let words: Vec<&str> = line.split("  ").filter(|w| !w.trim().is_empty()).collect();
+            assert!(
+                words.len() >= 2,
+                "{args:?}: no description for {line:?}\n{help}"
+            );
+        }
+    }
+    let mut cmd = sessiond_command();
+    cmd.args(["user", "create", "--help"]);
+    let help = stdout_of(&run_bounded(cmd, Duration::from_secs(30)));
+    assert_eq!(help.matches("[default: default]").count(), 1, "{help}");
+    assert!(help.contains("email address"), "{help}");
+}
+
+/// `user create` says what it created: the first person is the owner, the next a member.
+#[test]
+fn user_create_says_owner_or_member() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = prepared_data_dir(tmp.path());
+    let out = cli_in(
+        &dir,
+        &[
+            "user",
+            "create",
+            "--email",
+            "First@Example.com",
+            "--password-stdin",
+        ],
+        Some("a long password 1\n"),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let said = stdout_of(&out);
+    assert!(
+        said.starts_with("created first@example.com as owner of workspace default (user "),
+        "{said}"
+    );
+    let out = cli_in(
+        &dir,
+        &[
+            "user",
+            "create",
+            "--email",
+            "second@example.com",
+            "--password-stdin",
+            "--workspace",
+            "team",
+        ],
+        Some("a long password 2\n"),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        stdout_of(&out)
+            .starts_with("created second@example.com as member of workspace team (user "),
+        "{}",
+        stdout_of(&out)
+    );
+    // An unknown role is refused by the parser (exit 2), before any password is read.
+    let out = cli_in(
+        &dir,
+        &[
+            "user",
+            "create",
+            "--email",
+            "x@example.com",
+            "--password-stdin",
+            "--role",
+            "admin",
+        ],
+        Some("a long password 3\n"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("owner"), "{}", stderr_of(&out));
+}
+
+/// Commands other than `serve` log only warnings by default: no migration lines on a fresh
+/// database. `SESSIOND_LOG` still turns them on.
+#[test]
+fn cli_commands_print_no_info_log_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = sessiond_command();
+    cmd.env_remove("SESSIOND_LOG")
+        .args(["workspace", "create", "team", "--data-dir"])
+        .arg(&dir);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(stderr_of(&out), "", "a CLI command logged");
+    assert_eq!(stdout_of(&out).trim(), "team");
+
+    let dir2 = tmp.path().join("data2");
+    std::fs::create_dir_all(&dir2).unwrap();
+    let mut cmd = sessiond_command();
+    cmd.env("SESSIOND_LOG", "info")
+        .args(["token", "list", "--data-dir"])
+        .arg(&dir2);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("applied migration"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+/// Each start prints a new setup link; the link of an earlier start is refused with a message
+/// that says so.
+#[test]
+fn a_setup_link_from_before_a_restart_says_a_new_one_was_printed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let start = || {
+        let mut cmd = sessiond_command();
+        cmd.args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(&dir);
+        Running::spawn(cmd)
+    };
+    let token_of = |server: &Running| {
+        let line = server.line_after("no account yet: open ");
+        assert!(line.contains("each start prints a new link"), "{line}");
+        let url = line.split_whitespace().next().unwrap().to_owned();
+        url.split_once("/setup#").unwrap().1.to_owned()
+    };
+    let mut first = start();
+    let old = token_of(&first);
+    assert!(first.stop().success());
+    let mut second = start();
+    let new = token_of(&second);
+    assert_ne!(old, new);
+    let http = http_builder().build().unwrap();
+    let resp = http
+        .post(format!("{}/auth/setup", second.base))
+        .json(&serde_json::json!({"token": old, "email": "me@example.com", "password": "a long password 1"}))
+        .send()
+        .unwrap();
+    let (status, v) = into_json(resp);
+    assert_eq!(status, 403, "{v}");
+    let message = v["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("prints a new one each time it starts"),
+        "{message}"
+    );
+    let resp = http
+        .post(format!("{}/auth/setup", second.base))
+        .json(&serde_json::json!({"token": new, "email": "me@example.com", "password": "a long password 1"}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(second.stop().success());
 }

@@ -1479,3 +1479,24 @@ fn an_endless_reply_is_cut_off_at_the_size_limit() {
     assert_failed_with(&events, "larger than 16 MiB");
     assert_eq!(fake.chats().len(), 1, "not retried");
 }
+
+/// The request id of the HTTP request that sent the input (`X-Request-Id`, the client's own here)
+/// reaches the model endpoint with the turn's calls.
+#[test]
+fn the_request_id_reaches_the_model_endpoint() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(text_reply("hi there", (3, 2, 0)));
+    let resp = s
+        .http
+        .post(s.sessions_url(""))
+        .header("x-request-id", "client-req-42")
+        .json(&json!({"prompt": "hi"}))
+        .send()
+        .expect("POST");
+    assert_eq!(resp.headers()["x-request-id"], "client-req-42");
+    let (status, v) = into_json(resp);
+    assert_eq!(status, 200, "{v}");
+    let chats = fake.wait_chats(1, Duration::from_secs(20));
+    assert_eq!(chats[0].request_id.as_deref(), Some("client-req-42"));
+}

@@ -1434,3 +1434,121 @@ fn wrong_method_is_405_with_allow() {
     assert_eq!(resp.status().as_u16(), 405);
     assert_eq!(resp.headers()["allow"], "GET");
 }
+
+/// A second `sessiond serve` on a data dir that is being served is refused, naming the pid of
+/// the one that serves it, and leaves the first server's running turn alone; the CLI keeps
+/// working beside the server.
+#[test]
+fn a_second_server_on_the_same_data_dir_is_refused_and_ends_nothing() {
+    let s = Server::start();
+    let id = s.create_prompt("/slow 200\n/stream 100");
+    s.wait_for_event(&id, &["turn_started"], 1, Duration::from_secs(10));
+
+    let mut cmd = sessiond_command();
+    cmd.arg("serve")
+        .arg("--bind")
+        .arg("127.0.0.1:0")
+        .arg("--data-dir")
+        .arg(&s.data_dir);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second server started");
+    let pid = std::fs::read_to_string(s.data_dir.join("serve.lock")).expect("lock file");
+    assert!(
+        stderr.contains("another sessiond") && stderr.contains(&format!("pid {}", pid.trim())),
+        "stderr: {stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("listening"));
+
+    // The first server's turn was not recovered (ended) by the second one.
+    let events = s.history_all(&id);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["event"]["metadata"]["code"] == "runner_exited"),
+        "{events:#?}"
+    );
+    assert_eq!(s.detail(&id)["turnStatus"], "running");
+
+    // The CLI works beside the running server.
+    let mut cmd = sessiond_command();
+    cmd.args(["token", "list", "--data-dir"]).arg(&s.data_dir);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The turn was the first server's all along: it ends when that server is told to stop it.
+    let (st, v) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
+    assert_eq!(st, 200, "{v}");
+    let t = s.wait_terminal(&id, 1);
+    assert_eq!(t["event"]["type"], "interrupted", "{t}");
+}
+
+/// A data dir on a read-only filesystem is refused at start with a message, instead of starting,
+/// printing the setup link and failing its first write.
+#[test]
+fn a_read_only_data_dir_is_refused_at_start() {
+    let Some(fs) = Tmpfs::mount("16m") else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let mut s = Server::start_in(&data, &[]);
+    let id = s.create_prompt("hello");
+    s.wait_terminal(&id, 1);
+    assert!(s.stop().success());
+    fs.remount(true);
+
+    let mut cmd = sessiond_command();
+    cmd.arg("serve")
+        .arg("--bind")
+        .arg("127.0.0.1:0")
+        .arg("--data-dir")
+        .arg(&data);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "served a read-only data dir: {stdout}"
+    );
+    assert!(
+        stderr.contains("cannot be written") || stderr.contains("read-only"),
+        "stderr: {stderr}"
+    );
+    assert!(
+        !stdout.contains("listening") && !stdout.contains("setup"),
+        "{stdout}"
+    );
+
+    fs.remount(false);
+    // The database file alone read-only (the data dir writable): refused as well.
+    let db = data.join("sessiond.db");
+    let bind = |args: &[&str]| {
+        let st = std::process::Command::new("mount")
+            .args(args)
+            .arg(&db)
+            .arg(&db)
+            .status()
+            .expect("mount");
+        assert!(st.success(), "mount {args:?}");
+    };
+    bind(&["--bind"]);
+    bind(&["-o", "remount,bind,ro"]);
+    let mut cmd = sessiond_command();
+    cmd.arg("serve")
+        .arg("--bind")
+        .arg("127.0.0.1:0")
+        .arg("--data-dir")
+        .arg(&data);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let _ = std::process::Command::new("umount").arg(&db).status();
+    assert!(!out.status.success(), "served a read-only database");
+    assert!(stderr.contains("cannot be written"), "stderr: {stderr}");
+
+    s.restart();
+    assert_eq!(s.detail(&id)["turnStatus"], "complete");
+}

@@ -639,7 +639,8 @@ fn ask_survives_kill9_and_answer_resumes_the_script_inv8() {
 // ---------------------------------------------------------------------------------------------
 // 6. Interrupt
 
-/// An interrupt mid-stream is durable at once; the turn ends `interrupted` with no text after it.
+/// An interrupt mid-stream is durable at once; the turn ends `interrupted` with no text after it,
+/// and the text it had streamed is kept as its last `text` step (exactly what the stream showed).
 #[test]
 fn interrupt_mid_stream_ends_turn_interrupted() {
     let s = Server::start();
@@ -648,12 +649,14 @@ fn interrupt_mid_stream_ends_turn_interrupted() {
     // Read until the stream is visibly in progress (volatile deltas flowing).
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut deltas = 0;
+    let mut shown = String::new();
     while deltas < 3 {
         let f = sse
             .next_frame(deadline.saturating_duration_since(Instant::now()))
             .expect("stream deltas");
         if f.data["event"]["step"]["type"] == "text_delta" {
             deltas += 1;
+            shown.push_str(f.data["event"]["step"]["delta"].as_str().unwrap_or(""));
         }
     }
     interrupt(&s, &id);
@@ -666,6 +669,18 @@ fn interrupt_mid_stream_ends_turn_interrupted() {
     let frames = sse.until_terminal(Duration::from_secs(10));
     let last = frames.last().unwrap();
     assert_eq!(last.data["event"]["type"], "interrupted", "{:?}", last.data);
+    for f in &frames {
+        if f.data["event"]["step"]["type"] == "text_delta" {
+            shown.push_str(f.data["event"]["step"]["delta"].as_str().unwrap_or(""));
+        }
+    }
+    // The durable text arrives on the stream before the terminal.
+    let kept: Vec<&SseFrame> = frames
+        .iter()
+        .filter(|f| f.data["event"]["step"]["type"] == "text")
+        .collect();
+    assert_eq!(kept.len(), 1, "{frames:?}");
+    assert_eq!(kept[0].data["event"]["step"]["text"], shown.as_str());
     // Nothing after the terminal: no late delta or text.
     if let Some(f) = sse.next_frame(Duration::from_millis(500)) {
         assert_ne!(
@@ -679,10 +694,24 @@ fn interrupt_mid_stream_ends_turn_interrupted() {
     assert_eq!(t["event"]["state"]["status"], "interrupted");
     let events = s.history_all(&id);
     assert!(seq(req[0]) < seq(&t));
+    let all: String = (1..=200).map(|i| format!("chunk {i} ")).collect();
+    assert_eq!(texts(&events), [shown.clone()], "the streamed text is kept");
     assert!(
-        texts(&events).is_empty(),
-        "stream text stored: {:?}",
-        texts(&events)
+        shown.starts_with("chunk 1 chunk 2 chunk 3 ") && all.starts_with(&shown),
+        "{shown}"
+    );
+    let text = events
+        .iter()
+        .find(|e| step_text(e).is_some())
+        .expect("text step");
+    assert!(seq(text) < seq(&t), "the text comes before the terminal");
+    assert_eq!(
+        t["event"]["state"]["agent"]["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map(|m| m["content"].clone()),
+        Some(json!(shown)),
+        "the kept text is the turn's last assistant message"
     );
     assert!(
         !events[seq(&t) as usize..]

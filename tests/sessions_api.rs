@@ -1836,3 +1836,87 @@ fn back_to_back_messages_are_all_delivered_r64() {
     let stranded = stranded.into_inner().unwrap();
     assert!(stranded.is_empty(), "inputs never delivered: {stranded:#?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Conformance details of the seed's schemas
+
+/// `FollowUpQueueItem` carries the queued prompt's images (`{data, mimeType}`), in the snapshot
+/// and in the `follow_up_queue` event.
+#[test]
+fn queued_follow_ups_keep_their_images() {
+    let s = Server::start();
+    // A turn that runs far longer than the test, so the follow-up stays queued.
+    let id = create_id(&s, "/slow 500\n/stream 200");
+    wait_event(&s, &id, &["turn_started"], 0);
+    let image = png_image(b"queued");
+    message(
+        &s,
+        &id,
+        json!({"prompt": "look at this", "behavior": "follow_up", "images": [image.clone()]}),
+    );
+    let d = detail_checked(&s, &id);
+    assert_eq!(
+        d["followUpQueue"],
+        json!([{"message": "look at this", "images": [image.clone()]}]),
+        "{d}"
+    );
+    let events = history(&s, &id);
+    let queued = events
+        .iter()
+        .rev()
+        .find(|e| etype(e) == "follow_up_queue")
+        .expect("follow_up_queue event");
+    assert_eq!(
+        queued["event"]["followUpQueue"],
+        json!([{"message": "look at this", "images": [image]}])
+    );
+    interrupt(&s, &id);
+}
+
+/// A manual title is any string of 1 to 120 characters, newlines and tabs included.
+#[test]
+fn titles_may_hold_newlines_and_tabs() {
+    let s = Server::start();
+    let id = create_id(&s, "hello");
+    let title = "first line\nsecond\tcolumn";
+    let v = set_title(&s, &id, title);
+    assert_eq!(v["title"], title);
+    assert_eq!(detail_checked(&s, &id)["title"], title);
+}
+
+/// JSON Schema's `integer` includes numbers with a zero fractional part: `2.0` is a seq, `12.0`
+/// a byte count; `2.5` is neither.
+#[test]
+fn integers_spelled_with_a_zero_fraction_are_integers() {
+    let s = Server::start();
+    let id = create_id(&s, "hello");
+    settle(&s, &id, "complete");
+    let (status, v) = s.put(
+        &s.sessions_url(&format!("/{id}/read")),
+        &json!({"seq": 2.0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["lastReadSeq"], 2);
+    let (status, v) = s.put(
+        &s.sessions_url(&format!("/{id}/read")),
+        &json!({"seq": 2.5}),
+    );
+    assert_invalid(status, &v);
+    std::fs::create_dir_all(s.data_dir.join("drive/default/docs")).unwrap();
+    std::fs::write(s.data_dir.join("drive/default/docs/a.txt"), b"twelve bytes").unwrap();
+    let attachment = json!({"path": "docs/a.txt", "name": "a.txt", "bytes": 12.0});
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/note")),
+        &json!({"note": "see attached", "attachments": [attachment]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let events = history(&s, &id);
+    let note = events.last().expect("note");
+    assert_eq!(note["event"]["attachments"][0]["bytes"], 12, "{note}");
+    let attachment = json!({"path": "docs/a.txt", "name": "a.txt", "bytes": 12.5});
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/note")),
+        &json!({"note": "x", "attachments": [attachment]}),
+    );
+    assert_invalid(status, &v);
+}

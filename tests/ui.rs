@@ -1,8 +1,11 @@
 //! End-to-end tests of the embedded web UI in headless Chromium, driven over WebDriver.
 //!
 //! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium` and
-//! `chromium-driver`). Without them the tests print a notice and pass, unless `CI` is set, in which
-//! case they fail. Screenshots of the main screens land in `target/ui-screenshots/`.
+//! `chromium-driver`). This target runs under libtest-mimic rather than the built-in harness so
+//! that a missing browser shows where people look: each test is reported `ignored` with the
+//! reason, and the summary line counts them (`0 passed; 0 failed; 13 ignored`). With `CI` set a
+//! missing browser fails every test instead. Screenshots of the main screens land in
+//! `target/ui-screenshots/`.
 
 mod common;
 #[path = "common/webdriver.rs"]
@@ -37,15 +40,82 @@ impl std::ops::Deref for Ui {
     }
 }
 
-fn browser() -> Option<Ui> {
-    if !browser_available() {
-        return None;
-    }
+/// The browser of one test (one at a time). `main` has checked that Chromium is there, or that
+/// `CI` is set, in which case a missing one fails here.
+fn browser() -> Ui {
+    assert!(browser_available(), "Chromium and ChromeDriver are needed");
     let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    Some(Ui {
+    Ui {
         browser: Browser::start(DESKTOP.0, DESKTOP.1),
         _turn: turn,
-    })
+    }
+}
+
+/// Every test of this file, by name.
+const TESTS: &[(&str, fn())] = &[
+    ("setup_then_logout_and_login", setup_then_logout_and_login),
+    (
+        "a_new_session_streams_its_reply",
+        a_new_session_streams_its_reply,
+    ),
+    (
+        "answering_an_ask_from_the_timeline",
+        answering_an_ask_from_the_timeline,
+    ),
+    ("interrupting_a_slow_turn", interrupting_a_slow_turn),
+    (
+        "reloading_mid_stream_neither_duplicates_nor_loses_text",
+        reloading_mid_stream_neither_duplicates_nor_loses_text,
+    ),
+    (
+        "html_in_a_prompt_renders_as_text",
+        html_in_a_prompt_renders_as_text,
+    ),
+    (
+        "screenshots_of_the_main_screens",
+        screenshots_of_the_main_screens,
+    ),
+    ("acting_on_a_session", acting_on_a_session),
+    ("the_phone_layout_is_usable", the_phone_layout_is_usable),
+    ("older_history_loads_upward", older_history_loads_upward),
+    (
+        "a_lost_server_is_shown_and_retried",
+        a_lost_server_is_shown_and_retried,
+    ),
+    (
+        "the_root_agent_says_what_it_is",
+        the_root_agent_says_what_it_is,
+    ),
+];
+
+fn main() -> std::process::ExitCode {
+    use libtest_mimic::{Arguments, Completion, Trial};
+    let args = Arguments::from_args();
+    let missing = browser_missing();
+    let in_ci = std::env::var_os("CI").is_some();
+    if let Some(what) = &missing {
+        if in_ci {
+            eprintln!("error: browser tests need {what}; they fail in CI");
+        } else {
+            eprintln!(
+                "notice: browser tests SKIPPED: {what} not found (apt-get install chromium chromium-driver)"
+            );
+        }
+    }
+    let trials = TESTS
+        .iter()
+        .map(|&(name, test)| match &missing {
+            Some(what) if !in_ci => {
+                let reason = format!("{what} not found");
+                Trial::ignorable_test(name, move || Ok(Completion::ignored_with(reason)))
+            }
+            _ => Trial::test(name, move || {
+                test();
+                Ok(())
+            }),
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
 }
 
 /// Signs in through the login page and waits for the sessions list.
@@ -98,7 +168,12 @@ fn assert_single_final_text(b: &Browser, expected: &str) {
         .collect();
     assert_eq!(texts.len(), 1, "one durable reply expected: {texts:?}");
     assert_eq!(texts[0].trim(), expected.trim(), "rendered reply");
-    assert_eq!(count(b, "[data-kind=live-text]"), 0, "no live text remains");
+    // The live preview goes once the page has applied the durable text (a render after it).
+    b.wait_js(
+        "no live text remaining",
+        "return document.querySelectorAll('[data-kind=live-text]').length === 0;",
+        WAIT,
+    );
     let all = text_of(b, ".timeline");
     let all = all.as_str().unwrap_or("");
     assert_eq!(
@@ -139,14 +214,22 @@ impl FreshServer {
             .strip_prefix("sessiond listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
             .to_owned();
-        let mut second = String::new();
-        out.read_line(&mut second).expect("second line");
-        let setup_url = second
-            .trim()
-            .strip_prefix("no account yet: open ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("unexpected second line {second:?}"))
-            .to_owned();
+        // The lines after the address (the data dir, …) end with the setup link.
+        let mut setup_url = None;
+        let mut seen = Vec::new();
+        while setup_url.is_none() {
+            let mut line = String::new();
+            if out.read_line(&mut line).expect("read a line") == 0 {
+                panic!("no setup link among {seen:?}");
+            }
+            setup_url = line
+                .trim()
+                .strip_prefix("no account yet: open ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_owned);
+            seen.push(line);
+        }
+        let setup_url = setup_url.expect("setup link");
         assert!(setup_url.contains("/setup#"), "{setup_url}");
         std::thread::spawn(move || {
             let mut sink = String::new();
@@ -170,9 +253,8 @@ impl Drop for FreshServer {
 
 // ---------------------------------------------------------------------------------------------
 
-#[test]
 fn setup_then_logout_and_login() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = FreshServer::start();
 
     // The setup page creates the owner and signs in.
@@ -240,9 +322,8 @@ fn setup_then_logout_and_login() {
     let _ = &s.base;
 }
 
-#[test]
 fn a_new_session_streams_its_reply() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     login(&b, &s);
 
@@ -275,9 +356,8 @@ fn a_new_session_streams_its_reply() {
     b.screenshot("session-streamed");
 }
 
-#[test]
 fn answering_an_ask_from_the_timeline() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     let id = s.create_prompt("/ask Pick | alpha | beta");
     assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "ask");
@@ -316,9 +396,8 @@ fn answering_an_ask_from_the_timeline() {
     );
 }
 
-#[test]
 fn interrupting_a_slow_turn() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     login(&b, &s);
     let id = s.create_prompt("/slow 200\n/stream 200");
@@ -332,23 +411,85 @@ fn interrupting_a_slow_turn() {
     b.find("[data-kind=interrupted]");
     let terminal = s.wait_terminal(&id, 1);
     assert_eq!(terminal["event"]["type"], "interrupted");
-    assert_eq!(count(&b, "[data-kind=live-text]"), 0);
+    // The page settles after the terminal: wait for the live preview to go, do not count at once.
+    b.wait_js(
+        "the live text gone",
+        "return document.querySelectorAll('[data-kind=live-text]').length === 0;",
+        WAIT,
+    );
     b.wait_js(
         "the stop button gone",
         "return document.querySelector('.btn-stop').hidden;",
         WAIT,
     );
-    // The header follows the status.
+    // The text streamed before the interrupt stays, as the timeline stored it.
+    let stored: String = s
+        .history_all(&id)
+        .iter()
+        .filter(|e| e["event"]["type"] == "step" && e["event"]["step"]["type"] == "text")
+        .filter_map(|e| e["event"]["step"]["text"].as_str())
+        .collect();
+    assert!(stored.starts_with("chunk 1 chunk 2 "), "{stored}");
+    assert!(chunks(200).starts_with(&stored), "{stored}");
+    let shown = text_of(&b, ".timeline [data-kind=text]");
+    assert_eq!(shown.as_str().map(str::trim), Some(stored.trim()));
+    // The header says what the details say.
     b.wait_js(
-        "the done badge",
-        "return document.querySelector('.session-meta .badge-done') !== null;",
+        "the interrupted badge",
+        "return document.querySelector('.session-meta .badge')?.textContent === 'Interrupted';",
+        WAIT,
+    );
+    // The side panel re-renders a moment after the header (it is debounced): wait for it.
+    b.wait_js(
+        "the details saying Interrupted",
+        "const dt = [...document.querySelectorAll('.session-aside dt')].find(e => e.textContent === 'Status'); return dt && dt.nextElementSibling.textContent === 'Interrupted';",
+        WAIT,
+    );
+    b.screenshot("session-interrupted");
+    // After a reload both are still there.
+    b.refresh();
+    b.find("[data-kind=interrupted]");
+    b.wait_js(
+        "the kept text and the badge after a reload",
+        "return document.querySelector('.session-meta .badge')?.textContent === 'Interrupted' && document.querySelector('.timeline [data-kind=text]')?.textContent.includes('chunk 2 ');",
         WAIT,
     );
 }
 
-#[test]
+/// The reserved root agent is named and described for what it is, wherever it appears.
+fn the_root_agent_says_what_it_is() {
+    let b = browser();
+    let s = Server::start();
+    let id = s.create_prompt("/reply hello from the root agent");
+    assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");
+    assert_eq!(s.detail(&id)["agent"]["name"], "Workspace agent");
+    login(&b, &s);
+    open_session(&b, &s, &id);
+    b.find("[data-kind=complete]");
+    assert_eq!(text_of(&b, ".timeline .agent-name"), "Workspace agent");
+    b.wait_js(
+        "the agent chip",
+        "return [...document.querySelectorAll('.session-meta .chip-link')].some(e => e.textContent === 'Workspace agent');",
+        WAIT,
+    );
+    b.goto(&s.url(&format!("/#/w/{WS}/agents")));
+    b.wait_js(
+        "the root agent's card",
+        "const c = [...document.querySelectorAll('.agent-card')].find(e => e.querySelector('.agent-card-name')?.textContent === 'Workspace agent'); return c && c.querySelector('.agent-card-desc')?.textContent.includes('anywhere in the drive') && c.textContent.includes('whole drive');",
+        WAIT,
+    );
+    assert_eq!(
+        b.exec(
+            "return document.body.textContent.includes('Drive root') || [...document.querySelectorAll('.agent-card-name')].some(e => e.textContent === 'Drive');",
+            &[],
+        ),
+        false
+    );
+    b.screenshot("agents-root");
+}
+
 fn reloading_mid_stream_neither_duplicates_nor_loses_text() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     login(&b, &s);
     let id = s.create_prompt("/slow 100\n/stream 40");
@@ -391,9 +532,8 @@ fn reloading_mid_stream_neither_duplicates_nor_loses_text() {
     assert_eq!(durable["event"]["step"]["text"], chunks(40));
 }
 
-#[test]
 fn html_in_a_prompt_renders_as_text() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     login(&b, &s);
     let evil = "<img src=x onerror=alert(1)>";
@@ -426,9 +566,8 @@ fn html_in_a_prompt_renders_as_text() {
 }
 
 /// Seeds a workspace with sessions of every kind, then screenshots the main screens.
-#[test]
 fn screenshots_of_the_main_screens() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     let (status, v) = s.post(
         &s.url(&format!("/v1/ws/{WS}/agents")),
@@ -613,9 +752,8 @@ fn screenshots_of_the_main_screens() {
 /// A 1×1 PNG.
 const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
-#[test]
 fn acting_on_a_session() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     let id = s.create_prompt("hello");
     assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");
@@ -755,9 +893,8 @@ fn acting_on_a_session() {
     assert!(errors.is_empty(), "browser console: {errors:#?}");
 }
 
-#[test]
 fn the_phone_layout_is_usable() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     let id = s.create_prompt("/reply Hello from a small screen.");
     assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");
@@ -811,9 +948,8 @@ fn the_phone_layout_is_usable() {
     assert_eq!(overflow, false, "no horizontal scrolling at phone width");
 }
 
-#[test]
 fn older_history_loads_upward() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let s = Server::start();
     let script: Vec<String> = (1..=70).map(|i| format!("/tool step{i}")).collect();
     let id = s.create_prompt(&script.join("\n"));
@@ -838,9 +974,8 @@ fn older_history_loads_upward() {
     assert_eq!(count(&b, "[data-kind=prompt]"), 1);
 }
 
-#[test]
 fn a_lost_server_is_shown_and_retried() {
-    let Some(b) = browser() else { return };
+    let b = browser();
     let mut s = Server::start();
     let id = s.create_prompt("/reply still here");
     assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");

@@ -314,6 +314,11 @@ impl Platform {
         Platform { sessions, keys }
     }
 
+    /// What the keys issued to registering agents are derived with.
+    pub fn keys(&self) -> &AgentKeys {
+        &self.keys
+    }
+
     /// The key issued to an agent, if it registered.
     async fn api_key(&self, agent_id: &str) -> Result<Option<String>> {
         let id = agent_id.to_owned();

@@ -9,6 +9,7 @@
 //! | the last turn ended `interrupted` (`task/interrupt`, the Sessions API's interrupt, a restart) | `INTERRUPTED`; the next message resumes it |
 //! | `task/cancel` or `POST /tasks/{id}/cancel` | `CANCELED`, final |
 //! | `POST /tasks/{id}/complete`, `/fail`, `/terminate`, `/timeout` | `COMPLETED`, `FAILED`, `TERMINATED`, `TIMED_OUT`, final |
+//! | the session was closed (handed off to another on `/v2`) | `COMPLETED`, final, the reason naming its successor |
 //!
 //! A final status stops the task's work for good (`Sessions::stop`: the running turn is
 //! interrupted and queued inputs are dropped) and the task accepts no new messages or events.
@@ -53,6 +54,9 @@ pub fn status(t: &TaskRow) -> (&str, Option<String>) {
     if let Some(s) = &t.final_status {
         return (s, t.status_reason.clone());
     }
+    if let Some(to) = &t.handed_off_to {
+        return ("COMPLETED", Some(format!("handed off to {to}")));
+    }
     if t.turn_status == "interrupted" && !t.turn_active {
         (
             "INTERRUPTED",
@@ -64,7 +68,16 @@ pub fn status(t: &TaskRow) -> (&str, Option<String>) {
 }
 
 pub fn is_final(t: &TaskRow) -> bool {
-    t.final_status.is_some()
+    final_status(t).is_some()
+}
+
+/// The task's final status, if it has one (a closed session's task is `COMPLETED`).
+pub fn final_status(t: &TaskRow) -> Option<&str> {
+    match (&t.final_status, &t.handed_off_to) {
+        (Some(s), _) => Some(s),
+        (None, Some(_)) => Some("COMPLETED"),
+        (None, None) => None,
+    }
 }
 
 /// The contract's `Task` (the list's lean form leaves `params` out); `agents` is the task's agent
@@ -195,7 +208,7 @@ fn check_owner(t: &TaskRow, agent_id: &str, deployment_id: Option<&str>) -> Resu
 
 /// A final task takes no new turns.
 fn check_open(t: &TaskRow) -> Result<()> {
-    match &t.final_status {
+    match final_status(t) {
         Some(s) => Err(Error::Conflict(
             "task_closed",
             format!("task {} is {s} and accepts no new messages or events", t.id),
@@ -505,7 +518,7 @@ pub async fn finish(
     reason: Option<String>,
     strict: bool,
 ) -> Result<TaskRow> {
-    if let Some(current) = &task.final_status {
+    if let Some(current) = final_status(task) {
         if strict {
             return Err(Error::Conflict(
                 "task_closed",

@@ -3,8 +3,10 @@
 //! Each message of a stream has an `index`. A message the agent streams (its text or reasoning
 //! deltas) is `start` → `delta`… → `done`, and the deltas join to the message's final text; the
 //! `done` carries the stored message (`parent_task_message`, with its id). A message that arrives
-//! whole (a tool call, an ask, an input) is one `full` with its stored message. A message cut off
-//! before it was stored (an interrupted turn) ends with a `done` without `parent_task_message`.
+//! whole (a tool call, an ask, an input) is one `full` with its stored message. An interrupted
+//! turn's text is stored as its last text step before its terminal, so its `done` carries it too;
+//! what is never stored (the reasoning of an interrupted turn) ends with a `done` without
+//! `parent_task_message`.
 //!
 //! A [`Follower`] reads the session's live frames from a subscription made before anything it
 //! must see was submitted, so every event and delta arrives on it in order; one that falls

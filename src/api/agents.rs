@@ -29,7 +29,7 @@ async fn spec_body(
     payload: web::Payload,
 ) -> Result<AgentSpec> {
     let bytes =
-        body::read_limited(req, payload, state.sessions.config().limits.max_body_bytes).await?;
+        body::json_bytes(req, payload, state.sessions.config().limits.max_body_bytes).await?;
     let raw: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?;
     serde_path_to_error::deserialize(&raw)

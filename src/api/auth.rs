@@ -41,7 +41,7 @@ async fn parse<T: serde::de::DeserializeOwned>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T> {
-    let bytes = body::read_limited(
+    let bytes = body::json_bytes(
         req,
         payload,
         64 * 1024.min(state.sessions.config().limits.max_body_bytes),
@@ -105,7 +105,10 @@ pub async fn setup(
     password::check_strength(&b.password)?;
     if !state.auth.take_setup(&b.token) {
         return Err(Error::Forbidden(
-            "the setup link is not valid (or was already used)".into(),
+            "this setup link is not valid: sessiond prints a new one each time it starts and \
+             only the latest works (or the link was already used); open the link of its latest \
+             start"
+                .into(),
         ));
     }
     let phc = password::hash(&b.password)?;
@@ -126,8 +129,8 @@ pub async fn setup(
     signed_in(&state, &user_id, &email).await
 }
 
-/// `POST /auth/login`: email + password → an HttpOnly session cookie. Failed attempts are
-/// rate-limited per account and per address.
+/// `POST /auth/login`: email + password → an HttpOnly session cookie. Failed attempts slow down
+/// further ones (`auth::limiter`).
 pub async fn login(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -143,9 +146,12 @@ pub async fn login(
     // success), so parallel guesses cannot all pass the limit.
     let mark = match state.auth.logins.attempt(&email, &address) {
         Ok(mark) => mark,
-        Err(wait) => return Ok(HttpResponse::TooManyRequests()
-            .insert_header((header::RETRY_AFTER, wait.to_string()))
-            .json(json!({"error": "rate_limited", "message": "too many failed logins; try again later"}))),
+        Err(wait) => {
+            crate::metrics::METRICS.logins_throttled.inc();
+            return Ok(HttpResponse::TooManyRequests()
+                .insert_header((header::RETRY_AFTER, wait.to_string()))
+                .json(json!({"error": "rate_limited", "message": format!("too many failed sign-ins; try again in {wait} s")})));
+        }
     };
     let e = email.clone();
     let user = state

@@ -1,16 +1,31 @@
 //! Reading requests: bounded bodies, schema-checked JSON, typed query strings and the request
 //! fingerprint behind `clientRequestId` idempotency.
+//!
+//! Every body is bounded twice: in size (413) and in time (`limits.body_timeout_ms`, 408), so a
+//! client that sends a head and then nothing, or a trickle, does not hold a connection and a
+//! handler for minutes. A JSON body needs a JSON `Content-Type` (415 otherwise).
 
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::context::AppState;
 use super::schema;
 use crate::error::{Error, Result};
 
-/// Reads the whole body, refusing anything over `limit` bytes (413) before buffering it.
+/// `limits.body_timeout_ms` of the server handling `req`.
+pub fn body_timeout(req: &HttpRequest) -> std::time::Duration {
+    let ms = req
+        .app_data::<web::Data<AppState>>()
+        .map_or(30_000, |s| s.sessions.config().limits.body_timeout_ms);
+    std::time::Duration::from_millis(ms)
+}
+
+/// Reads the whole body, refusing anything over `limit` bytes (413) before buffering it, and a
+/// body that has not arrived within `limits.body_timeout_ms` (408).
 pub async fn read_limited(
     req: &HttpRequest,
     mut payload: web::Payload,
@@ -25,8 +40,15 @@ pub async fn read_limited(
     {
         return Err(Error::PayloadTooLarge { limit });
     }
+    let timeout = body_timeout(req);
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, payload.next()).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(_) => return Err(Error::RequestTimeout(timeout.as_millis() as u64)),
+        };
         let chunk = chunk.map_err(|e| Error::invalid(format!("body: {e}")))?;
         if body.len() + chunk.len() > limit {
             return Err(Error::PayloadTooLarge { limit });
@@ -34,6 +56,43 @@ pub async fn read_limited(
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// `application/json`, or any `…+json` type, with or without parameters.
+fn is_json_type(value: &str) -> bool {
+    let essence = value.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+        || essence
+            .rsplit_once('+')
+            .is_some_and(|(_, suffix)| suffix.eq_ignore_ascii_case("json"))
+}
+
+/// Refuses a body that says it is not JSON, or says nothing about what it is (415). A request
+/// without a body and without a type passes (the handler says what it is missing).
+pub fn require_json(req: &HttpRequest) -> Result<()> {
+    use actix_web::http::header;
+    let has_body = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() != "0")
+        || req.headers().contains_key(header::TRANSFER_ENCODING);
+    match req.headers().get(header::CONTENT_TYPE) {
+        Some(v) if v.to_str().is_ok_and(is_json_type) => Ok(()),
+        Some(_) => Err(Error::UnsupportedMediaType),
+        None if has_body => Err(Error::UnsupportedMediaType),
+        None => Ok(()),
+    }
+}
+
+/// A JSON request body's bytes: the type checked (415), then read like [`read_limited`].
+pub async fn json_bytes(
+    req: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+) -> Result<web::BytesMut> {
+    require_json(req)?;
+    read_limited(req, payload, limit).await
 }
 
 /// A JSON body checked against its seed schema, decoded into `T`; the raw value is kept for the
@@ -49,17 +108,26 @@ pub async fn json<T: DeserializeOwned>(
     limit: usize,
     schema_file: &str,
 ) -> Result<Json<T>> {
-    let bytes = read_limited(req, payload, limit).await?;
-    let raw: Value = if bytes.is_empty() {
-        return Err(Error::invalid("body: a JSON object is required"));
-    } else {
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?
-    };
+    let raw = json_value(req, payload, limit).await?;
     schema::check(schema_file, &raw)?;
-    let value = serde_path_to_error::deserialize(&raw)
-        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))?;
+    let value = typed(&raw)?;
     Ok(Json { value, raw })
+}
+
+/// A bounded body that must be JSON (bodies no seed schema describes; their type checks them).
+pub async fn json_value(req: &HttpRequest, payload: web::Payload, limit: usize) -> Result<Value> {
+    let bytes = json_bytes(req, payload, limit).await?;
+    if bytes.is_empty() {
+        return Err(Error::invalid("body: a JSON object is required"));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))
+}
+
+/// Decodes a JSON value into `T`; the error names the failing field.
+pub fn typed<T: DeserializeOwned>(raw: &Value) -> Result<T> {
+    serde_path_to_error::deserialize(raw)
+        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))
 }
 
 /// Query parameters as `(name, value)` pairs; a repeated name keeps its last value.
@@ -100,6 +168,25 @@ impl Query {
 }
 
 pub const MAX_SAFE: u64 = (1 << 53) - 1;
+
+/// A JSON Schema `integer` as the seed schemas mean it: JSON Schema counts `1.0` as an integer
+/// (a number with a zero fractional part), so a body may spell `seq` or `bytes` that way. The
+/// schema check has already bounded the value.
+pub fn schema_integer<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<u64, D::Error> {
+    use serde::de::Error as _;
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(u) = n.as_u64() {
+        return Ok(u);
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && (0.0..=MAX_SAFE as f64).contains(&f) => Ok(f as u64),
+        _ => Err(D::Error::custom(format!(
+            "must be an integer from 0 to {MAX_SAFE}"
+        ))),
+    }
+}
 
 pub fn parse_uint53(name: &str, v: &str) -> Result<u64> {
     match v.parse::<u64>() {
@@ -184,6 +271,32 @@ mod tests {
         let a = json!({"prompt": "x", "clientRequestId": "4b27f182-b3e8-47c4-9fb8-5a488243ab92"});
         let b = json!({"prompt": "x", "clientRequestId": "4B27F182-B3E8-47C4-9FB8-5A488243AB92"});
         assert_eq!(fingerprint("create", "", &a), fingerprint("create", "", &b));
+    }
+
+    #[test]
+    fn integers_may_be_spelled_with_a_zero_fraction() {
+        #[derive(Deserialize)]
+        struct B {
+            #[serde(deserialize_with = "schema_integer")]
+            n: u64,
+        }
+        let parse = |t: &str| serde_json::from_str::<B>(t).map(|b| b.n);
+        assert_eq!(parse(r#"{"n": 7}"#).unwrap(), 7);
+        assert_eq!(parse(r#"{"n": 7.0}"#).unwrap(), 7);
+        assert_eq!(parse(r#"{"n": 1e3}"#).unwrap(), 1000);
+        assert!(parse(r#"{"n": 7.5}"#).is_err());
+        assert!(parse(r#"{"n": -1}"#).is_err());
+        assert!(parse(r#"{"n": "7"}"#).is_err());
+    }
+
+    #[test]
+    fn json_types() {
+        assert!(is_json_type("application/json"));
+        assert!(is_json_type("Application/JSON; charset=utf-8"));
+        assert!(is_json_type("application/merge-patch+json"));
+        assert!(!is_json_type("text/plain"));
+        assert!(!is_json_type("application/x-www-form-urlencoded"));
+        assert!(!is_json_type("application/jsonp"));
     }
 
     #[test]

@@ -78,7 +78,9 @@ pub async fn credential(state: &AppState, req: &HttpRequest) -> Result<Principal
 }
 
 /// Cross-site request protection for cookie-authenticated unsafe methods: the browser must say
-/// the request comes from this server's own origin (`Origin`, else `Referer`).
+/// the request comes from this server's own origin (`Origin`, else `Referer`) — scheme, host and
+/// port. The scheme is `public_url`'s when one is configured (behind a TLS proxy: `https`), else
+/// `http`; a page served over plain `http` can thus not act on an `https` deployment's cookie.
 pub fn check_same_origin(req: &HttpRequest) -> Result<()> {
     let refuse = || Error::Forbidden("cross-site request refused".into());
     if req
@@ -100,15 +102,26 @@ pub fn check_same_origin(req: &HttpRequest) -> Result<()> {
         .or_else(|| req.headers().get(header::REFERER))
         .and_then(|v| v.to_str().ok())
         .ok_or_else(refuse)?;
-    let authority = origin
-        .split_once("://")
-        .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
-        .ok_or_else(refuse)?;
-    if authority.eq_ignore_ascii_case(host) {
+    let (scheme, authority) = origin_of(origin).ok_or_else(refuse)?;
+    let public = req
+        .app_data::<web::Data<AppState>>()
+        .and_then(|s| s.sessions.config().public_url.clone());
+    let public = public.as_deref().and_then(origin_of);
+    let own_scheme = public.map_or("http", |(scheme, _)| scheme);
+    let same =
+        |(s, a): (&str, &str)| scheme.eq_ignore_ascii_case(s) && authority.eq_ignore_ascii_case(a);
+    if same((own_scheme, host)) || public.is_some_and(same) {
         Ok(())
     } else {
         Err(refuse())
     }
+}
+
+/// `(scheme, authority)` of a URL or origin (`https://host:port/path` → `("https", "host:port")`).
+fn origin_of(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    (!scheme.is_empty() && !authority.is_empty()).then_some((scheme, authority))
 }
 
 /// What a request needs: reads may use read-only keys; the upload mint needs `files:write`.

@@ -1,72 +1,42 @@
-//! `GET …/events`: the session's timeline as Server-Sent Events, resumable without gaps.
-//!
-//! Order of operations is what makes resume gap-free (invariant 5): subscribe to the live bus
-//! first, then replay the stored backlog after the client's cursor, then the volatile tail of the
-//! running turn, then live frames, dropping any durable frame whose seq was already sent.
-//! Durable frames carry `id: <seq>` so `EventSource` resumes with `Last-Event-ID` on its own.
+//! `GET …/events`: the session's timeline as the Sessions API's Server-Sent Events. Durable
+//! frames carry `id: <seq>` so `EventSource` resumes with `Last-Event-ID` on its own; volatile
+//! frames (deltas) carry no id. The resumable stream itself is [`super::stream`]; it ends when
+//! the client hangs up, its credential is revoked, its session is deleted, or at shutdown.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::http::header;
+use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
-use futures_util::stream;
-use tokio::sync::{broadcast, watch};
 
-use super::body::{Query, parse_uint53};
 use super::context::AppState;
-use crate::bus::{self, Frame, Subscription};
+use super::stream::{self, Ends, Opening, Render};
+use crate::bus::Frame;
 use crate::error::Result;
 use crate::sessions::Actor;
-use crate::store::{self, Store, StoredEvent};
+use crate::store::StoredEvent;
 
-/// Stored events read per backlog query.
-const BACKLOG_CHUNK: u32 = 500;
+/// The stored event as the seed's `{"seq":N,"event":{...}}`, spliced in verbatim.
+struct SessionsApi;
 
-enum Phase {
-    Backlog,
-    Tail,
-    Live,
-    Done,
-}
-
-struct StreamState {
-    store: Store,
-    pk: i64,
-    last: u64,
-    sub: Subscription,
-    phase: Phase,
-    keepalive: Duration,
-    closed: watch::Receiver<bool>,
-    /// The backlog already carried an output past the tail's start: the tail is stale.
-    tail_settled: bool,
-}
-
-fn durable_frame(e: &StoredEvent) -> String {
-    format!(
-        "id: {}\ndata: {{\"seq\":{},\"event\":{}}}\n\n",
-        e.seq, e.seq, e.body
-    )
-}
-
-fn live_frame(f: &Frame) -> String {
-    match f.seq {
-        Some(seq) => format!("id: {seq}\ndata: {}\n\n", f.data),
-        None => format!("data: {}\n\n", f.data),
+impl Render for SessionsApi {
+    async fn stored(&mut self, events: Vec<StoredEvent>) -> Result<Bytes> {
+        let mut out = String::new();
+        for e in &events {
+            out.push_str(&format!(
+                "id: {}\ndata: {{\"seq\":{},\"event\":{}}}\n\n",
+                e.seq, e.seq, e.body
+            ));
+        }
+        Ok(Bytes::from(out))
     }
-}
 
-/// The resume point: `Last-Event-ID` (what `EventSource` sends on reconnect) wins over `since`.
-fn resume_point(req: &HttpRequest) -> Result<u64> {
-    if let Some(id) = req
-        .headers()
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-    {
-        return parse_uint53("Last-Event-ID", id);
+    async fn live(&mut self, f: Arc<Frame>) -> Result<Bytes> {
+        Ok(Bytes::from(match f.seq {
+            Some(seq) => format!("id: {seq}\ndata: {}\n\n", f.data),
+            None => format!("data: {}\n\n", f.data),
+        }))
     }
-    Ok(Query::parse(req)?.uint53("since")?.unwrap_or(0))
 }
 
 pub async fn events(
@@ -75,106 +45,20 @@ pub async fn events(
     path: web::Path<(String, String)>,
     req: HttpRequest,
 ) -> Result<HttpResponse> {
-    let since = resume_point(&req)?;
+    // `Last-Event-ID` wins over `since`.
+    let since = stream::resume_point(&req, "since")?;
+    let ends = Ends::new(&state, &actor, &req);
     let row = state.sessions.detail_row(&actor, &path.1).await?;
     let store = state.sessions.store().clone();
     let sub = store.bus().subscribe(&row.id)?;
-    let cfg = &state.sessions.config().stream;
-    let st = StreamState {
-        closed: store.bus().closed(),
+    let keepalive = Duration::from_millis(state.sessions.config().stream.keepalive_ms);
+    Ok(stream::respond(Opening {
         store,
         pk: row.pk,
-        last: since,
+        after: since,
         sub,
-        phase: Phase::Backlog,
-        keepalive: Duration::from_millis(cfg.keepalive_ms),
-        tail_settled: false,
-    };
-    let body = stream::unfold(st, next_chunk);
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body))
-}
-
-type Chunk = std::result::Result<web::Bytes, actix_web::Error>;
-
-async fn next_chunk(mut st: StreamState) -> Option<(Chunk, StreamState)> {
-    loop {
-        match st.phase {
-            Phase::Done => return None,
-            Phase::Backlog => {
-                let (pk, after) = (st.pk, st.last);
-                let events = match st
-                    .store
-                    .read(move |c| store::events_after(c, pk, after, BACKLOG_CHUNK))
-                    .await
-                {
-                    Ok(events) => events,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "event stream backlog read failed");
-                        st.phase = Phase::Done;
-                        continue;
-                    }
-                };
-                if (events.len() as u32) < BACKLOG_CHUNK {
-                    st.phase = Phase::Tail;
-                }
-                if events.is_empty() {
-                    // Announce the reconnect delay once, before anything else is live.
-                    if matches!(st.phase, Phase::Tail) && after == 0 {
-                        return Some((Ok(web::Bytes::from_static(b"retry: 1000\n\n")), st));
-                    }
-                    continue;
-                }
-                let mut out = String::new();
-                for e in &events {
-                    out.push_str(&durable_frame(e));
-                    if e.seq > st.sub.tail_after && bus::settles_tail(&e.event_type) {
-                        st.tail_settled = true;
-                    }
-                }
-                st.last = events.last().map(|e| e.seq).unwrap_or(st.last);
-                return Some((Ok(web::Bytes::from(out)), st));
-            }
-            Phase::Tail => {
-                st.phase = Phase::Live;
-                // The tail belongs after durable output seq `tail_after`; if the backlog already
-                // carried a later output, the tail was settled by it and is stale. Inputs appended
-                // after `tail_after` (a note, a steer) leave it current.
-                if !st.tail_settled && st.last >= st.sub.tail_after && !st.sub.tail.is_empty() {
-                    let out: String = st.sub.tail.iter().map(|f| live_frame(f)).collect();
-                    st.sub.tail.clear();
-                    return Some((Ok(web::Bytes::from(out)), st));
-                }
-            }
-            Phase::Live => {
-                let keepalive = tokio::time::sleep(st.keepalive);
-                tokio::select! {
-                    msg = st.sub.rx.recv() => match msg {
-                        Ok(frame) => {
-                            if let Some(seq) = frame.seq {
-                                if seq <= st.last {
-                                    continue;
-                                }
-                                st.last = seq;
-                            }
-                            return Some((Ok(web::Bytes::from(live_frame(&frame))), st));
-                        }
-                        // Too slow: end the stream; the client resumes from its last seq.
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            tracing::debug!(session = %st.sub.session_id(), "cut off a slow event stream");
-                            st.phase = Phase::Done;
-                        }
-                        Err(broadcast::error::RecvError::Closed) => st.phase = Phase::Done,
-                    },
-                    () = keepalive => {
-                        return Some((Ok(web::Bytes::from_static(b": keep-alive\n\n")), st));
-                    }
-                    _ = st.closed.changed() => st.phase = Phase::Done,
-                }
-            }
-        }
-    }
+        keepalive,
+        ends,
+        render: SessionsApi,
+    }))
 }

@@ -4,11 +4,16 @@ mod agentex;
 mod agents;
 mod auth;
 pub mod body;
+pub mod connection;
 pub mod context;
 mod events;
+pub mod middleware;
+pub mod openapi;
 pub mod schema;
 mod sessions;
+pub mod stream;
 mod uploads;
+mod v2;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Resource, web};
@@ -16,13 +21,66 @@ use serde_json::json;
 
 pub use context::AppState;
 
-/// `GET /healthz`: liveness plus what this binary is.
-async fn healthz() -> HttpResponse {
+use crate::store::Condition;
+
+/// `GET /healthz`: liveness (always 200 while the process answers), what this binary is, and
+/// whether its storage takes writes (`status` is `degraded` while it does not).
+async fn healthz(state: web::Data<AppState>) -> HttpResponse {
+    let storage = state.sessions.store().health();
+    let ok = storage.condition == Condition::Ok;
+    let mut storage_json = json!({ "status": storage.condition.as_str() });
+    if let Some(since) = storage.since_ms {
+        storage_json["since"] = json!(since);
+    }
     HttpResponse::Ok().json(json!({
-        "status": "ok",
+        "status": if ok { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
         "schemaVersion": *crate::store::SCHEMA_VERSION,
+        "storage": storage_json,
     }))
+}
+
+/// `GET /readyz`: 200 while this server can take work, 503 while its storage refuses writes or
+/// it is shutting down — for load balancers and supervisors, which act on the status alone.
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let storage = state.sessions.store().health();
+    let why = if state.sessions.store().bus().is_closed() {
+        Some("the server is shutting down")
+    } else {
+        match storage.condition {
+            Condition::Ok => None,
+            Condition::Full => Some("storage is full"),
+            Condition::Unavailable => Some("storage is unavailable"),
+        }
+    };
+    match why {
+        None => HttpResponse::Ok().json(json!({ "status": "ready" })),
+        Some(why) => HttpResponse::ServiceUnavailable()
+            .insert_header((header::RETRY_AFTER, "5"))
+            .json(json!({ "error": "not_ready", "message": why })),
+    }
+}
+
+/// `GET /metrics` on the metrics listener: the Prometheus text exposition.
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let store = state.sessions.store();
+    let sampled = crate::metrics::Sampled {
+        writer_queue_depth: store.writer_queue_depth() as i64,
+        inputs_pending: store.read(crate::store::pending_input_count).await.ok(),
+        storage_ok: store.health().condition == Condition::Ok,
+    };
+    HttpResponse::Ok()
+        .insert_header((
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        ))
+        .body(crate::metrics::METRICS.render(&sampled))
+}
+
+/// The metrics listener's only route; anything else there is a JSON 404.
+pub fn metrics_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(at("/metrics", "GET").route(web::get().to(metrics)));
+    cfg.default_service(web::route().to(no_route));
 }
 
 /// JSON 404 for paths no route matches.
@@ -41,6 +99,8 @@ pub(crate) fn at(path: &str, allow: &'static str) -> Resource {
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/healthz", "GET").route(web::get().to(healthz)));
+    cfg.service(at("/readyz", "GET").route(web::get().to(readyz)));
+    cfg.service(at("/openapi.json", "GET").route(web::get().to(openapi::serve)));
     agentex::routes(cfg);
     cfg.service(
         web::scope("/auth")
@@ -127,6 +187,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::post().to(agents::default_message_wait)),
             ),
     );
+    cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(
         at(

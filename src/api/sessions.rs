@@ -48,6 +48,7 @@ struct ImageBody {
 struct AttachmentBody {
     path: String,
     name: String,
+    #[serde(deserialize_with = "body::schema_integer")]
     bytes: u64,
     mime_type: Option<String>,
 }
@@ -117,6 +118,7 @@ struct ArchiveBody {
 
 #[derive(Debug, Deserialize)]
 struct ReadBody {
+    #[serde(deserialize_with = "body::schema_integer")]
     seq: u64,
 }
 
@@ -368,6 +370,7 @@ pub async fn list(
                 search,
                 bucket,
                 archived_only,
+                include_archived: false,
                 agent_id,
                 exclude_default,
             },
@@ -573,9 +576,7 @@ pub async fn set_title(
     let b = body::json::<TitleBody>(&req, payload, limit, SCHEMA_TITLE)
         .await?
         .value;
-    if b.title.chars().any(char::is_control) {
-        return Err(Error::invalid("title: contains control characters"));
-    }
+    // Any string of 1 to 120 characters, as the seed's schema says (newlines and tabs included).
     let row = state.sessions.set_title(&actor, &path.1, b.title).await?;
     Ok(json_response(to_json(&view::summary(&row))?))
 }

@@ -92,7 +92,14 @@ pub async fn put(
         });
     }
     let mut upload = Upload::begin(target, &name, limit)?;
-    while let Some(chunk) = payload.next().await {
+    // An upload may take long; a pause longer than the body timeout ends it.
+    let pause = body::body_timeout(&req);
+    loop {
+        let chunk = match tokio::time::timeout(pause, payload.next()).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(_) => return Err(Error::RequestTimeout(pause.as_millis() as u64)),
+        };
         let chunk = chunk.map_err(|e| Error::invalid(format!("body: {e}")))?;
         upload.write(&chunk)?;
     }

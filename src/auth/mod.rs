@@ -9,14 +9,22 @@
 //! Authorisation is per workspace and capability: a workspace the credential cannot see answers
 //! 404 (never 403, so existence does not leak); a visible workspace without the capability answers
 //! 403. API keys are random 256-bit secrets stored as SHA-256 hashes; verified keys are cached for
-//! a couple of seconds so that checking a key does not dominate a request.
+//! [`KEY_CACHE_TTL`] so that checking a key does not dominate a request.
+//!
+//! Revocation takes effect on the next request: a revocation made through this server at once,
+//! one made by the CLI (another process) within the cache's 100 ms. Open event streams end too:
+//! [`Auth::watch_revocations`] looks for newly revoked keys a few times a second (one small query,
+//! however many streams are open) and tells every stream through [`Auth::revocations`]; signing
+//! out ends the browser session's streams the same way.
 
 pub mod limiter;
 pub mod password;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast;
 
 use crate::clock;
 use crate::error::{Error, Result};
@@ -32,7 +40,9 @@ pub const COOKIE: &str = "sessiond_session";
 pub const BROWSER_SESSION_MS: i64 = 7 * 24 * 3_600_000;
 /// How long a verified key is trusted without looking at the database again (a revocation made by
 /// another process takes effect within this time; one made through this server at once).
-const KEY_CACHE_TTL: Duration = Duration::from_secs(2);
+pub const KEY_CACHE_TTL: Duration = Duration::from_millis(100);
+/// How often [`Auth::watch_revocations`] looks for keys revoked by another process.
+const REVOCATION_POLL: Duration = Duration::from_millis(200);
 /// `last_used_at` is written at most this often per key.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
 
@@ -99,9 +109,37 @@ struct CachedKey {
     touched: Option<Instant>,
 }
 
+/// A credential that stopped being valid, for the streams opened with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revoked {
+    /// An API key, by its public id.
+    Key(String),
+    /// A browser session, by the hash of its cookie.
+    Browser(String),
+}
+
+/// What an open stream was authorised with, to end it when that is revoked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamCredential {
+    Key(String),
+    Browser(String),
+    None,
+}
+
+impl StreamCredential {
+    pub fn is_revoked_by(&self, r: &Revoked) -> bool {
+        match (self, r) {
+            (StreamCredential::Key(a), Revoked::Key(b)) => a == b,
+            (StreamCredential::Browser(a), Revoked::Browser(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
 pub struct Auth {
     store: Store,
     keys: Mutex<HashMap<String, CachedKey>>,
+    revoked: broadcast::Sender<Revoked>,
     pub logins: limiter::LoginLimiter,
     /// Hash of the one-time setup token while no user exists.
     setup: Mutex<Option<String>>,
@@ -153,7 +191,8 @@ impl Auth {
         Auth {
             store,
             keys: Mutex::new(HashMap::new()),
-            logins: limiter::LoginLimiter::new(Duration::from_secs(15 * 60), 10, 100),
+            revoked: broadcast::channel(256).0,
+            logins: limiter::LoginLimiter::new(),
             setup: Mutex::new(None),
         }
     }
@@ -258,12 +297,67 @@ impl Auth {
         }
     }
 
-    /// Forgets a key at once (after a revocation through this server).
+    /// Forgets a key at once and ends the streams opened with it (after a revocation).
     pub fn forget_key(&self, id: &str) {
         self.keys
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
+        let _ = self.revoked.send(Revoked::Key(id.to_owned()));
+    }
+
+    /// Credentials revoked from now on (a stream that lags re-checks its own credential).
+    pub fn revocations(&self) -> broadcast::Receiver<Revoked> {
+        self.revoked.subscribe()
+    }
+
+    /// Whether a stream's credential is still good (after its revocation feed lagged).
+    pub async fn still_valid(&self, cred: &StreamCredential) -> bool {
+        match cred {
+            StreamCredential::Key(id) => {
+                let id = id.clone();
+                matches!(
+                    self.store.read(move |c| identity::key_by_id(c, &id)).await,
+                    Ok(Some(k)) if !k.revoked && k.member
+                )
+            }
+            StreamCredential::Browser(hash) => {
+                let hash = hash.clone();
+                matches!(
+                    self.store.read(move |c| identity::browser_session(c, &hash)).await,
+                    Ok(Some((_, expires))) if expires >= clock::now_ms()
+                )
+            }
+            StreamCredential::None => true,
+        }
+    }
+
+    /// Watches for keys revoked by another process (`sessiond token revoke`) and forgets them,
+    /// which ends their open streams. Runs until the server stops.
+    pub async fn watch_revocations(&self) {
+        let mut since = clock::now_ms();
+        let mut seen_at_since: HashSet<String> = HashSet::new();
+        loop {
+            tokio::time::sleep(REVOCATION_POLL).await;
+            let Ok(rows) = self
+                .store
+                .read(move |c| identity::keys_revoked_since(c, since))
+                .await
+            else {
+                continue;
+            };
+            for (id, at) in rows {
+                if at == since && seen_at_since.contains(&id) {
+                    continue;
+                }
+                if at > since {
+                    since = at;
+                    seen_at_since.clear();
+                }
+                seen_at_since.insert(id.clone());
+                self.forget_key(&id);
+            }
+        }
     }
 
     /// The user behind a browser session cookie; 401 when unknown or expired.
@@ -293,9 +387,12 @@ impl Auth {
 
     pub async fn close_browser_session(&self, cookie: &str) -> Result<()> {
         let hash = secret::token_hash(cookie);
+        let h = hash.clone();
         self.store
-            .write(move |tx| tx.delete_browser_session(&hash))
-            .await
+            .write(move |tx| tx.delete_browser_session(&h))
+            .await?;
+        let _ = self.revoked.send(Revoked::Browser(hash));
+        Ok(())
     }
 
     /// Checks `principal` may use `cap` in workspace `slug` and builds the actor.

@@ -25,6 +25,10 @@ pub trait DeltaSink: Send {
 pub trait TurnIo: DeltaSink + Sync {
     fn session_id(&self) -> &str;
 
+    /// The id of the request whose input this turn runs (`X-Request-Id`); engines pass it on to
+    /// what they call (a model endpoint's `X-Request-Id`, an agent CLI's `SESSIOND_REQUEST_ID`).
+    fn request_id(&self) -> &str;
+
     /// An image of this session by its storage id: `(mime type, bytes)`.
     async fn image(&self, storage_id: &str) -> Result<Option<(String, Vec<u8>)>>;
 

@@ -79,6 +79,12 @@ pub enum TurnEnd {
 pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
 
+    /// The agent program this engine is, as the `/v2` family names it (`harness`): the Claude
+    /// Code and Codex CLIs are `claude_code` and `codex`, the others go by their engine's name.
+    fn harness(&self) -> &'static str {
+        self.name()
+    }
+
     /// What the start-up log says about this engine beyond its name (model and endpoint).
     fn describe(&self) -> String {
         String::new()
@@ -143,6 +149,16 @@ impl EngineConfig {
             EngineConfig::Openai(c) => c.check(),
             EngineConfig::Command(c) => c.validate(),
             EngineConfig::Acp(c) => c.check(),
+        }
+    }
+
+    /// [`Engine::harness`] of the engine this configuration builds.
+    pub fn harness(&self) -> &'static str {
+        match self {
+            EngineConfig::Scripted { .. } => "scripted",
+            EngineConfig::Openai(_) => "openai",
+            EngineConfig::Command(c) => c.protocol.harness(),
+            EngineConfig::Acp(_) => "acp",
         }
     }
 
@@ -233,6 +249,14 @@ impl Engines {
 
     pub fn default_engine(&self) -> &Arc<dyn Engine> {
         &self.default
+    }
+
+    /// [`Engine::harness`] of an agent's `engine` JSON, without building it (`{}`: the default's).
+    pub fn harness(&self, json: &str) -> &'static str {
+        match EngineConfig::parse(json) {
+            Ok(Some(config)) => config.harness(),
+            Ok(None) | Err(_) => self.default.harness(),
+        }
     }
 
     /// The engine for an agent's `engine` JSON (`{}`: the default).

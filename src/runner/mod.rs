@@ -24,6 +24,7 @@ use crate::clock;
 use crate::config::RunnerConfig;
 use crate::engine::{Engines, SessionOps};
 use crate::error::Result;
+use crate::metrics::METRICS;
 use crate::store::{SessionKey, Store};
 
 /// The answer a submission gets from the runner (R64).
@@ -76,6 +77,17 @@ pub(crate) struct TurnControl {
     pub steer_notify: Notify,
     /// The fencing generation once the turn has claimed its session (0 before).
     pub generation: AtomicU64,
+    /// Text streamed (as deltas) since the turn's last durable `text` step: what the reader saw
+    /// arrive and has not been stored yet. An interrupted turn writes it as its last `text` step,
+    /// so the partial reply stays in the timeline whichever engine streamed it.
+    pub unsaid: std::sync::Mutex<String>,
+}
+
+impl TurnControl {
+    /// Takes the unsaid text (leaving it empty).
+    pub fn take_unsaid(&self) -> String {
+        std::mem::take(&mut *self.unsaid.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 struct Active {
@@ -96,6 +108,9 @@ pub(crate) struct Shared {
     /// The sessions core, for engine tools that start or message other sessions; set once the
     /// core exists (it is built on top of the runner).
     pub sessions: OnceLock<Arc<dyn SessionOps>>,
+    /// Set at shutdown: writes that wait for storage to recover give up (the next start's
+    /// recovery ends what they could not).
+    pub stopping: AtomicBool,
 }
 
 #[derive(Clone)]
@@ -122,6 +137,7 @@ impl Runner {
             cfg,
             data_dir,
             sessions: OnceLock::new(),
+            stopping: AtomicBool::new(false),
         });
         let recovered = rt.block_on(turn::recover(&shared))?;
         let mut dispatcher = Dispatcher {
@@ -143,6 +159,11 @@ impl Runner {
             ack_window,
             shared,
         })
+    }
+
+    /// The engines of the workspace agents (what they are, for the API families that say so).
+    pub fn engines(&self) -> &Engines {
+        &self.shared.engines
     }
 
     /// Gives engine tools the sessions core (`start_session`, `message_session`).
@@ -230,6 +251,10 @@ impl Dispatcher {
                 },
                 () = sleep => self.fire_timers(),
             }
+            METRICS.turns_active.set(self.active.len() as i64);
+            METRICS
+                .sessions_waiting_for_slot
+                .set(self.ready.len() as i64);
             if self.shutdown.is_some() && self.active.is_empty() {
                 if let Some(done) = self.shutdown.take() {
                     let _ = done.send(());
@@ -273,6 +298,7 @@ impl Dispatcher {
                 self.fill_slots();
             }
             Msg::Shutdown { done } => {
+                self.shared.stopping.store(true, Ordering::SeqCst);
                 self.ready.clear();
                 self.queued.clear();
                 self.timers.clear();
@@ -380,6 +406,7 @@ impl Dispatcher {
             steer_pending: AtomicBool::new(false),
             steer_notify: Notify::new(),
             generation: AtomicU64::new(0),
+            unsaid: std::sync::Mutex::new(String::new()),
         });
         let pk = key.pk;
         let task = tokio::spawn(turn::run(
@@ -428,8 +455,9 @@ impl Dispatcher {
         let shared = Arc::clone(&self.shared);
         let tx = self.tx.clone();
         let key = active.key.clone();
+        let partial = active.control.take_unsaid();
         tokio::spawn(async move {
-            let outcome = turn::force_interrupted(&shared, key, generation).await;
+            let outcome = turn::force_interrupted(&shared, key, generation, partial).await;
             let _ = tx.send(Msg::TurnEnded { pk, outcome });
         });
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
 
 use super::machine::{MachineState, StepEnd};
 use super::{Delivery, Msg, Shared, TurnControl};
@@ -16,6 +17,7 @@ use crate::clock;
 use crate::drive::Drive;
 use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, TurnInput, TurnIo};
 use crate::error::{Error, Result};
+use crate::metrics::METRICS;
 use crate::projection;
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
@@ -39,6 +41,60 @@ impl Outcome {
             key: Some(key),
             more: false,
             next_due: None,
+        }
+    }
+
+    /// The claim met a storage fault (nothing changed): look for the session's work again later.
+    fn retry_later(key: SessionKey) -> Outcome {
+        Outcome {
+            key: Some(key),
+            more: false,
+            next_due: Some(clock::now_ms() + CLAIM_RETRY.as_millis() as i64),
+        }
+    }
+}
+
+/// How soon a claim that met a storage fault is tried again.
+const CLAIM_RETRY: Duration = Duration::from_secs(1);
+/// Backoff of a terminal write that met a storage fault: from the first to the longest wait.
+const PERSIST_RETRY_FIRST: Duration = Duration::from_millis(100);
+const PERSIST_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Runs a write the runner cannot do without (a turn's terminal) until the store takes it:
+/// storage faults (disk full, I/O errors) are retried with backoff, so the turn ends as soon as
+/// the store can write again and the session takes work without a restart. Other errors, and
+/// shutdown, end the attempts (a turn still active then is ended by the next start's recovery).
+async fn persist<T, F, Fut>(shared: &Shared, session: &str, what: &str, mut write: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    /// Counts the turn in `turns_awaiting_storage` while it waits (also if the task is aborted).
+    struct Waiting;
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            METRICS.turns_awaiting_storage.dec();
+        }
+    }
+    let mut delay = PERSIST_RETRY_FIRST;
+    let mut waiting: Option<Waiting> = None;
+    loop {
+        match write().await {
+            Err(e) if e.is_storage_fault() && !shared.stopping.load(Ordering::SeqCst) => {
+                if waiting.is_none() {
+                    METRICS.turns_awaiting_storage.inc();
+                    waiting = Some(Waiting);
+                    tracing::warn!(session, error = %e, "cannot write {what} yet; retrying until storage recovers");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(PERSIST_RETRY_MAX);
+            }
+            other => {
+                if waiting.is_some() && other.is_ok() {
+                    tracing::info!(session, "wrote {what} after storage recovered");
+                }
+                return other;
+            }
         }
     }
 }
@@ -71,6 +127,10 @@ struct Claim {
     user_id: String,
     images: Vec<StoredImageRef>,
     attachments: Vec<AttachmentRef>,
+    /// The session's budget is spent: the turn fails without calling the engine.
+    budget_spent: Option<Error>,
+    /// The request that sent the input (`X-Request-Id`), or a new id for the runner's own.
+    request_id: String,
 }
 
 pub(crate) async fn run(
@@ -81,7 +141,15 @@ pub(crate) async fn run(
     tx: mpsc::UnboundedSender<Msg>,
 ) {
     let pk = key.pk;
-    let outcome = match run_turn(&shared, key.clone(), &control, ack).await {
+    let span = tracing::info_span!(
+        "turn",
+        session = %key.id,
+        request_id = tracing::field::Empty
+    );
+    let outcome = match run_turn(&shared, key.clone(), &control, ack)
+        .instrument(span)
+        .await
+    {
         Ok(outcome) => outcome,
         Err(Error::StaleTurn | Error::NotFound) => Outcome {
             key: None,
@@ -96,19 +164,43 @@ pub(crate) async fn run(
     let _ = tx.send(Msg::TurnEnded { pk, outcome });
 }
 
+/// Everything the terminal write needs, kept so that the write can be tried again.
+#[derive(Clone)]
+struct Terminal {
+    generation: u64,
+    machine_step: bool,
+    end: TurnEnd,
+    mode: String,
+    messages: Vec<Value>,
+    usage: Usage,
+    todos: Option<Vec<Todo>>,
+    last_text: Option<String>,
+    measured_usage: bool,
+    /// Text an interrupted turn streamed and never said durably.
+    partial: String,
+}
+
 async fn run_turn(
     shared: &Arc<Shared>,
     key: SessionKey,
     control: &Arc<TurnControl>,
     ack: Option<oneshot::Sender<Delivery>>,
 ) -> Result<Outcome> {
-    let claim = claim(&shared.store, key.clone()).await?;
+    let claim = match claim(&shared.store, key.clone()).await {
+        Ok(claim) => claim,
+        Err(e) if e.is_storage_fault() => {
+            tracing::warn!(session = %key.id, error = %e, "cannot start a turn yet; will retry");
+            return Ok(Outcome::retry_later(key));
+        }
+        Err(e) => return Err(e),
+    };
     let Some(claim) = claim else {
         if let Some(ack) = ack {
             let _ = ack.send(Delivery::Queued);
         }
         return Ok(Outcome::idle(key));
     };
+    tracing::Span::current().record("request_id", claim.request_id.as_str());
     control.generation.store(claim.generation, Ordering::SeqCst);
     control
         .steer_pending
@@ -143,6 +235,7 @@ async fn run_turn(
         heartbeat_every: Duration::from_millis(shared.cfg.heartbeat_ms.max(1)),
         last_heartbeat: tokio::time::Instant::now(),
         last_text: None,
+        request_id: claim.request_id.clone(),
     };
     if !claim.text.is_empty() {
         io.messages
@@ -161,7 +254,96 @@ async fn run_turn(
         attachments: claim.attachments,
     };
     let engine = shared.engines.for_config(&claim.engine_config);
-    let mut input = input;
+    // From here on the session is this turn's: whatever happens, it ends with a terminal.
+    METRICS.engine_calls.with(&[engine.name()]).inc();
+    let run = match claim.budget_spent {
+        Some(spent) => Err(spent),
+        None => run_engine(engine.as_ref(), &mut io, input).await,
+    };
+    let end = match run {
+        Ok(end) => end,
+        Err(Error::StaleTurn) => return Err(Error::StaleTurn),
+        Err(e) => TurnEnd::Failed {
+            error: e.to_string(),
+        },
+    };
+    if matches!(end, TurnEnd::Failed { .. }) {
+        METRICS.engine_errors.with(&[engine.name()]).inc();
+    }
+    let outcome_label = match &end {
+        TurnEnd::Complete { .. } => "completed",
+        TurnEnd::Failed { .. } => "failed",
+        TurnEnd::Ask { .. } => "ask",
+        TurnEnd::Sleep { .. } => "sleep",
+        TurnEnd::Interrupted => "interrupted",
+    };
+    let reply = io.last_text.clone().unwrap_or_default();
+    let completed = matches!(end, TurnEnd::Complete { .. });
+    let partial = match end {
+        TurnEnd::Interrupted => io.control.take_unsaid(),
+        _ => String::new(),
+    };
+    let Turn {
+        mode,
+        mut messages,
+        usage,
+        todos,
+        last_text,
+        measured_usage,
+        ..
+    } = io;
+    if !partial.is_empty() {
+        messages.push(json!({"role": "assistant", "content": partial}));
+    }
+    let terminal = Terminal {
+        partial,
+        generation: claim.generation,
+        machine_step: claim.machine_step,
+        end,
+        mode,
+        messages,
+        usage,
+        todos,
+        last_text,
+        measured_usage,
+    };
+    let written = persist(shared, &key.id, "the turn's terminal", || {
+        finish(&shared.store, key.clone(), terminal.clone())
+    })
+    .await;
+    let outcome = match written {
+        Ok(outcome) => {
+            METRICS
+                .turns_ended
+                .with(&[engine.name(), outcome_label])
+                .inc();
+            outcome
+        }
+        Err(e @ (Error::StaleTurn | Error::NotFound | Error::ShuttingDown)) => return Err(e),
+        Err(e) if e.is_storage_fault() => return Err(e),
+        Err(e) => {
+            // The terminal itself cannot be written (it is malformed): end the turn the way
+            // recovery would, so the session is never left running.
+            tracing::error!(session = %key.id, error = %e, "cannot write the turn's terminal");
+            return write_lost_turn(
+                shared,
+                key,
+                Some(claim.generation),
+                String::new(),
+                "the turn's result could not be stored; the turn was interrupted",
+                Some("terminal_failed"),
+            )
+            .await;
+        }
+    };
+    if claim.initial && completed {
+        spawn_title(shared, engine, key, prompt, reply);
+    }
+    Ok(outcome)
+}
+
+/// Runs the engine on the claimed turn (the tier clamped to one it honours first).
+async fn run_engine(engine: &dyn Engine, io: &mut Turn, mut input: TurnInput) -> Result<TurnEnd> {
     if let Some(requested) = input.tier {
         let effective = engine.honoured_tier(requested);
         if effective != requested {
@@ -173,28 +355,7 @@ async fn run_turn(
             input.tier = Some(effective);
         }
     }
-    let end = match engine.run(&mut io, input).await {
-        Ok(end) => end,
-        Err(Error::StaleTurn) => return Err(Error::StaleTurn),
-        Err(e) => TurnEnd::Failed {
-            error: e.to_string(),
-        },
-    };
-    let reply = io.last_text.clone().unwrap_or_default();
-    let completed = matches!(end, TurnEnd::Complete { .. });
-    let outcome = finish(
-        &shared.store,
-        key.clone(),
-        claim.generation,
-        claim.machine_step,
-        end,
-        io,
-    )
-    .await?;
-    if claim.initial && completed {
-        spawn_title(shared, engine, key, prompt, reply);
-    }
-    Ok(outcome)
+    engine.run(io, input).await
 }
 
 /// Asks the engine for an automatic title after the first turn (manual titles are never touched).
@@ -285,6 +446,9 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             let Some(generation) = tx.claim_turn(&key)? else {
                 return Ok(None);
             };
+            let request_id = tx
+                .input_request_id(&key, input.seq)?
+                .unwrap_or_else(crate::ids::new_id);
             tx.remove_input(&key, input.seq)?;
             let kind = match input.kind.as_str() {
                 "answer" => InputKind::Answer,
@@ -362,9 +526,10 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 None,
             );
             let started = tx.append(&key, &Event::TurnStarted { state })?;
-            if is_external(&input.kind) {
-                tx.record_input_turn(&key, input.seq, started)?;
-            }
+            // Every turn names its input (the runner's own wakes and machine steps too): that is
+            // the run a turn is on `/v2`.
+            tx.record_input_turn(&key, input.seq, started)?;
+            let budget_spent = projection::budget::check(tx, &key).err();
             projection::set_turn_status(tx, &key, "running")?;
             projection::refresh_follow_up_queue(tx, &key)?;
             let steers_waiting = tx
@@ -382,7 +547,8 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                     .as_deref()
                     .or(row.tier.as_deref())
                     .and_then(Tier::parse),
-                cwd: row.cwd,
+                // A cwd set to the drive root is stored as `.`; engines see the root as no cwd.
+                cwd: row.cwd.filter(|c| c != "."),
                 mode: row.mode,
                 resume,
                 input_seq: is_external(&input.kind).then_some(input.seq),
@@ -398,6 +564,8 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 user_id: row.user_id,
                 images,
                 attachments,
+                budget_spent,
+                request_id,
             }))
         })
         .await
@@ -422,6 +590,9 @@ pub(crate) fn turn_state(
     }
 }
 
+/// Most streamed-but-unstored text kept for an interrupt (the volatile tail's bound).
+const UNSAID_MAX_BYTES: usize = 1 << 20;
+
 fn estimate_tokens(text: &str) -> f64 {
     (text.chars().count() as f64 / 4.0).ceil()
 }
@@ -442,27 +613,24 @@ fn settle_running_tasks(tx: &mut Tx<'_>, key: &SessionKey, status: &str) -> Resu
     Ok(())
 }
 
-async fn finish(
-    store: &Store,
-    key: SessionKey,
-    generation: u64,
-    machine_step: bool,
-    end: TurnEnd,
-    io: Turn,
-) -> Result<Outcome> {
-    let Turn {
+async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Outcome> {
+    let Terminal {
+        generation,
+        machine_step,
+        end,
         mode,
         messages,
         mut usage,
         todos,
         last_text,
         measured_usage,
-        ..
-    } = io;
+        partial,
+    } = terminal;
     usage.total_tokens = usage.input + usage.output;
     store
         .write(move |tx| {
             tx.check_generation(&key, generation)?;
+            append_partial_text(tx, &key, partial)?;
             settle_running_tasks(tx, &key, "stopped")?;
             // Engines without a token count get the runner's estimate.
             if !measured_usage && usage.total_tokens > 0.0 {
@@ -617,12 +785,50 @@ fn usage_event(usage: &Usage) -> Event {
     }
 }
 
-/// Writes the `interrupted` terminal for a turn that was cut off (`generation` given) or lost in
-/// a crash, with a system event saying why. Refused (and harmless) when the turn already ended.
+/// Stores the text an interrupted turn streamed after its last `text` step as one more `text`
+/// step, so that what the reader saw is not lost with the live preview.
+fn append_partial_text(tx: &mut Tx<'_>, key: &SessionKey, partial: String) -> Result<()> {
+    if !partial.is_empty() {
+        tx.append(
+            key,
+            &Event::Step {
+                step: Step::Text { text: partial },
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes the `interrupted` terminal for a turn that was cut off (`generation` given, with the
+/// text it streamed and did not store) or lost in a crash, with a system event saying why.
+/// Refused (and harmless) when the turn already ended.
 async fn write_lost_turn(
+    shared: &Shared,
+    key: SessionKey,
+    generation: Option<u64>,
+    partial: String,
+    message: &'static str,
+    code: Option<&'static str>,
+) -> Result<Outcome> {
+    let session = key.id.clone();
+    persist(shared, &session, "the turn's terminal", || {
+        write_lost_terminal(
+            &shared.store,
+            key.clone(),
+            generation,
+            partial.clone(),
+            message,
+            code,
+        )
+    })
+    .await
+}
+
+async fn write_lost_terminal(
     store: &Store,
     key: SessionKey,
     generation: Option<u64>,
+    partial: String,
     message: &'static str,
     code: Option<&'static str>,
 ) -> Result<Outcome> {
@@ -632,6 +838,7 @@ async fn write_lost_turn(
                 tx.check_generation(&key, generation)?;
             }
             let row = tx.session_row(&key)?;
+            append_partial_text(tx, &key, partial)?;
             settle_running_tasks(
                 tx,
                 &key,
@@ -670,12 +877,14 @@ pub(crate) async fn force_interrupted(
     shared: &Shared,
     key: SessionKey,
     generation: u64,
+    partial: String,
 ) -> Outcome {
     let fallback = Outcome::idle(key.clone());
     match write_lost_turn(
-        &shared.store,
+        shared,
         key,
         Some(generation),
+        partial,
         "the turn did not stop within the interrupt grace period and was cut off",
         None,
     )
@@ -693,10 +902,11 @@ pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
     let stale = store.read(store::active_turn_sessions).await?;
     for (pk, id) in stale {
         tracing::warn!(session = %id, "ending a turn left running by a previous process");
-        write_lost_turn(
+        write_lost_terminal(
             store,
             SessionKey { pk, id },
             None,
+            String::new(),
             "sessiond stopped while this turn was running; the turn was interrupted",
             Some("runner_exited"),
         )
@@ -735,6 +945,7 @@ pub struct Turn {
     heartbeat_every: Duration,
     last_heartbeat: tokio::time::Instant,
     last_text: Option<String>,
+    request_id: String,
 }
 
 impl Turn {
@@ -757,8 +968,19 @@ impl Turn {
 }
 
 impl DeltaSink for Turn {
-    /// Broadcasts volatile progress (a delta); never stored.
+    /// Broadcasts volatile progress (a delta); never stored, except the text of an interrupted
+    /// turn (see `TurnControl::unsaid`).
     fn delta(&mut self, step: Step) {
+        if let Step::TextDelta { delta } = &step {
+            let mut unsaid = self
+                .control
+                .unsaid
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if unsaid.len() + delta.len() <= UNSAID_MAX_BYTES {
+                unsaid.push_str(delta);
+            }
+        }
         let event = Event::Step { step };
         let Ok(body) = serde_json::to_string(&event) else {
             return;
@@ -766,11 +988,7 @@ impl DeltaSink for Turn {
         self.store.bus().publish_volatile(
             &self.key.id,
             self.last_seq,
-            Frame {
-                seq: None,
-                event_type: "step".into(),
-                data: format!("{{\"event\":{body}}}"),
-            },
+            Frame::volatile("step", format!("{{\"event\":{body}}}"), clock::now_ms()),
         );
     }
 }
@@ -779,6 +997,10 @@ impl DeltaSink for Turn {
 impl TurnIo for Turn {
     fn session_id(&self) -> &str {
         &self.key.id
+    }
+
+    fn request_id(&self) -> &str {
+        &self.request_id
     }
 
     /// An image of this session by its storage id: `(mime type, bytes)`.
@@ -850,57 +1072,8 @@ impl TurnIo for Turn {
     /// (a turn lost in a crash contributes its input), notes as user messages; whole turns only,
     /// newest first until about `budget_chars` of JSON.
     async fn conversation(&self, budget_chars: usize) -> Result<Vec<Value>> {
-        const TYPES: [&str; 6] = [
-            "turn_started",
-            "complete",
-            "ask",
-            "interrupted",
-            "sleep",
-            "note_submitted",
-        ];
-        let pk = self.key.pk;
-        let mut before = self.turn_started;
-        let mut chunks: Vec<Vec<Value>> = Vec::new();
-        let mut used = 0usize;
-        let mut terminal: Option<Vec<Value>> = None;
-        'pages: loop {
-            let page = self
-                .store
-                .read(move |c| store::events_of_types_before(c, pk, before, &TYPES, 256))
-                .await?;
-            let Some(last) = page.last() else { break };
-            before = last.seq;
-            for ev in page {
-                let body: Value = serde_json::from_str(&ev.body).unwrap_or(Value::Null);
-                let messages = || {
-                    body.pointer("/state/agent/messages")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default()
-                };
-                let chunk = match ev.event_type.as_str() {
-                    "note_submitted" => {
-                        let note = body.get("note").and_then(Value::as_str).unwrap_or("");
-                        vec![json!({"role": "user", "content": format!("(note) {note}")})]
-                    }
-                    "turn_started" => match terminal.take() {
-                        Some(m) if !m.is_empty() => m,
-                        _ => messages(),
-                    },
-                    _ => {
-                        terminal = Some(messages());
-                        continue;
-                    }
-                };
-                used += chunk.iter().map(|m| m.to_string().len()).sum::<usize>();
-                if used > budget_chars && !chunks.is_empty() {
-                    break 'pages;
-                }
-                chunks.push(chunk);
-            }
-        }
-        chunks.reverse();
-        Ok(chunks.into_iter().flatten().collect())
+        projection::conversation::before(&self.store, self.key.pk, self.turn_started, budget_chars)
+            .await
     }
 
     /// The turn's own conversation, recorded on its terminal (and read back by
@@ -935,10 +1108,15 @@ impl TurnIo for Turn {
             effective_context_window: context_window,
             context_window_usage: window_usage,
         };
-        self.last_seq = self
-            .fenced(move |tx, key| append_usage(tx, key, &event, &call))
+        let (seq, spent) = self
+            .fenced(move |tx, key| {
+                let seq = append_usage(tx, key, &event, &call)?;
+                Ok((seq, projection::budget::check(tx, key).err()))
+            })
             .await?;
-        Ok(())
+        self.last_seq = seq;
+        // The call that reaches the session's budget ends the turn (`budget_hit`).
+        spent.map_or(Ok(()), Err)
     }
 
     /// True once the turn has been interrupted; engines stop at their next step.
@@ -969,7 +1147,17 @@ impl TurnIo for Turn {
 
     /// Appends a durable event unless this turn has lost its session.
     async fn emit(&mut self, event: Event) -> Result<u64> {
+        let text = matches!(
+            event,
+            Event::Step {
+                step: Step::Text { .. }
+            }
+        );
         let seq = self.fenced(move |tx, key| tx.append(key, &event)).await?;
+        if text {
+            // The streamed text is stored now (the engine's own, complete version of it).
+            self.control.take_unsaid();
+        }
         self.last_seq = seq;
         Ok(seq)
     }

@@ -7,8 +7,8 @@
 //! get-or-creates make one session), and may run with a pinned engine configuration.
 
 use super::{
-    Actor, CreateIn, MessageIn, Plan, Sessions, Submitted, agents, images, insert_new_session,
-    insert_session_row, non_root_str,
+    Actor, CreateIn, MessageIn, Plan, RecordStart, Sessions, Submitted, agents, images,
+    insert_new_session, insert_session_row, non_root_str, sender_id,
 };
 use crate::clock;
 use crate::error::{Error, Result};
@@ -121,6 +121,7 @@ impl Sessions {
                             None,
                             &images,
                             Some(&input.id),
+                            &RecordStart::default(),
                         )?;
                         (key, Some(seq))
                     }
@@ -165,8 +166,9 @@ impl Sessions {
     /// Stops a session's work for good: records `interrupt_requested`, drops every queued input
     /// (messages, answers, wakes, machine steps) and interrupts the running turn, which ends
     /// `interrupted`. A session that was waiting (queued, asking or sleeping) without a running
-    /// turn ends `interrupted` at once, and a paused Job's machine goes idle. `link` writes the
-    /// caller's record of the stop in the same transaction.
+    /// turn ends `interrupted` at once, and a paused Job's machine goes idle. Who stopped it is
+    /// recorded like an interrupt's. `link` writes the caller's record of the stop in the same
+    /// transaction.
     pub async fn stop<T, F>(&self, actor: &Actor, session_id: &str, link: F) -> Result<T>
     where
         T: Send + 'static,
@@ -174,6 +176,7 @@ impl Sessions {
     {
         let ws = actor.workspace_id.clone();
         let session_id = session_id.to_owned();
+        let by = sender_id(&actor.sender);
         let (key, linked) = self
             .store
             .write(move |tx| {
@@ -185,6 +188,7 @@ impl Sessions {
                         requested_at: clock::rfc3339(tx.now),
                     },
                 )?;
+                tx.set_stopped(&key, &by)?;
                 for input in tx.pending_inputs(&key)? {
                     tx.remove_input(&key, input.seq)?;
                 }

@@ -4,12 +4,15 @@
 //! transaction (invariant 1); the runner hears of new inputs only after COMMIT.
 
 mod images;
+pub mod lineage;
 mod linked;
 mod query;
+pub mod record;
 mod session_tools;
 pub mod view;
 mod wait;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -90,6 +93,16 @@ pub struct CreateIn {
     pub behavior: Behavior,
     pub mode: Option<Value>,
     pub common: InputCommon,
+}
+
+/// What a session made through the `/v2` family starts with besides its first prompt (the
+/// Session record's `metadata`, `budget` and `parent`).
+#[derive(Debug, Clone, Default)]
+pub struct RecordIn {
+    pub metadata: BTreeMap<String, String>,
+    /// 0 = no cap.
+    pub budget_cents: u64,
+    pub parent: Option<lineage::Parent>,
 }
 
 #[derive(Debug, Clone)]
@@ -280,12 +293,38 @@ impl Sessions {
     pub async fn create(
         &self,
         actor: &Actor,
+        input: CreateIn,
+        parent: Option<String>,
+    ) -> Result<Submitted> {
+        self.create_with(actor, input, parent, RecordIn::default())
+            .await
+    }
+
+    /// [`Sessions::create`] with the record facts a `/v2` caller gives: metadata, a budget, and
+    /// the session it continues, takes over or resumes (a handoff closes that one in the same
+    /// transaction).
+    pub async fn create_with(
+        &self,
+        actor: &Actor,
         mut input: CreateIn,
         parent: Option<String>,
+        record: RecordIn,
     ) -> Result<Submitted> {
         if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
             return self.replayed_submission(key, seq).await;
         }
+        let lineage = match &record.parent {
+            Some(p) => Some(self.lineage_start(actor, p).await?),
+            None => None,
+        };
+        let metadata = if record.metadata.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::to_string(&record.metadata)
+                    .map_err(|e| Error::Internal(e.to_string()))?,
+            )
+        };
         let images = images::decode_all(&input.common.images)?;
         let machine = input.mode.as_ref().map(machine::validate).transpose()?;
         self.check_attachments(actor, &mut input.common)?;
@@ -301,7 +340,7 @@ impl Sessions {
                     .unwrap_or_default();
                 // R53: omitted cwd and tier come from the parent; a child stays with the parent's agent.
                 let cwd = match &input.cwd {
-                    Some(c) => non_root_str(drive.check_cwd(c, &anchor)?),
+                    Some(c) => Some(as_set(drive.check_cwd(c, &anchor)?)),
                     None => prow.cwd.clone(),
                 };
                 Plan {
@@ -324,10 +363,10 @@ impl Sessions {
                             .find(|a| &a.id == id)
                             .ok_or(Error::AgentNotFound)?;
                         let cwd = match &input.cwd {
-                            Some(c) => drive.check_cwd(c, &agent.anchor)?,
-                            None => drive.make_dir(&agent.anchor)?,
+                            Some(c) => Some(as_set(drive.check_cwd(c, &agent.anchor)?)),
+                            None => non_root_str(drive.make_dir(&agent.anchor)?),
                         };
-                        (agent, Some(cwd))
+                        (agent, cwd)
                     }
                     None => {
                         let cwd = input
@@ -337,12 +376,12 @@ impl Sessions {
                             .transpose()?;
                         let owner = agents::owner_of(&all_agents, cwd.as_deref().unwrap_or(""))
                             .ok_or(Error::AgentNotFound)?;
-                        (owner, cwd)
+                        (owner, cwd.map(as_set))
                     }
                 };
                 Plan {
                     agent_id: owner.id.clone(),
-                    cwd: cwd.and_then(non_root_str),
+                    cwd,
                     tier: input.tier.map(|t| t.as_str().to_owned()),
                     created_by: None,
                     mode: None,
@@ -362,13 +401,53 @@ impl Sessions {
                     // The parent may have been deleted since it was read.
                     tx.session_key(&actor.workspace_id, parent)?;
                 }
-                let (key, seq) =
-                    insert_new_session(tx, &actor, &plan, &input, machine, None, &images, None)?;
+                // So may the session this one comes from.
+                let from = match (&record.parent, &lineage) {
+                    (Some(p), Some(_)) => {
+                        Some((p, tx.session_key(&actor.workspace_id, &p.session_id)?))
+                    }
+                    _ => None,
+                };
+                let start = RecordStart {
+                    metadata: metadata.as_deref(),
+                    budget_cents: record.budget_cents,
+                    parent: from.as_ref().map(|(p, k)| (p.kind.as_str(), k.id.as_str())),
+                    context: lineage.as_deref(),
+                };
+                let (key, seq) = insert_new_session(
+                    tx, &actor, &plan, &input, machine, None, &images, None, &start,
+                )?;
+                if let Some((p, parent_key)) = &from
+                    && p.kind == lineage::ParentKind::Handoff
+                {
+                    tx.close_session(parent_key, &key.id)?;
+                }
                 Ok((key, seq, true))
             })
             .await?;
         // R24: a new session has no turn yet, so steer and follow-up start alike.
         self.submitted(key, seq, fresh, false).await
+    }
+
+    /// Checks the session a new one comes from and makes what its engine is shown first.
+    async fn lineage_start(&self, actor: &Actor, parent: &lineage::Parent) -> Result<String> {
+        let row = self.detail_row(actor, &parent.session_id).await?;
+        match parent.kind {
+            lineage::ParentKind::Resume => {
+                lineage::resume_context(&self.store, row.pk, &row.id).await
+            }
+            lineage::ParentKind::Continuation | lineage::ParentKind::Handoff => {
+                let pk = row.pk;
+                let facts = self
+                    .store
+                    .read(move |c| store::record::record_facts(c, pk))
+                    .await?;
+                Ok(lineage::continuation_context(
+                    &row.id,
+                    facts.as_ref().and_then(|f| f.last_terminal.as_ref()),
+                ))
+            }
+        }
     }
 
     /// Sends a message (steer or follow-up) to a session.
@@ -485,6 +564,7 @@ impl Sessions {
                     agent_first_message.as_deref(),
                     &images,
                     None,
+                    &RecordStart::default(),
                 )?;
                 Ok((key, seq, true, true, false))
             })
@@ -559,15 +639,10 @@ impl Sessions {
             .find(|a| a.id == row.agent_id)
             .map(|a| a.anchor)
             .unwrap_or_default();
-        let canonical = self.drive(actor).check_cwd(cwd, &anchor)?;
-        let new = non_root_str(canonical.clone());
+        let shown = as_set(self.drive(actor).check_cwd(cwd, &anchor)?);
+        let new = Some(shown.clone());
         let ws = actor.workspace_id.clone();
         let id = row.id.clone();
-        let shown = if canonical.is_empty() {
-            ".".to_owned()
-        } else {
-            canonical
-        };
         let message = format!("working directory moved to {shown}; it applies from the next turn");
         self.store
             .write(move |tx| {
@@ -676,6 +751,7 @@ impl Sessions {
                 if row.turn_status != "ask" || row.turn_active {
                     return Err(Error::NotAsking);
                 }
+                accepts_prompts(tx, &key)?;
                 let sender = sender_for(tx, &actor, &common)?;
                 let stored = images::store_all(tx, &key, &images)?;
                 let seq = tx.append(
@@ -716,6 +792,7 @@ impl Sessions {
     pub async fn interrupt(&self, actor: &Actor, session_id: &str) -> Result<()> {
         let ws = actor.workspace_id.clone();
         let session_id = session_id.to_owned();
+        let by = sender_id(&actor.sender);
         let key = self
             .store
             .write(move |tx| {
@@ -726,6 +803,7 @@ impl Sessions {
                         requested_at: clock::rfc3339(tx.now),
                     },
                 )?;
+                tx.set_stopped(&key, &by)?;
                 Ok(key)
             })
             .await?;
@@ -816,14 +894,70 @@ struct Plan {
     bind_default: bool,
 }
 
-/// The drive root is stored as no cwd.
+/// The record facts a new session is inserted with (none for the Sessions API's own creates).
+#[derive(Default)]
+struct RecordStart<'a> {
+    /// JSON object.
+    metadata: Option<&'a str>,
+    budget_cents: u64,
+    /// `(kind, parent session id)`.
+    parent: Option<(&'static str, &'a str)>,
+    /// Shown to the engine before the first prompt (what a lineage carries over).
+    context: Option<&'a str>,
+}
+
+/// A session's `source` and `attribution` from the way its creator came in.
+fn provenance(actor: &Actor) -> (&'static str, Option<&'static str>, Option<&str>) {
+    match &actor.channel {
+        Channel::ApiKey { key_id } => ("api", Some("api_key"), Some(key_id)),
+        Channel::Browser => ("react", None, Some(&actor.user_id)),
+        Channel::Cli => ("cli", None, Some(&actor.user_id)),
+        Channel::Schedule => ("cron", None, Some(&actor.user_id)),
+        // A session started by another session's tools: programmatic, on its owner's behalf.
+        Channel::Runner => ("api", None, Some(&actor.user_id)),
+        // A registered agent calling back with the key it was issued.
+        Channel::Agent { agent_id } => ("api", Some("api_key"), Some(agent_id)),
+        Channel::Loopback => ("api", None, Some(&actor.user_id)),
+    }
+}
+
+/// The id an input's author goes by.
+fn sender_id(sender: &Sender) -> String {
+    match sender {
+        Sender::User { user_id } => user_id.clone(),
+        Sender::App { app_id } => app_id.clone(),
+        Sender::Session { session_id } => session_id.clone(),
+        Sender::System => "system".to_owned(),
+    }
+}
+
+/// A message or an answer may reach the session: it is open and within its budget.
+fn accepts_prompts(tx: &Tx<'_>, key: &SessionKey) -> Result<()> {
+    if tx.is_closed(key)? {
+        return Err(Error::SessionClosed);
+    }
+    projection::budget::check(tx, key)
+}
+
+/// A cwd that comes from an agent's anchor or the default alias: the drive root is no cwd.
 fn non_root_str(cwd: String) -> Option<String> {
     if cwd.is_empty() { None } else { Some(cwd) }
 }
 
+/// A cwd a client set (create, child create, `POST …/cwd`) is stored as the canonical path it is
+/// answered with, the drive root spelled `.` — what the move answers is what the snapshot shows.
+/// (Engines see the root as no cwd: `runner::turn::claim`.)
+fn as_set(canonical: String) -> String {
+    if canonical.is_empty() {
+        ".".to_owned()
+    } else {
+        canonical
+    }
+}
+
 /// Inserts a session with its `session_created`, optional `agent_message` and first
 /// `prompt_submitted`; returns the key and the prompt's seq. `id` is the session's id when the
-/// caller chose one (else a new one).
+/// caller chose one (else a new one); `start` holds the record facts it starts with.
 #[allow(clippy::too_many_arguments)]
 fn insert_new_session(
     tx: &mut Tx<'_>,
@@ -834,6 +968,7 @@ fn insert_new_session(
     agent_first_message: Option<&str>,
     images: &[images::Decoded],
     id: Option<&str>,
+    start: &RecordStart<'_>,
 ) -> Result<(SessionKey, u64)> {
     let key = insert_session_row(
         tx,
@@ -845,6 +980,17 @@ fn insert_new_session(
         machine,
         id,
     )?;
+    if start.metadata.is_some() || start.budget_cents > 0 || start.parent.is_some() {
+        tx.set_record_facts(
+            &key,
+            &store::NewRecordFacts {
+                metadata: start.metadata,
+                budget_cents: start.budget_cents,
+                parent_kind: start.parent.map(|(kind, _)| kind),
+                parent_session_id: start.parent.map(|(_, id)| id),
+            },
+        )?;
+    }
     if let Some(message) = agent_first_message.filter(|m| !m.is_empty()) {
         tx.append(
             &key,
@@ -859,6 +1005,7 @@ fn insert_new_session(
         actor,
         &key,
         &input.prompt,
+        start.context,
         InputKind::Initial,
         input.behavior,
         plan.tier.as_deref(),
@@ -868,7 +1015,8 @@ fn insert_new_session(
     Ok((key, seq))
 }
 
-/// Inserts a session's row (with its machine, if any) and its `session_created` event.
+/// Inserts a session's row (with its machine, if any, and its provenance from the credential) and
+/// its `session_created` event.
 #[allow(clippy::too_many_arguments)]
 fn insert_session_row(
     tx: &mut Tx<'_>,
@@ -885,6 +1033,7 @@ fn insert_session_row(
         .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
         .transpose()?;
     let id = id.map_or_else(crate::ids::new_id, str::to_owned);
+    let (source, attribution_type, attribution_id) = provenance(actor);
     let key = tx.insert_session(&NewSession {
         id: &id,
         workspace_id: &actor.workspace_id,
@@ -896,6 +1045,9 @@ fn insert_session_row(
         tier: plan.tier.as_deref(),
         mode: definition.as_deref().or(plan.mode).unwrap_or("\"agent\""),
         requested_machine: definition.as_deref(),
+        source,
+        attribution_type,
+        attribution_id,
     })?;
     if let Some(def) = machine {
         let state = MachineState::new(def, prompt, tx.now);
@@ -929,6 +1081,7 @@ fn add_message(
     input: &MessageIn,
     images: &[images::Decoded],
 ) -> Result<(u64, bool)> {
+    accepts_prompts(tx, key)?;
     let row = tx.session_row(key)?;
     // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
     let tier = match input.tier {
@@ -943,6 +1096,7 @@ fn add_message(
         actor,
         key,
         &input.prompt,
+        None,
         InputKind::Message,
         input.behavior,
         tier.as_deref(),
@@ -957,14 +1111,15 @@ fn add_message(
     Ok((seq, row.turn_active))
 }
 
-/// Appends `prompt_submitted`, indexes the prompt, queues it for the runner and remembers the
-/// retry key — the shared tail of create and message.
+/// Appends `prompt_submitted`, indexes the prompt, queues it for the runner (after `context`, what
+/// the engine is shown first) and remembers the retry key — the shared tail of create and message.
 #[allow(clippy::too_many_arguments)]
 fn append_prompt(
     tx: &mut Tx<'_>,
     actor: &Actor,
     key: &SessionKey,
     prompt: &str,
+    context: Option<&str>,
     kind: InputKind,
     behavior: Behavior,
     tier: Option<&str>,
@@ -986,6 +1141,10 @@ fn append_prompt(
         },
     )?;
     tx.index_prompt(key, prompt)?;
+    let text = match context {
+        Some(context) => format!("{context}{prompt}"),
+        None => prompt.to_owned(),
+    };
     tx.enqueue_input(
         key,
         &NewInput {
@@ -996,7 +1155,7 @@ fn append_prompt(
             },
             behavior: behavior.as_str(),
             tier,
-            text: prompt,
+            text: &text,
             images: None,
             not_before: 0,
         },

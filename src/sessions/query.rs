@@ -15,6 +15,8 @@ pub struct ListQuery {
     pub search: Option<String>,
     pub bucket: Option<String>,
     pub archived_only: bool,
+    /// List archived and unarchived sessions alike.
+    pub include_archived: bool,
     pub agent_id: Option<String>,
     pub exclude_default: bool,
 }
@@ -81,6 +83,7 @@ impl Sessions {
         let filter = ListFilter {
             bucket: q.bucket,
             archived_only: q.archived_only,
+            include_archived: q.include_archived,
             agent_id: q.agent_id,
             exclude_default: q.exclude_default,
             fts_query: q.search.as_deref().and_then(fts_query),

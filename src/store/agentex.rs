@@ -1,4 +1,4 @@
-//! The agent platform API's rows (migration 0004): agent registrations, deployments, task fields,
+//! The agent platform API's rows (migration 0005): agent registrations, deployments, task fields,
 //! events, states, spans and trackers, and the queries that read tasks and their messages out of
 //! sessions and timelines.
 //!
@@ -469,6 +469,8 @@ pub struct TaskRow {
     pub final_status: Option<String>,
     pub status_reason: Option<String>,
     pub deployment_id: Option<String>,
+    /// The session was closed (handed off on `/v2`): the id of the session that took over.
+    pub handed_off_to: Option<String>,
 }
 
 impl TaskRow {
@@ -480,14 +482,16 @@ impl TaskRow {
     }
 }
 
-/// The status a task shows: its final status, else INTERRUPTED while its last turn ended
-/// interrupted, else RUNNING. Mirrors `TaskRow`'s Rust-side derivation in `agentex::tasks`.
-const TASK_STATUS_SQL: &str = "COALESCE(t.status, CASE WHEN s.turn_status = 'interrupted'
-    AND s.turn_active = 0 THEN 'INTERRUPTED' ELSE 'RUNNING' END)";
+/// The status a task shows: its final status, else COMPLETED once its session is closed, else
+/// INTERRUPTED while its last turn ended interrupted, else RUNNING. Mirrors `TaskRow`'s Rust-side
+/// derivation in `agentex::tasks`.
+const TASK_STATUS_SQL: &str = "COALESCE(t.status, CASE WHEN s.closed_at IS NOT NULL THEN 'COMPLETED'
+    WHEN s.turn_status = 'interrupted' AND s.turn_active = 0 THEN 'INTERRUPTED' ELSE 'RUNNING' END)";
 
 const TASK_SELECT: &str = "SELECT s.pk, s.id, s.workspace_id, s.agent_id, s.created_at,
     MAX(s.updated_at, COALESCE(t.updated_at, 0)), s.turn_status, s.turn_active, t.name, t.params,
-    t.task_metadata, t.status, t.status_reason, t.deployment_id
+    t.task_metadata, t.status, t.status_reason, t.deployment_id,
+    CASE WHEN s.closed_at IS NOT NULL THEN COALESCE(s.handed_off_to, '') END
     FROM sessions s LEFT JOIN agentex_tasks t ON t.session_pk = s.pk";
 
 fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
@@ -506,6 +510,7 @@ fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         final_status: r.get(11)?,
         status_reason: r.get(12)?,
         deployment_id: r.get(13)?,
+        handed_off_to: r.get(14)?,
     })
 }
 

@@ -117,6 +117,15 @@ pub fn key_by_id(conn: &Connection, id: &str) -> Result<Option<KeyRow>> {
         .optional()?)
 }
 
+/// Keys revoked at or after `since` (ms): `(id, revoked_at)`, oldest first.
+pub fn keys_revoked_since(conn: &Connection, since: i64) -> Result<Vec<(String, i64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, revoked_at FROM api_keys WHERE revoked_at >= ?1 ORDER BY revoked_at",
+    )?;
+    let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 pub fn keys(conn: &Connection) -> Result<Vec<KeyRow>> {
     let mut stmt = conn.prepare(&format!("{KEY_SELECT} ORDER BY k.created_at"))?;
     let rows = stmt.query_map([], key_from_row)?;

@@ -61,3 +61,55 @@ pub fn migrate(conn: &Connection) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Versions are 1, 2, 3… with none twice: two files of one version (from branches that each
+    /// added one) would leave databases that applied one of them without the other.
+    #[test]
+    fn migration_versions_are_unique_and_contiguous() {
+        let versions: Vec<i64> = migrations().iter().map(|(v, _)| *v).collect();
+        let expected: Vec<i64> = (1..=versions.len() as i64).collect();
+        assert_eq!(versions, expected, "migration files: {:?}", {
+            let mut names: Vec<String> = Migrations::iter().map(|n| n.into_owned()).collect();
+            names.sort();
+            names
+        });
+    }
+
+    /// A database from before the root agent's rename gets the new name; a name someone chose
+    /// stays.
+    #[test]
+    fn the_root_agent_named_drive_is_renamed() {
+        let conn = Connection::open_in_memory().unwrap();
+        let all = migrations();
+        for (version, sql) in all.iter().filter(|(v, _)| *v <= 2) {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", version).unwrap();
+        }
+        for (ws, name) in [("w1", "Drive"), ("w2", "Everything")] {
+            conn.execute(
+                "INSERT INTO workspaces (id, slug, name, created_at) VALUES (?1, ?1, ?1, 0)",
+                [ws],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO agents (id, workspace_id, slug, name, anchor, created_at)
+                 VALUES (?1 || '-root', ?1, 'root', ?2, '', 0)",
+                [ws, name],
+            )
+            .unwrap();
+        }
+        migrate(&conn).unwrap();
+        let names: Vec<String> = conn
+            .prepare("SELECT name FROM agents ORDER BY workspace_id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(names, ["Workspace agent", "Everything"]);
+    }
+}

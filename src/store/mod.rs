@@ -12,9 +12,11 @@
 
 pub mod acp;
 pub mod agentex;
+pub mod health;
 pub mod identity;
 mod migrate;
 pub mod reads;
+pub mod record;
 mod writer;
 pub mod writes;
 
@@ -28,8 +30,10 @@ use crate::bus::Bus;
 use crate::config::{StoreConfig, Synchronous};
 use crate::error::{Error, Result};
 
+pub use health::{Condition, HealthReport};
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
+pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
 pub use writer::Tx;
 pub use writes::*;
 
@@ -44,6 +48,7 @@ struct Inner {
     writer: writer::WriterHandle,
     readers: Pool,
     bus: Arc<Bus>,
+    health: Arc<health::Health>,
 }
 
 /// Pragmas every connection gets. `busy_timeout` comes first so that the others wait instead of
@@ -96,18 +101,43 @@ impl Store {
             .max_size(cfg.read_connections)
             .min_idle(Some(1))
             .build(manager)?;
-        let writer = writer::spawn(conn, cfg.max_batch, Arc::clone(&bus))?;
+        let health = Arc::new(health::Health::default());
+        let writer = writer::spawn(conn, cfg.max_batch, Arc::clone(&bus), Arc::clone(&health))?;
         Ok(Store {
             inner: Arc::new(Inner {
                 writer,
                 readers,
                 bus,
+                health,
             }),
         })
     }
 
     pub fn bus(&self) -> &Arc<Bus> {
         &self.inner.bus
+    }
+
+    /// Write requests waiting for the writer thread (a metric).
+    pub fn writer_queue_depth(&self) -> usize {
+        self.inner.writer.queue_depth()
+    }
+
+    /// Whether writes currently succeed (what `/healthz` and `/readyz` report).
+    pub fn health(&self) -> HealthReport {
+        self.inner.health.report()
+    }
+
+    /// Proves the database can be written: a real (empty) change, committed. `serve` refuses to
+    /// start on a read-only database or data dir instead of failing its first write.
+    pub fn check_writable(&self) -> Result<()> {
+        self.write_blocking(|tx| {
+            if tx.conn.is_readonly(rusqlite::MAIN_DB)? {
+                return Err(Error::StorageUnavailable(
+                    "the database is read-only".into(),
+                ));
+            }
+            writer::rewrite_user_version(tx.conn)
+        })
     }
 
     /// Runs `f` on the writer thread inside the current batch; resolves after COMMIT.

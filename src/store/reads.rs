@@ -124,6 +124,8 @@ pub fn session_row_by_pk(
 pub struct ListFilter {
     pub bucket: Option<String>,
     pub archived_only: bool,
+    /// Archived and unarchived sessions alike (`archived_only` is then ignored).
+    pub include_archived: bool,
     pub agent_id: Option<String>,
     pub exclude_default: bool,
     /// An FTS5 query already built from the user's words.
@@ -149,11 +151,13 @@ pub fn list_sessions(
         (":user", SqlValue::Text(user_id.to_owned())),
         (":limit", SqlValue::Integer(f.limit as i64 + 1)),
     ];
-    sql.push_str(if f.archived_only {
-        " AND s.archived_at IS NOT NULL"
-    } else {
-        " AND s.archived_at IS NULL"
-    });
+    if !f.include_archived {
+        sql.push_str(if f.archived_only {
+            " AND s.archived_at IS NOT NULL"
+        } else {
+            " AND s.archived_at IS NULL"
+        });
+    }
     if let Some(bucket) = &f.bucket {
         sql.push_str(" AND s.bucket = :bucket");
         args.push((":bucket", SqlValue::Text(bucket.clone())));
@@ -294,7 +298,7 @@ pub fn engine_memo(conn: &Connection, session_pk: i64) -> Result<Option<String>>
 }
 
 /// The engine configuration a session's turns run with: the one pinned on the session (see
-/// migration 0004), else its agent's.
+/// migration 0005), else its agent's.
 pub fn turn_engine(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached(
@@ -485,6 +489,13 @@ pub fn sessions_with_pending_inputs(conn: &Connection) -> Result<Vec<(i64, Strin
     )?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Inputs stored and not yet taken by a turn, across all sessions (a metric).
+pub fn pending_input_count(conn: &Connection) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM pending_inputs")?
+        .query_row([], |r| r.get(0))?)
 }
 
 /// The `turn_started` seq of the turn that took an input, once one has.

@@ -4,6 +4,11 @@
 //! its own savepoint, commits once, then answers every caller and publishes the committed frames to
 //! the bus in commit order. Group commit is what makes many small durable appends cheap.
 //!
+//! A batch that cannot commit (disk full, I/O error) answers every caller with the classified
+//! storage error and records it in the store's [`Health`]; SQLite may roll the whole transaction
+//! back on such errors by itself, so a job whose statement finds the transaction gone ends the
+//! batch rather than letting later jobs run outside it.
+//!
 //! Because this thread is the only writer, it also keeps each session's event counters
 //! (`last_event_seq`, `last_output_seq`) in memory: an append only inserts its event row, and the
 //! session row's counters are written once per session per batch, in the same transaction, just
@@ -17,14 +22,28 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
+use super::health::{Health, PROBE_INTERVAL};
 use crate::bus::{Bus, Frame};
 use crate::clock;
 use crate::error::{Error, Result};
+use crate::metrics::METRICS;
 
 /// What a job hands back: whether it succeeded (keep its savepoint) and how to answer its caller
 /// once the batch's fate is known.
 type Completion = Box<dyn FnOnce(Result<()>) + Send>;
-type Job = Box<dyn FnOnce(&mut Tx<'_>) -> (bool, Completion) + Send>;
+/// Given the transaction, a job runs; given `None` (the batch could not begin, or died before its
+/// turn), it only yields the completion that answers its caller with the batch's error.
+type Job = Box<dyn FnOnce(Option<&mut Tx<'_>>) -> JobOutcome + Send>;
+
+struct JobOutcome {
+    /// The job succeeded: keep its savepoint.
+    keep: bool,
+    /// The job is the prober's write (it changes no row, yet writes a page).
+    probe: bool,
+    /// The storage fault the job failed with, if any (it tells the store's health).
+    fault: Option<Error>,
+    completion: Completion,
+}
 
 /// A session's event counters between flushes to its row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +70,8 @@ pub struct Tx<'c> {
     batch: &'c HashMap<i64, Counters>,
     /// Counters changed by this job; dropped if the job fails.
     job: HashMap<i64, Counters>,
+    /// The HTTP request that handed in this job (`X-Request-Id`), kept with the inputs it stores.
+    pub(crate) request_id: Option<String>,
 }
 
 impl<'c> Tx<'c> {
@@ -101,11 +122,29 @@ pub struct WriterHandle {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-pub fn spawn(conn: Connection, max_batch: usize, bus: Arc<Bus>) -> Result<WriterHandle> {
+/// What the writer thread shares with the rest of the store.
+struct Shared {
+    bus: Arc<Bus>,
+    health: Arc<Health>,
+    /// For the prober; weak, so that closing the store still ends the writer.
+    sender: mpsc::WeakSender<Job>,
+}
+
+pub fn spawn(
+    conn: Connection,
+    max_batch: usize,
+    bus: Arc<Bus>,
+    health: Arc<Health>,
+) -> Result<WriterHandle> {
     let (tx, rx) = mpsc::channel::<Job>(max_batch.max(1) * 8);
+    let shared = Shared {
+        bus,
+        health,
+        sender: tx.downgrade(),
+    };
     let thread = std::thread::Builder::new()
         .name("sessiond-writer".into())
-        .spawn(move || run(conn, rx, max_batch, bus))
+        .spawn(move || run(conn, rx, max_batch, shared))
         .map_err(|e| Error::Internal(format!("cannot start writer thread: {e}")))?;
     Ok(WriterHandle {
         sender: Mutex::new(Some(tx)),
@@ -119,19 +158,40 @@ where
     T: Send + 'static,
 {
     let (reply, rx) = oneshot::channel();
-    let job: Job = Box::new(move |tx: &mut Tx<'_>| match f(tx) {
-        Ok(value) => (
-            true,
-            Box::new(move |committed: Result<()>| {
-                let _ = reply.send(committed.map(|()| value));
-            }) as Completion,
-        ),
-        Err(e) => (
-            false,
-            Box::new(move |_| {
-                let _ = reply.send(Err(e));
-            }) as Completion,
-        ),
+    let request_id = crate::request_id::current();
+    let job: Job = Box::new(move |tx: Option<&mut Tx<'_>>| {
+        let Some(tx) = tx else {
+            return JobOutcome {
+                keep: false,
+                probe: false,
+                fault: None,
+                completion: Box::new(move |batch: Result<()>| {
+                    let e = batch
+                        .err()
+                        .unwrap_or_else(|| Error::Internal("write job was not run".into()));
+                    let _ = reply.send(Err(e));
+                }),
+            };
+        };
+        tx.request_id = request_id;
+        match f(tx) {
+            Ok(value) => JobOutcome {
+                keep: true,
+                probe: false,
+                fault: None,
+                completion: Box::new(move |committed: Result<()>| {
+                    let _ = reply.send(committed.map(|()| value));
+                }),
+            },
+            Err(e) => JobOutcome {
+                keep: false,
+                probe: false,
+                fault: e.is_storage_fault().then(|| e.clone()),
+                completion: Box::new(move |_| {
+                    let _ = reply.send(Err(e));
+                }),
+            },
+        }
     });
     (job, rx)
 }
@@ -172,6 +232,15 @@ impl WriterHandle {
             .map_err(|_| Error::Internal("write job was dropped".into()))?
     }
 
+    /// Write requests waiting in the writer's queue.
+    pub fn queue_depth(&self) -> usize {
+        self.sender
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, |s| s.max_capacity() - s.capacity())
+    }
+
     /// Drops the queue's sender and joins the thread once everything queued is committed.
     pub fn close(&self) {
         self.sender.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -186,7 +255,7 @@ fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, bus: Arc<Bus>) {
+fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: Shared) {
     let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
     let mut counters: HashMap<i64, Counters> = HashMap::new();
     while let Some(first) = rx.blocking_recv() {
@@ -204,9 +273,72 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, bus: Arc
                 Err(_) => break,
             }
         }
-        commit_batch(&conn, &mut batch, &bus, &mut counters);
+        match commit_batch(&conn, &mut batch, &shared.bus, &mut counters) {
+            Ok(wrote) => {
+                if wrote {
+                    shared.health.committed();
+                }
+            }
+            Err(e) => {
+                let reason = match e {
+                    Error::StorageFull(_) => "full",
+                    Error::StorageUnavailable(_) => "unavailable",
+                    _ => "other",
+                };
+                METRICS.commit_failures.with(&[reason]).inc();
+                if shared.health.failed(&e) {
+                    start_prober(Arc::clone(&shared.health), shared.sender.clone());
+                }
+            }
+        }
     }
     tracing::debug!("writer stopped");
+}
+
+/// While the store is degraded, submits a probe write every [`PROBE_INTERVAL`]; its commit (or
+/// any other) turns the store healthy again. Stops once healthy, or when the store closes.
+fn start_prober(health: Arc<Health>, sender: mpsc::WeakSender<Job>) {
+    let spawned = std::thread::Builder::new()
+        .name("sessiond-probe".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(PROBE_INTERVAL);
+                if health.is_ok() {
+                    health.probe_stopped();
+                    // A fault recorded between the check and the flag found the flag still set and
+                    // started no prober: look once more, and carry on if it is ours to probe.
+                    if health.is_ok() || !health.resume_probing() {
+                        return;
+                    }
+                }
+                let Some(sender) = sender.upgrade() else {
+                    health.probe_stopped();
+                    return;
+                };
+                let (job, rx) = make_job(|tx: &mut Tx<'_>| rewrite_user_version(tx.conn));
+                let job: Job = Box::new(move |tx| JobOutcome {
+                    probe: true,
+                    ..job(tx)
+                });
+                if sender.blocking_send(job).is_err() {
+                    health.probe_stopped();
+                    return;
+                }
+                drop(sender);
+                let _ = rx.blocking_recv();
+            }
+        });
+    if spawned.is_err() {
+        tracing::warn!("cannot start the storage prober; health turns ok with the next write");
+    }
+}
+
+/// A real write that changes nothing: `user_version` (the schema version) rewritten to itself.
+/// It appends a page to the write-ahead log, so it fails exactly when other writes would.
+pub(crate) fn rewrite_user_version(conn: &Connection) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    conn.pragma_update(None, "user_version", version)?;
+    Ok(())
 }
 
 /// Writes the batch's counters into the session rows (same transaction as the events).
@@ -230,25 +362,39 @@ fn flush_counters(
     Ok(())
 }
 
+/// Answers every job of `jobs` with `e` without running it.
+fn refuse_all(jobs: impl Iterator<Item = Job>, e: &Error) {
+    for job in jobs {
+        (job(None).completion)(Err(e.clone()));
+    }
+}
+
+/// Runs and commits one batch. Every caller is answered. `Ok(true)` when the commit wrote to the
+/// database (a transaction whose jobs all failed commits nothing, and proves nothing about the
+/// storage); the error (if any) is the storage fault the batch met, for the store's health.
 fn commit_batch(
     conn: &Connection,
     batch: &mut Vec<Job>,
     bus: &Bus,
     counters: &mut HashMap<i64, Counters>,
-) {
+) -> Result<bool> {
+    let jobs_in_batch = batch.len();
+    let changes_before = conn.total_changes();
+    let mut probed = false;
     let mut completions: Vec<Completion> = Vec::with_capacity(batch.len());
     let mut published: Vec<(Arc<str>, Frame)> = Vec::new();
     let mut changed: HashMap<i64, Counters> = HashMap::new();
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        let msg = format!("cannot begin transaction: {e}");
-        tracing::error!("{msg}");
-        for job in batch.drain(..) {
-            // The job never ran; answer it without running it.
-            drop(job);
-        }
-        return;
+        let e = Error::from(e);
+        // The store's health logs the change of state; each failure is detail.
+        tracing::debug!(error = %e, "cannot begin a write transaction");
+        refuse_all(batch.drain(..), &e);
+        return Err(e);
     }
-    for job in batch.drain(..) {
+    // The first storage fault a job failed with: the store is degraded even if the rest commits.
+    let mut fault: Option<Error> = None;
+    let mut jobs = batch.drain(..);
+    for job in jobs.by_ref() {
         let mut tx = Tx {
             conn,
             now: clock::now_ms(),
@@ -256,30 +402,51 @@ fn commit_batch(
             committed: counters,
             batch: &changed,
             job: HashMap::new(),
+            request_id: None,
         };
-        if exec_cached(conn, "SAVEPOINT job").is_err() {
+        if let Err(e) = exec_cached(conn, "SAVEPOINT job") {
+            (job(None).completion)(Err(Error::from(e)));
             continue;
         }
-        let outcome = catch_unwind(AssertUnwindSafe(|| job(&mut tx)));
-        let keep = match &outcome {
-            Ok((ok, _)) => *ok,
-            Err(_) => false,
-        };
-        if keep {
-            let _ = exec_cached(conn, "RELEASE job");
-            published.append(&mut tx.published);
-            let job_counters = std::mem::take(&mut tx.job);
-            drop(tx);
-            changed.extend(job_counters);
-        } else {
-            let _ = exec_cached(conn, "ROLLBACK TO job");
-            let _ = exec_cached(conn, "RELEASE job");
+        match catch_unwind(AssertUnwindSafe(|| job(Some(&mut tx)))) {
+            Ok(outcome) if outcome.keep => {
+                probed |= outcome.probe;
+                let _ = exec_cached(conn, "RELEASE job");
+                published.append(&mut tx.published);
+                let job_counters = std::mem::take(&mut tx.job);
+                drop(tx);
+                changed.extend(job_counters);
+                completions.push(outcome.completion);
+            }
+            Ok(outcome) => {
+                let _ = exec_cached(conn, "ROLLBACK TO job");
+                let _ = exec_cached(conn, "RELEASE job");
+                if fault.is_none() {
+                    fault = outcome.fault;
+                }
+                completions.push(outcome.completion);
+            }
+            Err(_) => {
+                let _ = exec_cached(conn, "ROLLBACK TO job");
+                let _ = exec_cached(conn, "RELEASE job");
+                tracing::error!("a write job panicked; its changes were rolled back");
+            }
         }
-        match outcome {
-            Ok((_, completion)) => completions.push(completion),
-            Err(_) => tracing::error!("a write job panicked; its changes were rolled back"),
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back (it may, on a full disk or an I/O error):
+            // what earlier jobs did is gone, and later jobs must not run outside a transaction.
+            let e = fault.take().unwrap_or_else(|| {
+                Error::StorageUnavailable("the write transaction was rolled back".into())
+            });
+            tracing::debug!(error = %e, "write transaction lost; batch refused");
+            for completion in completions {
+                completion(Err(e.clone()));
+            }
+            refuse_all(jobs, &e);
+            return Err(e);
         }
     }
+    drop(jobs);
     let committed =
         flush_counters(conn, &changed, clock::now_ms()).and_then(|()| conn.execute_batch("COMMIT"));
     match committed {
@@ -294,19 +461,34 @@ fn commit_batch(
                     counters.insert(pk, c);
                 }
             }
+            METRICS.commits.inc();
+            METRICS.commit_batch_jobs.observe(jobs_in_batch as f64);
+            METRICS.events_appended.add(published.len() as u64);
             for (session_id, frame) in published {
                 bus.publish_durable(&session_id, frame);
             }
             for completion in completions {
                 completion(Ok(()));
             }
+            match fault {
+                Some(e) => Err(e),
+                None => Ok(probed || conn.total_changes() != changes_before),
+            }
         }
         Err(e) => {
-            tracing::error!(error = %e, "commit failed; batch rolled back");
-            let _ = conn.execute_batch("ROLLBACK");
-            for completion in completions {
-                completion(Err(Error::Storage(format!("commit failed: {e}"))));
+            let e = Error::from(e);
+            if e.is_storage_fault() {
+                tracing::debug!(error = %e, "commit failed; batch rolled back");
+            } else {
+                tracing::error!(error = %e, "commit failed; batch rolled back");
             }
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            for completion in completions {
+                completion(Err(e.clone()));
+            }
+            Err(e)
         }
     }
 }

@@ -25,6 +25,10 @@ pub struct NewSession<'a> {
     pub tier: Option<&'a str>,
     pub mode: &'a str,
     pub requested_machine: Option<&'a str>,
+    /// Where the session came from (a Session record's `source`) and who it is attributed to.
+    pub source: &'a str,
+    pub attribution_type: Option<&'a str>,
+    pub attribution_id: Option<&'a str>,
 }
 
 /// A queued input for the runner.
@@ -41,8 +45,18 @@ pub struct NewInput<'a> {
 /// The workspace that exists from the first start.
 pub const DEFAULT_WORKSPACE: &str = "default";
 
+/// Request ids of queued inputs by `(session pk, seq)`. They serve tracing only, so they live in
+/// memory (an input re-delivered after a restart runs under a new id) and the schema does not
+/// change; an entry a rolled-back batch left is overwritten by the next input of that seq.
+static INPUT_REQUEST_IDS: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<(i64, u64), String>>,
+> = std::sync::LazyLock::new(Default::default);
+/// Past this many waiting inputs the ids are forgotten (their turns get new ones).
+const MAX_INPUT_REQUEST_IDS: usize = 100_000;
+
 impl Tx<'_> {
-    /// Finds a workspace by slug, creating it (and its `root` agent) when missing.
+    /// Finds a workspace by slug, creating it (and its `root` agent, named for what it is: the
+    /// agent of the whole drive) when missing.
     pub fn ensure_workspace(&mut self, slug: &str, name: &str) -> Result<String> {
         if let Some(id) = self
             .conn
@@ -60,7 +74,7 @@ impl Tx<'_> {
         )?;
         self.conn.execute(
             "INSERT INTO agents (id, workspace_id, slug, name, anchor, created_at)
-             VALUES (?1, ?2, 'root', 'Drive', '', ?3)",
+             VALUES (?1, ?2, 'root', 'Workspace agent', '', ?3)",
             params![crate::ids::new_id(), id, self.now],
         )?;
         Ok(id)
@@ -75,9 +89,10 @@ impl Tx<'_> {
             .prepare_cached(
                 "INSERT INTO sessions (id, workspace_id, agent_id, user_id, title, title_origin,
                     title_status, turn_status, bucket, cwd, created_by_session_id, tier, mode,
-                    requested_machine, created_at, updated_at)
+                    requested_machine, created_at, updated_at, source, attribution_type,
+                    attribution_id)
                  VALUES (?1, ?2, ?3, ?4, ?5, 'excerpt', 'complete', 'running', 'running', ?6, ?7,
-                    ?8, ?9, ?10, ?11, ?11)",
+                    ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)",
             )?
             .execute(params![
                 s.id,
@@ -90,7 +105,10 @@ impl Tx<'_> {
                 s.tier,
                 s.mode,
                 s.requested_machine,
-                self.now
+                self.now,
+                s.source,
+                s.attribution_type,
+                s.attribution_id,
             ])?;
         let pk = self.conn.last_insert_rowid();
         self.conn
@@ -142,16 +160,25 @@ impl Tx<'_> {
             )?
             .execute(params![key.pk, seq, event_type, body, self.now])?;
         let seq = seq as u64;
+        self.note_milestone(key, event_type, seq)?;
         let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
-        self.publish(
-            &key.id,
-            Frame {
-                seq: Some(seq),
-                event_type: event_type.into(),
-                data,
-            },
-        );
+        self.publish(&key.id, Frame::durable(seq, event_type, data, self.now));
         Ok(seq)
+    }
+
+    /// Keeps the projection columns that follow rare events (terminals, prompts and answers) in
+    /// step with the timeline, so that reading a session's state never scans its history.
+    fn note_milestone(&mut self, key: &SessionKey, event_type: &str, seq: u64) -> Result<()> {
+        if crate::timeline::is_terminal_type(event_type) {
+            self.conn
+                .prepare_cached("UPDATE sessions SET last_terminal_seq = ?2 WHERE pk = ?1")?
+                .execute(params![key.pk, seq as i64])?;
+        } else if matches!(event_type, "prompt_submitted" | "answer_submitted") {
+            self.conn
+                .prepare_cached("UPDATE sessions SET last_message_at = ?2 WHERE pk = ?1")?
+                .execute(params![key.pk, self.now])?;
+        }
+        Ok(())
     }
 
     /// Adds a prompt to the session's search document.
@@ -347,7 +374,23 @@ impl Tx<'_> {
                 input.images,
                 input.not_before
             ])?;
+        if let Some(id) = &self.request_id {
+            let mut ids = INPUT_REQUEST_IDS.lock().unwrap_or_else(|p| p.into_inner());
+            if ids.len() >= MAX_INPUT_REQUEST_IDS {
+                ids.clear();
+            }
+            ids.insert((key.pk, input.seq), id.clone());
+        }
         Ok(())
+    }
+
+    /// The id of the HTTP request that stored a queued input, taken as the input is (`None` for
+    /// the runner's own, and after a restart).
+    pub fn input_request_id(&self, key: &SessionKey, seq: u64) -> Result<Option<String>> {
+        Ok(INPUT_REQUEST_IDS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(key.pk, seq)))
     }
 
     /// The oldest input that may run now, if any.

@@ -48,6 +48,8 @@ pub struct Seen {
     pub path: String,
     pub authorization: Option<String>,
     pub body: Value,
+    /// The `X-Request-Id` header.
+    pub request_id: Option<String>,
 }
 
 #[derive(Default)]
@@ -227,13 +229,16 @@ impl FakeOpenAi {
     }
 }
 
-fn read_request(conn: &mut TcpStream) -> Option<(String, Option<String>, Value)> {
+type Head = (String, Option<String>, Value, Option<String>);
+
+fn read_request(conn: &mut TcpStream) -> Option<Head> {
     let mut reader = BufReader::new(conn.try_clone().ok()?);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
     let path = line.split_whitespace().nth(1)?.to_owned();
     let mut length = 0usize;
     let mut auth = None;
+    let mut request_id = None;
     loop {
         let mut h = String::new();
         reader.read_line(&mut h).ok()?;
@@ -245,6 +250,7 @@ fn read_request(conn: &mut TcpStream) -> Option<(String, Option<String>, Value)>
             match k.to_ascii_lowercase().as_str() {
                 "content-length" => length = v.trim().parse().ok()?,
                 "authorization" => auth = Some(v.trim().to_owned()),
+                "x-request-id" => request_id = Some(v.trim().to_owned()),
                 _ => {}
             }
         }
@@ -255,11 +261,12 @@ fn read_request(conn: &mut TcpStream) -> Option<(String, Option<String>, Value)>
         path,
         auth,
         serde_json::from_slice(&body).unwrap_or(Value::Null),
+        request_id,
     ))
 }
 
 fn serve(mut conn: TcpStream, state: &Mutex<State>) {
-    let Some((path, authorization, body)) = read_request(&mut conn) else {
+    let Some((path, authorization, body, request_id)) = read_request(&mut conn) else {
         return;
     };
     let streamed = body["stream"] == json!(true);
@@ -269,6 +276,7 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
             path,
             authorization,
             body,
+            request_id,
         });
         if streamed {
             st.replies.pop_front()

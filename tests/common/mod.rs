@@ -19,6 +19,8 @@ pub const WS: &str = "default";
 pub struct Server {
     child: Option<Child>,
     pub base: String,
+    /// `http://…/metrics` of the server's metrics listener.
+    pub metrics_url: String,
     pub data_dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     pub http: Client,
@@ -50,6 +52,8 @@ fn bootstrap_credentials(data_dir: &Path) -> String {
     if let Ok(key) = std::fs::read_to_string(&key_file) {
         return key;
     }
+    // The CLI works on an existing data dir only (`serve` is the one command that creates it).
+    std::fs::create_dir_all(data_dir).expect("create data dir");
     let bin = env!("CARGO_BIN_EXE_sessiond");
     let mut user = Command::new(bin)
         .args([
@@ -106,13 +110,20 @@ fn bootstrap_credentials(data_dir: &Path) -> String {
     key
 }
 
+/// A blocking client builder. sessiond's reqwest has no built-in TLS provider, so the process
+/// installs the server's (ring) before any client is built: build every test client from here.
+pub fn http_builder() -> reqwest::blocking::ClientBuilder {
+    sessiond::tls::install_provider();
+    Client::builder()
+}
+
 fn client(token: &str) -> Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::AUTHORIZATION,
         format!("Bearer {token}").parse().expect("header"),
     );
-    Client::builder()
+    http_builder()
         .default_headers(headers)
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(64)
@@ -163,6 +174,15 @@ impl Server {
         s
     }
 
+    /// Starts on the data dir `data_dir` (created if missing), which the caller owns.
+    pub fn start_in(data_dir: &Path, args: &[&str]) -> Server {
+        Server::spawn(
+            data_dir,
+            args.iter().map(|s| s.to_string()).collect(),
+            Vec::new(),
+        )
+    }
+
     /// The temporary folder the server's data dir (and config file) live in.
     pub fn tmp_dir(&self) -> &Path {
         self.data_dir.parent().expect("data dir has a parent")
@@ -173,10 +193,14 @@ impl Server {
         extra_args: Vec<String>,
         env: Vec<(String, Option<String>)>,
     ) -> Server {
+        // Any client a test builds after starting a server has the TLS provider it needs.
+        sessiond::tls::install_provider();
         let token = bootstrap_credentials(data_dir);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
         cmd.arg("serve")
             .arg("--bind")
+            .arg("127.0.0.1:0")
+            .arg("--metrics-bind")
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(data_dir)
@@ -198,13 +222,20 @@ impl Server {
         let mut child = cmd.spawn().expect("spawn sessiond");
         let stdout = child.stdout.take().expect("stdout");
         let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("read first line");
-        let base = line
-            .trim()
-            .strip_prefix("sessiond listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_owned();
+        let mut metrics_url = String::new();
+        let base = loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read a start-up line");
+            if let Some(url) = line.trim().strip_prefix("sessiond metrics on ") {
+                metrics_url = url.to_owned();
+                continue;
+            }
+            break line
+                .trim()
+                .strip_prefix("sessiond listening on ")
+                .unwrap_or_else(|| panic!("unexpected start-up line: {line:?}"))
+                .to_owned();
+        };
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || {
             let mut sink = String::new();
@@ -213,6 +244,7 @@ impl Server {
         Server {
             child: Some(child),
             base,
+            metrics_url,
             data_dir: data_dir.to_path_buf(),
             _tmp: None,
             http: client(&token),
@@ -232,6 +264,7 @@ impl Server {
         );
         self.child = fresh.child.take();
         self.base = std::mem::take(&mut fresh.base);
+        self.metrics_url = std::mem::take(&mut fresh.metrics_url);
     }
 
     pub fn kill9(&mut self) {
@@ -268,6 +301,23 @@ impl Server {
         );
         self.child = fresh.child.take();
         self.base = std::mem::take(&mut fresh.base);
+        self.metrics_url = std::mem::take(&mut fresh.metrics_url);
+    }
+
+    /// The metrics exposition (Prometheus text format).
+    pub fn metrics(&self) -> String {
+        let resp = reqwest::blocking::get(&self.metrics_url).expect("GET /metrics");
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.text().expect("metrics text")
+    }
+
+    /// The value of one sample, named with its labels exactly as exposed
+    /// (`sessiond_turns_active`, `sessiond_turns_total{engine="scripted",outcome="failed"}`).
+    pub fn metric(&self, sample: &str) -> Option<f64> {
+        self.metrics().lines().find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == sample).then(|| value.parse().ok())?
+        })
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -392,7 +442,12 @@ impl Server {
         if let Some(s) = since {
             url.push_str(&format!("?since={s}"));
         }
-        let mut req = Client::builder()
+        self.sse_at(&url, last_event_id)
+    }
+
+    /// Opens an SSE stream at `url` with the owner's key.
+    pub fn sse_at(&self, url: &str, last_event_id: Option<u64>) -> Sse {
+        let mut req = http_builder()
             .timeout(None)
             .build()
             .expect("client")
@@ -436,6 +491,8 @@ pub fn into_json(resp: Response) -> (u16, Value) {
 #[derive(Debug, Clone)]
 pub struct SseFrame {
     pub id: Option<u64>,
+    /// The `event:` field (the HAST type on `/v2` streams).
+    pub event: Option<String>,
     pub data: Value,
 }
 
@@ -454,6 +511,11 @@ pub enum SseItem {
 }
 
 impl Sse {
+    /// Reads the event stream of an already sent request (any credential).
+    pub fn from_response(resp: Response) -> Sse {
+        Sse::new(resp)
+    }
+
     fn new(resp: Response) -> Sse {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
@@ -461,22 +523,31 @@ impl Sse {
         std::thread::spawn(move || {
             let reader = BufReader::new(resp);
             let mut id = None;
+            let mut event = None;
             let mut data = String::new();
             for line in reader.lines() {
                 let Ok(line) = line else { break };
                 if line.is_empty() {
                     if !data.is_empty() {
                         let v: Value = serde_json::from_str(&data).expect("SSE data is JSON");
-                        if tx.send(SseItem::Frame(SseFrame { id, data: v })).is_err() {
+                        let frame = SseFrame {
+                            id,
+                            event: event.take(),
+                            data: v,
+                        };
+                        if tx.send(SseItem::Frame(frame)).is_err() {
                             return;
                         }
                     }
                     id = None;
+                    event = None;
                     data.clear();
                 } else if let Some(c) = line.strip_prefix(':') {
                     let _ = tx.send(SseItem::Comment(c.trim().to_owned()));
                 } else if let Some(v) = line.strip_prefix("id:") {
                     id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event = Some(v.trim().to_owned());
                 } else if let Some(v) = line.strip_prefix("data:") {
                     data.push_str(v.trim_start());
                 }
@@ -506,6 +577,24 @@ impl Sse {
     /// The next item of any kind (frame, comment or end).
     pub fn next_item(&self, timeout: Duration) -> Option<SseItem> {
         self.rx.recv_timeout(timeout).ok()
+    }
+
+    /// Waits until the stream ends (the server closed it), skipping what it still sends; false
+    /// when it is still open after `timeout`.
+    pub fn ends_within(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            match self.rx.recv_timeout(left) {
+                Ok(SseItem::End) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return true;
+                }
+                Ok(_) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return false,
+            }
+        }
     }
 
     /// Reads frames until one carries a terminal event; returns all frames read.
@@ -612,6 +701,92 @@ impl Server {
     }
 }
 
+/// True when `CI` is set: a test whose dependency is missing fails instead of skipping.
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// A small tmpfs mounted for one test (root only), unmounted when dropped. `None` (with a notice)
+/// when it cannot be mounted outside CI; in CI that is a failure.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
+            other => {
+                let why = match other {
+                    Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+                    Err(e) => e.to_string(),
+                };
+                assert!(!in_ci(), "cannot mount a tmpfs (CI runs as root): {why}");
+                eprintln!("SKIPPED: cannot mount a tmpfs (needs root): {why}");
+                None
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the filesystem: writes zeros to `name` until the disk refuses more.
+    pub fn fill(&self, name: &str) -> PathBuf {
+        use std::io::Write;
+        let path = self.dir.path().join(name);
+        let mut f = std::fs::File::create(&path).expect("filler");
+        let block = vec![0u8; 64 * 1024];
+        loop {
+            match f.write(&block) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(28) => break,
+                Err(e) => panic!("filling {}: {e}", path.display()),
+            }
+        }
+        // A partial last block: fill the remaining bytes one at a time.
+        while let Ok(1..) = f.write(&[0u8]) {}
+        path
+    }
+
+    /// Remounts read-only (or read-write again).
+    pub fn remount(&self, read_only: bool) {
+        let mode = if read_only {
+            "remount,ro"
+        } else {
+            "remount,rw"
+        };
+        let st = Command::new("mount")
+            .args(["-o", mode])
+            .arg(self.dir.path())
+            .status()
+            .expect("mount");
+        assert!(st.success(), "mount -o {mode} failed");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
 /// Calls `f` every 20 ms until it returns `Some`; panics with `what` after `timeout`.
 pub fn poll_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
@@ -645,6 +820,7 @@ pub fn query_escape(s: &str) -> String {
 /// A `sessiond` command with the environment cleared of sessiond's own variables, so the outer
 /// environment cannot change what a test runs.
 pub fn sessiond_command() -> Command {
+    sessiond::tls::install_provider();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
     cmd.env_remove("SESSIOND_CONFIG")
         .env_remove("SESSIOND_DATA_DIR")

@@ -56,6 +56,9 @@ class Server:
         self.env = dict(env or {})
         self.proc = None
         self.base = None
+        self.metrics_url = None
+        # The CLI works on an existing data dir only (`serve` is the one command that creates it).
+        os.makedirs(self.data_dir)
         _cli(self.data_dir, ["user", "create", "--email", OWNER_EMAIL, "--password-stdin"], stdin=OWNER_PASSWORD + "\n")
         self.key = self.token(["sessions", "files:write"], name="tests")
         self.start()
@@ -77,16 +80,22 @@ class Server:
         env.update(BASE_ENV)
         env.update(self.env)
         self.proc = subprocess.Popen(
-            [BIN, "serve", "--bind", "127.0.0.1:0", "--data-dir", self.data_dir, *self.args],
+            [BIN, "serve", "--bind", "127.0.0.1:0", "--metrics-bind", "127.0.0.1:0",
+             "--data-dir", self.data_dir, *self.args],
             stdout=subprocess.PIPE,
             text=True,
             env=env,
         )
-        line = self.proc.stdout.readline().strip()
         prefix = "sessiond listening on "
+        while True:
+            line = self.proc.stdout.readline().strip()
+            if line.startswith("sessiond metrics on "):
+                self.metrics_url = line[len("sessiond metrics on "):]
+                continue
+            break
         if not line.startswith(prefix):
             self.kill()
-            raise RuntimeError(f"unexpected first line from sessiond: {line!r}")
+            raise RuntimeError(f"unexpected start-up line from sessiond: {line!r}")
         self.base = line[len(prefix):]
         # Keep draining stdout so the server never blocks on a full pipe.
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()

@@ -14,7 +14,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use base64::Engine as _;
 
 use super::json_body;
-use crate::agentex::acp::{self, AgentKeys, RegisterAgent};
+use crate::agentex::acp::{self, Platform, RegisterAgent};
 use crate::agentex::agents as agent_view;
 use crate::api::context::AppState;
 use crate::auth::{Capability, Principal};
@@ -70,14 +70,15 @@ async fn registrant(state: &AppState, req: &HttpRequest) -> Result<Actor> {
 /// `POST /agents/register`: 200 with the agent and its `agent_api_key`.
 pub async fn register(
     state: web::Data<AppState>,
-    keys: Option<web::Data<AgentKeys>>,
+    platform: Option<web::Data<Platform>>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
     let actor = registrant(&state, &req).await?;
-    let keys = keys.ok_or_else(|| Error::Internal("agent keys are not configured".into()))?;
+    let platform =
+        platform.ok_or_else(|| Error::Internal("the agent platform is not wired".into()))?;
     let body: RegisterAgent = json_body(&state, &req, payload).await?;
-    let (agent, key) = acp::register(&state.sessions, &keys, &actor, body).await?;
+    let (agent, key) = acp::register(&state.sessions, platform.keys(), &actor, body).await?;
     tracing::info!(agent = %agent.id, name = %agent.slug, "an ACP server registered");
     let mut out = agent_view::view(&agent, &state.sessions.config().policy);
     out["agent_api_key"] = key.into();

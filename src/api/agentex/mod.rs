@@ -20,6 +20,8 @@ mod tasks;
 mod tracker;
 mod unsupported;
 
+pub use rpc::METHODS as RPC_METHODS;
+
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};

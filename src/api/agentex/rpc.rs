@@ -82,7 +82,10 @@ pub async fn by_name(
 /// (before the request was read, so without its id).
 pub fn unreachable_agent(e: Error) -> Result<HttpResponse> {
     match e {
-        Error::Storage(_) | Error::Internal(_) => Ok(answer(&from_error(&Value::Null, &e))),
+        Error::Storage(_)
+        | Error::StorageFull(_)
+        | Error::StorageUnavailable(_)
+        | Error::Internal(_) => Ok(answer(&from_error(&Value::Null, &e))),
         other => Err(other),
     }
 }
@@ -119,6 +122,8 @@ fn from_error(id: &Value, e: &Error) -> Value {
         Error::InvalidRequest(_) | Error::NotFound | Error::AgentNotFound => INVALID_PARAMS,
         Error::Conflict(..)
         | Error::NotAsking
+        | Error::BudgetHit { .. }
+        | Error::SessionClosed
         | Error::IdempotencyConflict
         | Error::TooManyStreams
         | Error::ShuttingDown
@@ -130,6 +135,15 @@ fn from_error(id: &Value, e: &Error) -> Value {
         Error::Storage(detail) | Error::Internal(detail) => {
             tracing::error!(error = %detail, "agent rpc failed");
             "internal error".to_owned()
+        }
+        // The detail (a path, SQLite's words) stays in the log, as on every other route.
+        Error::StorageFull(detail) => {
+            tracing::debug!(error = %detail, "agent rpc refused: storage is full");
+            "the server's storage is full; retry once space is freed".to_owned()
+        }
+        Error::StorageUnavailable(detail) => {
+            tracing::debug!(error = %detail, "agent rpc failed: storage is unavailable");
+            "the server's storage is unavailable; retry later".to_owned()
         }
         other => other.to_string(),
     };

@@ -275,7 +275,7 @@ async fn interrupt(
 ) -> Result<HttpResponse> {
     let _why = reason(json_body(&state, &req, payload).await?)?;
     let t = tasks::find(&state.sessions, &actor, TaskKey::Id(&path)).await?;
-    if let Some(s) = &t.final_status {
+    if let Some(s) = tasks::final_status(&t) {
         return Err(Error::Conflict(
             "task_closed",
             format!("task {} is {s}; there is nothing to interrupt", t.id),

@@ -78,6 +78,17 @@ pub enum Protocol {
     Codex,
 }
 
+impl Protocol {
+    /// [`Engine::harness`] of a CLI speaking this protocol.
+    pub fn harness(self) -> &'static str {
+        match self {
+            Protocol::Generic => "command",
+            Protocol::Claude => "claude_code",
+            Protocol::Codex => "codex",
+        }
+    }
+}
+
 /// How the prompt reaches the CLI.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -317,6 +328,10 @@ impl Engine for CommandEngine {
         "command"
     }
 
+    fn harness(&self) -> &'static str {
+        self.cfg.protocol.harness()
+    }
+
     fn describe(&self) -> String {
         let protocol = match self.cfg.protocol {
             Protocol::Generic => "generic",
@@ -413,6 +428,8 @@ impl CommandEngine {
             .insert("SESSIOND_SESSION_ID".into(), io.session_id().to_owned());
         spec.env
             .insert("SESSIOND_INPUT_KIND".into(), kind.to_owned());
+        spec.env
+            .insert("SESSIOND_REQUEST_ID".into(), io.request_id().to_owned());
         if self.cfg.prompt == PromptVia::Stdin {
             spec.stdin = Some(prompt.to_owned());
         }

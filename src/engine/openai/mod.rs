@@ -29,8 +29,8 @@ use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
 use crate::engine::TurnIo;
 use crate::error::{Error, Result};
 use crate::timeline::{
-    ContextWindowUsage, Event, Level, ModelTransport, ModelUsage, Step, Tier, ToolOutputPart,
-    Usage, UsageCost,
+    ContextWindowUsage, Event, Level, ModelTransport, ModelUsage, RetryNotice, Step, Tier,
+    ToolOutputPart, Usage, UsageCost,
 };
 
 /// Attachments up to this size are put into the prompt; larger ones are named by path.
@@ -237,7 +237,7 @@ impl OpenAiEngine {
             .clone()
             .or_else(|| env("OPENAI_MODEL"))
             .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
-        let client = reqwest::Client::builder()
+        let client = crate::tls::client_builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("sessiond/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -358,6 +358,7 @@ impl OpenAiEngine {
         loop {
             attempt += 1;
             let mut cancel = io.cancel_watch();
+            let request_id = io.request_id().to_owned();
             let result = stream::call(
                 Request {
                     client: &self.client,
@@ -365,6 +366,7 @@ impl OpenAiEngine {
                     api_key: key.as_deref(),
                     body,
                     idle_timeout: Duration::from_millis(self.cfg.idle_timeout_ms.max(1)),
+                    request_id: &request_id,
                 },
                 io,
                 &mut cancel,
@@ -395,14 +397,15 @@ impl OpenAiEngine {
                         .map(|d| d.as_millis() as u64)
                         .unwrap_or(0)
                         .max(backoff);
+                    let notice = RetryNotice {
+                        reason: message,
+                        delay_ms: delay,
+                        attempt: attempt + 1,
+                        attempts: self.cfg.max_retries + 1,
+                    };
                     io.emit(Event::System {
                         level: Level::Warn,
-                        message: format!(
-                            "{message}; retrying in {:.1} s (attempt {} of {})",
-                            delay as f64 / 1000.0,
-                            attempt + 1,
-                            self.cfg.max_retries + 1
-                        ),
+                        message: notice.message(),
                         metadata: None,
                     })
                     .await?;
@@ -592,9 +595,6 @@ impl OpenAiEngine {
                     return Ok(TurnEnd::Interrupted);
                 }
             };
-            if let Some(raw) = reply.usage {
-                self.record_usage(io, &model, raw, system_tokens).await?;
-            }
             if !reply.reasoning.is_empty() {
                 io.emit(Event::Step {
                     step: Step::Reasoning {
@@ -613,6 +613,11 @@ impl OpenAiEngine {
                 io.set_reply(&reply.content);
             }
             io.messages_mut().push(assistant_message(&reply));
+            // After the reply is stored: a call that spends the session's budget ends the turn
+            // here (`budget_hit`) without losing what it answered.
+            if let Some(raw) = reply.usage {
+                self.record_usage(io, &model, raw, system_tokens).await?;
+            }
             if reply.tool_calls.is_empty() {
                 if reply.finish_reason.as_deref() == Some("length") && reply.content.is_empty() {
                     return Ok(TurnEnd::Failed {

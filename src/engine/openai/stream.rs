@@ -66,6 +66,8 @@ pub struct Request<'a> {
     pub body: &'a Value,
     /// Longest wait for the first byte and between two chunks.
     pub idle_timeout: Duration,
+    /// Sent as `X-Request-Id`, so the endpoint's logs name the request behind the call.
+    pub request_id: &'a str,
 }
 
 /// Runs one streamed call. Returns as soon as `cancel` turns true, dropping the response (which
@@ -84,6 +86,7 @@ pub async fn call(
         .client
         .post(req.url)
         .header("Accept", "text/event-stream")
+        .header("X-Request-Id", req.request_id)
         .json(req.body);
     if let Some(key) = req.api_key {
         builder = builder.bearer_auth(key);

@@ -158,9 +158,12 @@ def test_the_stream_by_name_sees_interrupts(server, client):
     wait_for(lambda: any(e.get("type") == "task_updated" for e in seen), what="task_updated")
     update = next(e for e in seen if e.get("type") == "task_updated")
     assert update["task"]["status"] == "INTERRUPTED"
-    # The cut-off message is closed without a stored message.
-    dones = [e for e in seen if e.get("type") == "done"]
-    assert dones and "parent_task_message" not in dones[-1]
+    # The cut-off message is what the runner keeps of it: the text streamed so far, stored.
+    wait_for(lambda: any(e.get("type") == "done" for e in seen), what="done")
+    done = next(e for e in seen if e.get("type") == "done")
+    streamed = "".join(e["delta"]["text_delta"] for e in seen if e.get("type") == "delta" and e["index"] == done["index"])
+    assert streamed and done["parent_task_message"]["content"]["content"] == streamed
+    assert client.messages.retrieve(done["parent_task_message"]["id"]).content.content == streamed
     client.tasks.delete(t.id)
     reader.join(timeout=30)
     assert not reader.is_alive() and seen[-1]["type"] == "error"

@@ -1,0 +1,1020 @@
+//! `GET /openapi.json`: an OpenAPI 3.1 document of every route the server answers.
+//!
+//! Each API family contributes one table of operations ([`Op`]) and its component schemas, here,
+//! beside the others; the document is built from the tables at start-up. The Sessions API's
+//! request, query and response schemas are the seed's own files (`schemas/sessions/`), found by the
+//! seed's file-name rule; sessiond's own routes (agents, sign-in, uploads, health) describe their
+//! bodies inline. A test walks the router and fails for any registered route or method the
+//! document lacks (and for any documented one that is not registered), so the two cannot drift:
+//! a family that adds a route adds its row here.
+
+use std::sync::LazyLock;
+
+use actix_web::HttpResponse;
+use rust_embed::RustEmbed;
+use serde_json::{Map, Value, json};
+
+#[derive(RustEmbed)]
+#[folder = "schemas/sessions/"]
+#[include = "*.json"]
+struct SessionSchemas;
+
+/// Who may call an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No credential.
+    Public,
+    /// An API key or the browser session cookie with this scope (`sessions`, `sessions:read`,
+    /// `files:write`); the cookie's unsafe requests must come from this server's origin.
+    Scope(&'static str),
+    /// The browser session cookie (or a key, for `/auth/me`).
+    Signed,
+    /// An upload grant's token, and nothing else.
+    UploadToken,
+}
+
+/// What a successful answer carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Answer {
+    /// The seed's `<stem>.response.json` (200, and 202 for the `/wait` routes).
+    Seed,
+    /// JSON described by an inline schema (sessiond's own routes), with this status.
+    Json(u16, fn() -> Value),
+    /// `text/event-stream` of the Sessions API.
+    Events,
+    /// `text/event-stream` of HAST Event v2 envelopes.
+    HastEvents,
+    /// The stored image's own type.
+    Image,
+    /// A JSON-RPC response (this schema), as one line of JSON, or NDJSON lines when streamed.
+    Rpc(fn() -> Value),
+    /// 501: an operation of a wire contract that sessiond does not carry out. Tagged
+    /// `not-implemented`, so that a fuzzer can leave these out.
+    NotImplemented,
+}
+
+/// One operation: a method on a path.
+#[derive(Debug, Clone, Copy)]
+pub struct Op {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub id: &'static str,
+    pub summary: &'static str,
+    pub access: Access,
+    /// The request body: the seed's `<stem>.request.json` (`Seed`), an inline schema, or none.
+    pub body: Body,
+    pub answer: Answer,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Body {
+    None,
+    Seed,
+    Json(fn() -> Value),
+    /// Raw bytes of any type (uploads).
+    Bytes,
+}
+
+const WS: &str = "/v1/ws/{workspaceSlug}";
+
+macro_rules! op {
+    ($method:literal $path:expr, $id:literal, $summary:literal, $access:expr, $body:expr, $answer:expr) => {
+        Op {
+            method: $method,
+            path: $path,
+            id: $id,
+            summary: $summary,
+            access: $access,
+            body: $body,
+            answer: $answer,
+        }
+    };
+}
+
+const READ: Access = Access::Scope("sessions:read");
+const WRITE: Access = Access::Scope("sessions");
+
+/// The Sessions API (seed 000): every operation, its schemas from `schemas/sessions/`.
+pub static SESSIONS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("{WS}/agent/sessions{rest}").leak() };
+    let a = |rest: &str| -> &'static str { format!("{WS}/agents/{{agentSlug}}{rest}").leak() };
+    use Answer::Seed as S;
+    vec![
+        op!("get" p(""), "listSessions", "List sessions (bucket, search, archived, agent, keyset cursor)", READ, Body::None, S),
+        op!("post" p(""), "createSession", "Create a session with its first prompt", WRITE, Body::Seed, S),
+        op!("get" p("/activity"), "activity", "Every agent's prioritised recent sessions and default chat", READ, Body::None, S),
+        op!("post" p("/wait"), "createSessionAndWait", "Create a session and wait for its first terminal", WRITE, Body::Seed, S),
+        op!("post" p("/attachments/session"), "mintUploadGrant", "Mint an upload grant for a folder of the drive", Access::Scope("files:write"), Body::Seed, S),
+        op!("get" p("/{sessionId}"), "getSession", "The session's snapshot", READ, Body::None, S),
+        op!("patch" p("/{sessionId}"), "setTitle", "Set a manual title", WRITE, Body::Seed, S),
+        op!("delete" p("/{sessionId}"), "deleteSession", "Stop and delete a session", WRITE, Body::None, S),
+        op!("get" p("/{sessionId}/history"), "history", "A page of the timeline (cursor forward, before backward)", READ, Body::None, S),
+        op!("get" p("/{sessionId}/events"), "events", "The timeline as Server-Sent Events (resume with Last-Event-ID or since)", READ, Body::None, Answer::Events),
+        op!("get" p("/{sessionId}/images/{storageId}"), "image", "A stored inline image", READ, Body::None, Answer::Image),
+        op!("post" p("/{sessionId}/messages"), "sendMessage", "A steer or follow-up message", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/messages/wait"), "sendMessageAndWait", "A message, waiting for its terminal", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/note"), "addNote", "Context that starts no turn", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/answer"), "answer", "Answer the session's question", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/answer/wait"), "answerAndWait", "Answer, waiting for the next terminal", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/interrupt"), "interrupt", "Stop the running turn", WRITE, Body::None, S),
+        op!("put" p("/{sessionId}/archive"), "archive", "Archive or restore", WRITE, Body::Seed, S),
+        op!("put" p("/{sessionId}/read"), "markRead", "Move the read marker", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/sessions"), "createChild", "A child session (inherits cwd and tier)", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/sessions/wait"), "createChildAndWait", "A child session, waiting for its terminal", WRITE, Body::Seed, S),
+        op!("post" p("/{sessionId}/cwd"), "moveCwd", "Move the working directory (from the next turn)", WRITE, Body::Seed, S),
+        op!("get" a("/sessions/default"), "getDefaultSession", "The agent's default session", READ, Body::None, S),
+        op!("put" a("/sessions/default"), "setDefaultSession", "Point the agent's default alias at a session", WRITE, Body::Seed, S),
+        op!("get" a("/sessions/default/history"), "defaultSessionHistory", "History of the agent's default session", READ, Body::None, S),
+        op!("post" a("/sessions/default/messages"), "messageDefaultSession", "A message to the agent's default session (created on first use)", WRITE, Body::Seed, S),
+        op!("post" a("/sessions/default/messages/wait"), "messageDefaultSessionAndWait", "A message to the default session, waiting for its terminal", WRITE, Body::Seed, S),
+    ]
+});
+
+fn agent_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "slug", "name", "anchor", "engine", "createdAt"],
+        "properties": {
+            "id": {"type": "string"}, "slug": {"type": "string"}, "name": {"type": "string"},
+            "anchor": {"type": "string"}, "engine": {"type": "object"}, "createdAt": {"type": "number"}
+        }
+    })
+}
+
+fn agent_spec_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "slug": {"type": "string"}, "name": {"type": "string"}, "anchor": {"type": "string"},
+            "engine": {"type": "object"}
+        }
+    })
+}
+
+/// Agents (sessiond's extension of the Sessions API).
+pub static AGENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("{WS}/agents{rest}").leak() };
+    vec![
+        op!("get" p(""), "listAgents", "The workspace's agents", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["agents"], "properties": {"agents": {"type": "array", "items": agent_schema()}}}))),
+        op!("post" p(""), "createAgent", "Create an agent (slug, name, anchor, engine)", WRITE, Body::Json(agent_spec_schema), Answer::Json(201, agent_schema)),
+        op!("get" p("/{agentSlug}"), "getAgent", "One agent", READ, Body::None, Answer::Json(200, agent_schema)),
+        op!("patch" p("/{agentSlug}"), "updateAgent", "Change an agent's name, anchor or engine", WRITE, Body::Json(agent_spec_schema), Answer::Json(200, agent_schema)),
+        op!("delete" p("/{agentSlug}"), "deleteAgent", "Delete an agent that owns no sessions", WRITE, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["deleted"], "properties": {"deleted": {"const": true}}}))),
+    ]
+});
+
+fn me_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["workspaces"],
+        "properties": {
+            "user": {"type": "object", "required": ["id", "email"], "properties": {"id": {"type": "string"}, "email": {"type": "string"}}},
+            "key": {"type": "object", "required": ["id", "name", "scopes"], "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "scopes": {"type": "array", "items": {"type": "string"}}}},
+            "workspaces": {"type": "array", "items": {"type": "object", "required": ["slug", "role"], "properties": {"slug": {"type": "string"}, "role": {"type": "string"}}}}
+        }
+    })
+}
+
+fn credentials_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["email", "password"],
+        "properties": {"email": {"type": "string"}, "password": {"type": "string"}}
+    })
+}
+
+/// Sign-in for the web UI.
+pub static AUTH: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("post" "/auth/setup", "setup", "Create the first owner with the one-time setup token (this machine only)", Access::Public,
+            Body::Json(|| json!({"type": "object", "required": ["token", "email", "password"], "properties": {"token": {"type": "string"}, "email": {"type": "string"}, "password": {"type": "string"}}})),
+            Answer::Json(200, me_schema)),
+        op!("post" "/auth/login", "login", "Sign in: an HttpOnly session cookie", Access::Public, Body::Json(credentials_schema), Answer::Json(200, me_schema)),
+        op!("post" "/auth/logout", "logout", "Sign out", Access::Public, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["ok"], "properties": {"ok": {"const": true}}}))),
+        op!("get" "/auth/me", "me", "Who the credential is, and its workspaces", Access::Signed, Body::None, Answer::Json(200, me_schema)),
+        op!("get" "/auth/status", "authStatus", "Whether first-run setup is still open", Access::Public, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["setupRequired"], "properties": {"setupRequired": {"type": "boolean"}}}))),
+    ]
+});
+
+/// Upload grants' write-only endpoint.
+pub static UPLOADS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("put" format!("{}/{{grantId}}/{{filename}}", crate::uploads::UPLOAD_PREFIX).leak(), "upload",
+        "Write one new file into the grant's folder (the grant's token only)", Access::UploadToken, Body::Bytes,
+        Answer::Json(201, || json!({"type": "object", "required": ["path", "name", "bytes"], "properties": {"path": {"type": "string"}, "name": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}}}))),
+    ]
+});
+
+/// Liveness, readiness and this document.
+pub static SERVER: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" "/healthz", "healthz", "Liveness, version, and whether storage takes writes", Access::Public, Body::None,
+        Answer::Json(200, || json!({
+            "type": "object", "required": ["status", "version", "schemaVersion", "storage"],
+            "properties": {
+                "status": {"enum": ["ok", "degraded"]}, "version": {"type": "string"}, "schemaVersion": {"type": "integer"},
+                "storage": {"type": "object", "required": ["status"], "properties": {"status": {"enum": ["ok", "full", "unavailable"]}, "since": {"type": "number"}}}
+            }
+        }))),
+        op!("get" "/readyz", "readyz", "200 while the server takes work; 503 while storage refuses writes or it is shutting down", Access::Public, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["status"], "properties": {"status": {"const": "ready"}}}))),
+        op!("get" "/openapi.json", "openapi", "This document", Access::Public, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["openapi", "paths"]}))),
+    ]
+});
+
+fn object(required: &[&str], properties: Value) -> Value {
+    json!({"type": "object", "required": required, "properties": properties})
+}
+
+fn list_of(item: Value) -> Value {
+    json!({"type": "array", "items": item})
+}
+
+/// A JSON object the contract leaves open (metadata, params, state), or null.
+fn open_or_null() -> Value {
+    json!({"type": ["object", "null"]})
+}
+
+fn date_time() -> Value {
+    json!({"type": "string", "format": "date-time"})
+}
+
+fn date_time_or_null() -> Value {
+    json!({"type": ["string", "null"], "format": "date-time"})
+}
+
+fn ax_agent() -> Value {
+    object(
+        &[
+            "id",
+            "name",
+            "description",
+            "acp_type",
+            "created_at",
+            "updated_at",
+        ],
+        json!({
+            "id": {"type": "string"}, "name": {"type": "string"}, "description": {"type": "string"},
+            "acp_type": {"enum": ["sync", "async", "agentic"]}, "created_at": date_time(), "updated_at": date_time(),
+            "production_deployment_id": {"type": ["string", "null"]}, "registration_metadata": open_or_null(),
+            "status": {"type": ["string", "null"]}
+        }),
+    )
+}
+
+fn ax_register_request() -> Value {
+    object(
+        &["name", "acp_url", "acp_type"],
+        json!({
+            "name": {"type": "string"}, "description": {"type": ["string", "null"]},
+            "acp_url": {"type": "string"}, "acp_type": {"enum": ["sync", "async", "agentic"]},
+            "principal_context": {}, "registration_metadata": open_or_null(),
+            "agent_id": {"type": ["string", "null"]},
+            "agent_input_type": {"enum": ["text", "json", null]}
+        }),
+    )
+}
+
+/// A registration's answer: the agent and the key it was issued.
+fn ax_registered() -> Value {
+    let mut agent = ax_agent();
+    agent["required"]
+        .as_array_mut()
+        .map(|r| r.push(json!("agent_api_key")));
+    agent["properties"]["agent_api_key"] = json!({"type": "string"});
+    agent
+}
+
+fn ax_task() -> Value {
+    object(
+        &["id"],
+        json!({
+            "id": {"type": "string"}, "name": {"type": ["string", "null"]},
+            "status": {"type": ["string", "null"]}, "status_reason": {"type": ["string", "null"]},
+            "params": open_or_null(), "task_metadata": open_or_null(),
+            "created_at": date_time_or_null(), "updated_at": date_time_or_null(),
+            "agents": {"type": ["array", "null"], "items": ax_agent()}
+        }),
+    )
+}
+
+fn ax_deployment() -> Value {
+    object(
+        &[
+            "id",
+            "agent_id",
+            "docker_image",
+            "is_production",
+            "status",
+            "created_at",
+        ],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"}, "docker_image": {"type": "string"},
+            "is_production": {"type": "boolean"}, "status": {"type": "string"}, "created_at": date_time(),
+            "promoted_at": date_time_or_null(), "registration_metadata": open_or_null()
+        }),
+    )
+}
+
+fn ax_deployment_spec() -> Value {
+    object(
+        &["docker_image"],
+        json!({
+            "docker_image": {"type": "string"}, "helm_release_name": {"type": ["string", "null"]},
+            "sgp_deploy_id": {"type": ["string", "null"]},
+            "registration_metadata": {"type": ["object", "null"], "description": "`engine`: the engine configuration this deployment carries (sessiond's engine JSON)"}
+        }),
+    )
+}
+
+fn ax_message() -> Value {
+    object(
+        &["id", "task_id", "content"],
+        json!({
+            "id": {"type": "string"}, "task_id": {"type": "string"},
+            "content": {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["text", "data", "tool_request", "tool_response", "reasoning"]}}},
+            "streaming_status": {"enum": ["IN_PROGRESS", "DONE", null]},
+            "created_at": date_time_or_null(), "updated_at": date_time_or_null()
+        }),
+    )
+}
+
+fn ax_message_spec() -> Value {
+    object(
+        &["task_id", "content"],
+        json!({"task_id": {"type": "string"}, "content": {"type": "object"}, "streaming_status": {"type": ["string", "null"]}}),
+    )
+}
+
+fn ax_event() -> Value {
+    object(
+        &["id", "agent_id", "sequence_id", "task_id"],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"}, "sequence_id": {"type": "integer"},
+            "task_id": {"type": "string"}, "content": open_or_null(), "created_at": date_time_or_null()
+        }),
+    )
+}
+
+fn ax_state() -> Value {
+    object(
+        &["id", "agent_id", "task_id", "state"],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"}, "task_id": {"type": "string"},
+            "state": {"type": "object"}, "created_at": date_time(), "updated_at": date_time_or_null()
+        }),
+    )
+}
+
+fn ax_span() -> Value {
+    object(
+        &["id", "name", "trace_id", "start_time"],
+        json!({
+            "id": {"type": "string"}, "name": {"type": "string"}, "trace_id": {"type": "string"},
+            "start_time": date_time(), "end_time": date_time_or_null(),
+            "parent_id": {"type": ["string", "null"]}, "task_id": {"type": ["string", "null"]}
+        }),
+    )
+}
+
+fn ax_tracker() -> Value {
+    object(
+        &["id", "agent_id", "task_id"],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"}, "task_id": {"type": "string"},
+            "last_processed_event_id": {"type": ["string", "null"]},
+            "status": {"type": ["string", "null"]}, "status_reason": {"type": ["string", "null"]}
+        }),
+    )
+}
+
+fn ax_deleted() -> Value {
+    object(
+        &["id", "message"],
+        json!({"id": {"type": "string"}, "message": {"type": "string"}}),
+    )
+}
+
+fn ax_reason() -> Value {
+    json!({"type": "object", "properties": {"reason": {"type": ["string", "null"]}}})
+}
+
+fn ax_task_update() -> Value {
+    json!({"type": "object", "properties": {"merge_params": open_or_null(), "task_metadata": open_or_null()}})
+}
+
+fn ax_rpc_request() -> Value {
+    object(
+        &["method", "params"],
+        json!({
+            "jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]},
+            "method": {"enum": crate::api::agentex::RPC_METHODS}, "params": {"type": "object"}
+        }),
+    )
+}
+
+/// A JSON-RPC 2.0 response (errors included: they are HTTP 200 too).
+fn ax_rpc_response() -> Value {
+    object(
+        &["jsonrpc", "id"],
+        json!({
+            "jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}, "result": {},
+            "error": {"type": ["object", "null"], "required": ["code", "message"], "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}
+        }),
+    )
+}
+
+/// The agent platform API (seed 003), at `/agentex`: the routes the official `agentex-client`
+/// calls, in the credential's workspace.
+pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("/agentex{rest}").leak() };
+    use Answer::{Json as J, NotImplemented as NI};
+    let one = |f: fn() -> Value| J(200, f);
+    vec![
+        op!("get" p("/agents"), "agentexListAgents", "Agents (task_id filter; order_by, order_direction; page_number from 1)", READ, Body::None, J(200, || list_of(ax_agent()))),
+        op!("post" p("/agents/register-build"), "agentexRegisterBuild", "Register an agent by name (idempotent): creates or updates sessiond's agent", WRITE, Body::Json(|| json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}, "description": {"type": ["string", "null"]}, "registration_metadata": open_or_null()}})), one(ax_agent)),
+        op!("post" p("/agents/register"), "agentexRegister", "An ACP server (an AgentEx SDK agent) registers: creates or updates its agent and issues its key; the acp_url must be allowed by [policy] acp_hosts", WRITE, Body::Json(ax_register_request), one(ax_registered)),
+        op!("get" p("/agents/name/{agent_name}"), "agentexGetAgentByName", "One agent by name", READ, Body::None, one(ax_agent)),
+        op!("delete" p("/agents/name/{agent_name}"), "agentexDeleteAgentByName", "Delete an agent by name (and its tasks)", WRITE, Body::None, one(ax_deleted)),
+        op!("post" p("/agents/name/{agent_name}/rpc"), "agentexRpcByName", "JSON-RPC 2.0 call to an agent by name (NDJSON updates for a streamed message/send)", WRITE, Body::Json(ax_rpc_request), Answer::Rpc(ax_rpc_response)),
+        op!("get" p("/agents/{agent_id}"), "agentexGetAgent", "One agent", READ, Body::None, one(ax_agent)),
+        op!("delete" p("/agents/{agent_id}"), "agentexDeleteAgent", "Delete an agent (and its tasks)", WRITE, Body::None, one(ax_deleted)),
+        op!("post" p("/agents/{agent_id}/rpc"), "agentexRpc", "JSON-RPC 2.0 call to an agent (NDJSON updates for a streamed message/send)", WRITE, Body::Json(ax_rpc_request), Answer::Rpc(ax_rpc_response)),
+        op!("get" p("/agents/{agent_id}/deployments"), "agentexListDeployments", "An agent's deployments (engine versions)", READ, Body::None, J(200, || list_of(ax_deployment()))),
+        op!("post" p("/agents/{agent_id}/deployments"), "agentexCreateDeployment", "A new engine version of the agent (checked against [policy])", WRITE, Body::Json(ax_deployment_spec), one(ax_deployment)),
+        op!("get" p("/agents/{agent_id}/deployments/{deployment_id}"), "agentexGetDeployment", "One deployment", READ, Body::None, one(ax_deployment)),
+        op!("delete" p("/agents/{agent_id}/deployments/{deployment_id}"), "agentexDeleteDeployment", "Delete a deployment that is not in production", WRITE, Body::None, one(ax_deleted)),
+        op!("post" p("/agents/{agent_id}/deployments/{deployment_id}/promote"), "agentexPromoteDeployment", "Make the deployment the only production one; its engine becomes the agent's", WRITE, Body::None, one(ax_deployment)),
+        op!("post" p("/agents/{agent_id}/deployments/{deployment_id}/rpc"), "agentexPreviewRpc", "JSON-RPC 2.0 against the deployment's engine without promoting it", WRITE, Body::Json(ax_rpc_request), Answer::Rpc(ax_rpc_response)),
+        op!("get" p("/tasks"), "agentexListTasks", "Tasks (agent_id, agent_name, status, task_metadata filters; pages)", READ, Body::None, J(200, || list_of(ax_task()))),
+        op!("get" p("/tasks/name/{task_name}"), "agentexGetTaskByName", "One task by name", READ, Body::None, one(ax_task)),
+        op!("put" p("/tasks/name/{task_name}"), "agentexUpdateTaskByName", "Merge params, replace task_metadata", WRITE, Body::Json(ax_task_update), one(ax_task)),
+        op!("delete" p("/tasks/name/{task_name}"), "agentexDeleteTaskByName", "Stop and delete a task (its session)", WRITE, Body::None, one(ax_deleted)),
+        op!("get" p("/tasks/name/{task_name}/stream"), "agentexStreamTaskByName", "A task's updates as Server-Sent Events", READ, Body::None, Answer::Events),
+        op!("get" p("/tasks/{task_id}"), "agentexGetTask", "One task", READ, Body::None, one(ax_task)),
+        op!("put" p("/tasks/{task_id}"), "agentexUpdateTask", "Merge params, replace task_metadata", WRITE, Body::Json(ax_task_update), one(ax_task)),
+        op!("delete" p("/tasks/{task_id}"), "agentexDeleteTask", "Stop and delete a task (its session)", WRITE, Body::None, one(ax_deleted)),
+        op!("get" p("/tasks/{task_id}/stream"), "agentexStreamTask", "A task's updates as Server-Sent Events", READ, Body::None, Answer::Events),
+        op!("post" p("/tasks/{task_id}/interrupt"), "agentexInterruptTask", "Stop the running turn (cooperative); the task stays open", WRITE, Body::None, one(ax_task)),
+        op!("post" p("/tasks/{task_id}/cancel"), "agentexCancelTask", "Stop the turn and close the task: CANCELED", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("post" p("/tasks/{task_id}/complete"), "agentexCompleteTask", "Close the task: COMPLETED", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("post" p("/tasks/{task_id}/fail"), "agentexFailTask", "Close the task: FAILED", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("post" p("/tasks/{task_id}/terminate"), "agentexTerminateTask", "Close the task: TERMINATED", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("post" p("/tasks/{task_id}/timeout"), "agentexTimeoutTask", "Close the task: TIMED_OUT", WRITE, Body::Json(ax_reason), one(ax_task)),
+        op!("get" p("/tasks/{task_id}/query/{query_name}"), "agentexQueryTask", "Workflow queries: not offered", READ, Body::None, NI),
+        op!("get" p("/messages"), "agentexListMessages", "A task's messages, read from its timeline (task_id required)", READ, Body::None, J(200, || list_of(ax_message()))),
+        op!("post" p("/messages"), "agentexCreateMessage", "Add a message to a task's timeline", WRITE, Body::Json(ax_message_spec), one(ax_message)),
+        op!("get" p("/messages/paginated"), "agentexPaginatedMessages", "A task's messages by cursor and direction", READ, Body::None,
+            J(200, || object(&["data", "has_more"], json!({"data": list_of(ax_message()), "next_cursor": {"type": ["string", "null"]}, "has_more": {"type": "boolean"}})))),
+        op!("post" p("/messages/batch"), "agentexCreateMessages", "Add messages to a task (all checked before the first is added)", WRITE,
+            Body::Json(|| object(&["task_id", "contents"], json!({"task_id": {"type": "string"}, "contents": {"type": "array", "items": {"type": "object"}}}))),
+            J(200, || list_of(ax_message()))),
+        op!("put" p("/messages/batch"), "agentexUpdateMessages", "Rewriting messages: not offered (the timeline is append-only)", WRITE, Body::None, NI),
+        op!("get" p("/messages/{message_id}"), "agentexGetMessage", "One message", READ, Body::None, one(ax_message)),
+        op!("put" p("/messages/{message_id}"), "agentexUpdateMessage", "Rewriting a message: not offered (the timeline is append-only)", WRITE, Body::None, NI),
+        op!("get" p("/events"), "agentexListEvents", "A task's events after last_processed_event_id", READ, Body::None, J(200, || list_of(ax_event()))),
+        op!("get" p("/events/{event_id}"), "agentexGetEvent", "One event", READ, Body::None, one(ax_event)),
+        op!("get" p("/states"), "agentexListStates", "States (task_id, agent_id filters)", READ, Body::None, J(200, || list_of(ax_state()))),
+        op!("post" p("/states"), "agentexCreateState", "A task's state for an agent (one per pair)", WRITE,
+            Body::Json(|| object(&["agent_id", "task_id", "state"], json!({"agent_id": {"type": "string"}, "task_id": {"type": "string"}, "state": {"type": "object"}}))), one(ax_state)),
+        op!("get" p("/states/{state_id}"), "agentexGetState", "One state", READ, Body::None, one(ax_state)),
+        op!("put" p("/states/{state_id}"), "agentexUpdateState", "Replace a state", WRITE,
+            Body::Json(|| object(&["state"], json!({"state": {"type": "object"}}))), one(ax_state)),
+        op!("delete" p("/states/{state_id}"), "agentexDeleteState", "Delete a state", WRITE, Body::None, one(ax_state)),
+        op!("get" p("/spans"), "agentexListSpans", "Spans (trace_id, task_id filters)", READ, Body::None, J(200, || list_of(ax_span()))),
+        op!("post" p("/spans"), "agentexCreateSpan", "Record a span", WRITE,
+            Body::Json(|| object(&["name", "trace_id", "start_time"], json!({"name": {"type": "string"}, "trace_id": {"type": "string"}, "start_time": date_time()}))), one(ax_span)),
+        op!("get" p("/spans/{span_id}"), "agentexGetSpan", "One span", READ, Body::None, one(ax_span)),
+        op!("patch" p("/spans/{span_id}"), "agentexUpdateSpan", "Change a span (end time, output…)", WRITE, Body::Json(|| json!({"type": "object"})), one(ax_span)),
+        op!("get" p("/tracker"), "agentexListTrackers", "Agent-task trackers (task_id, agent_id filters)", READ, Body::None, J(200, || list_of(ax_tracker()))),
+        op!("get" p("/tracker/{tracker_id}"), "agentexGetTracker", "One tracker", READ, Body::None, one(ax_tracker)),
+        op!("put" p("/tracker/{tracker_id}"), "agentexUpdateTracker", "Move a tracker (last processed event, status)", WRITE,
+            Body::Json(|| json!({"type": "object", "properties": {"last_processed_event_id": {"type": ["string", "null"]}, "status": {"type": ["string", "null"]}, "status_reason": {"type": ["string", "null"]}}})), one(ax_tracker)),
+        op!("post" p("/checkpoints/list"), "agentexListCheckpoints", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/delete-thread"), "agentexDeleteCheckpointThread", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/get-tuple"), "agentexGetCheckpointTuple", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/put"), "agentexPutCheckpoint", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/put-writes"), "agentexPutCheckpointWrites", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("get" p("/deployment-history"), "agentexDeploymentHistory", "Deployment history: not offered (see an agent's deployments)", READ, Body::None, NI),
+        op!("get" p("/deployment-history/{deployment_id}"), "agentexDeploymentHistoryEntry", "Deployment history: not offered", READ, Body::None, NI),
+        op!("post" p("/agent_api_keys/webhook-trigger"), "agentexWebhookTrigger", "Webhook triggers: not offered (call the RPC routes with an API key)", WRITE, Body::None, NI),
+    ]
+});
+
+fn record_ref() -> Value {
+    component("SessionRecord")
+}
+
+fn budget_schema() -> Value {
+    json!({"type": "object", "required": ["cents"], "additionalProperties": false,
+        "properties": {"cents": {"type": "integer", "minimum": 0, "description": "0: no cap"}}})
+}
+
+/// The Task events API (seeds 001 and 004): Session records and their HAST Event v2 streams, in
+/// the credential's workspace (`X-Sessiond-Workspace` picks another of a browser user's).
+pub static TASK_EVENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" "/v2/sessions", "v2ListSessions", "Session records, newest first (limit, keyset cursor)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["sessions", "next_cursor"], "properties": {
+                "sessions": {"type": "array", "items": record_ref()}, "next_cursor": {"type": ["string", "null"]}}}))),
+        op!("post" "/v2/sessions", "v2CreateSession", "Create a session from a prompt (harness, metadata, budget, parent)", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["prompt"], "additionalProperties": false, "properties": {
+                "prompt": {"type": "string", "minLength": 1},
+                "harness": {"enum": crate::api::v2::HARNESSES},
+                "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+                "budget": budget_schema(),
+                "parent": {"type": "object", "required": ["kind", "session_id"], "additionalProperties": false, "properties": {
+                    "kind": {"enum": ["continuation", "handoff", "resume"]}, "session_id": {"type": "string"}}}}})),
+            Answer::Json(201, record_ref)),
+        op!("get" "/v2/sessions/{sessionId}", "v2GetSession", "The Session record", READ, Body::None, Answer::Json(200, record_ref)),
+        op!("patch" "/v2/sessions/{sessionId}", "v2UpdateSession", "Change the budget, or merge metadata (null removes a key)", WRITE,
+            Body::Json(|| json!({"type": "object", "additionalProperties": false, "properties": {
+                "budget": budget_schema(),
+                "metadata": {"type": "object", "additionalProperties": {"type": ["string", "null"]}}}})),
+            Answer::Json(200, record_ref)),
+        op!("post" "/v2/sessions/{sessionId}/messages", "v2SendMessage", "A message, or the answer when the session asked", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["prompt"], "additionalProperties": false, "properties": {
+                "prompt": {"type": "string", "minLength": 1}, "behavior": {"enum": ["steer", "follow_up"]}}})),
+            Answer::Json(200, || json!({"type": "object", "required": ["session_id", "delivery", "sequence"], "properties": {
+                "session_id": {"type": "string"}, "delivery": {"type": "string"},
+                "sequence": {"type": "integer", "minimum": 0, "description": "The first HAST sequence of the message"}}}))),
+        op!("get" "/v2/sessions/{sessionId}/events", "v2ListEvents", "Durable HAST events with sequence > after, in order (after, limit)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["events", "has_more"], "properties": {
+                "events": {"type": "array", "items": component("HastEnvelope")}, "has_more": {"type": "boolean"}}}))),
+        op!("get" "/v2/sessions/{sessionId}/events/stream", "v2StreamEvents", "HAST envelopes as Server-Sent Events (after or Last-Event-ID; snapshots=true adds session/snapshot frames)", READ, Body::None, Answer::HastEvents),
+    ]
+});
+
+/// The query parameters of the Task events API's reads (the Sessions API's come from its seed).
+fn task_query(op_id: &str) -> Vec<Value> {
+    let q = |name: &str, schema: Value, what: &str| json!({"name": name, "in": "query", "required": false, "description": what, "schema": schema});
+    let uint = || json!({"type": "integer", "minimum": 0, "maximum": super::body::MAX_SAFE});
+    let limit = || json!({"type": "integer", "minimum": 1});
+    match op_id {
+        "v2ListSessions" => vec![
+            q("limit", limit(), "Records per page"),
+            q(
+                "cursor",
+                json!({"type": "string", "minLength": 1}),
+                "`next_cursor` of the previous page",
+            ),
+        ],
+        "v2ListEvents" => vec![
+            q("after", uint(), "Events with a greater sequence"),
+            q("limit", limit(), "Events per page"),
+        ],
+        "v2StreamEvents" => vec![
+            q(
+                "after",
+                uint(),
+                "Resume after this sequence (Last-Event-ID wins)",
+            ),
+            q(
+                "snapshots",
+                json!({"enum": ["true", "false", "1", "0"]}),
+                "Add `session/snapshot` frames (the Session record when its status changes)",
+            ),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// `x-nullable: true` (OpenAPI 2) next to a `type` becomes that type or null, everywhere in `v`.
+fn widen_nullable(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if map.remove("x-nullable") == Some(json!(true))
+                && let Some(Value::String(t)) = map.get("type").cloned()
+            {
+                map.insert("type".into(), json!([t, "null"]));
+            }
+            map.values_mut().for_each(widen_nullable);
+        }
+        Value::Array(items) => items.iter_mut().for_each(widen_nullable),
+        _ => {}
+    }
+}
+
+/// A seed schema of the Task events API, as the document carries it: `$schema` dropped, the
+/// vendor enum at `enum_at` holding sessiond's engine names, OpenAPI 2's keywords in 3.1 form.
+fn task_schema(text: &str, enum_at: &str, values: Vec<&str>) -> Value {
+    let mut v: Value = serde_json::from_str(text).unwrap_or_else(|_| json!({}));
+    if let Some(m) = v.as_object_mut() {
+        m.remove("$schema");
+        // A bare property name: OpenAPI 3 wants `{propertyName}`; the `type` enum says it all.
+        m.remove("discriminator");
+    }
+    widen_nullable(&mut v);
+    if let Some(e) = v.pointer_mut(enum_at) {
+        *e = json!(values);
+    }
+    v
+}
+
+/// Every family's operations, in the document's order.
+pub fn operations() -> Vec<Op> {
+    [
+        &*SERVER,
+        &*AUTH,
+        &*SESSIONS,
+        &*AGENTS,
+        &*UPLOADS,
+        &*TASK_EVENTS,
+        &*AGENTEX,
+    ]
+    .into_iter()
+    .flat_map(|ops| ops.iter().copied())
+    .collect()
+}
+
+/// The seed's file-name stem of an operation (`POST_v1_ws__workspaceSlug__agent_sessions`).
+fn seed_stem(op: &Op) -> String {
+    format!(
+        "{}{}",
+        op.method.to_uppercase(),
+        op.path.replace(['/', '{', '}'], "_")
+    )
+}
+
+fn seed_schema(name: &str) -> Option<Value> {
+    let file = SessionSchemas::get(name)?;
+    let mut v: Value = serde_json::from_slice(&file.data).ok()?;
+    if let Some(m) = v.as_object_mut() {
+        m.remove("$schema");
+    }
+    Some(v)
+}
+
+fn component(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn error_response(what: &str) -> Value {
+    json!({"description": what, "content": {"application/json": {"schema": component("Error")}}})
+}
+
+fn security(access: Access) -> Value {
+    match access {
+        Access::Public => json!([]),
+        Access::Scope(_) | Access::Signed => json!([{"apiKey": []}, {"browserSession": []}]),
+        Access::UploadToken => json!([{"uploadToken": []}]),
+    }
+}
+
+fn parameters(op: &Op, stem: &str) -> Vec<Value> {
+    let mut out: Vec<Value> = op
+        .path
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string", "minLength": 1}}))
+        .collect();
+    if let Some(q) = seed_schema(&format!("{stem}.query.json")) {
+        let required: Vec<&str> = q["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if let Some(props) = q["properties"].as_object() {
+            for (name, schema) in props {
+                out.push(json!({
+                    "name": name, "in": "query", "required": required.contains(&name.as_str()),
+                    "schema": schema,
+                }));
+            }
+        }
+    }
+    out
+}
+
+fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
+    let stem = seed_stem(op);
+    let mut o = json!({
+        "operationId": op.id,
+        "summary": op.summary,
+        "security": security(op.access),
+        "parameters": parameters(op, &stem),
+    });
+    if let Access::Scope(scope) = op.access {
+        o["x-sessiond-scope"] = json!(scope);
+    }
+    if let Some(p) = o["parameters"].as_array_mut() {
+        p.extend(task_query(op.id));
+    }
+    if matches!(op.answer, Answer::Events | Answer::HastEvents)
+        && let Some(p) = o["parameters"].as_array_mut()
+    {
+        p.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string", "pattern": "^[0-9]+$"}}));
+    }
+    match op.body {
+        Body::None => {}
+        Body::Seed => {
+            let name = format!("{stem}.request");
+            if let Some(s) = seed_schema(&format!("{name}.json")) {
+                schemas.insert(name.clone(), s);
+                o["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": component(&name)}}});
+            }
+        }
+        Body::Json(schema) => {
+            o["requestBody"] =
+                json!({"required": true, "content": {"application/json": {"schema": schema()}}});
+        }
+        Body::Bytes => {
+            o["requestBody"] = json!({"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}});
+        }
+    }
+    let mut responses = Map::new();
+    if matches!(op.answer, Answer::NotImplemented) {
+        o["tags"] = json!(["not-implemented"]);
+    }
+    match op.answer {
+        Answer::Seed => {
+            let name = format!("{stem}.response");
+            let schema = seed_schema(&format!("{name}.json")).map(|s| {
+                schemas.insert(name.clone(), s);
+                component(&name)
+            });
+            let body = json!({"description": "OK", "content": {"application/json": {"schema": schema.unwrap_or(json!({}))}}});
+            if op.path.ends_with("/wait") {
+                responses.insert("202".into(), json!({"description": "The deadline passed first: still pending", "content": body["content"].clone()}));
+            }
+            responses.insert("200".into(), body);
+        }
+        Answer::Json(status, schema) => {
+            responses.insert(
+                status.to_string(),
+                json!({"description": "OK", "content": {"application/json": {"schema": schema()}}}),
+            );
+        }
+        Answer::Events => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "Server-Sent Events: `id: <seq>` and `data: {\"seq\",\"event\"}` for durable events, `data: {\"event\"}` for live progress", "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
+            );
+        }
+        Answer::HastEvents => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "Server-Sent Events: `id: <sequence>` (durable events only), `event: <type>`, `data: <HAST envelope>`; with snapshots=true also `event: session/snapshot` frames without `id:`", "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
+            );
+        }
+        Answer::Image => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "The image, with its own type", "content": {"image/*": {"schema": {"type": "string", "format": "binary"}}}}),
+            );
+        }
+        Answer::Rpc(schema) => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "A JSON-RPC response (errors too) as one line; a streamed `message/send` answers one `TaskMessageUpdate` per line", "content": {
+                    "application/json": {"schema": schema()},
+                    "application/x-ndjson": {"schema": {"type": "string"}}
+                }}),
+            );
+        }
+        Answer::NotImplemented => {
+            responses.insert(
+                "501".into(),
+                error_response(
+                    "sessiond does not carry this operation out (`not_implemented`, with why)",
+                ),
+            );
+        }
+    }
+    responses.insert(
+        "default".into(),
+        error_response("An error: `{error, message}` (seed-defined shapes such as `invalid_cwd` carry `reason`)"),
+    );
+    o["responses"] = Value::Object(responses);
+    o
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut schemas = Map::new();
+    schemas.insert(
+        "Error".into(),
+        json!({
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {"type": "string", "description": "A stable code to switch on"},
+                "message": {"type": "string"},
+                "reason": {"type": "string", "description": "invalid_cwd: missing, not_a_directory, outside_drive or outside_agent_anchor"}
+            }
+        }),
+    );
+    schemas.insert(
+        "SessionRecord".into(),
+        task_schema(
+            include_str!("../../schemas/session-record.json"),
+            "/properties/harness/enum",
+            crate::api::v2::HARNESSES.to_vec(),
+        ),
+    );
+    schemas.insert(
+        "HastEnvelope".into(),
+        task_schema(
+            include_str!("../../schemas/event-stream/envelope.json"),
+            "/properties/engine/enum",
+            crate::api::v2::HARNESSES
+                .iter()
+                .copied()
+                .map(crate::hast::engine_of)
+                .chain(["pi_agent_cli"])
+                .collect(),
+        ),
+    );
+    let mut paths = Map::new();
+    for op in operations() {
+        let item = operation(&op, &mut schemas);
+        let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
+        entry[op.method] = item;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "sessiond",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Durable agent sessions on one machine. Errors are JSON `{error, message}`; every response carries `X-Request-Id`.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer", "description": "An API key (`sessiond token create`, `sessiond app create`)"},
+                "browserSession": {"type": "apiKey", "in": "cookie", "name": crate::auth::COOKIE, "description": "The web UI's session (POST /auth/login); unsafe requests must come from this server's origin"},
+                "uploadToken": {"type": "http", "scheme": "bearer", "description": "An upload grant's token (POST …/attachments/session)"}
+            }
+        }
+    })
+}
+
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| document().to_string());
+
+/// `GET /openapi.json`.
+pub async fn serve() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(DOCUMENT.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use actix_web::dev::Service;
+    use actix_web::{App, test as web_test};
+
+    use super::*;
+
+    /// Full patterns of every routed resource, read from the router's resource map (its debug
+    /// form is the only enumeration actix offers): nested scopes' prefixes joined to their
+    /// resources.
+    fn registered_patterns(rmap_debug: &str) -> Vec<String> {
+        // Tokens in order: `patterns: Single("…"), is_prefix: …`, `nodes: Some([` and `])`.
+        let mut out = Vec::new();
+        let mut stack: Vec<String> = Vec::new();
+        let mut pending: Option<(String, bool)> = None;
+        let mut rest = rmap_debug;
+        loop {
+            let next_pat = rest.find("patterns: Single(\"");
+            let next_open = rest.find("nodes: Some([");
+            let next_none = rest.find("nodes: None");
+            // The end of a node list: its last map's `}` then `])` (a regex in a pattern may hold
+            // `])` too, never `}])`).
+            let next_close = rest.find("}])");
+            let Some(pos) = [next_pat, next_open, next_none, next_close]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
+                break;
+            };
+            if Some(pos) == next_pat {
+                let start = pos + "patterns: Single(\"".len();
+                let end = start + rest[start..].find('"').expect("pattern end");
+                let pattern = rest[start..end].to_owned();
+                let prefix = rest[end..]
+                    .trim_start_matches("\"),")
+                    .trim_start()
+                    .starts_with("is_prefix: true");
+                pending = Some((pattern, prefix));
+                rest = &rest[end..];
+            } else if Some(pos) == next_open {
+                let (p, _) = pending.take().unwrap_or_default();
+                rest = &rest[pos + "nodes: Some([".len()..];
+                // An empty scope: `Some([])`.
+                match rest.strip_prefix("])") {
+                    Some(after) => rest = after,
+                    None => stack.push(p),
+                }
+            } else if Some(pos) == next_none {
+                if let Some((p, _)) = pending.take() {
+                    out.push(format!("{}{p}", stack.concat()));
+                }
+                rest = &rest[pos + "nodes: None".len()..];
+            } else {
+                stack.pop();
+                rest = &rest[pos + 3..];
+            }
+        }
+        out
+    }
+
+    #[actix_web::test]
+    async fn the_document_covers_every_registered_route_and_nothing_else() {
+        let seen = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
+        let s = std::rc::Rc::clone(&seen);
+        let app = web_test::init_service(
+            App::new()
+                .wrap_fn(move |req, srv| {
+                    *s.borrow_mut() = format!("{:?}", req.request().resource_map());
+                    srv.call(req)
+                })
+                .configure(crate::api::routes_with_ui),
+        )
+        .await;
+        let _ = web_test::call_service(
+            &app,
+            web_test::TestRequest::get().uri("/healthz").to_request(),
+        )
+        .await;
+        let patterns = registered_patterns(&seen.borrow());
+        assert!(patterns.len() > 30, "{patterns:?}");
+        // The web UI's pages are not an API.
+        const UI: [&str; 4] = ["/", "/setup", "/login", "/ui/{path:.*}"];
+        let mut registered = BTreeSet::new();
+        for pattern in patterns.iter().filter(|p| !UI.contains(&p.as_str())) {
+            // A request with a method no route has: the resource answers 405 with what it allows.
+            let uri = pattern.replace(['{', '}'], "");
+            let res = web_test::call_service(
+                &app,
+                web_test::TestRequest::default()
+                    .method(actix_web::http::Method::from_bytes(b"PROBE").expect("method"))
+                    .uri(&uri)
+                    .to_request(),
+            )
+            .await;
+            assert_eq!(
+                res.status(),
+                405,
+                "{pattern}: every API resource lists its methods"
+            );
+            let allow = res
+                .headers()
+                .get("allow")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            for m in allow.split(',') {
+                registered.insert((m.trim().to_lowercase(), pattern.clone()));
+            }
+        }
+        let documented: BTreeSet<(String, String)> = operations()
+            .iter()
+            .map(|o| (o.method.to_owned(), o.path.to_owned()))
+            .collect();
+        let missing: Vec<_> = registered.difference(&documented).collect();
+        let stale: Vec<_> = documented.difference(&registered).collect();
+        assert!(
+            missing.is_empty(),
+            "routes the OpenAPI document lacks (add them to a family's table in api/openapi.rs): {missing:?}"
+        );
+        assert!(
+            stale.is_empty(),
+            "documented routes that are not registered: {stale:?}"
+        );
+    }
+
+    #[test]
+    fn seed_schemas_are_found_for_every_seed_operation() {
+        let doc = document();
+        for op in SESSIONS.iter() {
+            let o = &doc["paths"][op.path][op.method];
+            if matches!(op.body, Body::Seed) {
+                assert!(
+                    o["requestBody"].is_object(),
+                    "{} {}: no request schema",
+                    op.method,
+                    op.path
+                );
+            }
+            if matches!(op.answer, Answer::Seed) {
+                assert!(
+                    o["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+                        .is_string(),
+                    "{} {}: no response schema",
+                    op.method,
+                    op.path
+                );
+            }
+        }
+        let ids: BTreeSet<&str> = operations().iter().map(|o| o.id).collect();
+        assert_eq!(ids.len(), operations().len(), "operationIds are unique");
+    }
+}

@@ -1,0 +1,331 @@
+//! A session's timeline as Server-Sent Events, resumable without gaps: the machinery every API
+//! family's stream shares. A family supplies a [`Render`] that turns stored events and live
+//! frames into its own SSE text.
+//!
+//! Order of operations is what makes resume gap-free (invariant 5): subscribe to the live bus
+//! first, then replay the stored backlog after the client's cursor, then the volatile tail of the
+//! running turn, then live frames, dropping any durable frame whose seq was already sent. Idle
+//! streams get `: keep-alive` comments.
+//!
+//! A stream ends when its client hangs up (the connection layer sees the end of the client's
+//! side at once, so its descriptor and subscriber slot are freed without waiting for a write to
+//! fail), when the credential it was opened with is revoked, when its session is deleted, and at
+//! shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::header;
+use actix_web::web::Bytes;
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::stream;
+use tokio::sync::{broadcast, watch};
+
+use super::body::{Query, parse_uint53};
+use super::connection::PeerClosed;
+use super::context::AppState;
+use crate::auth::{self, Revoked, StreamCredential};
+use crate::bus::{self, Frame, Subscription};
+use crate::error::Result;
+use crate::metrics::METRICS;
+use crate::sessions::{Actor, Channel};
+use crate::store::{self, Store, StoredEvent};
+
+/// Stored events read per backlog query.
+const BACKLOG_CHUNK: u32 = 500;
+
+/// Most bytes of live frames sent in one write.
+const LIVE_BATCH_BYTES: usize = 64 * 1024;
+
+/// How one API family writes its frames.
+pub trait Render: 'static {
+    /// SSE text for stored events (the backlog, ascending seq). `Err` ends the stream.
+    fn stored(&mut self, events: Vec<StoredEvent>) -> impl Future<Output = Result<Bytes>>;
+    /// SSE text for a frame of the volatile tail or the live bus (durable frames already sent are
+    /// never passed).
+    fn live(&mut self, frame: Arc<Frame>) -> impl Future<Output = Result<Bytes>>;
+    /// SSE text sent once, when the backlog and the tail are out and the stream turns live.
+    fn went_live(&mut self) -> impl Future<Output = Result<Bytes>> {
+        async { Ok(Bytes::new()) }
+    }
+}
+
+/// The resume point: `Last-Event-ID` (what `EventSource` sends on reconnect, to the URL it first
+/// opened) wins over the query parameter `param`.
+pub fn resume_point(req: &HttpRequest, param: &str) -> Result<u64> {
+    if let Some(id) = req
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
+        return parse_uint53("Last-Event-ID", id);
+    }
+    Ok(Query::parse(req)?.uint53(param)?.unwrap_or(0))
+}
+
+/// What ends a stream besides its session and the server: the client hanging up and the
+/// credential it was opened with being revoked. Made before the session is read, so no
+/// revocation is missed in between.
+pub struct Ends {
+    app: web::Data<AppState>,
+    peer: Option<PeerClosed>,
+    credential: StreamCredential,
+    revocations: broadcast::Receiver<Revoked>,
+}
+
+impl Ends {
+    pub fn new(app: &web::Data<AppState>, actor: &Actor, req: &HttpRequest) -> Ends {
+        let revocations = app.auth.revocations();
+        let credential = match &actor.channel {
+            Channel::ApiKey { key_id } => StreamCredential::Key(key_id.clone()),
+            Channel::Browser => req
+                .cookie(auth::COOKIE)
+                .map(|c| StreamCredential::Browser(crate::secret::token_hash(c.value())))
+                .unwrap_or(StreamCredential::None),
+            _ => StreamCredential::None,
+        };
+        Ends {
+            app: app.clone(),
+            peer: req.conn_data::<PeerClosed>().cloned(),
+            credential,
+            revocations,
+        }
+    }
+}
+
+/// Counts the stream in `sessiond_sse_subscribers` while it exists.
+struct OpenStream;
+
+impl OpenStream {
+    fn new() -> OpenStream {
+        METRICS.sse_subscribers.inc();
+        OpenStream
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        METRICS.sse_subscribers.dec();
+    }
+}
+
+enum Phase {
+    Backlog,
+    Tail,
+    GoLive,
+    Live,
+    Done,
+}
+
+struct StreamState<R> {
+    store: Store,
+    pk: i64,
+    /// The newest timeline seq sent.
+    last: u64,
+    sub: Subscription,
+    phase: Phase,
+    keepalive: Duration,
+    closed: watch::Receiver<bool>,
+    /// The backlog already carried an output past the tail's start: the tail is stale.
+    tail_settled: bool,
+    ends: Ends,
+    render: R,
+    _open: OpenStream,
+}
+
+/// What a stream starts from.
+pub struct Opening<R> {
+    pub store: Store,
+    pub pk: i64,
+    /// Timeline events with `seq > after` are replayed.
+    pub after: u64,
+    /// Made before the backlog is read.
+    pub sub: Subscription,
+    pub keepalive: Duration,
+    pub ends: Ends,
+    pub render: R,
+}
+
+/// The `200 text/event-stream` response of a stream.
+pub fn respond<R: Render>(o: Opening<R>) -> HttpResponse {
+    let st = StreamState {
+        closed: o.store.bus().closed(),
+        store: o.store,
+        pk: o.pk,
+        last: o.after,
+        sub: o.sub,
+        phase: Phase::Backlog,
+        keepalive: o.keepalive,
+        tail_settled: false,
+        ends: o.ends,
+        render: o.render,
+        _open: OpenStream::new(),
+    };
+    HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream::unfold(st, next_chunk))
+}
+
+type Chunk = std::result::Result<Bytes, actix_web::Error>;
+
+impl<R: Render> StreamState<R> {
+    /// Appends a live frame unless it is a durable one already sent.
+    async fn push_live(&mut self, frame: Arc<Frame>, out: &mut Vec<u8>) {
+        if let Some(seq) = frame.seq {
+            if seq <= self.last {
+                return;
+            }
+            self.last = seq;
+        }
+        match self.render.live(frame).await {
+            Ok(bytes) => out.extend_from_slice(&bytes),
+            Err(e) => {
+                tracing::warn!(error = %e, "event stream frame failed");
+                self.phase = Phase::Done;
+            }
+        }
+    }
+
+    /// Appends the live frames that are already waiting (up to [`LIVE_BATCH_BYTES`]). A stream
+    /// that fell behind is ended after what it has (its client resumes by seq).
+    async fn drain_ready(&mut self, out: &mut Vec<u8>) {
+        while out.len() < LIVE_BATCH_BYTES && matches!(self.phase, Phase::Live) {
+            match self.sub.rx.try_recv() {
+                Ok(frame) => self.push_live(frame, out).await,
+                Err(broadcast::error::TryRecvError::Empty) => return,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    METRICS.sse_lagged.inc();
+                    self.phase = Phase::Done;
+                }
+                Err(broadcast::error::TryRecvError::Closed) => self.phase = Phase::Done,
+            }
+        }
+    }
+}
+
+async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamState<R>)> {
+    loop {
+        match st.phase {
+            Phase::Done => return None,
+            Phase::Backlog => {
+                let (pk, after) = (st.pk, st.last);
+                let events = match st
+                    .store
+                    .read(move |c| store::events_after(c, pk, after, BACKLOG_CHUNK))
+                    .await
+                {
+                    Ok(events) => events,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "event stream backlog read failed");
+                        st.phase = Phase::Done;
+                        continue;
+                    }
+                };
+                if (events.len() as u32) < BACKLOG_CHUNK {
+                    st.phase = Phase::Tail;
+                }
+                let Some(last) = events.last().map(|e| e.seq) else {
+                    // Announce the reconnect delay once, before anything else is live.
+                    if matches!(st.phase, Phase::Tail) && after == 0 {
+                        return Some((Ok(Bytes::from_static(b"retry: 1000\n\n")), st));
+                    }
+                    continue;
+                };
+                if events
+                    .iter()
+                    .any(|e| e.seq > st.sub.tail_after && bus::settles_tail(&e.event_type))
+                {
+                    st.tail_settled = true;
+                }
+                st.last = last;
+                match st.render.stored(events).await {
+                    Ok(out) if out.is_empty() => continue,
+                    Ok(out) => return Some((Ok(out), st)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "event stream backlog failed");
+                        st.phase = Phase::Done;
+                    }
+                }
+            }
+            Phase::Tail => {
+                st.phase = Phase::GoLive;
+                // The tail belongs after durable output seq `tail_after`; if the backlog already
+                // carried a later output, the tail was settled by it and is stale. Inputs appended
+                // after `tail_after` (a note, a steer) leave it current.
+                if !st.tail_settled && st.last >= st.sub.tail_after && !st.sub.tail.is_empty() {
+                    let tail = std::mem::take(&mut st.sub.tail);
+                    let mut out = Vec::new();
+                    for frame in tail {
+                        match st.render.live(frame).await {
+                            Ok(bytes) => out.extend_from_slice(&bytes),
+                            Err(_) => st.phase = Phase::Done,
+                        }
+                    }
+                    if !out.is_empty() {
+                        return Some((Ok(Bytes::from(out)), st));
+                    }
+                }
+            }
+            Phase::GoLive => {
+                st.phase = Phase::Live;
+                match st.render.went_live().await {
+                    Ok(out) if out.is_empty() => {}
+                    Ok(out) => return Some((Ok(out), st)),
+                    Err(_) => st.phase = Phase::Done,
+                }
+            }
+            Phase::Live => {
+                let keepalive = tokio::time::sleep(st.keepalive);
+                let peer = async {
+                    match &mut st.ends.peer {
+                        Some(p) => p.wait().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    msg = st.sub.rx.recv() => match msg {
+                        Ok(frame) => {
+                            let mut out = Vec::new();
+                            st.push_live(frame, &mut out).await;
+                            // Whatever else is already waiting goes out in the same write: under
+                            // fan-out, one wake-up and one write per batch, not per frame.
+                            st.drain_ready(&mut out).await;
+                            if out.is_empty() {
+                                continue;
+                            }
+                            return Some((Ok(Bytes::from(out)), st));
+                        }
+                        // Too slow: end the stream; the client resumes from its last seq.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            tracing::debug!(session = %st.sub.session_id(), "cut off a slow event stream");
+                            METRICS.sse_lagged.inc();
+                            st.phase = Phase::Done;
+                        }
+                        Err(broadcast::error::RecvError::Closed) => st.phase = Phase::Done,
+                    },
+                    () = keepalive => {
+                        return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
+                    }
+                    _ = st.closed.changed() => st.phase = Phase::Done,
+                    () = peer => st.phase = Phase::Done,
+                    revoked = st.ends.revocations.recv() => match revoked {
+                        Ok(r) if st.ends.credential.is_revoked_by(&r) => st.phase = Phase::Done,
+                        Ok(_) => {}
+                        // Missed some: ask about this stream's own credential.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            if !st.ends.app.auth.still_valid(&st.ends.credential).await {
+                                st.phase = Phase::Done;
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Closed) => {}
+                    },
+                }
+            }
+        }
+    }
+}

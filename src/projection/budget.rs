@@ -1,0 +1,74 @@
+//! A session's budget: a cap on its cost in cents (`budget.cents` of its record; 0 = no cap).
+//!
+//! Cost is what the usage events price (the engine's price table, in US dollars), summed in the
+//! session's usage totals. The cap is checked after every model call (the call that reaches it
+//! ends its turn with `budget_hit`), before a turn starts, and before a message or an answer is
+//! accepted (409 `budget_hit` until the budget is raised).
+
+use crate::error::{Error, Result};
+use crate::store::{SessionKey, Tx};
+use crate::timeline::Usage;
+
+/// Cents spent according to a session's usage totals (JSON `Usage`).
+pub fn spent_cents(usage_totals: Option<&str>) -> f64 {
+    usage_totals
+        .and_then(|t| serde_json::from_str::<Usage>(t).ok())
+        .map(|u| (u.cost.total * 100.0).max(0.0))
+        .unwrap_or(0.0)
+}
+
+/// Whole cents spent: what a record reports. `spent >= budget` and `whole(spent) >= budget` agree
+/// for a whole-cent budget.
+pub fn whole_cents(spent: f64) -> u64 {
+    spent.floor() as u64
+}
+
+/// The cap is set and reached.
+pub fn reached(budget_cents: u64, usage_totals: Option<&str>) -> bool {
+    budget_cents > 0 && spent_cents(usage_totals) >= budget_cents as f64
+}
+
+/// `Err(BudgetHit)` when the session's budget is spent (inside a write, so that a message and
+/// the usage that spends the budget cannot pass each other).
+pub fn check(tx: &Tx<'_>, key: &SessionKey) -> Result<()> {
+    match crate::store::record::budget_of(tx.conn(), key.pk)? {
+        Some((cents, totals)) if reached(cents, totals.as_deref()) => {
+            Err(Error::BudgetHit { cents })
+        }
+        Some(_) => Ok(()),
+        None => Err(Error::NotFound),
+    }
+}
+
+/// A turn the budget stopped ends `complete` / `failed` with [`Error::BudgetHit`]'s text; this
+/// recognises it (the seed's `complete` event has no field for a code).
+pub fn is_budget_failure(error: &str) -> bool {
+    error.starts_with("budget_hit:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_is_whole_cents_of_the_priced_usage() {
+        let totals = |usd: f64| {
+            format!(
+                r#"{{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":{usd}}}}}"#
+            )
+        };
+        assert!(!reached(0, Some(&totals(5.0))), "0 is no cap");
+        assert!(!reached(3, Some(&totals(0.0299))));
+        assert!(reached(3, Some(&totals(0.03))));
+        assert!(!reached(3, None));
+        assert_eq!(whole_cents(spent_cents(Some(&totals(0.0299)))), 2);
+    }
+
+    #[test]
+    fn a_budget_stop_is_recognised_by_its_error_text() {
+        assert!(is_budget_failure(
+            &Error::BudgetHit { cents: 5 }.to_string()
+        ));
+        assert!(!is_budget_failure("the model endpoint answered 500"));
+    }
+}

@@ -1,0 +1,256 @@
+//! The facts a session's record (the `/v2` Session) is made of beyond its projection row:
+//! provenance, metadata, budget, lineage, closing and stopping (migration 0004), and the events
+//! the record and the HAST projection look up by position.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{SessionKey, Tx};
+use crate::error::Result;
+
+/// What the record of one session needs besides its [`super::SessionRow`].
+#[derive(Debug, Clone, Default)]
+pub struct RecordFacts {
+    pub pk: i64,
+    pub source: Option<String>,
+    pub attribution_type: Option<String>,
+    pub attribution_id: Option<String>,
+    /// JSON object, string → string.
+    pub metadata: Option<String>,
+    pub budget_cents: u64,
+    pub parent_kind: Option<String>,
+    pub parent_session_id: Option<String>,
+    pub closed_at: Option<i64>,
+    pub handed_off_to: Option<String>,
+    pub stopped_at: Option<i64>,
+    pub stopped_by: Option<String>,
+    /// JSON `Usage`: the sum of the session's usage events.
+    pub usage_totals: Option<String>,
+    /// JSON: what the engine keeps between turns (the openai engine's last `model`).
+    pub engine_memo: Option<String>,
+    /// The engine configuration of the session's agent (JSON).
+    pub agent_engine: String,
+    /// The first prompt (`session_created.prompt`).
+    pub prompt: Option<String>,
+    pub last_terminal: Option<LastTerminal>,
+    pub last_message_at: Option<i64>,
+    /// When the newest event was written.
+    pub last_event_at: Option<i64>,
+}
+
+/// The newest terminal event of a session.
+#[derive(Debug, Clone)]
+pub struct LastTerminal {
+    pub seq: u64,
+    pub event_type: String,
+    /// `complete.status`.
+    pub status: Option<String>,
+    /// `complete.error`.
+    pub error: Option<String>,
+    /// `complete.result`.
+    pub result: Option<String>,
+}
+
+const FACT_COLUMNS: &str = "s.pk, s.source, s.attribution_type, s.attribution_id, s.metadata,
+    s.budget_cents, s.parent_kind, s.parent_session_id, s.closed_at, s.handed_off_to,
+    s.stopped_at, s.stopped_by, s.usage_totals, s.engine_memo, a.engine,
+    json_extract(f.body, '$.prompt'), t.seq, t.type, json_extract(t.body, '$.status'),
+    json_extract(t.body, '$.error'), json_extract(t.body, '$.result'), s.last_message_at,
+    l.created_at";
+
+const FACT_JOINS: &str = "FROM sessions s JOIN agents a ON a.id = s.agent_id
+    LEFT JOIN events f ON f.session_pk = s.pk AND f.seq = 1
+    LEFT JOIN events t ON t.session_pk = s.pk AND t.seq = s.last_terminal_seq
+    LEFT JOIN events l ON l.session_pk = s.pk AND l.seq = s.last_event_seq";
+
+fn facts_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecordFacts> {
+    let terminal_seq: Option<i64> = r.get(16)?;
+    let terminal_type: Option<String> = r.get(17)?;
+    Ok(RecordFacts {
+        pk: r.get(0)?,
+        source: r.get(1)?,
+        attribution_type: r.get(2)?,
+        attribution_id: r.get(3)?,
+        metadata: r.get(4)?,
+        budget_cents: r.get::<_, i64>(5)?.max(0) as u64,
+        parent_kind: r.get(6)?,
+        parent_session_id: r.get(7)?,
+        closed_at: r.get(8)?,
+        handed_off_to: r.get(9)?,
+        stopped_at: r.get(10)?,
+        stopped_by: r.get(11)?,
+        usage_totals: r.get(12)?,
+        engine_memo: r.get(13)?,
+        agent_engine: r.get(14)?,
+        prompt: r.get(15)?,
+        last_terminal: match (terminal_seq, terminal_type) {
+            (Some(seq), Some(event_type)) => Some(LastTerminal {
+                seq: seq as u64,
+                event_type,
+                status: r.get(18)?,
+                error: r.get(19)?,
+                result: r.get(20)?,
+            }),
+            _ => None,
+        },
+        last_message_at: r.get(21)?,
+        last_event_at: r.get(22)?,
+    })
+}
+
+/// The record facts of one session.
+pub fn record_facts(conn: &Connection, pk: i64) -> Result<Option<RecordFacts>> {
+    let sql = format!("SELECT {FACT_COLUMNS} {FACT_JOINS} WHERE s.pk = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([pk], facts_from_row)
+        .optional()?)
+}
+
+/// The record facts of several sessions (one list page), in no particular order.
+pub fn record_facts_of(conn: &Connection, pks: &[i64]) -> Result<Vec<RecordFacts>> {
+    let list = serde_json::to_string(pks)
+        .map_err(|e| crate::Error::Internal(format!("cannot encode keys: {e}")))?;
+    let sql = format!(
+        "SELECT {FACT_COLUMNS} {FACT_JOINS} WHERE s.pk IN (SELECT value FROM json_each(?1))"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([list], facts_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The input that started the turn whose `turn_started` is at `turn_seq`: its seq and what kind
+/// of input it was (`initial`, `message`, `answer`, `wake`, `machine`). `None` for turns started
+/// before sessiond recorded the runner's own inputs.
+pub fn turn_input(conn: &Connection, pk: i64, turn_seq: u64) -> Result<Option<(u64, String)>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT it.input_seq, CASE e.type
+                 WHEN 'prompt_submitted' THEN COALESCE(json_extract(e.body, '$.inputKind'), 'message')
+                 WHEN 'answer_submitted' THEN 'answer'
+                 WHEN 'sleep' THEN 'wake'
+                 WHEN 'state_machine' THEN 'machine'
+                 WHEN 'turn_started' THEN 'resume'
+                 ELSE e.type END
+             FROM input_turns it
+             JOIN events e ON e.session_pk = it.session_pk AND e.seq = it.input_seq
+             WHERE it.session_pk = ?1 AND it.turn_started_seq = ?2
+             ORDER BY it.input_seq LIMIT 1",
+        )?
+        .query_row(params![pk, turn_seq as i64], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
+        })
+        .optional()?)
+}
+
+/// The `turn_started` seq of the turn still open just before timeline event `seq`, if any: the
+/// newest turn before it (by the index on `input_turns`, every turn has a row there) unless its
+/// terminal came before `seq`. Reads no further than that turn's own events.
+pub fn open_turn_before(conn: &Connection, pk: i64, seq: u64) -> Result<Option<u64>> {
+    let seq = seq.min(i64::MAX as u64) as i64;
+    let turn: Option<i64> = conn
+        .prepare_cached(
+            "SELECT max(turn_started_seq) FROM input_turns
+             WHERE session_pk = ?1 AND turn_started_seq < ?2",
+        )?
+        .query_row(params![pk, seq], |r| r.get(0))?;
+    let Some(turn) = turn else {
+        return Ok(None);
+    };
+    let ended = conn
+        .prepare_cached(
+            "SELECT 1 FROM events
+             WHERE session_pk = ?1 AND seq > ?2 AND seq < ?3
+               AND type IN ('complete', 'ask', 'interrupted', 'sleep')
+             ORDER BY seq LIMIT 1",
+        )?
+        .query_row(params![pk, turn, seq], |_| Ok(()))
+        .optional()?
+        .is_some();
+    Ok((!ended).then_some(turn as u64))
+}
+
+/// What the budget check needs, inside a write: `(budget_cents, usage totals JSON)`.
+pub fn budget_of(conn: &Connection, pk: i64) -> Result<Option<(u64, Option<String>)>> {
+    Ok(conn
+        .prepare_cached("SELECT budget_cents, usage_totals FROM sessions WHERE pk = ?1")?
+        .query_row([pk], |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?)))
+        .optional()?)
+}
+
+/// The facts a new session starts with besides its row.
+pub struct NewRecordFacts<'a> {
+    pub metadata: Option<&'a str>,
+    pub budget_cents: u64,
+    pub parent_kind: Option<&'a str>,
+    pub parent_session_id: Option<&'a str>,
+}
+
+impl Tx<'_> {
+    pub fn set_record_facts(&mut self, key: &SessionKey, f: &NewRecordFacts<'_>) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET metadata = ?2, budget_cents = ?3, parent_kind = ?4,
+                    parent_session_id = ?5 WHERE pk = ?1",
+            )?
+            .execute(params![
+                key.pk,
+                f.metadata,
+                f.budget_cents.min(i64::MAX as u64) as i64,
+                f.parent_kind,
+                f.parent_session_id
+            ])?;
+        Ok(())
+    }
+
+    pub fn set_metadata(&mut self, key: &SessionKey, metadata: Option<&str>) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET metadata = ?2, updated_at = ?3 WHERE pk = ?1")?
+            .execute(params![key.pk, metadata, self.now])?;
+        Ok(())
+    }
+
+    pub fn metadata(&self, key: &SessionKey) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT metadata FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| r.get(0))
+            .optional()?
+            .flatten())
+    }
+
+    pub fn set_budget(&mut self, key: &SessionKey, cents: u64) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET budget_cents = ?2, updated_at = ?3 WHERE pk = ?1")?
+            .execute(params![key.pk, cents.min(i64::MAX as u64) as i64, self.now])?;
+        Ok(())
+    }
+
+    /// Closes a session to further prompts (a handoff to `successor`); a closed session stays
+    /// closed with its first successor.
+    pub fn close_session(&mut self, key: &SessionKey, successor: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET closed_at = COALESCE(closed_at, ?2),
+                    handed_off_to = COALESCE(handed_off_to, ?3), updated_at = ?2 WHERE pk = ?1",
+            )?
+            .execute(params![key.pk, self.now, successor])?;
+        Ok(())
+    }
+
+    pub fn is_closed(&self, key: &SessionKey) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT closed_at IS NOT NULL FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| r.get(0))
+            .optional()?
+            .unwrap_or(false))
+    }
+
+    /// Records an interrupt request: when, and who asked.
+    pub fn set_stopped(&mut self, key: &SessionKey, by: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET stopped_at = ?2, stopped_by = ?3 WHERE pk = ?1")?
+            .execute(params![key.pk, self.now, by])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,451 @@
+//! The README's shell commands, checked so that the README cannot drift from what sessiond does.
+//!
+//! Every command line in the README's `sh` blocks is either run as written against a real server
+//! (the CLI and curl walk-through of the Quick start, and its SSE command), or is one whose effect
+//! this test checks in an equivalent way: `cargo run --release -- serve` is the built binary's
+//! `serve` with the same environment; `cargo install --locked` needs a current `Cargo.lock`; the
+//! Docker and systemd commands (which cannot run here) must be the ones the `Dockerfile` and
+//! `dist/sessiond.service` document, and their `user create` the walk-through's. A command line
+//! this file does not know fails the test: a new README command comes with its check.
+//!
+//! The walk-through needs `bash`, `curl` and `jq` (`.ci/run` installs them).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const README: &str = include_str!("../README.md");
+
+/// The URL and binary path the README's commands name.
+const README_URL: &str = "http://127.0.0.1:8080";
+const README_BIN: &str = "target/release/sessiond";
+
+/// The contents of the README's ```sh blocks, with the heading each one is under.
+fn sh_blocks() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut heading = String::new();
+    let mut block: Option<String> = None;
+    for line in README.lines() {
+        match &mut block {
+            Some(b) if line.trim_start().starts_with("```") => {
+                out.push((heading.clone(), std::mem::take(b)));
+                block = None;
+            }
+            Some(b) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            None if line.trim_start() == "```sh" => block = Some(String::new()),
+            None if line.starts_with('#') => heading = line.trim_start_matches('#').trim().into(),
+            None => {}
+        }
+    }
+    out
+}
+
+/// The commands of a block: continuation lines joined, comment lines and trailing `# …` comments
+/// dropped.
+fn commands(block: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in block.lines() {
+        let line = line.trim_end();
+        if line.trim_start().starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (body, more) = match line.strip_suffix('\\') {
+            Some(body) => (body, true),
+            None => (line, false),
+        };
+        current.push_str(body.trim_start());
+        current.push(' ');
+        if !more {
+            let command = match current.find("  #").or_else(|| current.find(" # ")) {
+                Some(i) => &current[..i],
+                None => current.as_str(),
+            };
+            out.push(command.trim().to_owned());
+            current.clear();
+        }
+    }
+    out
+}
+
+/// Fails with a clear message when a tool the walk-through needs is missing.
+fn require(tool: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(found, "the README walk-through needs {tool} on PATH");
+}
+
+/// `sessiond serve` as a new user starts it: in `cwd`, with the default data dir and engine.
+struct Serve {
+    child: Child,
+    base: String,
+    log: mpsc::Receiver<String>,
+}
+
+impl Serve {
+    fn start(cwd: &Path, env: &[(&str, &str)]) -> Serve {
+        let mut cmd = sessiond_command();
+        cmd.current_dir(cwd)
+            .env_remove("SESSIOND_ENGINE")
+            .env("SESSIOND_LOG", "info")
+            .env("NO_COLOR", "1")
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn sessiond");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        let base = first
+            .strip_prefix("sessiond listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Serve { child, base, log }
+    }
+
+    /// The first log line containing all of `words` (bounded wait).
+    fn log_line(&self, words: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .log
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no log line with {words:?}"));
+            if words.iter().all(|w| line.contains(w)) {
+                return line;
+            }
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `cargo run --release -- serve`, with the environment the README puts before it, is the
+/// binary's `serve` with that environment: check the engine it says it runs.
+fn check_serve_command(command: &str) {
+    let (env_part, _) = command
+        .split_once("cargo run --release -- serve")
+        .expect("a serve command");
+    let env: Vec<(&str, &str)> = env_part
+        .split_whitespace()
+        .map(|kv| kv.split_once('=').expect("VAR=value"))
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Serve::start(tmp.path(), &env);
+    let line = server.log_line(&["default engine"]);
+    let model = env
+        .iter()
+        .find(|(k, _)| *k == "OPENAI_MODEL")
+        .map(|(_, v)| *v);
+    let endpoint = env
+        .iter()
+        .find(|(k, _)| *k == "OPENAI_BASE_URL")
+        .map(|(_, v)| *v);
+    if env.is_empty() {
+        assert!(line.contains("scripted"), "{command}: {line}");
+    } else {
+        assert!(line.contains("openai"), "{command}: {line}");
+        assert!(
+            line.contains(model.unwrap_or("gpt-4o-mini")),
+            "{command}: {line}"
+        );
+        if let Some(url) = endpoint {
+            assert!(line.contains(url), "{command}: {line}");
+        }
+    }
+    assert!(tmp.path().join("sessiond-data/sessiond.db").is_file());
+}
+
+/// Runs the Quick start's CLI and curl block with bash, as written (only the URL and the path of
+/// the binary are this test's), and returns its output and the `KEY` and `ID` it set.
+fn run_walkthrough(cwd: &Path, base: &str, block: &str) -> (String, String, String) {
+    let script = format!(
+        "set -euo pipefail\n{}\nprintf '\\nKEY=%s\\nID=%s\\n' \"$KEY\" \"$ID\"\n",
+        block
+            .replace(README_URL, base)
+            .replace(README_BIN, env!("CARGO_BIN_EXE_sessiond"))
+    );
+    let mut cmd = Command::new("bash");
+    cmd.current_dir(cwd)
+        .args(["-c", &script])
+        .env_remove("SESSIOND_DATA_DIR")
+        .env_remove("SESSIOND_CONFIG")
+        .env_remove("SESSIOND_LOG");
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the README walk-through failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value = |name: &str| {
+        stdout
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+            .to_owned()
+    };
+    (stdout.clone(), value("KEY"), value("ID"))
+}
+
+/// The SSE command, run as written: it replays the timeline, then shows a message's reply as it
+/// streams. Ended by this test (killing its process group), as a person ends it with Ctrl-C.
+fn run_sse_command(
+    command: &str,
+    base: &str,
+    key: &str,
+    id: &str,
+    http: &reqwest::blocking::Client,
+) {
+    let mut child = Command::new("bash")
+        .args(["-c", &command.replace(README_URL, base)])
+        .env("KEY", key)
+        .env("ID", id)
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the SSE command");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, frames) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(data) = line.strip_prefix("data: ")
+                && let Ok(v) = serde_json::from_str::<Value>(data)
+                && tx.send(v).is_err()
+            {
+                break;
+            }
+        }
+    });
+    let next_until = |what: &str, pred: &dyn Fn(&Value) -> bool| -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let frame = frames
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {what} on the stream; saw {seen:#?}"));
+            let done = pred(&frame);
+            seen.push(frame);
+            if done {
+                return seen;
+            }
+        }
+    };
+    let is_complete = |f: &Value| f["event"]["type"] == "complete";
+    let replay = next_until("replayed terminal", &is_complete);
+    assert_eq!(replay[0]["seq"], 1, "since=0 replays from the start");
+    assert_eq!(replay[0]["event"]["type"], "session_created");
+    let resp = http
+        .post(format!("{base}/v1/ws/default/agent/sessions/{id}/messages"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .body(r#"{"prompt": "/stream 20"}"#)
+        .send()
+        .expect("send a message");
+    assert_eq!(resp.status().as_u16(), 200);
+    let live = next_until("the message's terminal", &is_complete);
+    let streamed: String = live
+        .iter()
+        .filter(|f| f["event"]["step"]["type"] == "text_delta")
+        .filter_map(|f| f["event"]["step"]["delta"].as_str())
+        .collect();
+    let all: String = (1..=20).map(|i| format!("chunk {i} ")).collect();
+    assert_eq!(streamed, all, "the reply streamed in");
+    let _ = Command::new("kill")
+        .arg("--")
+        .arg(format!("-{}", child.id()))
+        .status();
+    let _ = child.wait();
+}
+
+/// `--locked` refuses a `Cargo.lock` that does not match `Cargo.toml`.
+fn check_lock_file_is_current() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "tree",
+        "--locked",
+        "--offline",
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+    ]);
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "Cargo.lock is not current: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The README's command is one of the commands `file`'s header comment documents.
+fn assert_documented_in(file: &str, command: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let documented = text
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .any(|l| l.trim() == command);
+    assert!(
+        documented,
+        "README: {command:?} is not documented in {file}"
+    );
+}
+
+/// For `printf … | <prefix> sessiond user create …` run in a container or as the service user:
+/// the command with the binary named as in the walk-through, and the prefix checked.
+fn user_create_inside(command: &str) -> Option<String> {
+    let (input, rest) = command.split_once(" | ")?;
+    let (prefix, cli) = rest.split_once("sessiond user create ")?;
+    let cli = match prefix {
+        "docker exec -i sessiond " => cli,
+        "sudo -u sessiond " => {
+            // The service's data dir, named as the unit names it.
+            let unit = std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/sessiond.service"),
+            )
+            .expect("the unit");
+            assert!(unit.contains("\nEnvironment=SESSIOND_DATA_DIR=/var/lib/sessiond\n"));
+            cli.strip_suffix(" --data-dir /var/lib/sessiond")?
+        }
+        _ => return None,
+    };
+    Some(format!("{input} | {README_BIN} user create {cli}"))
+}
+
+/// The walk-through's `user create` command.
+fn walkthrough_user_create(blocks: &[(String, String)]) -> String {
+    blocks
+        .iter()
+        .flat_map(|(_, b)| commands(b))
+        .find(|c| c.contains(&format!("{README_BIN} user create")))
+        .expect("the walk-through creates a user")
+}
+
+#[test]
+fn every_readme_command_runs_as_written_or_has_its_check() {
+    require("bash");
+    require("curl");
+    require("jq");
+    let blocks = sh_blocks();
+    assert!(!blocks.is_empty(), "no sh blocks in the README");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server: Option<Serve> = None;
+    let mut walked: Option<(String, String)> = None;
+    let mut ran = Vec::new();
+    for (heading, block) in &blocks {
+        let cmds = commands(block);
+        if cmds
+            .iter()
+            .any(|c| c.starts_with(&format!("KEY=$({README_BIN} ")))
+        {
+            // The walk-through: against a server started as the Quick start starts it.
+            let s = server.get_or_insert_with(|| Serve::start(tmp.path(), &[]));
+            let (out, key, id) = run_walkthrough(tmp.path(), &s.base, block);
+            assert!(
+                out.contains("created me@example.com as owner of workspace default (user "),
+                "{out}"
+            );
+            assert!(
+                out.lines().any(|l| l == "echo: hello"),
+                "the reply is printed: {out}"
+            );
+            let types: Vec<Value> = out
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v.get("seq").is_some())
+                .map(|v| v["type"].clone())
+                .collect();
+            for t in [
+                "session_created",
+                "prompt_submitted",
+                "turn_started",
+                "complete",
+            ] {
+                assert!(
+                    types.contains(&Value::from(t)),
+                    "history lacks {t}: {types:?}"
+                );
+            }
+            walked = Some((key, id));
+            ran.extend(cmds);
+            continue;
+        }
+        for command in cmds {
+            if command.contains("cargo run --release -- serve") {
+                check_serve_command(&command);
+            } else if command.starts_with("curl -sN ") && command.contains("/events") {
+                let (key, id) = walked
+                    .as_ref()
+                    .expect("the SSE command comes after the walk-through");
+                let s = server.as_ref().expect("a server");
+                run_sse_command(&command, &s.base, key, id, &http_builder().build().unwrap());
+            } else if command == "cargo test" {
+                // This is that suite.
+            } else if command == "cargo install --locked --path ." {
+                check_lock_file_is_current();
+            } else if command.starts_with("docker ") {
+                assert_documented_in("Dockerfile", &command);
+            } else if command.starts_with("sudo install ")
+                || command.starts_with("sudo useradd ")
+                || command.starts_with("sudo systemctl ")
+            {
+                assert_documented_in("dist/sessiond.service", &command);
+            } else if let Some(inner) = user_create_inside(&command) {
+                assert_eq!(
+                    inner,
+                    walkthrough_user_create(&blocks),
+                    "README ({heading}): {command:?} is not the walk-through's user create"
+                );
+            } else {
+                panic!("README ({heading}): no check for the command {command:?}");
+            }
+            ran.push(command);
+        }
+    }
+    assert!(
+        walked.is_some(),
+        "the README has no CLI and curl walk-through"
+    );
+    assert!(
+        ran.len() >= 8,
+        "only {} README commands found: {ran:#?}",
+        ran.len()
+    );
+}
