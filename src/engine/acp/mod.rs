@@ -167,7 +167,7 @@ pub fn http_client() -> reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
-            reqwest::Client::builder()
+            crate::tls::client_builder()
                 .connect_timeout(Duration::from_secs(10))
                 .build()
                 .unwrap_or_default()
