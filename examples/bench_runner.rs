@@ -532,6 +532,8 @@ fn sessiond_command(bin: &Path) -> Command {
 
 /// Creates the bench user and an API key (scope `sessions`) with the CLI; returns the key.
 fn bootstrap_credentials(bin: &Path, data_dir: &Path) -> String {
+    // Only `serve` creates a data dir; the CLI's commands need one that exists.
+    std::fs::create_dir_all(data_dir).unwrap_or_else(|e| die("data dir", e));
     let mut user = sessiond_command(bin)
         .args(["user", "create", "--email", EMAIL, "--password-stdin"])
         .arg("--data-dir")
