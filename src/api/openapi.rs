@@ -283,9 +283,9 @@ fn ax_register_request() -> Value {
 /// A registration's answer: the agent and the key it was issued.
 fn ax_registered() -> Value {
     let mut agent = ax_agent();
-    agent["required"]
-        .as_array_mut()
-        .map(|r| r.push(json!("agent_api_key")));
+    if let Some(required) = agent["required"].as_array_mut() {
+        required.push(json!("agent_api_key"));
+    }
     agent["properties"]["agent_api_key"] = json!({"type": "string"});
     agent
 }
