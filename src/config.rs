@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+/// How long a browser sign-in lasts unless `limits.browser_session_ms` says otherwise: 7 days.
+pub const DEFAULT_BROWSER_SESSION_MS: u64 = 7 * 24 * 3_600_000;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -116,6 +119,10 @@ pub struct Limits {
     pub max_upload_bytes: u64,
     /// How long a minted upload grant accepts new uploads.
     pub upload_grant_ttl_ms: u64,
+    /// How long a browser sign-in lasts; the streams opened with it end when it expires.
+    pub browser_session_ms: u64,
+    /// The first delay a throttled sign-in must wait (then twice as long, and so on).
+    pub login_delay_ms: u64,
     /// The longest a JSON request body may take to arrive, and the longest an upload may pause;
     /// then the request is answered 408.
     pub body_timeout_ms: u64,
@@ -211,6 +218,8 @@ impl Default for Limits {
             history_page_max: 500,
             max_upload_bytes: 100 * 1024 * 1024,
             upload_grant_ttl_ms: 15 * 60 * 1000,
+            browser_session_ms: DEFAULT_BROWSER_SESSION_MS,
+            login_delay_ms: 1000,
             body_timeout_ms: 30_000,
         }
     }
@@ -265,6 +274,12 @@ impl Config {
         }
         if self.limits.body_timeout_ms == 0 {
             return Err("limits.body_timeout_ms must be at least 1".into());
+        }
+        if self.limits.login_delay_ms == 0 {
+            return Err("limits.login_delay_ms must be at least 1".into());
+        }
+        if self.limits.browser_session_ms < 1000 {
+            return Err("limits.browser_session_ms must be at least 1000".into());
         }
         if self.stream.keepalive_ms == 0 {
             return Err("stream.keepalive_ms must be at least 1".into());

@@ -148,23 +148,42 @@ pub fn lock_data_dir(data_dir: &std::path::Path) -> Result<DataDirLock, String> 
     Ok(DataDirLock { _file: file })
 }
 
-/// A data dir or database that cannot be written is refused at start, not at the first write.
+/// A data dir or database that cannot be written (read-only, no permission) is refused at start,
+/// not at the first write. A full disk is not refused: the server starts degraded (reads work,
+/// writes answer 507, `/healthz` and `/readyz` say so) and recovers on its own when space returns.
 fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
-    store.check_writable().map_err(|e| {
-        format!(
-            "the database {} cannot be written ({e}); sessiond needs a writable data dir",
-            cfg.db_path().display()
-        )
-    })?;
+    let db = match store.check_writable() {
+        Err(crate::Error::StorageFull(e)) => Err(e),
+        Err(e) => {
+            return Err(format!(
+                "the database {} cannot be written ({e}); sessiond needs a writable data dir",
+                cfg.db_path().display()
+            ));
+        }
+        Ok(()) => Ok(()),
+    };
     let probe = cfg.data_dir.join("run").join(".writable");
-    std::fs::write(&probe, b"")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| {
-            format!(
+    let dir = std::fs::write(&probe, b"").and_then(|()| std::fs::remove_file(&probe));
+    let dir = match dir {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+            Err(e.to_string())
+        }
+        Err(e) => {
+            return Err(format!(
                 "the data dir {} cannot be written ({e}); sessiond needs a writable data dir",
                 cfg.data_dir.display()
-            )
-        })
+            ));
+        }
+        Ok(()) => Ok(()),
+    };
+    if let Some(e) = db.err().or(dir.err()) {
+        tracing::error!(
+            data_dir = %cfg.data_dir.display(),
+            error = %e,
+            "the data dir's disk is full: serving reads; writes answer 507 until space returns"
+        );
+    }
+    Ok(())
 }
 
 /// The engine of agents that do not choose one: the configured one (`SESSIOND_ENGINE` or the
@@ -331,7 +350,9 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     ));
     let _ = acp_slot.set(platform.clone());
     let platform = web::Data::from(platform);
-    let auth = Auth::new(store.clone());
+    let auth = Auth::new(store.clone())
+        .with_browser_session_ms(cfg.limits.browser_session_ms)
+        .with_login_delay_ms(cfg.limits.login_delay_ms);
     let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
     let state = web::Data::new(AppState::new(sessions, auth));
     let state_for_url = state.clone();

@@ -837,7 +837,6 @@ fn programs_left_running_by_a_killed_server_are_stopped_at_the_next_start() {
     let leader = read(&dir, "leader.pid");
     // kill -9: sessiond cannot stop its children itself.
     s.kill9();
-    std::thread::sleep(Duration::from_millis(300));
     assert!(!gone(leader.trim()), "the CLI outlived the killed server");
     s.kill9_and_restart();
     assert_gone_soon("the orphaned CLI", leader.trim());

@@ -322,3 +322,177 @@ fn stalled_and_vanishing_subscribers_cost_the_writer_nothing_and_reconnects_lose
     }
     assert_eq!(seqs, (last + 1..=last + 300).collect::<Vec<_>>());
 }
+
+/// Every file under `dir`, hidden ones (an upload's temporary file) included.
+fn all_files(dir: &std::path::Path) -> Vec<String> {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if let Ok(rel) = p.strip_prefix(root) {
+                out.push(rel.display().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// Checks the storage is reported full: `/healthz` degraded, `/readyz` 503, and a write 507.
+fn assert_reported_full(s: &Server, id: &str) {
+    let (st, health) = s.get(&s.url("/healthz"));
+    assert_eq!(st, 200, "{health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(health["storage"]["status"], "full", "{health}");
+    let (st, ready) = s.get(&s.url("/readyz"));
+    assert_eq!(st, 503, "{ready}");
+    assert_eq!(ready["error"], "not_ready", "{ready}");
+    let (st, v) = s.post(
+        &s.sessions_url(&format!("/{id}/note")),
+        &json!({"note": "while full"}),
+    );
+    assert_eq!(st, 507, "{v}");
+    assert_eq!(v["error"], "storage_full", "{v}");
+    assert!(v["message"].is_string(), "{v}");
+}
+
+/// Waits until `/healthz` and `/readyz` say the storage writes again.
+fn wait_healthy(s: &Server) {
+    poll_until("storage healthy again", Duration::from_secs(20), || {
+        let (_, h) = s.get(&s.url("/healthz"));
+        let (ready, _) = s.get(&s.url("/readyz"));
+        (h["status"] == "ok" && h["storage"]["status"] == "ok" && ready == 200).then_some(())
+    });
+}
+
+/// A server started on a data dir whose disk is already full (after a clean stop, which removes
+/// the database's write-ahead log and shared-memory index, and after `kill -9` in the middle of a
+/// turn, which leaves that turn for start-up recovery to end) starts, serves reads, reports the
+/// fault, refuses writes with 507, and recovers on its own when space returns.
+#[test]
+fn a_server_started_on_a_full_disk_serves_reads_and_recovers_when_space_returns() {
+    let Some(fs) = Tmpfs::mount("16m") else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let mut s = Server::start_in(&data, &[]);
+    let id = s.create_prompt("hello");
+    s.wait_terminal(&id, 1);
+    let history = s.history_all(&id);
+    let status = s.detail(&id)["turnStatus"].clone();
+
+    // 1. After a clean stop.
+    assert!(s.stop().success());
+    let filler = fs.fill("filler");
+    s.restart();
+    assert_eq!(s.history_all(&id), history, "reads while the disk is full");
+    assert_eq!(s.detail(&id)["turnStatus"], status);
+    let (st, list) = s.get(&s.sessions_url(""));
+    assert_eq!(st, 200, "{list}");
+    assert_reported_full(&s, &id);
+    std::fs::remove_file(&filler).expect("free the space");
+    wait_healthy(&s);
+    let (st, v) = s.post(
+        &s.sessions_url(&format!("/{id}/note")),
+        &json!({"note": "space again"}),
+    );
+    assert_eq!(st, 200, "{v}");
+
+    // 2. After kill -9 with a turn running: start-up recovery cannot write its terminal yet.
+    let (st, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": long_writing_prompt()}),
+    );
+    assert_eq!(st, 200, "{v}");
+    let from = s.detail(&id)["lastEventSeq"].as_u64().expect("seq");
+    s.wait_for_event(&id, &["step"], from, Duration::from_secs(20));
+    s.kill9();
+    let filler = fs.fill("filler");
+    s.restart();
+    assert_eq!(s.detail(&id)["turnStatus"], "running", "reads while full");
+    assert_reported_full(&s, &id);
+    std::fs::remove_file(&filler).expect("free the space");
+    wait_healthy(&s);
+    // Recovery ends the cut-off turn once it can write, and the session takes work again.
+    let t = s.wait_terminal(&id, from);
+    assert_eq!(t["event"]["type"], "interrupted", "{t}");
+    let after = s.detail(&id)["lastEventSeq"].as_u64().expect("seq");
+    let (st, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "after the disk was freed"}),
+    );
+    assert_eq!(st, 200, "{v}");
+    let t = s.wait_terminal(&id, after + 1);
+    assert_eq!(t["event"]["status"], "completed", "{t}");
+    let events = s.history_all(&id);
+    let seqs: Vec<u64> = events.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    assert!(
+        !events.iter().any(|e| e["event"]["note"] == "while full"),
+        "a refused note was stored"
+    );
+}
+
+/// An upload while the disk is full answers 507 `storage_full` JSON and leaves no file behind,
+/// not even its temporary one; once space returns the same upload works.
+#[test]
+fn an_upload_on_a_full_disk_answers_507_leaves_nothing_and_works_again() {
+    let Some(fs) = Tmpfs::mount("16m") else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let s = Server::start_in(&data, &[]);
+    let (st, grant) = s.post(&s.sessions_url("/attachments/session"), &json!({}));
+    assert_eq!(st, 200, "{grant}");
+    let url = format!(
+        "{}{}/report.bin",
+        grant["vmBaseUrl"].as_str().expect("vmBaseUrl"),
+        grant["uploadPath"].as_str().expect("uploadPath")
+    );
+    let put = |body: Vec<u8>| {
+        let r = reqwest::blocking::Client::new()
+            .put(&url)
+            .header(
+                "authorization",
+                format!("Bearer {}", grant["uploadToken"].as_str().expect("token")),
+            )
+            .body(body)
+            .send()
+            .expect("the upload gets an answer");
+        into_json(r)
+    };
+    let drive = data.join("drive");
+    let before = all_files(&drive);
+    let body: Vec<u8> = (0..2 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+
+    let filler = fs.fill("filler");
+    let (st, v) = put(body.clone());
+    assert_eq!(st, 507, "{v}");
+    assert_eq!(v["error"], "storage_full", "{v}");
+    assert!(v["message"].is_string(), "{v}");
+    assert_eq!(all_files(&drive), before, "the failed upload left a file");
+    // Room for a part of the file only: the upload fails midway and still leaves nothing.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&filler)
+        .expect("filler");
+    let len = f.metadata().expect("filler size").len();
+    f.set_len(len - 512 * 1024).expect("free 512 KiB");
+    drop(f);
+    let (st, v) = put(body.clone());
+    assert_eq!(st, 507, "{v}");
+    assert_eq!(v["error"], "storage_full", "{v}");
+    assert_eq!(all_files(&drive), before, "the failed upload left a file");
+
+    std::fs::remove_file(&filler).expect("free the space");
+    let (st, v) = put(body.clone());
+    assert_eq!(st, 201, "{v}");
+    let stored = drive.join(WS).join(v["path"].as_str().expect("path"));
+    assert_eq!(std::fs::read(&stored).expect("the uploaded file"), body);
+}

@@ -127,8 +127,11 @@ fn a_reply_streams_as_deltas_and_is_stored_once_complete() {
         delay: Duration::from_millis(60),
         end: End::Done,
     });
+    // The stream starts once the test listens, so every delta reaches it.
+    fake.hold_streams();
     let id = create(&s, json!({"prompt": "hi"}));
     let sse = s.sse(&id, Some(0), None);
+    fake.release();
     let frames = sse.until_terminal(Duration::from_secs(20));
     // Invariant 6: deltas are live only; the text step is the durable record.
     let deltas: String = frames
@@ -137,10 +140,7 @@ fn a_reply_streams_as_deltas_and_is_stored_once_complete() {
         .filter(|d| d["event"]["step"]["type"] == "text_delta")
         .filter_map(|d| d["event"]["step"]["delta"].as_str().map(str::to_owned))
         .collect();
-    assert!(
-        "Hello from the model".ends_with(&deltas) && !deltas.is_empty(),
-        "deltas {deltas:?}"
-    );
+    assert_eq!(deltas, "Hello from the model", "every delta, in order");
 
     let events = history(&s, &id);
     assert!(steps(&events, "text_delta").is_empty());
@@ -599,7 +599,8 @@ fn an_interrupt_mid_stream_closes_the_connection() {
     });
     let id = create(&s, json!({"prompt": "long answer"}));
     fake.wait_chats(1, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(200));
+    // Both chunks are out and the fake holds the stream open: the turn is mid-stream.
+    fake.wait_chunks_sent(2, Duration::from_secs(10));
     assert_eq!(fake.closed_early(), 0);
     let (status, v) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
     assert_eq!(status, 200, "{v}");
@@ -691,11 +692,12 @@ fn earlier_turns_and_steers_reach_the_model() {
     let id = create(&s, json!({"prompt": "first question"}));
     wait_terminals(&s, &id, 1);
 
-    // Second turn: slow, so a steer lands while it streams (R25).
+    // Second turn: its stream stays open until released, so the steer certainly lands while it
+    // streams (R25).
     fake.push(Reply::Stream {
         chunks: (0..8).map(|i| content_chunk(&format!("w{i} "))).collect(),
-        delay: Duration::from_millis(100),
-        end: End::Done,
+        delay: Duration::ZERO,
+        end: End::UntilReleased,
     });
     fake.push(text_reply("Steered answer.", (10, 2, 0)));
     let (status, v) = s.post(
@@ -704,7 +706,6 @@ fn earlier_turns_and_steers_reach_the_model() {
     );
     assert_eq!(status, 200, "{v}");
     fake.wait_chats(2, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(150));
     let (status, v) = s.post(
         &s.sessions_url(&format!("/{id}/messages")),
         &json!({"prompt": "actually, be brief", "behavior": "steer"}),
@@ -714,6 +715,7 @@ fn earlier_turns_and_steers_reach_the_model() {
         v["delivery"], "accepted",
         "the steer joins the running turn"
     );
+    fake.release();
     let events = wait_terminals(&s, &id, 2);
     assert_eq!(last_terminal(&events)["result"], "Steered answer.");
 

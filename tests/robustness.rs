@@ -355,14 +355,19 @@ fn sse_reconnect_mid_stream_gets_partial_text_tail_inv6() {
     let s = Server::start();
     // 100 chunks 30 ms apart: ~3 s of streaming, far longer than the reconnect below.
     let id = s.create_prompt("/slow 30\n/stream 100");
+    // A second listener only tells the test how far the turn has streamed.
+    let watcher = s.sse(&id, None, None);
     let a = s.sse(&id, None, None);
     let part = read_until(&a, Duration::from_secs(20), |fs| {
         fs.iter().filter(|f| is_text_delta(f)).count() >= 3
     });
+    let seen = part.iter().filter(|f| is_text_delta(f)).count();
     drop(a);
     let last = *durable_seqs(&part).last().expect("turn_started seen");
-    // More chunks are produced while nobody listens; they must come back through the tail.
-    std::thread::sleep(Duration::from_millis(200));
+    // More chunks are produced while this client is away; they must come back through the tail.
+    read_until(&watcher, Duration::from_secs(20), |fs| {
+        fs.iter().filter(|f| is_text_delta(f)).count() >= seen + 3
+    });
 
     let b = s.sse(&id, None, Some(last));
     let frames = b.until_terminal(Duration::from_secs(30));
@@ -420,7 +425,6 @@ fn sse_tail_survives_an_input_appended_mid_stream_inv6() {
         fs.last().and_then(frame_seq) == Some(note_seq)
     });
     drop(a);
-    std::thread::sleep(Duration::from_millis(100));
 
     let expected: String = (1..=100).map(|i| format!("chunk {i} ")).collect();
     let b = s.sse(&id, None, Some(note_seq));
@@ -1335,6 +1339,7 @@ fn backup_while_serving_is_consistent_and_never_overwrites() {
     // 1..=last_event_seq of its row (invariants 1 and 2 hold inside the backup).
     let dest2 = tmp.path().join("under-load.db");
     let stop = std::sync::atomic::AtomicBool::new(false);
+    let written = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             let url = s.sessions_url(&format!("/{}/note", ids[0]));
@@ -1343,9 +1348,13 @@ fn backup_while_serving_is_consistent_and_never_overwrites() {
                 let (st, _) = s.post(&url, &json!({"note": "load"}));
                 assert_eq!(st, 200);
                 n += 1;
+                written.store(n, std::sync::atomic::Ordering::SeqCst);
             }
         });
-        std::thread::sleep(Duration::from_millis(100));
+        // The backup starts once the writes are under way.
+        poll_until("notes written", Duration::from_secs(20), || {
+            (written.load(std::sync::atomic::Ordering::SeqCst) >= 20).then_some(())
+        });
         let out = backup_cmd(&s.data_dir, &dest2);
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         writer.join().unwrap();

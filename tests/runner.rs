@@ -587,7 +587,7 @@ fn ask_then_answer_resumes_and_second_answer_is_409_not_asking() {
     let last = d["lastEventSeq"].clone();
     let (status, v) = s.post(&url(&s, &id, "/answer"), &json!({ "answer": "b" }));
     assert_error(status, &v, 409, "not_asking");
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_runner_idle();
     assert_eq!(s.history_all(&id).len(), n);
     assert_eq!(s.detail(&id)["lastEventSeq"], last);
 }
@@ -744,7 +744,7 @@ fn interrupt_inside_long_pause_with_small_grace() {
     }
     assert!(started.elapsed() < Duration::from_secs(5));
     // Past the grace period: still exactly one terminal each.
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_runner_idle();
     for id in [&paused, &task] {
         let events = s.history_all(id);
         assert_eq!(
@@ -773,7 +773,7 @@ fn interrupt_idle_session_records_only_the_request() {
     assert_eq!(s.wait_terminal(&id, 1)["event"]["type"], "complete");
     let before = s.history_all(&id);
     interrupt(&s, &id);
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_runner_idle();
     let after = s.history_all(&id);
     assert_eq!(after.len(), before.len() + 1, "{:?}", event_types(&after));
     assert_eq!(etype(after.last().unwrap()), "interrupt_requested");
@@ -853,9 +853,12 @@ fn message_wakes_sleeping_session_early_and_drops_the_wake() {
     let n = s.history_all(&id).len();
     // Past the old wakeAt: no second (wake) turn.
     let now_ms = end["createdAt"].as_f64().unwrap();
+    // The old wake time must pass (time itself is the condition here), then the runner must
+    // have nothing to do: a wrongly kept wake would have queued a turn by then.
     std::thread::sleep(Duration::from_millis(
         (wake_at - now_ms).max(0.0) as u64 + 700,
     ));
+    s.wait_runner_idle();
     let events = s.history_all(&id);
     assert_eq!(
         events.len(),
@@ -1503,7 +1506,7 @@ fn machine_fail_and_interrupt_end_the_job() {
     assert_eq!(phases(m), ["past", "future", "outcome"]);
     assert_eq!(d["turnStatus"], "interrupted");
     assert_eq!(d["bucket"], "done");
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_runner_idle();
     let events = s.history_all(&stopped);
     assert!(texts(&events).is_empty(), "{:?}", texts(&events));
     assert_eq!(count(&events, "turn_started"), 1);

@@ -32,8 +32,6 @@ const ACTIVITY: &str = "GET_v1_ws__workspaceSlug__agent_sessions_activity.respon
 const TERMINALS: [&str; 4] = ["complete", "ask", "interrupted", "sleep"];
 /// Long enough that nothing in a test races it, short enough that a hung turn fails fast.
 const WAIT: Duration = Duration::from_secs(20);
-/// How long a negative check ("nothing else happens") watches.
-const QUIET: Duration = Duration::from_millis(300);
 
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
 
@@ -991,7 +989,7 @@ fn steer_joins_the_running_turn_r25() {
     assert_eq!(ack["delivery"], "accepted", "a running turn takes a steer");
     let end = wait_terminal(&s, &id, seq(&started));
     assert_eq!(etype(&end), "complete");
-    std::thread::sleep(QUIET);
+    s.wait_runner_idle();
     let events = history(&s, &id);
     assert_eq!(
         of_type(&events, "turn_started").len(),
@@ -1030,7 +1028,7 @@ fn note_is_recorded_without_starting_a_turn_s3() {
     assert_eq!(d["lastEventSeq"].as_u64(), Some(n));
     assert_eq!(d["turnStatus"], "complete");
 
-    std::thread::sleep(QUIET);
+    s.wait_runner_idle();
     let later = after(&history(&s, &id), n);
     assert!(later.is_empty(), "a note starts no turn: {later:#?}");
     assert_eq!(detail_checked(&s, &id)["bucket"], "done");
@@ -1168,7 +1166,7 @@ fn interrupt_on_an_idle_session_records_only_the_request() {
     settle(&s, &id, "complete");
     let before = last_seq(&s, &id);
     interrupt(&s, &id);
-    std::thread::sleep(QUIET);
+    s.wait_runner_idle();
     let new = after(&history(&s, &id), before);
     assert_eq!(event_types(&new), ["interrupt_requested"]);
     let d = detail_checked(&s, &id);

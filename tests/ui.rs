@@ -140,6 +140,16 @@ fn text_of(b: &Browser, css: &str) -> Value {
     )
 }
 
+/// Waits until the page's finite animations and transitions have finished (an opening
+/// `<details>`, the drawer sliding in), so a screenshot shows the settled page.
+fn wait_animations(b: &Browser) {
+    b.wait_js(
+        "animations finished",
+        "return document.getAnimations().every(a => a.playState !== 'running' || a.effect?.getComputedTiming().endTime === Infinity);",
+        WAIT,
+    );
+}
+
 fn count(b: &Browser, css: &str) -> u64 {
     b.exec(
         "return document.querySelectorAll(arguments[0]).length;",
@@ -336,17 +346,18 @@ fn a_new_session_streams_its_reply() {
     b.click_css(".new-view .btn-send");
     b.find(".session-view");
 
-    // The reply arrives piece by piece before the durable text replaces it.
+    // The reply arrives piece by piece before the durable text replaces it (seen in one look at
+    // the page: the live text, and no durable text yet).
     let live = b.wait_js(
         "streamed text",
-        "return document.querySelector('[data-kind=live-text]')?.textContent.includes('chunk 3 ') && document.querySelector('[data-kind=live-text]').textContent;",
+        "const e = document.querySelector('[data-kind=live-text]'); return e?.textContent.includes('chunk 3 ') && { live: e.textContent, durable: document.querySelectorAll('[data-kind=text]').length };",
         WAIT,
     );
     assert!(
-        chunks(20).starts_with(live.as_str().unwrap().trim_end()),
+        chunks(20).starts_with(live["live"].as_str().unwrap_or("").trim_end()),
         "{live}"
     );
-    assert_eq!(count(&b, "[data-kind=text]"), 0, "still streaming");
+    assert_eq!(live["durable"], 0, "still streaming");
     b.find("[data-kind=complete]");
     assert_single_final_text(&b, &chunks(20));
     let sent = text_of(&b, "[data-kind=prompt] .plain");
@@ -666,7 +677,7 @@ fn screenshots_of_the_main_screens() {
         "document.querySelector('[data-kind=tool]').open = true;",
         &[],
     );
-    std::thread::sleep(Duration::from_millis(400));
+    wait_animations(&b);
     b.screenshot("session");
 
     open_session(&b, &s, &job);
@@ -737,13 +748,18 @@ fn screenshots_of_the_main_screens() {
         "return document.querySelectorAll('.session-row').length >= 9;",
         WAIT,
     );
-    // Sessions that were read are no longer marked unread.
-    let unread = b.exec(
-        "return document.querySelector(`.session-item[data-id='${arguments[0]}']`).classList.contains('unread');",
-        &[json!(rich)],
+    // Sessions that were read are no longer marked unread (the page marks them read as it shows
+    // them; the list may have been fetched before that mark arrived, so wait for it to say so).
+    poll_until("the viewed session read", WAIT, || {
+        (s.detail(&rich)["unread"] == false).then_some(())
+    });
+    b.wait_js(
+        "the viewed session shown as read",
+        &format!(
+            "const e = document.querySelector(`.session-item[data-id='{rich}']`); return e && !e.classList.contains('unread');"
+        ),
+        WAIT,
     );
-    assert_eq!(unread, false, "the viewed session is read");
-    assert_eq!(s.detail(&rich)["unread"], false);
     b.screenshot("list-dark");
     let errors = ui_errors(&b);
     assert!(errors.is_empty(), "browser console: {errors:#?}");
@@ -912,7 +928,7 @@ fn the_phone_layout_is_usable() {
         "return getComputedStyle(document.querySelector('#sidebar')).visibility === 'visible' && document.querySelector('#sidebar').getBoundingClientRect().left === 0;",
         WAIT,
     );
-    std::thread::sleep(Duration::from_millis(250));
+    wait_animations(&b);
     b.screenshot("drawer-phone");
     b.click_css("#sidebar a.nav-item[href$='/agents']");
     b.find(".agents-view .agent-card");

@@ -71,7 +71,7 @@ async fn signed_in(state: &AppState, user_id: &str, email: &str) -> Result<HttpR
     let cookie = state.auth.open_browser_session(user_id).await?;
     let who = me_body(state, user_id, email).await?;
     Ok(HttpResponse::Ok()
-        .cookie(session_cookie(state, cookie, auth::BROWSER_SESSION_MS))
+        .cookie(session_cookie(state, cookie, state.auth.session_ms()))
         .json(who))
 }
 

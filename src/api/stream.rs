@@ -9,8 +9,8 @@
 //!
 //! A stream ends when its client hangs up (the connection layer sees the end of the client's
 //! side at once, so its descriptor and subscriber slot are freed without waiting for a write to
-//! fail), when the credential it was opened with is revoked, when its session is deleted, and at
-//! shutdown.
+//! fail), when the credential it was opened with is revoked (an API key revoked, a browser session
+//! signed out) or expires, when its session is deleted, and at shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +27,7 @@ use super::connection::PeerClosed;
 use super::context::AppState;
 use crate::auth::{self, Revoked, StreamCredential};
 use crate::bus::{self, Frame, Subscription};
+use crate::clock;
 use crate::error::Result;
 use crate::metrics::METRICS;
 use crate::sessions::{Actor, Channel};
@@ -67,13 +68,15 @@ pub fn resume_point(req: &HttpRequest, param: &str) -> Result<u64> {
 }
 
 /// What ends a stream besides its session and the server: the client hanging up and the
-/// credential it was opened with being revoked. Made before the session is read, so no
+/// credential it was opened with being revoked or expiring. Made before the session is read, so no
 /// revocation is missed in between.
 pub struct Ends {
     app: web::Data<AppState>,
     peer: Option<PeerClosed>,
     credential: StreamCredential,
     revocations: broadcast::Receiver<Revoked>,
+    /// When the credential expires by itself, once looked up (`None` inside: never).
+    expires_at: Option<Option<i64>>,
 }
 
 impl Ends {
@@ -92,7 +95,16 @@ impl Ends {
             peer: req.conn_data::<PeerClosed>().cloned(),
             credential,
             revocations,
+            expires_at: None,
         }
+    }
+
+    /// When the credential expires by itself (looked up once per stream).
+    async fn expiry(&mut self) -> Option<i64> {
+        if self.expires_at.is_none() {
+            self.expires_at = Some(self.app.auth.expires_at(&self.credential).await);
+        }
+        self.expires_at.flatten()
     }
 }
 
@@ -281,6 +293,16 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
             }
             Phase::Live => {
                 let keepalive = tokio::time::sleep(st.keepalive);
+                let expires_at = st.ends.expiry().await;
+                let expiry = async move {
+                    match expires_at {
+                        Some(at) => {
+                            let left = at.saturating_add(1).saturating_sub(clock::now_ms());
+                            tokio::time::sleep(Duration::from_millis(left.max(0) as u64)).await
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
                 let peer = async {
                     match &mut st.ends.peer {
                         Some(p) => p.wait().await,
@@ -313,6 +335,7 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                     }
                     _ = st.closed.changed() => st.phase = Phase::Done,
                     () = peer => st.phase = Phase::Done,
+                    () = expiry => st.phase = Phase::Done,
                     revoked = st.ends.revocations.recv() => match revoked {
                         Ok(r) if st.ends.credential.is_revoked_by(&r) => st.phase = Phase::Done,
                         Ok(_) => {}

@@ -8,7 +8,8 @@
 //!
 //! * **account and address**: 5 failures are free, then each further attempt from that address
 //!   for that account must wait 1 s, 2 s, 4 s, … (at most 15 min) after the last failure. One
-//!   client guessing one account is slowed down at once.
+//!   client guessing one account is slowed down at once. (1 s is the base delay,
+//!   `limits.login_delay_ms`.)
 //! * **address**: 100 failures across any accounts refuse that address for the window (password
 //!   spraying). It concerns that address only.
 //! * **account**: 10 failures from anywhere, then attempts must wait 1 s, 2 s, 4 s, … after the
@@ -42,9 +43,13 @@ struct Failures {
     last: Instant,
 }
 
-/// 1 s after the first failure past the free ones, doubling, at most [`MAX_DELAY`].
-fn delay(beyond_free: u32) -> Duration {
-    Duration::from_secs(1u64 << beyond_free.min(20)).min(MAX_DELAY)
+/// The base delay unless `limits.login_delay_ms` says otherwise.
+pub const DEFAULT_BASE_DELAY: Duration = Duration::from_secs(1);
+
+/// `base` after the first failure past the free ones, doubling, at most [`MAX_DELAY`].
+fn delay(base: Duration, beyond_free: u32) -> Duration {
+    base.saturating_mul(1u32 << beyond_free.min(20))
+        .min(MAX_DELAY)
 }
 
 #[derive(Default)]
@@ -60,9 +65,16 @@ struct State {
 #[derive(Debug)]
 pub struct Attempt(());
 
-#[derive(Default)]
 pub struct LoginLimiter {
     state: Mutex<State>,
+    /// The first delay past the free failures; each further one doubles it.
+    base: Duration,
+}
+
+impl Default for LoginLimiter {
+    fn default() -> Self {
+        LoginLimiter::with_base_delay(DEFAULT_BASE_DELAY)
+    }
 }
 
 /// Seconds to wait, rounded up, at least 1.
@@ -106,6 +118,14 @@ impl LoginLimiter {
         LoginLimiter::default()
     }
 
+    /// A limiter whose first delay is `base` (then 2 × `base`, 4 × `base`, …).
+    pub fn with_base_delay(base: Duration) -> LoginLimiter {
+        LoginLimiter {
+            state: Mutex::default(),
+            base: base.max(Duration::from_millis(1)),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -118,7 +138,7 @@ impl LoginLimiter {
         let pair_key = (account.to_owned(), address.to_owned());
         let wait_after = |f: Option<Failures>, free: u32| -> Option<Duration> {
             let f = f.filter(|f| f.count >= free)?;
-            let until = f.last + delay(f.count - free);
+            let until = f.last + delay(self.base, f.count - free);
             (now < until).then(|| until - now)
         };
         if let Some(wait) = wait_after(live(s.pairs.get(&pair_key), now), PAIR_FREE) {
@@ -193,9 +213,11 @@ mod tests {
 
     #[test]
     fn delays_double_and_are_capped() {
-        assert_eq!(delay(0), Duration::from_secs(1));
-        assert_eq!(delay(3), Duration::from_secs(8));
-        assert_eq!(delay(40), MAX_DELAY);
+        let base = DEFAULT_BASE_DELAY;
+        assert_eq!(delay(base, 0), Duration::from_secs(1));
+        assert_eq!(delay(base, 3), Duration::from_secs(8));
+        assert_eq!(delay(base, 40), MAX_DELAY);
+        assert_eq!(delay(Duration::from_secs(60), 1), Duration::from_secs(120));
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! one made by the CLI (another process) within the cache's 100 ms. Open event streams end too:
 //! [`Auth::watch_revocations`] looks for newly revoked keys a few times a second (one small query,
 //! however many streams are open) and tells every stream through [`Auth::revocations`]; signing
-//! out ends the browser session's streams the same way.
+//! out ends the browser session's streams the same way, and a browser session's streams end when
+//! it expires ([`Auth::expires_at`]).
 
 pub mod limiter;
 pub mod password;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 use crate::clock;
+use crate::config;
 use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::{Actor, Channel};
@@ -36,8 +38,6 @@ use crate::timeline::Sender;
 
 /// Name of the browser session cookie.
 pub const COOKIE: &str = "sessiond_session";
-/// How long a browser session lasts.
-pub const BROWSER_SESSION_MS: i64 = 7 * 24 * 3_600_000;
 /// How long a verified key is trusted without looking at the database again (a revocation made by
 /// another process takes effect within this time; one made through this server at once).
 pub const KEY_CACHE_TTL: Duration = Duration::from_millis(100);
@@ -118,10 +118,12 @@ pub enum Revoked {
     Browser(String),
 }
 
-/// What an open stream was authorised with, to end it when that is revoked.
+/// What an open stream was authorised with, to end it when that is revoked or expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamCredential {
+    /// An API key, by its public id.
     Key(String),
+    /// A browser session, by the hash of its cookie.
     Browser(String),
     None,
 }
@@ -141,6 +143,8 @@ pub struct Auth {
     keys: Mutex<HashMap<String, CachedKey>>,
     revoked: broadcast::Sender<Revoked>,
     pub logins: limiter::LoginLimiter,
+    /// How long a browser session lasts (`limits.browser_session_ms`).
+    session_ms: i64,
     /// Hash of the one-time setup token while no user exists.
     setup: Mutex<Option<String>>,
 }
@@ -187,14 +191,34 @@ pub fn create_key(
 }
 
 impl Auth {
+    /// Browser sessions last [`config::DEFAULT_BROWSER_SESSION_MS`] unless
+    /// [`Auth::with_browser_session_ms`] says otherwise.
     pub fn new(store: Store) -> Auth {
         Auth {
             store,
             keys: Mutex::new(HashMap::new()),
             revoked: broadcast::channel(256).0,
             logins: limiter::LoginLimiter::new(),
+            session_ms: config::DEFAULT_BROWSER_SESSION_MS as i64,
             setup: Mutex::new(None),
         }
+    }
+
+    /// Sets the failed-login limiter's first delay (`limits.login_delay_ms`).
+    pub fn with_login_delay_ms(mut self, ms: u64) -> Auth {
+        self.logins = limiter::LoginLimiter::with_base_delay(Duration::from_millis(ms));
+        self
+    }
+
+    /// Sets how long a browser session lasts (`limits.browser_session_ms`).
+    pub fn with_browser_session_ms(mut self, ms: u64) -> Auth {
+        self.session_ms = i64::try_from(ms).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// How long a browser session lasts, in ms.
+    pub fn session_ms(&self) -> i64 {
+        self.session_ms
     }
 
     pub fn store(&self) -> &Store {
@@ -362,6 +386,31 @@ impl Auth {
 
     /// The user behind a browser session cookie; 401 when unknown or expired.
     pub async fn cookie(&self, cookie: &str) -> Result<String> {
+        Ok(self.live_browser_session(cookie).await?.0)
+    }
+
+    /// When a stream's credential stops being valid by itself (ms since the epoch): a browser
+    /// session's expiry; `None` for API keys, which do not expire. A browser session that is gone
+    /// already expires now.
+    pub async fn expires_at(&self, cred: &StreamCredential) -> Option<i64> {
+        let StreamCredential::Browser(hash) = cred else {
+            return None;
+        };
+        let hash = hash.clone();
+        match self
+            .store
+            .read(move |c| identity::browser_session(c, &hash))
+            .await
+        {
+            Ok(Some((_, expires_at))) => Some(expires_at),
+            Ok(None) => Some(clock::now_ms()),
+            // Unreadable now: the stream keeps its other ends (sign-out, revocation).
+            Err(_) => None,
+        }
+    }
+
+    /// The user and expiry of a browser session cookie; 401 when unknown or expired.
+    async fn live_browser_session(&self, cookie: &str) -> Result<(String, i64)> {
         let hash = secret::token_hash(cookie);
         let (user_id, expires_at) = self
             .store
@@ -371,14 +420,14 @@ impl Auth {
         if expires_at < clock::now_ms() {
             return Err(Error::Unauthorized);
         }
-        Ok(user_id)
+        Ok((user_id, expires_at))
     }
 
     /// Opens a browser session; returns the cookie value.
     pub async fn open_browser_session(&self, user_id: &str) -> Result<String> {
         let token = secret::random_token(32)?;
         let (hash, user) = (secret::token_hash(&token), user_id.to_owned());
-        let expires = clock::now_ms() + BROWSER_SESSION_MS;
+        let expires = clock::now_ms().saturating_add(self.session_ms);
         self.store
             .write(move |tx| tx.insert_browser_session(&hash, &user, expires))
             .await?;

@@ -65,6 +65,10 @@ enum Msg {
     Deleted {
         pk: i64,
     },
+    /// Sessions with work found by a start-up recovery that had to wait for the storage.
+    Recovered {
+        sessions: Vec<(SessionKey, i64)>,
+    },
     Shutdown {
         done: oneshot::Sender<()>,
     },
@@ -139,7 +143,17 @@ impl Runner {
             sessions: OnceLock::new(),
             stopping: AtomicBool::new(false),
         });
-        let recovered = rt.block_on(turn::recover(&shared))?;
+        // On a full or failing disk the server still starts (reads work, writes answer 507): the
+        // turns a previous process left running are ended in the background, as soon as the
+        // store can write their terminals, and their sessions' work is scheduled then.
+        let (recovered, deferred) = match rt.block_on(turn::recover(&shared, false)) {
+            Ok(r) => (r, false),
+            Err(e) if e.is_storage_fault() => {
+                tracing::warn!(error = %e, "start-up recovery waits for the storage to write again");
+                (Vec::new(), true)
+            }
+            Err(e) => return Err(e),
+        };
         let mut dispatcher = Dispatcher {
             shared,
             tx: tx.clone(),
@@ -154,6 +168,17 @@ impl Runner {
         }
         let shared = Arc::clone(&dispatcher.shared);
         rt.spawn(dispatcher.run(rx));
+        if deferred {
+            let (shared, tx) = (Arc::clone(&shared), tx.clone());
+            rt.spawn(async move {
+                match turn::recover(&shared, true).await {
+                    Ok(sessions) => {
+                        let _ = tx.send(Msg::Recovered { sessions });
+                    }
+                    Err(e) => tracing::error!(error = %e, "start-up recovery failed"),
+                }
+            });
+        }
         Ok(Runner {
             tx,
             ack_window,
@@ -295,6 +320,14 @@ impl Dispatcher {
                 self.ready.retain(|k| k.pk != pk);
                 self.queued.remove(&pk);
                 self.timers.retain(|(_, p, _)| *p != pk);
+                self.fill_slots();
+            }
+            Msg::Recovered { sessions } => {
+                for (key, due) in sessions {
+                    if !self.active.contains_key(&key.pk) {
+                        self.schedule(key, due);
+                    }
+                }
                 self.fill_slots();
             }
             Msg::Shutdown { done } => {

@@ -896,21 +896,32 @@ pub(crate) async fn force_interrupted(
 }
 
 /// Ends every turn a previous process left running and returns the sessions with queued inputs
-/// (with the time their first input may run).
-pub(crate) async fn recover(shared: &Shared) -> Result<Vec<(SessionKey, i64)>> {
+/// (with the time their first input may run). With `wait_for_storage`, a terminal that meets a
+/// storage fault is retried until the store takes it (start-up on a full disk).
+pub(crate) async fn recover(
+    shared: &Shared,
+    wait_for_storage: bool,
+) -> Result<Vec<(SessionKey, i64)>> {
     let store = &shared.store;
     let stale = store.read(store::active_turn_sessions).await?;
     for (pk, id) in stale {
         tracing::warn!(session = %id, "ending a turn left running by a previous process");
-        write_lost_terminal(
-            store,
-            SessionKey { pk, id },
-            None,
-            String::new(),
-            "sessiond stopped while this turn was running; the turn was interrupted",
-            Some("runner_exited"),
-        )
-        .await?;
+        let key = SessionKey { pk, id };
+        let end = || {
+            write_lost_terminal(
+                store,
+                key.clone(),
+                None,
+                String::new(),
+                "sessiond stopped while this turn was running; the turn was interrupted",
+                Some("runner_exited"),
+            )
+        };
+        if wait_for_storage {
+            persist(shared, &key.id, "a recovered turn's terminal", end).await?;
+        } else {
+            end().await?;
+        }
     }
     let pending = store.read(store::sessions_with_pending_inputs).await?;
     Ok(pending

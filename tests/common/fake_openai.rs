@@ -24,6 +24,10 @@ pub enum End {
     Stall,
     /// Start a `data:` line and never end it (20 MiB of `x`).
     Flood,
+    /// Keep the connection open (sending comments) until the test calls
+    /// [`FakeOpenAi::release`], then `data: [DONE]`: the turn is certainly still streaming
+    /// until the test says so.
+    UntilReleased,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +64,12 @@ struct State {
     closed_early: usize,
     /// The title for `"stream": false` requests; `None` answers 500.
     title: Option<String>,
+    /// Streams ending [`End::UntilReleased`] may finish, and held streams may start.
+    released: bool,
+    /// Streams wait for [`FakeOpenAi::release`] before their first chunk.
+    hold_start: bool,
+    /// Chunks written to streams so far.
+    chunks_sent: usize,
 }
 
 #[derive(Clone)]
@@ -194,6 +204,26 @@ impl FakeOpenAi {
         self.state.lock().expect("lock").closed_early
     }
 
+    /// Makes streams wait for [`FakeOpenAi::release`] before their first chunk (a test can then
+    /// subscribe to the session's events before anything streams).
+    pub fn hold_streams(&self) {
+        self.state.lock().expect("lock").hold_start = true;
+    }
+
+    /// Lets held streams start and streams that end [`End::UntilReleased`] finish.
+    pub fn release(&self) {
+        self.state.lock().expect("lock").released = true;
+    }
+
+    /// Waits until `n` stream chunks have been written (to any stream).
+    pub fn wait_chunks_sent(&self, n: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.state.lock().expect("lock").chunks_sent < n {
+            assert!(Instant::now() < deadline, "expected {n} chunks sent");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Waits until `n` chat requests have arrived.
     pub fn wait_chats(&self, n: usize, timeout: Duration) -> Vec<Seen> {
         let deadline = Instant::now() + timeout;
@@ -316,6 +346,14 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
             if conn.write_all(head.as_bytes()).is_err() {
                 return;
             }
+            loop {
+                let s = state.lock().expect("lock");
+                if !s.hold_start || s.released {
+                    break;
+                }
+                drop(s);
+                std::thread::sleep(Duration::from_millis(10));
+            }
             for c in chunks {
                 if !delay.is_zero() {
                     std::thread::sleep(delay);
@@ -329,6 +367,7 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
                     state.lock().expect("lock").closed_early += 1;
                     return;
                 }
+                state.lock().expect("lock").chunks_sent += 1;
             }
             match end {
                 End::Done => {
@@ -345,6 +384,21 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
                             return;
                         }
                     }
+                }
+                End::UntilReleased => {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while !state.lock().expect("lock").released && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(20));
+                        if conn
+                            .write_all(b": still thinking\n\n")
+                            .and_then(|_| conn.flush())
+                            .is_err()
+                        {
+                            state.lock().expect("lock").closed_early += 1;
+                            return;
+                        }
+                    }
+                    let _ = conn.write_all(b"data: [DONE]\n\n");
                 }
                 End::Hold => {
                     let deadline = Instant::now() + Duration::from_secs(30);

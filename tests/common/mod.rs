@@ -320,6 +320,30 @@ impl Server {
         })
     }
 
+    /// Waits until the runner has nothing to do: no turn running, none waiting for a slot, no
+    /// input stored and not yet taken. From then on nothing is written to a session unless a
+    /// client writes or a sleep's wake comes due, so a test can check that something did *not*
+    /// happen without waiting an arbitrary time for it.
+    pub fn wait_runner_idle(&self) {
+        poll_until("the runner idle", Duration::from_secs(30), || {
+            let m = self.metrics();
+            let value = |name: &str| {
+                m.lines().find_map(|l| {
+                    let (n, v) = l.rsplit_once(' ')?;
+                    (n == name).then(|| v.parse::<f64>().ok())?
+                })
+            };
+            let idle = [
+                "sessiond_turns_active",
+                "sessiond_sessions_waiting_for_slot",
+                "sessiond_inputs_queued",
+            ]
+            .iter()
+            .all(|name| value(name) == Some(0.0));
+            idle.then_some(())
+        });
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
