@@ -646,7 +646,7 @@ impl Sessiond {
         let engine = EngineConfig::parse(&engine.to_string())
             .unwrap_or_else(|e| die("engine config", e))
             .unwrap_or_else(|| die("engine config", "empty"))
-            .build()
+            .build(&Default::default())
             .unwrap_or_else(|e| die("build engine", e));
         // As `serve` runs turns: their own runtime, two threads.
         let runner_rt = tokio::runtime::Builder::new_multi_thread()

@@ -25,7 +25,7 @@ pub struct AgentSpec {
 }
 
 /// Engine kinds an agent may name.
-pub const ENGINE_KINDS: [&str; 3] = ["scripted", "openai", "command"];
+pub const ENGINE_KINDS: [&str; 4] = ["scripted", "openai", "command", "acp"];
 
 fn check_slug(slug: &str) -> Result<()> {
     let ok = !slug.is_empty()

@@ -149,6 +149,13 @@ pub struct Policy {
     pub api_key_envs: Vec<String>,
     /// Files an agent may name as `apiKeyFile`.
     pub api_key_files: Vec<std::path::PathBuf>,
+    /// Hosts an `acp` engine may call: the ACP servers of agents built with the AgentEx SDK,
+    /// which register themselves with the URL they listen at. An entry is a host name or IP
+    /// address (any port) or `host:port`. Empty: no agent may register an ACP server.
+    pub acp_hosts: Vec<String>,
+    /// Whether an ACP server on this machine may register without a credential (a request from a
+    /// loopback address, into the `default` workspace). Off: registration needs an API key.
+    pub acp_register_from_loopback: bool,
 }
 
 /// Agent run schedules (`/agentex/agents/{id}/schedules`).

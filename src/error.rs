@@ -59,6 +59,9 @@ pub enum Error {
     StaleTurn,
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// An agent's own server (a registered ACP server) could not take a call (502).
+    #[error("{0}")]
+    AgentUnavailable(String),
     /// An operation of a wire contract that sessiond answers but does not carry out (501).
     #[error("{0}")]
     NotImplemented(String),
@@ -123,6 +126,7 @@ impl Error {
             Error::TooManyStreams => "too_many_streams",
             Error::ShuttingDown => "unavailable",
             Error::NotImplemented(_) => "not_implemented",
+            Error::AgentUnavailable(_) => "agent_unavailable",
             Error::StaleTurn => "stale_turn",
             Error::StorageFull(_) => "storage_full",
             Error::StorageUnavailable(_) => "storage_unavailable",
@@ -187,6 +191,7 @@ impl ResponseError for Error {
             Error::ShuttingDown | Error::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            Error::AgentUnavailable(_) => StatusCode::BAD_GATEWAY,
             Error::Storage(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -195,13 +195,15 @@ fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
         return match EngineConfig::parse(&json.to_string())
             .map_err(|e| format!("engine: {}", engine_problem(&e)))?
         {
-            Some(engine) => engine.build().map_err(|e| format!("engine: {e}")),
+            Some(engine) => engine
+                .build(&Default::default())
+                .map_err(|e| format!("engine: {e}")),
             None => Err("engine: give at least its kind".into()),
         };
     }
     if let Some(openai) = OpenAiConfig::from_env() {
         return EngineConfig::Openai(Box::new(openai))
-            .build()
+            .build(&Default::default())
             .map_err(|e| format!("engine: {e}"));
     }
     Ok(Arc::new(ScriptedEngine {
@@ -331,6 +333,8 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
     let engines = Engines::new(default, cfg.policy.clone());
     log_engines(&store, &engines);
+    let acp_slot = engines.acp_platform();
+    let agent_keys = crate::agentex::acp::AgentKeys::load_or_create(&cfg.data_dir)?;
     let runner = Runner::start(
         store.clone(),
         engines,
@@ -344,6 +348,12 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     let schedules = Schedules::new(sessions.clone());
     let scheduler = Scheduler::start(schedules.clone(), runner_rt.handle());
     let schedules = web::Data::new(schedules);
+    let platform = Arc::new(crate::agentex::acp::Platform::new(
+        sessions.clone(),
+        agent_keys,
+    ));
+    let _ = acp_slot.set(platform.clone());
+    let platform = web::Data::from(platform);
     let auth = Auth::new(store.clone())
         .with_browser_session_ms(cfg.limits.browser_session_ms)
         .with_login_delay_ms(cfg.limits.login_delay_ms);
@@ -370,12 +380,14 @@ pub fn serve(cfg: Config) -> Result<(), String> {
             }
             let state_for_app = state.clone();
             let schedules_for_app = schedules.clone();
+            let platform_for_app = platform.clone();
             builder = builder
                 .listen(format!("sessiond-http-{i}"), listener, move || {
                     http_service(
                         addr,
                         state_for_app.clone(),
                         schedules_for_app.clone(),
+                        platform_for_app.clone(),
                         api::routes_with_ui,
                     )
                 })
@@ -387,12 +399,14 @@ pub fn serve(cfg: Config) -> Result<(), String> {
             metrics_bound.get_or_insert(addr);
             let state_for_metrics = state.clone();
             let schedules_for_metrics = schedules.clone();
+            let platform_for_metrics = platform.clone();
             builder = builder
                 .listen(format!("sessiond-metrics-{i}"), listener, move || {
                     http_service(
                         addr,
                         state_for_metrics.clone(),
                         schedules_for_metrics.clone(),
+                        platform_for_metrics.clone(),
                         api::metrics_routes,
                     )
                 })
@@ -443,6 +457,7 @@ fn http_service(
     local: SocketAddr,
     state: web::Data<AppState>,
     schedules: web::Data<Schedules>,
+    platform: web::Data<crate::agentex::acp::Platform>,
     routes: fn(&mut web::ServiceConfig),
 ) -> impl actix_service::ServiceFactory<
     actix_web::rt::net::TcpStream,
@@ -456,6 +471,7 @@ fn http_service(
     let app = App::new()
         .app_data(state)
         .app_data(schedules)
+        .app_data(platform)
         .wrap(
             middleware::DefaultHeaders::new()
                 .add(("X-Content-Type-Options", "nosniff"))

@@ -237,7 +237,6 @@ fn unsupported_operations_answer_501_after_the_credential_check() {
         ("GET", "/deployment-history"),
         ("GET", "/deployment-history/x"),
         ("POST", "/agent_api_keys/webhook-trigger"),
-        ("POST", "/agents/register"),
         ("GET", "/tasks/x/query/state"),
         ("PUT", "/messages/x.1"),
         ("PUT", "/messages/batch"),

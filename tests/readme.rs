@@ -358,6 +358,37 @@ fn walkthrough_user_create(blocks: &[(String, String)]) -> String {
         .expect("the walk-through creates a user")
 }
 
+/// The SDK agent walk-through's commands are how `tests/python/acp_agents` starts its real SDK
+/// agents: the same environment variables, and uvicorn serving the agent's `acp` on the loopback.
+fn check_sdk_agent_command(command: &str) {
+    let suite = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/acp_agents/conftest.py"),
+    )
+    .expect("the SDK agents' suite");
+    if let Some(assignments) = command.strip_prefix("export ") {
+        for a in assignments.split_whitespace() {
+            let name = a.split('=').next().unwrap_or_default();
+            assert!(
+                suite.contains(&format!("{name}=")),
+                "README: the SDK agents' suite does not set {name} ({command:?})"
+            );
+        }
+    } else if let Some(rest) = command.strip_prefix("uvicorn ") {
+        assert!(
+            rest.contains(":acp --host 127.0.0.1 --port "),
+            "{command:?}"
+        );
+        assert!(
+            suite.contains(
+                r#""-m", "uvicorn", f"{self.module}:acp", "--host", "127.0.0.1", "--port""#
+            ),
+            "README: the SDK agents' suite starts its agents otherwise than {command:?}"
+        );
+    } else {
+        panic!("README (Running AgentEx SDK agents on sessiond): no check for {command:?}");
+    }
+}
+
 #[test]
 fn every_readme_command_runs_as_written_or_has_its_check() {
     require("bash");
@@ -427,6 +458,8 @@ fn every_readme_command_runs_as_written_or_has_its_check() {
                 || command.starts_with("sudo systemctl ")
             {
                 assert_documented_in("dist/sessiond.service", &command);
+            } else if heading == "Running AgentEx SDK agents on sessiond" {
+                check_sdk_agent_command(&command);
             } else if let Some(inner) = user_create_inside(&command) {
                 assert_eq!(
                     inner,

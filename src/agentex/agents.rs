@@ -1,7 +1,8 @@
 //! Agents as the agent platform API shows them: sessiond's agents (`id` its id, `name` its slug)
 //! with the registration `register-build` records.
 //!
-//! Every agent's `acp_type` is `sync`: a sessiond agent runs its turns itself and answers
+//! Every agent's `acp_type` is `sync` unless it is a registered ACP server (its own `sync` or
+//! `async`, `agentex::acp`): a sessiond agent runs its turns itself and answers
 //! `message/send` within the request, which is what the contract's `sync` agents do (and what the
 //! official client's `send_message` helpers expect). sessiond also accepts the methods the
 //! contract reserves for `async` agents (`event/send`, `task/cancel`) on every agent.
@@ -76,7 +77,7 @@ pub fn view(a: &AgentexAgentRow, policy: &Policy) -> Value {
         "id": a.id,
         "name": a.slug,
         "description": a.description,
-        "acp_type": ACP_TYPE,
+        "acp_type": super::acp::acp_config(a).map_or(ACP_TYPE, |c| c.acp_type.as_str()),
         "created_at": view::time(a.created_at),
         "updated_at": view::time(a.updated_at),
         "agent_input_type": a.agent_input_type,

@@ -6,6 +6,7 @@
 //! states, spans, trackers) lives in the `agentex_*` tables, written in the same transactions as
 //! the timeline events they belong with. The HTTP handlers are in `api::agentex`.
 
+pub mod acp;
 pub mod agents;
 pub mod content;
 pub mod deployments;

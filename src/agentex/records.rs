@@ -25,13 +25,41 @@ pub fn event_view(e: &EventRow) -> Value {
     })
 }
 
+/// A registered agent calling back with its key reaches only its own tasks' records: a record of
+/// another task (or of none) is not there for it.
+async fn confine(sessions: &Sessions, actor: &Actor, task_id: Option<&str>) -> Result<()> {
+    if super::acp::confined_to(actor).is_none() {
+        return Ok(());
+    }
+    let id = task_id.ok_or(Error::NotFound)?;
+    tasks::find(sessions, actor, TaskKey::Id(id))
+        .await
+        .map(|_| ())
+}
+
+/// A list for an agent calling back must name one of its tasks.
+async fn confine_list(sessions: &Sessions, actor: &Actor, filter: &RecordFilter) -> Result<()> {
+    if super::acp::confined_to(actor).is_none() {
+        return Ok(());
+    }
+    let id = filter
+        .task_id
+        .as_deref()
+        .ok_or_else(|| Error::invalid("task_id: required with an agent key"))?;
+    tasks::find(sessions, actor, TaskKey::Id(id))
+        .await
+        .map(|_| ())
+}
+
 pub async fn event(sessions: &Sessions, actor: &Actor, id: &str) -> Result<EventRow> {
     let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
-    sessions
+    let e = sessions
         .store()
         .read(move |c| rows::agentex_event(c, &ws, &id))
         .await?
-        .ok_or(Error::NotFound)
+        .ok_or(Error::NotFound)?;
+    confine(sessions, actor, Some(&e.task_id)).await?;
+    Ok(e)
 }
 
 /// A task's events after `last_processed_event_id` (one of its events), in `sequence_id` order.
@@ -84,11 +112,13 @@ pub fn state_view(s: &StateRow) -> Value {
 
 pub async fn state(sessions: &Sessions, actor: &Actor, id: &str) -> Result<StateRow> {
     let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
-    sessions
+    let st = sessions
         .store()
         .read(move |c| rows::state(c, &ws, &id))
         .await?
-        .ok_or(Error::NotFound)
+        .ok_or(Error::NotFound)?;
+    confine(sessions, actor, Some(&st.task_id)).await?;
+    Ok(st)
 }
 
 /// A new state for a task and an agent of the workspace (409 when the pair has one).
@@ -123,6 +153,9 @@ pub async fn update_state(
     id: &str,
     doc: Map<String, Value>,
 ) -> Result<StateRow> {
+    if super::acp::confined_to(actor).is_some() {
+        state(sessions, actor, id).await?;
+    }
     let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     let doc = Value::Object(doc).to_string();
     sessions
@@ -138,6 +171,9 @@ pub async fn update_state(
 
 /// Deletes a state; returns it as it was.
 pub async fn delete_state(sessions: &Sessions, actor: &Actor, id: &str) -> Result<StateRow> {
+    if super::acp::confined_to(actor).is_some() {
+        state(sessions, actor, id).await?;
+    }
     let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     sessions
         .store()
@@ -154,6 +190,7 @@ pub async fn states(
     actor: &Actor,
     filter: RecordFilter,
 ) -> Result<Vec<StateRow>> {
+    confine_list(sessions, actor, &filter).await?;
     let ws = actor.workspace_id.clone();
     sessions
         .store()
@@ -178,11 +215,13 @@ pub fn span_view(s: &SpanRow) -> Value {
 
 pub async fn span(sessions: &Sessions, actor: &Actor, id: &str) -> Result<SpanRow> {
     let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
-    sessions
+    let span = sessions
         .store()
         .read(move |c| rows::span(c, &ws, &id))
         .await?
-        .ok_or(Error::NotFound)
+        .ok_or(Error::NotFound)?;
+    confine(sessions, actor, span.task_id.as_deref()).await?;
+    Ok(span)
 }
 
 /// Longest span id, trace id, parent id or name.
@@ -339,6 +378,7 @@ pub async fn spans(
     trace_id: Option<String>,
     filter: RecordFilter,
 ) -> Result<Vec<SpanRow>> {
+    confine_list(sessions, actor, &filter).await?;
     let ws = actor.workspace_id.clone();
     sessions
         .store()
@@ -363,6 +403,7 @@ pub async fn tracker(sessions: &Sessions, actor: &Actor, id: &str) -> Result<Tra
     if !crate::ids::looks_like_id(id) {
         return Err(Error::NotFound);
     }
+    confine(sessions, actor, Some(id)).await?;
     let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     sessions
         .store()
@@ -425,6 +466,7 @@ pub async fn trackers(
     actor: &Actor,
     filter: RecordFilter,
 ) -> Result<Vec<TrackerRow>> {
+    confine_list(sessions, actor, &filter).await?;
     let ws = actor.workspace_id.clone();
     sessions
         .store()

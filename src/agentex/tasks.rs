@@ -110,7 +110,7 @@ pub async fn find(sessions: &Sessions, actor: &Actor, key: TaskKey<'_>) -> Resul
         TaskKey::Id(id) => (true, id.to_owned()),
         TaskKey::Name(name) => (false, name.to_owned()),
     };
-    sessions
+    let task = sessions
         .store()
         .read(move |c| {
             let key = if by_id {
@@ -121,7 +121,12 @@ pub async fn find(sessions: &Sessions, actor: &Actor, key: TaskKey<'_>) -> Resul
             rows::task(c, &ws, key)
         })
         .await?
-        .ok_or(Error::NotFound)
+        .ok_or(Error::NotFound)?;
+    // A registered agent calling back sees only its own tasks (others are not there for it).
+    match super::acp::confined_to(actor) {
+        Some(agent) if agent != task.agent_id => Err(Error::NotFound),
+        _ => Ok(task),
+    }
 }
 
 pub async fn reload(sessions: &Sessions, pk: i64) -> Result<TaskRow> {

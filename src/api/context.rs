@@ -146,6 +146,10 @@ impl FromRequest for Actor {
                 .app_data::<web::Data<AppState>>()
                 .ok_or_else(|| Error::Internal("app state missing".into()))?
                 .clone();
+            // A registered ACP server calling back with the key it was issued.
+            if let Some(actor) = crate::api::agentex::acp::callback_actor(&state, &req).await {
+                return actor;
+            }
             let principal = credential(&state, &req).await?;
             let slug = workspace_of(&state, &req, &principal).await?;
             state

@@ -273,6 +273,29 @@ fn ax_agent() -> Value {
     )
 }
 
+fn ax_register_request() -> Value {
+    object(
+        &["name", "acp_url", "acp_type"],
+        json!({
+            "name": {"type": "string"}, "description": {"type": ["string", "null"]},
+            "acp_url": {"type": "string"}, "acp_type": {"enum": ["sync", "async", "agentic"]},
+            "principal_context": {}, "registration_metadata": open_or_null(),
+            "agent_id": {"type": ["string", "null"]},
+            "agent_input_type": {"enum": ["text", "json", null]}
+        }),
+    )
+}
+
+/// A registration's answer: the agent and the key it was issued.
+fn ax_registered() -> Value {
+    let mut agent = ax_agent();
+    if let Some(required) = agent["required"].as_array_mut() {
+        required.push(json!("agent_api_key"));
+    }
+    agent["properties"]["agent_api_key"] = json!({"type": "string"});
+    agent
+}
+
 fn ax_task() -> Value {
     object(
         &["id"],
@@ -421,7 +444,7 @@ pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
     vec![
         op!("get" p("/agents"), "agentexListAgents", "Agents (task_id filter; order_by, order_direction; page_number from 1)", READ, Body::None, J(200, || list_of(ax_agent()))),
         op!("post" p("/agents/register-build"), "agentexRegisterBuild", "Register an agent by name (idempotent): creates or updates sessiond's agent", WRITE, Body::Json(|| json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}, "description": {"type": ["string", "null"]}, "registration_metadata": open_or_null()}})), one(ax_agent)),
-        op!("post" p("/agents/register"), "agentexRegister", "ACP server registration: not offered (sessiond calls no agent server)", WRITE, Body::None, NI),
+        op!("post" p("/agents/register"), "agentexRegister", "An ACP server (an AgentEx SDK agent) registers: creates or updates its agent and issues its key; the acp_url must be allowed by [policy] acp_hosts", WRITE, Body::Json(ax_register_request), one(ax_registered)),
         op!("get" p("/agents/name/{agent_name}"), "agentexGetAgentByName", "One agent by name", READ, Body::None, one(ax_agent)),
         op!("delete" p("/agents/name/{agent_name}"), "agentexDeleteAgentByName", "Delete an agent by name (and its tasks)", WRITE, Body::None, one(ax_deleted)),
         op!("post" p("/agents/name/{agent_name}/rpc"), "agentexRpcByName", "JSON-RPC 2.0 call to an agent by name (NDJSON updates for a streamed message/send)", WRITE, Body::Json(ax_rpc_request), Answer::Rpc(ax_rpc_response)),

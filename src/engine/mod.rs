@@ -2,6 +2,7 @@
 //! and end with a terminal. The runner owns everything around them (claiming, fencing, terminals,
 //! delivery); an engine only talks to its [`TurnIo`], the port the runner implements.
 
+pub mod acp;
 pub mod command;
 pub mod io;
 pub mod openai;
@@ -37,6 +38,9 @@ pub struct TurnInput {
     pub kind: InputKind,
     /// The prompt or answer text (empty for a wake).
     pub text: String,
+    /// The seq of the timeline event that brought the input (a message or an answer from
+    /// outside); `None` for the runner's own inputs (wakes, a Job's next state).
+    pub input_seq: Option<u64>,
     /// The continuation the engine returned with its last `ask` or `sleep`, when resuming.
     pub resume: Option<Value>,
     /// The tier frozen when the input was accepted (R22).
@@ -128,6 +132,8 @@ pub enum EngineConfig {
     Openai(Box<openai::OpenAiConfig>),
     /// An agent CLI run per turn in the session's working directory.
     Command(command::CommandConfig),
+    /// An agent's own ACP server (an agent built with the AgentEx SDK that registered).
+    Acp(acp::AcpConfig),
 }
 
 impl EngineConfig {
@@ -149,6 +155,7 @@ impl EngineConfig {
             EngineConfig::Scripted { .. } => Ok(()),
             EngineConfig::Openai(c) => c.check(),
             EngineConfig::Command(c) => c.validate(),
+            EngineConfig::Acp(c) => c.check(),
         }
     }
 
@@ -158,6 +165,7 @@ impl EngineConfig {
             EngineConfig::Scripted { .. } => "scripted",
             EngineConfig::Openai(_) => "openai",
             EngineConfig::Command(c) => c.protocol.harness(),
+            EngineConfig::Acp(_) => "acp",
         }
     }
 
@@ -173,11 +181,13 @@ impl EngineConfig {
                 )))
             }
             EngineConfig::Openai(c) => c.permitted(policy),
+            EngineConfig::Acp(c) => c.permitted(policy),
             _ => Ok(()),
         }
     }
 
-    pub fn build(&self) -> Result<Arc<dyn Engine>> {
+    /// The engine of this configuration; `acp` engines find their platform in `platform`.
+    pub fn build(&self, platform: &acp::PlatformSlot) -> Result<Arc<dyn Engine>> {
         Ok(match self {
             EngineConfig::Scripted { tiers } => Arc::new(scripted::ScriptedEngine {
                 tiers: tiers.clone(),
@@ -185,6 +195,7 @@ impl EngineConfig {
             }),
             EngineConfig::Openai(c) => openai::build(c)?,
             EngineConfig::Command(c) => Arc::new(c.build()),
+            EngineConfig::Acp(c) => Arc::new(acp::AcpEngine::new(c.clone(), Arc::clone(platform))),
         })
     }
 }
@@ -195,6 +206,7 @@ pub struct Engines {
     default: Arc<dyn Engine>,
     policy: Policy,
     built: Mutex<HashMap<String, Arc<dyn Engine>>>,
+    acp_platform: acp::PlatformSlot,
 }
 
 /// Stands in for an agent's engine that cannot run here (not permitted, or not buildable): every
@@ -233,7 +245,13 @@ impl Engines {
             default,
             policy,
             built: Mutex::new(HashMap::new()),
+            acp_platform: Arc::default(),
         }
+    }
+
+    /// Where `acp` engines find the agent platform; the server fills it once the platform exists.
+    pub fn acp_platform(&self) -> acp::PlatformSlot {
+        Arc::clone(&self.acp_platform)
     }
 
     pub fn default_engine(&self) -> &Arc<dyn Engine> {
@@ -255,8 +273,11 @@ impl Engines {
             return Arc::clone(e);
         }
         let engine = match EngineConfig::parse(json).and_then(|c| {
-            c.map(|c| c.permitted(&self.policy).and_then(|()| c.build()))
-                .transpose()
+            c.map(|c| {
+                c.permitted(&self.policy)
+                    .and_then(|()| c.build(&self.acp_platform))
+            })
+            .transpose()
         }) {
             Ok(Some(engine)) => engine,
             Ok(None) => Arc::clone(&self.default),

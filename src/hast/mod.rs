@@ -107,7 +107,7 @@ impl HastEvent {
 }
 
 /// The envelope's `engine` for a [`crate::engine::Engine::harness`]: the seed's `codex_cli` for
-/// Codex; `claude_code`, `scripted`, `openai` and `command` are sessiond's extension values.
+/// Codex; `claude_code`, `scripted`, `openai`, `command` and `acp` are sessiond's extension values.
 pub fn engine_of(harness: &'static str) -> &'static str {
     match harness {
         "codex" => "codex_cli",

@@ -114,6 +114,7 @@ struct Claim {
     cwd: Option<String>,
     mode: String,
     resume: Option<Value>,
+    input_seq: Option<u64>,
     last_seq: u64,
     steers_waiting: bool,
     /// The turn runs a state of the session's machine.
@@ -244,6 +245,7 @@ async fn run_turn(
     let input = TurnInput {
         kind: claim.kind,
         text: claim.text,
+        input_seq: claim.input_seq,
         resume: claim.resume,
         tier: claim.tier,
         cwd: claim.cwd,
@@ -550,6 +552,7 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 cwd: row.cwd.filter(|c| c != "."),
                 mode: row.mode,
                 resume,
+                input_seq: is_external(&input.kind).then_some(input.seq),
                 last_seq: started,
                 steers_waiting,
                 machine_step,

@@ -62,6 +62,12 @@ pub enum Channel {
     Schedule,
     /// The runner on behalf of a session (the session tools).
     Runner,
+    /// A registered ACP server calling back with the key it was issued; it may act only on its
+    /// own agent's tasks.
+    Agent { agent_id: String },
+    /// A request from this machine without a credential that `[policy]` lets in (an ACP server
+    /// registering, `acp_register_from_loopback`).
+    Loopback,
 }
 
 /// Fields shared by every input that carries media and a retry key.
@@ -909,6 +915,9 @@ fn provenance(actor: &Actor) -> (&'static str, Option<&'static str>, Option<&str
         Channel::Schedule => ("cron", None, Some(&actor.user_id)),
         // A session started by another session's tools: programmatic, on its owner's behalf.
         Channel::Runner => ("api", None, Some(&actor.user_id)),
+        // A registered agent calling back with the key it was issued.
+        Channel::Agent { agent_id } => ("api", Some("api_key"), Some(agent_id)),
+        Channel::Loopback => ("api", None, Some(&actor.user_id)),
     }
 }
 

@@ -10,6 +10,7 @@
 //! * Reads go through [`Store::read`] on a blocking thread with a pooled read-only connection.
 //! * Keyset pagination only; nothing here uses OFFSET.
 
+pub mod acp;
 pub mod agentex;
 pub mod health;
 pub mod identity;

@@ -20,9 +20,9 @@ use serde_json::{Value, json};
 use super::{Server, Sse, SseFrame, SseItem};
 
 /// Extension values of the record's `harness` (besides the seed's `claude_code`, `codex`).
-pub const HARNESS_EXTENSIONS: [&str; 3] = ["scripted", "openai", "command"];
+pub const HARNESS_EXTENSIONS: [&str; 4] = ["scripted", "openai", "command", "acp"];
 /// Extension values of the envelope's `engine` (besides the seed's `codex_cli`, `pi_agent_cli`).
-pub const ENGINE_EXTENSIONS: [&str; 4] = ["claude_code", "scripted", "openai", "command"];
+pub const ENGINE_EXTENSIONS: [&str; 5] = ["claude_code", "scripted", "openai", "command", "acp"];
 
 /// The 24 HAST types.
 pub const TYPES: [&str; 24] = [

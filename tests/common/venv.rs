@@ -6,7 +6,8 @@
 //! (suites with the same requirements share one), is made on first use and reused while the
 //! requirements are unchanged. A `requirements.txt` may start with header comments:
 //!
-//! - `# python >= 3.12` asks for a newer interpreter than the default one;
+//! - `# python >= 3.12` asks for a newer interpreter than the default one, `# python == 3.12` for
+//!   exactly that version (a suite whose dependency tree is large and tested on one version);
 //! - `# pip --no-deps` installs exactly the pinned list and nothing it depends on (for wheels whose
 //!   declared dependencies the suite does not use and which would have to be built from source).
 
@@ -25,6 +26,8 @@ pub struct Suite {
     pub requirements: String,
     /// `(major, minor)` the suite needs at least.
     pub python: (u32, u32),
+    /// Whether it needs exactly that version.
+    pub exact: bool,
     /// Install without the packages' dependencies.
     pub no_deps: bool,
 }
@@ -33,13 +36,19 @@ impl Suite {
     fn read(dir: PathBuf) -> Option<Suite> {
         let requirements = std::fs::read_to_string(dir.join("requirements.txt")).ok()?;
         let mut python = (3, 8);
+        let mut exact = false;
         let mut no_deps = false;
         for line in requirements.lines().take_while(|l| l.starts_with('#')) {
-            if let Some(v) = line.strip_prefix("# python >=")
+            let (spec, is_exact) = match line.strip_prefix("# python ==") {
+                Some(v) => (Some(v), true),
+                None => (line.strip_prefix("# python >="), false),
+            };
+            if let Some(v) = spec
                 && let Some((major, minor)) = v.trim().split_once('.')
                 && let (Ok(major), Ok(minor)) = (major.parse(), minor.parse())
             {
                 python = (major, minor);
+                exact = is_exact;
             }
             if line.trim() == "# pip --no-deps" {
                 no_deps = true;
@@ -50,6 +59,7 @@ impl Suite {
             dir,
             requirements,
             python,
+            exact,
             no_deps,
         })
     }
@@ -124,25 +134,27 @@ fn candidates() -> Vec<String> {
     out
 }
 
-/// The first interpreter that runs and is new enough.
-fn interpreter(min: (u32, u32)) -> Option<(String, (u32, u32))> {
+/// The first interpreter that runs and is new enough (or, `exact`, of that version).
+fn interpreter(min: (u32, u32), exact: bool) -> Option<(String, (u32, u32))> {
     candidates()
         .into_iter()
         .filter_map(|p| {
             let v = version_of(&p)?;
             Some((p, v))
         })
-        .find(|(_, v)| *v >= min)
+        .find(|(_, v)| if exact { *v == min } else { *v >= min })
 }
 
 /// The suite's venv, made (or found) under `target/venvs/`. Run its packages through
 /// `<venv>/bin/python -m …`: a venv is not relocatable, but Python finds its packages relative to
 /// the interpreter.
 pub fn venv(suite: &Suite) -> Result<PathBuf, String> {
-    let (python, version) = interpreter(suite.python).ok_or_else(|| {
+    let (python, version) = interpreter(suite.python, suite.exact).ok_or_else(|| {
         format!(
-            "no Python >= {}.{} (tried python3.13 and python3.12 on PATH, pyenv's versions, python3)",
-            suite.python.0, suite.python.1
+            "no Python {} {}.{} (tried python3.13 and python3.12 on PATH, pyenv's versions, python3)",
+            if suite.exact { "==" } else { ">=" },
+            suite.python.0,
+            suite.python.1
         )
     })?;
     let mut hash = Sha256::new();

@@ -16,9 +16,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     // Literal segments (`register-build`, `name`) come before `{agent_id}`.
     cfg.service(at("/agents", "GET").route(web::get().to(list)))
         .service(at("/agents/register-build", "POST").route(web::post().to(register_build)))
-        .service(at("/agents/register", "POST").route(
-            web::post().to(|_: Actor| super::unsupported::answer(super::unsupported::REGISTER)),
-        ))
+        .service(at("/agents/register", "POST").route(web::post().to(super::acp::register)))
         .service(
             at("/agents/name/{agent_name}", "GET, DELETE")
                 .route(web::get().to(get_by_name))

@@ -8,6 +8,7 @@
 //! id or name ([`agent_by_id`], [`agent_by_name`]), bounded JSON bodies ([`json_body`]) and the
 //! contract's page-numbered list parameters ([`ListParams`]).
 
+pub mod acp;
 mod agents;
 mod deployments;
 mod events;

@@ -26,14 +26,15 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{agent_by_id, agent_by_name};
+use crate::agentex::acp::{self, Platform};
 use crate::agentex::content;
-use crate::agentex::tasks::{self, NewTask, Prompt, Target, TaskRef};
+use crate::agentex::tasks::{self, Destination, NewTask, Prompt, Target, TaskRef};
 use crate::agentex::updates::{Follower, Item, Scope};
 use crate::api::body;
 use crate::api::context::AppState;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-use crate::store::agentex::{AgentexAgentRow, DeploymentRow};
+use crate::store::agentex::{AgentexAgentRow, DeploymentRow, TaskRow};
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -347,28 +348,32 @@ pub async fn handle(
         deployment: deployment.as_ref(),
     };
     let id = call.id.clone();
+    let platform = req.app_data::<web::Data<Platform>>().cloned();
+    let platform = platform.as_ref().map(|p| p.get_ref());
     if call.method == "message/send" {
         return Ok(
-            match start_message(&state, &actor, target, &call.params).await {
+            match start_message(&state, &actor, target, &call.params, platform).await {
                 Ok((follower, streaming)) => stream_answer(follower, id, streaming),
                 Err(e) => answer(&from_error(&id, &e)),
             },
         );
     }
     Ok(answer(
-        &match call_method(&state, &actor, target, &call).await {
+        &match call_method(&state, &actor, target, &call, platform).await {
             Ok(v) => result(&id, v),
             Err(e) => from_error(&id, &e),
         },
     ))
 }
 
-/// Every method but `message/send`: one result.
+/// Every method but `message/send`: one result. An async ACP agent is told of its task's
+/// creation and cancellation through `platform`.
 async fn call_method(
     state: &AppState,
     actor: &Actor,
     target: Target<'_>,
     call: &Call,
+    platform: Option<&Platform>,
 ) -> Result<Value> {
     let sessions = &state.sessions;
     match call.method.as_str() {
@@ -380,13 +385,21 @@ async fn call_method(
                 task_metadata: p.task_metadata,
             };
             let id = crate::ids::new_id();
-            let (task, _, _) = tasks::get_or_create(sessions, actor, target, t, None, id).await?;
+            let (task, created, _) =
+                tasks::get_or_create(sessions, actor, target, t, None, id).await?;
+            if created {
+                announce(state, actor, target, &task, platform).await?;
+            }
             Ok(tasks::view(&task, true, None))
         }
         "task/cancel" => {
             let p: TaskParams = params(&call.params)?;
             let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
+            let was_open = !tasks::is_final(&task);
             let task = tasks::finish(sessions, actor, &task, "CANCELED", None, false).await?;
+            if was_open && let Some(platform) = platform {
+                platform.task_cancelled(target.agent, &task).await;
+            }
             Ok(tasks::view(&task, true, None))
         }
         "task/interrupt" => {
@@ -419,12 +432,34 @@ async fn call_method(
     }
 }
 
-/// `message/send`: delivers the message, then follows the turn it causes.
+/// Tells an async ACP agent of a task just created for it (`task/create`, answered once its
+/// handler ran); a task the agent does not take fails with the reason.
+async fn announce(
+    state: &AppState,
+    actor: &Actor,
+    target: Target<'_>,
+    task: &TaskRow,
+    platform: Option<&Platform>,
+) -> Result<()> {
+    let Some(platform) = platform else {
+        return Ok(());
+    };
+    if let Err(e) = platform.task_created(target.agent, task).await {
+        let reason = format!("the agent did not accept the task: {e}");
+        tasks::finish(&state.sessions, actor, task, "FAILED", Some(reason), false).await?;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// `message/send`: delivers the message, then follows the turn it causes. A new task of an async
+/// ACP agent is created (and announced to the agent) before its first message is delivered.
 async fn start_message(
     state: &AppState,
     actor: &Actor,
     target: Target<'_>,
     raw: &Value,
+    platform: Option<&Platform>,
 ) -> Result<(Follower, bool)> {
     let sessions = &state.sessions;
     let p: SendMessageParams = params(raw)?;
@@ -436,7 +471,22 @@ async fn start_message(
     let keepalive = Duration::from_millis(sessions.config().stream.keepalive_ms);
     // Twice at most: a task of the new name may appear between looking and creating.
     for _ in 0..2 {
-        let to = tasks::destination(sessions, actor, target, &r).await?;
+        let to = match tasks::destination(sessions, actor, target, &r).await? {
+            Destination::New(id) if platform.is_some() && acp::is_async(target.agent) => {
+                let t = NewTask {
+                    name: r.name.clone(),
+                    params: p.task_params.clone(),
+                    task_metadata: None,
+                };
+                let (task, created, _) =
+                    tasks::get_or_create(sessions, actor, target, t, None, id).await?;
+                if created {
+                    announce(state, actor, target, &task, platform).await?;
+                }
+                Destination::Existing(Box::new(task))
+            }
+            other => other,
+        };
         // Subscribed before the message is submitted, so the whole turn is seen live.
         let sub = sessions.store().bus().subscribe(to.session_id())?;
         let sent = tasks::send(

@@ -32,10 +32,16 @@ struct CreateBody {
     state: Map<String, Value>,
 }
 
+/// `task_id` and `agent_id` are accepted and ignored: the AgentEx SDK sends them on every update
+/// (older platforms required them).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct UpdateBody {
     state: Map<String, Value>,
+    #[serde(default, rename = "task_id")]
+    _task_id: Option<String>,
+    #[serde(default, rename = "agent_id")]
+    _agent_id: Option<String>,
 }
 
 async fn create(

@@ -254,6 +254,14 @@ async fn finish(
     let why = reason(json_body(&state, &req, payload).await?)?;
     let t = tasks::find(&state.sessions, &actor, TaskKey::Id(&path)).await?;
     let t = tasks::finish(&state.sessions, &actor, &t, status, why, true).await?;
+    // An async ACP agent hears of a cancel it did not make itself.
+    if status == "CANCELED"
+        && crate::agentex::acp::confined_to(&actor).is_none()
+        && let Some(platform) = req.app_data::<web::Data<crate::agentex::acp::Platform>>()
+    {
+        let agent = tasks::agent_of(&state.sessions, &actor, &t).await?;
+        platform.task_cancelled(&agent, &t).await;
+    }
     Ok(HttpResponse::Ok().json(tasks::view(&t, true, None)))
 }
 

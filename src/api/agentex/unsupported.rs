@@ -13,8 +13,6 @@ const DEPLOYMENT_HISTORY: &str = "deployment history (the git builds of agent po
     by sessiond: list an agent's engine versions with GET /agents/{agent_id}/deployments";
 const WEBHOOKS: &str = "webhook triggers are not offered by sessiond: call the RPC routes with \
     an API key (`sessiond token create`) instead";
-pub const REGISTER: &str = "sessiond runs its agents itself and calls no agent server, so ACP \
-    servers cannot register; use POST /agents/register-build and deployments for engines";
 const WORKFLOW_QUERY: &str = "tasks are not Temporal workflows in sessiond; read a task's state \
     with GET /tasks/{task_id}, /messages and /states";
 

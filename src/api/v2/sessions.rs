@@ -16,7 +16,14 @@ use crate::sessions::{Actor, CreateIn, InputCommon, ListQuery, MessageIn, Record
 use crate::timeline::Behavior;
 
 /// The seed's `harness` values and sessiond's extension values (the README lists both).
-pub const HARNESSES: [&str; 5] = ["claude_code", "codex", "scripted", "openai", "command"];
+pub const HARNESSES: [&str; 6] = [
+    "claude_code",
+    "codex",
+    "scripted",
+    "openai",
+    "command",
+    "acp",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

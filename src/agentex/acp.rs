@@ -1,0 +1,494 @@
+//! Agents built with the AgentEx SDK, as the agent platform sees them: ACP servers that register
+//! themselves (`POST /agents/register`), get a key, have their turns served by the `acp` engine,
+//! and call the API back with that key.
+//!
+//! - **Registration** creates (or, by name, updates) an ordinary agent whose engine is
+//!   `{"kind": "acp", "url": <acp_url>, "acpType": <acp_type>}`, so `[policy]` `acp_hosts` decides
+//!   which servers may register at all (a refused URL changes nothing). Nothing calls the agent
+//!   during its registration: the SDK opens its port only once registration succeeded.
+//! - **Keys.** The issued key is `HMAC-SHA256(secret, agent id, salt)`: only its hash and the
+//!   salt are stored, and sessiond derives the key again to send it to the agent with every call
+//!   (`x-agent-api-key`, which the SDK checks). The secret is a file of the data dir
+//!   ([`KEY_FILE`], mode 0600), made on first start. A re-registration keeps the salt, so an
+//!   agent's key survives its restarts and serves all its replicas.
+//! - **Out-of-turn calls.** `task/create` and `task/cancel` of an async agent's task are sent to
+//!   the agent when they happen (not as turns): `task/create` before the RPC answers, since the
+//!   SDK answers it only once its handler ran; `task/cancel` after the task is final.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use super::{agents as agent_view, records, tasks};
+use crate::agents;
+use crate::engine::acp::{self as engine, AcpConfig, AcpPlatform, AcpTurn, AcpType};
+use crate::engine::{EngineConfig, TurnInput};
+use crate::error::{Error, Result};
+use crate::secret;
+use crate::sessions::{Actor, Sessions};
+use crate::store::acp::{self as rows, NewAcpRegistration};
+use crate::store::agentex::{
+    self as agentex_rows, AgentKey, AgentexAgentRow, Registration, TaskKey, TaskRow,
+};
+
+/// The secret issued keys are derived from, in the data dir.
+pub const KEY_FILE: &str = "acp-agent-keys.secret";
+
+/// Derives the keys issued to registered agents.
+#[derive(Clone)]
+pub struct AgentKeys {
+    secret: Arc<Vec<u8>>,
+}
+
+impl AgentKeys {
+    /// Reads the data dir's secret, making it first if there is none.
+    pub fn load_or_create(data_dir: &Path) -> std::result::Result<AgentKeys, String> {
+        let path = data_dir.join(KEY_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) if bytes.len() >= 32 => {
+                return Ok(AgentKeys {
+                    secret: Arc::new(bytes),
+                });
+            }
+            Ok(_) => return Err(format!("{} is too short to be a secret", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        }
+        let token = secret::random_token(32).map_err(|e| e.to_string())?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let written = options.open(&path).and_then(|mut f| {
+            std::io::Write::write_all(&mut f, token.as_bytes())?;
+            f.sync_all()
+        });
+        match written {
+            Ok(()) => Ok(AgentKeys {
+                secret: Arc::new(token.into_bytes()),
+            }),
+            // Another process made it meanwhile: use theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Self::load_or_create(data_dir)
+            }
+            Err(e) => Err(format!("cannot write {}: {e}", path.display())),
+        }
+    }
+
+    /// The key of `agent_id` with `salt`.
+    pub fn key(&self, agent_id: &str, salt: &str) -> String {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.secret)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(agent_id.as_bytes());
+        mac.update(b"\n");
+        mac.update(salt.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        use base64::Engine as _;
+        format!(
+            "agx_{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
+        )
+    }
+}
+
+/// What the SDK sends to `POST /agents/register`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterAgent {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub acp_url: String,
+    pub acp_type: String,
+    #[serde(default)]
+    pub principal_context: Option<Value>,
+    #[serde(default)]
+    pub registration_metadata: Option<Value>,
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    #[serde(default)]
+    pub agent_input_type: Option<String>,
+}
+
+/// The `acp` engine configuration a registration asks for, checked against `[policy]`.
+fn engine_of(r: &RegisterAgent, sessions: &Sessions) -> Result<String> {
+    let acp_type = match r.acp_type.as_str() {
+        "sync" => AcpType::Sync,
+        "async" | "agentic" => AcpType::Async,
+        other => {
+            return Err(Error::invalid(format!(
+                "acp_type: must be \"sync\", \"async\" or \"agentic\", not {other:?}"
+            )));
+        }
+    };
+    let engine = json!({"kind": "acp", "url": r.acp_url, "acpType": acp_type.as_str()});
+    let as_acp_url = |e: Error| match e {
+        Error::InvalidRequest(m) => Error::invalid(m.replacen("engine/url", "acp_url", 1)),
+        other => other,
+    };
+    let cfg = AcpConfig {
+        url: r.acp_url.clone(),
+        acp_type,
+        idle_timeout_ms: 300_000,
+    };
+    cfg.check().map_err(as_acp_url)?;
+    cfg.permitted(&sessions.config().policy)
+        .map_err(as_acp_url)?;
+    agents::check_engine(&engine, &sessions.config().policy).map_err(as_acp_url)
+}
+
+/// Registers an ACP server: its agent by name (created, or updated with the new URL, type and
+/// registration), and its key. Returns the agent and the key.
+pub async fn register(
+    sessions: &Sessions,
+    keys: &AgentKeys,
+    actor: &Actor,
+    r: RegisterAgent,
+) -> Result<(AgentexAgentRow, String)> {
+    let engine = engine_of(&r, sessions)?;
+    if let Some(t) = &r.agent_input_type
+        && t != "text"
+        && t != "json"
+    {
+        return Err(Error::invalid(
+            "agent_input_type: must be \"text\", \"json\" or null",
+        ));
+    }
+    if r.registration_metadata
+        .as_ref()
+        .is_some_and(|m| !m.is_object() && !m.is_null())
+    {
+        return Err(Error::invalid(
+            "registration_metadata: must be an object or null",
+        ));
+    }
+    let description = r
+        .description
+        .clone()
+        .unwrap_or_else(|| format!("Agent {}", r.name));
+    if description.chars().count() > 10_000 {
+        return Err(Error::invalid("description: longer than 10000 characters"));
+    }
+    let principal = match &r.principal_context {
+        Some(Value::Null) | None => None,
+        Some(v) if v.to_string().len() > 64 * 1024 => {
+            return Err(Error::invalid("principal_context: larger than 64 KiB"));
+        }
+        Some(v) => Some(v.to_string()),
+    };
+    let metadata = r
+        .registration_metadata
+        .as_ref()
+        .filter(|m| !m.is_null())
+        .map(Value::to_string);
+    let existing = match agent_view::find(sessions, actor, AgentKey::Name(&r.name)).await {
+        Ok(a) => Some(a),
+        Err(Error::AgentNotFound) => None,
+        Err(e) => return Err(e),
+    };
+    if let (Some(id), Some(found)) = (&r.agent_id, &existing)
+        && *id != found.id
+    {
+        return Err(Error::Conflict(
+            "agent_exists",
+            format!("agent_id: the agent named {:?} has another id", r.name),
+        ));
+    }
+    if r.name == agents::ROOT_SLUG {
+        return Err(Error::Conflict(
+            "agent_reserved",
+            "name: root is reserved for the drive-root owner".into(),
+        ));
+    }
+    let fresh_salt = secret::random_token(16)?;
+    let user = actor.user_id.clone();
+    let write = move |tx: &mut crate::store::Tx<'_>, agent_id: &str| -> Result<String> {
+        tx.register_agent(
+            agent_id,
+            &Registration {
+                description: &description,
+                agent_input_type: r.agent_input_type.as_deref(),
+                registration_metadata: metadata.as_deref(),
+            },
+        )?;
+        let salt = rows::acp_registration(tx.conn(), agent_id)?
+            .map(|reg| reg.key_salt)
+            .unwrap_or(fresh_salt);
+        Ok(salt)
+    };
+    let keys_for_link = keys.clone();
+    let link = move |tx: &mut crate::store::Tx<'_>, agent_id: &str, salt: &str| -> Result<()> {
+        let key = keys_for_link.key(agent_id, salt);
+        tx.put_acp_registration(
+            agent_id,
+            &NewAcpRegistration {
+                key_salt: salt,
+                key_hash: &secret::token_hash(&key),
+                principal_context: principal.as_deref(),
+                registered_by: &user,
+            },
+        )
+    };
+    let store = sessions.store();
+    let agent_id = match existing {
+        Some(agent) => {
+            let (id, name, engine) = (agent.id.clone(), agent.name.clone(), engine.clone());
+            store
+                .write(move |tx| {
+                    let current =
+                        crate::store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)?;
+                    tx.update_agent(&id, &name, &current.anchor, &engine)?;
+                    let salt = write(tx, &id)?;
+                    link(tx, &id, &salt)?;
+                    Ok(id)
+                })
+                .await?
+        }
+        None => {
+            let spec = agents::AgentSpec {
+                slug: Some(r.name.clone()),
+                name: None,
+                anchor: None,
+                engine: Some(serde_json::from_str(&engine).unwrap_or(Value::Null)),
+            };
+            let created = agents::create_with(
+                store,
+                &sessions.drive(actor),
+                &sessions.config().policy,
+                &actor.workspace_id,
+                spec,
+                move |tx, row| {
+                    let salt = write(tx, &row.id)?;
+                    link(tx, &row.id, &salt)
+                },
+            )
+            .await;
+            match created {
+                Ok(row) => row.id,
+                Err(Error::InvalidRequest(msg)) => {
+                    return Err(Error::invalid(msg.replacen("slug:", "name:", 1)));
+                }
+                // A concurrent registration of the same name won: the agent retries.
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let agent = agent_view::find(sessions, actor, AgentKey::Id(&agent_id)).await?;
+    let salt = store
+        .read({
+            let id = agent_id.clone();
+            move |c| rows::acp_registration(c, &id)
+        })
+        .await?
+        .ok_or(Error::AgentNotFound)?
+        .key_salt;
+    Ok((agent, keys.key(&agent_id, &salt)))
+}
+
+/// The ACP configuration of an agent whose engine is one.
+pub fn acp_config(agent: &AgentexAgentRow) -> Option<AcpConfig> {
+    match EngineConfig::parse(&agent.engine) {
+        Ok(Some(EngineConfig::Acp(c))) => Some(c),
+        _ => None,
+    }
+}
+
+/// Whether an agent is an async ACP server (it hears of its tasks' creation and cancellation).
+pub fn is_async(agent: &AgentexAgentRow) -> bool {
+    acp_config(agent).is_some_and(|c| c.acp_type == AcpType::Async)
+}
+
+/// The agent platform as the `acp` engine sees it.
+pub struct Platform {
+    sessions: Sessions,
+    keys: AgentKeys,
+}
+
+impl Platform {
+    pub fn new(sessions: Sessions, keys: AgentKeys) -> Platform {
+        Platform { sessions, keys }
+    }
+
+    /// What the keys issued to registering agents are derived with.
+    pub fn keys(&self) -> &AgentKeys {
+        &self.keys
+    }
+
+    /// The key issued to an agent, if it registered.
+    async fn api_key(&self, agent_id: &str) -> Result<Option<String>> {
+        let id = agent_id.to_owned();
+        let reg = self
+            .sessions
+            .store()
+            .read(move |c| rows::acp_registration(c, &id))
+            .await?;
+        Ok(reg.map(|r| self.keys.key(&r.agent_id, &r.key_salt)))
+    }
+
+    async fn endpoint(
+        &self,
+        agent: &AgentexAgentRow,
+        cfg: &AcpConfig,
+    ) -> Result<engine::rpc::Endpoint> {
+        Ok(engine::rpc::Endpoint {
+            url: cfg.url.clone(),
+            api_key: self.api_key(&agent.id).await?,
+            idle_timeout: std::time::Duration::from_millis(cfg.idle_timeout_ms),
+        })
+    }
+
+    /// Sends `task/create` to an async agent whose task was just created, and waits for its
+    /// handler (the SDK answers once it ran). Sync agents are not told.
+    pub async fn task_created(&self, agent: &AgentexAgentRow, task: &TaskRow) -> Result<()> {
+        let Some(cfg) = acp_config(agent).filter(|c| c.acp_type == AcpType::Async) else {
+            return Ok(());
+        };
+        let policy = &self.sessions.config().policy;
+        cfg.permitted(policy)?;
+        let params = json!({
+            "agent": agent_view::view(agent, policy),
+            "task": tasks::view(task, true, None),
+            "params": super::view::document(task.params.as_deref()),
+        });
+        let to = self.endpoint(agent, &cfg).await?;
+        engine::rpc::call(&engine::http_client(), &to, "task/create", params)
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::AgentUnavailable(e.message().to_owned()))
+    }
+
+    /// Sends `task/cancel` to an async agent whose task was cancelled. Its failure is only
+    /// logged: the task is cancelled in sessiond whatever the agent answers.
+    pub async fn task_cancelled(&self, agent: &AgentexAgentRow, task: &TaskRow) {
+        let Some(cfg) = acp_config(agent).filter(|c| c.acp_type == AcpType::Async) else {
+            return;
+        };
+        let policy = &self.sessions.config().policy;
+        if cfg.permitted(policy).is_err() {
+            return;
+        }
+        let params = json!({
+            "agent": agent_view::view(agent, policy),
+            "task": tasks::view(task, true, None),
+        });
+        let to = match self.endpoint(agent, &cfg).await {
+            Ok(to) => to,
+            Err(e) => {
+                tracing::warn!(task = %task.id, error = %e, "task/cancel not sent to the agent");
+                return;
+            }
+        };
+        if let Err(e) = engine::rpc::call(&engine::http_client(), &to, "task/cancel", params).await
+        {
+            tracing::warn!(task = %task.id, error = %e.message(), "the agent did not take task/cancel");
+        }
+    }
+}
+
+#[async_trait]
+impl AcpPlatform for Platform {
+    async fn turn(&self, session_id: &str, input: &TurnInput, event: bool) -> Result<AcpTurn> {
+        let sid = session_id.to_owned();
+        let found = self
+            .sessions
+            .store()
+            .read(move |c| {
+                let Some(ws) = rows::session_workspace(c, &sid)? else {
+                    return Ok(None);
+                };
+                let Some(task) = agentex_rows::task(c, &ws, TaskKey::Id(&sid))? else {
+                    return Ok(None);
+                };
+                let agent = agentex_rows::agentex_agent(c, &ws, AgentKey::Id(&task.agent_id))?;
+                Ok(agent.map(|a| (task, a)))
+            })
+            .await?;
+        let (task, agent) = found.ok_or(Error::NotFound)?;
+        let policy = &self.sessions.config().policy;
+        let event = if event {
+            Some(records::event_view(&self.event_of(&task, input).await?))
+        } else {
+            None
+        };
+        Ok(AcpTurn {
+            agent: agent_view::view(&agent, policy),
+            task: tasks::view(&task, true, None),
+            event,
+            api_key: self.api_key(&agent.id).await?,
+        })
+    }
+}
+
+impl Platform {
+    /// The event a turn's input is: the `event/send` that delivered it, else (a message from
+    /// another API family) a new event recording it, so the agent sees every input as an event.
+    async fn event_of(&self, task: &TaskRow, input: &TurnInput) -> Result<agentex_rows::EventRow> {
+        let key = task.key();
+        let agent_id = task.agent_id.clone();
+        let content = json!({"type": "text", "author": "user", "content": input.text}).to_string();
+        let seq = input.input_seq;
+        self.sessions
+            .store()
+            .write(move |tx| {
+                if let Some(seq) = seq
+                    && let Some(found) = rows::event_at_seq(tx.conn(), key.pk, seq)?
+                {
+                    return Ok(found);
+                }
+                tx.insert_agentex_event(&key, &agent_id, seq, Some(&content))
+            })
+            .await
+    }
+}
+
+/// The actor of a callback made with an issued key: the agent, in its workspace, acting as the
+/// user it registered on. 401 for a key that was never issued (or whose agent is gone).
+pub async fn callback_actor(sessions: &Sessions, key: &str) -> Result<Actor> {
+    let hash = secret::token_hash(key.trim());
+    let row = sessions
+        .store()
+        .read(move |c| rows::agent_by_key_hash(c, &hash))
+        .await?
+        .ok_or(Error::Unauthorized)?;
+    Ok(Actor {
+        workspace_id: row.workspace_id,
+        workspace_slug: row.workspace_slug,
+        user_id: row.registered_by.clone(),
+        sender: crate::timeline::Sender::User {
+            user_id: row.registered_by,
+        },
+        channel: crate::sessions::Channel::Agent {
+            agent_id: row.agent_id,
+        },
+    })
+}
+
+/// The actor of an unauthenticated registration from loopback (when `[policy]` allows it): the
+/// owner of the `default` workspace.
+pub async fn loopback_actor(sessions: &Sessions) -> Result<Actor> {
+    let (workspace_id, user_id) = sessions
+        .store()
+        .read(|c| rows::workspace_owner(c, "default"))
+        .await?
+        .ok_or(Error::Unauthorized)?;
+    Ok(Actor {
+        workspace_id,
+        workspace_slug: "default".into(),
+        user_id: user_id.clone(),
+        sender: crate::timeline::Sender::User { user_id },
+        channel: crate::sessions::Channel::Loopback,
+    })
+}
+
+/// The agent an actor is confined to: a registered agent calling back sees only its own tasks.
+pub fn confined_to(actor: &Actor) -> Option<&str> {
+    match &actor.channel {
+        crate::sessions::Channel::Agent { agent_id } => Some(agent_id),
+        _ => None,
+    }
+}

@@ -1,0 +1,141 @@
+//! Registrations of ACP servers (migration 0007): the issued key's salt and hash, the principal
+//! context, the registering user, and the lookups callbacks and registration need.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::Tx;
+use crate::error::Result;
+
+/// An agent's registration as an ACP server.
+#[derive(Debug, Clone)]
+pub struct AcpRegistrationRow {
+    pub agent_id: String,
+    pub key_salt: String,
+    pub registered_by: String,
+}
+
+pub fn acp_registration(conn: &Connection, agent_id: &str) -> Result<Option<AcpRegistrationRow>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT agent_id, key_salt, registered_by FROM acp_registrations WHERE agent_id = ?1",
+        )?
+        .query_row([agent_id], |r| {
+            Ok(AcpRegistrationRow {
+                agent_id: r.get(0)?,
+                key_salt: r.get(1)?,
+                registered_by: r.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The agent an issued key belongs to, with its workspace.
+#[derive(Debug, Clone)]
+pub struct AgentKeyRow {
+    pub agent_id: String,
+    pub workspace_id: String,
+    pub workspace_slug: String,
+    pub registered_by: String,
+}
+
+pub fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Option<AgentKeyRow>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT r.agent_id, a.workspace_id, w.slug, r.registered_by
+             FROM acp_registrations r JOIN agents a ON a.id = r.agent_id
+             JOIN workspaces w ON w.id = a.workspace_id
+             WHERE r.key_hash = ?1",
+        )?
+        .query_row([key_hash], |r| {
+            Ok(AgentKeyRow {
+                agent_id: r.get(0)?,
+                workspace_id: r.get(1)?,
+                workspace_slug: r.get(2)?,
+                registered_by: r.get(3)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The first owner of the workspace `slug` (who an unauthenticated loopback registration acts
+/// as): `(workspace_id, user_id)`.
+pub fn workspace_owner(conn: &Connection, slug: &str) -> Result<Option<(String, String)>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT w.id, m.user_id FROM workspaces w
+             JOIN memberships m ON m.workspace_id = w.id AND m.role = 'owner'
+             JOIN users u ON u.id = m.user_id
+             WHERE w.slug = ?1 ORDER BY u.created_at, u.id LIMIT 1",
+        )?
+        .query_row([slug], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}
+
+/// What a registration writes.
+pub struct NewAcpRegistration<'a> {
+    pub key_salt: &'a str,
+    pub key_hash: &'a str,
+    pub principal_context: Option<&'a str>,
+    pub registered_by: &'a str,
+}
+
+impl Tx<'_> {
+    /// Records (or replaces) an agent's registration as an ACP server.
+    pub fn put_acp_registration(
+        &mut self,
+        agent_id: &str,
+        r: &NewAcpRegistration<'_>,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO acp_registrations
+                   (agent_id, key_salt, key_hash, principal_context, registered_by, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (agent_id) DO UPDATE SET key_salt = excluded.key_salt,
+                   key_hash = excluded.key_hash, principal_context = excluded.principal_context,
+                   registered_by = excluded.registered_by, updated_at = excluded.updated_at",
+            )?
+            .execute(params![
+                agent_id,
+                r.key_salt,
+                r.key_hash,
+                r.principal_context,
+                r.registered_by,
+                self.now
+            ])?;
+        Ok(())
+    }
+}
+
+/// The workspace of a session, by its public id.
+pub fn session_workspace(conn: &Connection, session_id: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT workspace_id FROM sessions WHERE id = ?1")?
+        .query_row([session_id], |r| r.get(0))
+        .optional()?)
+}
+
+/// The `event/send` event that delivered the input at `seq` of a session, if it was one.
+pub fn event_at_seq(
+    conn: &Connection,
+    session_pk: i64,
+    seq: u64,
+) -> Result<Option<super::agentex::EventRow>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT v.sequence_id, v.id, s.id, v.agent_id, v.content, v.created_at
+             FROM agentex_events v JOIN sessions s ON s.pk = v.session_pk
+             WHERE v.session_pk = ?1 AND v.seq = ?2 ORDER BY v.sequence_id LIMIT 1",
+        )?
+        .query_row(params![session_pk, seq as i64], |r| {
+            Ok(super::agentex::EventRow {
+                sequence_id: r.get(0)?,
+                id: r.get(1)?,
+                task_id: r.get(2)?,
+                agent_id: r.get(3)?,
+                content: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })
+        .optional()?)
+}
