@@ -143,11 +143,11 @@ pub async fn list(
     let pk = t.pk;
     let events = sessions
         .store()
-        .read(move |c| rows::message_events_page(c, pk, &kinds, direction, page))
+        .read(move |c| rows::messages_page(c, pk, &kinds, direction, page))
         .await?;
     Ok(events
         .iter()
-        .filter_map(|e| content::message(&t.id, e))
+        .filter_map(|m| content::stored_message(&t.id, m))
         .collect())
 }
 
@@ -194,19 +194,19 @@ pub async fn paginated(
     let pk = t.pk;
     let mut events = sessions
         .store()
-        .read(move |c| rows::message_events_from(c, pk, &kinds, direction, cursor, limit + 1))
+        .read(move |c| rows::messages_from(c, pk, &kinds, direction, cursor, limit + 1))
         .await?;
     let has_more = events.len() > limit as usize;
     events.truncate(limit as usize);
     let next_cursor = if has_more {
-        events.last().map(|e| encode_cursor(e.seq))
+        events.last().map(|m| encode_cursor(m.first.seq))
     } else {
         None
     };
     Ok(CursorPage {
         data: events
             .iter()
-            .filter_map(|e| content::message(&t.id, e))
+            .filter_map(|m| content::stored_message(&t.id, m))
             .collect(),
         next_cursor,
         has_more,
@@ -219,9 +219,9 @@ pub async fn get(sessions: &Sessions, actor: &Actor, id: &str) -> Result<Value> 
     let pk = t.pk;
     sessions
         .store()
-        .read(move |c| rows::message_event(c, pk, seq))
+        .read(move |c| rows::message(c, pk, seq))
         .await?
-        .and_then(|e| content::message(&t.id, &e))
+        .and_then(|m| content::stored_message(&t.id, &m))
         .ok_or(Error::NotFound)
 }
 
@@ -288,6 +288,130 @@ pub async fn create(
         sessions.post_agent_message(actor, &t.id, m.text).await?
     };
     get(sessions, actor, &content::message_id(&t.id, seq)).await
+}
+
+/// Checks an agent's text for a message it streams or revises: text content from the agent,
+/// within the prompt limit; it may be empty (a message opened before its first words).
+pub fn check_agent_text(field: &str, raw: &Value, max_chars: usize) -> Result<String> {
+    match content::parse(field, raw)? {
+        ContentIn::Text {
+            author,
+            content,
+            attachments,
+        } if author == "agent" && attachments.is_empty() => {
+            if content.chars().count() > max_chars {
+                return Err(Error::invalid(format!(
+                    "{field}/content: longer than {max_chars} characters"
+                )));
+            }
+            Ok(content)
+        }
+        ContentIn::Text { .. } | ContentIn::Data { .. } => Err(Error::invalid(format!(
+            "{field}: only an agent's text (author \"agent\", no attachments) is streamed or \
+             revised; a user's words reach the agent as they were sent"
+        ))),
+        ContentIn::Other { kind } => Err(Error::invalid(format!(
+            "{field}/type: only text messages can be revised ({kind} messages come from the \
+             agent's own turns)"
+        ))),
+    }
+}
+
+/// Opens an agent message that is still being written (`streaming_status` `IN_PROGRESS`); the
+/// agent's revisions add its content (`revise`).
+pub async fn open(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    text: String,
+) -> Result<Value> {
+    let t = task(sessions, actor, task_id).await?;
+    let seq = sessions
+        .post_agent_messages(actor, &t.id, vec![text], |tx, key, seqs| {
+            let seq = *seqs
+                .first()
+                .ok_or(Error::Internal("no message appended".into()))?;
+            tx.revise_message(key, seq, seq, true)?;
+            Ok(seq)
+        })
+        .await?;
+    get(sessions, actor, &content::message_id(&t.id, seq)).await
+}
+
+/// A revision a client asks for: the message (its id), its new text, and its streaming status
+/// afterwards (`None` keeps the message's).
+pub struct Revision {
+    pub message_id: String,
+    pub text: String,
+    pub in_progress: Option<bool>,
+}
+
+/// Whether a stored message is the agent's own text (what may be revised).
+fn is_agent_text(m: &rows::MessageRow) -> bool {
+    match m.first.event_type.as_str() {
+        "agent_message" | "system" => true,
+        "step" => serde_json::from_str::<Value>(&m.first.body)
+            .ok()
+            .is_some_and(|e| e["step"]["type"] == "text"),
+        _ => false,
+    }
+}
+
+/// Revises messages of one task in one transaction: each revision is a new event holding the
+/// message's content from then on (the timeline is append-only; the message keeps its id). A
+/// message of another task is not found; every revision is checked before the first is written.
+pub async fn revise(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    revisions: Vec<Revision>,
+) -> Result<Vec<Value>> {
+    let t = task(sessions, actor, task_id).await?;
+    let mut seqs = Vec::with_capacity(revisions.len());
+    for r in &revisions {
+        match content::parse_message_id(&r.message_id) {
+            Some((of, seq)) if of == t.id => seqs.push(seq),
+            _ => return Err(Error::NotFound),
+        }
+    }
+    let pk = t.pk;
+    let wanted = seqs.clone();
+    let found = sessions
+        .store()
+        .read(move |c| {
+            wanted
+                .iter()
+                .map(|s| rows::message(c, pk, *s))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?;
+    let mut plan = Vec::with_capacity(revisions.len());
+    let mut texts = Vec::with_capacity(revisions.len());
+    for (r, m) in revisions.into_iter().zip(found) {
+        let m = m.ok_or(Error::NotFound)?;
+        if !is_agent_text(&m) {
+            return Err(Error::invalid(format!(
+                "{}: only the agent's text messages can be revised; the timeline keeps what \
+                 users sent and what the agent's turns did",
+                r.message_id
+            )));
+        }
+        plan.push((m.first.seq, r.in_progress.unwrap_or(m.in_progress)));
+        texts.push(r.text);
+    }
+    sessions
+        .post_agent_messages(actor, &t.id, texts, move |tx, key, appended| {
+            for ((message, in_progress), revision) in plan.iter().zip(appended) {
+                tx.revise_message(key, *message, *revision, *in_progress)?;
+            }
+            Ok(())
+        })
+        .await?;
+    let mut out = Vec::with_capacity(seqs.len());
+    for seq in seqs {
+        out.push(get(sessions, actor, &content::message_id(&t.id, seq)).await?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::projection;
 use crate::runner::machine::MachineState;
 use crate::store::{JsonColumn, SessionKey, Tx};
-use crate::timeline::Event;
+use crate::timeline::{Event, Level};
 
 /// A session to open for an agent.
 #[derive(Debug, Clone)]
@@ -248,6 +248,47 @@ impl Sessions {
                         created_at: clock::rfc3339(tx.now),
                     },
                 )
+            })
+            .await
+    }
+
+    /// Appends agent messages written outside the runner, in one transaction, with the caller's
+    /// rows about them (`link` gets their seqs, in order). A message without text yet (an agent
+    /// that opens a message it streams, or clears one) is a `system` notice: an `agent_message`
+    /// always has words.
+    pub async fn post_agent_messages<T, Link>(
+        &self,
+        actor: &Actor,
+        session_id: &str,
+        messages: Vec<String>,
+        link: Link,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        Link: FnOnce(&mut Tx<'_>, &SessionKey, &[u64]) -> Result<T> + Send + 'static,
+    {
+        let ws = actor.workspace_id.clone();
+        let session_id = session_id.to_owned();
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &session_id)?;
+                let mut seqs = Vec::with_capacity(messages.len());
+                for message in messages {
+                    let event = if message.is_empty() {
+                        Event::System {
+                            level: Level::Info,
+                            message: "The agent is writing a message without text so far".into(),
+                            metadata: None,
+                        }
+                    } else {
+                        Event::AgentMessage {
+                            message,
+                            created_at: clock::rfc3339(tx.now),
+                        }
+                    };
+                    seqs.push(tx.append(&key, &event)?);
+                }
+                link(tx, &key, &seqs)
             })
             .await
     }
