@@ -683,6 +683,16 @@ fn updates_revise_messages_by_appending_to_the_timeline() {
     let id = opened["id"].as_str().expect("id").to_owned();
     let (_, listed) = s.get(&agentex(&s, &format!("/messages?task_id={task}")));
     assert_eq!(listed, json!([opened]), "an open message is listed");
+    let open_only = r#"[{"streaming_status":"IN_PROGRESS"}]"#;
+    let filtered = |f: &str| {
+        let url = reqwest::Url::parse_with_params(
+            &agentex(&s, "/messages"),
+            &[("task_id", task.as_str()), ("filters", f)],
+        )
+        .expect("url");
+        s.get(url.as_str()).1
+    };
+    assert_eq!(filtered(open_only), json!([opened]));
 
     // Its final content and DONE.
     let (status, done) = s.put(

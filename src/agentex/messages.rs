@@ -13,7 +13,9 @@ use super::content::{self, ContentIn};
 use super::tasks;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, InputCommon, Sessions};
-use crate::store::agentex::{self as rows, Direction, MessageKind, Page, TaskKey, TaskRow};
+use crate::store::agentex::{
+    self as rows, Direction, MessageFilter, MessageKind, Page, TaskKey, TaskRow,
+};
 
 /// Most filters in one `filters` parameter.
 const FILTERS_MAX: usize = 32;
@@ -74,13 +76,13 @@ fn kinds_of_author(a: &str) -> Result<Vec<MessageKind>> {
     }
 }
 
-/// The message kinds a `filters` parameter (a JSON list of `TaskMessageEntityFilter`) keeps:
+/// The messages a `filters` parameter (a JSON list of `TaskMessageEntityFilter`) keeps:
 /// inclusive filters are OR'd, exclusive ones OR'd and negated, and both groups AND'd. A filter
-/// matches by content `type` and `author` and by `streaming_status` (every stored message is
-/// `DONE`).
-pub fn filter_kinds(filters: Option<&str>) -> Result<Vec<MessageKind>> {
+/// matches by content `type` and `author` and by `streaming_status` (a message is `IN_PROGRESS`
+/// from when an agent opens it until a revision says `DONE`).
+pub fn filter_kinds(filters: Option<&str>) -> Result<MessageFilter> {
     let Some(text) = filters.filter(|f| !f.trim().is_empty()) else {
-        return Ok(MessageKind::ALL.to_vec());
+        return Ok(MessageFilter::all());
     };
     let raw: Value = serde_json::from_str(text)
         .map_err(|e| Error::invalid(format!("filters: malformed JSON ({e})")))?;
@@ -90,23 +92,29 @@ pub fn filter_kinds(filters: Option<&str>) -> Result<Vec<MessageKind>> {
             "filters: at most {FILTERS_MAX} filters"
         )));
     }
-    let mut include: Option<HashSet<MessageKind>> = None;
-    let mut exclude: HashSet<MessageKind> = HashSet::new();
+    let every = || {
+        MessageKind::ALL
+            .into_iter()
+            .flat_map(|k| [(k, false), (k, true)])
+    };
+    let mut include: Option<HashSet<(MessageKind, bool)>> = None;
+    let mut exclude: HashSet<(MessageKind, bool)> = HashSet::new();
     for f in list {
-        let mut kinds: HashSet<MessageKind> = MessageKind::ALL.into_iter().collect();
+        let mut kinds: HashSet<(MessageKind, bool)> = every().collect();
         if let Some(c) = &f.content {
             if let Some(t) = &c.kind {
                 let of: HashSet<_> = kinds_of_type(t)?.into_iter().collect();
-                kinds.retain(|k| of.contains(k));
+                kinds.retain(|(k, _)| of.contains(k));
             }
             if let Some(a) = &c.author {
                 let of: HashSet<_> = kinds_of_author(a)?.into_iter().collect();
-                kinds.retain(|k| of.contains(k));
+                kinds.retain(|(k, _)| of.contains(k));
             }
         }
         match f.streaming_status.as_deref() {
-            None | Some("DONE") => {}
-            Some("IN_PROGRESS") => kinds.clear(),
+            None => {}
+            Some("DONE") => kinds.retain(|(_, open)| !open),
+            Some("IN_PROGRESS") => kinds.retain(|(_, open)| *open),
             Some(other) => {
                 return Err(Error::invalid(format!(
                     "filters: streaming_status {other:?} is not one of IN_PROGRESS, DONE"
@@ -119,11 +127,17 @@ pub fn filter_kinds(filters: Option<&str>) -> Result<Vec<MessageKind>> {
             include.get_or_insert_with(HashSet::new).extend(kinds);
         }
     }
-    let include = include.unwrap_or_else(|| MessageKind::ALL.into_iter().collect());
-    Ok(MessageKind::ALL
-        .into_iter()
-        .filter(|k| include.contains(k) && !exclude.contains(k))
-        .collect())
+    let include = include.unwrap_or_else(|| every().collect());
+    let keep = |open: bool| {
+        MessageKind::ALL
+            .into_iter()
+            .filter(|k| include.contains(&(*k, open)) && !exclude.contains(&(*k, open)))
+            .collect()
+    };
+    Ok(MessageFilter {
+        done: keep(false),
+        in_progress: keep(true),
+    })
 }
 
 async fn task(sessions: &Sessions, actor: &Actor, task_id: &str) -> Result<TaskRow> {
@@ -135,7 +149,7 @@ pub async fn list(
     sessions: &Sessions,
     actor: &Actor,
     task_id: &str,
-    kinds: Vec<MessageKind>,
+    kinds: MessageFilter,
     direction: Direction,
     page: Page,
 ) -> Result<Vec<Value>> {
@@ -176,7 +190,7 @@ pub async fn paginated(
     sessions: &Sessions,
     actor: &Actor,
     task_id: &str,
-    kinds: Vec<MessageKind>,
+    kinds: MessageFilter,
     newer: bool,
     cursor: Option<&str>,
     limit: u32,
@@ -421,26 +435,29 @@ mod tests {
 
     #[test]
     fn filters_combine_as_the_contract_says() {
-        assert_eq!(filter_kinds(None).unwrap(), MessageKind::ALL.to_vec());
-        let users = filter_kinds(Some(r#"[{"content": {"author": "user"}}]"#)).unwrap();
+        let done = |f: Option<&str>| filter_kinds(f).unwrap().done;
+        assert_eq!(filter_kinds(None).unwrap(), MessageFilter::all());
+        let users = done(Some(r#"[{"content": {"author": "user"}}]"#));
         assert_eq!(users, [Prompt, Note, Answer]);
         // Inclusive filters are OR'd, exclusive ones subtracted.
-        let some = filter_kinds(Some(
+        let some = done(Some(
             r#"[{"content": {"type": "reasoning"}}, {"content": {"type": "tool_request"}},
                 {"content": {"author": "agent", "type": "tool_request"}, "exclude": true}]"#,
-        ))
-        .unwrap();
+        ));
         assert_eq!(some, [Reasoning]);
-        let agent_text = filter_kinds(Some(
+        let agent_text = done(Some(
             r#"[{"content": {"type": "text"}}, {"content": {"author": "user"}, "exclude": true}]"#,
+        ));
+        assert_eq!(agent_text, [AgentMessage, Ask, Text]);
+        let open = filter_kinds(Some(r#"[{"streaming_status": "IN_PROGRESS"}]"#)).unwrap();
+        assert!(open.done.is_empty());
+        assert_eq!(open.in_progress, MessageKind::ALL.to_vec());
+        let finished = filter_kinds(Some(
+            r#"[{"streaming_status": "IN_PROGRESS", "exclude": true}]"#,
         ))
         .unwrap();
-        assert_eq!(agent_text, [AgentMessage, Ask, Text]);
-        assert!(
-            filter_kinds(Some(r#"[{"streaming_status": "IN_PROGRESS"}]"#))
-                .unwrap()
-                .is_empty()
-        );
+        assert_eq!(finished.done, MessageKind::ALL.to_vec());
+        assert!(finished.in_progress.is_empty());
         assert!(filter_kinds(Some(r#"[{"content": {"type": "video"}}]"#)).is_err());
         assert!(filter_kinds(Some(r#"[{"content": {"data": {}}}]"#)).is_err());
         assert!(filter_kinds(Some("{")).is_err());

@@ -695,6 +695,42 @@ impl MessageKind {
     }
 }
 
+/// Which messages a read keeps: the kinds it keeps among complete messages and among messages
+/// still in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageFilter {
+    pub done: Vec<MessageKind>,
+    pub in_progress: Vec<MessageKind>,
+}
+
+impl MessageFilter {
+    pub fn all() -> MessageFilter {
+        MessageFilter {
+            done: MessageKind::ALL.to_vec(),
+            in_progress: MessageKind::ALL.to_vec(),
+        }
+    }
+}
+
+/// Whether message `e` is in progress: its latest revision says so.
+const IN_PROGRESS: &str = "COALESCE((SELECT v.in_progress FROM agentex_message_revisions v
+    WHERE v.session_pk = e.session_pk AND v.message_seq = e.seq
+    ORDER BY v.revision_seq DESC LIMIT 1), 0)";
+
+/// `(condition, arguments)` selecting the messages a filter keeps.
+fn filter_condition(f: &MessageFilter) -> (String, Vec<SqlValue>) {
+    if f.done == f.in_progress {
+        return messages_condition(&f.done);
+    }
+    let (done, mut args) = messages_condition(&f.done);
+    let (open, mut more) = messages_condition(&f.in_progress);
+    args.append(&mut more);
+    (
+        format!("(({done} AND {IN_PROGRESS} = 0) OR ({open} AND {IN_PROGRESS} = 1))"),
+        args,
+    )
+}
+
 /// `(condition, arguments)` selecting events of the given kinds (none: a condition that is false).
 fn kinds_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
     let mut types = Vec::new();
@@ -819,11 +855,11 @@ fn with_revisions(
 pub fn messages_page(
     conn: &Connection,
     session_pk: i64,
-    kinds: &[MessageKind],
+    filter: &MessageFilter,
     direction: Direction,
     page: Page,
 ) -> Result<Vec<MessageRow>> {
-    let (cond, mut kind_args) = messages_condition(kinds);
+    let (cond, mut kind_args) = filter_condition(filter);
     let mut sql = format!(
         "SELECT e.seq, e.created_at, e.type, e.body FROM events e
          WHERE e.session_pk = ? AND {cond} ORDER BY e.seq {}",
@@ -842,12 +878,12 @@ pub fn messages_page(
 pub fn messages_from(
     conn: &Connection,
     session_pk: i64,
-    kinds: &[MessageKind],
+    filter: &MessageFilter,
     direction: Direction,
     cursor: Option<u64>,
     limit: u32,
 ) -> Result<Vec<MessageRow>> {
-    let (cond, mut kind_args) = messages_condition(kinds);
+    let (cond, mut kind_args) = filter_condition(filter);
     let bound = match (direction, cursor) {
         (Direction::Desc, Some(_)) => " AND e.seq < ?",
         (Direction::Asc, Some(_)) => " AND e.seq > ?",
