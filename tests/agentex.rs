@@ -733,9 +733,8 @@ fn updates_revise_messages_by_appending_to_the_timeline() {
         &page,
     );
     let (_, v2) = s.get(&s.url(&format!("/v2/sessions/{task}/events?limit=500")));
-    let texts: Vec<&Value> = v2["data"]
+    let texts: Vec<&Value> = v2["events"]
         .as_array()
-        .or_else(|| v2["events"].as_array())
         .expect("v2 events")
         .iter()
         .filter(|e| e["type"] == "message.completed")
