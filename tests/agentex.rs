@@ -694,7 +694,15 @@ fn updates_revise_messages_by_appending_to_the_timeline() {
     };
     assert_eq!(filtered(open_only), json!([opened]));
 
-    // Its final content and DONE.
+    // Its final content and DONE; the task stream shows it whole, under the message's id.
+    let res = s
+        .http
+        .get(agentex(&s, &format!("/tasks/{task}/stream")))
+        .send()
+        .expect("GET stream");
+    let mut lines = BufReader::new(res).lines();
+    let first = lines.next().expect("line").expect("line");
+    assert!(first.contains("connected"), "{first}");
     let (status, done) = s.put(
         &agentex(&s, &format!("/messages/{id}")),
         &json!({"task_id": task, "content": agent_text("all done"), "streaming_status": "DONE"}),
@@ -706,6 +714,17 @@ fn updates_revise_messages_by_appending_to_the_timeline() {
     assert_eq!(done["created_at"], opened["created_at"]);
     let (_, one) = s.get(&agentex(&s, &format!("/messages/{id}")));
     assert_eq!(one, done);
+    let update: Value = lines
+        .by_ref()
+        .map_while(|l| l.ok())
+        .find_map(|l| {
+            l.strip_prefix("data: ")
+                .and_then(|d| serde_json::from_str(d).ok())
+        })
+        .expect("an update");
+    assert_eq!(update["type"], "full", "{update}");
+    assert_eq!(update["parent_task_message"], done);
+    drop(lines);
     let (_, listed) = s.get(&agentex(&s, &format!("/messages?task_id={task}")));
     assert_eq!(
         listed,

@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use super::view;
 use crate::error::{Error, Result};
 use crate::store::StoredEvent;
-use crate::store::agentex::MessageRow;
+use crate::store::agentex::{MessageRow, Revises};
 use crate::timeline::AttachmentRef;
 
 pub fn message_id(task_id: &str, seq: u64) -> String {
@@ -43,6 +43,20 @@ pub fn message(task_id: &str, e: &StoredEvent) -> Option<Value> {
         "content": content,
         "streaming_status": "DONE",
         "created_at": view::time(e.created_at),
+        "updated_at": view::time(e.created_at),
+    }))
+}
+
+/// A revision event read as the `TaskMessage` it revises: the message's id and creation, the
+/// revision's content, status and time.
+pub fn revised_message(task_id: &str, e: &StoredEvent, r: &Revises) -> Option<Value> {
+    let event: Value = serde_json::from_str(&e.body).ok()?;
+    Some(json!({
+        "id": message_id(task_id, r.message_seq),
+        "task_id": task_id,
+        "content": content_of(&event)?,
+        "streaming_status": if r.in_progress { "IN_PROGRESS" } else { "DONE" },
+        "created_at": view::time(r.message_created_at),
         "updated_at": view::time(e.created_at),
     }))
 }

@@ -922,6 +922,33 @@ pub fn message(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<Me
     Ok(with_revisions(conn, session_pk, event.into_iter().collect())?.pop())
 }
 
+/// What a revision event revises: the message it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revises {
+    pub message_seq: u64,
+    /// When the message was opened (its first event's time).
+    pub message_created_at: i64,
+    pub in_progress: bool,
+}
+
+/// The message the event at `seq` revises, if it is a revision of another message.
+pub fn revises(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT v.message_seq, e.created_at, v.in_progress FROM agentex_message_revisions v
+             JOIN events e ON e.session_pk = v.session_pk AND e.seq = v.message_seq
+             WHERE v.session_pk = ?1 AND v.revision_seq = ?2 AND v.message_seq <> v.revision_seq",
+        )?
+        .query_row(params![session_pk, seq_value(seq)], |r| {
+            Ok(Revises {
+                message_seq: r.get::<_, i64>(0)? as u64,
+                message_created_at: r.get(1)?,
+                in_progress: r.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
 impl Tx<'_> {
     /// Records that the event at `revision_seq` holds message `message_seq`'s content from now
     /// on (the message itself when it opens in progress).
