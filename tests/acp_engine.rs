@@ -253,7 +253,18 @@ fn unreachable_and_5xx_agents_are_retried_with_warnings() {
     let events = finished(&s, &id);
     assert_eq!(terminal(&events)["status"], "completed");
     assert_eq!(texts(&events), ["made it"]);
-    let warnings: Vec<&Value> = events.iter().filter(|e| e["type"] == "system").collect();
+    // The retry is the one warning; the runner's note that the usage is estimated (an ACP agent
+    // reports none) is an `info`.
+    let warnings: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "system" && e["level"] == "warn")
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "system" && e["metadata"]["code"] == "usage_estimated"),
+        "{events:#?}"
+    );
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     assert_eq!(warnings[0]["level"], "warn");
     assert!(
@@ -281,7 +292,11 @@ fn unreachable_and_5xx_agents_are_retried_with_warnings() {
         error.contains("cannot be reached") && error.contains("gave up after 4 attempts"),
         "{error}"
     );
-    assert_eq!(events.iter().filter(|e| e["type"] == "system").count(), 3);
+    let warnings = events
+        .iter()
+        .filter(|e| e["type"] == "system" && e["level"] == "warn")
+        .count();
+    assert_eq!(warnings, 3, "{events:#?}");
 }
 
 #[test]

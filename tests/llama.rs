@@ -339,7 +339,10 @@ fn tools_are_offered_without_breaking_the_turn() {
     };
     let id = create(&r.s, "Say hi.");
     let events = terminals(&r.s, &id, 1);
-    let chats = r.tap.chats();
+    // The title call after the turn may still be answering: wait until every exchange seen so far
+    // has settled before judging them.
+    let seen = r.tap.chats().len();
+    let chats = r.tap.wait_chats(seen, Duration::from_secs(120));
     let body = chats[0].body();
     let offered: Vec<&str> = body["tools"]
         .as_array()

@@ -3,12 +3,15 @@
 //! records every request (headers and JSON-RPC body) and notices when a client goes away early.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+#[path = "http_request.rs"]
+mod http_request;
 
 /// How a scripted answer ends after its lines.
 #[derive(Debug, Clone, PartialEq)]
@@ -154,35 +157,12 @@ impl FakeAcp {
 }
 
 fn read_request(conn: &mut TcpStream) -> Option<Seen> {
-    let mut reader = BufReader::new(conn.try_clone().ok()?);
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let path = line.split_whitespace().nth(1)?.to_owned();
-    let mut length = 0usize;
-    let (mut agent_key, mut request_id) = (None, None);
-    loop {
-        let mut h = String::new();
-        reader.read_line(&mut h).ok()?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            match k.to_ascii_lowercase().as_str() {
-                "content-length" => length = v.trim().parse().ok()?,
-                "x-agent-api-key" => agent_key = Some(v.trim().to_owned()),
-                "x-request-id" => request_id = Some(v.trim().to_owned()),
-                _ => {}
-            }
-        }
-    }
-    let mut body = vec![0u8; length];
-    reader.read_exact(&mut body).ok()?;
+    let request = http_request::read(conn)?;
     Some(Seen {
-        path,
-        agent_key,
-        request_id,
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        agent_key: request.header("x-agent-api-key"),
+        request_id: request.header("x-request-id"),
+        path: request.path,
+        body: request.body,
     })
 }
 

@@ -13,12 +13,15 @@
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+#[path = "http_request.rs"]
+mod http_request;
 
 /// How a scripted streamed reply ends.
 #[derive(Debug, Clone, PartialEq)]
@@ -334,46 +337,15 @@ impl FakeOpenAi {
     }
 }
 
-type Head = (String, Option<String>, Value, Option<String>);
-
-fn read_request(conn: &mut TcpStream) -> Option<Head> {
-    let mut reader = BufReader::new(conn.try_clone().ok()?);
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let path = line.split_whitespace().nth(1)?.to_owned();
-    let mut length = 0usize;
-    let mut auth = None;
-    let mut request_id = None;
-    loop {
-        let mut h = String::new();
-        reader.read_line(&mut h).ok()?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            match k.to_ascii_lowercase().as_str() {
-                "content-length" => length = v.trim().parse().ok()?,
-                "authorization" => auth = Some(v.trim().to_owned()),
-                "x-request-id" => request_id = Some(v.trim().to_owned()),
-                _ => {}
-            }
-        }
-    }
-    let mut body = vec![0u8; length];
-    reader.read_exact(&mut body).ok()?;
-    Some((
-        path,
-        auth,
-        serde_json::from_slice(&body).unwrap_or(Value::Null),
-        request_id,
-    ))
-}
-
 fn serve(mut conn: TcpStream, state: &Mutex<State>) {
-    let Some((path, authorization, body, request_id)) = read_request(&mut conn) else {
+    let Some(request) = http_request::read(&mut conn) else {
         return;
     };
+    let (authorization, request_id) = (
+        request.header("authorization"),
+        request.header("x-request-id"),
+    );
+    let (path, body) = (request.path, request.body);
     let streamed = body["stream"] == json!(true);
     let tools = body.get("tools").is_some();
     let reply = {
