@@ -10,7 +10,7 @@ mod hast;
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use common::{Server, WS, assert_known_events, assert_schema, poll_until};
+use common::{Server, WS, assert_known_events, assert_schema, cli, poll_until};
 // What `hast` reads from its parent.
 use common::{Sse, SseFrame, SseItem};
 use serde_json::{Value, json};
@@ -631,29 +631,6 @@ fn tasks_are_session_records_with_the_credentials_provenance() {
     );
 }
 
-/// Runs the CLI on the server's data dir (with `stdin`, if given); returns what it printed.
-fn cli(s: &Server, args: &[&str], stdin: Option<&str>) -> String {
-    use std::io::{Seek, Write};
-    let mut cmd = common::sessiond_command();
-    cmd.args(args).arg("--data-dir").arg(s.data_dir.as_path());
-    if let Some(input) = stdin {
-        let mut f = tempfile::tempfile().expect("temp file");
-        f.write_all(input.as_bytes()).expect("write stdin");
-        f.rewind().expect("rewind");
-        cmd.stdin(std::process::Stdio::from(f));
-    }
-    let out = common::run_bounded(cmd, Duration::from_secs(60));
-    assert!(
-        out.status.success(),
-        "sessiond {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf8")
-        .trim()
-        .to_owned()
-}
-
 /// An agent message opened IN_PROGRESS and then updated is one message whose content is the
 /// latest revision; each revision is a timeline event of its own (nothing is rewritten), and every
 /// family reads the final text.
@@ -913,9 +890,9 @@ fn updates_revise_messages_by_appending_to_the_timeline() {
     assert_eq!(still["content"]["content"], "one!");
 
     // Another workspace does not see the message at all.
-    cli(&s, &["workspace", "create", "elsewhere"], None);
+    cli(&s.data_dir, &["workspace", "create", "elsewhere"], None);
     cli(
-        &s,
+        &s.data_dir,
         &[
             "user",
             "create",
@@ -930,7 +907,7 @@ fn updates_revise_messages_by_appending_to_the_timeline() {
         Some("another-password-123\n"),
     );
     let key = cli(
-        &s,
+        &s.data_dir,
         &[
             "token",
             "create",
