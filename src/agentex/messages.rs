@@ -299,7 +299,13 @@ pub async fn create(
         };
         sessions.note(actor, &t.id, m.text, common).await?
     } else {
-        sessions.post_agent_message(actor, &t.id, m.text).await?
+        sessions
+            .post_agent_messages(actor, &t.id, vec![m.text], |_, _, seqs| {
+                seqs.first()
+                    .copied()
+                    .ok_or(Error::Internal("no message appended".into()))
+            })
+            .await?
     };
     get(sessions, actor, &content::message_id(&t.id, seq)).await
 }

@@ -1,6 +1,7 @@
 //! Operations that other API families build on, with their own rows written in the same
 //! transaction as the session's events: opening a session that waits for its first message,
-//! stopping a session for good, and posting an agent message written outside the runner.
+//! stopping a session for good, and posting agent messages written outside the runner (with the
+//! caller's rows about them, such as a message revision).
 //!
 //! The agent platform API (`/agentex`) opens its tasks this way: a task exists before its first
 //! message, is found by name in the same transaction that would create it (so two racing
@@ -226,30 +227,6 @@ impl Sessions {
             .await?;
         self.runner.interrupt(key);
         Ok(linked)
-    }
-
-    /// Appends an `agent_message` written outside the runner (another API family posting the
-    /// agent's words into the session); returns its seq.
-    pub async fn post_agent_message(
-        &self,
-        actor: &Actor,
-        session_id: &str,
-        message: String,
-    ) -> Result<u64> {
-        let ws = actor.workspace_id.clone();
-        let session_id = session_id.to_owned();
-        self.store
-            .write(move |tx| {
-                let key = tx.session_key(&ws, &session_id)?;
-                tx.append(
-                    &key,
-                    &Event::AgentMessage {
-                        message,
-                        created_at: clock::rfc3339(tx.now),
-                    },
-                )
-            })
-            .await
     }
 
     /// Appends agent messages written outside the runner, in one transaction, with the caller's
