@@ -10,7 +10,7 @@ mod hast;
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use common::{Server, WS, assert_known_events, assert_schema, poll_until};
+use common::{Server, WS, assert_known_events, assert_schema, cli, poll_until};
 // What `hast` reads from its parent.
 use common::{Sse, SseFrame, SseItem};
 use serde_json::{Value, json};
@@ -238,8 +238,6 @@ fn unsupported_operations_answer_501_after_the_credential_check() {
         ("GET", "/deployment-history/x"),
         ("POST", "/agent_api_keys/webhook-trigger"),
         ("GET", "/tasks/x/query/state"),
-        ("PUT", "/messages/x.1"),
-        ("PUT", "/messages/batch"),
     ] {
         let url = agentex(&s, path);
         let req = |c: &reqwest::blocking::Client| match method {
@@ -631,4 +629,313 @@ fn tasks_are_session_records_with_the_credentials_provenance() {
             .any(|x| x["id"] == handed.as_str()),
         "{listed}"
     );
+}
+
+/// An agent message opened IN_PROGRESS and then updated is one message whose content is the
+/// latest revision; each revision is a timeline event of its own (nothing is rewritten), and every
+/// family reads the final text.
+#[test]
+fn updates_revise_messages_by_appending_to_the_timeline() {
+    let s = Server::start();
+    let agent = register(&s, "reviser");
+    let created = rpc(
+        &s,
+        &agent,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {"name": "rev"}}),
+    );
+    let task = created["result"]["id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    let agent_text = |t: &str| json!({"type": "text", "author": "agent", "content": t});
+
+    // A message opened while it is being written, still without text.
+    let (status, opened) = s.post(
+        &agentex(&s, "/messages"),
+        &json!({"task_id": task, "content": agent_text(""), "streaming_status": "IN_PROGRESS"}),
+    );
+    assert_eq!(status, 200, "{opened}");
+    assert_eq!(opened["streaming_status"], "IN_PROGRESS");
+    assert_eq!(opened["content"]["content"], "");
+    let id = opened["id"].as_str().expect("id").to_owned();
+    let (_, listed) = s.get(&agentex(&s, &format!("/messages?task_id={task}")));
+    assert_eq!(listed, json!([opened]), "an open message is listed");
+    let open_only = r#"[{"streaming_status":"IN_PROGRESS"}]"#;
+    let filtered = |f: &str| {
+        let url = reqwest::Url::parse_with_params(
+            &agentex(&s, "/messages"),
+            &[("task_id", task.as_str()), ("filters", f)],
+        )
+        .expect("url");
+        s.get(url.as_str()).1
+    };
+    assert_eq!(filtered(open_only), json!([opened]));
+
+    // Its final content and DONE; the task stream shows it whole, under the message's id.
+    let res = s
+        .http
+        .get(agentex(&s, &format!("/tasks/{task}/stream")))
+        .send()
+        .expect("GET stream");
+    let mut lines = BufReader::new(res).lines();
+    let first = lines.next().expect("line").expect("line");
+    assert!(first.contains("connected"), "{first}");
+    let (status, done) = s.put(
+        &agentex(&s, &format!("/messages/{id}")),
+        &json!({"task_id": task, "content": agent_text("all done"), "streaming_status": "DONE"}),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["id"], id, "the id stays");
+    assert_eq!(done["streaming_status"], "DONE");
+    assert_eq!(done["content"]["content"], "all done");
+    assert_eq!(done["created_at"], opened["created_at"]);
+    let (_, one) = s.get(&agentex(&s, &format!("/messages/{id}")));
+    assert_eq!(one, done);
+    let update: Value = lines
+        .by_ref()
+        .map_while(|l| l.ok())
+        .find_map(|l| {
+            l.strip_prefix("data: ")
+                .and_then(|d| serde_json::from_str(d).ok())
+        })
+        .expect("an update");
+    assert_eq!(update["type"], "full", "{update}");
+    assert_eq!(update["parent_task_message"], done);
+    drop(lines);
+    let (_, listed) = s.get(&agentex(&s, &format!("/messages?task_id={task}")));
+    assert_eq!(
+        listed,
+        json!([done]),
+        "one message, with its latest content"
+    );
+    let (_, page) = s.get(&agentex(&s, &format!("/messages/paginated?task_id={task}")));
+    assert_eq!(page["data"], json!([done]));
+    let (_, by_rpc) = s.get(&agentex(&s, &format!("/tasks/{task}")));
+    assert_eq!(by_rpc["id"], task);
+
+    // The timeline kept both: the notice that opened the message, then the agent's words.
+    let history = s.history_all(&task);
+    assert_known_events(history.iter().map(|e| &e["event"]));
+    let said: Vec<&Value> = history
+        .iter()
+        .filter(|e| e["event"]["type"] == "agent_message")
+        .map(|e| &e["event"]["message"])
+        .collect();
+    assert_eq!(said, [&json!("all done")]);
+    let (status, page) = s.get(&s.sessions_url(&format!("/{task}/history?limit=500")));
+    assert_eq!(status, 200);
+    assert_schema(
+        "GET_v1_ws__workspaceSlug__agent_sessions__sessionId__history.response.json",
+        &page,
+    );
+    let (_, v2) = s.get(&s.url(&format!("/v2/sessions/{task}/events?limit=500")));
+    let texts: Vec<&Value> = v2["events"]
+        .as_array()
+        .expect("v2 events")
+        .iter()
+        .filter(|e| e["type"] == "message.completed")
+        .map(|e| &e["data"]["text"])
+        .collect();
+    assert_eq!(texts, [&json!("all done")], "{v2}");
+
+    // A second revision without a status keeps DONE and supersedes the first.
+    let (status, again) = s.put(
+        &agentex(&s, &format!("/messages/{id}")),
+        &json!({"task_id": task, "content": agent_text("all done, really")}),
+    );
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(
+        (&again["content"]["content"], &again["streaming_status"]),
+        (&json!("all done, really"), &json!("DONE"))
+    );
+
+    // Batch: two messages added, both revised in one call.
+    let (status, added) = s.post(
+        &agentex(&s, "/messages/batch"),
+        &json!({"task_id": task, "contents": [agent_text("one"), agent_text("two")]}),
+    );
+    assert_eq!(status, 200, "{added}");
+    let (a, b) = (
+        added[0]["id"].as_str().expect("id").to_owned(),
+        added[1]["id"].as_str().expect("id").to_owned(),
+    );
+    let (status, revised) = s.put(
+        &agentex(&s, "/messages/batch"),
+        &json!({"task_id": task, "updates": {a.clone(): agent_text("one!"), b.clone(): agent_text("two!")}}),
+    );
+    assert_eq!(status, 200, "{revised}");
+    let mut got: Vec<(String, String)> = revised
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_str().expect("id").to_owned(),
+                m["content"]["content"].as_str().expect("text").to_owned(),
+            )
+        })
+        .collect();
+    got.sort();
+    let mut want = vec![
+        (a.clone(), "one!".to_owned()),
+        (b.clone(), "two!".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    let (_, listed) = s.get(&agentex(
+        &s,
+        &format!("/messages?task_id={task}&order_direction=asc"),
+    ));
+    let texts: Vec<&Value> = listed
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|m| &m["content"]["content"])
+        .collect();
+    assert_eq!(
+        texts,
+        [&json!("all done, really"), &json!("one!"), &json!("two!")]
+    );
+
+    // Bad input changes nothing.
+    let before = s.history_all(&task).len();
+    let (_, user) = s.post(
+        &agentex(&s, "/messages"),
+        &json!({"task_id": task, "content": {"type": "text", "author": "user", "content": "hi"}}),
+    );
+    let user_id = user["id"].as_str().expect("id").to_owned();
+    let before = before + 1;
+    let other = rpc(
+        &s,
+        &agent,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "task/create", "params": {"name": "other"}}),
+    );
+    let other_task = other["result"]["id"].as_str().expect("id").to_owned();
+    let put = |path: &str, body: Value| s.put(&agentex(&s, path), &body);
+    let msg = format!("/messages/{id}");
+    for (path, body, code) in [
+        (
+            format!("/messages/{user_id}"),
+            json!({"task_id": task, "content": agent_text("x")}),
+            400,
+        ),
+        (
+            msg.clone(),
+            json!({"task_id": task, "content": {"type": "text", "author": "user", "content": "x"}}),
+            400,
+        ),
+        (
+            msg.clone(),
+            json!({"task_id": task, "content": {"type": "data", "author": "agent", "data": {}}}),
+            400,
+        ),
+        (
+            msg.clone(),
+            json!({"task_id": task, "content": agent_text("x"), "streaming_status": "LATER"}),
+            400,
+        ),
+        (
+            msg.clone(),
+            json!({"task_id": task, "content": agent_text("x"), "extra": 1}),
+            400,
+        ),
+        (msg.clone(), json!({"content": agent_text("x")}), 400),
+        (
+            msg.clone(),
+            json!({"task_id": other_task, "content": agent_text("x")}),
+            404,
+        ),
+        (
+            format!("/messages/{task}.99999"),
+            json!({"task_id": task, "content": agent_text("x")}),
+            404,
+        ),
+        (
+            "/messages/nonsense".into(),
+            json!({"task_id": task, "content": agent_text("x")}),
+            404,
+        ),
+        (
+            "/messages/batch".into(),
+            json!({"task_id": task, "updates": {a.clone(): agent_text("x"), user_id.clone(): agent_text("y")}}),
+            400,
+        ),
+        (
+            "/messages/batch".into(),
+            json!({"task_id": task, "updates": {a.clone(): agent_text("x"), format!("{task}.99999"): agent_text("y")}}),
+            404,
+        ),
+        (
+            "/messages/batch".into(),
+            json!({"task_id": task, "updates": {a.clone(): {"author": "agent"}}}),
+            400,
+        ),
+        (
+            "/messages/batch".into(),
+            json!({"task_id": task, "updates": []}),
+            400,
+        ),
+    ] {
+        let (status, v) = put(&path, body.clone());
+        assert_eq!(status, code, "PUT {path} {body}: {v}");
+        assert!(v["error"].is_string(), "{v}");
+    }
+    let (status, v) = s.post(
+        &agentex(&s, "/messages"),
+        &json!({"task_id": task, "content": {"type": "text", "author": "user", "content": "x"}, "streaming_status": "IN_PROGRESS"}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(s.history_all(&task).len(), before, "nothing was written");
+    let (_, still) = s.get(&agentex(&s, &format!("/messages/{a}")));
+    assert_eq!(still["content"]["content"], "one!");
+
+    // Another workspace does not see the message at all.
+    cli(&s.data_dir, &["workspace", "create", "elsewhere"], None);
+    cli(
+        &s.data_dir,
+        &[
+            "user",
+            "create",
+            "--email",
+            "else@test.local",
+            "--password-stdin",
+            "--workspace",
+            "elsewhere",
+            "--role",
+            "member",
+        ],
+        Some("another-password-123\n"),
+    );
+    let key = cli(
+        &s.data_dir,
+        &[
+            "token",
+            "create",
+            "--user",
+            "else@test.local",
+            "--workspace",
+            "elsewhere",
+            "--name",
+            "else",
+            "--scope",
+            "sessions",
+        ],
+        None,
+    );
+    let stranger = reqwest::blocking::Client::new();
+    let res = stranger
+        .put(agentex(&s, &msg))
+        .bearer_auth(&key)
+        .json(&json!({"task_id": task, "content": agent_text("mine now")}))
+        .send()
+        .expect("PUT");
+    assert_eq!(res.status().as_u16(), 404);
+    let res = stranger
+        .put(agentex(&s, "/messages/batch"))
+        .bearer_auth(&key)
+        .json(&json!({"task_id": task, "updates": {a.clone(): agent_text("mine now")}}))
+        .send()
+        .expect("PUT");
+    assert_eq!(res.status().as_u16(), 404);
+    assert_eq!(s.history_all(&task).len(), before, "nothing was written");
 }

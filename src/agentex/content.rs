@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 use super::view;
 use crate::error::{Error, Result};
 use crate::store::StoredEvent;
+use crate::store::agentex::{MessageRow, Revises};
 use crate::timeline::AttachmentRef;
 
 pub fn message_id(task_id: &str, seq: u64) -> String {
@@ -43,6 +44,39 @@ pub fn message(task_id: &str, e: &StoredEvent) -> Option<Value> {
         "streaming_status": "DONE",
         "created_at": view::time(e.created_at),
         "updated_at": view::time(e.created_at),
+    }))
+}
+
+/// A revision event read as the `TaskMessage` it revises: the message's id and creation, the
+/// revision's content, status and time.
+pub fn revised_message(task_id: &str, e: &StoredEvent, r: &Revises) -> Option<Value> {
+    let event: Value = serde_json::from_str(&e.body).ok()?;
+    Some(json!({
+        "id": message_id(task_id, r.message_seq),
+        "task_id": task_id,
+        "content": content_of(&event)?,
+        "streaming_status": if r.in_progress { "IN_PROGRESS" } else { "DONE" },
+        "created_at": view::time(r.message_created_at),
+        "updated_at": view::time(e.created_at),
+    }))
+}
+
+/// A stored message read as a `TaskMessage`: its id and creation from the event that opened it,
+/// its content, status and `updated_at` from its latest revision. A revision without text is a
+/// `system` notice and reads as the agent's empty text.
+pub fn stored_message(task_id: &str, m: &MessageRow) -> Option<Value> {
+    let event: Value = serde_json::from_str(&m.latest.body).ok()?;
+    let content = match event.get("type").and_then(Value::as_str) {
+        Some("system") => text("agent", ""),
+        _ => content_of(&event)?,
+    };
+    Some(json!({
+        "id": message_id(task_id, m.first.seq),
+        "task_id": task_id,
+        "content": content,
+        "streaming_status": if m.in_progress { "IN_PROGRESS" } else { "DONE" },
+        "created_at": view::time(m.first.created_at),
+        "updated_at": view::time(m.latest.created_at),
     }))
 }
 

@@ -13,7 +13,9 @@ use super::content::{self, ContentIn};
 use super::tasks;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, InputCommon, Sessions};
-use crate::store::agentex::{self as rows, Direction, MessageKind, Page, TaskKey, TaskRow};
+use crate::store::agentex::{
+    self as rows, Direction, MessageFilter, MessageKind, Page, TaskKey, TaskRow,
+};
 
 /// Most filters in one `filters` parameter.
 const FILTERS_MAX: usize = 32;
@@ -74,13 +76,13 @@ fn kinds_of_author(a: &str) -> Result<Vec<MessageKind>> {
     }
 }
 
-/// The message kinds a `filters` parameter (a JSON list of `TaskMessageEntityFilter`) keeps:
+/// The messages a `filters` parameter (a JSON list of `TaskMessageEntityFilter`) keeps:
 /// inclusive filters are OR'd, exclusive ones OR'd and negated, and both groups AND'd. A filter
-/// matches by content `type` and `author` and by `streaming_status` (every stored message is
-/// `DONE`).
-pub fn filter_kinds(filters: Option<&str>) -> Result<Vec<MessageKind>> {
+/// matches by content `type` and `author` and by `streaming_status` (a message is `IN_PROGRESS`
+/// from when an agent opens it until a revision says `DONE`).
+pub fn filter_kinds(filters: Option<&str>) -> Result<MessageFilter> {
     let Some(text) = filters.filter(|f| !f.trim().is_empty()) else {
-        return Ok(MessageKind::ALL.to_vec());
+        return Ok(MessageFilter::all());
     };
     let raw: Value = serde_json::from_str(text)
         .map_err(|e| Error::invalid(format!("filters: malformed JSON ({e})")))?;
@@ -90,23 +92,29 @@ pub fn filter_kinds(filters: Option<&str>) -> Result<Vec<MessageKind>> {
             "filters: at most {FILTERS_MAX} filters"
         )));
     }
-    let mut include: Option<HashSet<MessageKind>> = None;
-    let mut exclude: HashSet<MessageKind> = HashSet::new();
+    let every = || {
+        MessageKind::ALL
+            .into_iter()
+            .flat_map(|k| [(k, false), (k, true)])
+    };
+    let mut include: Option<HashSet<(MessageKind, bool)>> = None;
+    let mut exclude: HashSet<(MessageKind, bool)> = HashSet::new();
     for f in list {
-        let mut kinds: HashSet<MessageKind> = MessageKind::ALL.into_iter().collect();
+        let mut kinds: HashSet<(MessageKind, bool)> = every().collect();
         if let Some(c) = &f.content {
             if let Some(t) = &c.kind {
                 let of: HashSet<_> = kinds_of_type(t)?.into_iter().collect();
-                kinds.retain(|k| of.contains(k));
+                kinds.retain(|(k, _)| of.contains(k));
             }
             if let Some(a) = &c.author {
                 let of: HashSet<_> = kinds_of_author(a)?.into_iter().collect();
-                kinds.retain(|k| of.contains(k));
+                kinds.retain(|(k, _)| of.contains(k));
             }
         }
         match f.streaming_status.as_deref() {
-            None | Some("DONE") => {}
-            Some("IN_PROGRESS") => kinds.clear(),
+            None => {}
+            Some("DONE") => kinds.retain(|(_, open)| !open),
+            Some("IN_PROGRESS") => kinds.retain(|(_, open)| *open),
             Some(other) => {
                 return Err(Error::invalid(format!(
                     "filters: streaming_status {other:?} is not one of IN_PROGRESS, DONE"
@@ -119,11 +127,17 @@ pub fn filter_kinds(filters: Option<&str>) -> Result<Vec<MessageKind>> {
             include.get_or_insert_with(HashSet::new).extend(kinds);
         }
     }
-    let include = include.unwrap_or_else(|| MessageKind::ALL.into_iter().collect());
-    Ok(MessageKind::ALL
-        .into_iter()
-        .filter(|k| include.contains(k) && !exclude.contains(k))
-        .collect())
+    let include = include.unwrap_or_else(|| every().collect());
+    let keep = |open: bool| {
+        MessageKind::ALL
+            .into_iter()
+            .filter(|k| include.contains(&(*k, open)) && !exclude.contains(&(*k, open)))
+            .collect()
+    };
+    Ok(MessageFilter {
+        done: keep(false),
+        in_progress: keep(true),
+    })
 }
 
 async fn task(sessions: &Sessions, actor: &Actor, task_id: &str) -> Result<TaskRow> {
@@ -135,7 +149,7 @@ pub async fn list(
     sessions: &Sessions,
     actor: &Actor,
     task_id: &str,
-    kinds: Vec<MessageKind>,
+    kinds: MessageFilter,
     direction: Direction,
     page: Page,
 ) -> Result<Vec<Value>> {
@@ -143,11 +157,11 @@ pub async fn list(
     let pk = t.pk;
     let events = sessions
         .store()
-        .read(move |c| rows::message_events_page(c, pk, &kinds, direction, page))
+        .read(move |c| rows::messages_page(c, pk, &kinds, direction, page))
         .await?;
     Ok(events
         .iter()
-        .filter_map(|e| content::message(&t.id, e))
+        .filter_map(|m| content::stored_message(&t.id, m))
         .collect())
 }
 
@@ -176,7 +190,7 @@ pub async fn paginated(
     sessions: &Sessions,
     actor: &Actor,
     task_id: &str,
-    kinds: Vec<MessageKind>,
+    kinds: MessageFilter,
     newer: bool,
     cursor: Option<&str>,
     limit: u32,
@@ -194,19 +208,19 @@ pub async fn paginated(
     let pk = t.pk;
     let mut events = sessions
         .store()
-        .read(move |c| rows::message_events_from(c, pk, &kinds, direction, cursor, limit + 1))
+        .read(move |c| rows::messages_from(c, pk, &kinds, direction, cursor, limit + 1))
         .await?;
     let has_more = events.len() > limit as usize;
     events.truncate(limit as usize);
     let next_cursor = if has_more {
-        events.last().map(|e| encode_cursor(e.seq))
+        events.last().map(|m| encode_cursor(m.first.seq))
     } else {
         None
     };
     Ok(CursorPage {
         data: events
             .iter()
-            .filter_map(|e| content::message(&t.id, e))
+            .filter_map(|m| content::stored_message(&t.id, m))
             .collect(),
         next_cursor,
         has_more,
@@ -219,9 +233,9 @@ pub async fn get(sessions: &Sessions, actor: &Actor, id: &str) -> Result<Value> 
     let pk = t.pk;
     sessions
         .store()
-        .read(move |c| rows::message_event(c, pk, seq))
+        .read(move |c| rows::message(c, pk, seq))
         .await?
-        .and_then(|e| content::message(&t.id, &e))
+        .and_then(|m| content::stored_message(&t.id, &m))
         .ok_or(Error::NotFound)
 }
 
@@ -285,9 +299,139 @@ pub async fn create(
         };
         sessions.note(actor, &t.id, m.text, common).await?
     } else {
-        sessions.post_agent_message(actor, &t.id, m.text).await?
+        sessions
+            .post_agent_messages(actor, &t.id, vec![m.text], |_, _, seqs| {
+                seqs.first()
+                    .copied()
+                    .ok_or(Error::Internal("no message appended".into()))
+            })
+            .await?
     };
     get(sessions, actor, &content::message_id(&t.id, seq)).await
+}
+
+/// Checks an agent's text for a message it streams or revises: text content from the agent,
+/// within the prompt limit; it may be empty (a message opened before its first words).
+pub fn check_agent_text(field: &str, raw: &Value, max_chars: usize) -> Result<String> {
+    match content::parse(field, raw)? {
+        ContentIn::Text {
+            author,
+            content,
+            attachments,
+        } if author == "agent" && attachments.is_empty() => {
+            if content.chars().count() > max_chars {
+                return Err(Error::invalid(format!(
+                    "{field}/content: longer than {max_chars} characters"
+                )));
+            }
+            Ok(content)
+        }
+        ContentIn::Text { .. } | ContentIn::Data { .. } => Err(Error::invalid(format!(
+            "{field}: only an agent's text (author \"agent\", no attachments) is streamed or \
+             revised; a user's words reach the agent as they were sent"
+        ))),
+        ContentIn::Other { kind } => Err(Error::invalid(format!(
+            "{field}/type: only text messages can be revised ({kind} messages come from the \
+             agent's own turns)"
+        ))),
+    }
+}
+
+/// Opens an agent message that is still being written (`streaming_status` `IN_PROGRESS`); the
+/// agent's revisions add its content (`revise`).
+pub async fn open(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    text: String,
+) -> Result<Value> {
+    let t = task(sessions, actor, task_id).await?;
+    let seq = sessions
+        .post_agent_messages(actor, &t.id, vec![text], |tx, key, seqs| {
+            let seq = *seqs
+                .first()
+                .ok_or(Error::Internal("no message appended".into()))?;
+            tx.revise_message(key, seq, seq, true)?;
+            Ok(seq)
+        })
+        .await?;
+    get(sessions, actor, &content::message_id(&t.id, seq)).await
+}
+
+/// A revision a client asks for: the message (its id), its new text, and its streaming status
+/// afterwards (`None` keeps the message's).
+pub struct Revision {
+    pub message_id: String,
+    pub text: String,
+    pub in_progress: Option<bool>,
+}
+
+/// Whether a stored message is the agent's own text (what may be revised).
+fn is_agent_text(m: &rows::MessageRow) -> bool {
+    match m.first.event_type.as_str() {
+        "agent_message" | "system" => true,
+        "step" => serde_json::from_str::<Value>(&m.first.body)
+            .ok()
+            .is_some_and(|e| e["step"]["type"] == "text"),
+        _ => false,
+    }
+}
+
+/// Revises messages of one task in one transaction: each revision is a new event holding the
+/// message's content from then on (the timeline is append-only; the message keeps its id). A
+/// message of another task is not found; every revision is checked before the first is written.
+pub async fn revise(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    revisions: Vec<Revision>,
+) -> Result<Vec<Value>> {
+    let t = task(sessions, actor, task_id).await?;
+    let mut seqs = Vec::with_capacity(revisions.len());
+    for r in &revisions {
+        match content::parse_message_id(&r.message_id) {
+            Some((of, seq)) if of == t.id => seqs.push(seq),
+            _ => return Err(Error::NotFound),
+        }
+    }
+    let pk = t.pk;
+    let wanted = seqs.clone();
+    let found = sessions
+        .store()
+        .read(move |c| {
+            wanted
+                .iter()
+                .map(|s| rows::message(c, pk, *s))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?;
+    let mut plan = Vec::with_capacity(revisions.len());
+    let mut texts = Vec::with_capacity(revisions.len());
+    for (r, m) in revisions.into_iter().zip(found) {
+        let m = m.ok_or(Error::NotFound)?;
+        if !is_agent_text(&m) {
+            return Err(Error::invalid(format!(
+                "{}: only the agent's text messages can be revised; the timeline keeps what \
+                 users sent and what the agent's turns did",
+                r.message_id
+            )));
+        }
+        plan.push((m.first.seq, r.in_progress.unwrap_or(m.in_progress)));
+        texts.push(r.text);
+    }
+    sessions
+        .post_agent_messages(actor, &t.id, texts, move |tx, key, appended| {
+            for ((message, in_progress), revision) in plan.iter().zip(appended) {
+                tx.revise_message(key, *message, *revision, *in_progress)?;
+            }
+            Ok(())
+        })
+        .await?;
+    let mut out = Vec::with_capacity(seqs.len());
+    for seq in seqs {
+        out.push(get(sessions, actor, &content::message_id(&t.id, seq)).await?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -297,26 +441,29 @@ mod tests {
 
     #[test]
     fn filters_combine_as_the_contract_says() {
-        assert_eq!(filter_kinds(None).unwrap(), MessageKind::ALL.to_vec());
-        let users = filter_kinds(Some(r#"[{"content": {"author": "user"}}]"#)).unwrap();
+        let done = |f: Option<&str>| filter_kinds(f).unwrap().done;
+        assert_eq!(filter_kinds(None).unwrap(), MessageFilter::all());
+        let users = done(Some(r#"[{"content": {"author": "user"}}]"#));
         assert_eq!(users, [Prompt, Note, Answer]);
         // Inclusive filters are OR'd, exclusive ones subtracted.
-        let some = filter_kinds(Some(
+        let some = done(Some(
             r#"[{"content": {"type": "reasoning"}}, {"content": {"type": "tool_request"}},
                 {"content": {"author": "agent", "type": "tool_request"}, "exclude": true}]"#,
-        ))
-        .unwrap();
+        ));
         assert_eq!(some, [Reasoning]);
-        let agent_text = filter_kinds(Some(
+        let agent_text = done(Some(
             r#"[{"content": {"type": "text"}}, {"content": {"author": "user"}, "exclude": true}]"#,
+        ));
+        assert_eq!(agent_text, [AgentMessage, Ask, Text]);
+        let open = filter_kinds(Some(r#"[{"streaming_status": "IN_PROGRESS"}]"#)).unwrap();
+        assert!(open.done.is_empty());
+        assert_eq!(open.in_progress, MessageKind::ALL.to_vec());
+        let finished = filter_kinds(Some(
+            r#"[{"streaming_status": "IN_PROGRESS", "exclude": true}]"#,
         ))
         .unwrap();
-        assert_eq!(agent_text, [AgentMessage, Ask, Text]);
-        assert!(
-            filter_kinds(Some(r#"[{"streaming_status": "IN_PROGRESS"}]"#))
-                .unwrap()
-                .is_empty()
-        );
+        assert_eq!(finished.done, MessageKind::ALL.to_vec());
+        assert!(finished.in_progress.is_empty());
         assert!(filter_kinds(Some(r#"[{"content": {"type": "video"}}]"#)).is_err());
         assert!(filter_kinds(Some(r#"[{"content": {"data": {}}}]"#)).is_err());
         assert!(filter_kinds(Some("{")).is_err());

@@ -22,6 +22,7 @@ use tokio::sync::{broadcast, watch};
 use super::content;
 use crate::bus::{self, Frame, Subscription};
 use crate::error::Result;
+use crate::store::agentex::Revises;
 use crate::store::{self, SessionKey, Store, StoredEvent};
 use crate::timeline::is_terminal_type;
 
@@ -90,8 +91,20 @@ impl Projector {
         out.push(json!({"type": "delta", "index": index, "delta": delta}));
     }
 
-    fn durable(&mut self, e: &StoredEvent, event: &Value, out: &mut Vec<Value>) {
-        let Some(message) = content::message(&self.task_id, e) else {
+    /// A stored event; `revises` names the message it revises, if it is a revision (which
+    /// arrives whole, under the revised message's id).
+    fn durable(
+        &mut self,
+        e: &StoredEvent,
+        event: &Value,
+        revises: Option<&Revises>,
+        out: &mut Vec<Value>,
+    ) {
+        let message = match revises {
+            Some(r) => content::revised_message(&self.task_id, e, r),
+            None => content::message(&self.task_id, e),
+        };
+        let Some(message) = message else {
             return;
         };
         if self.agent_only && message["content"]["author"] != "agent" {
@@ -247,7 +260,8 @@ impl Follower {
                 if bus::settles_tail(&e.event_type) {
                     settled = Some(e.seq);
                 }
-                self.stored(e);
+                let revises = self.revises(&e).await?;
+                self.stored(e, revises);
                 if self.finished {
                     return Ok(());
                 }
@@ -277,8 +291,20 @@ impl Follower {
         }
     }
 
+    /// The message a stored event revises, if it is a revision (only messages posted from
+    /// outside the runner, `agent_message`s, can be).
+    async fn revises(&self, e: &StoredEvent) -> Result<Option<Revises>> {
+        if e.event_type != "agent_message" {
+            return Ok(None);
+        }
+        let (pk, seq) = (self.key.pk, e.seq);
+        self.store
+            .read(move |c| store::agentex::revises(c, pk, seq))
+            .await
+    }
+
     /// A stored event (from the backlog or live), handled once.
-    fn stored(&mut self, e: StoredEvent) {
+    fn stored(&mut self, e: StoredEvent, revises: Option<Revises>) {
         if e.seq <= self.last {
             return;
         }
@@ -293,7 +319,8 @@ impl Follower {
             return;
         };
         let mut out = Vec::new();
-        self.projector.durable(&e, &event, &mut out);
+        self.projector
+            .durable(&e, &event, revises.as_ref(), &mut out);
         let terminal = is_terminal_type(&e.event_type);
         if terminal {
             self.projector.close(&mut out);
@@ -381,12 +408,15 @@ impl Follower {
             .unwrap_or(Value::Null);
         if !self.in_scope() || content::content_of(&event).is_none() {
             // Not a message: the frame says all that matters.
-            self.stored(StoredEvent {
-                seq,
-                created_at: 0,
-                event_type: frame.event_type.to_string(),
-                body: event.to_string(),
-            });
+            self.stored(
+                StoredEvent {
+                    seq,
+                    created_at: 0,
+                    event_type: frame.event_type.to_string(),
+                    body: event.to_string(),
+                },
+                None,
+            );
             return Ok(());
         }
         // A message: its time comes from the store, so it reads the same as in a list.
@@ -396,7 +426,10 @@ impl Follower {
             .read(move |c| store::events_after(c, pk, seq - 1, 1))
             .await?;
         match stored.into_iter().next().filter(|e| e.seq == seq) {
-            Some(e) => self.stored(e),
+            Some(e) => {
+                let revises = self.revises(&e).await?;
+                self.stored(e, revises);
+            }
             // Deleted meanwhile: the bus closes the stream next.
             None => self.last = seq,
         }
@@ -478,10 +511,10 @@ mod tests {
         p.delta(DeltaKind::Text, "chunk 1 ", &mut out);
         p.delta(DeltaKind::Text, "chunk 2 ", &mut out);
         let text = json!({"type": "step", "step": {"type": "text", "text": "chunk 1 chunk 2 "}});
-        p.durable(&stored(5, text.clone()), &text, &mut out);
+        p.durable(&stored(5, text.clone()), &text, None, &mut out);
         let tool = json!({"type": "step", "step": {"type": "tool_call_start", "toolName": "t",
             "toolCallId": "c"}});
-        p.durable(&stored(6, tool.clone()), &tool, &mut out);
+        p.durable(&stored(6, tool.clone()), &tool, None, &mut out);
         let types: Vec<&str> = out.iter().map(|u| u["type"].as_str().unwrap()).collect();
         assert_eq!(types, ["start", "delta", "delta", "done", "full"]);
         let joined: String = out
@@ -494,7 +527,7 @@ mod tests {
         let prompt = json!({"type": "prompt_submitted", "prompt": "x", "inputKind": "message",
             "behavior": "steer", "sender": {"kind": "system"}});
         let before = out.len();
-        p.durable(&stored(7, prompt.clone()), &prompt, &mut out);
+        p.durable(&stored(7, prompt.clone()), &prompt, None, &mut out);
         assert_eq!(out.len(), before, "a turn's answer leaves the inputs out");
         p.delta(DeltaKind::Reasoning, "hm", &mut out);
         p.close(&mut out);

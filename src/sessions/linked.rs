@@ -1,6 +1,7 @@
 //! Operations that other API families build on, with their own rows written in the same
 //! transaction as the session's events: opening a session that waits for its first message,
-//! stopping a session for good, and posting an agent message written outside the runner.
+//! stopping a session for good, and posting agent messages written outside the runner (with the
+//! caller's rows about them, such as a message revision).
 //!
 //! The agent platform API (`/agentex`) opens its tasks this way: a task exists before its first
 //! message, is found by name in the same transaction that would create it (so two racing
@@ -15,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::projection;
 use crate::runner::machine::MachineState;
 use crate::store::{JsonColumn, SessionKey, Tx};
-use crate::timeline::Event;
+use crate::timeline::{Event, Level};
 
 /// A session to open for an agent.
 #[derive(Debug, Clone)]
@@ -228,26 +229,43 @@ impl Sessions {
         Ok(linked)
     }
 
-    /// Appends an `agent_message` written outside the runner (another API family posting the
-    /// agent's words into the session); returns its seq.
-    pub async fn post_agent_message(
+    /// Appends agent messages written outside the runner, in one transaction, with the caller's
+    /// rows about them (`link` gets their seqs, in order). A message without text yet (an agent
+    /// that opens a message it streams, or clears one) is a `system` notice: an `agent_message`
+    /// always has words.
+    pub async fn post_agent_messages<T, Link>(
         &self,
         actor: &Actor,
         session_id: &str,
-        message: String,
-    ) -> Result<u64> {
+        messages: Vec<String>,
+        link: Link,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        Link: FnOnce(&mut Tx<'_>, &SessionKey, &[u64]) -> Result<T> + Send + 'static,
+    {
         let ws = actor.workspace_id.clone();
         let session_id = session_id.to_owned();
         self.store
             .write(move |tx| {
                 let key = tx.session_key(&ws, &session_id)?;
-                tx.append(
-                    &key,
-                    &Event::AgentMessage {
-                        message,
-                        created_at: clock::rfc3339(tx.now),
-                    },
-                )
+                let mut seqs = Vec::with_capacity(messages.len());
+                for message in messages {
+                    let event = if message.is_empty() {
+                        Event::System {
+                            level: Level::Info,
+                            message: "The agent is writing a message without text so far".into(),
+                            metadata: None,
+                        }
+                    } else {
+                        Event::AgentMessage {
+                            message,
+                            created_at: clock::rfc3339(tx.now),
+                        }
+                    };
+                    seqs.push(tx.append(&key, &event)?);
+                }
+                link(tx, &key, &seqs)
             })
             .await
     }

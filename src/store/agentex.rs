@@ -695,6 +695,42 @@ impl MessageKind {
     }
 }
 
+/// Which messages a read keeps: the kinds it keeps among complete messages and among messages
+/// still in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageFilter {
+    pub done: Vec<MessageKind>,
+    pub in_progress: Vec<MessageKind>,
+}
+
+impl MessageFilter {
+    pub fn all() -> MessageFilter {
+        MessageFilter {
+            done: MessageKind::ALL.to_vec(),
+            in_progress: MessageKind::ALL.to_vec(),
+        }
+    }
+}
+
+/// Whether message `e` is in progress: its latest revision says so.
+const IN_PROGRESS: &str = "COALESCE((SELECT v.in_progress FROM agentex_message_revisions v
+    WHERE v.session_pk = e.session_pk AND v.message_seq = e.seq
+    ORDER BY v.revision_seq DESC LIMIT 1), 0)";
+
+/// `(condition, arguments)` selecting the messages a filter keeps.
+fn filter_condition(f: &MessageFilter) -> (String, Vec<SqlValue>) {
+    if f.done == f.in_progress {
+        return messages_condition(&f.done);
+    }
+    let (done, mut args) = messages_condition(&f.done);
+    let (open, mut more) = messages_condition(&f.in_progress);
+    args.append(&mut more);
+    (
+        format!("(({done} AND {IN_PROGRESS} = 0) OR ({open} AND {IN_PROGRESS} = 1))"),
+        args,
+    )
+}
+
 /// `(condition, arguments)` selecting events of the given kinds (none: a condition that is false).
 fn kinds_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
     let mut types = Vec::new();
@@ -722,6 +758,26 @@ fn kinds_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
     (format!("({})", parts.join(" OR ")), types)
 }
 
+/// `(condition, arguments)` selecting the messages of the given kinds: events of those kinds that
+/// are not revisions of another message, and (with agent messages) the notices that opened a
+/// message still without text.
+fn messages_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
+    let (cond, args) = kinds_condition(kinds);
+    let mut sql = format!(
+        "(({cond}) AND NOT EXISTS (SELECT 1 FROM agentex_message_revisions v
+            WHERE v.session_pk = e.session_pk AND v.revision_seq = e.seq
+              AND v.message_seq <> e.seq))"
+    );
+    if kinds.contains(&MessageKind::AgentMessage) {
+        sql = format!(
+            "({sql} OR (e.type = 'system' AND EXISTS (SELECT 1 FROM agentex_message_revisions v
+                WHERE v.session_pk = e.session_pk AND v.revision_seq = e.seq
+                  AND v.message_seq = e.seq)))"
+        );
+    }
+    (sql, args)
+}
+
 fn stored_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::StoredEvent> {
     Ok(super::StoredEvent {
         seq: r.get::<_, i64>(0)? as u64,
@@ -731,15 +787,79 @@ fn stored_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::StoredEvent> {
     })
 }
 
-/// The message events of a session, by page number.
-pub fn message_events_page(
+fn seq_value(seq: u64) -> SqlValue {
+    SqlValue::Integer(seq.min(i64::MAX as u64) as i64)
+}
+
+/// A task message as stored: the event its id names and, if it was revised or opened in
+/// progress, its latest revision.
+#[derive(Debug, Clone)]
+pub struct MessageRow {
+    pub first: super::StoredEvent,
+    /// The event holding the message's current content (`first` when it was never revised).
+    pub latest: super::StoredEvent,
+    pub in_progress: bool,
+}
+
+/// The messages of message events: each with its latest revision (one query for the page).
+fn with_revisions(
     conn: &Connection,
     session_pk: i64,
-    kinds: &[MessageKind],
+    events: Vec<super::StoredEvent>,
+) -> Result<Vec<MessageRow>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; events.len()].join(",");
+    let sql = format!(
+        "SELECT v.message_seq, e.seq, e.created_at, e.type, e.body, v.in_progress
+         FROM agentex_message_revisions v
+         JOIN events e ON e.session_pk = v.session_pk AND e.seq = v.revision_seq
+         WHERE v.session_pk = ? AND v.message_seq IN ({marks})
+           AND v.revision_seq = (SELECT MAX(w.revision_seq) FROM agentex_message_revisions w
+               WHERE w.session_pk = v.session_pk AND w.message_seq = v.message_seq)"
+    );
+    let mut args = vec![SqlValue::Integer(session_pk)];
+    args.extend(events.iter().map(|e| seq_value(e.seq)));
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut latest: std::collections::HashMap<u64, (super::StoredEvent, bool)> = stmt
+        .query_map(params_from_iter(args), |r| {
+            let message = r.get::<_, i64>(0)? as u64;
+            let event = super::StoredEvent {
+                seq: r.get::<_, i64>(1)? as u64,
+                created_at: r.get(2)?,
+                event_type: r.get(3)?,
+                body: r.get(4)?,
+            };
+            Ok((message, (event, r.get::<_, bool>(5)?)))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(events
+        .into_iter()
+        .map(|first| match latest.remove(&first.seq) {
+            Some((latest, in_progress)) => MessageRow {
+                first,
+                latest,
+                in_progress,
+            },
+            None => MessageRow {
+                latest: first.clone(),
+                first,
+                in_progress: false,
+            },
+        })
+        .collect())
+}
+
+/// The messages of a session, by page number.
+pub fn messages_page(
+    conn: &Connection,
+    session_pk: i64,
+    filter: &MessageFilter,
     direction: Direction,
     page: Page,
-) -> Result<Vec<super::StoredEvent>> {
-    let (cond, mut kind_args) = kinds_condition(kinds);
+) -> Result<Vec<MessageRow>> {
+    let (cond, mut kind_args) = filter_condition(filter);
     let mut sql = format!(
         "SELECT e.seq, e.created_at, e.type, e.body FROM events e
          WHERE e.session_pk = ? AND {cond} ORDER BY e.seq {}",
@@ -750,19 +870,20 @@ pub fn message_events_page(
     push_page(&mut sql, &mut args, page);
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params_from_iter(args), stored_event)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let events = rows.collect::<rusqlite::Result<_>>()?;
+    with_revisions(conn, session_pk, events)
 }
 
-/// The message events of a session before (`Desc`) or after (`Asc`) a seq, at most `limit`.
-pub fn message_events_from(
+/// The messages of a session before (`Desc`) or after (`Asc`) a seq, at most `limit`.
+pub fn messages_from(
     conn: &Connection,
     session_pk: i64,
-    kinds: &[MessageKind],
+    filter: &MessageFilter,
     direction: Direction,
     cursor: Option<u64>,
     limit: u32,
-) -> Result<Vec<super::StoredEvent>> {
-    let (cond, mut kind_args) = kinds_condition(kinds);
+) -> Result<Vec<MessageRow>> {
+    let (cond, mut kind_args) = filter_condition(filter);
     let bound = match (direction, cursor) {
         (Direction::Desc, Some(_)) => " AND e.seq < ?",
         (Direction::Asc, Some(_)) => " AND e.seq > ?",
@@ -776,34 +897,81 @@ pub fn message_events_from(
     let mut args = vec![SqlValue::Integer(session_pk)];
     args.append(&mut kind_args);
     if let Some(c) = cursor {
-        args.push(SqlValue::Integer(c.min(i64::MAX as u64) as i64));
+        args.push(seq_value(c));
     }
     args.push(SqlValue::Integer(i64::from(limit)));
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params_from_iter(args), stored_event)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let events = rows.collect::<rusqlite::Result<_>>()?;
+    with_revisions(conn, session_pk, events)
 }
 
-/// One event of a session, if it reads as a message.
-pub fn message_event(
-    conn: &Connection,
-    session_pk: i64,
-    seq: u64,
-) -> Result<Option<super::StoredEvent>> {
-    let (cond, kind_args) = kinds_condition(&MessageKind::ALL);
+/// The message a seq names, if the event there is a message.
+pub fn message(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
+    let (cond, kind_args) = messages_condition(&MessageKind::ALL);
     let sql = format!(
         "SELECT e.seq, e.created_at, e.type, e.body FROM events e
          WHERE e.session_pk = ? AND e.seq = ? AND {cond}"
     );
-    let mut args = vec![
-        SqlValue::Integer(session_pk),
-        SqlValue::Integer(seq.min(i64::MAX as u64) as i64),
-    ];
+    let mut args = vec![SqlValue::Integer(session_pk), seq_value(seq)];
     args.extend(kind_args);
-    Ok(conn
+    let event = conn
         .prepare_cached(&sql)?
         .query_row(params_from_iter(args), stored_event)
+        .optional()?;
+    Ok(with_revisions(conn, session_pk, event.into_iter().collect())?.pop())
+}
+
+/// What a revision event revises: the message it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revises {
+    pub message_seq: u64,
+    /// When the message was opened (its first event's time).
+    pub message_created_at: i64,
+    pub in_progress: bool,
+}
+
+/// The message the event at `seq` revises, if it is a revision of another message.
+pub fn revises(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT v.message_seq, e.created_at, v.in_progress FROM agentex_message_revisions v
+             JOIN events e ON e.session_pk = v.session_pk AND e.seq = v.message_seq
+             WHERE v.session_pk = ?1 AND v.revision_seq = ?2 AND v.message_seq <> v.revision_seq",
+        )?
+        .query_row(params![session_pk, seq_value(seq)], |r| {
+            Ok(Revises {
+                message_seq: r.get::<_, i64>(0)? as u64,
+                message_created_at: r.get(1)?,
+                in_progress: r.get(2)?,
+            })
+        })
         .optional()?)
+}
+
+impl Tx<'_> {
+    /// Records that the event at `revision_seq` holds message `message_seq`'s content from now
+    /// on (the message itself when it opens in progress).
+    pub fn revise_message(
+        &mut self,
+        key: &SessionKey,
+        message_seq: u64,
+        revision_seq: u64,
+        in_progress: bool,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO agentex_message_revisions (session_pk, revision_seq, message_seq,
+                    in_progress) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                key.pk,
+                revision_seq.min(i64::MAX as u64) as i64,
+                message_seq.min(i64::MAX as u64) as i64,
+                in_progress
+            ])?;
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -934,6 +934,30 @@ pub fn sessiond_command() -> Command {
     cmd
 }
 
+/// Runs the CLI on a data dir, with `stdin` if given, and fails unless it succeeds; returns what
+/// it printed, trimmed.
+pub fn cli(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::{Seek, Write};
+    let mut cmd = sessiond_command();
+    cmd.args(args).arg("--data-dir").arg(data_dir);
+    if let Some(input) = stdin {
+        let mut f = tempfile::tempfile().expect("temp file");
+        f.write_all(input.as_bytes()).expect("write stdin");
+        f.rewind().expect("rewind");
+        cmd.stdin(Stdio::from(f));
+    }
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "sessiond {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf8")
+        .trim()
+        .to_owned()
+}
+
 /// Runs `cmd` to completion, killing it (and failing) if it takes longer than `timeout`.
 pub fn run_bounded(mut cmd: Command, timeout: Duration) -> std::process::Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());

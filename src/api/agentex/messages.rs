@@ -5,7 +5,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ListParams, at, json_body, unsupported};
+use super::{ListParams, at, json_body};
 use crate::agentex::messages;
 use crate::api::body::Query;
 use crate::api::context::AppState;
@@ -14,9 +14,6 @@ use crate::sessions::Actor;
 
 /// Most messages one batch adds.
 const BATCH_MAX: usize = 100;
-
-const MESSAGE_UPDATE: &str = "task messages are the task's timeline, which is append-only: add \
-    a message with POST /messages instead of changing one";
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -28,12 +25,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         at("/messages/batch", "POST, PUT")
             .route(web::post().to(create_batch))
-            .route(web::put().to(|_: Actor| unsupported::answer(MESSAGE_UPDATE))),
+            .route(web::put().to(update_batch)),
     )
     .service(
         at("/messages/{message_id}", "GET, PUT")
             .route(web::get().to(get))
-            .route(web::put().to(|_: Actor| unsupported::answer(MESSAGE_UPDATE))),
+            .route(web::put().to(update)),
     );
 }
 
@@ -107,20 +104,20 @@ struct CreateBody {
     streaming_status: Option<String>,
 }
 
-fn check_streaming_status(s: Option<&str>) -> Result<()> {
+/// Whether a `streaming_status` is `IN_PROGRESS` (`None`: not given).
+fn in_progress(s: Option<&str>) -> Result<Option<bool>> {
     match s {
-        None | Some("DONE") => Ok(()),
-        Some("IN_PROGRESS") => Err(Error::invalid(
-            "streaming_status: messages added here are complete (DONE); the timeline does not \
-             change them afterwards",
-        )),
+        None => Ok(None),
+        Some("DONE") => Ok(Some(false)),
+        Some("IN_PROGRESS") => Ok(Some(true)),
         Some(_) => Err(Error::invalid(
             "streaming_status: must be IN_PROGRESS, DONE or null",
         )),
     }
 }
 
-/// `POST /messages`: a user's text is a note for the agent, an agent's text an agent message.
+/// `POST /messages`: a user's text is a note for the agent, an agent's text an agent message;
+/// `IN_PROGRESS` opens an agent message its later updates complete.
 async fn create(
     state: web::Data<AppState>,
     actor: Actor,
@@ -128,10 +125,14 @@ async fn create(
     payload: web::Payload,
 ) -> Result<HttpResponse> {
     let b: CreateBody = json_body(&state, &req, payload).await?;
-    check_streaming_status(b.streaming_status.as_deref())?;
     let max = state.sessions.config().limits.max_prompt_chars;
-    let m = messages::check_new("content", &b.content, max)?;
-    let out = messages::create(&state.sessions, &actor, &b.task_id, m).await?;
+    let out = if in_progress(b.streaming_status.as_deref())? == Some(true) {
+        let text = messages::check_agent_text("content", &b.content, max)?;
+        messages::open(&state.sessions, &actor, &b.task_id, text).await?
+    } else {
+        let m = messages::check_new("content", &b.content, max)?;
+        messages::create(&state.sessions, &actor, &b.task_id, m).await?
+    };
     Ok(HttpResponse::Ok().json(out))
 }
 
@@ -169,5 +170,73 @@ async fn create_batch(
     for m in checked {
         out.push(messages::create(&state.sessions, &actor, &b.task_id, m).await?);
     }
+    Ok(HttpResponse::Ok().json(out))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateBody {
+    content: Value,
+    task_id: String,
+    #[serde(default)]
+    streaming_status: Option<String>,
+}
+
+/// `PUT /messages/{message_id}`: the agent's new content for its message (and its streaming
+/// status; not given: unchanged), appended as a revision.
+async fn update(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let b: UpdateBody = json_body(&state, &req, payload).await?;
+    let in_progress = in_progress(b.streaming_status.as_deref())?;
+    let max = state.sessions.config().limits.max_prompt_chars;
+    let text = messages::check_agent_text("content", &b.content, max)?;
+    let revision = messages::Revision {
+        message_id: path.into_inner(),
+        text,
+        in_progress,
+    };
+    let mut out = messages::revise(&state.sessions, &actor, &b.task_id, vec![revision]).await?;
+    Ok(HttpResponse::Ok().json(out.pop().ok_or(Error::NotFound)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchUpdateBody {
+    task_id: String,
+    updates: serde_json::Map<String, Value>,
+}
+
+/// `PUT /messages/batch`: new content for several of a task's messages, all checked before the
+/// first revision is written, all written in one transaction.
+async fn update_batch(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let b: BatchUpdateBody = json_body(&state, &req, payload).await?;
+    if b.updates.len() > BATCH_MAX {
+        return Err(Error::invalid(format!(
+            "updates: at most {BATCH_MAX} messages per batch"
+        )));
+    }
+    let max = state.sessions.config().limits.max_prompt_chars;
+    let revisions = b
+        .updates
+        .iter()
+        .map(|(id, c)| {
+            Ok(messages::Revision {
+                message_id: id.clone(),
+                text: messages::check_agent_text(&format!("updates/{id}"), c, max)?,
+                in_progress: None,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let out = messages::revise(&state.sessions, &actor, &b.task_id, revisions).await?;
     Ok(HttpResponse::Ok().json(out))
 }

@@ -83,6 +83,19 @@ def test_an_agent_key_acts_only_on_its_own_tasks(server, client, worker):
     assert status == 200, m
     status, _ = raw(server, "POST", "/agentex/messages", {**body, "task_id": theirs.id}, headers=key)
     assert status == 404
+    # It revises its own messages; another agent's are as unknown as a message that does not exist.
+    status, revised = raw(server, "PUT", f"/agentex/messages/{m['id']}", {**body, "content": text("by key, revised", author="agent")}, headers=key)
+    assert status == 200 and revised["content"]["content"] == "by key, revised", revised
+    status, theirs_m = raw(server, "POST", "/agentex/messages", {"task_id": theirs.id, "content": text("theirs", author="agent")})
+    assert status == 200, theirs_m
+    status, _ = raw(server, "PUT", f"/agentex/messages/{theirs_m['id']}", {"task_id": theirs.id, "content": text("mine now", author="agent")}, headers=key)
+    assert status == 404
+    status, _ = raw(server, "PUT", "/agentex/messages/batch", {"task_id": theirs.id, "updates": {theirs_m["id"]: text("mine now", author="agent")}}, headers=key)
+    assert status == 404
+    status, _ = raw(server, "PUT", f"/agentex/messages/{theirs_m['id']}", {"task_id": mine.id, "content": text("mine now", author="agent")}, headers=key)
+    assert status == 404
+    status, still = raw(server, "GET", f"/agentex/messages/{theirs_m['id']}")
+    assert still["content"]["content"] == "theirs"
     status, _ = raw(server, "GET", f"/agentex/tasks/{theirs.id}", headers=key)
     assert status == 404
     status, _ = raw(server, "GET", f"/agentex/tasks/{mine.id}", headers=key)

@@ -1,5 +1,5 @@
-"""Messages, states, spans and trackers through the official client, and the client operations
-sessiond answers 501."""
+"""Messages (added, streamed and revised), states, spans and trackers through the official
+client, and the client operations sessiond answers 501."""
 
 import datetime
 import json
@@ -77,12 +77,54 @@ def test_messages_added_by_a_client(server, client, conversation):
     with pytest.raises(agentex.BadRequestError):
         client.messages.create(task_id=t.id, content={"type": "data", "author": "user", "data": {"a": 1}})
     with pytest.raises(agentex.BadRequestError):
+        # Only the agent's own text is streamed; a user's words are complete when sent.
         client.messages.create(task_id=t.id, content=text("still streaming"), streaming_status="IN_PROGRESS")
     with pytest.raises(agentex.BadRequestError):
         client.messages.batch.create(task_id=t.id, contents=[text("fine"), text("")])
     assert len(client.messages.list(task_id=t.id)) == 10, "a refused batch adds nothing"
     with pytest.raises(agentex.NotFoundError):
         client.messages.retrieve(f"{t.id}.999999")
+
+
+def test_messages_revised_by_the_agent(server, client, conversation):
+    _, t = conversation
+    opened = client.messages.create(task_id=t.id, content=text("", author="agent"), streaming_status="IN_PROGRESS")
+    assert opened.streaming_status == "IN_PROGRESS" and opened.content.content == ""
+    in_progress = json.dumps([{"streaming_status": "IN_PROGRESS"}])
+    assert [m.id for m in client.messages.list(task_id=t.id, filters=in_progress)] == [opened.id]
+    done = client.messages.update(opened.id, task_id=t.id, content=text("written in full", author="agent"), streaming_status="DONE")
+    assert (done.id, done.streaming_status, done.content.content) == (opened.id, "DONE", "written in full")
+    assert done.created_at == opened.created_at and done.updated_at >= opened.updated_at
+    assert client.messages.retrieve(opened.id) == done
+    assert client.messages.list(task_id=t.id, filters=in_progress) == []
+    latest = client.messages.list(task_id=t.id, limit=2)
+    assert [m.content.content for m in latest] == ["written in full", "echo: three"]
+    assert client.messages.list_paginated(task_id=t.id, limit=1).data == [done]
+
+    one, two = client.messages.batch.create(task_id=t.id, contents=[text("first", author="agent"), text("second", author="agent")])
+    revised = client.messages.batch.update(task_id=t.id, updates={one.id: text("first!", author="agent"), two.id: text("second!", author="agent")})
+    assert sorted((m.id, m.content.content) for m in revised) == sorted([(one.id, "first!"), (two.id, "second!")])
+    assert [m.content.content for m in client.messages.list(task_id=t.id, limit=3)] == ["second!", "first!", "written in full"]
+
+    # The Sessions API's history has every revision as an event of its own, in order.
+    status, page = raw(server, "GET", f"/v1/ws/{WORKSPACE}/agent/sessions/{t.id}/history?limit=500")
+    assert status == 200
+    said = [e["event"]["message"] for e in page["events"] if e["event"]["type"] == "agent_message"]
+    assert said[-5:] == ["written in full", "first", "second", "first!", "second!"]
+
+    # Refused: a user's message, content that is not the agent's text, a message of no task.
+    count = len(client.messages.list(task_id=t.id, limit=100))
+    user = client.messages.list(task_id=t.id, order_direction="asc", limit=1)[0]
+    with pytest.raises(agentex.BadRequestError):
+        client.messages.update(user.id, task_id=t.id, content=text("rewritten", author="agent"))
+    with pytest.raises(agentex.BadRequestError):
+        client.messages.update(done.id, task_id=t.id, content={"type": "data", "author": "agent", "data": {}})
+    with pytest.raises(agentex.NotFoundError):
+        client.messages.update(f"{t.id}.999999", task_id=t.id, content=text("x", author="agent"))
+    with pytest.raises(agentex.BadRequestError):
+        client.messages.batch.update(task_id=t.id, updates={one.id: text("x", author="agent"), user.id: text("y", author="agent")})
+    assert client.messages.retrieve(one.id).content.content == "first!", "a refused batch changes nothing"
+    assert len(client.messages.list(task_id=t.id, limit=100)) == count
 
 
 def test_states(client, conversation):
@@ -163,6 +205,3 @@ def test_operations_sessiond_does_not_carry_out_answer_501(client, conversation)
     expect_501(lambda: client.deployment_history.retrieve("d"))
     expect_501(lambda: client.webhooks.create_webhook_trigger(agent_name="a", forward_path="x", name="n"))
     expect_501(lambda: client.tasks.query_workflow("state", task_id=t.id))
-    m = client.messages.list(task_id=t.id, limit=1)[0]
-    expect_501(lambda: client.messages.update(m.id, content=text("changed"), task_id=t.id))
-    expect_501(lambda: client.messages.batch.update(task_id=t.id, updates={m.id: text("changed")}))
