@@ -106,14 +106,7 @@ impl FakeAcp {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind fake");
         let addr = listener.local_addr().expect("addr");
         let state = Arc::new(Mutex::new(State::default()));
-        let st = Arc::clone(&state);
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let st = Arc::clone(&st);
-                std::thread::spawn(move || serve(conn, &st));
-            }
-        });
+        http_request::serve_each(listener, Arc::clone(&state), serve);
         FakeAcp {
             url: format!("http://{addr}"),
             state,

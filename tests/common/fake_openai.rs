@@ -209,14 +209,7 @@ impl FakeOpenAi {
             title: Some("Fake Title".into()),
             ..State::default()
         }));
-        let st = Arc::clone(&state);
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let st = Arc::clone(&st);
-                std::thread::spawn(move || serve(conn, &st));
-            }
-        });
+        http_request::serve_each(listener, Arc::clone(&state), serve);
         FakeOpenAi {
             base_url: format!("http://{addr}/v1"),
             state,

@@ -1,8 +1,9 @@
-//! One HTTP/1.1 request read off a socket by the tests' fake servers (the fake model endpoint, the
-//! fake ACP server): its path, its headers and its JSON body.
+//! The plumbing of the tests' fake HTTP servers (the fake model endpoint, the fake ACP server):
+//! the accept loop, and one HTTP/1.1 request read off a socket (its path, headers and JSON body).
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -54,4 +55,20 @@ pub fn read(conn: &mut TcpStream) -> Option<Request> {
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     })
+}
+
+/// Serves every connection `listener` accepts on its own thread with `serve`, for the life of the
+/// test process.
+pub fn serve_each<S: Send + Sync + 'static>(
+    listener: TcpListener,
+    state: Arc<S>,
+    serve: fn(TcpStream, &S),
+) {
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let st = Arc::clone(&state);
+            std::thread::spawn(move || serve(conn, &st));
+        }
+    });
 }
