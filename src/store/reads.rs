@@ -136,17 +136,109 @@ pub struct ListFilter {
 }
 
 /// One page of the list, newest first, plus whether more rows follow.
+///
+/// Without a search the page walks an index in list order and stops after `limit + 1` rows. With
+/// one, the plan depends on how many sessions match (see [`search_plan`]): few matches are read
+/// from the full-text index, joined and sorted, which costs their number and nothing else; many
+/// are gathered into a set and the list index is walked in order until the page is full, which
+/// stops early because a common word soon fills a page. Both plans give the same rows.
 pub fn list_sessions(
     conn: &Connection,
     workspace_id: &str,
     user_id: &str,
     f: &ListFilter,
 ) -> Result<(Vec<SessionRow>, bool)> {
-    let mut sql = format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
-         WHERE s.workspace_id = :ws"
-    );
-    let mut args: Vec<(&str, SqlValue)> = vec![
+    let plan = match &f.fts_query {
+        Some(q) => Some(search_plan(conn, q, f.limit)?),
+        None => None,
+    };
+    list_sessions_with(conn, workspace_id, user_id, f, plan)
+}
+
+/// How a search page finds its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchPlan {
+    /// Read every match from the full-text index, keep the workspace's, sort them.
+    FromMatches,
+    /// Walk the list's index newest first and keep the rows that match.
+    FromList,
+}
+
+/// Picks the cheaper plan for a search page of `limit` rows.
+///
+/// Reading the matches and sorting them costs their number `m`. Walking the list index costs the
+/// rows it passes before the page is full, about `limit · n / m` for `n` sessions, plus gathering
+/// the matches (which FTS5 does for a prefix term in any case: it merges the doclists of every
+/// term with that prefix). The walk only pays off when `m` is large, and the two meet near
+/// `m = √(limit · n)`; so the matches are counted up to that bound (never further) and the side
+/// of it they fall on decides. FTS5 cannot return matches in the list's `(created_at, id)` order
+/// (its rowid is the session's insertion key), so no plan can read only a page of them.
+pub fn search_plan(conn: &Connection, fts_query: &str, limit: u32) -> Result<SearchPlan> {
+    let sessions: i64 = conn
+        .prepare_cached("SELECT COALESCE(max(pk), 0) FROM sessions")?
+        .query_row([], |r| r.get(0))?;
+    let bound = ((f64::from(limit) + 1.0) * sessions as f64).sqrt() as i64;
+    let bound = bound.clamp(SEARCH_MIN_BOUND, SEARCH_MAX_BOUND);
+    let matches: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM (SELECT 1 FROM session_search WHERE session_search MATCH ?1 LIMIT ?2)",
+        )?
+        .query_row(params![fts_query, bound], |r| r.get(0))?;
+    Ok(if matches < bound {
+        SearchPlan::FromMatches
+    } else {
+        SearchPlan::FromList
+    })
+}
+
+/// Below this many matches a search always reads them all (a few hundred rows cost well under
+/// a millisecond).
+const SEARCH_MIN_BOUND: i64 = 256;
+/// Above this many matches a search always walks the list: sorting tens of thousands of joined
+/// rows would cost more than a walk that finds a page among them.
+const SEARCH_MAX_BOUND: i64 = 20_000;
+
+/// [`list_sessions`] with the search plan chosen by the caller (tests compare the plans).
+pub fn list_sessions_with(
+    conn: &Connection,
+    workspace_id: &str,
+    user_id: &str,
+    f: &ListFilter,
+    plan: Option<SearchPlan>,
+) -> Result<(Vec<SessionRow>, bool)> {
+    let (sql, args) = list_query(workspace_id, user_id, f, plan);
+    let params: Vec<(&str, &dyn rusqlite::ToSql)> = args
+        .iter()
+        .map(|(k, v)| (*k, v as &dyn rusqlite::ToSql))
+        .collect();
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows: Vec<SessionRow> = stmt
+        .query_map(params.as_slice(), session_from_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    let more = rows.len() > f.limit as usize;
+    rows.truncate(f.limit as usize);
+    Ok((rows, more))
+}
+
+/// The SQL of a list page and its named parameters.
+fn list_query(
+    workspace_id: &str,
+    user_id: &str,
+    f: &ListFilter,
+    plan: Option<SearchPlan>,
+) -> (String, Vec<(&'static str, SqlValue)>) {
+    let mut sql = match (&f.fts_query, plan) {
+        (Some(_), Some(SearchPlan::FromMatches)) => format!(
+            "SELECT {SESSION_COLUMNS} FROM session_search f CROSS JOIN sessions s ON s.pk = f.rowid
+             JOIN agents a ON a.id = s.agent_id
+             WHERE f.session_search MATCH :q AND s.workspace_id = :ws"
+        ),
+        _ => format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
+             WHERE s.workspace_id = :ws"
+        ),
+    };
+    let mut args: Vec<(&'static str, SqlValue)> = vec![
         (":ws", SqlValue::Text(workspace_id.to_owned())),
         (":user", SqlValue::Text(user_id.to_owned())),
         (":limit", SqlValue::Integer(f.limit as i64 + 1)),
@@ -171,29 +263,23 @@ pub fn list_sessions(
             " AND NOT EXISTS (SELECT 1 FROM default_sessions d WHERE d.session_id = s.id)",
         );
     }
-    if let Some(q) = &f.fts_query {
-        sql.push_str(
-            " AND s.pk IN (SELECT rowid FROM session_search WHERE session_search MATCH :q)",
-        );
-        args.push((":q", SqlValue::Text(q.clone())));
-    }
     if let Some((at, id)) = &f.after {
         sql.push_str(" AND (s.created_at < :at OR (s.created_at = :at AND s.id < :after_id))");
         args.push((":at", SqlValue::Integer(*at)));
         args.push((":after_id", SqlValue::Text(id.clone())));
     }
+    if let Some(q) = &f.fts_query {
+        if plan != Some(SearchPlan::FromMatches) {
+            // The matches are gathered once into a set that each row of the walk is looked up
+            // in (a per-row FTS5 probe costs ~100 µs: it rebuilds the query's doclists).
+            sql.push_str(
+                " AND s.pk IN (SELECT rowid FROM session_search WHERE session_search MATCH :q)",
+            );
+        }
+        args.push((":q", SqlValue::Text(q.clone())));
+    }
     sql.push_str(" ORDER BY s.created_at DESC, s.id DESC LIMIT :limit");
-    let params: Vec<(&str, &dyn rusqlite::ToSql)> = args
-        .iter()
-        .map(|(k, v)| (*k, v as &dyn rusqlite::ToSql))
-        .collect();
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows: Vec<SessionRow> = stmt
-        .query_map(params.as_slice(), session_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    let more = rows.len() > f.limit as usize;
-    rows.truncate(f.limit as usize);
-    Ok((rows, more))
+    (sql, args)
 }
 
 /// A stored event as read back: its JSON body is served untouched.
@@ -433,26 +519,32 @@ pub fn default_session_id(conn: &Connection, agent_id: &str) -> Result<Option<St
 
 /// An agent's sessions for the activity view: asking > running > scheduled > done, newest first;
 /// archived sessions and the agent's default chat are left out. Returns `limit + 1` rows at most.
+///
+/// The ORDER BY is the expression of the `sessions_activity` index (migration 0009), so the page
+/// is read in index order and costs the same for ten sessions or a million; keep the two equal.
 pub fn agent_activity(
     conn: &Connection,
     agent_id: &str,
     user_id: &str,
     limit: u32,
 ) -> Result<Vec<SessionRow>> {
-    let sql = format!(
+    let mut stmt = conn.prepare_cached(&activity_sql())?;
+    let rows = stmt.query_map(
+        rusqlite::named_params! {":agent": agent_id, ":user": user_id, ":limit": limit as i64 + 1},
+        session_from_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn activity_sql() -> String {
+    format!(
         "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
          WHERE s.agent_id = :agent AND s.archived_at IS NULL
            AND NOT EXISTS (SELECT 1 FROM default_sessions d WHERE d.agent_id = s.agent_id AND d.session_id = s.id)
          ORDER BY CASE s.bucket WHEN 'asking' THEN 0 WHEN 'running' THEN 1 WHEN 'scheduled' THEN 2 ELSE 3 END,
                   s.created_at DESC, s.id DESC
          LIMIT :limit"
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(
-        rusqlite::named_params! {":agent": agent_id, ":user": user_id, ":limit": limit as i64 + 1},
-        session_from_row,
-    )?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    )
 }
 
 pub struct ImageRow {
@@ -585,4 +677,222 @@ pub fn agent_engines(conn: &Connection) -> Result<Vec<(String, String, String)>>
     )?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A migrated in-memory database with `n` sessions over two workspaces and three agents, in
+    /// an order unrelated to their keys, with equal timestamps, archived sessions, a default chat,
+    /// every bucket, and titles with a common word, a rare one and a shared prefix.
+    fn db(n: i64) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        super::super::migrate::migrate(&conn).unwrap();
+        conn.execute_batch(
+            "INSERT INTO workspaces (id, slug, name, created_at) VALUES ('w1','w1','W',0), ('w2','w2','W',0);
+             INSERT INTO agents (id, workspace_id, slug, name, created_at)
+               VALUES ('a1','w1','a1','A',0), ('a2','w1','a2','B',0), ('b1','w2','b1','C',0);",
+        )
+        .unwrap();
+        conn.execute(
+            "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1)
+             INSERT INTO sessions (pk, id, workspace_id, agent_id, user_id, title, title_origin,
+                 title_status, turn_status, bucket, created_at, updated_at, archived_at)
+             SELECT i, printf('s%06d', (i * 7919) % 1000003),
+                 CASE WHEN i % 7 = 0 THEN 'w2' ELSE 'w1' END,
+                 CASE WHEN i % 7 = 0 THEN 'b1' WHEN i % 3 = 0 THEN 'a2' ELSE 'a1' END,
+                 'u',
+                 'title ' || i || CASE WHEN i % 3 = 0 THEN ' common' ELSE '' END
+                     || CASE WHEN i % 97 = 5 THEN ' rare' ELSE '' END
+                     || CASE i % 4 WHEN 1 THEN ' deploy' WHEN 2 THEN ' deployed' ELSE '' END,
+                 'excerpt', 'complete', 'complete',
+                 CASE i % 5 WHEN 0 THEN 'asking' WHEN 1 THEN 'running' WHEN 2 THEN 'scheduled' ELSE 'done' END,
+                 ((i * 37) % ?1) / 2, 0,
+                 CASE WHEN i % 11 = 0 THEN 1 END
+             FROM c",
+            [n],
+        )
+        .unwrap();
+        conn.execute_batch(
+            "INSERT INTO session_search (rowid, title, prompts) SELECT pk, title, '' FROM sessions;
+             INSERT INTO default_sessions (agent_id, session_id) SELECT 'a1', id FROM sessions WHERE pk = 4;",
+        )
+        .unwrap();
+        conn
+    }
+
+    /// Free text as the sessions module turns it into an FTS5 query: quoted words, the last
+    /// one a prefix.
+    fn fts(words: &str) -> String {
+        let w: Vec<String> = words.split(' ').map(|w| format!("\"{w}\"")).collect();
+        format!("{}*", w.join(" "))
+    }
+
+    fn ids(rows: &[SessionRow]) -> Vec<String> {
+        rows.iter().map(|r| r.id.clone()).collect()
+    }
+
+    fn filters() -> Vec<ListFilter> {
+        let base = ListFilter {
+            limit: 20,
+            ..Default::default()
+        };
+        vec![
+            base.clone(),
+            ListFilter {
+                archived_only: true,
+                ..base.clone()
+            },
+            ListFilter {
+                include_archived: true,
+                limit: 100,
+                ..base.clone()
+            },
+            ListFilter {
+                bucket: Some("asking".into()),
+                ..base.clone()
+            },
+            ListFilter {
+                agent_id: Some("a2".into()),
+                exclude_default: true,
+                ..base.clone()
+            },
+            ListFilter {
+                exclude_default: true,
+                limit: 1,
+                ..base.clone()
+            },
+        ]
+    }
+
+    /// Both search plans give the same pages as the words' plain meaning (every word in the
+    /// title, the last one as a prefix), page after page.
+    #[test]
+    fn both_search_plans_answer_alike_and_as_the_words_mean() {
+        let conn = db(3_000);
+        for words in ["common", "rare", "deplo", "common deploy", "nothing"] {
+            let q = fts(words);
+            for f in filters() {
+                let mut f = ListFilter {
+                    fts_query: Some(q.clone()),
+                    ..f
+                };
+                let mut pages = 0;
+                loop {
+                    let a = list_sessions_with(&conn, "w1", "u", &f, Some(SearchPlan::FromMatches))
+                        .unwrap();
+                    let b =
+                        list_sessions_with(&conn, "w1", "u", &f, Some(SearchPlan::FromList)).unwrap();
+                    assert_eq!(ids(&a.0), ids(&b.0), "{words:?} {f:?}");
+                    assert_eq!(a.1, b.1, "{words:?} {f:?}");
+                    let chosen = list_sessions(&conn, "w1", "u", &f).unwrap();
+                    assert_eq!(ids(&chosen.0), ids(&a.0));
+                    // The same page without the full-text index: titles that hold every word.
+                    let plain = ListFilter {
+                        fts_query: None,
+                        limit: 10_000,
+                        ..f.clone()
+                    };
+                    let want: Vec<String> = list_sessions(&conn, "w1", "u", &plain)
+                        .unwrap()
+                        .0
+                        .into_iter()
+                        .filter(|r| {
+                            let t: Vec<&str> = r.title.split(' ').collect();
+                            let mut w: Vec<&str> = words.split(' ').collect();
+                            let last = w.pop().unwrap();
+                            w.iter().all(|w| t.contains(w)) && t.iter().any(|t| t.starts_with(last))
+                        })
+                        .take(f.limit as usize)
+                        .map(|r| r.id)
+                        .collect();
+                    assert_eq!(ids(&a.0), want, "{words:?} {f:?}");
+                    pages += 1;
+                    match (a.1, a.0.last()) {
+                        (true, Some(last)) if pages < 5 => {
+                            f.after = Some((last.created_at, last.id.clone()));
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_rare_word_reads_its_matches_and_a_common_one_walks_the_list() {
+        let conn = db(3_000);
+        let plan = |w: &str| {
+            search_plan(&conn, &fts(w), 50).unwrap()
+        };
+        assert_eq!(plan("rare"), SearchPlan::FromMatches);
+        assert_eq!(plan("nothing"), SearchPlan::FromMatches);
+        assert_eq!(plan("common"), SearchPlan::FromList);
+        assert_eq!(plan("deplo"), SearchPlan::FromList);
+    }
+
+    fn query_plan(conn: &Connection, sql: &str, args: &[(&str, SqlValue)]) -> String {
+        let params: Vec<(&str, &dyn rusqlite::ToSql)> = args
+            .iter()
+            .map(|(k, v)| (*k, v as &dyn rusqlite::ToSql))
+            .collect();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows = stmt
+            .query_map(params.as_slice(), |r| r.get::<_, String>(3))
+            .unwrap();
+        rows.map(|r| r.unwrap()).collect::<Vec<_>>().join("\n")
+    }
+
+    /// The reads that must not grow with the number of sessions are index walks in the order
+    /// they return (no sort of every candidate), checked with `EXPLAIN QUERY PLAN`.
+    #[test]
+    fn list_activity_and_history_read_in_index_order() {
+        let conn = db(3_000);
+        let activity = query_plan(
+            &conn,
+            &activity_sql(),
+            &[
+                (":agent", SqlValue::Text("a1".into())),
+                (":user", SqlValue::Text("u".into())),
+                (":limit", SqlValue::Integer(25)),
+            ],
+        );
+        assert!(activity.contains("USING INDEX sessions_activity"), "{activity}");
+        assert!(!activity.contains("TEMP B-TREE"), "{activity}");
+
+        let q = fts("common");
+        for f in filters() {
+            for search in [None, Some(q.clone())] {
+                let f = ListFilter {
+                    fts_query: search,
+                    after: Some((100, "s000001".into())),
+                    ..f.clone()
+                };
+                let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromList));
+                let plan = query_plan(&conn, &sql, &args);
+                assert!(!plan.contains("TEMP B-TREE"), "{f:?}\n{plan}");
+                assert!(plan.contains("SEARCH s USING INDEX sessions_by_"), "{f:?}\n{plan}");
+            }
+        }
+        // Few matches: read from the full-text index, then sorted (at most the plan's bound).
+        let f = ListFilter {
+            fts_query: Some(q),
+            limit: 20,
+            ..Default::default()
+        };
+        let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromMatches));
+        let plan = query_plan(&conn, &sql, &args);
+        assert!(plan.starts_with("SCAN f VIRTUAL TABLE"), "{plan}");
+        assert!(plan.contains("SEARCH s USING INTEGER PRIMARY KEY"), "{plan}");
+
+        for sql in [
+            "SELECT seq FROM events WHERE session_pk = 1 AND seq < 50 ORDER BY seq DESC LIMIT 100",
+            "SELECT seq FROM events WHERE session_pk = 1 AND seq > 50 ORDER BY seq LIMIT 100",
+        ] {
+            let plan = query_plan(&conn, sql, &[]);
+            assert!(plan.contains("USING PRIMARY KEY"), "{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
+    }
 }
