@@ -153,7 +153,7 @@ fn activity_agrees_with_the_sessions_after_every_change() {
             body["cwd"] = json!(c);
         }
         let (status, v) = s.post(&s.sessions_url(""), &body);
-        assert_eq!(status, 201, "create: {v}");
+        assert_eq!(status, 200, "create: {v}");
         id_of(&v)
     };
 
@@ -174,7 +174,7 @@ fn activity_agrees_with_the_sessions_after_every_change() {
         &json!({"answer": "x"}),
     );
     assert_eq!(status, 200, "answer: {v}");
-    terminal(&s, &asking, ask_seq, "complete");
+    terminal(&s, &asking, ask_seq + 1, "complete");
     check(&s, &agents, "an answer");
 
     // A new turn on a done session, then done again.
@@ -184,7 +184,7 @@ fn activity_agrees_with_the_sessions_after_every_change() {
         &json!({"prompt": "/ask Again? | a | b"}),
     );
     assert_eq!(status, 200, "message: {v}");
-    terminal(&s, &done, seq, "ask");
+    terminal(&s, &done, seq + 1, "ask");
     check(&s, &agents, "a turn that asks");
 
     // Rename, archive, unarchive, delete.
