@@ -48,9 +48,9 @@ const COMMON: &str = "deploy";
 const RARE: &str = "quetzal";
 const RARE_COUNT: usize = 10;
 /// Requests per query and size (fewer when a query is slow: see `MAX_SECS_PER_QUERY`).
-const REQUESTS: usize = 400;
+const REQUESTS: usize = 300;
 const WARMUP: usize = 20;
-const MAX_SECS_PER_QUERY: f64 = 8.0;
+const MAX_SECS_PER_QUERY: f64 = 5.0;
 const WORDS: [&str; 24] = [
     "alpha", "bravo", "cobalt", "delta", "ember", "falcon", "garnet", "harbor", "indigo", "jasper",
     "kernel", "lumen", "meadow", "nimbus", "orchid", "pepper", "quartz", "raven", "saffron",
