@@ -67,12 +67,12 @@ fn title(i: usize) -> String {
     let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let w = |s: u32| WORDS[((h >> s) % WORDS.len() as u64) as usize];
     let mut t = format!("{} {} {} {i}", w(7), w(19), w(37));
-    if i % 4 == 0 {
-        t.push_str(" ");
+    if i.is_multiple_of(4) {
+        t.push(' ');
         t.push_str(COMMON);
     }
     if i < RARE_COUNT * 1_000 && i % 1_000 == 3 {
-        t.push_str(" ");
+        t.push(' ');
         t.push_str(RARE);
     }
     t
@@ -326,7 +326,11 @@ async fn measure(c: &reqwest::Client, q: &Query) -> Lat {
     let start = Instant::now();
     for _ in 0..REQUESTS {
         let t = Instant::now();
-        let r = c.get(&q.url).send().await.unwrap_or_else(|e| die(q.name, e));
+        let r = c
+            .get(&q.url)
+            .send()
+            .await
+            .unwrap_or_else(|e| die(q.name, e));
         let ok = r.status().is_success();
         let _ = r.bytes().await.unwrap_or_else(|e| die(q.name, e));
         lat.push(t.elapsed());
@@ -353,7 +357,10 @@ const NAMES: [&str; 8] = [
 ];
 
 fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
-    let s = format!("{base}/v1/ws/{}/agent/sessions", sessiond::store::DEFAULT_WORKSPACE);
+    let s = format!(
+        "{base}/v1/ws/{}/agent/sessions",
+        sessiond::store::DEFAULT_WORKSPACE
+    );
     let h = &seed.history.id;
     vec![
         Query {
@@ -460,7 +467,10 @@ fn main() {
             _ => die("--serve", "usage: --serve DATA_DIR BIND"),
         }
     }
-    let quick = quick_flag("bench_scale", "10,000 and 100,000 sessions only (no 1,000,000)");
+    let quick = quick_flag(
+        "bench_scale",
+        "10,000 and 100,000 sessions only (no 1,000,000)",
+    );
     let sizes: &[usize] = if quick {
         &[10_000, 100_000]
     } else {

@@ -7,9 +7,12 @@
 mod common;
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const ACTIVITY: &str = "GET_v1_ws__workspaceSlug__agent_sessions_activity.response.json";
+
+/// One agent's view: its id, its sessions as `(id, bucket, title)` in order, its chat's id.
+type Owner = (String, Vec<(String, String, String)>, Option<String>);
 
 fn rank(bucket: &str) -> u8 {
     match bucket {
@@ -21,7 +24,7 @@ fn rank(bucket: &str) -> u8 {
 }
 
 /// Every agent's activity sessions as `(id, bucket, title)`, and its chat's id.
-fn activity(s: &Server) -> Vec<(String, Vec<(String, String, String)>, Option<String>)> {
+fn activity(s: &Server) -> Vec<Owner> {
     let (status, v) = s.get(&s.sessions_url("/activity?limitPerAgent=100"));
     assert_eq!(status, 200, "activity: {v}");
     assert_schema(ACTIVITY, &v);
@@ -44,7 +47,11 @@ fn activity(s: &Server) -> Vec<(String, Vec<(String, String, String)>, Option<St
                 })
                 .collect();
             let chat = o["chat"]["id"].as_str().map(str::to_owned);
-            (o["agentId"].as_str().expect("agentId").to_owned(), sessions, chat)
+            (
+                o["agentId"].as_str().expect("agentId").to_owned(),
+                sessions,
+                chat,
+            )
         })
         .collect();
     owners.sort();
@@ -53,10 +60,7 @@ fn activity(s: &Server) -> Vec<(String, Vec<(String, String, String)>, Option<St
 
 /// The same view built from the list (`agentId`, unarchived, without the default chat) and each
 /// session's detail, ordered asking > running > scheduled > done, newest first.
-fn expected(
-    s: &Server,
-    agents: &[String],
-) -> Vec<(String, Vec<(String, String, String)>, Option<String>)> {
+fn expected(s: &Server, agents: &[String]) -> Vec<Owner> {
     let mut owners: Vec<_> = agents
         .iter()
         .map(|agent| {

@@ -782,8 +782,8 @@ mod tests {
                 loop {
                     let a = list_sessions_with(&conn, "w1", "u", &f, Some(SearchPlan::FromMatches))
                         .unwrap();
-                    let b =
-                        list_sessions_with(&conn, "w1", "u", &f, Some(SearchPlan::FromList)).unwrap();
+                    let b = list_sessions_with(&conn, "w1", "u", &f, Some(SearchPlan::FromList))
+                        .unwrap();
                     assert_eq!(ids(&a.0), ids(&b.0), "{words:?} {f:?}");
                     assert_eq!(a.1, b.1, "{words:?} {f:?}");
                     let chosen = list_sessions(&conn, "w1", "u", &f).unwrap();
@@ -823,9 +823,7 @@ mod tests {
     #[test]
     fn a_rare_word_reads_its_matches_and_a_common_one_walks_the_list() {
         let conn = db(3_000);
-        let plan = |w: &str| {
-            search_plan(&conn, &fts(w), 50).unwrap()
-        };
+        let plan = |w: &str| search_plan(&conn, &fts(w), 50).unwrap();
         assert_eq!(plan("rare"), SearchPlan::FromMatches);
         assert_eq!(plan("nothing"), SearchPlan::FromMatches);
         assert_eq!(plan("common"), SearchPlan::FromList);
@@ -858,7 +856,10 @@ mod tests {
                 (":limit", SqlValue::Integer(25)),
             ],
         );
-        assert!(activity.contains("USING INDEX sessions_activity"), "{activity}");
+        assert!(
+            activity.contains("USING INDEX sessions_activity"),
+            "{activity}"
+        );
         assert!(!activity.contains("TEMP B-TREE"), "{activity}");
 
         let q = fts("common");
@@ -872,7 +873,10 @@ mod tests {
                 let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromList));
                 let plan = query_plan(&conn, &sql, &args);
                 assert!(!plan.contains("TEMP B-TREE"), "{f:?}\n{plan}");
-                assert!(plan.contains("SEARCH s USING INDEX sessions_by_"), "{f:?}\n{plan}");
+                assert!(
+                    plan.contains("SEARCH s USING INDEX sessions_by_"),
+                    "{f:?}\n{plan}"
+                );
             }
         }
         // Few matches: read from the full-text index, then sorted (at most the plan's bound).
@@ -884,7 +888,10 @@ mod tests {
         let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromMatches));
         let plan = query_plan(&conn, &sql, &args);
         assert!(plan.starts_with("SCAN f VIRTUAL TABLE"), "{plan}");
-        assert!(plan.contains("SEARCH s USING INTEGER PRIMARY KEY"), "{plan}");
+        assert!(
+            plan.contains("SEARCH s USING INTEGER PRIMARY KEY"),
+            "{plan}"
+        );
 
         for sql in [
             "SELECT seq FROM events WHERE session_pk = 1 AND seq < 50 ORDER BY seq DESC LIMIT 100",
