@@ -14,15 +14,16 @@ use actix_web::HttpResponse;
 use rust_embed::RustEmbed;
 use serde_json::{Map, Value, json};
 
+/// The Sessions API's seed schemas (`schemas/sessions/`): the request schemas checked on every body
+/// ([`super::schema`]) and the responses this document describes. One embed, so the bytes are in the
+/// binary once.
 #[derive(RustEmbed)]
 #[folder = "schemas/sessions/"]
-#[include = "*.json"]
-struct SessionSchemas;
+pub(crate) struct SessionSchemas;
 
 /// The agent platform API's response schemas, transcribed from seed 003 (`schemas/agentex/`).
 #[derive(RustEmbed)]
 #[folder = "schemas/agentex/"]
-#[include = "*.json"]
 struct AgentexSchemas;
 
 /// Who may call an operation.
