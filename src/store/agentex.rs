@@ -27,6 +27,33 @@ impl Direction {
     }
 }
 
+/// The field a list is ordered by (the contract's `order_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    CreatedAt,
+    UpdatedAt,
+    Name,
+    Status,
+    PromotedAt,
+    StartTime,
+    EndTime,
+}
+
+impl SortKey {
+    /// The name the contract gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::CreatedAt => "created_at",
+            SortKey::UpdatedAt => "updated_at",
+            SortKey::Name => "name",
+            SortKey::Status => "status",
+            SortKey::PromotedAt => "promoted_at",
+            SortKey::StartTime => "start_time",
+            SortKey::EndTime => "end_time",
+        }
+    }
+}
+
 /// A page of a page-numbered list: `limit` rows after skipping `offset`.
 #[derive(Debug, Clone, Copy)]
 pub struct Page {
@@ -225,7 +252,7 @@ pub struct AgentFilter {
     /// Containment filter on `registration_metadata.agent_card.metadata`.
     pub agent_card_metadata: Option<Map<String, Value>>,
     /// `created_at`, `updated_at` or `name`.
-    pub order_by: &'static str,
+    pub order_by: SortKey,
     pub direction: Direction,
     pub page: Page,
 }
@@ -246,8 +273,8 @@ pub fn agentex_agents(
         f.agent_card_metadata.as_ref(),
     )?;
     let order = match f.order_by {
-        "updated_at" => "COALESCE(x.updated_at, a.created_at)",
-        "name" => "a.slug",
+        SortKey::UpdatedAt => "COALESCE(x.updated_at, a.created_at)",
+        SortKey::Name => "a.slug",
         _ => "a.created_at",
     };
     list.run(conn, order, "a.id", f.direction, f.page, agent_from_row)
@@ -344,12 +371,12 @@ pub fn deployment(
 pub fn deployments(
     conn: &Connection,
     agent_id: &str,
-    order_by: &'static str,
+    order_by: SortKey,
     direction: Direction,
     page: Page,
 ) -> Result<Vec<DeploymentRow>> {
     let select = format!("SELECT {DEPLOYMENT_COLUMNS} FROM agentex_deployments");
-    let order = if order_by == "promoted_at" {
+    let order = if order_by == SortKey::PromotedAt {
         "promoted_at"
     } else {
         "created_at"
@@ -466,7 +493,7 @@ pub struct TaskRow {
     pub params: Option<String>,
     pub task_metadata: Option<String>,
     /// A final status (cancel, complete, fail, terminate, timeout), if one was set.
-    pub final_status: Option<String>,
+    pub final_status: Option<FinalStatus>,
     pub status_reason: Option<String>,
     pub deployment_id: Option<String>,
     /// The session was closed (handed off on `/v2`): the id of the session that took over.
@@ -493,6 +520,50 @@ const TASK_SELECT: &str = "SELECT s.pk, s.id, s.workspace_id, s.agent_id, s.crea
     t.task_metadata, t.status, t.status_reason, t.deployment_id,
     CASE WHEN s.closed_at IS NOT NULL THEN COALESCE(s.handed_off_to, '') END
     FROM sessions s LEFT JOIN agentex_tasks t ON t.session_pk = s.pk";
+
+/// A status that ends a task for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalStatus {
+    Canceled,
+    Completed,
+    Failed,
+    Terminated,
+    TimedOut,
+}
+
+impl FinalStatus {
+    pub const ALL: [FinalStatus; 5] = [
+        FinalStatus::Canceled,
+        FinalStatus::Completed,
+        FinalStatus::Failed,
+        FinalStatus::Terminated,
+        FinalStatus::TimedOut,
+    ];
+
+    /// The contract's name (`Task.status`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FinalStatus::Canceled => "CANCELED",
+            FinalStatus::Completed => "COMPLETED",
+            FinalStatus::Failed => "FAILED",
+            FinalStatus::Terminated => "TERMINATED",
+            FinalStatus::TimedOut => "TIMED_OUT",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<FinalStatus> {
+        FinalStatus::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl rusqlite::types::FromSql for FinalStatus {
+    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let name = v.as_str()?;
+        FinalStatus::parse(name).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(format!("unknown task status {name:?}").into())
+        })
+    }
+}
 
 fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
@@ -549,7 +620,7 @@ pub struct TaskFilter {
     pub status: Option<String>,
     pub task_metadata: Option<Map<String, Value>>,
     /// `created_at`, `updated_at`, `name` or `status`.
-    pub order_by: &'static str,
+    pub order_by: SortKey,
     pub direction: Direction,
     pub page: Page,
 }
@@ -564,9 +635,9 @@ pub fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Result<Ve
     list.filter(&format!("{TASK_STATUS_SQL} = ?"), f.status.as_deref());
     list.contains("t.task_metadata", "$", f.task_metadata.as_ref())?;
     let order = match f.order_by {
-        "updated_at" => "MAX(s.updated_at, COALESCE(t.updated_at, 0))",
-        "name" => "t.name",
-        "status" => TASK_STATUS_SQL,
+        SortKey::UpdatedAt => "MAX(s.updated_at, COALESCE(t.updated_at, 0))",
+        SortKey::Name => "t.name",
+        SortKey::Status => TASK_STATUS_SQL,
         _ => "s.created_at",
     };
     list.run(conn, order, "s.id", f.direction, f.page, task_from_row)
@@ -584,6 +655,10 @@ pub struct TaskFields<'a> {
 impl Tx<'_> {
     pub fn task(&self, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
         task(self.conn, workspace_id, key)
+    }
+
+    pub fn task_by_pk(&self, pk: i64) -> Result<Option<TaskRow>> {
+        task_by_pk(self.conn, pk)
     }
 
     /// Creates the task row of a session, or sets the given fields on it.
@@ -634,7 +709,7 @@ impl Tx<'_> {
         &mut self,
         key: &SessionKey,
         workspace_id: &str,
-        status: &str,
+        status: FinalStatus,
         reason: &str,
     ) -> Result<()> {
         self.conn
@@ -644,7 +719,7 @@ impl Tx<'_> {
                  ON CONFLICT (session_pk) DO UPDATE SET status = excluded.status,
                     status_reason = excluded.status_reason, updated_at = excluded.updated_at",
             )?
-            .execute(params![key.pk, workspace_id, status, reason, self.now])?;
+            .execute(params![key.pk, workspace_id, status.name(), reason, self.now])?;
         Ok(())
     }
 }
@@ -1067,7 +1142,7 @@ impl Tx<'_> {
 pub struct RecordFilter {
     pub task_id: Option<String>,
     pub agent_id: Option<String>,
-    pub order_by: &'static str,
+    pub order_by: SortKey,
     pub direction: Direction,
     pub page: Page,
 }
@@ -1110,7 +1185,7 @@ pub fn states(conn: &Connection, workspace_id: &str, f: &RecordFilter) -> Result
     let mut list = List::new(STATE_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.id = ?", f.task_id.as_deref());
     list.filter("st.agent_id = ?", f.agent_id.as_deref());
-    let order = if f.order_by == "updated_at" {
+    let order = if f.order_by == SortKey::UpdatedAt {
         "COALESCE(st.updated_at, st.created_at)"
     } else {
         "st.created_at"
@@ -1228,8 +1303,8 @@ pub fn spans(
     list.filter("trace_id = ?", trace_id);
     list.filter("task_id = ?", f.task_id.as_deref());
     let order = match f.order_by {
-        "end_time" => "end_time",
-        "name" => "name",
+        SortKey::EndTime => "end_time",
+        SortKey::Name => "name",
         _ => "start_time",
     };
     list.run(conn, order, "id", f.direction, f.page, span_from_row)
@@ -1346,7 +1421,7 @@ pub fn trackers(
     let mut list = List::new(TRACKER_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.id = ?", f.task_id.as_deref());
     list.filter("s.agent_id = ?", f.agent_id.as_deref());
-    let order = if f.order_by == "updated_at" {
+    let order = if f.order_by == SortKey::UpdatedAt {
         "COALESCE(k.updated_at, s.created_at)"
     } else {
         "s.created_at"
@@ -1394,6 +1469,488 @@ impl Tx<'_> {
             .query_row(params![key.pk, event_id], |_| Ok(()))
             .optional()?
             .is_some())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The port: the agent platform API's aggregate as async operations
+
+/// The agent platform API's operations on the store, in sessiond's own types.
+///
+/// Reads run on a pooled read-only connection, writes on the writer thread; each write method is
+/// one whole unit of work (one savepoint of a batch, answered after COMMIT). Operations that must
+/// commit with session-log writes (a task created with its session, a message with its revision
+/// marks) are the [`Tx`] methods above, which the sessions core runs inside its own transaction.
+#[derive(Clone, Copy)]
+pub struct AgentexStore<'a> {
+    store: &'a super::Store,
+}
+
+impl super::Store {
+    /// The agent platform API's aggregate: agents' registrations, deployments, tasks, messages,
+    /// events, states, spans and trackers.
+    pub fn agentex(&self) -> AgentexStore<'_> {
+        AgentexStore { store: self }
+    }
+}
+
+/// An owned [`AgentKey`], for work that leaves the caller's stack.
+enum OwnedKey {
+    Id(String),
+    Name(String),
+}
+
+impl OwnedKey {
+    fn agent(key: AgentKey<'_>) -> OwnedKey {
+        match key {
+            AgentKey::Id(v) => OwnedKey::Id(v.to_owned()),
+            AgentKey::Name(v) => OwnedKey::Name(v.to_owned()),
+        }
+    }
+
+    fn task(key: TaskKey<'_>) -> OwnedKey {
+        match key {
+            TaskKey::Id(v) => OwnedKey::Id(v.to_owned()),
+            TaskKey::Name(v) => OwnedKey::Name(v.to_owned()),
+        }
+    }
+
+    fn as_agent(&self) -> AgentKey<'_> {
+        match self {
+            OwnedKey::Id(v) => AgentKey::Id(v),
+            OwnedKey::Name(v) => AgentKey::Name(v),
+        }
+    }
+
+    fn as_task(&self) -> TaskKey<'_> {
+        match self {
+            OwnedKey::Id(v) => TaskKey::Id(v),
+            OwnedKey::Name(v) => TaskKey::Name(v),
+        }
+    }
+}
+
+/// A registration to record, owned.
+#[derive(Debug, Clone)]
+pub struct AgentRegistration {
+    pub description: String,
+    pub agent_input_type: Option<String>,
+    pub registration_metadata: Option<String>,
+}
+
+impl AgentRegistration {
+    pub fn borrowed(&self) -> Registration<'_> {
+        Registration {
+            description: &self.description,
+            agent_input_type: self.agent_input_type.as_deref(),
+            registration_metadata: self.registration_metadata.as_deref(),
+        }
+    }
+}
+
+/// A deployment to create, owned (its id is given by the store).
+#[derive(Debug, Clone)]
+pub struct DeploymentSpec {
+    pub agent_id: String,
+    pub docker_image: String,
+    pub helm_release_name: Option<String>,
+    pub sgp_deploy_id: Option<String>,
+    pub registration_metadata: String,
+    pub engine: String,
+}
+
+/// A change to a task's params and metadata.
+#[derive(Debug, Default)]
+pub struct TaskPatch {
+    /// Merged into the stored params key by key.
+    pub merge_params: Option<Map<String, Value>>,
+    /// Replaces the stored metadata.
+    pub task_metadata: Option<Map<String, Value>>,
+}
+
+/// A tracker change, owned; `None` leaves a field as it is.
+#[derive(Debug, Default)]
+pub struct TrackerChange {
+    /// Must be one of the task's events.
+    pub last_processed_event_id: Option<String>,
+    pub status: Option<String>,
+    pub status_reason: Option<String>,
+}
+
+impl AgentexStore<'_> {
+    // Agents
+
+    pub async fn agent(
+        &self,
+        workspace_id: &str,
+        key: AgentKey<'_>,
+    ) -> Result<Option<AgentexAgentRow>> {
+        let (ws, key) = (workspace_id.to_owned(), OwnedKey::agent(key));
+        self.store
+            .read(move |c| agentex_agent(c, &ws, key.as_agent()))
+            .await
+    }
+
+    pub async fn agents(
+        &self,
+        workspace_id: &str,
+        filter: AgentFilter,
+    ) -> Result<Vec<AgentexAgentRow>> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .read(move |c| agentex_agents(c, &ws, &filter))
+            .await
+    }
+
+    /// Records (or replaces) an agent's registration.
+    pub async fn register(&self, agent_id: &str, r: AgentRegistration) -> Result<()> {
+        let agent_id = agent_id.to_owned();
+        self.store
+            .write(move |tx| tx.register_agent(&agent_id, &r.borrowed()))
+            .await
+    }
+
+    // Deployments
+
+    pub async fn deployment(
+        &self,
+        agent_id: &str,
+        deployment_id: &str,
+    ) -> Result<Option<DeploymentRow>> {
+        let (agent_id, id) = (agent_id.to_owned(), deployment_id.to_owned());
+        self.store
+            .read(move |c| deployment(c, &agent_id, &id))
+            .await
+    }
+
+    pub async fn deployments(
+        &self,
+        agent_id: &str,
+        order_by: SortKey,
+        direction: Direction,
+        page: Page,
+    ) -> Result<Vec<DeploymentRow>> {
+        let agent_id = agent_id.to_owned();
+        self.store
+            .read(move |c| deployments(c, &agent_id, order_by, direction, page))
+            .await
+    }
+
+    pub async fn create_deployment(&self, d: DeploymentSpec) -> Result<DeploymentRow> {
+        self.store
+            .write(move |tx| {
+                tx.insert_deployment(&NewDeployment {
+                    id: &crate::ids::new_id(),
+                    agent_id: &d.agent_id,
+                    docker_image: &d.docker_image,
+                    helm_release_name: d.helm_release_name.as_deref(),
+                    sgp_deploy_id: d.sgp_deploy_id.as_deref(),
+                    registration_metadata: &d.registration_metadata,
+                    engine: &d.engine,
+                })
+            })
+            .await
+    }
+
+    /// Makes a deployment the agent's only production deployment and its engine the agent's.
+    pub async fn promote_deployment(
+        &self,
+        agent_id: &str,
+        deployment_id: &str,
+        engine: &str,
+    ) -> Result<DeploymentRow> {
+        let (agent_id, id, engine) = (
+            agent_id.to_owned(),
+            deployment_id.to_owned(),
+            engine.to_owned(),
+        );
+        self.store
+            .write(move |tx| tx.promote_deployment(&agent_id, &id, &engine))
+            .await
+    }
+
+    pub async fn delete_deployment(&self, agent_id: &str, deployment_id: &str) -> Result<()> {
+        let (agent_id, id) = (agent_id.to_owned(), deployment_id.to_owned());
+        self.store
+            .write(move |tx| tx.delete_deployment(&agent_id, &id))
+            .await
+    }
+
+    // Tasks
+
+    pub async fn task(&self, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
+        let (ws, key) = (workspace_id.to_owned(), OwnedKey::task(key));
+        self.store.read(move |c| task(c, &ws, key.as_task())).await
+    }
+
+    pub async fn task_by_pk(&self, pk: i64) -> Result<Option<TaskRow>> {
+        self.store.read(move |c| task_by_pk(c, pk)).await
+    }
+
+    pub async fn tasks(&self, workspace_id: &str, filter: TaskFilter) -> Result<Vec<TaskRow>> {
+        let ws = workspace_id.to_owned();
+        self.store.read(move |c| tasks(c, &ws, &filter)).await
+    }
+
+    /// Merges params and replaces metadata, reading the current params in the same transaction
+    /// so that concurrent merges do not lose each other's keys.
+    pub async fn patch_task(&self, workspace_id: &str, pk: i64, patch: TaskPatch) -> Result<()> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .write(move |tx| {
+                let current = tx.task_by_pk(pk)?.ok_or(Error::NotFound)?;
+                let params = patch.merge_params.map(|p| {
+                    let mut merged = match current
+                        .params
+                        .as_deref()
+                        .and_then(|s| serde_json::from_str(s).ok())
+                    {
+                        Some(Value::Object(m)) => m,
+                        _ => Map::new(),
+                    };
+                    merged.extend(p);
+                    Value::Object(merged).to_string()
+                });
+                let metadata = patch.task_metadata.map(|m| Value::Object(m).to_string());
+                tx.put_task_fields(
+                    &current.key(),
+                    &ws,
+                    &TaskFields {
+                        params: params.as_deref(),
+                        task_metadata: metadata.as_deref(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .await
+    }
+
+    // Messages
+
+    pub async fn messages_page(
+        &self,
+        session_pk: i64,
+        filter: MessageFilter,
+        direction: Direction,
+        page: Page,
+    ) -> Result<Vec<MessageRow>> {
+        self.store
+            .read(move |c| messages_page(c, session_pk, &filter, direction, page))
+            .await
+    }
+
+    pub async fn messages_from(
+        &self,
+        session_pk: i64,
+        filter: MessageFilter,
+        direction: Direction,
+        cursor: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<MessageRow>> {
+        self.store
+            .read(move |c| messages_from(c, session_pk, &filter, direction, cursor, limit))
+            .await
+    }
+
+    pub async fn message(&self, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
+        self.store.read(move |c| message(c, session_pk, seq)).await
+    }
+
+    /// Several messages of one task, read together (`None` where there is none).
+    pub async fn messages(
+        &self,
+        session_pk: i64,
+        seqs: Vec<u64>,
+    ) -> Result<Vec<Option<MessageRow>>> {
+        self.store
+            .read(move |c| {
+                seqs.iter()
+                    .map(|s| message(c, session_pk, *s))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await
+    }
+
+    /// Which message the event at `seq` revises, if it is a revision.
+    pub async fn revises(&self, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
+        self.store.read(move |c| revises(c, session_pk, seq)).await
+    }
+
+    // Events
+
+    pub async fn event(&self, workspace_id: &str, id: &str) -> Result<Option<EventRow>> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store.read(move |c| agentex_event(c, &ws, &id)).await
+    }
+
+    pub async fn events(&self, session_pk: i64, after: i64, limit: u32) -> Result<Vec<EventRow>> {
+        self.store
+            .read(move |c| agentex_events(c, session_pk, after, limit))
+            .await
+    }
+
+    /// An event without content (nothing is delivered to the task).
+    pub async fn record_event(&self, key: SessionKey, agent_id: &str) -> Result<EventRow> {
+        let agent_id = agent_id.to_owned();
+        self.store
+            .write(move |tx| tx.insert_agentex_event(&key, &agent_id, None, None))
+            .await
+    }
+
+    /// The event recorded for the timeline entry at `seq` or, when there is none, a new one with
+    /// `content`: an agent's message posted twice is recorded once.
+    pub async fn record_event_once(
+        &self,
+        key: SessionKey,
+        agent_id: &str,
+        seq: Option<u64>,
+        content: String,
+    ) -> Result<EventRow> {
+        let agent_id = agent_id.to_owned();
+        self.store
+            .write(move |tx| {
+                if let Some(seq) = seq
+                    && let Some(found) = tx.event_at_seq(key.pk, seq)?
+                {
+                    return Ok(found);
+                }
+                tx.insert_agentex_event(&key, &agent_id, seq, Some(&content))
+            })
+            .await
+    }
+
+    // States
+
+    pub async fn state(&self, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store.read(move |c| state(c, &ws, &id)).await
+    }
+
+    pub async fn states(&self, workspace_id: &str, filter: RecordFilter) -> Result<Vec<StateRow>> {
+        let ws = workspace_id.to_owned();
+        self.store.read(move |c| states(c, &ws, &filter)).await
+    }
+
+    /// A new state for a task and an agent (409 when the pair has one).
+    pub async fn create_state(
+        &self,
+        key: SessionKey,
+        workspace_id: &str,
+        agent_id: &str,
+        state: String,
+    ) -> Result<StateRow> {
+        let (ws, agent_id) = (workspace_id.to_owned(), agent_id.to_owned());
+        self.store
+            .write(move |tx| {
+                let id = tx.insert_state(&key, &agent_id, &state)?;
+                tx.state(&ws, &id)?.ok_or(Error::NotFound)
+            })
+            .await
+    }
+
+    /// Replaces a state's document; returns the state as it is now.
+    pub async fn update_state(
+        &self,
+        workspace_id: &str,
+        id: &str,
+        state: String,
+    ) -> Result<StateRow> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store
+            .write(move |tx| {
+                if !tx.update_state(&ws, &id, &state)? {
+                    return Err(Error::NotFound);
+                }
+                tx.state(&ws, &id)?.ok_or(Error::NotFound)
+            })
+            .await
+    }
+
+    /// Deletes a state; returns it as it was.
+    pub async fn delete_state(&self, workspace_id: &str, id: &str) -> Result<StateRow> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store
+            .write(move |tx| {
+                let s = tx.state(&ws, &id)?.ok_or(Error::NotFound)?;
+                tx.delete_state(&ws, &id)?;
+                Ok(s)
+            })
+            .await
+    }
+
+    // Spans
+
+    pub async fn span(&self, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store.read(move |c| span(c, &ws, &id)).await
+    }
+
+    pub async fn spans(
+        &self,
+        workspace_id: &str,
+        trace_id: Option<String>,
+        filter: RecordFilter,
+    ) -> Result<Vec<SpanRow>> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .read(move |c| spans(c, &ws, trace_id.as_deref(), &filter))
+            .await
+    }
+
+    pub async fn create_span(&self, workspace_id: &str, s: SpanRow) -> Result<()> {
+        let ws = workspace_id.to_owned();
+        self.store.write(move |tx| tx.insert_span(&ws, &s)).await
+    }
+
+    /// Replaces a span that exists (404 otherwise).
+    pub async fn update_span(&self, workspace_id: &str, s: SpanRow) -> Result<()> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .write(move |tx| {
+                tx.span(&ws, &s.id)?.ok_or(Error::NotFound)?;
+                tx.update_span(&ws, &s)
+            })
+            .await
+    }
+
+    // Trackers
+
+    pub async fn tracker(&self, workspace_id: &str, task_id: &str) -> Result<Option<TrackerRow>> {
+        let (ws, id) = (workspace_id.to_owned(), task_id.to_owned());
+        self.store.read(move |c| tracker(c, &ws, &id)).await
+    }
+
+    pub async fn trackers(
+        &self,
+        workspace_id: &str,
+        filter: RecordFilter,
+    ) -> Result<Vec<TrackerRow>> {
+        let ws = workspace_id.to_owned();
+        self.store.read(move |c| trackers(c, &ws, &filter)).await
+    }
+
+    /// Moves a task's tracker; a `last_processed_event_id` that is not one of the task's events
+    /// is refused (400) and changes nothing.
+    pub async fn update_tracker(&self, key: SessionKey, change: TrackerChange) -> Result<()> {
+        self.store
+            .write(move |tx| {
+                if let Some(event) = &change.last_processed_event_id
+                    && !tx.task_has_event(&key, event)?
+                {
+                    return Err(Error::invalid(format!(
+                        "last_processed_event_id: {event} is not an event of this task"
+                    )));
+                }
+                tx.update_tracker(
+                    &key,
+                    &TrackerUpdate {
+                        last_processed_event_id: change.last_processed_event_id.as_deref(),
+                        status: change.status.as_deref(),
+                        status_reason: change.status_reason.as_deref(),
+                    },
+                )
+            })
+            .await
     }
 }
 

@@ -14,6 +14,7 @@ pub mod acp;
 pub mod agentex;
 pub mod health;
 pub mod identity;
+mod log;
 mod migrate;
 pub mod reads;
 pub mod record;
@@ -32,6 +33,7 @@ use crate::config::{StoreConfig, Synchronous};
 use crate::error::{Error, Result};
 
 pub use health::{Condition, HealthReport};
+pub use log::LogReads;
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
