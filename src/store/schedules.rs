@@ -310,3 +310,133 @@ impl Tx<'_> {
         Ok(())
     }
 }
+
+impl Tx<'_> {
+    /// The schedule with this id, as this transaction sees it.
+    pub fn schedule_by_id(&self, id: &str) -> Result<Option<ScheduleRow>> {
+        schedule_by_id(self.conn, id)
+    }
+
+    /// Whether a user still belongs to a workspace (a user-created schedule fires only then).
+    pub fn is_member(&self, user_id: &str, workspace_id: &str) -> Result<bool> {
+        super::identity::is_member(self.conn, user_id, workspace_id)
+    }
+
+    /// Whether an app still exists in a workspace (an app-created schedule fires only then).
+    pub fn app_exists(&self, app_id: &str, workspace_id: &str) -> Result<bool> {
+        app_exists(self.conn, app_id, workspace_id)
+    }
+}
+
+/// Agent run schedules in sessiond's own types. A tick's firing, which opens a session, is the
+/// sessions core's transaction with the [`Tx`] methods above.
+#[derive(Clone, Copy)]
+pub struct ScheduleStore<'a> {
+    store: &'a super::Store,
+}
+
+impl super::Store {
+    /// Agent run schedules.
+    pub fn schedules(&self) -> ScheduleStore<'_> {
+        ScheduleStore { store: self }
+    }
+}
+
+impl ScheduleStore<'_> {
+    /// The schedule `r` names under `agent_id` in `workspace_id`, if any.
+    pub async fn get(
+        &self,
+        workspace_id: &str,
+        agent_id: &str,
+        r: &ScheduleRef,
+    ) -> Result<Option<ScheduleRow>> {
+        let (ws, agent, r) = (workspace_id.to_owned(), agent_id.to_owned(), r.clone());
+        self.store.read(move |c| schedule(c, &ws, &agent, &r)).await
+    }
+
+    /// An agent's schedules, oldest first, at most `limit`.
+    pub async fn of_agent(
+        &self,
+        workspace_id: &str,
+        agent_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRow>> {
+        let (ws, agent) = (workspace_id.to_owned(), agent_id.to_owned());
+        self.store
+            .read(move |c| schedules_of_agent(c, &ws, &agent, limit))
+            .await
+    }
+
+    /// The earliest tick any schedule is waiting for.
+    pub async fn next_due(&self) -> Result<Option<i64>> {
+        self.store.read(next_schedule_due).await
+    }
+
+    /// Schedules due at `now`, earliest first, at most `limit`.
+    pub async fn due(&self, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
+        self.store.read(move |c| due_schedules(c, now, limit)).await
+    }
+
+    /// Inserts a schedule unless its agent has `max_per_agent` already (`Ok(false)`, nothing
+    /// written): the count and the insert are one transaction.
+    pub async fn insert_within(&self, s: ScheduleRow, max_per_agent: u64) -> Result<bool> {
+        self.store
+            .write(move |tx| {
+                if count_schedules(tx.conn, &s.agent_id)? >= max_per_agent {
+                    return Ok(false);
+                }
+                tx.insert_schedule(&s)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    /// Replaces a schedule's definition with `new` only if its row is still `expected` (else
+    /// `Ok(false)`, nothing written).
+    pub async fn replace_if_unchanged(
+        &self,
+        expected: ScheduleRow,
+        new: ScheduleRow,
+    ) -> Result<bool> {
+        self.store
+            .write(move |tx| {
+                if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
+                    return Ok(false);
+                }
+                tx.update_schedule(&new)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    /// Moves a schedule past a tick without a session, only if its row is still `expected`:
+    /// `moved` computes the new row from the expected one and the transaction's time.
+    pub async fn advance_if_unchanged<F>(&self, expected: ScheduleRow, moved: F) -> Result<bool>
+    where
+        F: FnOnce(ScheduleRow, i64) -> ScheduleRow + Send + 'static,
+    {
+        self.store
+            .write(move |tx| {
+                if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
+                    return Ok(false);
+                }
+                let row = moved(expected, tx.now);
+                tx.record_schedule_action(&row)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    pub async fn delete(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.store.write(move |tx| tx.delete_schedule(&id)).await
+    }
+
+    /// The slug of a workspace (a firing's actor needs it for the workspace's drive).
+    pub async fn workspace_slug(&self, workspace_id: &str) -> Result<Option<String>> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .read(move |c| super::workspace_slug(c, &ws))
+            .await
+    }
+}
