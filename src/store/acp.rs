@@ -14,7 +14,10 @@ pub struct AcpRegistrationRow {
     pub registered_by: String,
 }
 
-pub fn acp_registration(conn: &Connection, agent_id: &str) -> Result<Option<AcpRegistrationRow>> {
+pub(super) fn acp_registration(
+    conn: &Connection,
+    agent_id: &str,
+) -> Result<Option<AcpRegistrationRow>> {
     Ok(conn
         .prepare_cached(
             "SELECT agent_id, key_salt, registered_by FROM acp_registrations WHERE agent_id = ?1",
@@ -38,7 +41,7 @@ pub struct AgentKeyRow {
     pub registered_by: String,
 }
 
-pub fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Option<AgentKeyRow>> {
+pub(super) fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Option<AgentKeyRow>> {
     Ok(conn
         .prepare_cached(
             "SELECT r.agent_id, a.workspace_id, w.slug, r.registered_by
@@ -59,7 +62,7 @@ pub fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Option<Age
 
 /// The first owner of the workspace `slug` (who an unauthenticated loopback registration acts
 /// as): `(workspace_id, user_id)`.
-pub fn workspace_owner(conn: &Connection, slug: &str) -> Result<Option<(String, String)>> {
+pub(super) fn workspace_owner(conn: &Connection, slug: &str) -> Result<Option<(String, String)>> {
     Ok(conn
         .prepare_cached(
             "SELECT w.id, m.user_id FROM workspaces w
@@ -108,7 +111,7 @@ impl Tx<'_> {
 }
 
 /// The workspace of a session, by its public id.
-pub fn session_workspace(conn: &Connection, session_id: &str) -> Result<Option<String>> {
+pub(super) fn session_workspace(conn: &Connection, session_id: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT workspace_id FROM sessions WHERE id = ?1")?
         .query_row([session_id], |r| r.get(0))
@@ -116,7 +119,7 @@ pub fn session_workspace(conn: &Connection, session_id: &str) -> Result<Option<S
 }
 
 /// The `event/send` event that delivered the input at `seq` of a session, if it was one.
-pub fn event_at_seq(
+pub(super) fn event_at_seq(
     conn: &Connection,
     session_pk: i64,
     seq: u64,

@@ -227,7 +227,7 @@ pub enum AgentKey<'a> {
 }
 
 /// An agent of the workspace, by id or by name.
-pub fn agentex_agent(
+pub(super) fn agentex_agent(
     conn: &Connection,
     workspace_id: &str,
     key: AgentKey<'_>,
@@ -257,7 +257,7 @@ pub struct AgentFilter {
     pub page: Page,
 }
 
-pub fn agentex_agents(
+pub(super) fn agentex_agents(
     conn: &Connection,
     workspace_id: &str,
     f: &AgentFilter,
@@ -354,7 +354,7 @@ fn deployment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeploymentRow>
     })
 }
 
-pub fn deployment(
+pub(super) fn deployment(
     conn: &Connection,
     agent_id: &str,
     deployment_id: &str,
@@ -368,7 +368,7 @@ pub fn deployment(
 }
 
 /// `order_by`: `created_at` or `promoted_at`.
-pub fn deployments(
+pub(super) fn deployments(
     conn: &Connection,
     agent_id: &str,
     order_by: SortKey,
@@ -592,7 +592,11 @@ pub enum TaskKey<'a> {
     Name(&'a str),
 }
 
-pub fn task(conn: &Connection, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
+pub(super) fn task(
+    conn: &Connection,
+    workspace_id: &str,
+    key: TaskKey<'_>,
+) -> Result<Option<TaskRow>> {
     let (cond, value) = match key {
         TaskKey::Id(id) => ("s.id = ?2", id),
         TaskKey::Name(name) => ("t.name = ?2", name),
@@ -605,7 +609,7 @@ pub fn task(conn: &Connection, workspace_id: &str, key: TaskKey<'_>) -> Result<O
         .optional()?)
 }
 
-pub fn task_by_pk(conn: &Connection, pk: i64) -> Result<Option<TaskRow>> {
+pub(super) fn task_by_pk(conn: &Connection, pk: i64) -> Result<Option<TaskRow>> {
     Ok(conn
         .prepare_cached(&format!("{TASK_SELECT} WHERE s.pk = ?1"))?
         .query_row([pk], task_from_row)
@@ -625,7 +629,7 @@ pub struct TaskFilter {
     pub page: Page,
 }
 
-pub fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Result<Vec<TaskRow>> {
+pub(super) fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Result<Vec<TaskRow>> {
     let mut list = List::new(TASK_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.agent_id = ?", f.agent_id.as_deref());
     list.filter(
@@ -927,7 +931,7 @@ fn with_revisions(
 }
 
 /// The messages of a session, by page number.
-pub fn messages_page(
+pub(super) fn messages_page(
     conn: &Connection,
     session_pk: i64,
     filter: &MessageFilter,
@@ -950,7 +954,7 @@ pub fn messages_page(
 }
 
 /// The messages of a session before (`Desc`) or after (`Asc`) a seq, at most `limit`.
-pub fn messages_from(
+pub(super) fn messages_from(
     conn: &Connection,
     session_pk: i64,
     filter: &MessageFilter,
@@ -982,7 +986,7 @@ pub fn messages_from(
 }
 
 /// The message a seq names, if the event there is a message.
-pub fn message(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
+pub(super) fn message(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
     let (cond, kind_args) = messages_condition(&MessageKind::ALL);
     let sql = format!(
         "SELECT e.seq, e.created_at, e.type, e.body FROM events e
@@ -1007,7 +1011,7 @@ pub struct Revises {
 }
 
 /// The message the event at `seq` revises, if it is a revision of another message.
-pub fn revises(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
+pub(super) fn revises(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
     Ok(conn
         .prepare_cached(
             "SELECT v.message_seq, e.created_at, v.in_progress FROM agentex_message_revisions v
@@ -1076,7 +1080,11 @@ fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
     })
 }
 
-pub fn agentex_event(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<EventRow>> {
+pub(super) fn agentex_event(
+    conn: &Connection,
+    workspace_id: &str,
+    id: &str,
+) -> Result<Option<EventRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{EVENT_SELECT} WHERE v.id = ?1 AND s.workspace_id = ?2"
@@ -1086,7 +1094,7 @@ pub fn agentex_event(conn: &Connection, workspace_id: &str, id: &str) -> Result<
 }
 
 /// A task's events with `sequence_id > after`, ascending.
-pub fn agentex_events(
+pub(super) fn agentex_events(
     conn: &Connection,
     session_pk: i64,
     after: i64,
@@ -1171,7 +1179,7 @@ fn state_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StateRow> {
     })
 }
 
-pub fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+pub(super) fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{STATE_SELECT} WHERE st.id = ?1 AND s.workspace_id = ?2"
@@ -1181,7 +1189,11 @@ pub fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<S
 }
 
 /// `order_by`: `created_at` or `updated_at`.
-pub fn states(conn: &Connection, workspace_id: &str, f: &RecordFilter) -> Result<Vec<StateRow>> {
+pub(super) fn states(
+    conn: &Connection,
+    workspace_id: &str,
+    f: &RecordFilter,
+) -> Result<Vec<StateRow>> {
     let mut list = List::new(STATE_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.id = ?", f.task_id.as_deref());
     list.filter("st.agent_id = ?", f.agent_id.as_deref());
@@ -1281,7 +1293,7 @@ fn span_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpanRow> {
     })
 }
 
-pub fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+pub(super) fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {SPAN_COLUMNS} FROM agentex_spans WHERE workspace_id = ?1 AND id = ?2"
@@ -1292,7 +1304,7 @@ pub fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<Sp
 
 /// `order_by`: `start_time`, `end_time` or `name`. Spans have no agent, so the filter's
 /// `agent_id` does not apply; `trace_id` narrows to one trace.
-pub fn spans(
+pub(super) fn spans(
     conn: &Connection,
     workspace_id: &str,
     trace_id: Option<&str>,
@@ -1403,7 +1415,11 @@ fn tracker_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackerRow> {
     })
 }
 
-pub fn tracker(conn: &Connection, workspace_id: &str, task_id: &str) -> Result<Option<TrackerRow>> {
+pub(super) fn tracker(
+    conn: &Connection,
+    workspace_id: &str,
+    task_id: &str,
+) -> Result<Option<TrackerRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{TRACKER_SELECT} WHERE s.id = ?1 AND s.workspace_id = ?2"
@@ -1413,7 +1429,7 @@ pub fn tracker(conn: &Connection, workspace_id: &str, task_id: &str) -> Result<O
 }
 
 /// `order_by`: `created_at` or `updated_at`.
-pub fn trackers(
+pub(super) fn trackers(
     conn: &Connection,
     workspace_id: &str,
     f: &RecordFilter,

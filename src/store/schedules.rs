@@ -104,7 +104,7 @@ pub enum ScheduleRef {
 }
 
 /// The schedule `r` names under `agent_id` in `workspace_id`, if any.
-pub fn schedule(
+pub(super) fn schedule(
     conn: &Connection,
     workspace_id: &str,
     agent_id: &str,
@@ -124,7 +124,7 @@ pub fn schedule(
 }
 
 /// The schedule with this id, wherever it is (the scheduler's view).
-pub fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<ScheduleRow>> {
+pub(super) fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<ScheduleRow>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))?
         .query_row([id], from_row)
@@ -132,7 +132,7 @@ pub fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<ScheduleRow>
 }
 
 /// An agent's schedules, oldest first, at most `limit`.
-pub fn schedules_of_agent(
+pub(super) fn schedules_of_agent(
     conn: &Connection,
     workspace_id: &str,
     agent_id: &str,
@@ -146,7 +146,7 @@ pub fn schedules_of_agent(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
+pub(super) fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
     let n: i64 = conn
         .prepare_cached("SELECT count(*) FROM schedules WHERE agent_id = ?1")?
         .query_row([agent_id], |r| r.get(0))?;
@@ -154,7 +154,7 @@ pub fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
 }
 
 /// The earliest tick any schedule is waiting for.
-pub fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
+pub(super) fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
     Ok(conn
         .prepare_cached(
             "SELECT next_due_at FROM schedules WHERE next_due_at IS NOT NULL
@@ -165,7 +165,7 @@ pub fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
 }
 
 /// Schedules whose tick is due at `now`, earliest first, at most `limit`.
-pub fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
+pub(super) fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM schedules WHERE next_due_at IS NOT NULL AND next_due_at <= ?1
          ORDER BY next_due_at, id LIMIT ?2"
@@ -175,7 +175,7 @@ pub fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Sche
 }
 
 /// Whether an app still exists in a workspace (an app-created schedule fires only while it does).
-pub fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) -> Result<bool> {
+pub(super) fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM apps WHERE id = ?1 AND workspace_id = ?2")?
         .query_row([app_id, workspace_id], |_| Ok(()))
@@ -352,6 +352,12 @@ impl ScheduleStore<'_> {
     ) -> Result<Option<ScheduleRow>> {
         let (ws, agent, r) = (workspace_id.to_owned(), agent_id.to_owned(), r.clone());
         self.store.read(move |c| schedule(c, &ws, &agent, &r)).await
+    }
+
+    /// The schedule with this id, wherever it is (the scheduler's view).
+    pub async fn by_id(&self, id: &str) -> Result<Option<ScheduleRow>> {
+        let id = id.to_owned();
+        self.store.read(move |c| schedule_by_id(c, &id)).await
     }
 
     /// An agent's schedules, oldest first, at most `limit`.
