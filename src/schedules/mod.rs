@@ -996,7 +996,7 @@ impl Schedules {
                     "the schedule's creator no longer belongs to its workspace".into(),
                 ));
             }
-            let Some(current) = tx.schedule_by_id(&expected.id)? else {
+            let Some(current) = tx.schedule_for_update(&expected.id)? else {
                 return Err(Error::NotFound);
             };
             let moved = match fire {

@@ -9,6 +9,9 @@
 //!   rolls back its own savepoint and leaves the rest of the batch intact.
 //! * Reads go through [`Store::read`] on a blocking thread with a pooled read-only connection.
 //! * Keyset pagination only; nothing here uses OFFSET.
+//! * Aggregates behind handles: [`Store::agentex`], [`Store::schedules`], [`Store::acp`] and
+//!   [`Store::log`] offer async operations in sessiond's own types, each write one whole unit of
+//!   work; their callers never see a connection. The rest of the crate still uses `read`/`write`.
 
 pub mod acp;
 pub mod agentex;

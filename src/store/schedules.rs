@@ -312,8 +312,19 @@ impl Tx<'_> {
 }
 
 impl Tx<'_> {
-    /// The schedule with this id, as this transaction sees it.
-    pub fn schedule_by_id(&self, id: &str) -> Result<Option<ScheduleRow>> {
+    /// Holds a schedule's row for the rest of the transaction, so that the row read next is the
+    /// one the write replaces. A no-op here: SQLite has one writer thread, which runs each unit of
+    /// work alone. A backend with concurrent writers locks the row (`SELECT … FOR UPDATE`).
+    fn lock_schedule(&self, _id: &str) {}
+
+    /// Holds an agent's schedules for the rest of the transaction (the per-agent limit is a
+    /// count, then an insert). A no-op on SQLite, for the reason [`Tx::lock_schedule`] gives.
+    fn lock_agent_schedules(&self, _agent_id: &str) {}
+
+    /// The schedule with this id, held until the transaction ends: a tick fires only from the
+    /// row it was computed from, exactly once.
+    pub fn schedule_for_update(&mut self, id: &str) -> Result<Option<ScheduleRow>> {
+        self.lock_schedule(id);
         schedule_by_id(self.conn, id)
     }
 
@@ -328,7 +339,9 @@ impl Tx<'_> {
     }
 }
 
-/// Agent run schedules in sessiond's own types. A tick's firing, which opens a session, is the
+/// Agent run schedules in sessiond's own types. Each write method is one unit of work on the
+/// writer (answered after COMMIT); its checks (the per-agent limit, "unchanged since read") hold
+/// the rows they read through the `lock_*` hooks. A tick's firing, which opens a session, is the
 /// sessions core's transaction with the [`Tx`] methods above.
 #[derive(Clone, Copy)]
 pub struct ScheduleStore<'a> {
@@ -388,6 +401,7 @@ impl ScheduleStore<'_> {
     pub async fn insert_within(&self, s: ScheduleRow, max_per_agent: u64) -> Result<bool> {
         self.store
             .write(move |tx| {
+                tx.lock_agent_schedules(&s.agent_id);
                 if count_schedules(tx.conn, &s.agent_id)? >= max_per_agent {
                     return Ok(false);
                 }
@@ -406,6 +420,7 @@ impl ScheduleStore<'_> {
     ) -> Result<bool> {
         self.store
             .write(move |tx| {
+                tx.lock_schedule(&expected.id);
                 if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
                     return Ok(false);
                 }
@@ -423,6 +438,7 @@ impl ScheduleStore<'_> {
     {
         self.store
             .write(move |tx| {
+                tx.lock_schedule(&expected.id);
                 if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
                     return Ok(false);
                 }
