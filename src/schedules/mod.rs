@@ -39,7 +39,7 @@ use crate::config::SchedulesConfig;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Channel, InputCommon, MessageIn, OpenIn, Opened, Sessions};
 use crate::store::agentex::{AgentKey, TaskFields};
-use crate::store::schedules::{ScheduleRef, ScheduleRow, ScheduleRunRow};
+use crate::store::schedules::{ScheduleRef, ScheduleRow, ScheduleRunRow, TriggerType};
 use crate::store::{SessionKey, Store, Tx};
 use crate::timeline::{Behavior, Sender};
 
@@ -518,13 +518,13 @@ pub enum Fire {
 }
 
 impl Fire {
-    fn trigger_type(&self) -> &'static str {
+    fn trigger_type(&self) -> TriggerType {
         match self {
             Fire::Tick {
                 catch_up: false, ..
-            } => "scheduled",
-            Fire::Tick { catch_up: true, .. } => "catch_up",
-            Fire::Manual { .. } => "manual",
+            } => TriggerType::Scheduled,
+            Fire::Tick { catch_up: true, .. } => TriggerType::CatchUp,
+            Fire::Manual { .. } => TriggerType::Manual,
         }
     }
 
@@ -959,14 +959,14 @@ impl Schedules {
         }
         metadata.insert("schedule_id".into(), json!(s.row.id));
         metadata.insert("schedule_name".into(), json!(s.row.name));
-        metadata.insert("trigger_type".into(), json!(fire.trigger_type()));
+        metadata.insert("trigger_type".into(), json!(fire.trigger_type().name()));
         metadata.insert("fire_time".into(), json!(clock::rfc3339(fire_time)));
         let task_metadata = Value::Object(metadata).to_string();
         let task_params = s.task_params.as_ref().map(Value::to_string);
         let run = ScheduleRunRow {
             schedule_id: s.row.id.clone(),
             fire_time,
-            trigger_type: fire.trigger_type().to_owned(),
+            trigger_type: fire.trigger_type(),
         };
         let expected = s.row.clone();
         let skipped_now = s.timing.skipped.clone();

@@ -154,7 +154,7 @@ async fn fire_one(schedules: &Schedules, row: ScheduleRow, slug: String) -> Outc
             tracing::info!(
                 schedule = %id,
                 session = %session,
-                trigger = fire.trigger_type(),
+                trigger = fire.trigger_type().name(),
                 "schedule fired"
             );
             Outcome::Fired
@@ -214,6 +214,7 @@ pub fn plan(s: &Schedule, due: i64, now: i64) -> Fire {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::schedules::TriggerType;
 
     /// An interval schedule of `every` seconds anchored at 0, skipping `skipped`.
     fn every(seconds: i64, skipped: &[i64]) -> Schedule {
@@ -278,7 +279,7 @@ mod tests {
             }
         );
         let late = plan(&s, 10_000, 19_999);
-        assert_eq!(late.trigger_type(), "scheduled");
+        assert_eq!(late.trigger_type(), TriggerType::Scheduled);
     }
 
     #[test]

@@ -556,6 +556,33 @@ impl FinalStatus {
     }
 }
 
+/// A task's status as a list filters by it: `Task.status`, but for `DELETED`, which no task has
+/// (a deleted task is gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    Running,
+    Interrupted,
+    Final(FinalStatus),
+}
+
+impl TaskStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskStatus::Running => "RUNNING",
+            TaskStatus::Interrupted => "INTERRUPTED",
+            TaskStatus::Final(s) => s.name(),
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<TaskStatus> {
+        match name {
+            "RUNNING" => Some(TaskStatus::Running),
+            "INTERRUPTED" => Some(TaskStatus::Interrupted),
+            _ => FinalStatus::parse(name).map(TaskStatus::Final),
+        }
+    }
+}
+
 impl rusqlite::types::FromSql for FinalStatus {
     fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
         let name = v.as_str()?;
@@ -621,7 +648,7 @@ pub(super) fn task_by_pk(conn: &Connection, pk: i64) -> Result<Option<TaskRow>> 
 pub struct TaskFilter {
     pub agent_id: Option<String>,
     pub agent_name: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<TaskStatus>,
     pub task_metadata: Option<Map<String, Value>>,
     /// `created_at`, `updated_at`, `name` or `status`.
     pub order_by: SortKey,
@@ -636,7 +663,10 @@ pub(super) fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Re
         "s.agent_id IN (SELECT id FROM agents WHERE workspace_id = s.workspace_id AND slug = ?)",
         f.agent_name.as_deref(),
     );
-    list.filter(&format!("{TASK_STATUS_SQL} = ?"), f.status.as_deref());
+    list.filter(
+        &format!("{TASK_STATUS_SQL} = ?"),
+        f.status.map(TaskStatus::name),
+    );
     list.contains("t.task_metadata", "$", f.task_metadata.as_ref())?;
     let order = match f.order_by {
         SortKey::UpdatedAt => "MAX(s.updated_at, COALESCE(t.updated_at, 0))",

@@ -183,14 +183,35 @@ pub(super) fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) ->
         .is_some())
 }
 
+/// What made a schedule fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerType {
+    /// A tick of its cadence.
+    Scheduled,
+    /// Missed ticks, folded into one.
+    CatchUp,
+    /// A trigger: an extra run now, outside the cadence.
+    Manual,
+}
+
+impl TriggerType {
+    /// The name the contract and the stored row give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TriggerType::Scheduled => "scheduled",
+            TriggerType::CatchUp => "catch_up",
+            TriggerType::Manual => "manual",
+        }
+    }
+}
+
 /// The tick that created a session (the session is the row's key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleRunRow {
     pub schedule_id: String,
     /// The tick's nominal time (for a manual run, when it was triggered).
     pub fire_time: i64,
-    /// `scheduled`, `catch_up` or `manual`.
-    pub trigger_type: String,
+    pub trigger_type: TriggerType,
 }
 
 fn name_taken(name: &str) -> Error {
@@ -304,7 +325,7 @@ impl Tx<'_> {
                 key.pk,
                 run.schedule_id,
                 run.fire_time,
-                run.trigger_type,
+                run.trigger_type.name(),
                 self.now
             ])?;
         Ok(())

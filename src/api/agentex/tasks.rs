@@ -17,7 +17,7 @@ use crate::api::body::Query;
 use crate::api::context::AppState;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-use crate::store::agentex::{FinalStatus, TaskFilter, TaskKey, TaskRow};
+use crate::store::agentex::{FinalStatus, TaskFilter, TaskKey, TaskRow, TaskStatus};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/tasks", "GET").route(web::get().to(list)))
@@ -111,13 +111,9 @@ async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Res
                 "status: deleted tasks are gone, so no task is DELETED",
             ));
         }
-        Some(s) if STATUSES.contains(&s) => Some(s.to_owned()),
-        Some(_) => {
-            return Err(Error::invalid(format!(
-                "status: must be one of {}",
-                STATUSES.join(", ")
-            )));
-        }
+        Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
+            Error::invalid(format!("status: must be one of {}", STATUSES.join(", ")))
+        })?),
     };
     let agents = with_agents(&p.query)?;
     let filter = TaskFilter {
