@@ -84,7 +84,7 @@ pub struct NewAcpRegistration<'a> {
 
 impl Tx<'_> {
     /// Records (or replaces) an agent's registration as an ACP server.
-    pub fn put_acp_registration(
+    pub(super) fn put_acp_registration(
         &mut self,
         agent_id: &str,
         r: &NewAcpRegistration<'_>,
@@ -145,7 +145,7 @@ pub(super) fn event_at_seq(
 
 impl Tx<'_> {
     /// The `event/send` event that delivered the input at `seq` of a session, if it was one.
-    pub fn event_at_seq(
+    pub(super) fn event_at_seq(
         &self,
         session_pk: i64,
         seq: u64,

@@ -309,14 +309,6 @@ impl Tx<'_> {
             ])?;
         Ok(())
     }
-
-    pub fn agentex_agent(
-        &self,
-        workspace_id: &str,
-        key: AgentKey<'_>,
-    ) -> Result<Option<AgentexAgentRow>> {
-        agentex_agent(self.conn, workspace_id, key)
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -403,7 +395,7 @@ pub struct NewDeployment<'a> {
 }
 
 impl Tx<'_> {
-    pub fn insert_deployment(&mut self, d: &NewDeployment<'_>) -> Result<DeploymentRow> {
+    pub(super) fn insert_deployment(&mut self, d: &NewDeployment<'_>) -> Result<DeploymentRow> {
         self.conn
             .prepare_cached(
                 "INSERT INTO agentex_deployments (id, agent_id, docker_image, helm_release_name,
@@ -424,7 +416,7 @@ impl Tx<'_> {
     }
 
     /// Makes `deployment_id` the agent's one production deployment and its engine the agent's.
-    pub fn promote_deployment(
+    pub(super) fn promote_deployment(
         &mut self,
         agent_id: &str,
         deployment_id: &str,
@@ -460,7 +452,7 @@ impl Tx<'_> {
     }
 
     /// Deletes a deployment that is not in production.
-    pub fn delete_deployment(&mut self, agent_id: &str, deployment_id: &str) -> Result<()> {
+    pub(super) fn delete_deployment(&mut self, agent_id: &str, deployment_id: &str) -> Result<()> {
         let row = deployment(self.conn, agent_id, deployment_id)?.ok_or(Error::NotFound)?;
         if row.is_production {
             return Err(Error::Conflict(
@@ -1241,7 +1233,7 @@ pub(super) fn states(
 }
 
 impl Tx<'_> {
-    pub fn insert_state(
+    pub(super) fn insert_state(
         &mut self,
         key: &SessionKey,
         agent_id: &str,
@@ -1265,7 +1257,12 @@ impl Tx<'_> {
     }
 
     /// Replaces a state's document; false when there is no such state in the workspace.
-    pub fn update_state(&mut self, workspace_id: &str, id: &str, state: &str) -> Result<bool> {
+    pub(super) fn update_state(
+        &mut self,
+        workspace_id: &str,
+        id: &str,
+        state: &str,
+    ) -> Result<bool> {
         let n = self
             .conn
             .prepare_cached(
@@ -1276,7 +1273,7 @@ impl Tx<'_> {
         Ok(n > 0)
     }
 
-    pub fn delete_state(&mut self, workspace_id: &str, id: &str) -> Result<bool> {
+    pub(super) fn delete_state(&mut self, workspace_id: &str, id: &str) -> Result<bool> {
         let n = self
             .conn
             .prepare_cached(
@@ -1287,7 +1284,7 @@ impl Tx<'_> {
         Ok(n > 0)
     }
 
-    pub fn state(&self, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+    pub(super) fn state(&self, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
         state(self.conn, workspace_id, id)
     }
 }
@@ -1358,7 +1355,7 @@ pub(super) fn spans(
 }
 
 impl Tx<'_> {
-    pub fn insert_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
+    pub(super) fn insert_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
         let n = self
             .conn
             .prepare_cached(&format!(
@@ -1390,7 +1387,7 @@ impl Tx<'_> {
     }
 
     /// Replaces every field of a span but its id.
-    pub fn update_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
+    pub(super) fn update_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
         self.conn
             .prepare_cached(
                 "UPDATE agentex_spans SET trace_id = ?3, name = ?4, start_time = ?5,
@@ -1414,7 +1411,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn span(&self, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+    pub(super) fn span(&self, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
         span(self.conn, workspace_id, id)
     }
 }
@@ -1489,7 +1486,7 @@ pub struct TrackerUpdate<'a> {
 }
 
 impl Tx<'_> {
-    pub fn update_tracker(&mut self, key: &SessionKey, u: &TrackerUpdate<'_>) -> Result<()> {
+    pub(super) fn update_tracker(&mut self, key: &SessionKey, u: &TrackerUpdate<'_>) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO agentex_trackers (session_pk, last_processed_event_id, status,
@@ -1513,7 +1510,7 @@ impl Tx<'_> {
     }
 
     /// The event of a task with this id, if there is one.
-    pub fn task_has_event(&self, key: &SessionKey, event_id: &str) -> Result<bool> {
+    pub(super) fn task_has_event(&self, key: &SessionKey, event_id: &str) -> Result<bool> {
         Ok(self
             .conn
             .prepare_cached("SELECT 1 FROM agentex_events WHERE session_pk = ?1 AND id = ?2")?

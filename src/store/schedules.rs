@@ -234,7 +234,7 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 
 impl Tx<'_> {
     /// Inserts a schedule; a name already used under the agent is a 409.
-    pub fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+    pub(super) fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
         let sql = format!(
             "INSERT INTO schedules ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
                 ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
@@ -254,7 +254,7 @@ impl Tx<'_> {
     /// Writes every mutable field of a schedule back (its id, workspace, agent, creator and
     /// creation stay: their parameters, ?2, ?3, ?16 and ?21, are bound but unused); a rename onto
     /// a name already used under the agent is a 409.
-    pub fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+    pub(super) fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
         let changed = self
             .conn
             .prepare_cached(
@@ -301,7 +301,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn delete_schedule(&mut self, id: &str) -> Result<()> {
+    pub(super) fn delete_schedule(&mut self, id: &str) -> Result<()> {
         let n = self
             .conn
             .prepare_cached("DELETE FROM schedules WHERE id = ?1")?
