@@ -378,18 +378,17 @@ impl Follower {
         if let Scope::Turn { input_seq } = self.scope
             && self.started.is_none()
             && frame.event_type.as_ref() == "turn_started"
+            && let Some(started) = self.store.log().input_turn(self.key.pk, input_seq).await?
         {
-            if let Some(started) = self.store.log().input_turn(self.key.pk, input_seq).await? {
-                if started == seq {
-                    self.started = Some(started);
-                    self.last = seq;
-                    self.volatile_seen = 0;
-                    return Ok(());
-                }
-                // Our input joined a turn that started earlier: catch up from the store.
-                self.last = self.last.min(started);
-                return self.resync().await;
+            if started == seq {
+                self.started = Some(started);
+                self.last = seq;
+                self.volatile_seen = 0;
+                return Ok(());
             }
+            // Our input joined a turn that started earlier: catch up from the store.
+            self.last = self.last.min(started);
+            return self.resync().await;
         }
         let event = serde_json::from_str::<Value>(&frame.data)
             .map(|mut v| v["event"].take())

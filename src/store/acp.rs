@@ -173,13 +173,16 @@ impl Tx<'_> {
     }
 }
 
+/// The hash of the key issued for `(agent_id, salt)`.
+pub type KeyHash = Box<dyn Fn(&str, &str) -> String + Send + Sync>;
+
 /// What registering an agent as an ACP server records.
 pub struct AcpEnrolment {
     pub registration: super::agentex::AgentRegistration,
     /// The salt of a first registration (a re-registration keeps the one it has).
     pub fresh_salt: String,
-    /// The hash of the key issued for `(agent_id, salt)`: the store keeps only the hash.
-    pub key_hash: Box<dyn Fn(&str, &str) -> String + Send + Sync>,
+    /// The store keeps only the issued key's hash.
+    pub key_hash: KeyHash,
     pub principal_context: Option<String>,
     pub registered_by: String,
 }
