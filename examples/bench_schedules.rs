@@ -31,7 +31,6 @@ use sessiond::runner::Runner;
 use sessiond::schedules::scheduler::Scheduler;
 use sessiond::schedules::{Author, InitialInput, InputType, NewSchedule, Schedules};
 use sessiond::sessions::{Actor, Channel, CreateIn, InputCommon, Sessions};
-use sessiond::store::schedules as rows;
 use sessiond::timeline::{Behavior, Sender};
 
 #[path = "support/report.rs"]
@@ -150,7 +149,7 @@ fn main() {
         let baseline = per_round as f64 / started.elapsed().as_secs_f64();
         let ids = bench.schedules_due_far_ahead(per_round.min(100));
         if round == 1 {
-            lookup_small = lookup_cost(&store);
+            lookup_small = lookup_cost(&rt, &store);
         }
         let mut ids = ids;
         ids.extend(bench.schedules_due_far_ahead(per_round - ids.len()));
@@ -192,7 +191,7 @@ fn main() {
 
     println!();
     println!("== 3. The scheduler's next-tick lookup (first next_due_at of a partial index) ==");
-    let lookup_large = lookup_cost(&store);
+    let lookup_large = lookup_cost(&rt, &store);
     println!(
         "   {:.1} µs with 100 schedules, {:.1} µs with {} (ratio {:.2})",
         lookup_small,
@@ -259,19 +258,25 @@ impl Bench<'_> {
             .enumerate()
             .map(|(i, id)| (id.clone(), due(i)))
             .collect();
-        self.store
-            .write_blocking(move |tx| {
-                for (id, at) in &moved {
-                    let mut row =
-                        rows::schedule_by_id(tx.conn(), id)?.ok_or(sessiond::Error::NotFound)?;
-                    row.start_at = Some(*at);
-                    row.anchor_at = *at;
-                    row.next_due_at = Some(*at);
-                    tx.update_schedule(&row)?;
+        self.rt.block_on(async {
+            let rows = self.store.schedules();
+            for (id, at) in moved {
+                let expected = rows
+                    .by_id(&id)
+                    .await
+                    .and_then(|r| r.ok_or(sessiond::Error::NotFound))
+                    .unwrap_or_else(|e| die("move ticks", e));
+                let mut row = expected.clone();
+                row.start_at = Some(at);
+                row.anchor_at = at;
+                row.next_due_at = Some(at);
+                match rows.replace_if_unchanged(expected, row).await {
+                    Ok(true) => {}
+                    Ok(false) => die("move ticks", format!("{id} changed meanwhile")),
+                    Err(e) => die("move ticks", e),
                 }
-                Ok(())
-            })
-            .unwrap_or_else(|e| die("move ticks", e));
+            }
+        });
         // What an API change does: tell the scheduler its next tick moved.
         self.schedules.poke();
     }
@@ -283,8 +288,8 @@ impl Bench<'_> {
         let deadline = Instant::now() + Duration::from_secs(600);
         loop {
             let next = self
-                .store
-                .read_blocking(rows::next_schedule_due)
+                .rt
+                .block_on(self.store.schedules().next_due())
                 .unwrap_or_else(|e| die("next due", e));
             if next.is_none_or(|t| t > last_due) {
                 break;
@@ -296,10 +301,9 @@ impl Bench<'_> {
         }
         ids.iter()
             .map(|id| {
-                let key = id.clone();
                 let row = self
-                    .store
-                    .read_blocking(|c| rows::schedule_by_id(c, &key))
+                    .rt
+                    .block_on(self.store.schedules().by_id(id))
                     .unwrap_or_else(|e| die("read schedule", e))
                     .unwrap_or_else(|| die("read schedule", "missing"));
                 match (row.num_actions, row.last_action_at) {
@@ -311,17 +315,15 @@ impl Bench<'_> {
     }
 }
 
-/// Mean time of the scheduler's wake-up query, in µs.
-fn lookup_cost(store: &sessiond::store::Store) -> f64 {
+/// Mean time of the scheduler's wake-up query, as the scheduler calls it, in µs.
+fn lookup_cost(rt: &tokio::runtime::Runtime, store: &sessiond::store::Store) -> f64 {
     const CALLS: u32 = 2_000;
     let started = Instant::now();
-    store
-        .read_blocking(|c| {
-            for _ in 0..CALLS {
-                std::hint::black_box(rows::next_schedule_due(c)?);
-            }
-            Ok(())
-        })
-        .unwrap_or_else(|e| die("lookup", e));
+    rt.block_on(async {
+        for _ in 0..CALLS {
+            let next = store.schedules().next_due().await;
+            std::hint::black_box(next.unwrap_or_else(|e| die("lookup", e)));
+        }
+    });
     started.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS)
 }

@@ -303,3 +303,83 @@ fn the_reader_sees_grouped_super_and_re_exported_paths() {
     found.sort();
     assert_eq!(found, ["clock", "drive", "error", "timeline"]);
 }
+
+/// Where a file's code reaches past the store's port: a SQL type, a connection, or a call of
+/// `Store::read`/`write` (or their `_blocking` forms) with a closure or function. A method of
+/// that name taking a literal flag (`OpenOptions::write(true)`) is not the store.
+fn port_breaches(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for word in ["rusqlite", "Connection", ".conn()", ".conn,"] {
+        if code.contains(word) {
+            found.push(word.to_owned());
+        }
+    }
+    for call in [".read(", ".write(", ".read_blocking(", ".write_blocking("] {
+        for (i, _) in code.match_indices(call) {
+            let arg = code[i + call.len()..].trim_start();
+            if !(arg.starts_with("true)") || arg.starts_with("false)")) {
+                let line = code[..i].lines().count().max(1);
+                found.push(format!("{call}…) on line {line}"));
+            }
+        }
+    }
+    found
+}
+
+/// The agent platform API, schedules and their HTTP layer use the store through its aggregate
+/// handles (`store.agentex()`, `store.schedules()`, `store.acp()`, `store.log()`), whose methods
+/// take and return sessiond's own types: another backend can stand behind the same methods.
+#[test]
+fn agent_platform_and_schedules_use_the_store_through_its_port() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    for dir in ["agentex", "schedules", "api/agentex"] {
+        rust_files(&src.join(dir), &mut files);
+    }
+    assert!(
+        files.len() >= 10,
+        "the directories moved: {} files",
+        files.len()
+    );
+    let wrong: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            let rel = f.strip_prefix(&src).unwrap().display().to_string();
+            port_breaches(&code(&text))
+                .into_iter()
+                .map(move |b| format!("  src/{rel}: {b}"))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "code outside the store reaches past its port:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_port_check_sees_closures_connections_and_sql_types() {
+    let code = code(
+        "let t = store\n    .read(move |c| rows::task(c, pk))\n    .await?;\n\
+         store.write_blocking(|tx| tx.insert(&row))?;\n\
+         let n = store.read(rows::next_due).await?;\n\
+         let f = rows::count(tx.conn(), id)?;\n\
+         fn q(c: &rusqlite::Connection) {}\n\
+         options.write(true).create_new(true);\n\
+         store.schedules().due(now, 10).await?; // not store.read(|c| …)\n",
+    );
+    let found = port_breaches(&code);
+    assert_eq!(
+        found,
+        [
+            "rusqlite",
+            "Connection",
+            ".conn()",
+            ".read(…) on line 2",
+            ".read(…) on line 5",
+            ".write_blocking(…) on line 4",
+        ],
+        "{code}"
+    );
+}

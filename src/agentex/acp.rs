@@ -31,10 +31,8 @@ use crate::engine::{EngineConfig, TurnInput};
 use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::{Actor, Sessions};
-use crate::store::acp::{self as rows, NewAcpRegistration};
-use crate::store::agentex::{
-    self as agentex_rows, AgentKey, AgentexAgentRow, Registration, TaskKey, TaskRow,
-};
+use crate::store::acp::{AcpEnrolment, AgentUpdate};
+use crate::store::agentex::{AgentKey, AgentRegistration, AgentexAgentRow, EventRow, TaskRow};
 
 /// The secret issued keys are derived from, in the data dir.
 pub const KEY_FILE: &str = "acp-agent-keys.secret";
@@ -205,49 +203,30 @@ pub async fn register(
             "name: root is reserved for the drive-root owner".into(),
         ));
     }
-    let fresh_salt = secret::random_token(16)?;
-    let user = actor.user_id.clone();
-    let write = move |tx: &mut crate::store::Tx<'_>, agent_id: &str| -> Result<String> {
-        tx.register_agent(
-            agent_id,
-            &Registration {
-                description: &description,
-                agent_input_type: r.agent_input_type.as_deref(),
-                registration_metadata: metadata.as_deref(),
-            },
-        )?;
-        let salt = rows::acp_registration(tx.conn(), agent_id)?
-            .map(|reg| reg.key_salt)
-            .unwrap_or(fresh_salt);
-        Ok(salt)
-    };
-    let keys_for_link = keys.clone();
-    let link = move |tx: &mut crate::store::Tx<'_>, agent_id: &str, salt: &str| -> Result<()> {
-        let key = keys_for_link.key(agent_id, salt);
-        tx.put_acp_registration(
-            agent_id,
-            &NewAcpRegistration {
-                key_salt: salt,
-                key_hash: &secret::token_hash(&key),
-                principal_context: principal.as_deref(),
-                registered_by: &user,
-            },
-        )
+    let keys_for_hash = keys.clone();
+    let enrolment = AcpEnrolment {
+        registration: AgentRegistration {
+            description,
+            agent_input_type: r.agent_input_type.clone(),
+            registration_metadata: metadata,
+        },
+        fresh_salt: secret::random_token(16)?,
+        key_hash: Box::new(move |agent_id, salt| {
+            secret::token_hash(&keys_for_hash.key(agent_id, salt))
+        }),
+        principal_context: principal,
+        registered_by: actor.user_id.clone(),
     };
     let store = sessions.store();
     let agent_id = match existing {
         Some(agent) => {
-            let (id, name, engine) = (agent.id.clone(), agent.name.clone(), engine.clone());
-            store
-                .write(move |tx| {
-                    let current =
-                        crate::store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)?;
-                    tx.update_agent(&id, &name, &current.anchor, &engine)?;
-                    let salt = write(tx, &id)?;
-                    link(tx, &id, &salt)?;
-                    Ok(id)
-                })
-                .await?
+            let update = AgentUpdate {
+                agent_id: agent.id.clone(),
+                name: agent.name.clone(),
+                engine: engine.clone(),
+            };
+            store.acp().reenrol(update, enrolment).await?;
+            agent.id
         }
         None => {
             let spec = agents::AgentSpec {
@@ -262,10 +241,7 @@ pub async fn register(
                 &sessions.config().policy,
                 &actor.workspace_id,
                 spec,
-                move |tx, row| {
-                    let salt = write(tx, &row.id)?;
-                    link(tx, &row.id, &salt)
-                },
+                move |tx, row| tx.enrol_acp_agent(&row.id, &enrolment),
             )
             .await;
             match created {
@@ -280,10 +256,8 @@ pub async fn register(
     };
     let agent = agent_view::find(sessions, actor, AgentKey::Id(&agent_id)).await?;
     let salt = store
-        .read({
-            let id = agent_id.clone();
-            move |c| rows::acp_registration(c, &id)
-        })
+        .acp()
+        .registration(&agent_id)
         .await?
         .ok_or(Error::AgentNotFound)?
         .key_salt;
@@ -321,12 +295,7 @@ impl Platform {
 
     /// The key issued to an agent, if it registered.
     async fn api_key(&self, agent_id: &str) -> Result<Option<String>> {
-        let id = agent_id.to_owned();
-        let reg = self
-            .sessions
-            .store()
-            .read(move |c| rows::acp_registration(c, &id))
-            .await?;
+        let reg = self.sessions.store().acp().registration(agent_id).await?;
         Ok(reg.map(|r| self.keys.key(&r.agent_id, &r.key_salt)))
     }
 
@@ -393,20 +362,11 @@ impl Platform {
 #[async_trait]
 impl AcpPlatform for Platform {
     async fn turn(&self, session_id: &str, input: &TurnInput, event: bool) -> Result<AcpTurn> {
-        let sid = session_id.to_owned();
         let found = self
             .sessions
             .store()
-            .read(move |c| {
-                let Some(ws) = rows::session_workspace(c, &sid)? else {
-                    return Ok(None);
-                };
-                let Some(task) = agentex_rows::task(c, &ws, TaskKey::Id(&sid))? else {
-                    return Ok(None);
-                };
-                let agent = agentex_rows::agentex_agent(c, &ws, AgentKey::Id(&task.agent_id))?;
-                Ok(agent.map(|a| (task, a)))
-            })
+            .acp()
+            .task_and_agent(session_id)
             .await?;
         let (task, agent) = found.ok_or(Error::NotFound)?;
         let policy = &self.sessions.config().policy;
@@ -427,21 +387,12 @@ impl AcpPlatform for Platform {
 impl Platform {
     /// The event a turn's input is: the `event/send` that delivered it, else (a message from
     /// another API family) a new event recording it, so the agent sees every input as an event.
-    async fn event_of(&self, task: &TaskRow, input: &TurnInput) -> Result<agentex_rows::EventRow> {
-        let key = task.key();
-        let agent_id = task.agent_id.clone();
+    async fn event_of(&self, task: &TaskRow, input: &TurnInput) -> Result<EventRow> {
         let content = json!({"type": "text", "author": "user", "content": input.text}).to_string();
-        let seq = input.input_seq;
         self.sessions
             .store()
-            .write(move |tx| {
-                if let Some(seq) = seq
-                    && let Some(found) = rows::event_at_seq(tx.conn(), key.pk, seq)?
-                {
-                    return Ok(found);
-                }
-                tx.insert_agentex_event(&key, &agent_id, seq, Some(&content))
-            })
+            .agentex()
+            .record_event_once(task.key(), &task.agent_id, input.input_seq, content)
             .await
     }
 }
@@ -452,7 +403,8 @@ pub async fn callback_actor(sessions: &Sessions, key: &str) -> Result<Actor> {
     let hash = secret::token_hash(key.trim());
     let row = sessions
         .store()
-        .read(move |c| rows::agent_by_key_hash(c, &hash))
+        .acp()
+        .agent_by_key_hash(&hash)
         .await?
         .ok_or(Error::Unauthorized)?;
     Ok(Actor {
@@ -473,7 +425,8 @@ pub async fn callback_actor(sessions: &Sessions, key: &str) -> Result<Actor> {
 pub async fn loopback_actor(sessions: &Sessions) -> Result<Actor> {
     let (workspace_id, user_id) = sessions
         .store()
-        .read(|c| rows::workspace_owner(c, "default"))
+        .acp()
+        .workspace_owner("default")
         .await?
         .ok_or(Error::Unauthorized)?;
     Ok(Actor {

@@ -15,7 +15,7 @@ use crate::config::Policy;
 use crate::engine::EngineConfig;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Sessions};
-use crate::store::agentex::{self as rows, AgentFilter, AgentKey, AgentexAgentRow, Registration};
+use crate::store::agentex::{AgentFilter, AgentKey, AgentRegistration, AgentexAgentRow};
 
 pub const ACP_TYPE: &str = "sync";
 
@@ -31,21 +31,10 @@ pub async fn find(
     {
         return Err(Error::AgentNotFound);
     }
-    let ws = actor.workspace_id.clone();
-    let (by_id, value) = match key {
-        AgentKey::Id(v) => (true, v.to_owned()),
-        AgentKey::Name(v) => (false, v.to_owned()),
-    };
     sessions
         .store()
-        .read(move |c| {
-            let key = if by_id {
-                AgentKey::Id(&value)
-            } else {
-                AgentKey::Name(&value)
-            };
-            rows::agentex_agent(c, &ws, key)
-        })
+        .agentex()
+        .agent(&actor.workspace_id, key)
         .await?
         .ok_or(Error::AgentNotFound)
 }
@@ -55,10 +44,10 @@ pub async fn list(
     actor: &Actor,
     filter: AgentFilter,
 ) -> Result<Vec<AgentexAgentRow>> {
-    let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .read(move |c| rows::agentex_agents(c, &ws, &filter))
+        .agentex()
+        .agents(&actor.workspace_id, filter)
         .await
 }
 
@@ -123,14 +112,17 @@ pub async fn register_build(
     if r.description.chars().count() > 10_000 {
         return Err(Error::invalid("description: longer than 10000 characters"));
     }
-    let reg = OwnedRegistration {
+    let reg = AgentRegistration {
         description: r.description,
         agent_input_type: r.agent_input_type,
         registration_metadata: r.registration_metadata.as_ref().map(Value::to_string),
     };
     let store = sessions.store();
     let agent_id = match find(sessions, actor, AgentKey::Name(&r.name)).await {
-        Ok(agent) => reg.write(store, agent.id).await?,
+        Ok(agent) => {
+            store.agentex().register(&agent.id, reg).await?;
+            agent.id
+        }
         Err(Error::AgentNotFound) => {
             let spec = AgentSpec {
                 slug: Some(r.name.clone()),
@@ -145,7 +137,7 @@ pub async fn register_build(
                 &sessions.config().policy,
                 &actor.workspace_id,
                 spec,
-                move |tx, row| first.apply(tx, &row.id),
+                move |tx, row| tx.register_agent(&row.id, &first.borrowed()),
             )
             .await;
             match created {
@@ -153,7 +145,8 @@ pub async fn register_build(
                 // Another registration of the same name won the race: register over it.
                 Err(Error::Conflict("agent_exists", _)) => {
                     let agent = find(sessions, actor, AgentKey::Name(&r.name)).await?;
-                    reg.write(store, agent.id).await?
+                    store.agentex().register(&agent.id, reg).await?;
+                    agent.id
                 }
                 Err(Error::InvalidRequest(msg)) => {
                     return Err(Error::invalid(msg.replacen("slug:", "name:", 1)));
@@ -164,32 +157,6 @@ pub async fn register_build(
         Err(e) => return Err(e),
     };
     find(sessions, actor, AgentKey::Id(&agent_id)).await
-}
-
-#[derive(Clone)]
-struct OwnedRegistration {
-    description: String,
-    agent_input_type: Option<String>,
-    registration_metadata: Option<String>,
-}
-
-impl OwnedRegistration {
-    fn apply(&self, tx: &mut crate::store::Tx<'_>, agent_id: &str) -> Result<()> {
-        tx.register_agent(
-            agent_id,
-            &Registration {
-                description: &self.description,
-                agent_input_type: self.agent_input_type.as_deref(),
-                registration_metadata: self.registration_metadata.as_deref(),
-            },
-        )
-    }
-
-    async fn write(self, store: &crate::store::Store, agent_id: String) -> Result<String> {
-        store
-            .write(move |tx| self.apply(tx, &agent_id).map(|()| agent_id))
-            .await
-    }
 }
 
 /// Deletes an agent (409 while it still has tasks, and for the workspace's root agent).

@@ -16,7 +16,7 @@ use crate::agents;
 use crate::error::{Error, Result};
 use crate::sessions::Sessions;
 use crate::store::agentex::{
-    self as rows, AgentexAgentRow, DeploymentRow, Direction, NewDeployment, Page,
+    AgentexAgentRow, DeploymentRow, DeploymentSpec, Direction, Page, SortKey,
 };
 
 pub fn view(d: &DeploymentRow) -> Value {
@@ -79,28 +79,25 @@ pub async fn create(
         serde_json::from_str(&engine).unwrap_or_else(|_| json!({})),
     );
     let metadata = Value::Object(metadata).to_string();
-    let agent_id = agent.id.clone();
     sessions
         .store()
-        .write(move |tx| {
-            tx.insert_deployment(&NewDeployment {
-                id: &crate::ids::new_id(),
-                agent_id: &agent_id,
-                docker_image: &d.docker_image,
-                helm_release_name: d.helm_release_name.as_deref(),
-                sgp_deploy_id: d.sgp_deploy_id.as_deref(),
-                registration_metadata: &metadata,
-                engine: &engine,
-            })
+        .agentex()
+        .create_deployment(DeploymentSpec {
+            agent_id: agent.id.clone(),
+            docker_image: d.docker_image,
+            helm_release_name: d.helm_release_name,
+            sgp_deploy_id: d.sgp_deploy_id,
+            registration_metadata: metadata,
+            engine,
         })
         .await
 }
 
 pub async fn get(sessions: &Sessions, agent: &AgentexAgentRow, id: &str) -> Result<DeploymentRow> {
-    let (agent_id, id) = (agent.id.clone(), id.to_owned());
     sessions
         .store()
-        .read(move |c| rows::deployment(c, &agent_id, &id))
+        .agentex()
+        .deployment(&agent.id, id)
         .await?
         .ok_or(Error::NotFound)
 }
@@ -108,23 +105,23 @@ pub async fn get(sessions: &Sessions, agent: &AgentexAgentRow, id: &str) -> Resu
 pub async fn list(
     sessions: &Sessions,
     agent: &AgentexAgentRow,
-    order_by: &'static str,
+    order_by: SortKey,
     direction: Direction,
     page: Page,
 ) -> Result<Vec<DeploymentRow>> {
-    let agent_id = agent.id.clone();
     sessions
         .store()
-        .read(move |c| rows::deployments(c, &agent_id, order_by, direction, page))
+        .agentex()
+        .deployments(&agent.id, order_by, direction, page)
         .await
 }
 
 /// Deletes a deployment that is not in production (409 for the production one).
 pub async fn delete(sessions: &Sessions, agent: &AgentexAgentRow, id: &str) -> Result<()> {
-    let (agent_id, id) = (agent.id.clone(), id.to_owned());
     sessions
         .store()
-        .write(move |tx| tx.delete_deployment(&agent_id, &id))
+        .agentex()
+        .delete_deployment(&agent.id, id)
         .await
 }
 
@@ -138,9 +135,9 @@ pub async fn promote(
     let d = get(sessions, agent, id).await?;
     let engine: Value = serde_json::from_str(&d.engine).unwrap_or_else(|_| json!({}));
     let engine = agents::check_engine(&engine, &sessions.config().policy)?;
-    let (agent_id, id) = (agent.id.clone(), d.id);
     sessions
         .store()
-        .write(move |tx| tx.promote_deployment(&agent_id, &id, &engine))
+        .agentex()
+        .promote_deployment(&agent.id, &d.id, &engine)
         .await
 }

@@ -14,7 +14,7 @@ use super::tasks;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, InputCommon, Sessions};
 use crate::store::agentex::{
-    self as rows, Direction, MessageFilter, MessageKind, Page, TaskKey, TaskRow,
+    Direction, MessageFilter, MessageKind, MessageRow, Page, TaskKey, TaskRow,
 };
 
 /// Most filters in one `filters` parameter.
@@ -154,10 +154,10 @@ pub async fn list(
     page: Page,
 ) -> Result<Vec<Value>> {
     let t = task(sessions, actor, task_id).await?;
-    let pk = t.pk;
     let events = sessions
         .store()
-        .read(move |c| rows::messages_page(c, pk, &kinds, direction, page))
+        .agentex()
+        .messages_page(t.pk, kinds, direction, page)
         .await?;
     Ok(events
         .iter()
@@ -205,10 +205,10 @@ pub async fn paginated(
     } else {
         Direction::Desc
     };
-    let pk = t.pk;
     let mut events = sessions
         .store()
-        .read(move |c| rows::messages_from(c, pk, &kinds, direction, cursor, limit + 1))
+        .agentex()
+        .messages_from(t.pk, kinds, direction, cursor, limit + 1)
         .await?;
     let has_more = events.len() > limit as usize;
     events.truncate(limit as usize);
@@ -230,10 +230,10 @@ pub async fn paginated(
 pub async fn get(sessions: &Sessions, actor: &Actor, id: &str) -> Result<Value> {
     let (task_id, seq) = content::parse_message_id(id).ok_or(Error::NotFound)?;
     let t = task(sessions, actor, task_id).await?;
-    let pk = t.pk;
     sessions
         .store()
-        .read(move |c| rows::message(c, pk, seq))
+        .agentex()
+        .message(t.pk, seq)
         .await?
         .and_then(|m| content::stored_message(&t.id, &m))
         .ok_or(Error::NotFound)
@@ -367,7 +367,7 @@ pub struct Revision {
 }
 
 /// Whether a stored message is the agent's own text (what may be revised).
-fn is_agent_text(m: &rows::MessageRow) -> bool {
+fn is_agent_text(m: &MessageRow) -> bool {
     match m.first.event_type.as_str() {
         "agent_message" | "system" => true,
         "step" => serde_json::from_str::<Value>(&m.first.body)
@@ -394,16 +394,10 @@ pub async fn revise(
             _ => return Err(Error::NotFound),
         }
     }
-    let pk = t.pk;
-    let wanted = seqs.clone();
     let found = sessions
         .store()
-        .read(move |c| {
-            wanted
-                .iter()
-                .map(|s| rows::message(c, pk, *s))
-                .collect::<Result<Vec<_>>>()
-        })
+        .agentex()
+        .messages(t.pk, seqs.clone())
         .await?;
     let mut plan = Vec::with_capacity(revisions.len());
     let mut texts = Vec::with_capacity(revisions.len());

@@ -9,9 +9,9 @@ use super::tasks;
 use super::view;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Sessions};
+pub use crate::store::agentex::TrackerChange;
 use crate::store::agentex::{
-    self as rows, AgentKey, EventRow, RecordFilter, SpanRow, StateRow, TaskKey, TrackerRow,
-    TrackerUpdate,
+    AgentKey, EventRow, RecordFilter, SpanRow, StateRow, TaskKey, TrackerRow,
 };
 
 pub fn event_view(e: &EventRow) -> Value {
@@ -52,10 +52,10 @@ async fn confine_list(sessions: &Sessions, actor: &Actor, filter: &RecordFilter)
 }
 
 pub async fn event(sessions: &Sessions, actor: &Actor, id: &str) -> Result<EventRow> {
-    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     let e = sessions
         .store()
-        .read(move |c| rows::agentex_event(c, &ws, &id))
+        .agentex()
+        .event(&actor.workspace_id, id)
         .await?
         .ok_or(Error::NotFound)?;
     confine(sessions, actor, Some(&e.task_id)).await?;
@@ -92,10 +92,10 @@ pub async fn events(
             e.sequence_id
         }
     };
-    let pk = task.pk;
     sessions
         .store()
-        .read(move |c| rows::agentex_events(c, pk, after, limit))
+        .agentex()
+        .events(task.pk, after, limit)
         .await
 }
 
@@ -111,10 +111,10 @@ pub fn state_view(s: &StateRow) -> Value {
 }
 
 pub async fn state(sessions: &Sessions, actor: &Actor, id: &str) -> Result<StateRow> {
-    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     let st = sessions
         .store()
-        .read(move |c| rows::state(c, &ws, &id))
+        .agentex()
+        .state(&actor.workspace_id, id)
         .await?
         .ok_or(Error::NotFound)?;
     confine(sessions, actor, Some(&st.task_id)).await?;
@@ -135,15 +135,11 @@ pub async fn create_state(
     let agent = agent_rows::find(sessions, actor, AgentKey::Id(agent_id))
         .await
         .map_err(|_| Error::invalid(format!("agent_id: no agent {agent_id}")))?;
-    let key = task.key();
     let doc = Value::Object(doc).to_string();
-    let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .write(move |tx| {
-            let id = tx.insert_state(&key, &agent.id, &doc)?;
-            tx.state(&ws, &id)?.ok_or(Error::NotFound)
-        })
+        .agentex()
+        .create_state(task.key(), &actor.workspace_id, &agent.id, doc)
         .await
 }
 
@@ -156,16 +152,11 @@ pub async fn update_state(
     if super::acp::confined_to(actor).is_some() {
         state(sessions, actor, id).await?;
     }
-    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     let doc = Value::Object(doc).to_string();
     sessions
         .store()
-        .write(move |tx| {
-            if !tx.update_state(&ws, &id, &doc)? {
-                return Err(Error::NotFound);
-            }
-            tx.state(&ws, &id)?.ok_or(Error::NotFound)
-        })
+        .agentex()
+        .update_state(&actor.workspace_id, id, doc)
         .await
 }
 
@@ -174,14 +165,10 @@ pub async fn delete_state(sessions: &Sessions, actor: &Actor, id: &str) -> Resul
     if super::acp::confined_to(actor).is_some() {
         state(sessions, actor, id).await?;
     }
-    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     sessions
         .store()
-        .write(move |tx| {
-            let s = tx.state(&ws, &id)?.ok_or(Error::NotFound)?;
-            tx.delete_state(&ws, &id)?;
-            Ok(s)
-        })
+        .agentex()
+        .delete_state(&actor.workspace_id, id)
         .await
 }
 
@@ -191,10 +178,10 @@ pub async fn states(
     filter: RecordFilter,
 ) -> Result<Vec<StateRow>> {
     confine_list(sessions, actor, &filter).await?;
-    let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .read(move |c| rows::states(c, &ws, &filter))
+        .agentex()
+        .states(&actor.workspace_id, filter)
         .await
 }
 
@@ -214,10 +201,10 @@ pub fn span_view(s: &SpanRow) -> Value {
 }
 
 pub async fn span(sessions: &Sessions, actor: &Actor, id: &str) -> Result<SpanRow> {
-    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     let span = sessions
         .store()
-        .read(move |c| rows::span(c, &ws, &id))
+        .agentex()
+        .span(&actor.workspace_id, id)
         .await?
         .ok_or(Error::NotFound)?;
     confine(sessions, actor, span.task_id.as_deref()).await?;
@@ -337,11 +324,10 @@ pub async fn create_span(
         ..Default::default()
     };
     apply_span(sessions, actor, &mut span, &body).await?;
-    let ws = actor.workspace_id.clone();
-    let stored = span.clone();
     sessions
         .store()
-        .write(move |tx| tx.insert_span(&ws, &stored))
+        .agentex()
+        .create_span(&actor.workspace_id, span.clone())
         .await?;
     Ok(span)
 }
@@ -360,14 +346,10 @@ pub async fn update_span(
     }
     let mut span = span(sessions, actor, id).await?;
     apply_span(sessions, actor, &mut span, &body).await?;
-    let ws = actor.workspace_id.clone();
-    let stored = span.clone();
     sessions
         .store()
-        .write(move |tx| {
-            tx.span(&ws, &stored.id)?.ok_or(Error::NotFound)?;
-            tx.update_span(&ws, &stored)
-        })
+        .agentex()
+        .update_span(&actor.workspace_id, span.clone())
         .await?;
     Ok(span)
 }
@@ -379,10 +361,10 @@ pub async fn spans(
     filter: RecordFilter,
 ) -> Result<Vec<SpanRow>> {
     confine_list(sessions, actor, &filter).await?;
-    let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .read(move |c| rows::spans(c, &ws, trace_id.as_deref(), &filter))
+        .agentex()
+        .spans(&actor.workspace_id, trace_id, filter)
         .await
 }
 
@@ -404,19 +386,12 @@ pub async fn tracker(sessions: &Sessions, actor: &Actor, id: &str) -> Result<Tra
         return Err(Error::NotFound);
     }
     confine(sessions, actor, Some(id)).await?;
-    let (ws, id) = (actor.workspace_id.clone(), id.to_owned());
     sessions
         .store()
-        .read(move |c| rows::tracker(c, &ws, &id))
+        .agentex()
+        .tracker(&actor.workspace_id, id)
         .await?
         .ok_or(Error::NotFound)
-}
-
-/// What a tracker update may change.
-pub struct TrackerChange {
-    pub last_processed_event_id: Option<String>,
-    pub status: Option<String>,
-    pub status_reason: Option<String>,
 }
 
 /// Moves a tracker; `last_processed_event_id` must be one of the task's events.
@@ -437,26 +412,10 @@ pub async fn update_tracker(
             )));
         }
     }
-    let key = task.key();
     sessions
         .store()
-        .write(move |tx| {
-            if let Some(event) = &change.last_processed_event_id
-                && !tx.task_has_event(&key, event)?
-            {
-                return Err(Error::invalid(format!(
-                    "last_processed_event_id: {event} is not an event of this task"
-                )));
-            }
-            tx.update_tracker(
-                &key,
-                &TrackerUpdate {
-                    last_processed_event_id: change.last_processed_event_id.as_deref(),
-                    status: change.status.as_deref(),
-                    status_reason: change.status_reason.as_deref(),
-                },
-            )
-        })
+        .agentex()
+        .update_tracker(task.key(), change)
         .await?;
     tracker(sessions, actor, id).await
 }
@@ -467,9 +426,9 @@ pub async fn trackers(
     filter: RecordFilter,
 ) -> Result<Vec<TrackerRow>> {
     confine_list(sessions, actor, &filter).await?;
-    let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .read(move |c| rows::trackers(c, &ws, &filter))
+        .agentex()
+        .trackers(&actor.workspace_id, filter)
         .await
 }

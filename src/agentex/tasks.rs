@@ -24,8 +24,8 @@ use crate::config::Policy;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, InputCommon, MessageIn, OpenIn, Opened, Sessions, Submitted};
 use crate::store::agentex::{
-    self as rows, AgentexAgentRow, DeploymentRow, EventRow, TaskFields, TaskFilter, TaskKey,
-    TaskRow,
+    AgentKey, AgentexAgentRow, DeploymentRow, EventRow, FinalStatus, TaskFields, TaskFilter,
+    TaskKey, TaskPatch, TaskRow,
 };
 use crate::store::{SessionKey, Tx};
 use crate::timeline::{AttachmentRef, Behavior, Event, Level};
@@ -42,17 +42,13 @@ pub const STATUSES: [&str; 8] = [
     "DELETED",
 ];
 
-/// The statuses that end a task.
-pub const FINAL_STATUSES: [&str; 5] =
-    ["CANCELED", "COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"];
-
 /// Longest task name, in characters.
 const NAME_MAX: usize = 256;
 
 /// A task's status and its reason (see the module table).
 pub fn status(t: &TaskRow) -> (&str, Option<String>) {
-    if let Some(s) = &t.final_status {
-        return (s, t.status_reason.clone());
+    if let Some(s) = t.final_status {
+        return (s.name(), t.status_reason.clone());
     }
     if let Some(to) = &t.handed_off_to {
         return ("COMPLETED", Some(format!("handed off to {to}")));
@@ -72,10 +68,10 @@ pub fn is_final(t: &TaskRow) -> bool {
 }
 
 /// The task's final status, if it has one (a closed session's task is `COMPLETED`).
-pub fn final_status(t: &TaskRow) -> Option<&str> {
-    match (&t.final_status, &t.handed_off_to) {
+pub fn final_status(t: &TaskRow) -> Option<FinalStatus> {
+    match (t.final_status, &t.handed_off_to) {
         (Some(s), _) => Some(s),
-        (None, Some(_)) => Some("COMPLETED"),
+        (None, Some(_)) => Some(FinalStatus::Completed),
         (None, None) => None,
     }
 }
@@ -104,22 +100,15 @@ pub fn view(t: &TaskRow, with_params: bool, agent: Option<(&AgentexAgentRow, &Po
 }
 
 pub async fn find(sessions: &Sessions, actor: &Actor, key: TaskKey<'_>) -> Result<TaskRow> {
-    let ws = actor.workspace_id.clone();
-    let (by_id, value) = match key {
-        TaskKey::Id(id) if !crate::ids::looks_like_id(id) => return Err(Error::NotFound),
-        TaskKey::Id(id) => (true, id.to_owned()),
-        TaskKey::Name(name) => (false, name.to_owned()),
-    };
+    if let TaskKey::Id(id) = key
+        && !crate::ids::looks_like_id(id)
+    {
+        return Err(Error::NotFound);
+    }
     let task = sessions
         .store()
-        .read(move |c| {
-            let key = if by_id {
-                TaskKey::Id(&value)
-            } else {
-                TaskKey::Name(&value)
-            };
-            rows::task(c, &ws, key)
-        })
+        .agentex()
+        .task(&actor.workspace_id, key)
         .await?
         .ok_or(Error::NotFound)?;
     // A registered agent calling back sees only its own tasks (others are not there for it).
@@ -132,22 +121,23 @@ pub async fn find(sessions: &Sessions, actor: &Actor, key: TaskKey<'_>) -> Resul
 pub async fn reload(sessions: &Sessions, pk: i64) -> Result<TaskRow> {
     sessions
         .store()
-        .read(move |c| rows::task_by_pk(c, pk))
+        .agentex()
+        .task_by_pk(pk)
         .await?
         .ok_or(Error::NotFound)
 }
 
 pub async fn list(sessions: &Sessions, actor: &Actor, filter: TaskFilter) -> Result<Vec<TaskRow>> {
-    let ws = actor.workspace_id.clone();
     sessions
         .store()
-        .read(move |c| rows::tasks(c, &ws, &filter))
+        .agentex()
+        .tasks(&actor.workspace_id, filter)
         .await
 }
 
 /// The agent a task runs with, for `relationships=agents`.
 pub async fn agent_of(sessions: &Sessions, actor: &Actor, t: &TaskRow) -> Result<AgentexAgentRow> {
-    super::agents::find(sessions, actor, rows::AgentKey::Id(&t.agent_id)).await
+    super::agents::find(sessions, actor, AgentKey::Id(&t.agent_id)).await
 }
 
 /// Where an RPC runs: the agent, and the deployment of a preview (its engine instead of the
@@ -211,7 +201,11 @@ fn check_open(t: &TaskRow) -> Result<()> {
     match final_status(t) {
         Some(s) => Err(Error::Conflict(
             "task_closed",
-            format!("task {} is {s} and accepts no new messages or events", t.id),
+            format!(
+                "task {} is {} and accepts no new messages or events",
+                t.id,
+                s.name()
+            ),
         )),
         None => Ok(()),
     }
@@ -278,7 +272,7 @@ pub async fn get_or_create(
                 deployment_id: deployment_id.as_deref(),
             },
         )?;
-        rows::task_by_pk(tx.conn(), key.pk)?.ok_or(Error::NotFound)
+        tx.task_by_pk(key.pk)?.ok_or(Error::NotFound)
     };
     match sessions.open(actor, input, find, link).await? {
         Opened::Found(found) => {
@@ -499,10 +493,10 @@ pub async fn send_event(
             Ok(event)
         }
         None => {
-            let key = task.key();
             sessions
                 .store()
-                .write(move |tx| tx.insert_agentex_event(&key, &agent_id, None, None))
+                .agentex()
+                .record_event(task.key(), &agent_id)
                 .await
         }
     }
@@ -514,7 +508,7 @@ pub async fn finish(
     sessions: &Sessions,
     actor: &Actor,
     task: &TaskRow,
-    status: &'static str,
+    status: FinalStatus,
     reason: Option<String>,
     strict: bool,
 ) -> Result<TaskRow> {
@@ -522,14 +516,17 @@ pub async fn finish(
         if strict {
             return Err(Error::Conflict(
                 "task_closed",
-                format!("task {} is already {current}", task.id),
+                format!("task {} is already {}", task.id, current.name()),
             ));
         }
         return Ok(task.clone());
     }
-    let reason = reason
-        .filter(|r| !r.trim().is_empty())
-        .unwrap_or_else(|| format!("Task {}", status.to_ascii_lowercase().replace('_', " ")));
+    let reason = reason.filter(|r| !r.trim().is_empty()).unwrap_or_else(|| {
+        format!(
+            "Task {}",
+            status.name().to_ascii_lowercase().replace('_', " ")
+        )
+    });
     let ws = actor.workspace_id.clone();
     sessions
         .stop(actor, &task.id, move |tx, key| {
@@ -539,7 +536,7 @@ pub async fn finish(
                 key,
                 &Event::System {
                     level: Level::Info,
-                    message: format!("task {status}: {reason}"),
+                    message: format!("task {}: {reason}", status.name()),
                     metadata: None,
                 },
             )?;
@@ -565,31 +562,17 @@ pub async fn update(
     merge_params: Option<Map<String, Value>>,
     task_metadata: Option<Map<String, Value>>,
 ) -> Result<TaskRow> {
-    let ws = actor.workspace_id.clone();
-    let pk = task.pk;
     sessions
         .store()
-        .write(move |tx| {
-            let current = rows::task_by_pk(tx.conn(), pk)?.ok_or(Error::NotFound)?;
-            let params = merge_params.map(|patch| {
-                let mut merged = match view::document(current.params.as_deref()) {
-                    Value::Object(m) => m,
-                    _ => Map::new(),
-                };
-                merged.extend(patch);
-                Value::Object(merged).to_string()
-            });
-            let metadata = task_metadata.map(|m| Value::Object(m).to_string());
-            tx.put_task_fields(
-                &current.key(),
-                &ws,
-                &TaskFields {
-                    params: params.as_deref(),
-                    task_metadata: metadata.as_deref(),
-                    ..Default::default()
-                },
-            )
-        })
+        .agentex()
+        .patch_task(
+            &actor.workspace_id,
+            task.pk,
+            TaskPatch {
+                merge_params,
+                task_metadata,
+            },
+        )
         .await?;
-    reload(sessions, pk).await
+    reload(sessions, task.pk).await
 }

@@ -23,7 +23,7 @@ use super::content;
 use crate::bus::{self, Frame, Subscription};
 use crate::error::Result;
 use crate::store::agentex::Revises;
-use crate::store::{self, SessionKey, Store, StoredEvent};
+use crate::store::{SessionKey, Store, StoredEvent};
 use crate::timeline::is_terminal_type;
 
 /// Stored events read per backlog query.
@@ -234,11 +234,7 @@ impl Follower {
         if let Scope::Turn { input_seq } = self.scope
             && self.started.is_none()
         {
-            let pk = self.key.pk;
-            let started = self
-                .store
-                .read(move |c| store::input_turn(c, pk, input_seq))
-                .await?;
+            let started = self.store.log().input_turn(self.key.pk, input_seq).await?;
             let Some(started) = started else {
                 // Not taken yet: its `turn_started` is still to come, live.
                 self.sub.tail.clear();
@@ -250,10 +246,10 @@ impl Follower {
             settled = Some(started);
         }
         loop {
-            let (pk, after) = (self.key.pk, self.last);
             let events = self
                 .store
-                .read(move |c| store::events_after(c, pk, after, BACKLOG_CHUNK))
+                .log()
+                .events_after(self.key.pk, self.last, BACKLOG_CHUNK)
                 .await?;
             let n = events.len();
             for e in events {
@@ -297,10 +293,7 @@ impl Follower {
         if e.event_type != "agent_message" {
             return Ok(None);
         }
-        let (pk, seq) = (self.key.pk, e.seq);
-        self.store
-            .read(move |c| store::agentex::revises(c, pk, seq))
-            .await
+        self.store.agentex().revises(self.key.pk, e.seq).await
     }
 
     /// A stored event (from the backlog or live), handled once.
@@ -385,23 +378,17 @@ impl Follower {
         if let Scope::Turn { input_seq } = self.scope
             && self.started.is_none()
             && frame.event_type.as_ref() == "turn_started"
+            && let Some(started) = self.store.log().input_turn(self.key.pk, input_seq).await?
         {
-            let pk = self.key.pk;
-            if let Some(started) = self
-                .store
-                .read(move |c| store::input_turn(c, pk, input_seq))
-                .await?
-            {
-                if started == seq {
-                    self.started = Some(started);
-                    self.last = seq;
-                    self.volatile_seen = 0;
-                    return Ok(());
-                }
-                // Our input joined a turn that started earlier: catch up from the store.
-                self.last = self.last.min(started);
-                return self.resync().await;
+            if started == seq {
+                self.started = Some(started);
+                self.last = seq;
+                self.volatile_seen = 0;
+                return Ok(());
             }
+            // Our input joined a turn that started earlier: catch up from the store.
+            self.last = self.last.min(started);
+            return self.resync().await;
         }
         let event = serde_json::from_str::<Value>(&frame.data)
             .map(|mut v| v["event"].take())
@@ -420,10 +407,10 @@ impl Follower {
             return Ok(());
         }
         // A message: its time comes from the store, so it reads the same as in a list.
-        let pk = self.key.pk;
         let stored = self
             .store
-            .read(move |c| store::events_after(c, pk, seq - 1, 1))
+            .log()
+            .events_after(self.key.pk, seq - 1, 1)
             .await?;
         match stored.into_iter().next().filter(|e| e.seq == seq) {
             Some(e) => {

@@ -39,8 +39,8 @@ use crate::config::SchedulesConfig;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Channel, InputCommon, MessageIn, OpenIn, Opened, Sessions};
 use crate::store::agentex::{AgentKey, TaskFields};
-use crate::store::schedules::{self as rows, ScheduleRef, ScheduleRow, ScheduleRunRow};
-use crate::store::{self, identity};
+use crate::store::schedules::{ScheduleRef, ScheduleRow, ScheduleRunRow, TriggerType};
+use crate::store::{SessionKey, Store, Tx};
 use crate::timeline::{Behavior, Sender};
 
 /// How many upcoming tick times a schedule shows.
@@ -518,13 +518,13 @@ pub enum Fire {
 }
 
 impl Fire {
-    fn trigger_type(&self) -> &'static str {
+    fn trigger_type(&self) -> TriggerType {
         match self {
             Fire::Tick {
                 catch_up: false, ..
-            } => "scheduled",
-            Fire::Tick { catch_up: true, .. } => "catch_up",
-            Fire::Manual { .. } => "manual",
+            } => TriggerType::Scheduled,
+            Fire::Tick { catch_up: true, .. } => TriggerType::CatchUp,
+            Fire::Manual { .. } => TriggerType::Manual,
         }
     }
 
@@ -556,7 +556,7 @@ impl Schedules {
         }
     }
 
-    fn store(&self) -> &store::Store {
+    fn store(&self) -> &Store {
         self.sessions.store()
     }
 
@@ -630,30 +630,29 @@ impl Schedules {
         };
         let row = def.write_into(base, &timing, now)?;
         let max = u64::from(self.limits().max_per_agent);
-        let inserted = row.clone();
-        self.store()
-            .write(move |tx| {
-                if rows::count_schedules(tx.conn(), &inserted.agent_id)? >= max {
-                    return Err(Error::Conflict(
-                        "schedule_limit",
-                        format!(
-                            "the agent already has {max} schedules, the most this server allows (schedules.max_per_agent); delete one first"
-                        ),
-                    ));
-                }
-                tx.insert_schedule(&inserted)
-            })
-            .await?;
+        if !self
+            .store()
+            .schedules()
+            .insert_within(row.clone(), max)
+            .await?
+        {
+            return Err(Error::Conflict(
+                "schedule_limit",
+                format!(
+                    "the agent already has {max} schedules, the most this server allows (schedules.max_per_agent); delete one first"
+                ),
+            ));
+        }
         self.wake.notify_one();
         Schedule::from_row(row)
     }
 
     pub async fn get(&self, actor: &Actor, agent_id: &str, r: &ScheduleRef) -> Result<Schedule> {
         self.check_agent(actor, agent_id).await?;
-        let (ws, agent, r) = (actor.workspace_id.clone(), agent_id.to_owned(), r.clone());
         let row = self
             .store()
-            .read(move |c| rows::schedule(c, &ws, &agent, &r))
+            .schedules()
+            .get(&actor.workspace_id, agent_id, r)
             .await?
             .ok_or(Error::NotFound)?;
         Schedule::from_row(row)
@@ -662,10 +661,10 @@ impl Schedules {
     /// The agent's schedules, oldest first.
     pub async fn list(&self, actor: &Actor, agent_id: &str, limit: u32) -> Result<Vec<Schedule>> {
         self.check_agent(actor, agent_id).await?;
-        let (ws, agent) = (actor.workspace_id.clone(), agent_id.to_owned());
         let found = self
             .store()
-            .read(move |c| rows::schedules_of_agent(c, &ws, &agent, limit))
+            .schedules()
+            .of_agent(&actor.workspace_id, agent_id, limit)
             .await?;
         found.into_iter().map(Schedule::from_row).collect()
     }
@@ -759,10 +758,7 @@ impl Schedules {
     pub async fn delete(&self, actor: &Actor, agent_id: &str, r: &ScheduleRef) -> Result<String> {
         let s = self.get(actor, agent_id, r).await?;
         let id = s.row.id.clone();
-        let target = id.clone();
-        self.store()
-            .write(move |tx| tx.delete_schedule(&target))
-            .await?;
+        self.store().schedules().delete(&id).await?;
         self.wake.notify_one();
         Ok(id)
     }
@@ -891,17 +887,10 @@ impl Schedules {
         for _ in 0..MAX_ATTEMPTS {
             let current = self.get(actor, agent_id, r).await?;
             let new = f(&current, clock::now_ms())?;
-            let expected = current.row;
-            let written = new.clone();
             let done = self
                 .store()
-                .write(move |tx| {
-                    if rows::schedule_by_id(tx.conn(), &expected.id)?.as_ref() != Some(&expected) {
-                        return Ok(false);
-                    }
-                    tx.update_schedule(&written)?;
-                    Ok(true)
-                })
+                .schedules()
+                .replace_if_unchanged(current.row, new.clone())
                 .await?;
             if done {
                 self.wake.notify_one();
@@ -916,9 +905,9 @@ impl Schedules {
 
     /// The slug of a workspace (a firing's actor needs it for the workspace's drive).
     pub(crate) async fn workspace_slug(&self, workspace_id: &str) -> Result<String> {
-        let ws = workspace_id.to_owned();
         self.store()
-            .read(move |c| store::workspace_slug(c, &ws))
+            .schedules()
+            .workspace_slug(workspace_id)
             .await?
             .ok_or(Error::NotFound)
     }
@@ -970,14 +959,14 @@ impl Schedules {
         }
         metadata.insert("schedule_id".into(), json!(s.row.id));
         metadata.insert("schedule_name".into(), json!(s.row.name));
-        metadata.insert("trigger_type".into(), json!(fire.trigger_type()));
+        metadata.insert("trigger_type".into(), json!(fire.trigger_type().name()));
         metadata.insert("fire_time".into(), json!(clock::rfc3339(fire_time)));
         let task_metadata = Value::Object(metadata).to_string();
         let task_params = s.task_params.as_ref().map(Value::to_string);
         let run = ScheduleRunRow {
             schedule_id: s.row.id.clone(),
             fire_time,
-            trigger_type: fire.trigger_type().to_owned(),
+            trigger_type: fire.trigger_type(),
         };
         let expected = s.row.clone();
         let skipped_now = s.timing.skipped.clone();
@@ -995,13 +984,11 @@ impl Schedules {
         };
         // Every check is made in `link`, after the session's rows are in place but before the
         // commit: an error there creates nothing.
-        let link = move |tx: &mut store::Tx<'_>, key: &store::SessionKey| -> Result<()> {
+        let link = move |tx: &mut Tx<'_>, key: &SessionKey| -> Result<()> {
             let active = match &creator {
-                Creator::User { user_id } => {
-                    identity::is_member(tx.conn(), user_id, &expected.workspace_id)?
-                }
+                Creator::User { user_id } => tx.is_member(user_id, &expected.workspace_id)?,
                 Creator::ServiceAccount { service_account_id } => {
-                    rows::app_exists(tx.conn(), service_account_id, &expected.workspace_id)?
+                    tx.app_exists(service_account_id, &expected.workspace_id)?
                 }
             };
             if !active {
@@ -1009,7 +996,7 @@ impl Schedules {
                     "the schedule's creator no longer belongs to its workspace".into(),
                 ));
             }
-            let Some(current) = rows::schedule_by_id(tx.conn(), &expected.id)? else {
+            let Some(current) = tx.schedule_for_update(&expected.id)? else {
                 return Err(Error::NotFound);
             };
             let moved = match fire {
@@ -1064,24 +1051,22 @@ impl Schedules {
     /// Moves a schedule past a tick that cannot make a session (its creator left the workspace,
     /// its agent's folder cannot be made), so one broken schedule never stalls the others.
     async fn consume(&self, row: &ScheduleRow, next: Option<i64>) -> Result<()> {
-        let expected = row.clone();
         self.store()
-            .write(move |tx| {
-                if rows::schedule_by_id(tx.conn(), &expected.id)?.as_ref() != Some(&expected) {
-                    return Ok(());
-                }
+            .schedules()
+            .advance_if_unchanged(row.clone(), move |expected, now| {
                 let kept: BTreeSet<i64> = parse_skipped(&expected.skipped)
                     .unwrap_or_default()
-                    .range(tx.now + 1..)
+                    .range(now + 1..)
                     .copied()
                     .collect();
-                tx.record_schedule_action(&ScheduleRow {
+                ScheduleRow {
                     next_due_at: next,
                     skipped: encode_skipped(&kept),
                     ..expected
-                })
+                }
             })
             .await
+            .map(|_| ())
     }
 }
 

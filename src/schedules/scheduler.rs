@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use super::{CHANGED, Fire, Schedule, Schedules};
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::store::schedules::{self as rows, ScheduleRow};
+use crate::store::schedules::ScheduleRow;
 
 /// Longest single sleep: a wall clock that jumps (NTP, suspend) is noticed within this.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
@@ -74,7 +74,7 @@ async fn run(schedules: Schedules, mut stopped: watch::Receiver<bool>) {
                 continue;
             }
         }
-        let next = match schedules.store().read(rows::next_schedule_due).await {
+        let next = match schedules.store().schedules().next_due().await {
             Ok(next) => next,
             Err(e) => {
                 tracing::error!(error = %e, "scheduler: cannot read the next tick");
@@ -105,10 +105,7 @@ async fn fire_due(schedules: &Schedules, stopped: &watch::Receiver<bool>) -> Res
     let mut slugs: HashMap<String, String> = HashMap::new();
     loop {
         let now = clock::now_ms();
-        let due = schedules
-            .store()
-            .read(move |c| rows::due_schedules(c, now, BATCH))
-            .await?;
+        let due = schedules.store().schedules().due(now, BATCH).await?;
         if due.is_empty() {
             return Ok(false);
         }
@@ -157,7 +154,7 @@ async fn fire_one(schedules: &Schedules, row: ScheduleRow, slug: String) -> Outc
             tracing::info!(
                 schedule = %id,
                 session = %session,
-                trigger = fire.trigger_type(),
+                trigger = fire.trigger_type().name(),
                 "schedule fired"
             );
             Outcome::Fired
@@ -217,6 +214,7 @@ pub fn plan(s: &Schedule, due: i64, now: i64) -> Fire {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::schedules::TriggerType;
 
     /// An interval schedule of `every` seconds anchored at 0, skipping `skipped`.
     fn every(seconds: i64, skipped: &[i64]) -> Schedule {
@@ -281,7 +279,7 @@ mod tests {
             }
         );
         let late = plan(&s, 10_000, 19_999);
-        assert_eq!(late.trigger_type(), "scheduled");
+        assert_eq!(late.trigger_type(), TriggerType::Scheduled);
     }
 
     #[test]

@@ -14,7 +14,10 @@ pub struct AcpRegistrationRow {
     pub registered_by: String,
 }
 
-pub fn acp_registration(conn: &Connection, agent_id: &str) -> Result<Option<AcpRegistrationRow>> {
+pub(super) fn acp_registration(
+    conn: &Connection,
+    agent_id: &str,
+) -> Result<Option<AcpRegistrationRow>> {
     Ok(conn
         .prepare_cached(
             "SELECT agent_id, key_salt, registered_by FROM acp_registrations WHERE agent_id = ?1",
@@ -38,7 +41,7 @@ pub struct AgentKeyRow {
     pub registered_by: String,
 }
 
-pub fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Option<AgentKeyRow>> {
+pub(super) fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Option<AgentKeyRow>> {
     Ok(conn
         .prepare_cached(
             "SELECT r.agent_id, a.workspace_id, w.slug, r.registered_by
@@ -59,7 +62,7 @@ pub fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Option<Age
 
 /// The first owner of the workspace `slug` (who an unauthenticated loopback registration acts
 /// as): `(workspace_id, user_id)`.
-pub fn workspace_owner(conn: &Connection, slug: &str) -> Result<Option<(String, String)>> {
+pub(super) fn workspace_owner(conn: &Connection, slug: &str) -> Result<Option<(String, String)>> {
     Ok(conn
         .prepare_cached(
             "SELECT w.id, m.user_id FROM workspaces w
@@ -81,7 +84,7 @@ pub struct NewAcpRegistration<'a> {
 
 impl Tx<'_> {
     /// Records (or replaces) an agent's registration as an ACP server.
-    pub fn put_acp_registration(
+    pub(super) fn put_acp_registration(
         &mut self,
         agent_id: &str,
         r: &NewAcpRegistration<'_>,
@@ -108,7 +111,7 @@ impl Tx<'_> {
 }
 
 /// The workspace of a session, by its public id.
-pub fn session_workspace(conn: &Connection, session_id: &str) -> Result<Option<String>> {
+pub(super) fn session_workspace(conn: &Connection, session_id: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT workspace_id FROM sessions WHERE id = ?1")?
         .query_row([session_id], |r| r.get(0))
@@ -116,7 +119,7 @@ pub fn session_workspace(conn: &Connection, session_id: &str) -> Result<Option<S
 }
 
 /// The `event/send` event that delivered the input at `seq` of a session, if it was one.
-pub fn event_at_seq(
+pub(super) fn event_at_seq(
     conn: &Connection,
     session_pk: i64,
     seq: u64,
@@ -138,4 +141,121 @@ pub fn event_at_seq(
             })
         })
         .optional()?)
+}
+
+impl Tx<'_> {
+    /// The `event/send` event that delivered the input at `seq` of a session, if it was one.
+    pub(super) fn event_at_seq(
+        &self,
+        session_pk: i64,
+        seq: u64,
+    ) -> Result<Option<super::agentex::EventRow>> {
+        event_at_seq(self.conn, session_pk, seq)
+    }
+
+    /// Registers an agent as an ACP server: its agent platform registration and the issued key's
+    /// salt (kept across re-registrations, so the key stays the same) and hash.
+    pub fn enrol_acp_agent(&mut self, agent_id: &str, e: &AcpEnrolment) -> Result<()> {
+        self.register_agent(agent_id, &e.registration.borrowed())?;
+        let salt = acp_registration(self.conn, agent_id)?
+            .map(|reg| reg.key_salt)
+            .unwrap_or_else(|| e.fresh_salt.clone());
+        let key_hash = (e.key_hash)(agent_id, &salt);
+        self.put_acp_registration(
+            agent_id,
+            &NewAcpRegistration {
+                key_salt: &salt,
+                key_hash: &key_hash,
+                principal_context: e.principal_context.as_deref(),
+                registered_by: &e.registered_by,
+            },
+        )
+    }
+}
+
+/// The hash of the key issued for `(agent_id, salt)`.
+pub type KeyHash = Box<dyn Fn(&str, &str) -> String + Send + Sync>;
+
+/// What registering an agent as an ACP server records.
+pub struct AcpEnrolment {
+    pub registration: super::agentex::AgentRegistration,
+    /// The salt of a first registration (a re-registration keeps the one it has).
+    pub fresh_salt: String,
+    /// The store keeps only the issued key's hash.
+    pub key_hash: KeyHash,
+    pub principal_context: Option<String>,
+    pub registered_by: String,
+}
+
+/// An agent's directory entry as a re-registration changes it.
+pub struct AgentUpdate {
+    pub agent_id: String,
+    pub name: String,
+    pub engine: String,
+}
+
+/// The ACP servers' registrations and the lookups their callbacks need, in sessiond's own types.
+#[derive(Clone, Copy)]
+pub struct AcpStore<'a> {
+    store: &'a super::Store,
+}
+
+impl super::Store {
+    /// Registrations of agents served over ACP, and the lookups of their callbacks.
+    pub fn acp(&self) -> AcpStore<'_> {
+        AcpStore { store: self }
+    }
+}
+
+impl AcpStore<'_> {
+    pub async fn registration(&self, agent_id: &str) -> Result<Option<AcpRegistrationRow>> {
+        let id = agent_id.to_owned();
+        self.store.read(move |c| acp_registration(c, &id)).await
+    }
+
+    /// The agent an issued key (by its hash) belongs to.
+    pub async fn agent_by_key_hash(&self, key_hash: &str) -> Result<Option<AgentKeyRow>> {
+        let hash = key_hash.to_owned();
+        self.store.read(move |c| agent_by_key_hash(c, &hash)).await
+    }
+
+    /// The first owner of the workspace `slug`: `(workspace_id, user_id)`.
+    pub async fn workspace_owner(&self, slug: &str) -> Result<Option<(String, String)>> {
+        let slug = slug.to_owned();
+        self.store.read(move |c| workspace_owner(c, &slug)).await
+    }
+
+    /// The task a session is and the agent it runs with, read together.
+    pub async fn task_and_agent(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<(super::agentex::TaskRow, super::agentex::AgentexAgentRow)>> {
+        use super::agentex::{AgentKey, TaskKey, agentex_agent, task};
+        let sid = session_id.to_owned();
+        self.store
+            .read(move |c| {
+                let Some(ws) = session_workspace(c, &sid)? else {
+                    return Ok(None);
+                };
+                let Some(task) = task(c, &ws, TaskKey::Id(&sid))? else {
+                    return Ok(None);
+                };
+                let agent = agentex_agent(c, &ws, AgentKey::Id(&task.agent_id))?;
+                Ok(agent.map(|a| (task, a)))
+            })
+            .await
+    }
+
+    /// Re-registers an existing agent: its name and engine change, its registration and key are
+    /// recorded, in one transaction.
+    pub async fn reenrol(&self, agent: AgentUpdate, e: AcpEnrolment) -> Result<()> {
+        self.store
+            .write(move |tx| {
+                let current = super::agent_by_id(tx.conn, &agent.agent_id)?
+                    .ok_or(crate::error::Error::AgentNotFound)?;
+                tx.update_agent(&agent.agent_id, &agent.name, &current.anchor, &agent.engine)?;
+                tx.enrol_acp_agent(&agent.agent_id, &e)
+            })
+            .await
+    }
 }

@@ -27,6 +27,33 @@ impl Direction {
     }
 }
 
+/// The field a list is ordered by (the contract's `order_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    CreatedAt,
+    UpdatedAt,
+    Name,
+    Status,
+    PromotedAt,
+    StartTime,
+    EndTime,
+}
+
+impl SortKey {
+    /// The name the contract gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::CreatedAt => "created_at",
+            SortKey::UpdatedAt => "updated_at",
+            SortKey::Name => "name",
+            SortKey::Status => "status",
+            SortKey::PromotedAt => "promoted_at",
+            SortKey::StartTime => "start_time",
+            SortKey::EndTime => "end_time",
+        }
+    }
+}
+
 /// A page of a page-numbered list: `limit` rows after skipping `offset`.
 #[derive(Debug, Clone, Copy)]
 pub struct Page {
@@ -200,7 +227,7 @@ pub enum AgentKey<'a> {
 }
 
 /// An agent of the workspace, by id or by name.
-pub fn agentex_agent(
+pub(super) fn agentex_agent(
     conn: &Connection,
     workspace_id: &str,
     key: AgentKey<'_>,
@@ -225,12 +252,12 @@ pub struct AgentFilter {
     /// Containment filter on `registration_metadata.agent_card.metadata`.
     pub agent_card_metadata: Option<Map<String, Value>>,
     /// `created_at`, `updated_at` or `name`.
-    pub order_by: &'static str,
+    pub order_by: SortKey,
     pub direction: Direction,
     pub page: Page,
 }
 
-pub fn agentex_agents(
+pub(super) fn agentex_agents(
     conn: &Connection,
     workspace_id: &str,
     f: &AgentFilter,
@@ -246,8 +273,8 @@ pub fn agentex_agents(
         f.agent_card_metadata.as_ref(),
     )?;
     let order = match f.order_by {
-        "updated_at" => "COALESCE(x.updated_at, a.created_at)",
-        "name" => "a.slug",
+        SortKey::UpdatedAt => "COALESCE(x.updated_at, a.created_at)",
+        SortKey::Name => "a.slug",
         _ => "a.created_at",
     };
     list.run(conn, order, "a.id", f.direction, f.page, agent_from_row)
@@ -281,14 +308,6 @@ impl Tx<'_> {
                 self.now
             ])?;
         Ok(())
-    }
-
-    pub fn agentex_agent(
-        &self,
-        workspace_id: &str,
-        key: AgentKey<'_>,
-    ) -> Result<Option<AgentexAgentRow>> {
-        agentex_agent(self.conn, workspace_id, key)
     }
 }
 
@@ -327,7 +346,7 @@ fn deployment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeploymentRow>
     })
 }
 
-pub fn deployment(
+pub(super) fn deployment(
     conn: &Connection,
     agent_id: &str,
     deployment_id: &str,
@@ -341,15 +360,15 @@ pub fn deployment(
 }
 
 /// `order_by`: `created_at` or `promoted_at`.
-pub fn deployments(
+pub(super) fn deployments(
     conn: &Connection,
     agent_id: &str,
-    order_by: &'static str,
+    order_by: SortKey,
     direction: Direction,
     page: Page,
 ) -> Result<Vec<DeploymentRow>> {
     let select = format!("SELECT {DEPLOYMENT_COLUMNS} FROM agentex_deployments");
-    let order = if order_by == "promoted_at" {
+    let order = if order_by == SortKey::PromotedAt {
         "promoted_at"
     } else {
         "created_at"
@@ -376,7 +395,7 @@ pub struct NewDeployment<'a> {
 }
 
 impl Tx<'_> {
-    pub fn insert_deployment(&mut self, d: &NewDeployment<'_>) -> Result<DeploymentRow> {
+    pub(super) fn insert_deployment(&mut self, d: &NewDeployment<'_>) -> Result<DeploymentRow> {
         self.conn
             .prepare_cached(
                 "INSERT INTO agentex_deployments (id, agent_id, docker_image, helm_release_name,
@@ -397,7 +416,7 @@ impl Tx<'_> {
     }
 
     /// Makes `deployment_id` the agent's one production deployment and its engine the agent's.
-    pub fn promote_deployment(
+    pub(super) fn promote_deployment(
         &mut self,
         agent_id: &str,
         deployment_id: &str,
@@ -433,7 +452,7 @@ impl Tx<'_> {
     }
 
     /// Deletes a deployment that is not in production.
-    pub fn delete_deployment(&mut self, agent_id: &str, deployment_id: &str) -> Result<()> {
+    pub(super) fn delete_deployment(&mut self, agent_id: &str, deployment_id: &str) -> Result<()> {
         let row = deployment(self.conn, agent_id, deployment_id)?.ok_or(Error::NotFound)?;
         if row.is_production {
             return Err(Error::Conflict(
@@ -466,7 +485,7 @@ pub struct TaskRow {
     pub params: Option<String>,
     pub task_metadata: Option<String>,
     /// A final status (cancel, complete, fail, terminate, timeout), if one was set.
-    pub final_status: Option<String>,
+    pub final_status: Option<FinalStatus>,
     pub status_reason: Option<String>,
     pub deployment_id: Option<String>,
     /// The session was closed (handed off on `/v2`): the id of the session that took over.
@@ -493,6 +512,77 @@ const TASK_SELECT: &str = "SELECT s.pk, s.id, s.workspace_id, s.agent_id, s.crea
     t.task_metadata, t.status, t.status_reason, t.deployment_id,
     CASE WHEN s.closed_at IS NOT NULL THEN COALESCE(s.handed_off_to, '') END
     FROM sessions s LEFT JOIN agentex_tasks t ON t.session_pk = s.pk";
+
+/// A status that ends a task for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalStatus {
+    Canceled,
+    Completed,
+    Failed,
+    Terminated,
+    TimedOut,
+}
+
+impl FinalStatus {
+    pub const ALL: [FinalStatus; 5] = [
+        FinalStatus::Canceled,
+        FinalStatus::Completed,
+        FinalStatus::Failed,
+        FinalStatus::Terminated,
+        FinalStatus::TimedOut,
+    ];
+
+    /// The contract's name (`Task.status`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FinalStatus::Canceled => "CANCELED",
+            FinalStatus::Completed => "COMPLETED",
+            FinalStatus::Failed => "FAILED",
+            FinalStatus::Terminated => "TERMINATED",
+            FinalStatus::TimedOut => "TIMED_OUT",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<FinalStatus> {
+        FinalStatus::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// A task's status as a list filters by it: `Task.status`, but for `DELETED`, which no task has
+/// (a deleted task is gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    Running,
+    Interrupted,
+    Final(FinalStatus),
+}
+
+impl TaskStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskStatus::Running => "RUNNING",
+            TaskStatus::Interrupted => "INTERRUPTED",
+            TaskStatus::Final(s) => s.name(),
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<TaskStatus> {
+        match name {
+            "RUNNING" => Some(TaskStatus::Running),
+            "INTERRUPTED" => Some(TaskStatus::Interrupted),
+            _ => FinalStatus::parse(name).map(TaskStatus::Final),
+        }
+    }
+}
+
+impl rusqlite::types::FromSql for FinalStatus {
+    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let name = v.as_str()?;
+        FinalStatus::parse(name).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(format!("unknown task status {name:?}").into())
+        })
+    }
+}
 
 fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
@@ -521,7 +611,11 @@ pub enum TaskKey<'a> {
     Name(&'a str),
 }
 
-pub fn task(conn: &Connection, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
+pub(super) fn task(
+    conn: &Connection,
+    workspace_id: &str,
+    key: TaskKey<'_>,
+) -> Result<Option<TaskRow>> {
     let (cond, value) = match key {
         TaskKey::Id(id) => ("s.id = ?2", id),
         TaskKey::Name(name) => ("t.name = ?2", name),
@@ -534,7 +628,7 @@ pub fn task(conn: &Connection, workspace_id: &str, key: TaskKey<'_>) -> Result<O
         .optional()?)
 }
 
-pub fn task_by_pk(conn: &Connection, pk: i64) -> Result<Option<TaskRow>> {
+pub(super) fn task_by_pk(conn: &Connection, pk: i64) -> Result<Option<TaskRow>> {
     Ok(conn
         .prepare_cached(&format!("{TASK_SELECT} WHERE s.pk = ?1"))?
         .query_row([pk], task_from_row)
@@ -546,27 +640,30 @@ pub fn task_by_pk(conn: &Connection, pk: i64) -> Result<Option<TaskRow>> {
 pub struct TaskFilter {
     pub agent_id: Option<String>,
     pub agent_name: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<TaskStatus>,
     pub task_metadata: Option<Map<String, Value>>,
     /// `created_at`, `updated_at`, `name` or `status`.
-    pub order_by: &'static str,
+    pub order_by: SortKey,
     pub direction: Direction,
     pub page: Page,
 }
 
-pub fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Result<Vec<TaskRow>> {
+pub(super) fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Result<Vec<TaskRow>> {
     let mut list = List::new(TASK_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.agent_id = ?", f.agent_id.as_deref());
     list.filter(
         "s.agent_id IN (SELECT id FROM agents WHERE workspace_id = s.workspace_id AND slug = ?)",
         f.agent_name.as_deref(),
     );
-    list.filter(&format!("{TASK_STATUS_SQL} = ?"), f.status.as_deref());
+    list.filter(
+        &format!("{TASK_STATUS_SQL} = ?"),
+        f.status.map(TaskStatus::name),
+    );
     list.contains("t.task_metadata", "$", f.task_metadata.as_ref())?;
     let order = match f.order_by {
-        "updated_at" => "MAX(s.updated_at, COALESCE(t.updated_at, 0))",
-        "name" => "t.name",
-        "status" => TASK_STATUS_SQL,
+        SortKey::UpdatedAt => "MAX(s.updated_at, COALESCE(t.updated_at, 0))",
+        SortKey::Name => "t.name",
+        SortKey::Status => TASK_STATUS_SQL,
         _ => "s.created_at",
     };
     list.run(conn, order, "s.id", f.direction, f.page, task_from_row)
@@ -585,6 +682,15 @@ impl Tx<'_> {
     pub fn task(&self, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
         task(self.conn, workspace_id, key)
     }
+
+    pub fn task_by_pk(&self, pk: i64) -> Result<Option<TaskRow>> {
+        task_by_pk(self.conn, pk)
+    }
+
+    /// Holds a task's session row for the rest of the transaction, so that the task read next is
+    /// the one the write changes. A no-op here: SQLite has one writer thread, which runs each unit
+    /// of work alone. A backend with concurrent writers locks the row (`SELECT … FOR UPDATE`).
+    fn lock_task(&self, _pk: i64) {}
 
     /// Creates the task row of a session, or sets the given fields on it.
     pub fn put_task_fields(
@@ -634,7 +740,7 @@ impl Tx<'_> {
         &mut self,
         key: &SessionKey,
         workspace_id: &str,
-        status: &str,
+        status: FinalStatus,
         reason: &str,
     ) -> Result<()> {
         self.conn
@@ -644,7 +750,7 @@ impl Tx<'_> {
                  ON CONFLICT (session_pk) DO UPDATE SET status = excluded.status,
                     status_reason = excluded.status_reason, updated_at = excluded.updated_at",
             )?
-            .execute(params![key.pk, workspace_id, status, reason, self.now])?;
+            .execute(params![key.pk, workspace_id, status.name(), reason, self.now])?;
         Ok(())
     }
 }
@@ -852,7 +958,7 @@ fn with_revisions(
 }
 
 /// The messages of a session, by page number.
-pub fn messages_page(
+pub(super) fn messages_page(
     conn: &Connection,
     session_pk: i64,
     filter: &MessageFilter,
@@ -875,7 +981,7 @@ pub fn messages_page(
 }
 
 /// The messages of a session before (`Desc`) or after (`Asc`) a seq, at most `limit`.
-pub fn messages_from(
+pub(super) fn messages_from(
     conn: &Connection,
     session_pk: i64,
     filter: &MessageFilter,
@@ -907,7 +1013,7 @@ pub fn messages_from(
 }
 
 /// The message a seq names, if the event there is a message.
-pub fn message(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
+pub(super) fn message(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
     let (cond, kind_args) = messages_condition(&MessageKind::ALL);
     let sql = format!(
         "SELECT e.seq, e.created_at, e.type, e.body FROM events e
@@ -932,7 +1038,7 @@ pub struct Revises {
 }
 
 /// The message the event at `seq` revises, if it is a revision of another message.
-pub fn revises(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
+pub(super) fn revises(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
     Ok(conn
         .prepare_cached(
             "SELECT v.message_seq, e.created_at, v.in_progress FROM agentex_message_revisions v
@@ -1001,7 +1107,11 @@ fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
     })
 }
 
-pub fn agentex_event(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<EventRow>> {
+pub(super) fn agentex_event(
+    conn: &Connection,
+    workspace_id: &str,
+    id: &str,
+) -> Result<Option<EventRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{EVENT_SELECT} WHERE v.id = ?1 AND s.workspace_id = ?2"
@@ -1011,7 +1121,7 @@ pub fn agentex_event(conn: &Connection, workspace_id: &str, id: &str) -> Result<
 }
 
 /// A task's events with `sequence_id > after`, ascending.
-pub fn agentex_events(
+pub(super) fn agentex_events(
     conn: &Connection,
     session_pk: i64,
     after: i64,
@@ -1067,7 +1177,7 @@ impl Tx<'_> {
 pub struct RecordFilter {
     pub task_id: Option<String>,
     pub agent_id: Option<String>,
-    pub order_by: &'static str,
+    pub order_by: SortKey,
     pub direction: Direction,
     pub page: Page,
 }
@@ -1096,7 +1206,7 @@ fn state_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StateRow> {
     })
 }
 
-pub fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+pub(super) fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{STATE_SELECT} WHERE st.id = ?1 AND s.workspace_id = ?2"
@@ -1106,11 +1216,15 @@ pub fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<S
 }
 
 /// `order_by`: `created_at` or `updated_at`.
-pub fn states(conn: &Connection, workspace_id: &str, f: &RecordFilter) -> Result<Vec<StateRow>> {
+pub(super) fn states(
+    conn: &Connection,
+    workspace_id: &str,
+    f: &RecordFilter,
+) -> Result<Vec<StateRow>> {
     let mut list = List::new(STATE_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.id = ?", f.task_id.as_deref());
     list.filter("st.agent_id = ?", f.agent_id.as_deref());
-    let order = if f.order_by == "updated_at" {
+    let order = if f.order_by == SortKey::UpdatedAt {
         "COALESCE(st.updated_at, st.created_at)"
     } else {
         "st.created_at"
@@ -1119,7 +1233,7 @@ pub fn states(conn: &Connection, workspace_id: &str, f: &RecordFilter) -> Result
 }
 
 impl Tx<'_> {
-    pub fn insert_state(
+    pub(super) fn insert_state(
         &mut self,
         key: &SessionKey,
         agent_id: &str,
@@ -1143,7 +1257,12 @@ impl Tx<'_> {
     }
 
     /// Replaces a state's document; false when there is no such state in the workspace.
-    pub fn update_state(&mut self, workspace_id: &str, id: &str, state: &str) -> Result<bool> {
+    pub(super) fn update_state(
+        &mut self,
+        workspace_id: &str,
+        id: &str,
+        state: &str,
+    ) -> Result<bool> {
         let n = self
             .conn
             .prepare_cached(
@@ -1154,7 +1273,7 @@ impl Tx<'_> {
         Ok(n > 0)
     }
 
-    pub fn delete_state(&mut self, workspace_id: &str, id: &str) -> Result<bool> {
+    pub(super) fn delete_state(&mut self, workspace_id: &str, id: &str) -> Result<bool> {
         let n = self
             .conn
             .prepare_cached(
@@ -1165,7 +1284,7 @@ impl Tx<'_> {
         Ok(n > 0)
     }
 
-    pub fn state(&self, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+    pub(super) fn state(&self, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
         state(self.conn, workspace_id, id)
     }
 }
@@ -1206,7 +1325,7 @@ fn span_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpanRow> {
     })
 }
 
-pub fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+pub(super) fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {SPAN_COLUMNS} FROM agentex_spans WHERE workspace_id = ?1 AND id = ?2"
@@ -1217,7 +1336,7 @@ pub fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<Sp
 
 /// `order_by`: `start_time`, `end_time` or `name`. Spans have no agent, so the filter's
 /// `agent_id` does not apply; `trace_id` narrows to one trace.
-pub fn spans(
+pub(super) fn spans(
     conn: &Connection,
     workspace_id: &str,
     trace_id: Option<&str>,
@@ -1228,15 +1347,15 @@ pub fn spans(
     list.filter("trace_id = ?", trace_id);
     list.filter("task_id = ?", f.task_id.as_deref());
     let order = match f.order_by {
-        "end_time" => "end_time",
-        "name" => "name",
+        SortKey::EndTime => "end_time",
+        SortKey::Name => "name",
         _ => "start_time",
     };
     list.run(conn, order, "id", f.direction, f.page, span_from_row)
 }
 
 impl Tx<'_> {
-    pub fn insert_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
+    pub(super) fn insert_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
         let n = self
             .conn
             .prepare_cached(&format!(
@@ -1268,7 +1387,7 @@ impl Tx<'_> {
     }
 
     /// Replaces every field of a span but its id.
-    pub fn update_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
+    pub(super) fn update_span(&mut self, workspace_id: &str, s: &SpanRow) -> Result<()> {
         self.conn
             .prepare_cached(
                 "UPDATE agentex_spans SET trace_id = ?3, name = ?4, start_time = ?5,
@@ -1292,7 +1411,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn span(&self, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+    pub(super) fn span(&self, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
         span(self.conn, workspace_id, id)
     }
 }
@@ -1328,7 +1447,11 @@ fn tracker_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackerRow> {
     })
 }
 
-pub fn tracker(conn: &Connection, workspace_id: &str, task_id: &str) -> Result<Option<TrackerRow>> {
+pub(super) fn tracker(
+    conn: &Connection,
+    workspace_id: &str,
+    task_id: &str,
+) -> Result<Option<TrackerRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{TRACKER_SELECT} WHERE s.id = ?1 AND s.workspace_id = ?2"
@@ -1338,7 +1461,7 @@ pub fn tracker(conn: &Connection, workspace_id: &str, task_id: &str) -> Result<O
 }
 
 /// `order_by`: `created_at` or `updated_at`.
-pub fn trackers(
+pub(super) fn trackers(
     conn: &Connection,
     workspace_id: &str,
     f: &RecordFilter,
@@ -1346,7 +1469,7 @@ pub fn trackers(
     let mut list = List::new(TRACKER_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.id = ?", f.task_id.as_deref());
     list.filter("s.agent_id = ?", f.agent_id.as_deref());
-    let order = if f.order_by == "updated_at" {
+    let order = if f.order_by == SortKey::UpdatedAt {
         "COALESCE(k.updated_at, s.created_at)"
     } else {
         "s.created_at"
@@ -1363,7 +1486,7 @@ pub struct TrackerUpdate<'a> {
 }
 
 impl Tx<'_> {
-    pub fn update_tracker(&mut self, key: &SessionKey, u: &TrackerUpdate<'_>) -> Result<()> {
+    pub(super) fn update_tracker(&mut self, key: &SessionKey, u: &TrackerUpdate<'_>) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO agentex_trackers (session_pk, last_processed_event_id, status,
@@ -1387,13 +1510,496 @@ impl Tx<'_> {
     }
 
     /// The event of a task with this id, if there is one.
-    pub fn task_has_event(&self, key: &SessionKey, event_id: &str) -> Result<bool> {
+    pub(super) fn task_has_event(&self, key: &SessionKey, event_id: &str) -> Result<bool> {
         Ok(self
             .conn
             .prepare_cached("SELECT 1 FROM agentex_events WHERE session_pk = ?1 AND id = ?2")?
             .query_row(params![key.pk, event_id], |_| Ok(()))
             .optional()?
             .is_some())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The port: the agent platform API's aggregate as async operations
+
+/// The agent platform API's operations on the store, in sessiond's own types.
+///
+/// Reads run on a pooled read-only connection, writes on the writer thread; each write method is
+/// one whole unit of work (one savepoint of a batch, answered after COMMIT). Operations that must
+/// commit with session-log writes (a task created with its session, a message with its revision
+/// marks) are the [`Tx`] methods above, which the sessions core runs inside its own transaction.
+#[derive(Clone, Copy)]
+pub struct AgentexStore<'a> {
+    store: &'a super::Store,
+}
+
+impl super::Store {
+    /// The agent platform API's aggregate: agents' registrations, deployments, tasks, messages,
+    /// events, states, spans and trackers.
+    pub fn agentex(&self) -> AgentexStore<'_> {
+        AgentexStore { store: self }
+    }
+}
+
+/// An owned [`AgentKey`], for work that leaves the caller's stack.
+enum OwnedKey {
+    Id(String),
+    Name(String),
+}
+
+impl OwnedKey {
+    fn agent(key: AgentKey<'_>) -> OwnedKey {
+        match key {
+            AgentKey::Id(v) => OwnedKey::Id(v.to_owned()),
+            AgentKey::Name(v) => OwnedKey::Name(v.to_owned()),
+        }
+    }
+
+    fn task(key: TaskKey<'_>) -> OwnedKey {
+        match key {
+            TaskKey::Id(v) => OwnedKey::Id(v.to_owned()),
+            TaskKey::Name(v) => OwnedKey::Name(v.to_owned()),
+        }
+    }
+
+    fn as_agent(&self) -> AgentKey<'_> {
+        match self {
+            OwnedKey::Id(v) => AgentKey::Id(v),
+            OwnedKey::Name(v) => AgentKey::Name(v),
+        }
+    }
+
+    fn as_task(&self) -> TaskKey<'_> {
+        match self {
+            OwnedKey::Id(v) => TaskKey::Id(v),
+            OwnedKey::Name(v) => TaskKey::Name(v),
+        }
+    }
+}
+
+/// A registration to record, owned.
+#[derive(Debug, Clone)]
+pub struct AgentRegistration {
+    pub description: String,
+    pub agent_input_type: Option<String>,
+    pub registration_metadata: Option<String>,
+}
+
+impl AgentRegistration {
+    pub fn borrowed(&self) -> Registration<'_> {
+        Registration {
+            description: &self.description,
+            agent_input_type: self.agent_input_type.as_deref(),
+            registration_metadata: self.registration_metadata.as_deref(),
+        }
+    }
+}
+
+/// A deployment to create, owned (its id is given by the store).
+#[derive(Debug, Clone)]
+pub struct DeploymentSpec {
+    pub agent_id: String,
+    pub docker_image: String,
+    pub helm_release_name: Option<String>,
+    pub sgp_deploy_id: Option<String>,
+    pub registration_metadata: String,
+    pub engine: String,
+}
+
+/// A change to a task's params and metadata.
+#[derive(Debug, Default)]
+pub struct TaskPatch {
+    /// Merged into the stored params key by key.
+    pub merge_params: Option<Map<String, Value>>,
+    /// Replaces the stored metadata.
+    pub task_metadata: Option<Map<String, Value>>,
+}
+
+/// A tracker change, owned; `None` leaves a field as it is.
+#[derive(Debug, Default)]
+pub struct TrackerChange {
+    /// Must be one of the task's events.
+    pub last_processed_event_id: Option<String>,
+    pub status: Option<String>,
+    pub status_reason: Option<String>,
+}
+
+impl AgentexStore<'_> {
+    // Agents
+
+    pub async fn agent(
+        &self,
+        workspace_id: &str,
+        key: AgentKey<'_>,
+    ) -> Result<Option<AgentexAgentRow>> {
+        let (ws, key) = (workspace_id.to_owned(), OwnedKey::agent(key));
+        self.store
+            .read(move |c| agentex_agent(c, &ws, key.as_agent()))
+            .await
+    }
+
+    pub async fn agents(
+        &self,
+        workspace_id: &str,
+        filter: AgentFilter,
+    ) -> Result<Vec<AgentexAgentRow>> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .read(move |c| agentex_agents(c, &ws, &filter))
+            .await
+    }
+
+    /// Records (or replaces) an agent's registration.
+    pub async fn register(&self, agent_id: &str, r: AgentRegistration) -> Result<()> {
+        let agent_id = agent_id.to_owned();
+        self.store
+            .write(move |tx| tx.register_agent(&agent_id, &r.borrowed()))
+            .await
+    }
+
+    // Deployments
+
+    pub async fn deployment(
+        &self,
+        agent_id: &str,
+        deployment_id: &str,
+    ) -> Result<Option<DeploymentRow>> {
+        let (agent_id, id) = (agent_id.to_owned(), deployment_id.to_owned());
+        self.store
+            .read(move |c| deployment(c, &agent_id, &id))
+            .await
+    }
+
+    pub async fn deployments(
+        &self,
+        agent_id: &str,
+        order_by: SortKey,
+        direction: Direction,
+        page: Page,
+    ) -> Result<Vec<DeploymentRow>> {
+        let agent_id = agent_id.to_owned();
+        self.store
+            .read(move |c| deployments(c, &agent_id, order_by, direction, page))
+            .await
+    }
+
+    pub async fn create_deployment(&self, d: DeploymentSpec) -> Result<DeploymentRow> {
+        self.store
+            .write(move |tx| {
+                tx.insert_deployment(&NewDeployment {
+                    id: &crate::ids::new_id(),
+                    agent_id: &d.agent_id,
+                    docker_image: &d.docker_image,
+                    helm_release_name: d.helm_release_name.as_deref(),
+                    sgp_deploy_id: d.sgp_deploy_id.as_deref(),
+                    registration_metadata: &d.registration_metadata,
+                    engine: &d.engine,
+                })
+            })
+            .await
+    }
+
+    /// Makes a deployment the agent's only production deployment and its engine the agent's.
+    pub async fn promote_deployment(
+        &self,
+        agent_id: &str,
+        deployment_id: &str,
+        engine: &str,
+    ) -> Result<DeploymentRow> {
+        let (agent_id, id, engine) = (
+            agent_id.to_owned(),
+            deployment_id.to_owned(),
+            engine.to_owned(),
+        );
+        self.store
+            .write(move |tx| tx.promote_deployment(&agent_id, &id, &engine))
+            .await
+    }
+
+    pub async fn delete_deployment(&self, agent_id: &str, deployment_id: &str) -> Result<()> {
+        let (agent_id, id) = (agent_id.to_owned(), deployment_id.to_owned());
+        self.store
+            .write(move |tx| tx.delete_deployment(&agent_id, &id))
+            .await
+    }
+
+    // Tasks
+
+    pub async fn task(&self, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
+        let (ws, key) = (workspace_id.to_owned(), OwnedKey::task(key));
+        self.store.read(move |c| task(c, &ws, key.as_task())).await
+    }
+
+    pub async fn task_by_pk(&self, pk: i64) -> Result<Option<TaskRow>> {
+        self.store.read(move |c| task_by_pk(c, pk)).await
+    }
+
+    pub async fn tasks(&self, workspace_id: &str, filter: TaskFilter) -> Result<Vec<TaskRow>> {
+        let ws = workspace_id.to_owned();
+        self.store.read(move |c| tasks(c, &ws, &filter)).await
+    }
+
+    /// Merges params and replaces metadata, reading the current params in the same transaction
+    /// so that concurrent merges do not lose each other's keys.
+    pub async fn patch_task(&self, workspace_id: &str, pk: i64, patch: TaskPatch) -> Result<()> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .write(move |tx| {
+                tx.lock_task(pk);
+                let current = tx.task_by_pk(pk)?.ok_or(Error::NotFound)?;
+                let params = patch.merge_params.map(|p| {
+                    let mut merged = match current
+                        .params
+                        .as_deref()
+                        .and_then(|s| serde_json::from_str(s).ok())
+                    {
+                        Some(Value::Object(m)) => m,
+                        _ => Map::new(),
+                    };
+                    merged.extend(p);
+                    Value::Object(merged).to_string()
+                });
+                let metadata = patch.task_metadata.map(|m| Value::Object(m).to_string());
+                tx.put_task_fields(
+                    &current.key(),
+                    &ws,
+                    &TaskFields {
+                        params: params.as_deref(),
+                        task_metadata: metadata.as_deref(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .await
+    }
+
+    // Messages
+
+    pub async fn messages_page(
+        &self,
+        session_pk: i64,
+        filter: MessageFilter,
+        direction: Direction,
+        page: Page,
+    ) -> Result<Vec<MessageRow>> {
+        self.store
+            .read(move |c| messages_page(c, session_pk, &filter, direction, page))
+            .await
+    }
+
+    pub async fn messages_from(
+        &self,
+        session_pk: i64,
+        filter: MessageFilter,
+        direction: Direction,
+        cursor: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<MessageRow>> {
+        self.store
+            .read(move |c| messages_from(c, session_pk, &filter, direction, cursor, limit))
+            .await
+    }
+
+    pub async fn message(&self, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
+        self.store.read(move |c| message(c, session_pk, seq)).await
+    }
+
+    /// Several messages of one task, read together (`None` where there is none).
+    pub async fn messages(
+        &self,
+        session_pk: i64,
+        seqs: Vec<u64>,
+    ) -> Result<Vec<Option<MessageRow>>> {
+        self.store
+            .read(move |c| {
+                seqs.iter()
+                    .map(|s| message(c, session_pk, *s))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await
+    }
+
+    /// Which message the event at `seq` revises, if it is a revision.
+    pub async fn revises(&self, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
+        self.store.read(move |c| revises(c, session_pk, seq)).await
+    }
+
+    // Events
+
+    pub async fn event(&self, workspace_id: &str, id: &str) -> Result<Option<EventRow>> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store.read(move |c| agentex_event(c, &ws, &id)).await
+    }
+
+    pub async fn events(&self, session_pk: i64, after: i64, limit: u32) -> Result<Vec<EventRow>> {
+        self.store
+            .read(move |c| agentex_events(c, session_pk, after, limit))
+            .await
+    }
+
+    /// An event without content (nothing is delivered to the task).
+    pub async fn record_event(&self, key: SessionKey, agent_id: &str) -> Result<EventRow> {
+        let agent_id = agent_id.to_owned();
+        self.store
+            .write(move |tx| tx.insert_agentex_event(&key, &agent_id, None, None))
+            .await
+    }
+
+    /// The event recorded for the timeline entry at `seq` or, when there is none, a new one with
+    /// `content`: an agent's message posted twice is recorded once.
+    pub async fn record_event_once(
+        &self,
+        key: SessionKey,
+        agent_id: &str,
+        seq: Option<u64>,
+        content: String,
+    ) -> Result<EventRow> {
+        let agent_id = agent_id.to_owned();
+        self.store
+            .write(move |tx| {
+                if let Some(seq) = seq
+                    && let Some(found) = tx.event_at_seq(key.pk, seq)?
+                {
+                    return Ok(found);
+                }
+                tx.insert_agentex_event(&key, &agent_id, seq, Some(&content))
+            })
+            .await
+    }
+
+    // States
+
+    pub async fn state(&self, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store.read(move |c| state(c, &ws, &id)).await
+    }
+
+    pub async fn states(&self, workspace_id: &str, filter: RecordFilter) -> Result<Vec<StateRow>> {
+        let ws = workspace_id.to_owned();
+        self.store.read(move |c| states(c, &ws, &filter)).await
+    }
+
+    /// A new state for a task and an agent (409 when the pair has one).
+    pub async fn create_state(
+        &self,
+        key: SessionKey,
+        workspace_id: &str,
+        agent_id: &str,
+        state: String,
+    ) -> Result<StateRow> {
+        let (ws, agent_id) = (workspace_id.to_owned(), agent_id.to_owned());
+        self.store
+            .write(move |tx| {
+                let id = tx.insert_state(&key, &agent_id, &state)?;
+                tx.state(&ws, &id)?.ok_or(Error::NotFound)
+            })
+            .await
+    }
+
+    /// Replaces a state's document; returns the state as it is now.
+    pub async fn update_state(
+        &self,
+        workspace_id: &str,
+        id: &str,
+        state: String,
+    ) -> Result<StateRow> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store
+            .write(move |tx| {
+                if !tx.update_state(&ws, &id, &state)? {
+                    return Err(Error::NotFound);
+                }
+                tx.state(&ws, &id)?.ok_or(Error::NotFound)
+            })
+            .await
+    }
+
+    /// Deletes a state; returns it as it was.
+    pub async fn delete_state(&self, workspace_id: &str, id: &str) -> Result<StateRow> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store
+            .write(move |tx| {
+                let s = tx.state(&ws, &id)?.ok_or(Error::NotFound)?;
+                tx.delete_state(&ws, &id)?;
+                Ok(s)
+            })
+            .await
+    }
+
+    // Spans
+
+    pub async fn span(&self, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+        let (ws, id) = (workspace_id.to_owned(), id.to_owned());
+        self.store.read(move |c| span(c, &ws, &id)).await
+    }
+
+    pub async fn spans(
+        &self,
+        workspace_id: &str,
+        trace_id: Option<String>,
+        filter: RecordFilter,
+    ) -> Result<Vec<SpanRow>> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .read(move |c| spans(c, &ws, trace_id.as_deref(), &filter))
+            .await
+    }
+
+    pub async fn create_span(&self, workspace_id: &str, s: SpanRow) -> Result<()> {
+        let ws = workspace_id.to_owned();
+        self.store.write(move |tx| tx.insert_span(&ws, &s)).await
+    }
+
+    /// Replaces a span that exists (404 otherwise).
+    pub async fn update_span(&self, workspace_id: &str, s: SpanRow) -> Result<()> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .write(move |tx| {
+                tx.span(&ws, &s.id)?.ok_or(Error::NotFound)?;
+                tx.update_span(&ws, &s)
+            })
+            .await
+    }
+
+    // Trackers
+
+    pub async fn tracker(&self, workspace_id: &str, task_id: &str) -> Result<Option<TrackerRow>> {
+        let (ws, id) = (workspace_id.to_owned(), task_id.to_owned());
+        self.store.read(move |c| tracker(c, &ws, &id)).await
+    }
+
+    pub async fn trackers(
+        &self,
+        workspace_id: &str,
+        filter: RecordFilter,
+    ) -> Result<Vec<TrackerRow>> {
+        let ws = workspace_id.to_owned();
+        self.store.read(move |c| trackers(c, &ws, &filter)).await
+    }
+
+    /// Moves a task's tracker; a `last_processed_event_id` that is not one of the task's events
+    /// is refused (400) and changes nothing.
+    pub async fn update_tracker(&self, key: SessionKey, change: TrackerChange) -> Result<()> {
+        self.store
+            .write(move |tx| {
+                if let Some(event) = &change.last_processed_event_id
+                    && !tx.task_has_event(&key, event)?
+                {
+                    return Err(Error::invalid(format!(
+                        "last_processed_event_id: {event} is not an event of this task"
+                    )));
+                }
+                tx.update_tracker(
+                    &key,
+                    &TrackerUpdate {
+                        last_processed_event_id: change.last_processed_event_id.as_deref(),
+                        status: change.status.as_deref(),
+                        status_reason: change.status_reason.as_deref(),
+                    },
+                )
+            })
+            .await
     }
 }
 

@@ -9,11 +9,15 @@
 //!   rolls back its own savepoint and leaves the rest of the batch intact.
 //! * Reads go through [`Store::read`] on a blocking thread with a pooled read-only connection.
 //! * Keyset pagination only; nothing here uses OFFSET.
+//! * Aggregates behind handles: [`Store::agentex`], [`Store::schedules`], [`Store::acp`] and
+//!   [`Store::log`] offer async operations in sessiond's own types, each write one whole unit of
+//!   work; their callers never see a connection. The rest of the crate still uses `read`/`write`.
 
 pub mod acp;
 pub mod agentex;
 pub mod health;
 pub mod identity;
+mod log;
 mod migrate;
 pub mod reads;
 pub mod record;
@@ -32,6 +36,7 @@ use crate::config::{StoreConfig, Synchronous};
 use crate::error::{Error, Result};
 
 pub use health::{Condition, HealthReport};
+pub use log::LogReads;
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};

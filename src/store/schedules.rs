@@ -104,7 +104,7 @@ pub enum ScheduleRef {
 }
 
 /// The schedule `r` names under `agent_id` in `workspace_id`, if any.
-pub fn schedule(
+pub(super) fn schedule(
     conn: &Connection,
     workspace_id: &str,
     agent_id: &str,
@@ -124,7 +124,7 @@ pub fn schedule(
 }
 
 /// The schedule with this id, wherever it is (the scheduler's view).
-pub fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<ScheduleRow>> {
+pub(super) fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<ScheduleRow>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))?
         .query_row([id], from_row)
@@ -132,7 +132,7 @@ pub fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<ScheduleRow>
 }
 
 /// An agent's schedules, oldest first, at most `limit`.
-pub fn schedules_of_agent(
+pub(super) fn schedules_of_agent(
     conn: &Connection,
     workspace_id: &str,
     agent_id: &str,
@@ -146,7 +146,7 @@ pub fn schedules_of_agent(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
+pub(super) fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
     let n: i64 = conn
         .prepare_cached("SELECT count(*) FROM schedules WHERE agent_id = ?1")?
         .query_row([agent_id], |r| r.get(0))?;
@@ -154,7 +154,7 @@ pub fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
 }
 
 /// The earliest tick any schedule is waiting for.
-pub fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
+pub(super) fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
     Ok(conn
         .prepare_cached(
             "SELECT next_due_at FROM schedules WHERE next_due_at IS NOT NULL
@@ -165,7 +165,7 @@ pub fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
 }
 
 /// Schedules whose tick is due at `now`, earliest first, at most `limit`.
-pub fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
+pub(super) fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM schedules WHERE next_due_at IS NOT NULL AND next_due_at <= ?1
          ORDER BY next_due_at, id LIMIT ?2"
@@ -175,12 +175,34 @@ pub fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<Sche
 }
 
 /// Whether an app still exists in a workspace (an app-created schedule fires only while it does).
-pub fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) -> Result<bool> {
+pub(super) fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM apps WHERE id = ?1 AND workspace_id = ?2")?
         .query_row([app_id, workspace_id], |_| Ok(()))
         .optional()?
         .is_some())
+}
+
+/// What made a schedule fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerType {
+    /// A tick of its cadence.
+    Scheduled,
+    /// Missed ticks, folded into one.
+    CatchUp,
+    /// A trigger: an extra run now, outside the cadence.
+    Manual,
+}
+
+impl TriggerType {
+    /// The name the contract and the stored row give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TriggerType::Scheduled => "scheduled",
+            TriggerType::CatchUp => "catch_up",
+            TriggerType::Manual => "manual",
+        }
+    }
 }
 
 /// The tick that created a session (the session is the row's key).
@@ -189,8 +211,7 @@ pub struct ScheduleRunRow {
     pub schedule_id: String,
     /// The tick's nominal time (for a manual run, when it was triggered).
     pub fire_time: i64,
-    /// `scheduled`, `catch_up` or `manual`.
-    pub trigger_type: String,
+    pub trigger_type: TriggerType,
 }
 
 fn name_taken(name: &str) -> Error {
@@ -213,7 +234,7 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 
 impl Tx<'_> {
     /// Inserts a schedule; a name already used under the agent is a 409.
-    pub fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+    pub(super) fn insert_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
         let sql = format!(
             "INSERT INTO schedules ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
                 ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
@@ -233,7 +254,7 @@ impl Tx<'_> {
     /// Writes every mutable field of a schedule back (its id, workspace, agent, creator and
     /// creation stay: their parameters, ?2, ?3, ?16 and ?21, are bound but unused); a rename onto
     /// a name already used under the agent is a 409.
-    pub fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+    pub(super) fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
         let changed = self
             .conn
             .prepare_cached(
@@ -280,7 +301,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn delete_schedule(&mut self, id: &str) -> Result<()> {
+    pub(super) fn delete_schedule(&mut self, id: &str) -> Result<()> {
         let n = self
             .conn
             .prepare_cached("DELETE FROM schedules WHERE id = ?1")?
@@ -304,9 +325,161 @@ impl Tx<'_> {
                 key.pk,
                 run.schedule_id,
                 run.fire_time,
-                run.trigger_type,
+                run.trigger_type.name(),
                 self.now
             ])?;
         Ok(())
+    }
+}
+
+impl Tx<'_> {
+    /// Holds a schedule's row for the rest of the transaction, so that the row read next is the
+    /// one the write replaces. A no-op here: SQLite has one writer thread, which runs each unit of
+    /// work alone. A backend with concurrent writers locks the row (`SELECT … FOR UPDATE`).
+    fn lock_schedule(&self, _id: &str) {}
+
+    /// Holds an agent's schedules for the rest of the transaction (the per-agent limit is a
+    /// count, then an insert). A no-op on SQLite, for the reason [`Tx::lock_schedule`] gives.
+    fn lock_agent_schedules(&self, _agent_id: &str) {}
+
+    /// The schedule with this id, held until the transaction ends: a tick fires only from the
+    /// row it was computed from, exactly once.
+    pub fn schedule_for_update(&mut self, id: &str) -> Result<Option<ScheduleRow>> {
+        self.lock_schedule(id);
+        schedule_by_id(self.conn, id)
+    }
+
+    /// Whether a user still belongs to a workspace (a user-created schedule fires only then).
+    pub fn is_member(&self, user_id: &str, workspace_id: &str) -> Result<bool> {
+        super::identity::is_member(self.conn, user_id, workspace_id)
+    }
+
+    /// Whether an app still exists in a workspace (an app-created schedule fires only then).
+    pub fn app_exists(&self, app_id: &str, workspace_id: &str) -> Result<bool> {
+        app_exists(self.conn, app_id, workspace_id)
+    }
+}
+
+/// Agent run schedules in sessiond's own types. Each write method is one unit of work on the
+/// writer (answered after COMMIT); its checks (the per-agent limit, "unchanged since read") hold
+/// the rows they read through the `lock_*` hooks. A tick's firing, which opens a session, is the
+/// sessions core's transaction with the [`Tx`] methods above.
+#[derive(Clone, Copy)]
+pub struct ScheduleStore<'a> {
+    store: &'a super::Store,
+}
+
+impl super::Store {
+    /// Agent run schedules.
+    pub fn schedules(&self) -> ScheduleStore<'_> {
+        ScheduleStore { store: self }
+    }
+}
+
+impl ScheduleStore<'_> {
+    /// The schedule `r` names under `agent_id` in `workspace_id`, if any.
+    pub async fn get(
+        &self,
+        workspace_id: &str,
+        agent_id: &str,
+        r: &ScheduleRef,
+    ) -> Result<Option<ScheduleRow>> {
+        let (ws, agent, r) = (workspace_id.to_owned(), agent_id.to_owned(), r.clone());
+        self.store.read(move |c| schedule(c, &ws, &agent, &r)).await
+    }
+
+    /// The schedule with this id, wherever it is (the scheduler's view).
+    pub async fn by_id(&self, id: &str) -> Result<Option<ScheduleRow>> {
+        let id = id.to_owned();
+        self.store.read(move |c| schedule_by_id(c, &id)).await
+    }
+
+    /// An agent's schedules, oldest first, at most `limit`.
+    pub async fn of_agent(
+        &self,
+        workspace_id: &str,
+        agent_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRow>> {
+        let (ws, agent) = (workspace_id.to_owned(), agent_id.to_owned());
+        self.store
+            .read(move |c| schedules_of_agent(c, &ws, &agent, limit))
+            .await
+    }
+
+    /// The earliest tick any schedule is waiting for.
+    pub async fn next_due(&self) -> Result<Option<i64>> {
+        self.store.read(next_schedule_due).await
+    }
+
+    /// Schedules due at `now`, earliest first, at most `limit`.
+    pub async fn due(&self, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
+        self.store.read(move |c| due_schedules(c, now, limit)).await
+    }
+
+    /// Inserts a schedule unless its agent has `max_per_agent` already (`Ok(false)`, nothing
+    /// written): the count and the insert are one transaction.
+    pub async fn insert_within(&self, s: ScheduleRow, max_per_agent: u64) -> Result<bool> {
+        self.store
+            .write(move |tx| {
+                tx.lock_agent_schedules(&s.agent_id);
+                if count_schedules(tx.conn, &s.agent_id)? >= max_per_agent {
+                    return Ok(false);
+                }
+                tx.insert_schedule(&s)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    /// Replaces a schedule's definition with `new` only if its row is still `expected` (else
+    /// `Ok(false)`, nothing written).
+    pub async fn replace_if_unchanged(
+        &self,
+        expected: ScheduleRow,
+        new: ScheduleRow,
+    ) -> Result<bool> {
+        self.store
+            .write(move |tx| {
+                tx.lock_schedule(&expected.id);
+                if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
+                    return Ok(false);
+                }
+                tx.update_schedule(&new)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    /// Moves a schedule past a tick without a session, only if its row is still `expected`:
+    /// `moved` computes the new row from the expected one and the transaction's time.
+    pub async fn advance_if_unchanged<F>(&self, expected: ScheduleRow, moved: F) -> Result<bool>
+    where
+        F: FnOnce(ScheduleRow, i64) -> ScheduleRow + Send + 'static,
+    {
+        self.store
+            .write(move |tx| {
+                tx.lock_schedule(&expected.id);
+                if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
+                    return Ok(false);
+                }
+                let row = moved(expected, tx.now);
+                tx.record_schedule_action(&row)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    pub async fn delete(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.store.write(move |tx| tx.delete_schedule(&id)).await
+    }
+
+    /// The slug of a workspace (a firing's actor needs it for the workspace's drive).
+    pub async fn workspace_slug(&self, workspace_id: &str) -> Result<Option<String>> {
+        let ws = workspace_id.to_owned();
+        self.store
+            .read(move |c| super::workspace_slug(c, &ws))
+            .await
     }
 }

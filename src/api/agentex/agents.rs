@@ -1,6 +1,7 @@
 //! `/agentex/agents…`: list, retrieve and delete by id or name, and `register-build`. The RPC
 //! routes of an agent are in `rpc`, its deployments in `deployments`.
 
+use crate::store::agentex::SortKey;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::Value;
@@ -36,7 +37,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 /// `GET /agents`: `agent_card_metadata` filters by containment in
 /// `registration_metadata.agent_card.metadata`; `task_id` keeps the agent of that task.
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
-    let p = ListParams::parse(&req, &["created_at", "updated_at", "name"])?;
+    let p = ListParams::parse(
+        &req,
+        &[SortKey::CreatedAt, SortKey::UpdatedAt, SortKey::Name],
+    )?;
     let filter = AgentFilter {
         task_id: p.query.get("task_id").map(str::to_owned),
         agent_card_metadata: json_object_param(&p.query, "agent_card_metadata")?,

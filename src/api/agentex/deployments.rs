@@ -1,6 +1,7 @@
 //! `/agentex/agents/{agent_id}/deployments…`: an agent's engine versions, their promotion to
 //! production and the preview RPC against one of them (`agentex::deployments`).
 
+use crate::store::agentex::SortKey;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -82,7 +83,7 @@ async fn list(
     req: HttpRequest,
 ) -> Result<HttpResponse> {
     let agent = agent_by_id(&state, &actor, &path).await?;
-    let p = ListParams::parse(&req, &["created_at", "promoted_at"])?;
+    let p = ListParams::parse(&req, &[SortKey::CreatedAt, SortKey::PromotedAt])?;
     let rows = deployments::list(&state.sessions, &agent, p.order_by, p.direction, p.page).await?;
     Ok(HttpResponse::Ok().json(rows.iter().map(deployments::view).collect::<Vec<_>>()))
 }

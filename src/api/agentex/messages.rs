@@ -1,6 +1,7 @@
 //! `/agentex/messages…`: a task's messages (its timeline read as messages), by page or by
 //! cursor, one by id, and the messages a client adds (`agentex::messages`).
 
+use crate::store::agentex::SortKey;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -44,7 +45,7 @@ fn task_id(query: &Query) -> Result<String> {
 
 /// `GET /messages?task_id=…`: newest first unless `order_direction=asc`.
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
-    let p = ListParams::parse(&req, &["created_at"])?;
+    let p = ListParams::parse(&req, &[SortKey::CreatedAt])?;
     let task = task_id(&p.query)?;
     let kinds = messages::filter_kinds(p.query.get("filters"))?;
     let out = messages::list(&state.sessions, &actor, &task, kinds, p.direction, p.page).await?;

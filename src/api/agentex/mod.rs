@@ -33,7 +33,7 @@ use super::context::AppState;
 use crate::agentex;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-use crate::store::agentex::{AgentKey, AgentexAgentRow, Direction, Page, RecordFilter};
+use crate::store::agentex::{AgentKey, AgentexAgentRow, Direction, Page, RecordFilter, SortKey};
 
 /// Largest `limit` of a page-numbered list.
 pub const PAGE_MAX: u32 = 1000;
@@ -91,14 +91,14 @@ pub fn decode<T: DeserializeOwned>(raw: &Value, what: &str) -> Result<T> {
 /// The contract's list parameters: `limit`, `page_number` (from 1), `order_by`, `order_direction`.
 pub struct ListParams {
     pub query: Query,
-    pub order_by: &'static str,
+    pub order_by: SortKey,
     pub direction: Direction,
     pub page: Page,
 }
 
 impl ListParams {
     /// `orders` are the `order_by` values the list accepts; the first is the default.
-    pub fn parse(req: &HttpRequest, orders: &[&'static str]) -> Result<ListParams> {
+    pub fn parse(req: &HttpRequest, orders: &[SortKey]) -> Result<ListParams> {
         let query = Query::parse(req)?;
         let limit = query.limit("limit", 50, PAGE_MAX)?;
         let page_number = match query.get("page_number") {
@@ -114,9 +114,14 @@ impl ListParams {
         };
         let order_by = match query.get("order_by").filter(|v| !v.is_empty()) {
             None => orders[0],
-            Some(v) => orders.iter().copied().find(|o| *o == v).ok_or_else(|| {
-                Error::invalid(format!("order_by: must be one of {}", orders.join(", ")))
-            })?,
+            Some(v) => orders
+                .iter()
+                .copied()
+                .find(|o| o.name() == v)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = orders.iter().map(|o| o.name()).collect();
+                    Error::invalid(format!("order_by: must be one of {}", names.join(", ")))
+                })?,
         };
         let direction = match query.get("order_direction").map(str::to_ascii_lowercase) {
             None => Direction::Desc,

@@ -34,7 +34,7 @@ use crate::api::body;
 use crate::api::context::AppState;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-use crate::store::agentex::{AgentexAgentRow, DeploymentRow, TaskRow};
+use crate::store::agentex::{AgentexAgentRow, DeploymentRow, FinalStatus, TaskRow};
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -396,7 +396,8 @@ async fn call_method(
             let p: TaskParams = params(&call.params)?;
             let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
             let was_open = !tasks::is_final(&task);
-            let task = tasks::finish(sessions, actor, &task, "CANCELED", None, false).await?;
+            let task =
+                tasks::finish(sessions, actor, &task, FinalStatus::Canceled, None, false).await?;
             if was_open && let Some(platform) = platform {
                 platform.task_cancelled(target.agent, &task).await;
             }
@@ -446,7 +447,15 @@ async fn announce(
     };
     if let Err(e) = platform.task_created(target.agent, task).await {
         let reason = format!("the agent did not accept the task: {e}");
-        tasks::finish(&state.sessions, actor, task, "FAILED", Some(reason), false).await?;
+        tasks::finish(
+            &state.sessions,
+            actor,
+            task,
+            FinalStatus::Failed,
+            Some(reason),
+            false,
+        )
+        .await?;
         return Err(e);
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! `/agentex/spans…`: trace spans (`agentex::records`).
 
+use crate::store::agentex::SortKey;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Map, Value};
 
@@ -55,7 +56,7 @@ async fn update(
 }
 
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
-    let p = ListParams::parse(&req, &["start_time", "end_time", "name"])?;
+    let p = ListParams::parse(&req, &[SortKey::StartTime, SortKey::EndTime, SortKey::Name])?;
     let trace_id = p.query.get("trace_id").map(str::to_owned);
     let rows = records::spans(&state.sessions, &actor, trace_id, p.records()).await?;
     Ok(HttpResponse::Ok().json(rows.iter().map(records::span_view).collect::<Vec<_>>()))

@@ -1,5 +1,6 @@
 //! `/agentex/states…`: one JSON state per task and agent (`agentex::records`).
 
+use crate::store::agentex::SortKey;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -87,7 +88,7 @@ async fn delete(
 }
 
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
-    let p = ListParams::parse(&req, &["created_at", "updated_at"])?;
+    let p = ListParams::parse(&req, &[SortKey::CreatedAt, SortKey::UpdatedAt])?;
     let rows = records::states(&state.sessions, &actor, p.records()).await?;
     Ok(HttpResponse::Ok().json(rows.iter().map(records::state_view).collect::<Vec<_>>()))
 }

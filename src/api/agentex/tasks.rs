@@ -1,6 +1,7 @@
 //! `/agentex/tasks…`: tasks (sessions) by id or name: list, retrieve, update, delete, the final
 //! status transitions, interrupt, and the live stream of a task's updates (SSE).
 
+use crate::store::agentex::SortKey;
 use std::time::Duration;
 
 use actix_web::http::header;
@@ -16,7 +17,7 @@ use crate::api::body::Query;
 use crate::api::context::AppState;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-use crate::store::agentex::{TaskFilter, TaskKey, TaskRow};
+use crate::store::agentex::{FinalStatus, TaskFilter, TaskKey, TaskRow, TaskStatus};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/tasks", "GET").route(web::get().to(list)))
@@ -36,11 +37,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(at("/tasks/{task_id}/stream", "GET").route(web::get().to(stream_by_id)))
         .service(at("/tasks/{task_id}/interrupt", "POST").route(web::post().to(interrupt)));
     for (path, status) in [
-        ("/tasks/{task_id}/cancel", "CANCELED"),
-        ("/tasks/{task_id}/complete", "COMPLETED"),
-        ("/tasks/{task_id}/fail", "FAILED"),
-        ("/tasks/{task_id}/terminate", "TERMINATED"),
-        ("/tasks/{task_id}/timeout", "TIMED_OUT"),
+        ("/tasks/{task_id}/cancel", FinalStatus::Canceled),
+        ("/tasks/{task_id}/complete", FinalStatus::Completed),
+        ("/tasks/{task_id}/fail", FinalStatus::Failed),
+        ("/tasks/{task_id}/terminate", FinalStatus::Terminated),
+        ("/tasks/{task_id}/timeout", FinalStatus::TimedOut),
     ] {
         cfg.service(at(path, "POST").route(web::post().to(
             move |state: web::Data<AppState>,
@@ -94,7 +95,15 @@ async fn task_json(
 /// `GET /tasks`: the lean form (no `params`); filters `agent_id`, `agent_name`, `status` and
 /// `task_metadata` (containment).
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
-    let p = ListParams::parse(&req, &["created_at", "updated_at", "name", "status"])?;
+    let p = ListParams::parse(
+        &req,
+        &[
+            SortKey::CreatedAt,
+            SortKey::UpdatedAt,
+            SortKey::Name,
+            SortKey::Status,
+        ],
+    )?;
     let status = match p.query.get("status").filter(|s| !s.is_empty()) {
         None => None,
         Some("DELETED") => {
@@ -102,13 +111,9 @@ async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Res
                 "status: deleted tasks are gone, so no task is DELETED",
             ));
         }
-        Some(s) if STATUSES.contains(&s) => Some(s.to_owned()),
-        Some(_) => {
-            return Err(Error::invalid(format!(
-                "status: must be one of {}",
-                STATUSES.join(", ")
-            )));
-        }
+        Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
+            Error::invalid(format!("status: must be one of {}", STATUSES.join(", ")))
+        })?),
     };
     let agents = with_agents(&p.query)?;
     let filter = TaskFilter {
@@ -249,13 +254,13 @@ async fn finish(
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,
-    status: &'static str,
+    status: FinalStatus,
 ) -> Result<HttpResponse> {
     let why = reason(json_body(&state, &req, payload).await?)?;
     let t = tasks::find(&state.sessions, &actor, TaskKey::Id(&path)).await?;
     let t = tasks::finish(&state.sessions, &actor, &t, status, why, true).await?;
     // An async ACP agent hears of a cancel it did not make itself.
-    if status == "CANCELED"
+    if status == FinalStatus::Canceled
         && crate::agentex::acp::confined_to(&actor).is_none()
         && let Some(platform) = req.app_data::<web::Data<crate::agentex::acp::Platform>>()
     {
@@ -278,7 +283,11 @@ async fn interrupt(
     if let Some(s) = tasks::final_status(&t) {
         return Err(Error::Conflict(
             "task_closed",
-            format!("task {} is {s}; there is nothing to interrupt", t.id),
+            format!(
+                "task {} is {}; there is nothing to interrupt",
+                t.id,
+                s.name()
+            ),
         ));
     }
     let t = tasks::interrupt(&state.sessions, &actor, &t).await?;
@@ -308,13 +317,8 @@ async fn open_stream(state: &AppState, actor: &Actor, key: TaskKey<'_>) -> Resul
     let task = tasks::find(&state.sessions, actor, key).await?;
     let keepalive = Duration::from_millis(state.sessions.config().stream.keepalive_ms);
     let store = state.sessions.store();
-    let pk = task.pk;
     // What is stored by now is the past; the stream carries what follows it.
-    let after = store
-        .read(move |c| crate::store::events_before(c, pk, None, 1))
-        .await?
-        .last()
-        .map_or(0, |e| e.seq);
+    let after = store.log().last_seq(task.pk).await?;
     let sub = store.bus().subscribe(&task.id)?;
     let follower = Follower::start(store, task.key(), Scope::Task { after }, keepalive, sub);
     let first = sse(&json!({"type": "connected", "taskId": task.id}));

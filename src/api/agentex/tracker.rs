@@ -1,6 +1,7 @@
 //! `/agentex/tracker…`: each task's tracker, its agent's cursor over the task's events (it shares
 //! the task's id).
 
+use crate::store::agentex::SortKey;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
@@ -57,7 +58,7 @@ async fn update(
 }
 
 async fn list(state: web::Data<AppState>, actor: Actor, req: HttpRequest) -> Result<HttpResponse> {
-    let p = ListParams::parse(&req, &["created_at", "updated_at"])?;
+    let p = ListParams::parse(&req, &[SortKey::CreatedAt, SortKey::UpdatedAt])?;
     let rows = records::trackers(&state.sessions, &actor, p.records()).await?;
     Ok(HttpResponse::Ok().json(rows.iter().map(records::tracker_view).collect::<Vec<_>>()))
 }
