@@ -15,6 +15,8 @@ pub mod agentex;
 pub mod health;
 pub mod identity;
 mod migrate;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod reads;
 pub mod record;
 pub mod schedules;
