@@ -579,3 +579,35 @@ async fn email_addresses_ignore_case() {
         "u1"
     );
 }
+
+/// A test that panics still stops its server and removes the cluster's directory (the cluster
+/// goes with the last database, dropped while the test unwinds).
+#[test]
+fn a_panicking_test_leaves_no_server_behind() {
+    let Some(cluster) = common::postgres::own_cluster("panicking") else {
+        return;
+    };
+    let dir = cluster.dir().to_owned();
+    let pid = cluster.server_pid().expect("the server's pid");
+    let db = common::postgres::Cluster::database(&cluster, "panicking");
+    drop(cluster);
+    assert!(running(pid), "the server is not running");
+    let outcome = std::thread::spawn(move || {
+        let _db = db;
+        panic!("a failing test");
+    })
+    .join();
+    assert!(outcome.is_err());
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+    assert!(!running(pid), "the server (pid {pid}) is still running");
+}
+
+/// Whether process `pid` runs (a zombie, which is only waiting for its parent, does not).
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => false,
+    }
+}

@@ -215,53 +215,81 @@ impl Database {
 /// installed and `CI` is unset. With `CI` set, a missing or broken PostgreSQL fails the test.
 pub fn database(test: &str) -> Option<Database> {
     static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
-    static NEXT: AtomicU64 = AtomicU64::new(1);
     let cluster = {
         let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
         match shared.upgrade() {
             Some(c) => c,
-            None => match Cluster::start() {
-                Ok(c) => {
-                    let c = Arc::new(c);
-                    *shared = Arc::downgrade(&c);
-                    c
-                }
-                Err(why) if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) => {
-                    panic!("the PostgreSQL tests need a PostgreSQL server, which cannot run: {why}")
-                }
-                Err(why) => {
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "notice: SKIPPED PostgreSQL test {test}: no PostgreSQL server can run here: {why}"
-                    );
-                    return None;
-                }
-            },
+            None => {
+                let c = own_cluster(test)?;
+                *shared = Arc::downgrade(&c);
+                c
+            }
         }
     };
-    let slug: String = test
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .take(40)
-        .collect();
-    let name = format!("t{}_{slug}", NEXT.fetch_add(1, Ordering::Relaxed));
-    if let Err(why) = run(cluster.client("createdb").arg(&name)) {
-        panic!(
-            "cannot create database {name}: {why}\nserver log:\n{}",
-            cluster.log()
-        );
+    Some(Cluster::database(&cluster, test))
+}
+
+/// A cluster of the caller's own (not shared with other tests), or `None` as for [`database`].
+pub fn own_cluster(test: &str) -> Option<Arc<Cluster>> {
+    match Cluster::start() {
+        Ok(c) => Some(Arc::new(c)),
+        Err(why) if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) => {
+            panic!("the PostgreSQL tests need a PostgreSQL server, which cannot run: {why}")
+        }
+        Err(why) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "notice: SKIPPED PostgreSQL test {test}: no PostgreSQL server can run here: {why}"
+            );
+            None
+        }
     }
-    Some(Database {
-        url: cluster.url(&name),
-        name,
-        cluster,
-    })
+}
+
+impl Cluster {
+    /// A fresh, empty database in this cluster, named after `test`.
+    pub fn database(cluster: &Arc<Cluster>, test: &str) -> Database {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let slug: String = test
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .take(40)
+            .collect();
+        let name = format!("t{}_{slug}", NEXT.fetch_add(1, Ordering::Relaxed));
+        if let Err(why) = run(cluster.client("createdb").arg(&name)) {
+            panic!(
+                "cannot create database {name}: {why}\nserver log:\n{}",
+                cluster.log()
+            );
+        }
+        Database {
+            url: cluster.url(&name),
+            name,
+            cluster: Arc::clone(cluster),
+        }
+    }
+
+    /// The cluster's directory (data, socket, log), removed when the cluster is dropped.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's process id, from its `postmaster.pid`.
+    pub fn server_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.data_dir().join("postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
 }
 
 /// The directory of PostgreSQL's programs: `$SESSIOND_TEST_PG_BIN`, else the newest
