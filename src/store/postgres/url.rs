@@ -1,7 +1,8 @@
 //! Database URLs: `postgres://` or `postgresql://` (libpq's URI form, with its query options such
 //! as `connect_timeout` or `host=/run/postgresql` for a Unix socket). Parsing is the driver's; this
 //! module checks the scheme first, so that a SQLite path or another engine's URL gets a clear
-//! answer, and keeps the password out of everything it prints.
+//! answer, and keeps the password out of everything it prints. Connections are plain TCP or a
+//! Unix socket: `sslmode=require` is refused by name (the default, `prefer`, connects without TLS).
 
 use std::str::FromStr;
 
@@ -97,6 +98,11 @@ impl DatabaseUrl {
             return Err(invalid(
                 "no host; name one (postgres://HOST/DB) or a socket directory (?host=/run/postgresql)"
                     .into(),
+            ));
+        }
+        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(invalid(
+                "sslmode=require: sessiond connects to PostgreSQL without TLS for now".into(),
             ));
         }
         if config.get_dbname().is_none() {
@@ -199,6 +205,16 @@ mod tests {
         assert_eq!(ok.to_string(), "postgres://app:***@db.example/sessiond");
         assert!(!format!("{ok:?}").contains("s3cr"));
         assert_eq!(ok.scrub("auth failed for s3cr!t"), "auth failed for ***");
+    }
+
+    /// TLS is not offered: asking for it is refused up front rather than failing at connect.
+    #[test]
+    fn tls_is_refused_by_name() {
+        let e = DatabaseUrl::parse("postgres://db.example/sessiond?sslmode=require")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("without TLS"), "{e}");
+        DatabaseUrl::parse("postgres://db.example/sessiond?sslmode=disable").unwrap();
     }
 
     #[test]
