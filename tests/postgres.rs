@@ -52,6 +52,54 @@ fn normalise_predicate(p: &str) -> String {
         .to_lowercase()
 }
 
+/// An index key as both engines are compared on: a column name or an expression (normalised
+/// like a predicate), ` DESC` when descending.
+fn index_column(key: &str, descending: bool) -> String {
+    let key = normalise_predicate(key);
+    if descending {
+        format!("{key} DESC")
+    } else {
+        key
+    }
+}
+
+/// The key terms of a CREATE INDEX statement (`ON t (a, (CASE … END), b DESC)`), each without
+/// its ASC/DESC.
+fn index_terms(sql: &str) -> Vec<String> {
+    let open = sql
+        .find(" ON ")
+        .and_then(|on| sql[on..].find('(').map(|p| on + p))
+        .unwrap();
+    let (mut depth, mut quoted, mut term, mut terms) = (0, false, String::new(), Vec::new());
+    for c in sql[open + 1..].chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            '(' if !quoted => depth += 1,
+            ')' if !quoted && depth == 0 => break,
+            ')' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => {
+                terms.push(std::mem::take(&mut term));
+                continue;
+            }
+            _ => {}
+        }
+        term.push(c);
+    }
+    terms.push(term);
+    terms
+        .into_iter()
+        .map(|t| {
+            let t = t.trim();
+            let upper = t.to_uppercase();
+            let cut = [" DESC", " ASC"]
+                .iter()
+                .find(|s| upper.ends_with(*s))
+                .map_or(t.len(), |s| t.len() - s.len());
+            t[..cut].trim().to_owned()
+        })
+        .collect()
+}
+
 /// The PostgreSQL type a SQLite column's declared type is expressed as (0001_init.sql's rules),
 /// with the one deliberate exception: the e-mail address is case-insensitive (COLLATE NOCASE).
 fn expected_pg_type(table: &str, column: &str, declared: &str) -> String {
@@ -129,21 +177,29 @@ fn sqlite_schema(path: &Path) -> (BTreeMap<String, Table>, Vec<String>) {
             if ix[2] == "pk" {
                 continue;
             }
+            // CREATE INDEX text (NULL for the indexes behind UNIQUE constraints).
+            let sql = strings("SELECT sql FROM sqlite_schema WHERE name = ?1", &ix[0])
+                .pop()
+                .and_then(|r| r.into_iter().next())
+                .unwrap_or_default();
             let columns: Vec<String> = strings(
-                "SELECT name, \"desc\" FROM pragma_index_xinfo(?1) WHERE key = 1 ORDER BY seqno",
+                "SELECT name, \"desc\", cid FROM pragma_index_xinfo(?1) WHERE key = 1 \
+                 ORDER BY seqno",
                 &ix[0],
             )
             .into_iter()
-            .map(|r| {
-                if r[1] == "1" {
-                    format!("{} DESC", r[0])
+            .enumerate()
+            .map(|(i, r)| {
+                // cid -2: an expression, which only the CREATE INDEX text holds.
+                let key = if r[2] == "-2" {
+                    index_terms(&sql)[i].clone()
                 } else {
                     r[0].clone()
-                }
+                };
+                index_column(&key, r[1] == "1")
             })
             .collect();
             let predicate = (ix[3] == "1").then(|| {
-                let sql = &strings("SELECT sql FROM sqlite_schema WHERE name = ?1", &ix[0])[0][0];
                 let at = sql.to_uppercase().rfind(" WHERE ").unwrap();
                 normalise_predicate(&sql[at + 7..])
             });
@@ -219,7 +275,14 @@ async fn pg_schema(client: &tokio_postgres::Client) -> BTreeMap<String, Table> {
         let name: String = r.get(1);
         let primary: bool = r.get(2);
         let predicate: Option<String> = r.get(4);
-        let mut columns: Vec<String> = r.get(5);
+        let mut columns: Vec<String> = r
+            .get::<_, Vec<String>>(5)
+            .iter()
+            .map(|c| match c.strip_suffix(" DESC") {
+                Some(key) => index_column(key, true),
+                None => index_column(c, false),
+            })
+            .collect();
         let method: String = r.get(6);
         if method != "btree" {
             columns.insert(0, format!("USING {method}"));
