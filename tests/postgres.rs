@@ -529,12 +529,14 @@ async fn bad_urls_and_unreachable_servers_get_clear_errors() {
         return;
     };
     let secret = "hunter2-Zq";
-    // A loopback port nobody listens on: bound, then released.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A loopback port nobody listens on: bound (so no one else takes it meanwhile) but not
+    // listening, so connecting is refused.
+    let reserved =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    reserved
+        .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let closed = reserved.local_addr().unwrap().as_socket().unwrap().port();
     let missing_db = db.cluster().url("no_such_database").replacen(
         &format!("{}@", common::postgres::USER),
         &format!("{}:{secret}@", common::postgres::USER),
@@ -673,4 +675,30 @@ fn running(pid: i32) -> bool {
             .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
         Err(_) => false,
     }
+}
+
+/// A migration that fails is rolled back whole, with its version: the database is left as it was
+/// and the error names the migration.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_migration_changes_nothing() {
+    let Some(db) = database("failing") else {
+        return;
+    };
+    // Someone else's table where the first migration creates one of the same name.
+    db.psql("CREATE TABLE agents (x int); INSERT INTO agents VALUES (7)");
+    let Err(e) = Postgres::open(&db.url, &settings()).await else {
+        panic!("the migration succeeded over a conflicting table")
+    };
+    assert!(
+        matches!(&e, PostgresError::Migration { version: 1, reason } if reason.contains("agents")),
+        "{e:?}"
+    );
+    assert_eq!(
+        db.psql(
+            "SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class \
+             WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r'"
+        ),
+        "agents"
+    );
+    assert_eq!(db.psql("SELECT x FROM agents"), "7");
 }
