@@ -165,7 +165,10 @@ mod tests {
         ] {
             let parsed = DatabaseUrl::parse(url).unwrap();
             assert_eq!(parsed.target(), "app@db.example:6543/sessiond");
+            assert!(is_postgres_url(url));
         }
+        assert!(!is_postgres_url("/var/lib/sessiond/sessiond.db"));
+        assert!(!is_postgres_url("sqlite://sessiond.db"));
     }
 
     #[test]
