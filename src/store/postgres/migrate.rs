@@ -15,7 +15,6 @@ use super::error::{PostgresError, describe};
 
 #[derive(RustEmbed)]
 #[folder = "migrations/postgres/"]
-#[include = "*.sql"]
 struct Migrations;
 
 /// The advisory lock key migrations are applied under ("sessiond" in ASCII): one key for every
@@ -29,6 +28,7 @@ pub const VERSION_TABLE: &str = "schema_migrations";
 /// `(version, sql)` in ascending order; file names start with their version (`0001_init.sql`).
 pub fn migrations() -> Vec<(i64, String)> {
     let mut out: Vec<(i64, String)> = Migrations::iter()
+        .filter(|name| name.ends_with(".sql"))
         .filter_map(|name| {
             let version = name.split('_').next()?.parse::<i64>().ok()?;
             let file = Migrations::get(&name)?;
