@@ -19,6 +19,8 @@ pub mod health;
 pub mod identity;
 mod log;
 mod migrate;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod reads;
 pub mod record;
 pub mod schedules;

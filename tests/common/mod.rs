@@ -3,6 +3,8 @@
 //! `schemas/`.
 #![allow(dead_code)]
 
+pub mod postgres;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,144 @@
+//! The PostgreSQL backend's foundation: its URL, its connection pool and its migrator.
+//!
+//! [`Postgres::open`] parses a `postgres://` / `postgresql://` URL, brings the schema of
+//! `migrations/postgres/` up to date (under an advisory lock, so that several processes may start
+//! at once) and keeps a pool of connections. The store's operations do not run on it yet: `serve`
+//! and the other commands use SQLite only, and nothing selects this backend.
+//!
+//! The driver is `tokio-postgres` with `deadpool-postgres`: async on the runtime sessiond already
+//! runs, a small tree without compile-time query checking (no database at build time), LISTEN/NOTIFY
+//! as a stream of the connection's messages, and concurrent queries on one connection pipelined
+//! by the driver itself.
+
+mod error;
+mod migrate;
+mod url;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+pub use error::PostgresError;
+pub use migrate::{Migrated, SCHEMA_VERSION, VERSION_TABLE, current_version, migrations};
+pub use url::{DatabaseUrl, is_postgres_url, redact};
+
+/// How the pool connects.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    /// Connections the pool keeps at most.
+    pub max_connections: usize,
+    /// How long a connection attempt may take (unless the URL sets `connect_timeout`).
+    pub connect_timeout: Duration,
+    /// How long a caller waits for a free connection before it is told the pool is exhausted.
+    pub wait_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 16,
+            connect_timeout: Duration::from_secs(10),
+            wait_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// An open, migrated PostgreSQL database.
+pub struct Postgres {
+    url: DatabaseUrl,
+    pool: Pool,
+    migrated: Migrated,
+}
+
+impl Postgres {
+    /// Connects to `url`, applies the missing migrations and opens the pool. Fails with a typed
+    /// error (bad URL, unreachable server, newer schema, failed migration) whose message names
+    /// the target without its password.
+    pub async fn open(url: &str, settings: &PoolSettings) -> Result<Postgres, PostgresError> {
+        let url = DatabaseUrl::parse(url)?;
+        let mut config = url.config().clone();
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(settings.connect_timeout);
+        }
+        config.application_name("sessiond");
+
+        // The migrator's connection is its own: the advisory lock belongs to it and goes with it.
+        let mut client = connect(&url, &config).await?;
+        let migrated = migrate::migrate(&mut client).await?;
+        drop(client);
+
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.max_connections)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(settings.connect_timeout))
+            .wait_timeout(Some(settings.wait_timeout))
+            .build()
+            .map_err(|e| PostgresError::Query(format!("cannot build the connection pool: {e}")))?;
+        let this = Postgres {
+            url,
+            pool,
+            migrated,
+        };
+        // A pooled connection works (the migrator's did; this checks the pool's configuration).
+        drop(this.client().await?);
+        Ok(this)
+    }
+
+    /// What the migrator did at open.
+    pub fn migrated(&self) -> &Migrated {
+        &self.migrated
+    }
+
+    /// The URL, printable (no password).
+    pub fn url(&self) -> &DatabaseUrl {
+        &self.url
+    }
+
+    /// A connection from the pool.
+    pub async fn client(&self) -> Result<deadpool_postgres::Client, PostgresError> {
+        self.pool.get().await.map_err(|e| {
+            let reason = match &e {
+                deadpool_postgres::PoolError::Backend(e) => error::describe(e),
+                other => other.to_string(),
+            };
+            PostgresError::Connect {
+                target: self.url.target(),
+                reason: self.url.scrub(&reason),
+            }
+        })
+    }
+
+    /// The schema version the database has now.
+    pub async fn schema_version(&self) -> Result<i64, PostgresError> {
+        let client = self.client().await?;
+        current_version(&client).await
+    }
+}
+
+/// One connection outside the pool, its I/O driven by a task of its own until it closes.
+async fn connect(
+    url: &DatabaseUrl,
+    config: &tokio_postgres::Config,
+) -> Result<tokio_postgres::Client, PostgresError> {
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|e| PostgresError::Connect {
+            target: url.target(),
+            reason: url.scrub(&error::describe(&e)),
+        })?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %error::describe(&e), "PostgreSQL connection closed");
+        }
+    });
+    Ok(client)
+}
