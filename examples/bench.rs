@@ -9,8 +9,8 @@
 //! the targets, and asserts nothing about timing (it does check that the work was really done:
 //! row counts, HTTP statuses, page sizes).
 //!
-//! 1. Durable event appends through `Store::write` (one append per write call, as a request makes
-//!    it) at 1, 16 and 64 concurrent writers, each writer on its own session and all writers on
+//! 1. Durable event appends through `Store::write_one` (one append per write call, as a plain note
+//!    makes it) at 1, 16 and 64 concurrent writers, each writer on its own session and all writers on
 //!    one shared session, compared with raw rusqlite inserting the same number of rows into an
 //!    identically shaped table in 1000-row transactions (same WAL / synchronous pragmas); and the
 //!    raw rate with what a gap-free `/v2` sequence would add to every event (a column and an
@@ -383,7 +383,8 @@ fn insert_sessions(
         .unwrap_or_else(|e| die("insert sessions", e))
 }
 
-/// `total` appends from `writers` tasks, one durable append per `Store::write`.
+/// `total` appends from `writers` tasks, one durable append per `Store::write_one` (the path of a
+/// plain `POST …/note`).
 fn store_appends(
     rt: &tokio::runtime::Runtime,
     writers: usize,
@@ -408,7 +409,7 @@ fn store_appends(
             let key = keys[i % keys.len()].clone();
             let ev = note_event(bench_note(i));
             store
-                .write(move |tx| tx.append(&key, &ev))
+                .write_one(move |w| w.append(&key, &ev))
                 .await
                 .unwrap_or_else(|e| die("warm-up append", e));
         }
@@ -428,7 +429,7 @@ fn store_appends(
                     let ev = note_event(bench_note(i));
                     let t = Instant::now();
                     store
-                        .write(move |tx| tx.append(&key, &ev))
+                        .write_one(move |w| w.append(&key, &ev))
                         .await
                         .unwrap_or_else(|e| die("append", e));
                     lat.push(t.elapsed());
