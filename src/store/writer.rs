@@ -627,6 +627,156 @@ fn commit_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StoreConfig;
+    use crate::store::{NewSession, SessionKey, Store};
+    use crate::timeline::{
+        AgentLoopState, AgentStatus, CompleteStatus, Event, Sender, TurnState, TurnStateStatus,
+    };
+
+    async fn store_with_session(dir: &std::path::Path) -> (Store, SessionKey) {
+        let store = Store::open(
+            &dir.join("store.db"),
+            &StoreConfig::default(),
+            Bus::new(64, 64),
+        )
+        .expect("open store");
+        let key = store
+            .write(|tx| {
+                let ws = tx.ensure_workspace("w", "W")?;
+                let agent: String = tx.conn().query_row(
+                    "SELECT id FROM agents WHERE workspace_id = ?1",
+                    [&ws],
+                    |r| r.get(0),
+                )?;
+                let id = crate::ids::new_id();
+                tx.insert_session(&NewSession {
+                    id: &id,
+                    workspace_id: &ws,
+                    agent_id: &agent,
+                    user_id: "u",
+                    title: "t",
+                    cwd: None,
+                    created_by_session_id: None,
+                    tier: None,
+                    mode: "\"agent\"",
+                    requested_machine: None,
+                    source: "api",
+                    attribution_type: None,
+                    attribution_id: None,
+                })
+            })
+            .await
+            .expect("insert session");
+        (store, key)
+    }
+
+    fn note(text: &str) -> Event {
+        Event::NoteSubmitted {
+            note: text.into(),
+            sender: Sender::User { user_id: "u".into() },
+            client_request_id: None,
+            images: Vec::new(),
+            attachments: Vec::new(),
+        }
+    }
+
+    async fn seqs(store: &Store, key: &SessionKey) -> Vec<i64> {
+        let pk = key.pk;
+        store
+            .read(move |c| {
+                let mut stmt =
+                    c.prepare("SELECT seq FROM events WHERE session_pk = ?1 ORDER BY seq")?;
+                let rows = stmt.query_map([pk], |r| r.get(0))?;
+                Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
+            })
+            .await
+            .expect("read seqs")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn single_write_jobs_keep_seqs_dense_when_some_of_them_fail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let missing = SessionKey {
+            pk: key.pk + 1_000,
+            id: "missing".into(),
+        };
+        // Interleaved so that failing jobs share batches with succeeding ones.
+        let mut tasks = Vec::new();
+        for i in 0..200 {
+            let store = store.clone();
+            let key = if i % 3 == 0 { missing.clone() } else { key.clone() };
+            tasks.push(tokio::spawn(async move {
+                store
+                    .write_one(move |w| w.append(&key, &note(&format!("n{i}"))))
+                    .await
+            }));
+        }
+        let mut ok = 0;
+        for t in tasks {
+            match t.await.expect("task") {
+                Ok(_) => ok += 1,
+                Err(e) => assert!(matches!(e, Error::NotFound), "{e}"),
+            }
+        }
+        assert_eq!(ok, 133);
+        assert_eq!(seqs(&store, &key).await, (1..=133).collect::<Vec<i64>>());
+        store.close();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_single_write_job_that_fails_after_its_write_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let k = key.clone();
+        store
+            .write_one(move |w| w.append(&k, &note("kept")))
+            .await
+            .expect("first note");
+        let k = key.clone();
+        let failed = store
+            .write_one(move |w| {
+                w.append(&k, &note("taken back"))?;
+                Err::<(), _>(Error::invalid("the job changed its mind"))
+            })
+            .await;
+        assert!(failed.is_err());
+        let k = key.clone();
+        let seq = store
+            .write_one(move |w| w.append(&k, &note("after")))
+            .await
+            .expect("note after the failure");
+        assert_eq!(seq, 2);
+        assert_eq!(seqs(&store, &key).await, vec![1, 2]);
+        // An event that updates the session row as well is more than one write: refused before
+        // anything is written.
+        let k = key.clone();
+        let refused = store
+            .write_one(move |w| {
+                w.append(
+                    &k,
+                    &Event::Complete {
+                        state: TurnState {
+                            status: TurnStateStatus::Completed,
+                            mode: serde_json::json!("agent"),
+                            agent: AgentLoopState {
+                                status: AgentStatus::Completed,
+                                messages: Vec::new(),
+                            },
+                            todos: None,
+                            follow_up_queue: None,
+                        },
+                        status: CompleteStatus::Completed,
+                        result: None,
+                        error: None,
+                    },
+                )
+            })
+            .await;
+        assert!(matches!(refused, Err(Error::Internal(_))));
+        assert_eq!(seqs(&store, &key).await, vec![1, 2]);
+        store.close();
+    }
 
     #[test]
     fn the_counter_cache_is_bounded_and_keeps_recent_sessions() {
