@@ -239,6 +239,7 @@ async fn run_turn(
         request_id: claim.request_id.clone(),
         held: Vec::new(),
         can_hold: runtime_can_hold(),
+        held_error: None,
     };
     if !claim.text.is_empty() {
         io.messages
@@ -989,6 +990,9 @@ pub struct Turn {
     /// Whether events may be held: a delta that finds some has to write them first, without
     /// returning to its caller, which only a multi-threaded runtime allows.
     can_hold: bool,
+    /// Why held events could not be written before a delta or a pause (which cannot fail): the
+    /// engine's next write answers with it.
+    held_error: Option<Error>,
 }
 
 impl Turn {
@@ -1000,6 +1004,9 @@ impl Turn {
         F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        if let Some(e) = self.held_error.take() {
+            return Err(e);
+        }
         let key = self.key.clone();
         let generation = self.generation;
         let held = std::mem::take(&mut self.held);
@@ -1018,15 +1025,16 @@ impl Turn {
     }
 
     /// Writes the held events now (before a delta or a pause, which must follow them). On failure
-    /// they stay held: the turn's next write tries them again, or meets the same error.
+    /// they stay held (for the terminal) and the engine's next write answers with the error.
     async fn write_held(&mut self) {
-        if self.held.is_empty() {
+        if self.held.is_empty() || self.held_error.is_some() {
             return;
         }
         let held = self.held.clone();
         if let Err(e) = self.fenced(|_, _| Ok(())).await {
-            tracing::debug!(session = %self.key.id, error = %e, "cannot write held events yet");
+            tracing::debug!(session = %self.key.id, error = %e, "cannot write held events");
             self.held = held;
+            self.held_error = Some(e);
         }
     }
 }
@@ -1050,7 +1058,7 @@ impl DeltaSink for Turn {
     /// Broadcasts volatile progress (a delta); never stored, except the text of an interrupted
     /// turn (see `TurnControl::unsaid`).
     fn delta(&mut self, step: Step) {
-        if !self.held.is_empty() {
+        if !self.held.is_empty() && self.held_error.is_none() {
             // A delta follows what the turn has emitted: write the held events first.
             tokio::task::block_in_place(|| {
                 tokio::runtime::Handle::current().block_on(self.write_held())
@@ -1231,6 +1239,9 @@ impl TurnIo for Turn {
 
     /// Appends a durable event unless this turn has lost its session.
     async fn emit(&mut self, event: Event) -> Result<u64> {
+        if let Some(e) = self.held_error.take() {
+            return Err(e);
+        }
         let text = matches!(
             event,
             Event::Step {
@@ -1261,6 +1272,9 @@ impl TurnIo for Turn {
     /// round-trip to the store fewer. A delta or a pause writes held events first, so nothing
     /// the engine does later is seen before them.
     async fn hold(&mut self, event: Event) -> Result<()> {
+        if let Some(e) = self.held_error.take() {
+            return Err(e);
+        }
         if !self.can_hold {
             return self.emit(event).await.map(|_| ());
         }
