@@ -673,7 +673,9 @@ mod tests {
     fn note(text: &str) -> Event {
         Event::NoteSubmitted {
             note: text.into(),
-            sender: Sender::User { user_id: "u".into() },
+            sender: Sender::User {
+                user_id: "u".into(),
+            },
             client_request_id: None,
             images: Vec::new(),
             attachments: Vec::new(),
@@ -705,7 +707,11 @@ mod tests {
         let mut tasks = Vec::new();
         for i in 0..200 {
             let store = store.clone();
-            let key = if i % 3 == 0 { missing.clone() } else { key.clone() };
+            let key = if i % 3 == 0 {
+                missing.clone()
+            } else {
+                key.clone()
+            };
             tasks.push(tokio::spawn(async move {
                 store
                     .write_one(move |w| w.append(&key, &note(&format!("n{i}"))))
