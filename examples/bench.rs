@@ -9,8 +9,8 @@
 //! the targets, and asserts nothing about timing (it does check that the work was really done:
 //! row counts, HTTP statuses, page sizes).
 //!
-//! 1. Durable event appends through `Store::write` (one append per write call, as a request makes
-//!    it) at 1, 16 and 64 concurrent writers, each writer on its own session and all writers on
+//! 1. Durable event appends through `Store::write_one` (one append per write call, as a plain note
+//!    makes it) at 1, 16 and 64 concurrent writers, each writer on its own session and all writers on
 //!    one shared session, compared with raw rusqlite inserting the same number of rows into an
 //!    identically shaped table in 1000-row transactions (same WAL / synchronous pragmas); and the
 //!    raw rate with what a gap-free `/v2` sequence would add to every event (a column and an
@@ -383,12 +383,14 @@ fn insert_sessions(
         .unwrap_or_else(|e| die("insert sessions", e))
 }
 
-/// `total` appends from `writers` tasks, one durable append per `Store::write`.
+/// `total` appends from `writers` tasks, one durable append per `Store::write_one` (the path of a
+/// plain `POST …/note`), or per `Store::write` (a job in its own savepoint) with `savepoint`.
 fn store_appends(
     rt: &tokio::runtime::Runtime,
     writers: usize,
     total: usize,
     shared: bool,
+    savepoint: bool,
 ) -> StoreRun {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
     let (store, ws, agent) = open_bench_store(&tmp.path().join("store.db"));
@@ -408,7 +410,7 @@ fn store_appends(
             let key = keys[i % keys.len()].clone();
             let ev = note_event(bench_note(i));
             store
-                .write(move |tx| tx.append(&key, &ev))
+                .write_one(move |w| w.append(&key, &ev))
                 .await
                 .unwrap_or_else(|e| die("warm-up append", e));
         }
@@ -427,10 +429,12 @@ fn store_appends(
                     let key = key.clone();
                     let ev = note_event(bench_note(i));
                     let t = Instant::now();
-                    store
-                        .write(move |tx| tx.append(&key, &ev))
-                        .await
-                        .unwrap_or_else(|e| die("append", e));
+                    let appended = if savepoint {
+                        store.write(move |tx| tx.append(&key, &ev)).await
+                    } else {
+                        store.write_one(move |w| w.append(&key, &ev)).await
+                    };
+                    appended.unwrap_or_else(|e| die("append", e));
                     lat.push(t.elapsed());
                 }
                 lat
@@ -473,6 +477,12 @@ struct AppendRow {
     shared: StoreRun,
 }
 
+/// The same appends as `own`, each a `Store::write` job in its own savepoint: the rate and p99.
+struct SavepointRun {
+    rate: f64,
+    p99: Duration,
+}
+
 /// Median rate of several runs, latencies pooled over all of them.
 fn combine(runs: Vec<StoreRun>) -> StoreRun {
     let rate = median(runs.iter().map(|r| r.rate).collect());
@@ -482,10 +492,12 @@ fn combine(runs: Vec<StoreRun>) -> StoreRun {
 
 fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> {
     let body = serde_json::to_string(&note_event(bench_note(12345))).expect("encode");
-    println!("== 1. Durable event appends: Store::write vs raw batched rusqlite ==");
+    println!("== 1. Durable event appends: Store::write_one vs raw batched rusqlite ==");
     println!(
-        "   {} appends per run; one append (UPDATE sessions … RETURNING + INSERT events) per \
-         Store::write call, callers answered after COMMIT; writers are tokio tasks on a {}-thread \
+        "   {} appends per run; one append (INSERT events; the writer keeps the counters and \
+         writes them to the session row once per batch) per Store::write_one call (no savepoint), \
+         callers answered after COMMIT; 'savepoint' = the same appends as 'own', each a \
+         Store::write job in its own savepoint; writers are tokio tasks on a {}-thread \
          runtime; store rate = median of {} runs, latencies pooled over them.",
         thousands(opts.appends as u64),
         rt.metrics().num_workers(),
@@ -500,7 +512,7 @@ fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> 
     );
     println!();
     println!(
-        "   {:>7}  {:>13}  {:>13} {:>6}  {:>13} {:>6}   {:>24}   {:>24}",
+        "   {:>7}  {:>13}  {:>13} {:>6}  {:>13} {:>6}   {:>24}   {:>24}   {:>24}",
         "writers",
         "raw rows/s",
         "own ev/s",
@@ -508,27 +520,35 @@ fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> 
         "shared ev/s",
         "ratio",
         "own latency p50 / p99",
-        "shared latency p50 / p99"
+        "shared latency p50 / p99",
+        "savepoint ev/s ratio p99"
     );
     let mut rows = Vec::new();
     for &writers in &WRITER_LEVELS {
         // Interleaved so that a noisy neighbour hurts all three alike.
-        let (mut raws, mut owns, mut shareds) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut raws, mut owns, mut shareds, mut savepoints) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for rep in 0..opts.raw_reps.max(opts.store_reps) {
             if rep < opts.raw_reps {
                 let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
                 raws.push(raw_batched(tmp.path(), opts.appends, &body));
             }
             if rep < opts.store_reps {
-                owns.push(store_appends(rt, writers, opts.appends, false));
-                shareds.push(store_appends(rt, writers, opts.appends, true));
+                owns.push(store_appends(rt, writers, opts.appends, false, false));
+                shareds.push(store_appends(rt, writers, opts.appends, true, false));
+                savepoints.push(store_appends(rt, writers, opts.appends, false, true));
             }
         }
         let raw = median(raws);
         let (own, shared) = (combine(owns), combine(shareds));
         let (own_lat, shared_lat) = (Lat::of(own.lat.clone()), Lat::of(shared.lat.clone()));
+        let savepoint = combine(savepoints);
+        let savepoint = SavepointRun {
+            rate: savepoint.rate,
+            p99: Lat::of(savepoint.lat).p99,
+        };
         println!(
-            "   {:>7}  {:>13}  {:>13} {:>5.1}%  {:>13} {:>5.1}%   {:>24}   {:>24}",
+            "   {:>7}  {:>13}  {:>13} {:>5.1}%  {:>13} {:>5.1}%   {:>24}   {:>24}   {:>24}",
             writers,
             fmt_rate(raw),
             fmt_rate(own.rate),
@@ -537,6 +557,12 @@ fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> 
             100.0 * shared.rate / raw,
             format!("{} / {}", ms(own_lat.p50), ms(own_lat.p99)),
             format!("{} / {}", ms(shared_lat.p50), ms(shared_lat.p99)),
+            format!(
+                "{} {:.1}% {}",
+                fmt_rate(savepoint.rate),
+                100.0 * savepoint.rate / raw,
+                ms(savepoint.p99)
+            ),
         );
         rows.push(AppendRow {
             writers,

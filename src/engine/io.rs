@@ -95,6 +95,14 @@ pub trait TurnIo: DeltaSink + Sync {
     /// Appends a durable event unless this turn has lost its session.
     async fn emit(&mut self, event: Event) -> Result<u64>;
 
+    /// Appends a durable event with the turn's next write, at the latest its terminal: for what an
+    /// engine emits right before another write or the end of its turn, it saves a round-trip to
+    /// the store. A delta or a pause writes it first, so it is never seen after them; an engine
+    /// that waits on anything else after emitting uses [`TurnIo::emit`].
+    async fn hold(&mut self, event: Event) -> Result<()> {
+        self.emit(event).await.map(|_| ())
+    }
+
     /// Records assistant text in the turn's conversation and, until the engine measures usage,
     /// in the estimate.
     fn say(&mut self, text: &str);

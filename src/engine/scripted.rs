@@ -186,7 +186,8 @@ impl Engine for ScriptedEngine {
                         io.delta(Step::TextDelta {
                             delta: arg.to_owned(),
                         });
-                        io.emit(Event::Step {
+                        // Every line's next step is a call on the turn: the text goes with it.
+                        io.hold(Event::Step {
                             step: Step::Text {
                                 text: arg.to_owned(),
                             },
@@ -209,7 +210,7 @@ impl Engine for ScriptedEngine {
                             text.push_str(&delta);
                             io.delta(Step::TextDelta { delta });
                         }
-                        io.emit(Event::Step {
+                        io.hold(Event::Step {
                             step: Step::Text { text: text.clone() },
                         })
                         .await?;

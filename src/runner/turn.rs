@@ -177,6 +177,8 @@ struct Terminal {
     usage_recorded: bool,
     /// Text an interrupted turn streamed and never said durably.
     partial: String,
+    /// Events the engine held for the terminal's write ([`TurnIo::hold`]).
+    held: Vec<Event>,
 }
 
 async fn run_turn(
@@ -235,6 +237,9 @@ async fn run_turn(
         last_heartbeat: tokio::time::Instant::now(),
         last_text: None,
         request_id: claim.request_id.clone(),
+        held: Vec::new(),
+        can_hold: runtime_can_hold(),
+        held_error: None,
     };
     if !claim.text.is_empty() {
         io.messages
@@ -290,12 +295,14 @@ async fn run_turn(
         todos,
         last_text,
         usage_recorded,
+        held,
         ..
     } = io;
     if !partial.is_empty() {
         messages.push(json!({"role": "assistant", "content": partial}));
     }
     let terminal = Terminal {
+        held,
         partial,
         generation: claim.generation,
         machine_step: claim.machine_step,
@@ -626,11 +633,13 @@ async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Ou
         last_text,
         usage_recorded,
         partial,
+        held,
     } = terminal;
     usage.total_tokens = usage.input + usage.output;
     store
         .write(move |tx| {
             tx.check_generation(&key, generation)?;
+            append_held(tx, &key, &held)?;
             append_partial_text(tx, &key, partial)?;
             settle_running_tasks(tx, &key, "stopped")?;
             // Engines without a token count get the runner's estimate, marked as one.
@@ -975,31 +984,86 @@ pub struct Turn {
     last_heartbeat: tokio::time::Instant,
     last_text: Option<String>,
     request_id: String,
+    /// Events the engine handed to [`TurnIo::hold`]: written with the turn's next write (at the
+    /// latest its terminal), or before the next delta or pause.
+    held: Vec<Event>,
+    /// Whether events may be held: a delta that finds some has to write them first, without
+    /// returning to its caller, which only a multi-threaded runtime allows.
+    can_hold: bool,
+    /// Why held events could not be written before a delta or a pause (which cannot fail): the
+    /// engine's next write answers with it.
+    held_error: Option<Error>,
 }
 
 impl Turn {
     /// Runs `f` on the writer as this turn: refused (`StaleTurn`) once the turn has lost its
     /// session, so nothing a cut-off turn does lands after its terminal (invariant 8).
-    async fn fenced<T, F>(&self, f: F) -> Result<T>
+    /// Held events are written first, in the same job.
+    async fn fenced<T, F>(&mut self, f: F) -> Result<T>
     where
         F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        if let Some(e) = self.held_error.take() {
+            return Err(e);
+        }
         let key = self.key.clone();
         let generation = self.generation;
-        self.store
+        let held = std::mem::take(&mut self.held);
+        let (value, last_held) = self
+            .store
             .write(move |tx| {
                 tx.check_generation(&key, generation)?;
-                f(tx, &key)
+                let last_held = append_held(tx, &key, &held)?;
+                Ok((f(tx, &key)?, last_held))
             })
-            .await
+            .await?;
+        if let Some(seq) = last_held {
+            self.last_seq = seq;
+        }
+        Ok(value)
     }
+
+    /// Writes the held events now (before a delta or a pause, which must follow them). On failure
+    /// they stay held (for the terminal) and the engine's next write answers with the error.
+    async fn write_held(&mut self) {
+        if self.held.is_empty() || self.held_error.is_some() {
+            return;
+        }
+        let held = self.held.clone();
+        if let Err(e) = self.fenced(|_, _| Ok(())).await {
+            tracing::debug!(session = %self.key.id, error = %e, "cannot write held events");
+            self.held = held;
+            self.held_error = Some(e);
+        }
+    }
+}
+
+/// Appends a turn's held events; the seq of the last one.
+fn append_held(tx: &mut Tx<'_>, key: &SessionKey, held: &[Event]) -> Result<Option<u64>> {
+    let mut last = None;
+    for event in held {
+        last = Some(tx.append(key, event)?);
+    }
+    Ok(last)
+}
+
+/// Whether a turn running here may hold events (see `Turn::can_hold`).
+fn runtime_can_hold() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 impl DeltaSink for Turn {
     /// Broadcasts volatile progress (a delta); never stored, except the text of an interrupted
     /// turn (see `TurnControl::unsaid`).
     fn delta(&mut self, step: Step) {
+        if !self.held.is_empty() && self.held_error.is_none() {
+            // A delta follows what the turn has emitted: write the held events first.
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(self.write_held())
+            });
+        }
         if let Step::TextDelta { delta } = &step {
             let mut unsaid = self
                 .control
@@ -1163,6 +1227,7 @@ impl TurnIo for Turn {
 
     /// Waits `ms` unless interrupted first; returns false when interrupted.
     async fn pause(&mut self, ms: u64) -> bool {
+        self.write_held().await;
         if self.is_cancelled() {
             return false;
         }
@@ -1174,19 +1239,56 @@ impl TurnIo for Turn {
 
     /// Appends a durable event unless this turn has lost its session.
     async fn emit(&mut self, event: Event) -> Result<u64> {
+        if let Some(e) = self.held_error.take() {
+            return Err(e);
+        }
         let text = matches!(
             event,
             Event::Step {
                 step: Step::Text { .. }
             }
         );
-        let seq = self.fenced(move |tx, key| tx.append(key, &event)).await?;
+        let seq = if self.held.is_empty() {
+            let key = self.key.clone();
+            let generation = self.generation;
+            self.store
+                .write_one(move |w| {
+                    w.tx().check_generation(&key, generation)?;
+                    w.append(&key, &event)
+                })
+                .await?
+        } else {
+            self.fenced(move |tx, key| tx.append(key, &event)).await?
+        };
         if text {
             // The streamed text is stored now (the engine's own, complete version of it).
             self.control.take_unsaid();
         }
         self.last_seq = seq;
         Ok(seq)
+    }
+
+    /// Holds the event for the turn's next write (its terminal, when nothing else follows): one
+    /// round-trip to the store fewer. A delta or a pause writes held events first, so nothing
+    /// the engine does later is seen before them.
+    async fn hold(&mut self, event: Event) -> Result<()> {
+        if let Some(e) = self.held_error.take() {
+            return Err(e);
+        }
+        if !self.can_hold {
+            return self.emit(event).await.map(|_| ());
+        }
+        if matches!(
+            event,
+            Event::Step {
+                step: Step::Text { .. }
+            }
+        ) {
+            // The streamed text goes with the held event (its complete version).
+            self.control.take_unsaid();
+        }
+        self.held.push(event);
+        Ok(())
     }
 
     /// Records assistant text in the turn's conversation and, until the engine measures usage,

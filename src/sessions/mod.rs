@@ -680,6 +680,24 @@ impl Sessions {
         let images = images::decode_all(&common.images)?;
         let actor = actor.clone();
         let session_id = session_id.to_owned();
+        if images.is_empty() && common.client_request_id.is_none() {
+            // Nothing to remember and no image to store: the note is one write.
+            return self
+                .store
+                .write_one(move |w| {
+                    let key = w.tx().session_key(&actor.workspace_id, &session_id)?;
+                    let sender = sender_for(w.tx(), &actor, &common)?;
+                    let event = Event::NoteSubmitted {
+                        note,
+                        sender,
+                        client_request_id: None,
+                        images: Vec::new(),
+                        attachments: common.attachments,
+                    };
+                    w.append(&key, &event)
+                })
+                .await;
+        }
         self.store
             .write(move |tx| {
                 if let Some((_, seq)) = replayed(tx.conn(), &actor, &common)? {

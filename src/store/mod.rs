@@ -6,7 +6,8 @@
 //!
 //! * Writes go through [`Store::write`]: the closure runs on the writer thread inside a savepoint of
 //!   a batch transaction; the caller is answered only after COMMIT (invariant 3). A failing closure
-//!   rolls back its own savepoint and leaves the rest of the batch intact.
+//!   rolls back its own savepoint and leaves the rest of the batch intact. [`Store::write_one`]
+//!   takes a job that writes at most once ([`OneWrite`]), which needs no savepoint.
 //! * Reads go through [`Store::read`] on a blocking thread with a pooled read-only connection.
 //! * Keyset pagination only; nothing here uses OFFSET.
 //! * Aggregates behind handles: [`Store::agentex`], [`Store::schedules`], [`Store::acp`] and
@@ -42,7 +43,7 @@ pub use log::LogReads;
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
-pub use writer::Tx;
+pub use writer::{OneWrite, Tx};
 pub use writes::*;
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
@@ -100,7 +101,9 @@ pub fn open_write_connection(path: &Path, cfg: &StoreConfig) -> Result<Connectio
     conn.pragma_update(None, "synchronous", sync)?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -32_000)?;
-    conn.set_prepared_statement_cache_capacity(64);
+    // The writer runs every write statement of every API family: room for all of them, so that
+    // none is prepared again because others pushed it out.
+    conn.set_prepared_statement_cache_capacity(256);
     migrate::migrate(&conn)?;
     Ok(conn)
 }
@@ -174,6 +177,16 @@ impl Store {
     {
         let job: ErasedWrite = Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased));
         unerase(self.inner.writer.write(job).await?)
+    }
+
+    /// Like [`Store::write`] for a job that writes at most once ([`OneWrite`]): it cannot fail
+    /// halfway, so it runs without a savepoint of its own.
+    pub async fn write_one<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(OneWrite<'_, '_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.writer.write_one(f).await
     }
 
     /// Like [`Store::write`], for callers outside an async runtime (CLI, tests).

@@ -4,6 +4,12 @@
 //! its own savepoint, commits once, then answers every caller and publishes the committed frames to
 //! the bus in commit order. Group commit is what makes many small durable appends cheap.
 //!
+//! A job that writes with one statement cannot fail halfway (SQLite undoes a failed statement by
+//! itself), so it needs no savepoint. That is a property of the job's type, not of what it happens
+//! to do: [`OneWrite`] lends a job the transaction for reads and offers writes that consume it, so
+//! such a job writes at most once. A job of that type that fails or panics after its write (a bug)
+//! takes its whole batch with it rather than commit half of itself.
+//!
 //! A batch that cannot commit (disk full, I/O error) answers every caller with the classified
 //! storage error and records it in the store's [`Health`]; SQLite may roll the whole transaction
 //! back on such errors by itself, so a job whose statement finds the transaction gone ends the
@@ -33,7 +39,20 @@ use crate::metrics::METRICS;
 type Completion = Box<dyn FnOnce(Result<()>) + Send>;
 /// Given the transaction, a job runs; given `None` (the batch could not begin, or died before its
 /// turn), it only yields the completion that answers its caller with the batch's error.
-type Job = Box<dyn FnOnce(Option<&mut Tx<'_>>) -> JobOutcome + Send>;
+type RunJob = Box<dyn FnOnce(Option<&mut Tx<'_>>) -> JobOutcome + Send>;
+
+struct Job {
+    run: RunJob,
+    /// The job may write more than once, so it runs in its own savepoint; `false` only for
+    /// [`OneWrite`] jobs.
+    savepoint: bool,
+}
+
+impl Job {
+    fn refuse(self, e: &Error) {
+        ((self.run)(None).completion)(Err(e.clone()));
+    }
+}
 
 struct JobOutcome {
     /// The job succeeded: keep its savepoint.
@@ -104,6 +123,8 @@ pub struct Tx<'c> {
     job: HashMap<i64, Counters>,
     /// The HTTP request that handed in this job (`X-Request-Id`), kept with the inputs it stores.
     pub(crate) request_id: Option<String>,
+    /// A [`OneWrite`] job's write succeeded: the job can no longer fail without leaving it behind.
+    wrote_once: bool,
 }
 
 impl<'c> Tx<'c> {
@@ -149,6 +170,34 @@ impl<'c> Tx<'c> {
     }
 }
 
+/// A job that writes at most once (one statement): it runs without a savepoint. It reads through
+/// [`OneWrite::tx`] (a shared borrow, on which no write method of [`Tx`] can be called) and
+/// writes with a method that consumes it.
+pub struct OneWrite<'t, 'c> {
+    tx: &'t mut Tx<'c>,
+}
+
+impl<'c> OneWrite<'_, 'c> {
+    /// The transaction, to read (what the job reads is consistent with what it writes).
+    pub fn tx(&self) -> &Tx<'c> {
+        self.tx
+    }
+
+    /// Appends one durable event whose type updates no projection column (an `INSERT` and the
+    /// writer's in-memory counters); other types are refused before anything is written.
+    pub fn append(self, key: &super::SessionKey, event: &crate::timeline::Event) -> Result<u64> {
+        if super::writes::updates_milestone(event.type_name()) {
+            return Err(Error::Internal(format!(
+                "a {} event is more than one write",
+                event.type_name()
+            )));
+        }
+        let seq = self.tx.append(key, event)?;
+        self.tx.wrote_once = true;
+        Ok(seq)
+    }
+}
+
 pub struct WriterHandle {
     sender: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -189,9 +238,17 @@ where
     F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
     T: Send + 'static,
 {
+    make_job_with(true, f)
+}
+
+fn make_job_with<T, F>(savepoint: bool, f: F) -> (Job, oneshot::Receiver<Result<T>>)
+where
+    F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
     let (reply, rx) = oneshot::channel();
     let request_id = crate::request_id::current();
-    let job: Job = Box::new(move |tx: Option<&mut Tx<'_>>| {
+    let run: RunJob = Box::new(move |tx: Option<&mut Tx<'_>>| {
         let Some(tx) = tx else {
             return JobOutcome {
                 keep: false,
@@ -225,7 +282,7 @@ where
             },
         }
     });
-    (job, rx)
+    (Job { run, savepoint }, rx)
 }
 
 impl WriterHandle {
@@ -243,6 +300,21 @@ impl WriterHandle {
         T: Send + 'static,
     {
         let (job, rx) = make_job(f);
+        self.sender()?
+            .send(job)
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await
+            .map_err(|_| Error::Internal("write job was dropped".into()))?
+    }
+
+    /// Like [`WriterHandle::write`] for a job that writes at most once: no savepoint.
+    pub async fn write_one<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(OneWrite<'_, '_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (job, rx) = make_job_with(false, move |tx: &mut Tx<'_>| f(OneWrite { tx }));
         self.sender()?
             .send(job)
             .await
@@ -282,7 +354,7 @@ impl WriterHandle {
     }
 }
 
-/// Savepoint statements run once per job; keep them prepared.
+/// Savepoint statements run once per job, BEGIN and COMMIT once per batch; keep them prepared.
 fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
@@ -348,10 +420,14 @@ fn start_prober(health: Arc<Health>, sender: mpsc::WeakSender<Job>) {
                     return;
                 };
                 let (job, rx) = make_job(|tx: &mut Tx<'_>| rewrite_user_version(tx.conn));
-                let job: Job = Box::new(move |tx| JobOutcome {
-                    probe: true,
-                    ..job(tx)
-                });
+                let run = job.run;
+                let job = Job {
+                    run: Box::new(move |tx| JobOutcome {
+                        probe: true,
+                        ..run(tx)
+                    }),
+                    savepoint: job.savepoint,
+                };
                 if sender.blocking_send(job).is_err() {
                     health.probe_stopped();
                     return;
@@ -397,7 +473,7 @@ fn flush_counters(
 /// Answers every job of `jobs` with `e` without running it.
 fn refuse_all(jobs: impl Iterator<Item = Job>, e: &Error) {
     for job in jobs {
-        (job(None).completion)(Err(e.clone()));
+        job.refuse(e);
     }
 }
 
@@ -416,7 +492,7 @@ fn commit_batch(
     let mut completions: Vec<Completion> = Vec::with_capacity(batch.len());
     let mut published: Vec<(Arc<str>, Frame)> = Vec::new();
     let mut changed: HashMap<i64, Counters> = HashMap::new();
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
         let e = Error::from(e);
         // The store's health logs the change of state; each failure is detail.
         tracing::debug!(error = %e, "cannot begin a write transaction");
@@ -435,33 +511,59 @@ fn commit_batch(
             batch: &changed,
             job: HashMap::new(),
             request_id: None,
+            wrote_once: false,
         };
-        if let Err(e) = exec_cached(conn, "SAVEPOINT job") {
-            (job(None).completion)(Err(Error::from(e)));
+        if job.savepoint
+            && let Err(e) = exec_cached(conn, "SAVEPOINT job")
+        {
+            job.refuse(&Error::from(e));
             continue;
         }
-        match catch_unwind(AssertUnwindSafe(|| job(Some(&mut tx)))) {
+        let savepoint = job.savepoint;
+        let outcome = catch_unwind(AssertUnwindSafe(|| (job.run)(Some(&mut tx))));
+        let wrote_once = tx.wrote_once;
+        match outcome {
             Ok(outcome) if outcome.keep => {
                 probed |= outcome.probe;
-                let _ = exec_cached(conn, "RELEASE job");
+                if savepoint {
+                    let _ = exec_cached(conn, "RELEASE job");
+                }
                 published.append(&mut tx.published);
                 let job_counters = std::mem::take(&mut tx.job);
                 drop(tx);
                 changed.extend(job_counters);
                 completions.push(outcome.completion);
             }
-            Ok(outcome) => {
-                let _ = exec_cached(conn, "ROLLBACK TO job");
-                let _ = exec_cached(conn, "RELEASE job");
-                if fault.is_none() {
-                    fault = outcome.fault;
+            outcome => {
+                if savepoint {
+                    let _ = exec_cached(conn, "ROLLBACK TO job");
+                    let _ = exec_cached(conn, "RELEASE job");
+                } else if wrote_once {
+                    // A job without a savepoint failed after its write: only the whole batch can
+                    // take that write back.
+                    tracing::error!("a single-write job failed after writing; batch rolled back");
+                    let e = Error::Internal("the write batch was abandoned".into());
+                    let _ = conn.execute_batch("ROLLBACK");
+                    if let Ok(outcome) = outcome {
+                        completions.push(outcome.completion);
+                    }
+                    for completion in completions {
+                        completion(Err(e.clone()));
+                    }
+                    refuse_all(jobs, &e);
+                    return Err(e);
                 }
-                completions.push(outcome.completion);
-            }
-            Err(_) => {
-                let _ = exec_cached(conn, "ROLLBACK TO job");
-                let _ = exec_cached(conn, "RELEASE job");
-                tracing::error!("a write job panicked; its changes were rolled back");
+                match outcome {
+                    Ok(outcome) => {
+                        if fault.is_none() {
+                            fault = outcome.fault;
+                        }
+                        completions.push(outcome.completion);
+                    }
+                    Err(_) => {
+                        tracing::error!("a write job panicked; its changes were rolled back");
+                    }
+                }
             }
         }
         if conn.is_autocommit() {
@@ -480,7 +582,7 @@ fn commit_batch(
     }
     drop(jobs);
     let committed =
-        flush_counters(conn, &changed, clock::now_ms()).and_then(|()| conn.execute_batch("COMMIT"));
+        flush_counters(conn, &changed, clock::now_ms()).and_then(|()| exec_cached(conn, "COMMIT"));
     match committed {
         Ok(()) => {
             for (pk, c) in changed {
@@ -525,6 +627,162 @@ fn commit_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StoreConfig;
+    use crate::store::{NewSession, SessionKey, Store};
+    use crate::timeline::{
+        AgentLoopState, AgentStatus, CompleteStatus, Event, Sender, TurnState, TurnStateStatus,
+    };
+
+    async fn store_with_session(dir: &std::path::Path) -> (Store, SessionKey) {
+        let store = Store::open(
+            &dir.join("store.db"),
+            &StoreConfig::default(),
+            Bus::new(64, 64),
+        )
+        .expect("open store");
+        let key = store
+            .write(|tx| {
+                let ws = tx.ensure_workspace("w", "W")?;
+                let agent: String = tx.conn().query_row(
+                    "SELECT id FROM agents WHERE workspace_id = ?1",
+                    [&ws],
+                    |r| r.get(0),
+                )?;
+                let id = crate::ids::new_id();
+                tx.insert_session(&NewSession {
+                    id: &id,
+                    workspace_id: &ws,
+                    agent_id: &agent,
+                    user_id: "u",
+                    title: "t",
+                    cwd: None,
+                    created_by_session_id: None,
+                    tier: None,
+                    mode: "\"agent\"",
+                    requested_machine: None,
+                    source: "api",
+                    attribution_type: None,
+                    attribution_id: None,
+                })
+            })
+            .await
+            .expect("insert session");
+        (store, key)
+    }
+
+    fn note(text: &str) -> Event {
+        Event::NoteSubmitted {
+            note: text.into(),
+            sender: Sender::User {
+                user_id: "u".into(),
+            },
+            client_request_id: None,
+            images: Vec::new(),
+            attachments: Vec::new(),
+        }
+    }
+
+    async fn seqs(store: &Store, key: &SessionKey) -> Vec<i64> {
+        let pk = key.pk;
+        store
+            .read(move |c| {
+                let mut stmt =
+                    c.prepare("SELECT seq FROM events WHERE session_pk = ?1 ORDER BY seq")?;
+                let rows = stmt.query_map([pk], |r| r.get(0))?;
+                Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
+            })
+            .await
+            .expect("read seqs")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn single_write_jobs_keep_seqs_dense_when_some_of_them_fail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let missing = SessionKey {
+            pk: key.pk + 1_000,
+            id: "missing".into(),
+        };
+        // Interleaved so that failing jobs share batches with succeeding ones.
+        let mut tasks = Vec::new();
+        for i in 0..200 {
+            let store = store.clone();
+            let key = if i % 3 == 0 {
+                missing.clone()
+            } else {
+                key.clone()
+            };
+            tasks.push(tokio::spawn(async move {
+                store
+                    .write_one(move |w| w.append(&key, &note(&format!("n{i}"))))
+                    .await
+            }));
+        }
+        let mut ok = 0;
+        for t in tasks {
+            match t.await.expect("task") {
+                Ok(_) => ok += 1,
+                Err(e) => assert!(matches!(e, Error::NotFound), "{e}"),
+            }
+        }
+        assert_eq!(ok, 133);
+        assert_eq!(seqs(&store, &key).await, (1..=133).collect::<Vec<i64>>());
+        store.close();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_single_write_job_that_fails_after_its_write_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let k = key.clone();
+        store
+            .write_one(move |w| w.append(&k, &note("kept")))
+            .await
+            .expect("first note");
+        let k = key.clone();
+        let failed = store
+            .write_one(move |w| {
+                w.append(&k, &note("taken back"))?;
+                Err::<(), _>(Error::invalid("the job changed its mind"))
+            })
+            .await;
+        assert!(failed.is_err());
+        let k = key.clone();
+        let seq = store
+            .write_one(move |w| w.append(&k, &note("after")))
+            .await
+            .expect("note after the failure");
+        assert_eq!(seq, 2);
+        assert_eq!(seqs(&store, &key).await, vec![1, 2]);
+        // An event that updates the session row as well is more than one write: refused before
+        // anything is written.
+        let k = key.clone();
+        let refused = store
+            .write_one(move |w| {
+                w.append(
+                    &k,
+                    &Event::Complete {
+                        state: TurnState {
+                            status: TurnStateStatus::Completed,
+                            mode: serde_json::json!("agent"),
+                            agent: AgentLoopState {
+                                status: AgentStatus::Completed,
+                                messages: Vec::new(),
+                            },
+                            todos: None,
+                            follow_up_queue: None,
+                        },
+                        status: CompleteStatus::Completed,
+                        result: None,
+                        error: None,
+                    },
+                )
+            })
+            .await;
+        assert!(matches!(refused, Err(Error::Internal(_))));
+        assert_eq!(seqs(&store, &key).await, vec![1, 2]);
+        store.close();
+    }
 
     #[test]
     fn the_counter_cache_is_bounded_and_keeps_recent_sessions() {

@@ -166,8 +166,9 @@ impl Tx<'_> {
         Ok(seq)
     }
 
-    /// Keeps the projection columns that follow rare events (terminals, prompts and answers) in
-    /// step with the timeline, so that reading a session's state never scans its history.
+    /// Keeps the projection columns that follow rare events (terminals, prompts and answers, see
+    /// [`updates_milestone`]) in step with the timeline, so that reading a session's state never
+    /// scans its history.
     fn note_milestone(&mut self, key: &SessionKey, event_type: &str, seq: u64) -> Result<()> {
         if crate::timeline::is_terminal_type(event_type) {
             self.conn
@@ -530,6 +531,13 @@ impl Tx<'_> {
         }
         Ok(row)
     }
+}
+
+/// Whether appending an event of this type also updates a projection column of the session row
+/// (so that the append is two statements, not one).
+pub(crate) fn updates_milestone(event_type: &str) -> bool {
+    crate::timeline::is_terminal_type(event_type)
+        || matches!(event_type, "prompt_submitted" | "answer_submitted")
 }
 
 /// Projection columns that hold JSON documents.

@@ -710,8 +710,9 @@ impl OpenAiEngine {
                     return Ok(TurnEnd::Interrupted);
                 }
             };
+            // The reply's steps go with the write of its usage, which follows at once.
             if !reply.reasoning.is_empty() {
-                io.emit(Event::Step {
+                io.hold(Event::Step {
                     step: Step::Reasoning {
                         text: reply.reasoning.clone(),
                     },
@@ -719,7 +720,7 @@ impl OpenAiEngine {
                 .await?;
             }
             if !reply.content.is_empty() {
-                io.emit(Event::Step {
+                io.hold(Event::Step {
                     step: Step::Text {
                         text: reply.content.clone(),
                     },
