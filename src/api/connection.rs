@@ -83,7 +83,9 @@ pub async fn admit(io: TcpStream) -> io::Result<Conn> {
     }
     METRICS.connections_refused.inc();
     if REFUSING.fetch_add(1, Ordering::SeqCst) < MAX_REFUSING {
-        refuse(io).await;
+        // Boxed: the refusal's read buffer would otherwise be part of this future, and so of
+        // every connection's task for as long as the connection lives.
+        Box::pin(refuse(io)).await;
     }
     REFUSING.fetch_sub(1, Ordering::SeqCst);
     Err(io::Error::other("connection limit reached"))
