@@ -377,7 +377,13 @@ impl Conn {
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.pending.drain(..n);
+            if n == self.pending.len() {
+                // Let the head's buffer go: a long response (an event stream) would keep it for
+                // as long as it lasts.
+                self.pending = Vec::new();
+            } else {
+                self.pending.drain(..n);
+            }
         }
         Poll::Ready(Ok(()))
     }
