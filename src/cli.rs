@@ -260,26 +260,44 @@ fn engine_from_env() -> Result<Option<serde_json::Value>, String> {
 }
 
 /// The server logs what it does at `info`; the other commands print their result and log only
-/// warnings (no migration chatter). `SESSIOND_LOG` overrides both.
+/// warnings (no migration chatter). `SESSIOND_LOG` overrides both: a default level and
+/// `target=level` directives, comma-separated (`info,sessiond::access=debug`).
 fn init_logging(format: LogFormat, default_level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_env("SESSIOND_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let from_env = std::env::var("SESSIOND_LOG").ok();
+    let (mut filter, refused) = match from_env.as_deref().map(str::parse::<Targets>) {
+        Some(Ok(targets)) => (targets, None),
+        Some(Err(e)) => (default_targets(default_level), Some(e)),
+        None => (default_targets(default_level), None),
+    };
     // The HTTP/1 parser logs every malformed request it refuses as an error; those are the
     // client's errors (answered 4xx and counted in `sessiond_http_rejected_total`), so they stay
     // out of the log unless asked for.
-    let asked = std::env::var("SESSIOND_LOG").is_ok_and(|v| v.contains("actix_http"));
-    let filter = match "actix_http::h1::dispatcher=off".parse() {
-        Ok(quiet) if !asked => filter.add_directive(quiet),
-        _ => filter,
-    };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let asked = from_env.is_some_and(|v| v.contains("actix_http"));
+    if !asked {
+        filter = filter.with_target("actix_http::h1::dispatcher", LevelFilter::OFF);
+    }
+    // The filter decides alone: the layer below it passes every level it is handed.
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => registry.with(layer).try_init(),
+        LogFormat::Json => registry.with(layer.json()).try_init(),
     };
+    if let Some(e) = refused {
+        tracing::warn!("SESSIOND_LOG is not a log filter ({e}); logging at {default_level}");
+    }
+}
+
+/// A filter that lets everything at `level` and above through (`level` is one of ours).
+fn default_targets(level: &str) -> tracing_subscriber::filter::Targets {
+    let level = level
+        .parse()
+        .unwrap_or(tracing_subscriber::filter::LevelFilter::INFO);
+    tracing_subscriber::filter::Targets::new().with_default(level)
 }
 
 /// Commands other than `serve` work on an existing data dir: one that is not there is most

@@ -9,15 +9,15 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use boon::{Compiler, ErrorKind, SchemaIndex, Schemas, ValidationError};
-use rust_embed::RustEmbed;
 use serde_json::Value;
 
+use super::openapi::SessionSchemas as Embedded;
 use crate::error::{Error, Result};
 
-#[derive(RustEmbed)]
-#[folder = "schemas/"]
-#[include = "*.request.json"]
-struct Embedded;
+/// The names of the embedded request schemas (`*.request.json`).
+fn request_schemas() -> impl Iterator<Item = std::borrow::Cow<'static, str>> {
+    Embedded::iter().filter(|name| name.ends_with(".request.json"))
+}
 
 /// Every request schema, compiled once, by file name.
 struct Compiled {
@@ -30,7 +30,7 @@ static COMPILED: LazyLock<Compiled> = LazyLock::new(|| {
     let url = |name: &str| format!("sessiond:///schemas/{name}");
     // Every file is a resource first, so that a `$ref` between them resolves.
     let mut names = Vec::new();
-    for name in Embedded::iter() {
+    for name in request_schemas() {
         let parsed =
             Embedded::get(&name).and_then(|f| serde_json::from_slice::<Value>(&f.data).ok());
         match parsed {
@@ -148,7 +148,7 @@ fn masked(kind: &ErrorKind<'_, '_>) -> String {
 
 /// Every embedded schema compiles (checked at start-up so a bad build fails loudly).
 pub fn self_check() -> std::result::Result<(), String> {
-    let expected = Embedded::iter().count();
+    let expected = request_schemas().count();
     let compiled = COMPILED.by_file.len();
     if compiled != expected || expected == 0 {
         return Err(format!(

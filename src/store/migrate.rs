@@ -10,12 +10,13 @@ use crate::error::{Error, Result};
 
 #[derive(RustEmbed)]
 #[folder = "migrations/"]
-#[include = "*.sql"]
 struct Migrations;
 
 /// `(version, sql)` in ascending order; file names start with their version (`0001_init.sql`).
+/// Only the folder's own `.sql` files are SQLite's; subfolders belong to other backends.
 fn migrations() -> Vec<(i64, String)> {
     let mut out: Vec<(i64, String)> = Migrations::iter()
+        .filter(|name| !name.contains('/') && name.ends_with(".sql"))
         .filter_map(|name| {
             let version = name.split('_').next()?.parse::<i64>().ok()?;
             let file = Migrations::get(&name)?;
