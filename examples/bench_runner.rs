@@ -2547,7 +2547,7 @@ async fn section_fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout, Fanout) {
         opts.fan_notes,
         opts.fan_gap.as_millis()
     );
-    let fan = fanout(&ctx, &opts).await;
+    let fan = fanout(ctx, opts).await;
     print_fanout("/v1 …/events", &fan.0);
     print_fanout("/v2 …/events/stream", &fan.1);
     println!(
@@ -2572,7 +2572,7 @@ async fn section_idle(ctx: &Ctx, opts: &Opts, nofile: u64) -> Idle {
          sessions, raw TCP, response head read then left idle) ==",
         opts.idle_conns
     );
-    let idle = idle_streams(&ctx, &opts, nofile).await;
+    let idle = idle_streams(ctx, opts, nofile).await;
     if idle.planned < idle.wanted {
         println!(
             "   the open-files limit ({nofile}) leaves room for {} connections, not {}",
