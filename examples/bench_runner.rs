@@ -3,7 +3,14 @@
 //! ```text
 //! cargo run --release --example bench_runner              # full run (~2-3 min on 2 cores)
 //! cargo run --release --example bench_runner -- --quick   # smaller sizes (< 60 s)
+//! cargo run --release --example bench_runner -- --streams # sections 3 and 4 only
+//! cargo run --release --example bench_runner -- --auth    # section 5 only
 //! ```
+//!
+//! With `--streams`, `SESSIOND_BENCH_BASELINE=<path to another sessiond binary>` runs sections 3
+//! and 4 against that binary and this one in turns (baseline, this, baseline, this), each on a
+//! fresh server, so that a change is measured against its baseline on the same machine in the
+//! same run.
 //!
 //! This is a measuring command, not a test: it prints figures (and one ratio against a baseline
 //! measured in the same run) next to their targets, and asserts nothing about timing. It does
@@ -32,7 +39,9 @@
 //!    receipt time minus the time the POST's response arrived (the commit precedes it), and
 //!    minus the time the POST was sent (an upper bound) — on the Sessions API stream
 //!    (`…/events`) and on the Task events API stream (`/v2/sessions/{id}/events/stream`, HAST
-//!    envelopes) in alternating rounds, and the ratio of their p99s.
+//!    envelopes) in alternating rounds, and the ratio of their p99s. Between the rounds the same
+//!    notes go to a session nobody watches: the paced writer's POST p99 with 1,000 subscribers
+//!    is compared with that baseline.
 //! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
 //!
 //! 1b. The same turns through the agent platform API (`/agentex` `message/send`, non-streaming,
@@ -80,6 +89,8 @@ const EMAIL: &str = "bench@local";
 const PASSWORD: &str = "bench-password-123";
 const TARGET_OVERHEAD_P99_MS: f64 = 10.0;
 const TARGET_FANOUT_P99_MS: f64 = 20.0;
+/// A paced writer's POST p99 with the fan-out's subscribers against none, in the same run.
+const TARGET_PACED_WRITER_RATIO: f64 = 2.0;
 /// The `/v2` stream's fan-out p99 against `/v1`'s, measured in the same run.
 const TARGET_V2_FANOUT_RATIO: f64 = 1.2;
 /// Fan-out rounds per stream family (they alternate).
@@ -108,6 +119,10 @@ struct Opts {
     memory_only: bool,
     /// Run only section 3b.
     reconnects_only: bool,
+    /// Run only sections 3 and 4.
+    streams_only: bool,
+    /// Run only section 5.
+    auth_only: bool,
     /// Completed turns at which section 0 reads the server's RSS (the first is the baseline).
     memory_checkpoints: Vec<u64>,
     turn_levels: [usize; 3],
@@ -150,14 +165,26 @@ impl Opts {
                     "--reconnects",
                     "only section 3b (reconnects under fan-out), then stop",
                 ),
+                (
+                    "--streams",
+                    "only sections 3 and 4 (fan-out with the paced writer's baseline, idle \
+                     streams), then stop",
+                ),
+                (
+                    "--auth",
+                    "only section 5 (GET snapshot with a key vs without auth), then stop",
+                ),
             ],
         );
         let (quick, memory_only, reconnects_only) = (given[0], given[1], given[2]);
+        let (streams_only, auth_only) = (given[3], given[4]);
         if quick {
             Opts {
                 quick,
                 memory_only,
                 reconnects_only,
+                streams_only,
+                auth_only,
                 memory_checkpoints: vec![1_000, 10_000],
                 turn_levels: [1, 16, 64],
                 turn_warmup: Duration::from_millis(500),
@@ -183,6 +210,8 @@ impl Opts {
                 quick,
                 memory_only,
                 reconnects_only,
+                streams_only,
+                auth_only,
                 memory_checkpoints: vec![1_000, 10_000, 100_000],
                 turn_levels: [1, 64, 512],
                 turn_warmup: Duration::from_secs(1),
@@ -1651,11 +1680,18 @@ async fn open_many(
 }
 
 /// One round: a fresh session, `opts.fan_subscribers` streams of `family` on it, `notes` notes.
-async fn fanout_round(ctx: &Ctx, opts: &Opts, family: Family, notes: usize, into: &mut Fanout) {
+async fn fanout_round(
+    ctx: &Ctx,
+    family: Family,
+    subscribers: usize,
+    notes: usize,
+    gap: Duration,
+    into: &mut Fanout,
+) {
     let id = create_sessions(ctx, 1).await.remove(0);
     let since = last_event_seq(ctx, &id).await;
     let t = Instant::now();
-    let paths = vec![family.path(&id, since); opts.fan_subscribers];
+    let paths = vec![family.path(&id, since); subscribers];
     let (streams, open_failures, first_open_error) =
         open_many(ctx, paths, CONNECT_PARALLELISM).await;
     into.connect_secs += t.elapsed().as_secs_f64();
@@ -1698,7 +1734,7 @@ async fn fanout_round(ctx: &Ctx, opts: &Opts, family: Family, notes: usize, into
 
     let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
     let mut sent: HashMap<u64, (Instant, Instant)> = HashMap::new();
-    let mut ticker = tokio::time::interval(opts.fan_gap);
+    let mut ticker = tokio::time::interval(gap);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let cpu = CpuWindow::start(ctx.pid);
     for i in 0..notes {
@@ -1753,15 +1789,19 @@ async fn fanout_round(ctx: &Ctx, opts: &Opts, family: Family, notes: usize, into
 }
 
 /// Both families' fan-out, in alternating rounds (v1, v2, v1, v2) so that both meet the same
-/// machine.
-async fn fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout) {
-    let (mut v1, mut v2) = (Fanout::default(), Fanout::default());
+/// machine, each round followed by the same notes posted to a session nobody watches: the paced
+/// writer's baseline, to show what the subscribers cost it.
+async fn fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout, Fanout) {
+    let (mut v1, mut v2, mut none) = (Fanout::default(), Fanout::default(), Fanout::default());
     let per_round = opts.fan_notes.div_ceil(FAN_ROUNDS);
+    let (n, gap) = (opts.fan_subscribers, opts.fan_gap);
     for _ in 0..FAN_ROUNDS {
-        fanout_round(ctx, opts, Family::V1, per_round, &mut v1).await;
-        fanout_round(ctx, opts, Family::V2, per_round, &mut v2).await;
+        fanout_round(ctx, Family::V1, n, per_round, gap, &mut v1).await;
+        fanout_round(ctx, Family::V1, 0, per_round, gap, &mut none).await;
+        fanout_round(ctx, Family::V2, n, per_round, gap, &mut v2).await;
+        fanout_round(ctx, Family::V1, 0, per_round, gap, &mut none).await;
     }
-    (v1, v2)
+    (v1, v2, none)
 }
 
 fn print_fanout(name: &str, fan: &Fanout) {
@@ -2494,6 +2534,212 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Sections that also run on their own (`--streams`, `--auth`).
+
+type Row = (String, String, String, String);
+
+async fn section_fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout, Fanout) {
+    println!(
+        "== 3. Fan-out: POST …/note to one session with {} SSE subscribers ({} notes, one \
+         every {} ms), Sessions API stream and Task events API stream in alternating rounds \
+         ({FAN_ROUNDS} each) ==",
+        opts.fan_subscribers,
+        opts.fan_notes,
+        opts.fan_gap.as_millis()
+    );
+    let fan = fanout(ctx, opts).await;
+    print_fanout("/v1 …/events", &fan.0);
+    print_fanout("/v2 …/events/stream", &fan.1);
+    println!(
+        "   the same notes to a session without subscribers (between the rounds): {} notes, \
+         POST p50 {:.2} ms, p99 {:.2} ms",
+        fan.2.notes,
+        Lat::of(fan.2.post.clone()).p(50.0),
+        Lat::of(fan.2.post.clone()).p(99.0)
+    );
+    println!(
+        "   /v2 p99 / /v1 p99 (commit -> delivery): {:.2}",
+        fan.1.p99() / fan.0.p99()
+    );
+    println!();
+
+    fan
+}
+
+async fn section_idle(ctx: &Ctx, opts: &Opts, nofile: u64) -> Idle {
+    println!(
+        "== 4. Server RSS per idle SSE connection ({} connections over {IDLE_SESSIONS} \
+         sessions, raw TCP, response head read then left idle) ==",
+        opts.idle_conns
+    );
+    let idle = idle_streams(ctx, opts, nofile).await;
+    if idle.planned < idle.wanted {
+        println!(
+            "   the open-files limit ({nofile}) leaves room for {} connections, not {}",
+            idle.planned, idle.wanted
+        );
+    }
+    println!(
+        "   opened {} in {:.1} s, {IDLE_CONNECT_PARALLELISM} at a time ({} failed{}); server \
+         fds {} -> {}; server threads {} before, {} right after opening, {} at the second \
+         reading",
+        idle.opened,
+        idle.connect_secs,
+        idle.failed,
+        idle.first_error
+            .as_deref()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default(),
+        idle.fds_before,
+        idle.fds_open,
+        idle.threads[0],
+        idle.threads[1],
+        idle.threads[2]
+    );
+    println!(
+        "   VmRSS {} KiB -> {} KiB after {:.0} s idle = {:.2} KiB per connection; {} KiB two \
+         seconds after closing them",
+        thousands(idle.rss_before),
+        thousands(idle.rss_open),
+        opts.idle_settle.as_secs_f64(),
+        idle.per_conn_kib(),
+        thousands(idle.rss_closed)
+    );
+    println!();
+    idle
+}
+
+fn section_auth(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
+    println!(
+        "== 5. GET …/sessions/{{id}} snapshot with an API key vs a bench-only route without \
+         auth (same process, same app) =="
+    );
+    let auth = auth_ratio(opts, rt);
+    println!(
+        "   in-process actix-web server over the library ({} HTTP workers), {} keep-alive \
+         connections, {} rounds x {:.0} s per route, order rotated each round; every request \
+         carries the same Authorization header, only the checked routes look at it",
+        auth.server_workers,
+        opts.auth_conns,
+        opts.auth_rounds,
+        opts.auth_secs.as_secs_f64()
+    );
+    for v in [&auth.real, &auth.noauth, &auth.checked] {
+        println!(
+            "   {:<26} {:>7.0} req/s, server-side CPU {:.1} µs per request   ({})",
+            v.label,
+            v.rate(),
+            v.cpu_us(),
+            v.route
+        );
+    }
+    println!(
+        "   with key / without auth: {:.3} (per round: {}); errors {}{}",
+        auth.ratio(),
+        round_ratios(&auth.real, &auth.noauth),
+        auth.errors,
+        auth.first_error
+            .as_deref()
+            .map(|e| format!(" (first: {e})"))
+            .unwrap_or_default()
+    );
+    println!(
+        "   same route shape, key checked / not: {:.3} (per round: {}); real route / bench route, \
+         both checked: {:.3}",
+        auth.checked.rate() / auth.noauth.rate(),
+        round_ratios(&auth.checked, &auth.noauth),
+        auth.real.rate() / auth.checked.rate()
+    );
+    println!(
+        "   server-side CPU per request (every thread but the bench client's and main): without / \
+         with key {:.3}",
+        auth.noauth.cpu_us() / auth.real.cpu_us()
+    );
+    println!(
+        "   the credential check alone (Auth::key + Auth::authorize, key cached), called in a \
+         loop: {:.2} µs per call",
+        auth.check_secs * 1e6
+    );
+    println!();
+
+    auth
+}
+
+fn fanout_rows(fan: &(Fanout, Fanout, Fanout)) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let (fan1, fan2, none) = fan;
+    for (f, name) in [(fan1, "/v1"), (fan2, "/v2")] {
+        // Measured from the request's start: the POST was sent, committed, and the frame arrived.
+        let from_send = Lat::of(f.from_send.clone()).p(99.0);
+        rows.push((
+            format!(
+                "fan-out p99 from POST sent, {} {name} subscribers",
+                f.subscribers
+            ),
+            format!("{from_send:.2} ms ({:.2} from response)", f.p99()),
+            format!("< {TARGET_FANOUT_P99_MS} ms"),
+            yes_no(from_send < TARGET_FANOUT_P99_MS && f.missing == 0).into(),
+        ));
+    }
+    let alone = Lat::of(none.post.clone()).p(99.0);
+    for (f, name) in [(fan1, "/v1"), (fan2, "/v2")] {
+        let with = Lat::of(f.post.clone()).p(99.0);
+        rows.push((
+            format!(
+                "paced POST …/note p99, {} {name} subscribers / none",
+                f.subscribers
+            ),
+            format!("{with:.2} / {alone:.2} ms = {:.2}", with / alone),
+            format!("<= {TARGET_PACED_WRITER_RATIO}"),
+            yes_no(with / alone <= TARGET_PACED_WRITER_RATIO).into(),
+        ));
+    }
+    rows.push((
+        "fan-out p99 /v2 / /v1 (same run)".into(),
+        format!("{:.2}", fan2.p99() / fan1.p99()),
+        format!("<= {TARGET_V2_FANOUT_RATIO}"),
+        yes_no(fan2.p99() / fan1.p99() <= TARGET_V2_FANOUT_RATIO && fan2.missing == 0).into(),
+    ));
+    rows
+}
+
+fn idle_row(idle: &Idle) -> Row {
+    (
+        format!("RSS per idle stream, {} open", idle.opened),
+        format!("{:.2} KiB", idle.per_conn_kib()),
+        format!("< {TARGET_IDLE_KIB} KiB"),
+        yes_no(idle.per_conn_kib() < TARGET_IDLE_KIB && idle.failed == 0).into(),
+    )
+}
+
+fn auth_row(auth: &AuthRun) -> Row {
+    (
+        "GET snapshot req/s with key / without auth".into(),
+        format!("{:.3}", auth.ratio()),
+        format!(">= {TARGET_AUTH_RATIO}"),
+        yes_no(auth.ratio() >= TARGET_AUTH_RATIO).into(),
+    )
+}
+
+fn print_summary(opts: &Opts, rows: &[Row]) {
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
+    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(5);
+    let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(0).max(6);
+    println!(
+        "== Summary ({}) ==",
+        if opts.quick { "--quick" } else { "full run" }
+    );
+    println!(
+        "   {:<w0$}  {:>w1$}  {:<w2$}  met?",
+        "figure", "value", "target"
+    );
+    println!("   {}", "-".repeat(w0 + w1 + w2 + 10));
+    for (a, b, c, d) in rows {
+        println!("   {a:<w0$}  {b:>w1$}  {c:<w2$}  {d}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Main.
 
 fn yes_no(met: bool) -> &'static str {
@@ -2515,6 +2761,17 @@ fn main() {
     );
     let nofile = raise_open_files_limit();
     println!("   open-files limit of this process: {nofile}");
+    if opts.auth_only {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("bench-client")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| die("tokio runtime", e));
+        let auth = section_auth(&opts, &rt);
+        print_summary(&opts, &[auth_row(&auth)]);
+        println!("   load average at end: {}", loadavg());
+        return;
+    }
     let bin = locate_binary();
     let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
     let data_dir = tmp.path().join("data");
@@ -2556,6 +2813,60 @@ fn main() {
         metrics: server.metrics.clone(),
     };
 
+    if opts.streams_only {
+        // With `SESSIOND_BENCH_BASELINE=<another sessiond binary>`, that binary and this one take
+        // turns (baseline, this, baseline, this), each on a fresh server and data dir.
+        let baseline = std::env::var_os("SESSIOND_BENCH_BASELINE").map(PathBuf::from);
+        let stopped = server.stop();
+        println!("   first server stopped ({stopped}); each run below starts its own");
+        let runs: Vec<(&str, PathBuf)> = match &baseline {
+            Some(b) => vec![
+                ("baseline", b.clone()),
+                ("this build", bin.clone()),
+                ("baseline", b.clone()),
+                ("this build", bin.clone()),
+            ],
+            None => vec![("this build", bin.clone())],
+        };
+        let mut summaries = Vec::new();
+        for (i, (label, run_bin)) in runs.iter().enumerate() {
+            println!(
+                "## run {} of {}: {label} ({}); load average {}",
+                i + 1,
+                runs.len(),
+                run_bin.display(),
+                loadavg()
+            );
+            let run_dir = tmp.path().join(format!("run{i}"));
+            let key = bootstrap_credentials(run_bin, &run_dir);
+            let mut server = ServerProc::start(run_bin, &run_dir, &config);
+            let ctx = Ctx {
+                base: server.base.clone(),
+                addr: server.addr,
+                key: key.clone(),
+                pid: server.pid,
+                http: http_client(Some(&key)),
+                metrics: server.metrics.clone(),
+            };
+            let (fan, idle) = rt.block_on(async {
+                (
+                    section_fanout(&ctx, &opts).await,
+                    section_idle(&ctx, &opts, nofile).await,
+                )
+            });
+            let stopped = server.stop();
+            println!("   server stopped ({stopped})");
+            let mut rows = fanout_rows(&fan);
+            rows.push(idle_row(&idle));
+            summaries.push((format!("run {}: {label}", i + 1), rows));
+        }
+        for (label, rows) in &summaries {
+            println!("{label}");
+            print_summary(&opts, rows);
+        }
+        println!("   load average at end: {}", loadavg());
+        return;
+    }
     if opts.reconnects_only {
         rt.block_on(async {
             println!(
@@ -2730,23 +3041,7 @@ fn main() {
         }
         println!();
 
-        println!(
-            "== 3. Fan-out: POST …/note to one session with {} SSE subscribers ({} notes, one \
-             every {} ms), Sessions API stream and Task events API stream in alternating rounds \
-             ({FAN_ROUNDS} each) ==",
-            opts.fan_subscribers,
-            opts.fan_notes,
-            opts.fan_gap.as_millis()
-        );
-        let fan = fanout(&ctx, &opts).await;
-        print_fanout("/v1 …/events", &fan.0);
-        print_fanout("/v2 …/events/stream", &fan.1);
-        println!(
-            "   /v2 p99 / /v1 p99 (commit -> delivery): {:.2}",
-            fan.1.p99() / fan.0.p99()
-        );
-        println!();
-
+        let fan = section_fanout(&ctx, &opts).await;
         println!(
             "== 3b. Reconnects with Last-Event-ID under fan-out: {} subscribers of one busy \
              session (a turn streaming a delta every ms, a note every 20 ms); one in ten drops \
@@ -2768,102 +3063,14 @@ fn main() {
         );
         println!();
 
-        println!(
-            "== 4. Server RSS per idle SSE connection ({} connections over {IDLE_SESSIONS} \
-             sessions, raw TCP, response head read then left idle) ==",
-            opts.idle_conns
-        );
-        let idle = idle_streams(&ctx, &opts, nofile).await;
-        if idle.planned < idle.wanted {
-            println!(
-                "   the open-files limit ({nofile}) leaves room for {} connections, not {}",
-                idle.planned, idle.wanted
-            );
-        }
-        println!(
-            "   opened {} in {:.1} s, {IDLE_CONNECT_PARALLELISM} at a time ({} failed{}); server \
-             fds {} -> {}; server threads {} before, {} right after opening, {} at the second \
-             reading",
-            idle.opened,
-            idle.connect_secs,
-            idle.failed,
-            idle.first_error
-                .as_deref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default(),
-            idle.fds_before,
-            idle.fds_open,
-            idle.threads[0],
-            idle.threads[1],
-            idle.threads[2]
-        );
-        println!(
-            "   VmRSS {} KiB -> {} KiB after {:.0} s idle = {:.2} KiB per connection; {} KiB two \
-             seconds after closing them",
-            thousands(idle.rss_before),
-            thousands(idle.rss_open),
-            opts.idle_settle.as_secs_f64(),
-            idle.per_conn_kib(),
-            thousands(idle.rss_closed)
-        );
-        println!();
+        let idle = section_idle(&ctx, &opts, nofile).await;
         (levels, rpc_levels, [sse1, sse64, sse64p], fan, idle)
     });
     let stopped = server.stop();
     println!("   server stopped ({stopped})");
     println!();
 
-    println!(
-        "== 5. GET …/sessions/{{id}} snapshot with an API key vs a bench-only route without \
-         auth (same process, same app) =="
-    );
-    let auth = auth_ratio(&opts, &rt);
-    println!(
-        "   in-process actix-web server over the library ({} HTTP workers), {} keep-alive \
-         connections, {} rounds x {:.0} s per route, order rotated each round; every request \
-         carries the same Authorization header, only the checked routes look at it",
-        auth.server_workers,
-        opts.auth_conns,
-        opts.auth_rounds,
-        opts.auth_secs.as_secs_f64()
-    );
-    for v in [&auth.real, &auth.noauth, &auth.checked] {
-        println!(
-            "   {:<26} {:>7.0} req/s, server-side CPU {:.1} µs per request   ({})",
-            v.label,
-            v.rate(),
-            v.cpu_us(),
-            v.route
-        );
-    }
-    println!(
-        "   with key / without auth: {:.3} (per round: {}); errors {}{}",
-        auth.ratio(),
-        round_ratios(&auth.real, &auth.noauth),
-        auth.errors,
-        auth.first_error
-            .as_deref()
-            .map(|e| format!(" (first: {e})"))
-            .unwrap_or_default()
-    );
-    println!(
-        "   same route shape, key checked / not: {:.3} (per round: {}); real route / bench route, \
-         both checked: {:.3}",
-        auth.checked.rate() / auth.noauth.rate(),
-        round_ratios(&auth.checked, &auth.noauth),
-        auth.real.rate() / auth.checked.rate()
-    );
-    println!(
-        "   server-side CPU per request (every thread but the bench client's and main): without / \
-         with key {:.3}",
-        auth.noauth.cpu_us() / auth.real.cpu_us()
-    );
-    println!(
-        "   the credential check alone (Auth::key + Auth::authorize, key cached), called in a \
-         loop: {:.2} µs per call",
-        auth.check_secs * 1e6
-    );
-    println!();
+    let auth = section_auth(&opts, &rt);
 
     // Summary.
     let mut rows: Vec<(String, String, String, String)> = Vec::new();
@@ -2921,52 +3128,10 @@ fn main() {
             yes_no(s.lat.p(99.0) < TARGET_OVERHEAD_P99_MS && s.errors == 0).into(),
         ));
     }
-    let (fan1, fan2) = &fan;
-    for (f, name) in [(fan1, "/v1"), (fan2, "/v2")] {
-        rows.push((
-            format!("fan-out p99, {} {name} subscribers", f.subscribers),
-            format!(
-                "{:.2} ms ({:.2} from send)",
-                f.p99(),
-                Lat::of(f.from_send.clone()).p(99.0)
-            ),
-            format!("< {TARGET_FANOUT_P99_MS} ms"),
-            yes_no(f.p99() < TARGET_FANOUT_P99_MS && f.missing == 0).into(),
-        ));
-    }
-    rows.push((
-        "fan-out p99 /v2 / /v1 (same run)".into(),
-        format!("{:.2}", fan2.p99() / fan1.p99()),
-        format!("<= {TARGET_V2_FANOUT_RATIO}"),
-        yes_no(fan2.p99() / fan1.p99() <= TARGET_V2_FANOUT_RATIO && fan2.missing == 0).into(),
-    ));
-    rows.push((
-        format!("RSS per idle stream, {} open", idle.opened),
-        format!("{:.2} KiB", idle.per_conn_kib()),
-        format!("< {TARGET_IDLE_KIB} KiB"),
-        yes_no(idle.per_conn_kib() < TARGET_IDLE_KIB && idle.failed == 0).into(),
-    ));
-    rows.push((
-        "GET snapshot req/s with key / without auth".into(),
-        format!("{:.3}", auth.ratio()),
-        format!(">= {TARGET_AUTH_RATIO}"),
-        yes_no(auth.ratio() >= TARGET_AUTH_RATIO).into(),
-    ));
-    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
-    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(5);
-    let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(0).max(6);
-    println!(
-        "== Summary ({}) ==",
-        if opts.quick { "--quick" } else { "full run" }
-    );
-    println!(
-        "   {:<w0$}  {:>w1$}  {:<w2$}  met?",
-        "figure", "value", "target"
-    );
-    println!("   {}", "-".repeat(w0 + w1 + w2 + 10));
-    for (a, b, c, d) in &rows {
-        println!("   {a:<w0$}  {b:>w1$}  {c:<w2$}  {d}");
-    }
+    rows.extend(fanout_rows(&fan));
+    rows.push(idle_row(&idle));
+    rows.push(auth_row(&auth));
+    print_summary(&opts, &rows);
     println!();
     println!(
         "   cores: {cores}; load average at end: {}; total time {:.0} s",

@@ -17,12 +17,13 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 
 use actix_web::rt::net::TcpStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::metrics::METRICS;
 
@@ -83,7 +84,9 @@ pub async fn admit(io: TcpStream) -> io::Result<Conn> {
     }
     METRICS.connections_refused.inc();
     if REFUSING.fetch_add(1, Ordering::SeqCst) < MAX_REFUSING {
-        refuse(io).await;
+        // Boxed: the refusal's read buffer would otherwise be part of this future, and so of
+        // every connection's task for as long as the connection lives.
+        Box::pin(refuse(io)).await;
     }
     REFUSING.fetch_sub(1, Ordering::SeqCst);
     Err(io::Error::other("connection limit reached"))
@@ -109,14 +112,37 @@ async fn refuse(mut io: TcpStream) {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), answer).await;
 }
 
-/// Set when the client has closed its side of the connection (the end of its stream was read).
+/// Set when the client has closed its side of the connection (the end of its stream was read),
+/// or the connection is gone. A flag and a `Notify` rather than a `watch` channel: every open
+/// connection carries one, and this is a fifth of the size.
+#[derive(Default)]
+struct Hangup {
+    closed: AtomicBool,
+    notify: Notify,
+}
+
+impl Hangup {
+    fn set(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.notify.notify_waiters();
+        }
+    }
+}
+
 #[derive(Clone)]
-pub struct PeerClosed(watch::Receiver<bool>);
+pub struct PeerClosed(Arc<Hangup>);
 
 impl PeerClosed {
     /// Resolves once the client has hung up (or the connection is gone).
     pub async fn wait(&mut self) {
-        let _ = self.0.wait_for(|closed| *closed).await;
+        loop {
+            // Made before the flag is read: a `notify_waiters` after this point wakes it.
+            let notified = self.0.notify.notified();
+            if self.0.closed.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -315,8 +341,14 @@ pub struct Conn {
     /// Bytes accepted from the HTTP layer and not yet on the socket (a head, as written or
     /// replaced).
     pending: Vec<u8>,
-    closed: watch::Sender<bool>,
+    hangup: Arc<Hangup>,
     _slot: Option<Slot>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.hangup.set();
+    }
 }
 
 impl Conn {
@@ -325,14 +357,14 @@ impl Conn {
             io,
             framing: Framing::Head(Vec::new()),
             pending: Vec::new(),
-            closed: watch::channel(false).0,
+            hangup: Arc::default(),
             _slot: slot,
         }
     }
 
     /// For the request's connection data (`HttpRequest::conn_data`).
     pub fn peer_closed(&self) -> PeerClosed {
-        PeerClosed(self.closed.subscribe())
+        PeerClosed(Arc::clone(&self.hangup))
     }
 
     pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
@@ -345,7 +377,13 @@ impl Conn {
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.pending.drain(..n);
+            if n == self.pending.len() {
+                // Let the head's buffer go: a long response (an event stream) would keep it for
+                // as long as it lasts.
+                self.pending = Vec::new();
+            } else {
+                self.pending.drain(..n);
+            }
         }
         Poll::Ready(Ok(()))
     }
@@ -400,7 +438,7 @@ impl AsyncRead for Conn {
         let room = buf.remaining() > 0;
         let result = ready!(Pin::new(&mut self.io).poll_read(cx, buf));
         if result.is_ok() && room && buf.filled().len() == before {
-            self.closed.send_replace(true);
+            self.hangup.set();
         }
         Poll::Ready(result)
     }
@@ -520,6 +558,19 @@ mod tests {
             judge_head(sse),
             HeadVerdict::Keep(Framing::Chunked(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_hang_up_wakes_every_waiter_before_and_after_it() {
+        let hangup = Arc::new(Hangup::default());
+        let mut early = PeerClosed(Arc::clone(&hangup));
+        let waiting = tokio::spawn(async move { early.wait().await });
+        tokio::task::yield_now().await;
+        hangup.set();
+        hangup.set();
+        waiting.await.unwrap();
+        let mut late = PeerClosed(Arc::clone(&hangup));
+        late.wait().await;
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! frames (deltas) carry no id. The resumable stream itself is [`super::stream`]; it ends when
 //! the client hangs up, its credential is revoked, its session is deleted, or at shutdown.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -31,11 +31,17 @@ impl Render for SessionsApi {
         Ok(Bytes::from(out))
     }
 
+    /// Made once per frame and shared by every subscriber.
     async fn live(&mut self, f: Arc<Frame>) -> Result<Bytes> {
-        Ok(Bytes::from(match f.seq {
-            Some(seq) => format!("id: {seq}\ndata: {}\n\n", f.data),
-            None => format!("data: {}\n\n", f.data),
-        }))
+        let cell = f.cache.slot::<OnceLock<Bytes>>();
+        Ok(cell
+            .get_or_init(|| {
+                Bytes::from(match f.seq {
+                    Some(seq) => format!("id: {seq}\ndata: {}\n\n", f.data),
+                    None => format!("data: {}\n\n", f.data),
+                })
+            })
+            .clone())
     }
 }
 

@@ -13,6 +13,7 @@
 //! signed out) or expires, when its session is deleted, and at shutdown.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::stream;
 use tokio::sync::{broadcast, watch};
+use tokio::time::{Instant, Sleep};
 
 use super::body::{Query, parse_uint53};
 use super::connection::PeerClosed;
@@ -140,6 +142,13 @@ struct StreamState<R> {
     sub: Subscription,
     phase: Phase,
     keepalive: Duration,
+    /// Fires `keepalive` after the last write. It is moved only when it fires (to the last
+    /// write's time plus `keepalive` if something was written since), so a busy stream does not
+    /// touch the timer once per frame.
+    keepalive_timer: Pin<Box<Sleep>>,
+    last_write: Instant,
+    /// Fires when the credential expires by itself (browser sessions); made once per stream.
+    expiry_timer: Option<Pin<Box<Sleep>>>,
     closed: watch::Receiver<bool>,
     /// The backlog already carried an output past the tail's start: the tail is stale.
     tail_settled: bool,
@@ -170,6 +179,9 @@ pub fn respond<R: Render>(o: Opening<R>) -> HttpResponse {
         last: o.after,
         sub: o.sub,
         phase: Phase::Backlog,
+        keepalive_timer: Box::pin(tokio::time::sleep(o.keepalive)),
+        last_write: Instant::now(),
+        expiry_timer: None,
         keepalive: o.keepalive,
         tail_settled: false,
         ends: o.ends,
@@ -185,9 +197,41 @@ pub fn respond<R: Render>(o: Opening<R>) -> HttpResponse {
 
 type Chunk = std::result::Result<Bytes, actix_web::Error>;
 
+/// The bytes of one write: frames rendered once and shared by every subscriber go out as they
+/// are (no copy) when they come alone, and are joined when several are ready at once.
+#[derive(Default)]
+struct Out {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl Out {
+    fn push(&mut self, bytes: Bytes) {
+        if !bytes.is_empty() {
+            self.len += bytes.len();
+            self.parts.push(bytes);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn into_bytes(mut self) -> Bytes {
+        if self.parts.len() == 1 {
+            return self.parts.remove(0);
+        }
+        let mut all = Vec::with_capacity(self.len);
+        for p in &self.parts {
+            all.extend_from_slice(p);
+        }
+        Bytes::from(all)
+    }
+}
+
 impl<R: Render> StreamState<R> {
     /// Appends a live frame unless it is a durable one already sent.
-    async fn push_live(&mut self, frame: Arc<Frame>, out: &mut Vec<u8>) {
+    async fn push_live(&mut self, frame: Arc<Frame>, out: &mut Out) {
         if let Some(seq) = frame.seq {
             if seq <= self.last {
                 return;
@@ -195,7 +239,7 @@ impl<R: Render> StreamState<R> {
             self.last = seq;
         }
         match self.render.live(frame).await {
-            Ok(bytes) => out.extend_from_slice(&bytes),
+            Ok(bytes) => out.push(bytes),
             Err(e) => {
                 tracing::warn!(error = %e, "event stream frame failed");
                 self.phase = Phase::Done;
@@ -205,8 +249,8 @@ impl<R: Render> StreamState<R> {
 
     /// Appends the live frames that are already waiting (up to [`LIVE_BATCH_BYTES`]). A stream
     /// that fell behind is ended after what it has (its client resumes by seq).
-    async fn drain_ready(&mut self, out: &mut Vec<u8>) {
-        while out.len() < LIVE_BATCH_BYTES && matches!(self.phase, Phase::Live) {
+    async fn drain_ready(&mut self, out: &mut Out) {
+        while out.len < LIVE_BATCH_BYTES && matches!(self.phase, Phase::Live) {
             match self.sub.rx.try_recv() {
                 Ok(frame) => self.push_live(frame, out).await,
                 Err(broadcast::error::TryRecvError::Empty) => return,
@@ -216,6 +260,19 @@ impl<R: Render> StreamState<R> {
                 }
                 Err(broadcast::error::TryRecvError::Closed) => self.phase = Phase::Done,
             }
+        }
+    }
+
+    /// The credential's own expiry as a timer, made on the first call.
+    async fn expiry_timer(&mut self) {
+        if self.expiry_timer.is_none() {
+            let Some(at) = self.ends.expiry().await else {
+                return;
+            };
+            let left = at.saturating_add(1).saturating_sub(clock::now_ms());
+            self.expiry_timer = Some(Box::pin(tokio::time::sleep(Duration::from_millis(
+                left.max(0) as u64,
+            ))));
         }
     }
 }
@@ -271,20 +328,22 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                 // after `tail_after` (a note, a steer) leave it current.
                 if !st.tail_settled && st.last >= st.sub.tail_after && !st.sub.tail.is_empty() {
                     let tail = std::mem::take(&mut st.sub.tail);
-                    let mut out = Vec::new();
+                    let mut out = Out::default();
                     for frame in tail {
                         match st.render.live(frame).await {
-                            Ok(bytes) => out.extend_from_slice(&bytes),
+                            Ok(bytes) => out.push(bytes),
                             Err(_) => st.phase = Phase::Done,
                         }
                     }
                     if !out.is_empty() {
-                        return Some((Ok(Bytes::from(out)), st));
+                        return Some((Ok(out.into_bytes()), st));
                     }
                 }
             }
             Phase::GoLive => {
                 st.phase = Phase::Live;
+                // Idle from here on (the backlog and the tail were writes).
+                st.last_write = Instant::now();
                 match st.render.went_live().await {
                     Ok(out) if out.is_empty() => {}
                     Ok(out) => return Some((Ok(out), st)),
@@ -292,14 +351,10 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                 }
             }
             Phase::Live => {
-                let keepalive = tokio::time::sleep(st.keepalive);
-                let expires_at = st.ends.expiry().await;
-                let expiry = async move {
-                    match expires_at {
-                        Some(at) => {
-                            let left = at.saturating_add(1).saturating_sub(clock::now_ms());
-                            tokio::time::sleep(Duration::from_millis(left.max(0) as u64)).await
-                        }
+                st.expiry_timer().await;
+                let expiry = async {
+                    match &mut st.expiry_timer {
+                        Some(timer) => timer.as_mut().await,
                         None => std::future::pending().await,
                     }
                 };
@@ -312,7 +367,12 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                 tokio::select! {
                     msg = st.sub.rx.recv() => match msg {
                         Ok(frame) => {
-                            let mut out = Vec::new();
+                            // One frame wakes every subscriber at once, and the writer answers
+                            // the request that made it only after publishing it: step back once,
+                            // so that the answer (queued behind the wake-ups) goes out before
+                            // the subscribers' writes rather than after all of them.
+                            tokio::task::yield_now().await;
+                            let mut out = Out::default();
                             st.push_live(frame, &mut out).await;
                             // Whatever else is already waiting goes out in the same write: under
                             // fan-out, one wake-up and one write per batch, not per frame.
@@ -320,7 +380,8 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                             if out.is_empty() {
                                 continue;
                             }
-                            return Some((Ok(Bytes::from(out)), st));
+                            st.last_write = Instant::now();
+                            return Some((Ok(out.into_bytes()), st));
                         }
                         // Too slow: end the stream; the client resumes from its last seq.
                         Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -330,7 +391,16 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                         }
                         Err(broadcast::error::RecvError::Closed) => st.phase = Phase::Done,
                     },
-                    () = keepalive => {
+                    () = st.keepalive_timer.as_mut() => {
+                        let due = st.last_write + st.keepalive;
+                        let now = Instant::now();
+                        if due > now {
+                            // Written to since the timer was set: idle from then on.
+                            st.keepalive_timer.as_mut().reset(due);
+                            continue;
+                        }
+                        st.last_write = now;
+                        st.keepalive_timer.as_mut().reset(now + st.keepalive);
                         return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
                     }
                     _ = st.closed.changed() => st.phase = Phase::Done,

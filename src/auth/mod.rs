@@ -8,11 +8,15 @@
 //!
 //! Authorisation is per workspace and capability: a workspace the credential cannot see answers
 //! 404 (never 403, so existence does not leak); a visible workspace without the capability answers
-//! 403. API keys are random 256-bit secrets stored as SHA-256 hashes; verified keys are cached for
-//! [`KEY_CACHE_TTL`] so that checking a key does not dominate a request.
+//! 403. API keys are random 256-bit secrets stored as SHA-256 hashes. Verified keys are cached so
+//! that checking a key does not dominate a request: the cache is keyed by a digest of the whole
+//! key made with a secret chosen at start (two keyed SipHash-1-3 values, 128 bits), so a request
+//! with a cached key costs one short hash and one lock, and neither the key nor anything an
+//! outsider could match against it is kept in memory. An entry is trusted for [`KEY_CACHE_TTL`],
+//! then its row is read again.
 //!
-//! Revocation takes effect on the next request: a revocation made through this server at once,
-//! one made by the CLI (another process) within the cache's 100 ms. Open event streams end too:
+//! Revocation takes effect on the next request: a revocation made through this server at once
+//! (its entries are dropped), one made by the CLI (another process) within the cache's 100 ms. Open event streams end too:
 //! [`Auth::watch_revocations`] looks for newly revoked keys a few times a second (one small query,
 //! however many streams are open) and tells every stream through [`Auth::revocations`]; signing
 //! out ends the browser session's streams the same way, and a browser session's streams end when
@@ -22,7 +26,8 @@ pub mod limiter;
 pub mod password;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
@@ -45,6 +50,8 @@ pub const KEY_CACHE_TTL: Duration = Duration::from_millis(100);
 const REVOCATION_POLL: Duration = Duration::from_millis(200);
 /// `last_used_at` is written at most this often per key.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
+/// Verified keys remembered at most; past this the cache starts over.
+const KEY_CACHE_MAX: usize = 10_000;
 
 /// What a route needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,13 +107,39 @@ pub enum Principal {
     /// A person through a browser session: member of any number of workspaces.
     Browser { user_id: String },
     /// An API key (personal or app), bound to one workspace and its scopes.
-    Key(KeyRow),
+    Key(Arc<KeyRow>),
 }
 
+/// A key that was verified against its stored hash.
 struct CachedKey {
-    row: KeyRow,
+    row: Arc<KeyRow>,
     fetched: Instant,
     touched: Option<Instant>,
+}
+
+/// The cache's name for a whole key text: 128 bits of SipHash-1-3 under two secret keys drawn at
+/// start. Without those keys nobody can make a text with a given digest, so a hit means the very
+/// key that was verified; and the digest is useless to anyone who reads memory for secrets.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct KeyDigest(u64, u64);
+
+struct KeyDigester(RandomState, RandomState);
+
+#[derive(Default)]
+struct KeyCache {
+    keys: HashMap<KeyDigest, CachedKey>,
+    /// Counts revocations: a row read before one is not cached after it.
+    revocations: u64,
+}
+
+impl KeyDigester {
+    fn new() -> KeyDigester {
+        KeyDigester(RandomState::new(), RandomState::new())
+    }
+
+    fn digest(&self, key: &str) -> KeyDigest {
+        KeyDigest(self.0.hash_one(key), self.1.hash_one(key))
+    }
 }
 
 /// A credential that stopped being valid, for the streams opened with it.
@@ -140,7 +173,8 @@ impl StreamCredential {
 
 pub struct Auth {
     store: Store,
-    keys: Mutex<HashMap<String, CachedKey>>,
+    keys: Mutex<KeyCache>,
+    digester: KeyDigester,
     revoked: broadcast::Sender<Revoked>,
     pub logins: limiter::LoginLimiter,
     /// How long a browser session lasts (`limits.browser_session_ms`).
@@ -196,7 +230,8 @@ impl Auth {
     pub fn new(store: Store) -> Auth {
         Auth {
             store,
-            keys: Mutex::new(HashMap::new()),
+            keys: Mutex::new(KeyCache::default()),
+            digester: KeyDigester::new(),
             revoked: broadcast::channel(256).0,
             logins: limiter::LoginLimiter::new(),
             session_ms: config::DEFAULT_BROWSER_SESSION_MS as i64,
@@ -254,79 +289,99 @@ impl Auth {
             .is_some()
     }
 
-    /// Verifies an API key; 401 for anything but a live key.
-    pub async fn key(&self, key: &str) -> Result<KeyRow> {
-        let (id, secret) = split_key(key).ok_or(Error::Unauthorized)?;
-        let hash = secret::token_hash(secret);
-        let cached = {
-            let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-            keys.get(id)
+    /// Verifies an API key; 401 for anything but a live key. A key verified less than
+    /// [`KEY_CACHE_TTL`] ago costs one short keyed hash and one lock; otherwise its row is read
+    /// and its secret checked against the stored SHA-256.
+    pub async fn key(&self, key: &str) -> Result<Arc<KeyRow>> {
+        let digest = self.digester.digest(key);
+        let (cached, revocations) = {
+            let mut cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            let cached = cache
+                .keys
+                .get_mut(&digest)
                 .filter(|c| c.fetched.elapsed() < KEY_CACHE_TTL)
-                .map(|c| c.row.clone())
+                .map(|c| (Arc::clone(&c.row), Self::due_for_touch(c)));
+            (cached, cache.revocations)
         };
-        let row = match cached {
-            Some(row) => row,
-            None => {
-                let id_owned = id.to_owned();
-                let row = self
-                    .store
-                    .read(move |c| identity::key_by_id(c, &id_owned))
-                    .await?
-                    .ok_or(Error::Unauthorized)?;
-                let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-                if keys.len() > 10_000 {
-                    keys.clear();
-                }
-                let touched = keys.get(id).and_then(|c| c.touched);
-                keys.insert(
-                    id.to_owned(),
-                    CachedKey {
-                        row: row.clone(),
-                        fetched: Instant::now(),
-                        touched,
-                    },
-                );
-                row
+        if let Some((row, touch)) = cached {
+            if touch {
+                self.touch(&row.id);
             }
-        };
+            return Ok(row);
+        }
+        let (id, secret) = split_key(key).ok_or(Error::Unauthorized)?;
+        let id_owned = id.to_owned();
+        let row = self
+            .store
+            .read(move |c| identity::key_by_id(c, &id_owned))
+            .await?
+            .ok_or(Error::Unauthorized)?;
+        let hash = secret::token_hash(secret);
         if !secret::constant_time_eq(row.secret_hash.as_bytes(), hash.as_bytes())
             || row.revoked
             || !row.member
         {
+            // Whatever was cached under this text is no longer good.
+            self.keys
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys
+                .remove(&digest);
             return Err(Error::Unauthorized);
         }
-        self.touch(id);
+        let row = Arc::new(row);
+        let touch = {
+            let mut cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.revocations != revocations {
+                // A key was revoked while this row was read: it may be this one, so answer from
+                // the row (revoked after the read began) but do not remember it.
+                return Ok(row);
+            }
+            let keys = &mut cache.keys;
+            if keys.len() >= KEY_CACHE_MAX && !keys.contains_key(&digest) {
+                keys.clear();
+            }
+            let entry = keys.entry(digest).or_insert_with(|| CachedKey {
+                row: Arc::clone(&row),
+                fetched: Instant::now(),
+                touched: None,
+            });
+            entry.row = Arc::clone(&row);
+            entry.fetched = Instant::now();
+            Self::due_for_touch(entry)
+        };
+        if touch {
+            self.touch(&row.id);
+        }
         Ok(row)
     }
 
-    /// Records the key's last use, at most once a minute.
-    fn touch(&self, id: &str) {
-        let due = {
-            let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-            match keys.get_mut(id) {
-                Some(c) if c.touched.is_none_or(|t| t.elapsed() >= TOUCH_EVERY) => {
-                    c.touched = Some(Instant::now());
-                    true
-                }
-                _ => false,
-            }
-        };
-        if due {
-            let store = self.store.clone();
-            let id = id.to_owned();
-            let now = clock::now_ms();
-            tokio::spawn(async move {
-                let _ = store.write(move |tx| tx.touch_key(&id, now)).await;
-            });
+    /// Whether the key's last use is due to be recorded (at most once a minute); marks it so.
+    fn due_for_touch(c: &mut CachedKey) -> bool {
+        if c.touched.is_none_or(|t| t.elapsed() >= TOUCH_EVERY) {
+            c.touched = Some(Instant::now());
+            return true;
         }
+        false
+    }
+
+    /// Records the key's last use.
+    fn touch(&self, id: &str) {
+        let store = self.store.clone();
+        let id = id.to_owned();
+        let now = clock::now_ms();
+        tokio::spawn(async move {
+            let _ = store.write(move |tx| tx.touch_key(&id, now)).await;
+        });
     }
 
     /// Forgets a key at once and ends the streams opened with it (after a revocation).
     pub fn forget_key(&self, id: &str) {
-        self.keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        {
+            let mut cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            cache.revocations += 1;
+            cache.keys.retain(|_, c| c.row.id != id);
+        }
         let _ = self.revoked.send(Revoked::Key(id.to_owned()));
     }
 
