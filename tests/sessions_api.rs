@@ -983,7 +983,8 @@ fn follow_up_waits_for_the_running_turn_r26() {
 #[test]
 fn steer_joins_the_running_turn_r25() {
     let s = Server::start();
-    let id = create_id(&s, "/slow 150\n/stream 4");
+    // The turn waits for the steer (a condition, not a time window), then streams on.
+    let id = create_id(&s, "/await_steer\n/stream 4");
     let started = wait_event(&s, &id, &["turn_started"], 0);
     let ack = message(&s, &id, json!({"prompt": "/reply steered in"}));
     assert_eq!(ack["delivery"], "accepted", "a running turn takes a steer");

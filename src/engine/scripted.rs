@@ -14,6 +14,7 @@
 //! | `/fail MESSAGE` | ends the turn with `complete` status `failed` and MESSAGE as error |
 //! | `/task NAME MS` | runs a background task NAME for MS milliseconds: `task_started`, `task_output` every 100 ms, `heartbeat`s, `task_settled` |
 //! | `/title TEXT` | after the first turn, the automatic title is TEXT (`/title !fail` makes title generation fail) |
+//! | `/await_steer` | waits (at most a minute) until a steer message reaches the turn, so a script can be steered at a known step |
 //!
 //! A prompt whose first line is not a directive is answered `echo: <prompt>`; other plain lines in
 //! a script are replied as they are. A steer message that reaches a running turn is run after the
@@ -32,6 +33,11 @@ use crate::error::Result;
 use crate::timeline::{
     AskOption, AskQuestion, Event, Step, Tier, Todo, TodoStatus, ToolOutputPart,
 };
+
+/// How long `/await_steer` waits for a steer before the script goes on without one.
+const AWAIT_STEER_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often `/await_steer` looks for a steer (the turn stays interruptible in between).
+const AWAIT_STEER_POLL_MS: u64 = 5;
 
 #[derive(Debug, Default)]
 pub struct ScriptedEngine {
@@ -57,8 +63,18 @@ struct Continuation {
 }
 
 fn is_directive(line: &str) -> bool {
-    const NAMES: [&str; 10] = [
-        "reply", "stream", "slow", "ask", "sleep", "tool", "todos", "fail", "task", "title",
+    const NAMES: [&str; 11] = [
+        "reply",
+        "stream",
+        "slow",
+        "ask",
+        "sleep",
+        "tool",
+        "todos",
+        "fail",
+        "task",
+        "title",
+        "await_steer",
     ];
     line.strip_prefix('/')
         .map(|rest| {
@@ -218,6 +234,14 @@ impl Engine for ScriptedEngine {
                         last_text = Some(text);
                     }
                     "slow" => slow_ms = arg.parse().unwrap_or(0).min(600_000),
+                    "await_steer" => {
+                        let until = std::time::Instant::now() + AWAIT_STEER_LIMIT;
+                        while !io.steer_waiting() && std::time::Instant::now() < until {
+                            if !io.pause(AWAIT_STEER_POLL_MS).await {
+                                return Ok(TurnEnd::Interrupted);
+                            }
+                        }
+                    }
                     "ask" => {
                         let mut parts = arg.split('|').map(str::trim);
                         let question = parts.next().unwrap_or("").to_owned();
