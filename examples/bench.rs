@@ -33,6 +33,8 @@ use sessiond::timeline::{Event, Sender};
 
 #[path = "support/report.rs"]
 mod report;
+#[path = "support/seed.rs"]
+mod seed;
 use report::{loadavg, quick_flag, thousands};
 
 const TARGET_STORE_RATIO: f64 = 0.50;
@@ -615,29 +617,12 @@ fn seed_history(cfg: &Config, events: u64) -> Seeded {
         .unwrap_or_else(|e| die("open seed store", e));
     // The server only serves authenticated requests: create an owner and an API key for the
     // bench (what `sessiond user create` + `sessiond token create` do).
-    let phc = sessiond::auth::password::hash("bench-password-123")
-        .unwrap_or_else(|e| die("password hash", e));
-    let (ws, agent, user, api_key) = store
-        .write_blocking(move |tx| {
-            let ws = tx.ensure_workspace(sessiond::store::DEFAULT_WORKSPACE, "Default")?;
-            let agent: String = tx.conn().query_row(
-                "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
-                [&ws],
-                |r| r.get(0),
-            )?;
-            let user = tx.insert_user("bench@bench.local", &phc)?;
-            tx.add_membership(&user, &ws, "owner")?;
-            let key = sessiond::auth::create_key(
-                tx,
-                "bench",
-                Some(&user),
-                None,
-                &ws,
-                &["sessions".to_owned()],
-            )?;
-            Ok((ws, agent, user, key.key))
-        })
-        .unwrap_or_else(|e| die("seed workspace and credentials", e));
+    let seed::Owner {
+        workspace: ws,
+        agent,
+        user,
+        api_key,
+    } = seed::owner(&store).unwrap_or_else(|e| die("seed workspace and credentials", e));
     let key = insert_sessions(&store, &ws, &agent, 1, &user, "history bench").remove(0);
     let start = Instant::now();
     const CHUNK: u64 = 5_000;

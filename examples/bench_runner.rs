@@ -82,6 +82,8 @@ use tokio::task::JoinSet;
 
 #[path = "support/report.rs"]
 mod report;
+#[path = "support/seed.rs"]
+mod seed;
 use report::{Lat, flags, loadavg, thousands};
 
 const WS: &str = "default";
@@ -747,20 +749,7 @@ struct Ctx {
 }
 
 fn http_client(key: Option<&str>) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(key) = key {
-        let value = format!("Bearer {key}")
-            .parse()
-            .unwrap_or_else(|e| die("authorization header", e));
-        headers.insert(reqwest::header::AUTHORIZATION, value);
-    }
-    sessiond::tls::client_builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .default_headers(headers)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap_or_else(|e| die("http client", e))
+    seed::client(key, Duration::from_secs(60)).unwrap_or_else(|e| die("http client", e))
 }
 
 /// POSTs JSON and returns the parsed body of a 200 answer.

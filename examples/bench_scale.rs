@@ -37,6 +37,8 @@ use sessiond::timeline::{Event, Sender};
 
 #[path = "support/report.rs"]
 mod report;
+#[path = "support/seed.rs"]
+mod seed;
 use report::{Lat, loadavg, quick_flag, thousands};
 
 const TARGET_ACTIVITY_P99_MS: f64 = 5.0;
@@ -91,29 +93,12 @@ struct Seed {
 fn open_seed(db: &Path) -> Seed {
     let store = Store::open(db, &Default::default(), Bus::new(1024, 1024))
         .unwrap_or_else(|e| die("open store", e));
-    let phc = sessiond::auth::password::hash("bench-password-123")
-        .unwrap_or_else(|e| die("password hash", e));
-    let (ws, agent, user, api_key) = store
-        .write_blocking(move |tx| {
-            let ws = tx.ensure_workspace(sessiond::store::DEFAULT_WORKSPACE, "Default")?;
-            let agent: String = tx.conn().query_row(
-                "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
-                [&ws],
-                |r| r.get(0),
-            )?;
-            let user = tx.insert_user("bench@bench.local", &phc)?;
-            tx.add_membership(&user, &ws, "owner")?;
-            let key = sessiond::auth::create_key(
-                tx,
-                "bench",
-                Some(&user),
-                None,
-                &ws,
-                &["sessions".to_owned()],
-            )?;
-            Ok((ws, agent, user, key.key))
-        })
-        .unwrap_or_else(|e| die("seed workspace and credentials", e));
+    let seed::Owner {
+        workspace: ws,
+        agent,
+        user,
+        api_key,
+    } = seed::owner(&store).unwrap_or_else(|e| die("seed workspace and credentials", e));
     let history = {
         let (ws, agent, user) = (ws.clone(), agent.clone(), user.clone());
         store
@@ -264,18 +249,7 @@ fn serve_child(data_dir: PathBuf, bind: String) -> ! {
 }
 
 fn client(api_key: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    let value = format!("Bearer {api_key}")
-        .parse()
-        .unwrap_or_else(|e| die("authorization header", e));
-    headers.insert(reqwest::header::AUTHORIZATION, value);
-    sessiond::tls::client_builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .default_headers(headers)
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap_or_else(|e| die("http client", e))
+    seed::client(Some(api_key), Duration::from_secs(120)).unwrap_or_else(|e| die("http client", e))
 }
 
 async fn get_json(c: &reqwest::Client, url: &str) -> Value {

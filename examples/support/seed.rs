@@ -1,0 +1,65 @@
+//! What the benchmark commands that seed their own data dir share: the owner and API key a served
+//! bench authenticates with, and an HTTP client that sends that key (included with `#[path]`; not
+//! a target itself, and not every command uses every piece).
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use sessiond::store::Store;
+
+/// The default workspace's owner, its root agent and an API key with the `sessions` scope: what
+/// `sessiond user create` and `sessiond token create` make.
+pub struct Owner {
+    pub workspace: String,
+    pub agent: String,
+    pub user: String,
+    pub api_key: String,
+}
+
+pub fn owner(store: &Store) -> Result<Owner, String> {
+    let phc = sessiond::auth::password::hash("bench-password-123").map_err(|e| e.to_string())?;
+    store
+        .write_blocking(move |tx| {
+            let workspace = tx.ensure_workspace(sessiond::store::DEFAULT_WORKSPACE, "Default")?;
+            let agent: String = tx.conn().query_row(
+                "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
+                [&workspace],
+                |r| r.get(0),
+            )?;
+            let user = tx.insert_user("bench@bench.local", &phc)?;
+            tx.add_membership(&user, &workspace, "owner")?;
+            let key = sessiond::auth::create_key(
+                tx,
+                "bench",
+                Some(&user),
+                None,
+                &workspace,
+                &["sessions".to_owned()],
+            )?;
+            Ok(Owner {
+                workspace,
+                agent,
+                user,
+                api_key: key.key,
+            })
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// A client for a served bench: no proxy, Nagle off, `Authorization: Bearer KEY` when given.
+pub fn client(api_key: Option<&str>, timeout: Duration) -> Result<reqwest::Client, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let value = format!("Bearer {key}")
+            .parse()
+            .map_err(|e| format!("authorization header: {e}"))?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    sessiond::tls::client_builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .default_headers(headers)
+        .timeout(timeout)
+        .build()
+        .map_err(|e| e.to_string())
+}
