@@ -391,7 +391,8 @@ fn delivery_queued_while_pool_is_busy_then_runs_in_order_r28_r64() {
 #[test]
 fn steer_joins_running_turn_after_current_step_r25_inv7() {
     let s = Server::start();
-    let id = s.create_prompt("/slow 1000\n/reply a\n/reply b\n/reply c");
+    // The turn waits for the steer after `a` (a condition, not a time window).
+    let id = s.create_prompt("/reply a\n/await_steer\n/reply b\n/reply c");
     let before = wait_text(&s, &id, "a");
     let done_before = texts(&before);
     let ack = message(&s, &id, json!({ "prompt": "hurry" }));
@@ -1177,7 +1178,8 @@ fn wait_pending_then_identical_retry_returns_the_same_input_r49_r50_r51() {
 #[test]
 fn wait_for_steer_returns_joined_turn_terminal_and_follow_up_its_own() {
     let s = Server::start();
-    let id = s.create_prompt("/slow 800\n/reply a\n/reply b\n/reply c");
+    // The turn waits for the steer after `a`, so both messages reach it running.
+    let id = s.create_prompt("/reply a\n/await_steer\n/reply b\n/reply c");
     wait_text(&s, &id, "a");
     let (steer, follow) = std::thread::scope(|scope| {
         let f = scope.spawn(|| {
