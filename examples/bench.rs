@@ -695,19 +695,9 @@ fn http_client() -> reqwest::Client {
 }
 
 async fn wait_healthy(base: &str) {
-    let client = http_client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client.get(format!("{base}/healthz")).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        if Instant::now() > deadline {
-            die("server", "did not become healthy within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    seed::wait_healthy(&http_client(), base, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| die("server", e));
 }
 
 async fn get_json(client: &reqwest::Client, url: &str) -> Value {

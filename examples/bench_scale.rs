@@ -263,18 +263,9 @@ async fn get_json(c: &reqwest::Client, url: &str) -> Value {
 }
 
 async fn wait_healthy(c: &reqwest::Client, base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Ok(r) = c.get(format!("{base}/healthz")).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        if Instant::now() > deadline {
-            die("server", "did not become healthy within 120 s");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    seed::wait_healthy(c, base, Duration::from_secs(120))
+        .await
+        .unwrap_or_else(|e| die("server", e));
 }
 
 /// One measured query: its name and how to check an answer.

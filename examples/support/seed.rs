@@ -3,7 +3,7 @@
 //! a target itself, and not every command uses every piece).
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sessiond::store::Store;
 
@@ -62,4 +62,23 @@ pub fn client(api_key: Option<&str>, timeout: Duration) -> Result<reqwest::Clien
         .timeout(timeout)
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// Waits until the server at `base` answers `GET /healthz` with success, at most `limit`.
+pub async fn wait_healthy(c: &reqwest::Client, base: &str, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(r) = c.get(format!("{base}/healthz")).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "did not become healthy within {} s",
+                limit.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
