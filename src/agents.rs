@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use crate::config::Policy;
 use crate::drive::{self, Drive};
 use crate::error::{Error, Result};
-use crate::store::{self, AgentRow, Store};
+use crate::store::directory::{AgentChange, AgentLink, NewAgent};
+use crate::store::{AgentRow, Store};
 
 pub const ROOT_SLUG: &str = "root";
 
@@ -87,14 +88,13 @@ pub fn view(a: &AgentRow) -> Value {
 }
 
 pub async fn list(store: &Store, workspace_id: &str) -> Result<Vec<AgentRow>> {
-    let ws = workspace_id.to_owned();
-    store.read(move |c| store::agents(c, &ws)).await
+    store.directory().agents(workspace_id).await
 }
 
 pub async fn get(store: &Store, workspace_id: &str, slug: &str) -> Result<AgentRow> {
-    let (ws, slug) = (workspace_id.to_owned(), slug.to_owned());
     store
-        .read(move |c| store::agent_by_slug(c, &ws, &slug))
+        .directory()
+        .agent_by_slug(workspace_id, slug)
         .await?
         .ok_or(Error::AgentNotFound)
 }
@@ -106,9 +106,8 @@ pub fn create_blocking(
     workspace_id: &str,
     spec: AgentSpec,
 ) -> Result<AgentRow> {
-    let (slug, name, anchor, engine) = prepare_new(drive, policy, spec)?;
-    let ws = workspace_id.to_owned();
-    store.write_blocking(move |tx| tx.insert_agent(&ws, &slug, &name, &anchor, &engine))
+    let new = prepare_new(drive, policy, workspace_id, spec)?;
+    store.directory().create_agent_blocking(new)
 }
 
 pub async fn create(
@@ -118,39 +117,30 @@ pub async fn create(
     workspace_id: &str,
     spec: AgentSpec,
 ) -> Result<AgentRow> {
-    create_with(store, drive, policy, workspace_id, spec, |_, _| Ok(())).await
+    create_with(store, drive, policy, workspace_id, spec, AgentLink::None).await
 }
 
-/// [`create`], with `link` writing the caller's own rows about the new agent in the same
-/// transaction (an API family's registration of it).
-pub async fn create_with<F>(
+/// [`create`], with `link` naming the rows another API family records about the new agent in
+/// the same transaction (its registration).
+pub async fn create_with(
     store: &Store,
     drive: &Drive,
     policy: &Policy,
     workspace_id: &str,
     spec: AgentSpec,
-    link: F,
-) -> Result<AgentRow>
-where
-    F: FnOnce(&mut store::Tx<'_>, &AgentRow) -> Result<()> + Send + 'static,
-{
-    let (slug, name, anchor, engine) = prepare_new(drive, policy, spec)?;
-    let ws = workspace_id.to_owned();
-    store
-        .write(move |tx| {
-            let row = tx.insert_agent(&ws, &slug, &name, &anchor, &engine)?;
-            link(tx, &row)?;
-            Ok(row)
-        })
-        .await
+    link: AgentLink,
+) -> Result<AgentRow> {
+    let new = prepare_new(drive, policy, workspace_id, spec)?;
+    store.directory().create_agent(new, link).await
 }
 
 /// Validates a new agent and creates its anchor folder.
 fn prepare_new(
     drive: &Drive,
     policy: &Policy,
+    workspace_id: &str,
     spec: AgentSpec,
-) -> Result<(String, String, String, String)> {
+) -> Result<NewAgent> {
     let slug = spec.slug.ok_or_else(|| Error::invalid("slug: required"))?;
     check_slug(&slug)?;
     if slug == ROOT_SLUG {
@@ -166,7 +156,13 @@ fn prepare_new(
         spec.anchor.as_deref().unwrap_or(&format!("agents/{slug}")),
     )?;
     let engine = check_engine(&spec.engine.unwrap_or_else(|| json!({})), policy)?;
-    Ok((slug, name, anchor, engine))
+    Ok(NewAgent {
+        workspace_id: workspace_id.to_owned(),
+        slug,
+        name,
+        anchor,
+        engine,
+    })
 }
 
 fn anchor_folder(drive: &Drive, anchor: &str) -> Result<String> {
@@ -190,13 +186,11 @@ pub fn update_blocking(
     spec: AgentSpec,
 ) -> Result<AgentRow> {
     let current = store
-        .read_blocking(|c| store::agent_by_slug(c, workspace_id, slug))?
+        .directory()
+        .agent_by_slug_blocking(workspace_id, slug)?
         .ok_or(Error::AgentNotFound)?;
-    let (id, name, anchor, engine) = prepare_update(drive, policy, &current, spec)?;
-    store.write_blocking(move |tx| {
-        tx.update_agent(&id, &name, &anchor, &engine)?;
-        store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)
-    })
+    let change = prepare_update(drive, policy, &current, spec)?;
+    store.directory().update_agent_blocking(change)
 }
 
 pub async fn update(
@@ -208,13 +202,8 @@ pub async fn update(
     spec: AgentSpec,
 ) -> Result<AgentRow> {
     let current = get(store, workspace_id, slug).await?;
-    let (id, name, anchor, engine) = prepare_update(drive, policy, &current, spec)?;
-    store
-        .write(move |tx| {
-            tx.update_agent(&id, &name, &anchor, &engine)?;
-            store::agent_by_id(tx.conn(), &id)?.ok_or(Error::AgentNotFound)
-        })
-        .await
+    let change = prepare_update(drive, policy, &current, spec)?;
+    store.directory().update_agent(change).await
 }
 
 /// Validates a change to an agent; the anchor folder is created when it moves.
@@ -223,7 +212,7 @@ fn prepare_update(
     policy: &Policy,
     current: &AgentRow,
     spec: AgentSpec,
-) -> Result<(String, String, String, String)> {
+) -> Result<AgentChange> {
     if spec.slug.as_deref().is_some_and(|s| s != current.slug) {
         return Err(Error::invalid("slug: cannot be changed"));
     }
@@ -242,7 +231,12 @@ fn prepare_update(
         Some(e) => check_engine(&e, policy)?,
         None => current.engine.clone(),
     };
-    Ok((current.id.clone(), name, anchor, engine))
+    Ok(AgentChange {
+        agent_id: current.id.clone(),
+        name,
+        anchor,
+        engine,
+    })
 }
 
 pub async fn delete(store: &Store, workspace_id: &str, slug: &str) -> Result<()> {
@@ -253,7 +247,7 @@ pub async fn delete(store: &Store, workspace_id: &str, slug: &str) -> Result<()>
         ));
     }
     let agent = get(store, workspace_id, slug).await?;
-    store.write(move |tx| tx.delete_agent(&agent.id)).await
+    store.directory().delete_agent(&agent.id).await
 }
 
 /// The agent owning a cwd: the one with the longest anchor containing it (root at worst).

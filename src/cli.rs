@@ -384,9 +384,9 @@ fn agent_command(cfg: &Config, action: &AgentAction) -> Result<(), String> {
         | AgentAction::Delete { workspace, .. } => workspace.clone(),
     };
     let result = rt.block_on(async {
-        let slug = workspace.clone();
         let ws = store
-            .read(move |c| crate::store::workspace_by_slug(c, &slug))
+            .directory()
+            .workspace_by_slug(&workspace)
             .await?
             .ok_or_else(|| crate::Error::invalid(format!("no workspace {workspace}")))?;
         let drive = crate::drive::Drive::root_for(&cfg.data_dir, &ws.slug);
@@ -445,7 +445,8 @@ enum IdentityAction<'a> {
 
 fn workspace_id(store: &crate::store::Store, slug: &str) -> Result<String, String> {
     store
-        .read_blocking(|c| crate::store::workspace_by_slug(c, slug))
+        .directory()
+        .workspace_by_slug_blocking(slug)
         .map_err(|e| e.to_string())?
         .map(|w| w.id)
         .ok_or_else(|| format!("no workspace {slug}"))
@@ -491,23 +492,16 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                 }
                 let ws = workspace_id(&store, workspace)?;
                 let phc = crate::auth::password::hash(&password).map_err(|e| e.to_string())?;
-                let role = role.clone();
-                let who = email.clone();
+                let role = match role.as_deref().map(identity::Role::parse) {
+                    None => identity::FirstRole::OwnerIfFirst,
+                    Some(Some(role)) => identity::FirstRole::Given(role),
+                    Some(None) => return Err("--role: owner or member".into()),
+                };
                 let (id, role) = store
-                    .write_blocking(move |tx| {
-                        let first = identity::user_count(tx.conn())? == 0;
-                        let id = tx.insert_user(&email, &phc)?;
-                        let role = role.unwrap_or_else(|| {
-                            if first {
-                                "owner".into()
-                            } else {
-                                "member".into()
-                            }
-                        });
-                        tx.add_membership(&id, &ws, &role)?;
-                        Ok((id, role))
-                    })
+                    .identity()
+                    .create_user_blocking(&email, &phc, &ws, role)
                     .map_err(|e| e.to_string())?;
+                let (who, role) = (&email, role.name());
                 println!("created {who} as {role} of workspace {workspace} (user {id})");
             }
             IdentityAction::Workspace(WorkspaceAction::Create { slug, name }) => {
@@ -519,9 +513,10 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                 if !ok {
                     return Err("workspace slug: 1 to 63 characters of a-z, 0-9 and '-'".into());
                 }
-                let (s, n) = (slug.clone(), name.clone().unwrap_or_else(|| slug.clone()));
+                let name = name.clone().unwrap_or_else(|| slug.clone());
                 store
-                    .write_blocking(move |tx| tx.ensure_workspace(&s, &n).map(|_| ()))
+                    .directory()
+                    .ensure_workspace_blocking(slug, &name)
                     .map_err(|e| e.to_string())?;
                 crate::drive::Drive::root_for(&cfg.data_dir, slug)
                     .ensure()
@@ -538,26 +533,29 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                 let scopes = scopes(list, workspace)?;
                 let email = user.trim().to_lowercase();
                 let u = store
-                    .read_blocking(|c| identity::user_by_email(c, &email))
+                    .identity()
+                    .user_by_email_blocking(&email)
                     .map_err(|e| e.to_string())?
                     .ok_or_else(|| format!("no user {email}"))?;
                 let member = store
-                    .read_blocking(|c| identity::is_member(c, &u.id, &ws))
+                    .identity()
+                    .is_member_blocking(&u.id, &ws)
                     .map_err(|e| e.to_string())?;
                 if !member {
                     return Err(format!("{email} is not a member of workspace {workspace}"));
                 }
-                let name = name.clone();
-                let key = store
-                    .write_blocking(move |tx| {
-                        crate::auth::create_key(tx, &name, Some(&u.id), None, &ws, &scopes)
-                    })
+                let (key, row) =
+                    crate::auth::mint_key(name, &ws, &scopes).map_err(|e| e.to_string())?;
+                store
+                    .identity()
+                    .insert_user_key_blocking(&u.id, row)
                     .map_err(|e| e.to_string())?;
                 println!("{}", key.key);
             }
             IdentityAction::Token(TokenAction::List) => {
                 for k in store
-                    .read_blocking(identity::keys)
+                    .identity()
+                    .keys_blocking()
                     .map_err(|e| e.to_string())?
                 {
                     let owner = k
@@ -584,9 +582,9 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                 }
             }
             IdentityAction::Token(TokenAction::Revoke { id }) => {
-                let i = id.clone();
                 let done = store
-                    .write_blocking(move |tx| tx.revoke_key(&i))
+                    .identity()
+                    .revoke_key_blocking(id)
                     .map_err(|e| e.to_string())?;
                 if !done {
                     return Err(format!("no active key {id}"));
@@ -600,19 +598,11 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
             }) => {
                 let ws = workspace_id(&store, workspace)?;
                 let scopes = scopes(list, workspace)?;
-                let name = name.clone();
-                let key = store
-                    .write_blocking(move |tx| {
-                        let app = tx.insert_app(&ws, &name, &scopes)?;
-                        crate::auth::create_key(
-                            tx,
-                            &format!("app {name}"),
-                            None,
-                            Some(&app),
-                            &ws,
-                            &scopes,
-                        )
-                    })
+                let (key, row) = crate::auth::mint_key(&format!("app {name}"), &ws, &scopes)
+                    .map_err(|e| e.to_string())?;
+                store
+                    .identity()
+                    .insert_app_with_key_blocking(name, row)
                     .map_err(|e| e.to_string())?;
                 println!("{}", key.key);
             }

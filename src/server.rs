@@ -24,10 +24,8 @@ pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
         .map_err(|e| format!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
     let store = Store::open(&cfg.db_path(), &cfg.store, bus).map_err(|e| e.to_string())?;
     store
-        .write_blocking(|tx| {
-            tx.ensure_workspace(DEFAULT_WORKSPACE, "Default")
-                .map(|_| ())
-        })
+        .directory()
+        .ensure_workspace_blocking(DEFAULT_WORKSPACE, "Default")
         .map_err(|e| e.to_string())?;
     Drive::root_for(&cfg.data_dir, DEFAULT_WORKSPACE)
         .ensure()
@@ -39,14 +37,15 @@ pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
 fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
     use crate::agents::{self, AgentSpec};
     for a in &cfg.agents {
-        let slug = a.workspace.clone();
         let ws = store
-            .read_blocking(|c| crate::store::workspace_by_slug(c, &slug))
+            .directory()
+            .workspace_by_slug_blocking(&a.workspace)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("config: agent {}: no workspace {}", a.slug, a.workspace))?;
         let drive = Drive::root_for(&cfg.data_dir, &ws.slug);
         let exists = store
-            .read_blocking(|c| crate::store::agent_by_slug(c, &ws.id, &a.slug))
+            .directory()
+            .agent_by_slug_blocking(&ws.id, &a.slug)
             .map_err(|e| e.to_string())?;
         let spec = AgentSpec {
             slug: Some(a.slug.clone()),
@@ -280,7 +279,7 @@ fn bind_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
 fn log_engines(store: &Store, engines: &Engines) {
     let default = engines.default_engine();
     tracing::info!(engine = default.name(), details = %default.describe(), "default engine");
-    let agents = store.read_blocking(crate::store::agent_engines);
+    let agents = store.directory().agent_engines_blocking();
     for (ws, agent, engine) in agents.unwrap_or_default() {
         let e = engines.for_config(&engine);
         tracing::info!(workspace = %ws, agent = %agent, engine = e.name(), details = %e.describe(), "agent engine");

@@ -14,7 +14,8 @@ use crate::drive::{self, Drive};
 use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::Actor;
-use crate::store::{self, Store};
+use crate::store::Store;
+use crate::store::identity::{NewUploadGrant, UploadCheck};
 
 /// Path prefix of the upload endpoint; a grant's `uploadPath` is `/files/<grant id>`.
 pub const UPLOAD_PREFIX: &str = "/files";
@@ -51,14 +52,15 @@ pub async fn mint(
     let token = secret::random_token(32)?;
     let id = crate::ids::new_id();
     let expires_at = clock::now_ms() + ttl_ms as i64;
-    let (hash, ws, p, gid) = (
-        secret::token_hash(&token),
-        actor.workspace_id.clone(),
-        prefix.clone(),
-        id.clone(),
-    );
     store
-        .write(move |tx| tx.insert_upload_grant(&gid, &hash, &ws, &p, expires_at))
+        .identity()
+        .insert_upload_grant(NewUploadGrant {
+            id: id.clone(),
+            token_hash: secret::token_hash(&token),
+            workspace_id: actor.workspace_id.clone(),
+            prefix: prefix.clone(),
+            expires_at,
+        })
         .await?;
     Ok(Grant {
         vm_base_url: base_url.trim_end_matches('/').to_owned(),
@@ -85,18 +87,11 @@ pub async fn authorise(
 ) -> Result<Target> {
     let token = token.ok_or(Error::Unauthorized)?;
     let hash = secret::token_hash(token);
-    let (gid, h) = (grant_id.to_owned(), hash.clone());
-    let (grant, owner_of_token, slug) = store
-        .read(move |c| {
-            let grant = store::upload_grant(c, &gid)?;
-            let owner = store::upload_grant_by_hash(c, &h)?;
-            let slug = match &grant {
-                Some(g) => store::workspace_slug(c, &g.workspace_id)?,
-                None => None,
-            };
-            Ok((grant, owner, slug))
-        })
-        .await?;
+    let UploadCheck {
+        grant,
+        grant_of_token: owner_of_token,
+        workspace_slug: slug,
+    } = store.identity().upload_check(grant_id, &hash).await?;
     let grant = match grant {
         Some(g) if secret::constant_time_eq(g.token_hash.as_bytes(), hash.as_bytes()) => g,
         _ if owner_of_token.is_some() => {

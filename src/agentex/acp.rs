@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::{Actor, Sessions};
 use crate::store::acp::{AcpEnrolment, AgentUpdate};
+use crate::store::directory::AgentLink;
 use crate::store::agentex::{AgentKey, AgentRegistration, AgentexAgentRow, EventRow, TaskRow};
 
 /// The secret issued keys are derived from, in the data dir.
@@ -241,7 +242,7 @@ pub async fn register(
                 &sessions.config().policy,
                 &actor.workspace_id,
                 spec,
-                move |tx, row| tx.enrol_acp_agent(&row.id, &enrolment),
+                AgentLink::EnrolAcp(enrolment),
             )
             .await;
             match created {

@@ -16,6 +16,7 @@ use crate::engine::EngineConfig;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Sessions};
 use crate::store::agentex::{AgentFilter, AgentKey, AgentRegistration, AgentexAgentRow};
+use crate::store::directory::AgentLink;
 
 pub const ACP_TYPE: &str = "sync";
 
@@ -137,7 +138,7 @@ pub async fn register_build(
                 &sessions.config().policy,
                 &actor.workspace_id,
                 spec,
-                move |tx, row| tx.register_agent(&row.id, &first.borrowed()),
+                AgentLink::Register(first),
             )
             .await;
             match created {

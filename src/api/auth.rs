@@ -10,7 +10,7 @@ use super::body;
 use super::context::{AppState, credential};
 use crate::auth::{self, Principal, password};
 use crate::error::{Error, Result};
-use crate::store::{self, identity};
+use crate::store;
 
 #[derive(Deserialize)]
 struct SetupBody {
@@ -76,12 +76,7 @@ async fn signed_in(state: &AppState, user_id: &str, email: &str) -> Result<HttpR
 }
 
 async fn me_body(state: &AppState, user_id: &str, email: &str) -> Result<serde_json::Value> {
-    let user = user_id.to_owned();
-    let workspaces = state
-        .auth
-        .store()
-        .read(move |c| identity::memberships(c, &user))
-        .await?;
+    let workspaces = state.auth.store().identity().memberships(user_id).await?;
     Ok(json!({
         "user": { "id": user_id, "email": email },
         "workspaces": workspaces.iter().map(|(_, slug, role)| json!({"slug": slug, "role": role})).collect::<Vec<_>>(),
@@ -112,19 +107,11 @@ pub async fn setup(
         ));
     }
     let phc = password::hash(&b.password)?;
-    let e = email.clone();
     let user_id = state
         .auth
         .store()
-        .write(move |tx| {
-            if identity::user_count(tx.conn())? > 0 {
-                return Err(Error::Forbidden("an owner already exists".into()));
-            }
-            let ws = tx.ensure_workspace(crate::store::DEFAULT_WORKSPACE, "Default")?;
-            let id = tx.insert_user(&e, &phc)?;
-            tx.add_membership(&id, &ws, "owner")?;
-            Ok(id)
-        })
+        .identity()
+        .create_first_owner(&email, &phc)
         .await?;
     signed_in(&state, &user_id, &email).await
 }
@@ -153,12 +140,7 @@ pub async fn login(
                 .json(json!({"error": "rate_limited", "message": format!("too many failed sign-ins; try again in {wait} s")})));
         }
     };
-    let e = email.clone();
-    let user = state
-        .auth
-        .store()
-        .read(move |c| identity::user_by_email(c, &e))
-        .await?;
+    let user = state.auth.store().identity().user_by_email(&email).await?;
     let pw = b.password;
     let (ok, user) = web::block(move || {
         // The same work whether or not the account exists.
@@ -194,11 +176,11 @@ pub async fn logout(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
 pub async fn me(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse> {
     match credential(&state, &req).await? {
         Principal::Browser { user_id } => {
-            let id = user_id.clone();
             let user = state
                 .auth
                 .store()
-                .read(move |c| identity::user_by_id(c, &id))
+                .identity()
+                .user_by_id(&user_id)
                 .await?
                 .ok_or(Error::Unauthorized)?;
             Ok(HttpResponse::Ok().json(me_body(&state, &user.id, &user.email).await?))
@@ -212,7 +194,7 @@ pub async fn me(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResp
 
 /// `GET /auth/status`: whether first-run setup is still open (for the UI; no secrets).
 pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse> {
-    let users = state.auth.store().read(identity::user_count).await?;
+    let users = state.auth.store().identity().user_count().await?;
     let _ = store::SCHEMA_VERSION;
     Ok(HttpResponse::Ok()
         .json(json!({ "setupRequired": users == 0 && state.auth.setup_pending() })))

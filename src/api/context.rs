@@ -5,7 +5,7 @@
 //! bound to a workspace: the one in the path (`/v1/ws/{workspaceSlug}/…`), or, on routes without
 //! one (`/v2`, `/agentex`), the credential's own. An API key belongs to one workspace; a browser
 //! session may name one of its workspaces in [`WORKSPACE_HEADER`], else acts in its default
-//! (`store::identity::default_workspace_slug`).
+//! (`store.identity().default_workspace_slug`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -179,11 +179,11 @@ async fn workspace_of(
     match principal {
         Principal::Key(k) => Ok(k.workspace_slug.clone()),
         Principal::Browser { user_id } => {
-            let user = user_id.clone();
             state
                 .auth
                 .store()
-                .read(move |c| crate::store::identity::default_workspace_slug(c, &user))
+                .identity()
+                .default_workspace_slug(&user_id)
                 .await?
                 .ok_or(Error::NotFound)
         }

@@ -38,7 +38,7 @@ use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::{Actor, Channel};
 use crate::store::identity::{self, KeyRow};
-use crate::store::{self, Store};
+use crate::store::Store;
 use crate::timeline::Sender;
 
 /// Name of the browser session cookie.
@@ -196,32 +196,31 @@ fn split_key(key: &str) -> Option<(&str, &str)> {
     (id.bytes().all(|b| b.is_ascii_hexdigit()) && !secret.is_empty()).then_some((id, secret))
 }
 
-/// Creates a key row and returns the key text (the only time it exists in the clear).
-pub fn create_key(
-    tx: &mut store::Tx<'_>,
+/// Makes a new key: the text shown once (never stored) and the row that records it (the
+/// secret's hash only).
+pub fn mint_key(
     name: &str,
-    user_id: Option<&str>,
-    app_id: Option<&str>,
     workspace_id: &str,
     scopes: &[String],
-) -> Result<NewKey> {
+) -> Result<(NewKey, identity::NewKeyRow)> {
     let mut id = [0u8; 12];
     getrandom::fill(&mut id).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
     let id = crate::secret::hex(&id);
     let secret = secret::random_token(32)?;
-    tx.insert_key(
-        &id,
-        &secret::token_hash(&secret),
-        name,
-        user_id,
-        app_id,
-        workspace_id,
-        scopes,
-    )?;
-    Ok(NewKey {
-        key: format!("sk_{id}_{secret}"),
-        id,
-    })
+    let row = identity::NewKeyRow {
+        id: id.clone(),
+        secret_hash: secret::token_hash(&secret),
+        name: name.to_owned(),
+        workspace_id: workspace_id.to_owned(),
+        scopes: scopes.to_vec(),
+    };
+    Ok((
+        NewKey {
+            key: format!("sk_{id}_{secret}"),
+            id,
+        },
+        row,
+    ))
 }
 
 impl Auth {
@@ -262,7 +261,7 @@ impl Auth {
 
     /// Makes the one-time setup token when no user exists yet; returns it to be printed.
     pub fn prepare_setup(&self) -> Result<Option<String>> {
-        if self.store.read_blocking(identity::user_count)? > 0 {
+        if self.store.identity().user_count_blocking()? > 0 {
             return Ok(None);
         }
         let token = secret::random_token(24)?;
@@ -310,10 +309,10 @@ impl Auth {
             return Ok(row);
         }
         let (id, secret) = split_key(key).ok_or(Error::Unauthorized)?;
-        let id_owned = id.to_owned();
         let row = self
             .store
-            .read(move |c| identity::key_by_id(c, &id_owned))
+            .identity()
+            .key_by_id(id)
             .await?
             .ok_or(Error::Unauthorized)?;
         let hash = secret::token_hash(secret);
@@ -371,7 +370,7 @@ impl Auth {
         let id = id.to_owned();
         let now = clock::now_ms();
         tokio::spawn(async move {
-            let _ = store.write(move |tx| tx.touch_key(&id, now)).await;
+            let _ = store.identity().touch_key(&id, now).await;
         });
     }
 
@@ -394,16 +393,14 @@ impl Auth {
     pub async fn still_valid(&self, cred: &StreamCredential) -> bool {
         match cred {
             StreamCredential::Key(id) => {
-                let id = id.clone();
                 matches!(
-                    self.store.read(move |c| identity::key_by_id(c, &id)).await,
+                    self.store.identity().key_by_id(id).await,
                     Ok(Some(k)) if !k.revoked && k.member
                 )
             }
             StreamCredential::Browser(hash) => {
-                let hash = hash.clone();
                 matches!(
-                    self.store.read(move |c| identity::browser_session(c, &hash)).await,
+                    self.store.identity().browser_session(hash).await,
                     Ok(Some((_, expires))) if expires >= clock::now_ms()
                 )
             }
@@ -420,7 +417,8 @@ impl Auth {
             tokio::time::sleep(REVOCATION_POLL).await;
             let Ok(rows) = self
                 .store
-                .read(move |c| identity::keys_revoked_since(c, since))
+                .identity()
+                .keys_revoked_since(since)
                 .await
             else {
                 continue;
@@ -451,11 +449,7 @@ impl Auth {
         let StreamCredential::Browser(hash) = cred else {
             return None;
         };
-        let hash = hash.clone();
-        match self
-            .store
-            .read(move |c| identity::browser_session(c, &hash))
-            .await
+        match self.store.identity().browser_session(hash).await
         {
             Ok(Some((_, expires_at))) => Some(expires_at),
             Ok(None) => Some(clock::now_ms()),
@@ -469,7 +463,8 @@ impl Auth {
         let hash = secret::token_hash(cookie);
         let (user_id, expires_at) = self
             .store
-            .read(move |c| identity::browser_session(c, &hash))
+            .identity()
+            .browser_session(&hash)
             .await?
             .ok_or(Error::Unauthorized)?;
         if expires_at < clock::now_ms() {
@@ -481,20 +476,17 @@ impl Auth {
     /// Opens a browser session; returns the cookie value.
     pub async fn open_browser_session(&self, user_id: &str) -> Result<String> {
         let token = secret::random_token(32)?;
-        let (hash, user) = (secret::token_hash(&token), user_id.to_owned());
         let expires = clock::now_ms().saturating_add(self.session_ms);
         self.store
-            .write(move |tx| tx.insert_browser_session(&hash, &user, expires))
+            .identity()
+            .open_browser_session(&secret::token_hash(&token), user_id, expires)
             .await?;
         Ok(token)
     }
 
     pub async fn close_browser_session(&self, cookie: &str) -> Result<()> {
         let hash = secret::token_hash(cookie);
-        let h = hash.clone();
-        self.store
-            .write(move |tx| tx.delete_browser_session(&h))
-            .await?;
+        self.store.identity().close_browser_session(&hash).await?;
         let _ = self.revoked.send(Revoked::Browser(hash));
         Ok(())
     }
@@ -548,15 +540,10 @@ impl Auth {
                 })
             }
             Principal::Browser { user_id } => {
-                let (user, s) = (user_id.clone(), slug.to_owned());
                 let ws = self
                     .store
-                    .read(move |c| {
-                        let Some(ws) = store::workspace_by_slug(c, &s)? else {
-                            return Ok(None);
-                        };
-                        Ok(identity::is_member(c, &user, &ws.id)?.then_some(ws))
-                    })
+                    .identity()
+                    .member_workspace(user_id, slug)
                     .await?
                     .ok_or(Error::NotFound)?;
                 Ok(Actor {

@@ -239,3 +239,295 @@ impl Tx<'_> {
         Ok(())
     }
 }
+
+/// An API key to record: its public id and the hash of its secret (the secret itself is never
+/// stored), whom it belongs to and what it may do.
+#[derive(Debug, Clone)]
+pub struct NewKeyRow {
+    pub id: String,
+    pub secret_hash: String,
+    pub name: String,
+    pub workspace_id: String,
+    pub scopes: Vec<String>,
+}
+
+/// What a new account is made a member with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstRole {
+    /// The given role, whoever came first.
+    Given(Role),
+    /// The first user of the database becomes its owner, later ones members.
+    OwnerIfFirst,
+}
+
+/// A membership's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Owner,
+    Member,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Member => "member",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Role> {
+        match name {
+            "owner" => Some(Role::Owner),
+            "member" => Some(Role::Member),
+            _ => None,
+        }
+    }
+}
+
+/// An upload grant to record: the hash of its token, the folder it opens, until when.
+#[derive(Debug, Clone)]
+pub struct NewUploadGrant {
+    pub id: String,
+    pub token_hash: String,
+    pub workspace_id: String,
+    pub prefix: String,
+    pub expires_at: i64,
+}
+
+/// What checking an upload token reads at once: the grant it names, the grant the token
+/// belongs to (by its hash), and the slug of the grant's workspace.
+pub struct UploadCheck {
+    pub grant: Option<super::GrantRow>,
+    pub grant_of_token: Option<String>,
+    pub workspace_slug: Option<String>,
+}
+
+/// Identity: users, memberships, apps, API keys, browser sessions and upload grants.
+#[derive(Clone, Copy)]
+pub struct IdentityStore<'a> {
+    store: &'a super::Store,
+}
+
+impl super::Store {
+    /// Users, memberships, keys, login state and upload grants.
+    pub fn identity(&self) -> IdentityStore<'_> {
+        IdentityStore { store: self }
+    }
+}
+
+impl IdentityStore<'_> {
+    pub async fn user_count(&self) -> Result<i64> {
+        self.store.read(user_count).await
+    }
+
+    /// [`IdentityStore::user_count`] outside an async runtime (start-up).
+    pub fn user_count_blocking(&self) -> Result<i64> {
+        self.store.read_blocking(user_count)
+    }
+
+    pub async fn user_by_email(&self, email: &str) -> Result<Option<UserRow>> {
+        let email = email.to_owned();
+        self.store.read(move |c| user_by_email(c, &email)).await
+    }
+
+    pub fn user_by_email_blocking(&self, email: &str) -> Result<Option<UserRow>> {
+        self.store.read_blocking(|c| user_by_email(c, email))
+    }
+
+    pub async fn user_by_id(&self, id: &str) -> Result<Option<UserRow>> {
+        let id = id.to_owned();
+        self.store.read(move |c| user_by_id(c, &id)).await
+    }
+
+    /// `(workspace id, slug, role)` of every workspace a user belongs to.
+    pub async fn memberships(&self, user_id: &str) -> Result<Vec<(String, String, String)>> {
+        let user = user_id.to_owned();
+        self.store.read(move |c| memberships(c, &user)).await
+    }
+
+    /// The workspace a browser session acts in when the request names none.
+    pub async fn default_workspace_slug(&self, user_id: &str) -> Result<Option<String>> {
+        let user = user_id.to_owned();
+        self.store
+            .read(move |c| default_workspace_slug(c, &user))
+            .await
+    }
+
+    pub fn is_member_blocking(&self, user_id: &str, workspace_id: &str) -> Result<bool> {
+        self.store
+            .read_blocking(|c| is_member(c, user_id, workspace_id))
+    }
+
+    /// The workspace `slug`, if the user belongs to it.
+    pub async fn member_workspace(
+        &self,
+        user_id: &str,
+        slug: &str,
+    ) -> Result<Option<super::WorkspaceRow>> {
+        let (user, slug) = (user_id.to_owned(), slug.to_owned());
+        self.store
+            .read(move |c| {
+                let Some(ws) = super::workspace_by_slug(c, &slug)? else {
+                    return Ok(None);
+                };
+                Ok(is_member(c, &user, &ws.id)?.then_some(ws))
+            })
+            .await
+    }
+
+    /// Creates the first owner of the default workspace, unless a user exists already (403:
+    /// setup happens once).
+    pub async fn create_first_owner(&self, email: &str, password_hash: &str) -> Result<String> {
+        let (email, phc) = (email.to_owned(), password_hash.to_owned());
+        self.store
+            .write(move |tx| {
+                if user_count(tx.conn)? > 0 {
+                    return Err(Error::Forbidden("an owner already exists".into()));
+                }
+                let ws = tx.ensure_workspace(super::DEFAULT_WORKSPACE, "Default")?;
+                let id = tx.insert_user(&email, &phc)?;
+                tx.add_membership(&id, &ws, Role::Owner.name())?;
+                Ok(id)
+            })
+            .await
+    }
+
+    /// Creates a user as a member of a workspace; returns the user's id and the role given.
+    pub fn create_user_blocking(
+        &self,
+        email: &str,
+        password_hash: &str,
+        workspace_id: &str,
+        role: FirstRole,
+    ) -> Result<(String, Role)> {
+        let (email, phc, ws) = (
+            email.to_owned(),
+            password_hash.to_owned(),
+            workspace_id.to_owned(),
+        );
+        self.store.write_blocking(move |tx| {
+            let role = match role {
+                FirstRole::Given(role) => role,
+                FirstRole::OwnerIfFirst if user_count(tx.conn)? == 0 => Role::Owner,
+                FirstRole::OwnerIfFirst => Role::Member,
+            };
+            let id = tx.insert_user(&email, &phc)?;
+            tx.add_membership(&id, &ws, role.name())?;
+            Ok((id, role))
+        })
+    }
+
+    pub async fn key_by_id(&self, id: &str) -> Result<Option<KeyRow>> {
+        let id = id.to_owned();
+        self.store.read(move |c| key_by_id(c, &id)).await
+    }
+
+    /// Keys revoked at or after `since` (ms): `(id, revoked_at)`, oldest first.
+    pub async fn keys_revoked_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
+        self.store
+            .read(move |c| keys_revoked_since(c, since))
+            .await
+    }
+
+    pub fn keys_blocking(&self) -> Result<Vec<KeyRow>> {
+        self.store.read_blocking(keys)
+    }
+
+    /// Records a user's API key.
+    pub fn insert_user_key_blocking(&self, user_id: &str, key: NewKeyRow) -> Result<()> {
+        let user = user_id.to_owned();
+        self.store.write_blocking(move |tx| {
+            tx.insert_key(
+                &key.id,
+                &key.secret_hash,
+                &key.name,
+                Some(&user),
+                None,
+                &key.workspace_id,
+                &key.scopes,
+            )
+        })
+    }
+
+    /// Creates an app with its first key, in one transaction.
+    pub fn insert_app_with_key_blocking(&self, app_name: &str, key: NewKeyRow) -> Result<()> {
+        let name = app_name.to_owned();
+        self.store.write_blocking(move |tx| {
+            let app = tx.insert_app(&key.workspace_id, &name, &key.scopes)?;
+            tx.insert_key(
+                &key.id,
+                &key.secret_hash,
+                &key.name,
+                None,
+                Some(&app),
+                &key.workspace_id,
+                &key.scopes,
+            )
+        })
+    }
+
+    /// Revokes a key; false when there is no active key by that id.
+    pub fn revoke_key_blocking(&self, id: &str) -> Result<bool> {
+        let id = id.to_owned();
+        self.store.write_blocking(move |tx| tx.revoke_key(&id))
+    }
+
+    /// Records a key's last use (never moving it back).
+    pub async fn touch_key(&self, id: &str, at: i64) -> Result<()> {
+        let id = id.to_owned();
+        self.store.write(move |tx| tx.touch_key(&id, at)).await
+    }
+
+    /// `(user id, expires_at)` of a browser session by the hash of its cookie.
+    pub async fn browser_session(&self, token_hash: &str) -> Result<Option<(String, i64)>> {
+        let hash = token_hash.to_owned();
+        self.store.read(move |c| browser_session(c, &hash)).await
+    }
+
+    pub async fn open_browser_session(
+        &self,
+        token_hash: &str,
+        user_id: &str,
+        expires_at: i64,
+    ) -> Result<()> {
+        let (hash, user) = (token_hash.to_owned(), user_id.to_owned());
+        self.store
+            .write(move |tx| tx.insert_browser_session(&hash, &user, expires_at))
+            .await
+    }
+
+    pub async fn close_browser_session(&self, token_hash: &str) -> Result<()> {
+        let hash = token_hash.to_owned();
+        self.store
+            .write(move |tx| tx.delete_browser_session(&hash))
+            .await
+    }
+
+    pub async fn insert_upload_grant(&self, g: NewUploadGrant) -> Result<()> {
+        self.store
+            .write(move |tx| {
+                tx.insert_upload_grant(&g.id, &g.token_hash, &g.workspace_id, &g.prefix, g.expires_at)
+            })
+            .await
+    }
+
+    /// What checking an upload token against grant `grant_id` needs, read together.
+    pub async fn upload_check(&self, grant_id: &str, token_hash: &str) -> Result<UploadCheck> {
+        let (gid, hash) = (grant_id.to_owned(), token_hash.to_owned());
+        self.store
+            .read(move |c| {
+                let grant = super::upload_grant(c, &gid)?;
+                let grant_of_token = super::upload_grant_by_hash(c, &hash)?;
+                let workspace_slug = match &grant {
+                    Some(g) => super::workspace_slug(c, &g.workspace_id)?,
+                    None => None,
+                };
+                Ok(UploadCheck {
+                    grant,
+                    grant_of_token,
+                    workspace_slug,
+                })
+            })
+            .await
+    }
+}

@@ -16,6 +16,7 @@
 
 pub mod acp;
 pub mod agentex;
+pub mod directory;
 pub mod health;
 pub mod identity;
 mod log;
