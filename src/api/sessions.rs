@@ -14,6 +14,7 @@ use crate::sessions::{
     self, Actor, CreateIn, HistoryQuery, InputCommon, ListQuery, MessageIn, Submitted, WaitOutcome,
     view,
 };
+use crate::store::projections::Bucket;
 use crate::timeline::{AttachmentRef, Behavior, Tier};
 
 const SCHEMA_CREATE: &str = "POST_v1_ws__workspaceSlug__agent_sessions.request.json";
@@ -338,12 +339,9 @@ pub async fn list(
     }
     let bucket = match q.get("bucket") {
         None => None,
-        Some(b @ ("asking" | "running" | "scheduled" | "done")) => Some(b.to_owned()),
-        Some(_) => {
-            return Err(Error::invalid(
-                "bucket: must be one of asking, running, scheduled, done",
-            ));
-        }
+        Some(b) => Some(Bucket::parse(b).ok_or_else(|| {
+            Error::invalid("bucket: must be one of asking, running, scheduled, done")
+        })?),
     };
     let archived_only = match q.get("archived") {
         None | Some("exclude") => false,

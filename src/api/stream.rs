@@ -33,7 +33,7 @@ use crate::clock;
 use crate::error::Result;
 use crate::metrics::METRICS;
 use crate::sessions::{Actor, Channel};
-use crate::store::{self, Store, StoredEvent};
+use crate::store::{Store, StoredEvent};
 
 /// Stored events read per backlog query.
 const BACKLOG_CHUNK: u32 = 500;
@@ -285,7 +285,8 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                 let (pk, after) = (st.pk, st.last);
                 let events = match st
                     .store
-                    .read(move |c| store::events_after(c, pk, after, BACKLOG_CHUNK))
+                    .log()
+                    .events_after(pk, after, BACKLOG_CHUNK)
                     .await
                 {
                     Ok(events) => events,

@@ -3,39 +3,45 @@
 
 use std::collections::HashMap;
 
-use rusqlite::Connection;
 use serde_json::Value;
 
 use super::{HastEvent, Projection, RunStart, first_seq_after};
 use crate::error::Result;
-use crate::store::{self, StoredEvent};
+use crate::store::{Store, StoredEvent, TurnInput};
 
 /// Stored events read per query.
 const CHUNK: u32 = 500;
 
+fn as_run_start((input_seq, turn_type): TurnInput) -> RunStart {
+    RunStart {
+        input_seq,
+        turn_type,
+    }
+}
+
+fn as_run_starts(inputs: HashMap<u64, TurnInput>) -> HashMap<u64, RunStart> {
+    inputs
+        .into_iter()
+        .map(|(seq, input)| (seq, as_run_start(input)))
+        .collect()
+}
+
 /// The input that started the turn at `turn_seq`.
-pub fn run_start(conn: &Connection, pk: i64, turn_seq: u64) -> Result<Option<RunStart>> {
-    Ok(
-        store::record::turn_input(conn, pk, turn_seq)?.map(|(input_seq, turn_type)| RunStart {
-            input_seq,
-            turn_type,
-        }),
-    )
+pub async fn run_start(store: &Store, pk: i64, turn_seq: u64) -> Result<Option<RunStart>> {
+    Ok(store
+        .log()
+        .turn_input(pk, turn_seq)
+        .await?
+        .map(as_run_start))
 }
 
 /// [`run_start`] of every `turn_started` among `events`.
-pub fn run_starts(
-    conn: &Connection,
+pub async fn run_starts(
+    store: &Store,
     pk: i64,
     events: &[StoredEvent],
 ) -> Result<HashMap<u64, RunStart>> {
-    let mut out = HashMap::new();
-    for e in events.iter().filter(|e| e.event_type == "turn_started") {
-        if let Some(start) = run_start(conn, pk, e.seq)? {
-            out.insert(e.seq, start);
-        }
-    }
-    Ok(out)
+    Ok(as_run_starts(store.log().turn_inputs_of(pk, events).await?))
 }
 
 /// Applies stored events to `projection`; returns their HAST events.
@@ -58,20 +64,22 @@ pub fn apply_stored(
 /// The projection as it stands just before timeline event `seq`: empty between runs, else
 /// rebuilt from the `turn_started` of the run open there (so the cost is the run's length, never
 /// the session's history).
-pub fn projection_before(conn: &Connection, pk: i64, sid: &str, seq: u64) -> Result<Projection> {
+pub async fn projection_before(store: &Store, pk: i64, sid: &str, seq: u64) -> Result<Projection> {
     let mut projection = Projection::default();
-    let Some(start) = store::record::open_turn_before(conn, pk, seq)? else {
+    let Some(start) = store.log().open_turn_before(pk, seq).await? else {
         return Ok(projection);
     };
     let mut after = start - 1;
     loop {
-        let mut events = store::events_after(conn, pk, after, CHUNK)?;
+        let (mut events, starts) = store
+            .log()
+            .events_with_turn_inputs_after(pk, after, CHUNK)
+            .await?;
         let full = events.len() as u32 == CHUNK;
         events.retain(|e| e.seq < seq);
         let Some(last) = events.last() else { break };
         after = last.seq;
-        let starts = run_starts(conn, pk, &events)?;
-        apply_stored(&mut projection, sid, &events, &starts);
+        apply_stored(&mut projection, sid, &events, &as_run_starts(starts));
         if !full || after + 1 >= seq {
             break;
         }
@@ -81,26 +89,28 @@ pub fn projection_before(conn: &Connection, pk: i64, sid: &str, seq: u64) -> Res
 
 /// Durable HAST events with `sequence > after`, in order, at most `limit`; and whether more
 /// follow.
-pub fn page(
-    conn: &Connection,
+pub async fn page(
+    store: &Store,
     pk: i64,
     sid: &str,
     after: u64,
     limit: usize,
 ) -> Result<(Vec<HastEvent>, bool)> {
     let first = first_seq_after(after);
-    let mut projection = projection_before(conn, pk, sid, first)?;
+    let mut projection = projection_before(store, pk, sid, first).await?;
     let mut cursor = first - 1;
     let mut out = Vec::new();
     loop {
-        let events = store::events_after(conn, pk, cursor, CHUNK)?;
+        let (events, starts) = store
+            .log()
+            .events_with_turn_inputs_after(pk, cursor, CHUNK)
+            .await?;
         let Some(last) = events.last() else {
             return Ok((out, false));
         };
         cursor = last.seq;
-        let starts = run_starts(conn, pk, &events)?;
         out.extend(
-            apply_stored(&mut projection, sid, &events, &starts)
+            apply_stored(&mut projection, sid, &events, &as_run_starts(starts))
                 .into_iter()
                 .filter(|h| h.sequence.is_some_and(|s| s > after)),
         );

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::error::Result;
-use crate::store::{self, Store};
+use crate::store::Store;
 
 /// The conversation of the turns before seq `before`, oldest first, as the messages their
 /// terminals recorded (a turn lost in a crash contributes its input), notes as user messages;
@@ -29,7 +29,8 @@ pub async fn before(
     let mut terminal: Option<Vec<Value>> = None;
     'pages: loop {
         let page = store
-            .read(move |c| store::events_of_types_before(c, pk, before, &TYPES, 256))
+            .log()
+            .events_of_types_before(pk, before, &TYPES, 256)
             .await?;
         let Some(last) = page.last() else { break };
         before = last.seq;

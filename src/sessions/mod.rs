@@ -213,11 +213,12 @@ impl Sessions {
 
     /// The delivery a retried submission reports: the truth about its input now.
     async fn replay_delivery(&self, key: &SessionKey, input_seq: u64) -> Result<Delivery> {
-        let pk = key.pk;
         let delivered = self
             .store
-            .read(move |c| Ok(store::input_turn(c, pk, input_seq)?.is_some()))
-            .await?;
+            .log()
+            .input_turn(key.pk, input_seq)
+            .await?
+            .is_some();
         Ok(if delivered {
             Delivery::Accepted
         } else {
@@ -437,11 +438,7 @@ impl Sessions {
                 lineage::resume_context(&self.store, row.pk, &row.id).await
             }
             lineage::ParentKind::Continuation | lineage::ParentKind::Handoff => {
-                let pk = row.pk;
-                let facts = self
-                    .store
-                    .read(move |c| store::record::record_facts(c, pk))
-                    .await?;
+                let facts = self.store.projections().record_facts(row.pk).await?;
                 Ok(lineage::continuation_context(
                     &row.id,
                     facts.as_ref().and_then(|f| f.last_terminal.as_ref()),
@@ -577,11 +574,7 @@ impl Sessions {
 
     /// Whether `seq` is the session's first prompt (the retried call created the session).
     async fn is_initial_input(&self, key: &SessionKey, seq: u64) -> Result<bool> {
-        let pk = key.pk;
-        let body = self
-            .store
-            .read(move |c| store::event_body(c, pk, seq))
-            .await?;
+        let body = self.store.log().event_body(key.pk, seq).await?;
         Ok(body.is_some_and(|b| b.contains("\"inputKind\":\"initial\"")))
     }
 
@@ -592,12 +585,9 @@ impl Sessions {
         agent_slug: &str,
     ) -> Result<Option<store::SessionRow>> {
         let agent = agents::get(&self.store, &actor.workspace_id, agent_slug).await?;
-        let (ws, user) = (actor.workspace_id.clone(), actor.user_id.clone());
         self.store
-            .read(move |c| match store::default_session_id(c, &agent.id)? {
-                Some(id) => store::session_row(c, &ws, &id, &user).map(Some),
-                None => Ok(None),
-            })
+            .directory()
+            .default_session(&actor.workspace_id, &agent.id, &actor.user_id)
             .await
     }
 
@@ -609,19 +599,9 @@ impl Sessions {
         session_id: Option<String>,
     ) -> Result<Option<store::SessionRow>> {
         let agent = agents::get(&self.store, &actor.workspace_id, agent_slug).await?;
-        let ws = actor.workspace_id.clone();
-        let agent_id = agent.id.clone();
-        let target = session_id.clone();
         self.store
-            .write(move |tx| {
-                if let Some(sid) = &target {
-                    let key = tx.session_key(&ws, sid)?;
-                    if tx.session_row(&key)?.agent_id != agent_id {
-                        return Err(Error::NotFound);
-                    }
-                }
-                tx.set_default(&agent_id, target.as_deref())
-            })
+            .directory()
+            .set_default_session(&actor.workspace_id, &agent.id, session_id.as_deref())
             .await?;
         match session_id {
             Some(id) => self.detail_row(actor, &id).await.map(Some),

@@ -281,10 +281,10 @@ impl super::Sessions {
 
     /// The record of a row the caller already read.
     pub async fn record_of(&self, row: SessionRow) -> crate::Result<Value> {
-        let pk = row.pk;
         let facts = self
             .store
-            .read(move |c| crate::store::record::record_facts(c, pk))
+            .projections()
+            .record_facts(row.pk)
             .await?
             .ok_or(crate::Error::NotFound)?;
         Ok(record(&row, &facts, self.harness_of(&facts.agent_engine)))
@@ -298,10 +298,7 @@ impl super::Sessions {
     ) -> crate::Result<(Vec<Value>, Option<String>)> {
         let (rows, next) = self.list(actor, q).await?;
         let pks: Vec<i64> = rows.iter().map(|r| r.pk).collect();
-        let facts = self
-            .store
-            .read(move |c| crate::store::record::record_facts_of(c, &pks))
-            .await?;
+        let facts = self.store.projections().record_facts_of(pks).await?;
         let mut by_pk: std::collections::HashMap<i64, RecordFacts> =
             facts.into_iter().map(|f| (f.pk, f)).collect();
         let records = rows

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::Sessions;
 use crate::error::{Error, Result};
-use crate::store::{self, SessionKey, StoredEvent};
+use crate::store::{SessionKey, StoredEvent};
 use crate::timeline::{TERMINAL_TYPES, is_terminal_type};
 
 /// What a `/wait` route answers.
@@ -62,19 +62,11 @@ impl Sessions {
     }
 
     async fn find_terminal(&self, key: &SessionKey, input_seq: u64) -> Result<Option<WaitOutcome>> {
-        let pk = key.pk;
-        self.store
-            .read(move |c| {
-                let Some(started) = store::input_turn(c, pk, input_seq)? else {
-                    return Ok(None);
-                };
-                let Some(event) = store::first_event_of_types(c, pk, started, &TERMINAL_TYPES)?
-                else {
-                    return Ok(None);
-                };
-                let cwd = store::session_row_by_pk(c, pk, None)?.and_then(|row| row.cwd);
-                Ok(Some(WaitOutcome::Terminal { event, cwd }))
-            })
-            .await
+        Ok(self
+            .store
+            .log()
+            .terminal_of_input(key.pk, input_seq, &TERMINAL_TYPES)
+            .await?
+            .map(|(event, cwd)| WaitOutcome::Terminal { event, cwd }))
     }
 }

@@ -21,6 +21,7 @@ pub mod health;
 pub mod identity;
 mod log;
 mod migrate;
+pub mod projections;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod reads;
@@ -40,7 +41,7 @@ use crate::config::{StoreConfig, Synchronous};
 use crate::error::{Error, Result};
 
 pub use health::{Condition, HealthReport};
-pub use log::LogReads;
+pub use log::{LogReads, TurnInput};
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};

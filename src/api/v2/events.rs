@@ -27,10 +27,10 @@ fn stamp(sessions: &Sessions, row: &SessionRow, agent_engine: &str) -> Stamp {
 }
 
 async fn agent_engine(sessions: &Sessions, row: &SessionRow) -> Result<String> {
-    let agent = row.agent_id.clone();
     let engine = sessions
         .store()
-        .read(move |c| crate::store::agent_by_id(c, &agent))
+        .directory()
+        .agent_by_id(&row.agent_id)
         .await?;
     Ok(engine.map(|a| a.engine).unwrap_or_else(|| "{}".to_owned()))
 }
@@ -56,12 +56,7 @@ pub async fn list(
         &row,
         &agent_engine(&state.sessions, &row).await?,
     );
-    let (pk, sid) = (row.pk, row.id.clone());
-    let (events, more) = state
-        .sessions
-        .store()
-        .read(move |c| read::page(c, pk, &sid, after, limit))
-        .await?;
+    let (events, more) = read::page(state.sessions.store(), row.pk, &row.id, after, limit).await?;
     let events: Vec<Value> = events.iter().map(|e| e.envelope(&stamp)).collect();
     Ok(HttpResponse::Ok().json(json!({ "events": events, "has_more": more })))
 }
@@ -91,10 +86,7 @@ pub async fn stream(
     let store = state.sessions.store().clone();
     let sub = store.bus().subscribe(&row.id)?;
     let first = hast::first_seq_after(after);
-    let (pk, sid) = (row.pk, row.id.clone());
-    let projection = store
-        .read(move |c| read::projection_before(c, pk, &sid, first))
-        .await?;
+    let projection = read::projection_before(&store, row.pk, &row.id, first).await?;
     let keepalive = Duration::from_millis(state.sessions.config().stream.keepalive_ms);
     Ok(stream::respond(Opening {
         store: store.clone(),
@@ -175,10 +167,7 @@ fn render(events: &[HastEvent], stamp: &Stamp) -> Vec<(u64, String)> {
 impl Hast {
     /// The record as a snapshot frame, with the state it is compared by.
     async fn snapshot(sessions: &Sessions, pk: i64) -> Result<Snapshot> {
-        let row = sessions
-            .store()
-            .read(move |c| crate::store::session_row_by_pk(c, pk, None))
-            .await?;
+        let row = sessions.store().projections().session_by_pk(pk).await?;
         let Some(row) = row else { return Ok(None) };
         let record = sessions.record_of(row).await?;
         let state = format!("{}/{}", record["status"], record["session_state"]);
@@ -199,14 +188,7 @@ impl Hast {
 
 impl Render for Hast {
     async fn stored(&mut self, events: Vec<StoredEvent>) -> Result<Bytes> {
-        let pk = self.pk;
-        let (starts, events) = if events.iter().any(|e| e.event_type == "turn_started") {
-            self.store
-                .read(move |c| Ok((read::run_starts(c, pk, &events)?, events)))
-                .await?
-        } else {
-            (Default::default(), events)
-        };
+        let starts = read::run_starts(&self.store, self.pk, &events).await?;
         let projection = Arc::make_mut(&mut self.projection);
         let hast = read::apply_stored(projection, &self.stamp.session_id, &events, &starts);
         let mut out = String::new();
@@ -242,10 +224,7 @@ impl Render for Hast {
             .get_or_try_init(|| async {
                 let event = frame_event(&frame);
                 let start = if &*frame.event_type == "turn_started" {
-                    let pk = self.pk;
-                    self.store
-                        .read(move |c| read::run_start(c, pk, seq))
-                        .await?
+                    read::run_start(&self.store, self.pk, seq).await?
                 } else {
                     None
                 };

@@ -1,0 +1,239 @@
+//! Queries of the sessions' projections: the list (with its search), one session's row, the
+//! activity view, images, Session record facts, and the facts a turn reads about its session.
+
+use super::record::RecordFacts;
+use super::{ImageRow, ListFilter, SessionRow, Store};
+use crate::error::Result;
+
+/// What a session list asks for; the store turns `search` into its own full-text query.
+#[derive(Debug, Default, Clone)]
+pub struct SessionList {
+    pub bucket: Option<Bucket>,
+    pub archived_only: bool,
+    pub include_archived: bool,
+    pub agent_id: Option<String>,
+    pub exclude_default: bool,
+    /// The user's words: every one must match, the last as a prefix.
+    pub search: Option<String>,
+    /// Keyset position: rows strictly older than `(created_at, id)`.
+    pub after: Option<(i64, String)>,
+    pub limit: u32,
+}
+
+/// Where a session stands in the list (R11, R12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    Running,
+    Asking,
+    Scheduled,
+    Done,
+}
+
+impl Bucket {
+    pub fn name(self) -> &'static str {
+        match self {
+            Bucket::Running => "running",
+            Bucket::Asking => "asking",
+            Bucket::Scheduled => "scheduled",
+            Bucket::Done => "done",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Bucket> {
+        match name {
+            "running" => Some(Bucket::Running),
+            "asking" => Some(Bucket::Asking),
+            "scheduled" => Some(Bucket::Scheduled),
+            "done" => Some(Bucket::Done),
+            _ => None,
+        }
+    }
+}
+
+/// An agent with its prioritised recent sessions and its default chat.
+pub struct AgentActivity {
+    pub agent_id: String,
+    pub sessions: Vec<SessionRow>,
+    pub truncated: bool,
+    pub chat: Option<SessionRow>,
+}
+
+/// Builds an FTS5 query from free text: every word must match, the last one as a prefix.
+/// Quoting each word keeps FTS5 syntax (`AND`, `NEAR`, `*`, `"`) from being interpreted.
+pub(super) fn fts_query(search: &str) -> Option<String> {
+    let words: Vec<&str> = search
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words.is_empty() {
+        return None;
+    }
+    let n = words.len();
+    Some(
+        words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                if i + 1 == n {
+                    format!("\"{w}\"*")
+                } else {
+                    format!("\"{w}\"")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+/// Reads of the sessions' projections.
+#[derive(Clone, Copy)]
+pub struct ProjectionReads<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// Queries of the sessions' projections.
+    pub fn projections(&self) -> ProjectionReads<'_> {
+        ProjectionReads { store: self }
+    }
+}
+
+impl ProjectionReads<'_> {
+    /// One page of the workspace's sessions as `user_id` sees them, newest first, and whether
+    /// more follow.
+    pub async fn list(
+        &self,
+        workspace_id: &str,
+        user_id: &str,
+        q: SessionList,
+    ) -> Result<(Vec<SessionRow>, bool)> {
+        let filter = ListFilter {
+            bucket: q.bucket.map(|b| b.name().to_owned()),
+            archived_only: q.archived_only,
+            include_archived: q.include_archived,
+            agent_id: q.agent_id,
+            exclude_default: q.exclude_default,
+            fts_query: q.search.as_deref().and_then(fts_query),
+            after: q.after,
+            limit: q.limit,
+        };
+        let (ws, user) = (workspace_id.to_owned(), user_id.to_owned());
+        self.store
+            .read(move |c| super::list_sessions(c, &ws, &user, &filter))
+            .await
+    }
+
+    /// A session of the workspace as `user_id` sees it (404 otherwise).
+    pub async fn session(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        user_id: &str,
+    ) -> Result<SessionRow> {
+        let (ws, id, user) = (
+            workspace_id.to_owned(),
+            session_id.to_owned(),
+            user_id.to_owned(),
+        );
+        self.store
+            .read(move |c| super::session_row(c, &ws, &id, &user))
+            .await
+    }
+
+    /// A session's row by its key, without a reader's marker.
+    pub async fn session_by_pk(&self, pk: i64) -> Result<Option<SessionRow>> {
+        self.store
+            .read(move |c| super::session_row_by_pk(c, pk, None))
+            .await
+    }
+
+    /// Every agent of the workspace with its prioritised recent sessions (at most
+    /// `limit_per_agent`) and its default chat.
+    pub async fn activity(
+        &self,
+        workspace_id: &str,
+        user_id: &str,
+        limit_per_agent: u32,
+    ) -> Result<Vec<AgentActivity>> {
+        let (ws, user) = (workspace_id.to_owned(), user_id.to_owned());
+        self.store
+            .read(move |c| {
+                let mut out = Vec::new();
+                for agent in super::agents(c, &ws)? {
+                    let mut sessions =
+                        super::agent_activity(c, &agent.id, &user, limit_per_agent)?;
+                    let truncated = sessions.len() > limit_per_agent as usize;
+                    sessions.truncate(limit_per_agent as usize);
+                    let chat = match super::default_session_id(c, &agent.id)? {
+                        Some(id) => super::session_row(c, &ws, &id, &user).ok(),
+                        None => None,
+                    };
+                    out.push(AgentActivity {
+                        agent_id: agent.id,
+                        sessions,
+                        truncated,
+                        chat,
+                    });
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// A stored image of a session.
+    pub async fn image(&self, session_pk: i64, storage_id: &str) -> Result<Option<ImageRow>> {
+        let id = storage_id.to_owned();
+        self.store
+            .read(move |c| super::image(c, session_pk, &id))
+            .await
+    }
+
+    /// The Session record facts of one session.
+    pub async fn record_facts(&self, pk: i64) -> Result<Option<RecordFacts>> {
+        self.store
+            .read(move |c| super::record::record_facts(c, pk))
+            .await
+    }
+
+    /// The Session record facts of several sessions, in one read.
+    pub async fn record_facts_of(&self, pks: Vec<i64>) -> Result<Vec<RecordFacts>> {
+        self.store
+            .read(move |c| super::record::record_facts_of(c, &pks))
+            .await
+    }
+
+    /// The session that started `session_id`, if any.
+    pub async fn parent_session(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+    ) -> Result<Option<String>> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .read(move |c| super::parent_session(c, &ws, &id))
+            .await
+    }
+
+    /// What the session's engine remembers between turns.
+    pub async fn engine_memo(&self, pk: i64) -> Result<Option<String>> {
+        self.store.read(move |c| super::engine_memo(c, pk)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fts_query;
+
+    #[test]
+    fn fts_query_quotes_words() {
+        assert_eq!(
+            fts_query("release notes").as_deref(),
+            Some("\"release\" \"notes\"*")
+        );
+        assert_eq!(
+            fts_query("AND OR \"x"),
+            Some("\"AND\" \"OR\" \"x\"*".into())
+        );
+        assert_eq!(fts_query("  ***  "), None);
+    }
+}
