@@ -66,7 +66,7 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let store = state.sessions.store();
     let sampled = crate::metrics::Sampled {
         writer_queue_depth: store.writer_queue_depth() as i64,
-        inputs_pending: store.read(crate::store::pending_input_count).await.ok(),
+        inputs_pending: store.turns().pending_input_count().await.ok(),
         storage_ok: store.health().condition == Condition::Ok,
     };
     HttpResponse::Ok()

@@ -5,39 +5,16 @@
 //! ends its turn with `budget_hit`), before a turn starts, and before a message or an answer is
 //! accepted (409 `budget_hit` until the budget is raised).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+#[cfg(test)]
+use crate::error::Error;
 use crate::store::{SessionKey, Tx};
-use crate::timeline::Usage;
-
-/// Cents spent according to a session's usage totals (JSON `Usage`).
-pub fn spent_cents(usage_totals: Option<&str>) -> f64 {
-    usage_totals
-        .and_then(|t| serde_json::from_str::<Usage>(t).ok())
-        .map(|u| (u.cost.total * 100.0).max(0.0))
-        .unwrap_or(0.0)
-}
-
-/// Whole cents spent: what a record reports. `spent >= budget` and `whole(spent) >= budget` agree
-/// for a whole-cent budget.
-pub fn whole_cents(spent: f64) -> u64 {
-    spent.floor() as u64
-}
-
-/// The cap is set and reached.
-pub fn reached(budget_cents: u64, usage_totals: Option<&str>) -> bool {
-    budget_cents > 0 && spent_cents(usage_totals) >= budget_cents as f64
-}
+pub use crate::store::record::{reached, spent_cents, whole_cents};
 
 /// `Err(BudgetHit)` when the session's budget is spent (inside a write, so that a message and
 /// the usage that spends the budget cannot pass each other).
 pub fn check(tx: &Tx<'_>, key: &SessionKey) -> Result<()> {
-    match crate::store::record::budget_of(tx.conn(), key.pk)? {
-        Some((cents, totals)) if reached(cents, totals.as_deref()) => {
-            Err(Error::BudgetHit { cents })
-        }
-        Some(_) => Ok(()),
-        None => Err(Error::NotFound),
-    }
+    tx.check_budget(key)
 }
 
 /// A turn the budget stopped ends `complete` / `failed` with [`Error::BudgetHit`]'s text; this

@@ -18,6 +18,7 @@ use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, T
 use crate::error::{Error, Result};
 use crate::metrics::METRICS;
 use crate::projection;
+use crate::store::turns::{AutoTitle, Fence, TaskEnd};
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
     AgentLoopState, AgentStatus, AttachmentRef, CompleteStatus, ContextWindowUsage, Event, Level,
@@ -379,10 +380,10 @@ fn spawn_title(
         let Some(generate) = engine.title(&prompt, &reply) else {
             return;
         };
-        let k = key.clone();
         if shared
             .store
-            .write(move |tx| tx.set_auto_title(&k, None, "generating"))
+            .turns()
+            .set_auto_title(&key, AutoTitle::Generating)
             .await
             .is_err()
         {
@@ -399,13 +400,8 @@ fn spawn_title(
                 None
             }
         };
-        let _ = shared
-            .store
-            .write(move |tx| match &title {
-                Some(t) => tx.set_auto_title(&key, Some(t), "complete"),
-                None => tx.set_auto_title(&key, None, "failed"),
-            })
-            .await;
+        let step = title.map_or(AutoTitle::Failed, AutoTitle::Complete);
+        let _ = shared.store.turns().set_auto_title(&key, step).await;
     });
 }
 
@@ -929,10 +925,9 @@ pub(crate) async fn recover(
     wait_for_storage: bool,
 ) -> Result<Vec<(SessionKey, i64)>> {
     let store = &shared.store;
-    let stale = store.read(store::active_turn_sessions).await?;
-    for (pk, id) in stale {
-        tracing::warn!(session = %id, "ending a turn left running by a previous process");
-        let key = SessionKey { pk, id };
+    let stale = store.turns().active_turn_sessions().await?;
+    for key in stale {
+        tracing::warn!(session = %key.id, "ending a turn left running by a previous process");
         let end = || {
             write_lost_terminal(
                 store,
@@ -949,11 +944,7 @@ pub(crate) async fn recover(
             end().await?;
         }
     }
-    let pending = store.read(store::sessions_with_pending_inputs).await?;
-    Ok(pending
-        .into_iter()
-        .map(|(pk, id, due)| (SessionKey { pk, id }, due))
-        .collect())
+    store.turns().sessions_with_pending_inputs().await
 }
 
 /// A running turn as the runner keeps it; its engine sees it as its [`TurnIo`]: durable appends
@@ -996,32 +987,22 @@ pub struct Turn {
 }
 
 impl Turn {
-    /// Runs `f` on the writer as this turn: refused (`StaleTurn`) once the turn has lost its
-    /// session, so nothing a cut-off turn does lands after its terminal (invariant 8).
-    /// Held events are written first, in the same job.
-    async fn fenced<T, F>(&mut self, f: F) -> Result<T>
-    where
-        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
-        T: Send + 'static,
-    {
+    /// What this turn writes as: refused (`StaleTurn`) once the turn has lost its session, so
+    /// nothing a cut-off turn does lands after its terminal (invariant 8).
+    fn fence(&self) -> Fence {
+        Fence {
+            key: self.key.clone(),
+            generation: self.generation,
+        }
+    }
+
+    /// The held events, to be written first by the turn's next write (or the error that kept
+    /// them from being written before a delta or a pause).
+    fn take_held(&mut self) -> Result<Vec<Event>> {
         if let Some(e) = self.held_error.take() {
             return Err(e);
         }
-        let key = self.key.clone();
-        let generation = self.generation;
-        let held = std::mem::take(&mut self.held);
-        let (value, last_held) = self
-            .store
-            .write(move |tx| {
-                tx.check_generation(&key, generation)?;
-                let last_held = append_held(tx, &key, &held)?;
-                Ok((f(tx, &key)?, last_held))
-            })
-            .await?;
-        if let Some(seq) = last_held {
-            self.last_seq = seq;
-        }
-        Ok(value)
+        Ok(std::mem::take(&mut self.held))
     }
 
     /// Writes the held events now (before a delta or a pause, which must follow them). On failure
@@ -1031,10 +1012,17 @@ impl Turn {
             return;
         }
         let held = self.held.clone();
-        if let Err(e) = self.fenced(|_, _| Ok(())).await {
-            tracing::debug!(session = %self.key.id, error = %e, "cannot write held events");
-            self.held = held;
-            self.held_error = Some(e);
+        match self.store.turns().write_held(&self.fence(), held).await {
+            Ok(last) => {
+                self.held.clear();
+                if let Some(seq) = last {
+                    self.last_seq = seq;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(session = %self.key.id, error = %e, "cannot write held events");
+                self.held_error = Some(e);
+            }
         }
     }
 }
@@ -1092,9 +1080,11 @@ impl TurnIo for Turn {
 
     /// An image of this session by its storage id: `(mime type, bytes)`.
     async fn image(&self, storage_id: &str) -> Result<Option<(String, Vec<u8>)>> {
-        let pk = self.key.pk;
-        let id = storage_id.to_owned();
-        let row = self.store.read(move |c| store::image(c, pk, &id)).await?;
+        let row = self
+            .store
+            .projections()
+            .image(self.key.pk, storage_id)
+            .await?;
         Ok(row.map(|r| (r.mime_type, r.data)))
     }
 
@@ -1125,10 +1115,10 @@ impl TurnIo for Turn {
         let mut current = self.key.id.clone();
         let mut depth = 0;
         while depth < max {
-            let (ws, id) = (ws.clone(), current.clone());
             match self
                 .store
-                .read(move |c| store::parent_session(c, &ws, &id))
+                .projections()
+                .parent_session(&ws, &current)
                 .await?
             {
                 Some(parent) => {
@@ -1143,16 +1133,22 @@ impl TurnIo for Turn {
 
     /// What the engine stored about this session at an earlier turn.
     async fn memo(&self) -> Result<Option<Value>> {
-        let pk = self.key.pk;
-        let memo = self.store.read(move |c| store::engine_memo(c, pk)).await?;
+        let memo = self.store.projections().engine_memo(self.key.pk).await?;
         Ok(memo.and_then(|m| serde_json::from_str(&m).ok()))
     }
 
     /// Keeps `memo` for the next turns of this session.
     async fn set_memo(&mut self, memo: Value) -> Result<()> {
-        let doc = memo.to_string();
-        self.fenced(move |tx, key| tx.set_engine_memo(key, Some(&doc)))
-            .await
+        let held = self.take_held()?;
+        let last = self
+            .store
+            .turns()
+            .set_memo(&self.fence(), held, memo.to_string())
+            .await?;
+        if let Some(seq) = last {
+            self.last_seq = seq;
+        }
+        Ok(())
     }
 
     /// The conversation of earlier turns, oldest first, as the messages their terminals recorded
@@ -1196,14 +1192,12 @@ impl TurnIo for Turn {
             effective_context_window: context_window,
             context_window_usage: window_usage,
         };
+        let held = self.take_held()?;
+        let note = estimated.then(|| usage_estimated(ENGINE_ESTIMATE));
         let (seq, spent) = self
-            .fenced(move |tx, key| {
-                if estimated {
-                    tx.append(key, &usage_estimated(ENGINE_ESTIMATE))?;
-                }
-                let seq = append_usage(tx, key, &event, &call)?;
-                Ok((seq, projection::budget::check(tx, key).err()))
-            })
+            .store
+            .turns()
+            .record_usage(&self.fence(), held, note, event, call)
             .await?;
         self.last_seq = seq;
         // The call that reaches the session's budget ends the turn (`budget_hit`).
@@ -1239,27 +1233,18 @@ impl TurnIo for Turn {
 
     /// Appends a durable event unless this turn has lost its session.
     async fn emit(&mut self, event: Event) -> Result<u64> {
-        if let Some(e) = self.held_error.take() {
-            return Err(e);
-        }
+        let held = self.take_held()?;
         let text = matches!(
             event,
             Event::Step {
                 step: Step::Text { .. }
             }
         );
-        let seq = if self.held.is_empty() {
-            let key = self.key.clone();
-            let generation = self.generation;
-            self.store
-                .write_one(move |w| {
-                    w.tx().check_generation(&key, generation)?;
-                    w.append(&key, &event)
-                })
-                .await?
-        } else {
-            self.fenced(move |tx, key| tx.append(key, &event)).await?
-        };
+        let seq = self
+            .store
+            .turns()
+            .append(&self.fence(), held, event)
+            .await?;
         if text {
             // The streamed text is stored now (the engine's own, complete version of it).
             self.control.take_unsaid();
@@ -1309,14 +1294,12 @@ impl TurnIo for Turn {
 
     /// Replaces the session's todo list (event + snapshot field).
     async fn set_todos(&mut self, todos: Vec<Todo>) -> Result<()> {
-        let doc = serde_json::to_string(&todos).map_err(|e| Error::Internal(e.to_string()))?;
         self.todos = Some(todos.clone());
+        let held = self.take_held()?;
         let seq = self
-            .fenced(move |tx, key| {
-                let seq = tx.append(key, &Event::Todos { todos })?;
-                tx.set_json_column(key, JsonColumn::Todos, Some(&doc))?;
-                Ok(seq)
-            })
+            .store
+            .turns()
+            .set_todos(&self.fence(), held, todos)
             .await?;
         self.last_seq = seq;
         Ok(())
@@ -1325,20 +1308,11 @@ impl TurnIo for Turn {
     /// Starts a background task of this turn (`kind`: tool, subagent or scheduled) and returns
     /// its id (`t1`, `t2`, ...).
     async fn start_task(&mut self, kind: &str, name: &str, label: &str) -> Result<String> {
-        let generation = self.generation;
-        let (kind, name, label) = (kind.to_owned(), name.to_owned(), label.to_owned());
+        let held = self.take_held()?;
         let (id, seq) = self
-            .fenced(move |tx, key| {
-                let id = tx.next_task_id(key)?;
-                let task = json!({
-                    "id": id, "kind": kind, "name": name, "label": label,
-                    "ownerScopeId": format!("turn-{generation}"),
-                    "status": "running", "startedAt": tx.now,
-                });
-                tx.put_task(key, &id, &task.to_string(), "running")?;
-                let seq = tx.append(key, &Event::TaskStarted { task })?;
-                Ok((id, seq))
-            })
+            .store
+            .turns()
+            .start_task(&self.fence(), held, kind, name, label)
             .await?;
         self.last_seq = seq;
         self.active_tasks.push(id.clone());
@@ -1379,27 +1353,13 @@ impl TurnIo for Turn {
 
     /// Settles a task: `completed` with `result`, `failed` with `error`, `stopped` with `reason`.
     async fn settle_task(&mut self, id: &str, status: &str, detail: Value) -> Result<()> {
-        let (id_c, status_c) = (id.to_owned(), status.to_owned());
+        let end = TaskEnd::parse(status)
+            .ok_or_else(|| Error::Internal(format!("a task cannot end {status}")))?;
+        let held = self.take_held()?;
         let seq = self
-            .fenced(move |tx, key| {
-                let body = tx
-                    .running_tasks(key)?
-                    .into_iter()
-                    .find(|(t, _)| *t == id_c)
-                    .map(|(_, b)| b)
-                    .ok_or_else(|| Error::Internal(format!("task {id_c} is not running")))?;
-                let mut task: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({}));
-                task["status"] = json!(status_c);
-                tx.put_task(key, &id_c, &task.to_string(), &status_c)?;
-                let mut settlement = json!({ "id": id_c, "status": status_c, "settledAt": tx.now });
-                let field = match status_c.as_str() {
-                    "completed" => "result",
-                    "failed" => "error",
-                    _ => "reason",
-                };
-                settlement[field] = detail;
-                tx.append(key, &Event::TaskSettled { settlement })
-            })
+            .store
+            .turns()
+            .settle_task(&self.fence(), held, id, end, detail)
             .await?;
         self.last_seq = seq;
         self.active_tasks.retain(|t| t != id);
@@ -1412,27 +1372,11 @@ impl TurnIo for Turn {
         if !self.control.steer_pending.swap(false, Ordering::SeqCst) {
             return Ok(Vec::new());
         }
-        let turn_started = self.turn_started;
+        let held = self.take_held()?;
         let texts = self
-            .fenced(move |tx, key| {
-                let mut texts = Vec::new();
-                for input in tx.pending_inputs(key)? {
-                    if input.kind != "message" || input.behavior != "steer" {
-                        continue;
-                    }
-                    tx.remove_input(key, input.seq)?;
-                    tx.record_input_turn(key, input.seq, turn_started)?;
-                    let attempt = json!({
-                        "attemptId": crate::ids::new_id(),
-                        "throughSeq": input.seq,
-                        "kind": "message",
-                        "createdAt": tx.now,
-                    });
-                    tx.set_delivered(key, input.seq, &attempt.to_string())?;
-                    texts.push(input.text);
-                }
-                Ok(texts)
-            })
+            .store
+            .turns()
+            .take_steers(&self.fence(), held, self.turn_started)
             .await?;
         for text in &texts {
             if !self.usage_recorded {

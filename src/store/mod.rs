@@ -27,6 +27,7 @@ pub mod postgres;
 pub mod reads;
 pub mod record;
 pub mod schedules;
+pub mod turns;
 mod writer;
 pub mod writes;
 
