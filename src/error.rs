@@ -4,10 +4,12 @@
 //! a JSON body here and nowhere else. Bodies are `{"error": "<code>", "message": "..."}` except where
 //! a seed fixes the exact shape (`invalid_cwd` carries `reason`, `no_default_session` is bare).
 //!
-//! Storage faults are classified where they arise (SQLite result codes, OS errors): a full disk is
-//! `storage_full` (507), any other fault of the database or the data dir `storage_unavailable`
-//! (503); both are the operator's problem and pass once it is fixed, so clients may retry. Only
-//! what is left (a failed query that is a bug) is `internal`.
+//! Storage faults are classified where they arise (by the store, from its backend's result codes;
+//! OS errors here): a full disk is `storage_full` (507), any other fault of the database or the
+//! data dir `storage_unavailable` (503); both are the operator's problem and pass once it is
+//! fixed, so clients may retry. A write that lost a race on a uniqueness rule is
+//! [`Error::ConstraintRace`] (409), never a fault. Only what is left (a failed query that is a
+//! bug) is `internal`.
 
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, ResponseError};
@@ -73,6 +75,11 @@ pub enum Error {
     /// damaged).
     #[error("storage is unavailable: {0}")]
     StorageUnavailable(String),
+    /// A write lost a race on a uniqueness rule of the store (two creates with the same key,
+    /// e.g. the same `clientRequestId` or slug, committed by another writer first). Not a fault
+    /// of the storage: the caller reads what won, or answers 409.
+    #[error("a concurrent write took the same key: {0}")]
+    ConstraintRace(String),
     /// A storage operation failed in a way no operator action explains (a bug).
     #[error("storage error: {0}")]
     Storage(String),
@@ -128,41 +135,11 @@ impl Error {
             Error::NotImplemented(_) => "not_implemented",
             Error::AgentUnavailable(_) => "agent_unavailable",
             Error::StaleTurn => "stale_turn",
+            Error::ConstraintRace(_) => "conflict",
             Error::StorageFull(_) => "storage_full",
             Error::StorageUnavailable(_) => "storage_unavailable",
             Error::Storage(_) | Error::Internal(_) => "internal",
         }
-    }
-}
-
-impl From<rusqlite::Error> for Error {
-    fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode as C;
-        let detail = e.to_string();
-        match e.sqlite_error_code() {
-            Some(C::DiskFull) => Error::StorageFull(detail),
-            Some(
-                C::SystemIoFailure
-                | C::CannotOpen
-                | C::ReadOnly
-                | C::PermissionDenied
-                | C::DatabaseBusy
-                | C::DatabaseLocked
-                | C::FileLockingProtocolFailed
-                | C::NoLargeFileSupport
-                | C::DatabaseCorrupt
-                | C::NotADatabase
-                | C::OutOfMemory,
-            ) => Error::StorageUnavailable(detail),
-            _ => Error::Storage(detail),
-        }
-    }
-}
-
-impl From<r2d2::Error> for Error {
-    /// The read pool gave no connection in time: the database cannot be opened or is swamped.
-    fn from(e: r2d2::Error) -> Self {
-        Error::StorageUnavailable(e.to_string())
     }
 }
 
@@ -182,6 +159,7 @@ impl ResponseError for Error {
             | Error::CwdConflict
             | Error::StaleTurn
             | Error::Exists
+            | Error::ConstraintRace(_)
             | Error::Conflict(..) => StatusCode::CONFLICT,
             Error::InvalidCwd(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

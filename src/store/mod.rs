@@ -17,6 +17,7 @@
 pub mod acp;
 pub mod agentex;
 pub mod directory;
+mod error;
 pub mod health;
 pub mod identity;
 mod log;
@@ -72,10 +73,24 @@ pub struct Store {
 }
 
 struct Inner {
-    writer: writer::WriterHandle,
-    readers: Pool,
+    backend: Backend,
     bus: Arc<Bus>,
     health: Arc<health::Health>,
+}
+
+/// The database behind the store's handles. Every handle method reaches it through
+/// [`Store::read`] and [`Store::write`] (private to the store), so a second backend is one more
+/// variant here and one more arm there: nothing outside the store, no `Sessions` or `Runner`,
+/// is generic over it.
+enum Backend {
+    /// The embedded default: one writer thread with group commit, a pool of read-only
+    /// connections, WAL.
+    Sqlite(Sqlite),
+}
+
+struct Sqlite {
+    writer: writer::WriterHandle,
+    readers: Pool,
 }
 
 /// Pragmas every connection gets. `busy_timeout` comes first so that the others wait instead of
@@ -137,8 +152,7 @@ impl Store {
         let writer = writer::spawn(conn, cfg.max_batch, Arc::clone(&bus), Arc::clone(&health))?;
         Ok(Store {
             inner: Arc::new(Inner {
-                writer,
-                readers,
+                backend: Backend::Sqlite(Sqlite { writer, readers }),
                 bus,
                 health,
             }),
@@ -151,7 +165,12 @@ impl Store {
 
     /// Write requests waiting for the writer thread (a metric).
     pub fn writer_queue_depth(&self) -> usize {
-        self.inner.writer.queue_depth()
+        self.sqlite().writer.queue_depth()
+    }
+
+    fn sqlite(&self) -> &Sqlite {
+        let Backend::Sqlite(db) = &self.inner.backend;
+        db
     }
 
     /// Whether writes currently succeed (what `/healthz` and `/readyz` report).
@@ -173,36 +192,36 @@ impl Store {
     }
 
     /// Runs `f` on the writer thread inside the current batch; resolves after COMMIT.
-    pub async fn write<T, F>(&self, f: F) -> Result<T>
+    pub(crate) async fn write<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
         let job: ErasedWrite = Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased));
-        unerase(self.inner.writer.write(job).await?)
+        unerase(self.sqlite().writer.write(job).await?)
     }
 
     /// Like [`Store::write`] for a job that writes at most once ([`OneWrite`]): it cannot fail
     /// halfway, so it runs without a savepoint of its own.
-    pub async fn write_one<T, F>(&self, f: F) -> Result<T>
+    pub(crate) async fn write_one<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(OneWrite<'_, '_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.inner.writer.write_one(f).await
+        self.sqlite().writer.write_one(f).await
     }
 
     /// Like [`Store::write`], for callers outside an async runtime (CLI, tests).
-    pub fn write_blocking<T, F>(&self, f: F) -> Result<T>
+    pub(crate) fn write_blocking<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.inner.writer.write_blocking(f)
+        self.sqlite().writer.write_blocking(f)
     }
 
     /// Runs a query on a pooled read-only connection, off the async threads.
-    pub async fn read<T, F>(&self, f: F) -> Result<T>
+    pub(crate) async fn read<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
@@ -212,7 +231,7 @@ impl Store {
     }
 
     async fn read_erased(&self, f: ErasedRead) -> Result<Erased> {
-        let pool = self.inner.readers.clone();
+        let pool = self.sqlite().readers.clone();
         tokio::task::spawn_blocking(move || {
             let conn = pool.get()?;
             f(&conn)
@@ -222,14 +241,14 @@ impl Store {
     }
 
     /// Synchronous read for non-async callers.
-    pub fn read_blocking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = self.inner.readers.get()?;
+    pub(crate) fn read_blocking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = self.sqlite().readers.get()?;
         f(&conn)
     }
 
     /// Stops accepting writes, lets the writer finish what it has and waits for it.
     pub fn close(&self) {
-        self.inner.writer.close();
+        self.sqlite().writer.close();
     }
 }
 
