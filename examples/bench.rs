@@ -28,7 +28,8 @@ use rusqlite::{Connection, OpenFlags, params};
 use serde_json::{Value, json};
 use sessiond::bus::Bus;
 use sessiond::config::{Config, StoreConfig};
-use sessiond::store::{self, NewSession, SessionKey, Store};
+use sessiond::store::seed::BareSession;
+use sessiond::store::{self, SessionKey, Store};
 use sessiond::timeline::{Event, Sender};
 
 #[path = "support/report.rs"]
@@ -328,20 +329,28 @@ struct StoreRun {
     lat: Vec<Duration>,
 }
 
+/// A read-only connection of the bench's own to a store's file, for the checks after a run.
+fn raw_reader(path: &Path) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap_or_else(|e| die("open a reader", e));
+    c.busy_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|e| die("busy timeout", e));
+    c
+}
+
 fn open_bench_store(path: &Path) -> (Store, String, String) {
     let store = Store::open(path, &StoreConfig::default(), Bus::new(1024, 1024))
         .unwrap_or_else(|e| die("open store", e));
-    let (ws, agent) = store
-        .write_blocking(|tx| {
-            let ws = tx.ensure_workspace("bench", "Bench")?;
-            let agent: String = tx.conn().query_row(
-                "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
-                [&ws],
-                |r| r.get(0),
-            )?;
-            Ok((ws, agent))
-        })
+    let ws = store
+        .directory()
+        .ensure_workspace_blocking("bench", "Bench")
         .unwrap_or_else(|e| die("create workspace", e));
+    let agent = store
+        .directory()
+        .agent_by_slug_blocking(&ws, "root")
+        .unwrap_or_else(|e| die("root agent", e))
+        .unwrap_or_else(|| die("root agent", "missing"))
+        .id;
     (store, ws, agent)
 }
 
@@ -353,35 +362,15 @@ fn insert_sessions(
     user: &str,
     title: &str,
 ) -> Vec<SessionKey> {
-    let (ws, agent, user, title) = (
-        ws.to_owned(),
-        agent.to_owned(),
-        user.to_owned(),
-        title.to_owned(),
-    );
+    let bare = BareSession {
+        workspace_id: ws.to_owned(),
+        agent_id: agent.to_owned(),
+        user_id: user.to_owned(),
+        title: title.to_owned(),
+    };
     store
-        .write_blocking(move |tx| {
-            (0..n)
-                .map(|_| {
-                    let id = sessiond::ids::new_id();
-                    tx.insert_session(&NewSession {
-                        id: &id,
-                        workspace_id: &ws,
-                        agent_id: &agent,
-                        user_id: &user,
-                        title: &title,
-                        cwd: None,
-                        created_by_session_id: None,
-                        tier: None,
-                        mode: "\"agent\"",
-                        requested_machine: None,
-                        source: "api",
-                        attribution_type: None,
-                        attribution_id: None,
-                    })
-                })
-                .collect::<sessiond::Result<Vec<_>>>()
-        })
+        .seed()
+        .sessions_blocking(vec![bare; n])
         .unwrap_or_else(|e| die("insert sessions", e))
 }
 
@@ -395,7 +384,8 @@ fn store_appends(
     savepoint: bool,
 ) -> StoreRun {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
-    let (store, ws, agent) = open_bench_store(&tmp.path().join("store.db"));
+    let db = tmp.path().join("store.db");
+    let (store, ws, agent) = open_bench_store(&db);
     let keys = insert_sessions(
         &store,
         &ws,
@@ -412,7 +402,8 @@ fn store_appends(
             let key = keys[i % keys.len()].clone();
             let ev = note_event(bench_note(i));
             store
-                .write_one(move |w| w.append(&key, &ev))
+                .seed()
+                .append_one(&key, ev)
                 .await
                 .unwrap_or_else(|e| die("warm-up append", e));
         }
@@ -432,9 +423,9 @@ fn store_appends(
                     let ev = note_event(bench_note(i));
                     let t = Instant::now();
                     let appended = if savepoint {
-                        store.write(move |tx| tx.append(&key, &ev)).await
+                        store.seed().append_in_savepoint(&key, ev).await
                     } else {
-                        store.write_one(move |w| w.append(&key, &ev)).await
+                        store.seed().append_one(&key, ev).await
                     };
                     appended.unwrap_or_else(|e| die("append", e));
                     lat.push(t.elapsed());
@@ -450,14 +441,16 @@ fn store_appends(
     });
     let elapsed = start.elapsed();
 
-    let stored: i64 = store
-        .read_blocking(|c| Ok(c.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?))
+    // Checked on a connection of its own: what any reader of the file sees after COMMIT.
+    let check = raw_reader(&db);
+    let stored: i64 = check
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
         .unwrap_or_else(|e| die("count events", e));
     assert_eq!(stored as usize, total + warm, "store row count");
     if shared {
         // Seq allocation must be gap-free under contention.
-        let max_seq: i64 = store
-            .read_blocking(|c| Ok(c.query_row("SELECT max(seq) FROM events", [], |r| r.get(0))?))
+        let max_seq: i64 = check
+            .query_row("SELECT max(seq) FROM events", [], |r| r.get(0))
             .unwrap_or_else(|e| die("max seq", e));
         assert_eq!(
             max_seq as usize,
@@ -629,28 +622,26 @@ fn seed_history(cfg: &Config, events: u64) -> Seeded {
     let mut lo = 1u64;
     while lo <= events {
         let hi = (lo + CHUNK - 1).min(events);
-        let key = key.clone();
-        store
-            .write_blocking(move |tx| {
-                for i in lo..=hi {
-                    // Bodies of varying length (roughly 90-250 bytes).
-                    let pad = "lorem ipsum ".repeat((i % 14) as usize);
-                    tx.append(&key, &note_event(format!("seeded note {i} {pad}")))?;
-                }
-                Ok(())
+        let notes = (lo..=hi)
+            .map(|i| {
+                // Bodies of varying length (roughly 90-250 bytes).
+                let pad = "lorem ipsum ".repeat((i % 14) as usize);
+                note_event(format!("seeded note {i} {pad}"))
             })
+            .collect();
+        store
+            .seed()
+            .events_blocking(&key, notes)
             .unwrap_or_else(|e| die("seed append", e));
         lo = hi + 1;
     }
     let secs = start.elapsed().as_secs_f64();
-    let (n, avg): (i64, f64) = store
-        .read_blocking(|c| {
-            Ok(c.query_row(
-                "SELECT count(*), avg(length(body)) FROM events WHERE session_pk = ?1",
-                [key.pk],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?)
-        })
+    let (n, avg): (i64, f64) = raw_reader(&db)
+        .query_row(
+            "SELECT count(*), avg(length(body)) FROM events WHERE session_pk = ?1",
+            [key.pk],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .unwrap_or_else(|e| die("seed count", e));
     assert_eq!(n as u64, events, "seeded event count");
     store.close();

@@ -64,6 +64,7 @@ use sessiond::engine::{EngineConfig, Engines};
 use sessiond::runner::Runner;
 use sessiond::sessions::{Actor, Channel, CreateIn, InputCommon, MessageIn, Sessions, WaitOutcome};
 use sessiond::store::Store;
+use sessiond::store::identity::{FirstRole, Role};
 use sessiond::timeline::{Behavior, Sender, is_terminal_type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -666,12 +667,17 @@ impl Sessiond {
         let sessions = Sessions::new(store.clone(), runner.clone(), Arc::new(cfg));
         runner.attach_sessions(Arc::new(sessions.clone()));
         let (user_id, ws_id) = store
-            .write_blocking(move |tx| {
-                let ws = sessiond::store::workspace_by_slug(tx.conn(), "default")?
-                    .ok_or(sessiond::Error::NotFound)?;
+            .directory()
+            .workspace_by_slug_blocking("default")
+            .and_then(|ws| {
+                let ws = ws.ok_or(sessiond::Error::NotFound)?;
                 // Never signed in with: any string will do for the hash.
-                let user = tx.insert_user("bench@local", "unused")?;
-                tx.add_membership(&user, &ws.id, "owner")?;
+                let (user, _) = store.identity().create_user_blocking(
+                    "bench@local",
+                    "unused",
+                    &ws.id,
+                    FirstRole::Given(Role::Owner),
+                )?;
                 Ok((user, ws.id))
             })
             .unwrap_or_else(|e| die("create user", e));

@@ -2333,19 +2333,18 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
     .unwrap_or_else(|e| die("start runner", e));
     let phc = sessiond::auth::password::hash(PASSWORD).unwrap_or_else(|e| die("password hash", e));
     let (user_id, ws_id, key) = store
-        .write_blocking(move |tx| {
-            let ws = sessiond::store::workspace_by_slug(tx.conn(), WS)?
-                .ok_or(sessiond::Error::NotFound)?;
-            let user = tx.insert_user(EMAIL, &phc)?;
-            tx.add_membership(&user, &ws.id, "owner")?;
-            let key = sessiond::auth::create_key(
-                tx,
-                "bench",
-                Some(&user),
-                None,
+        .directory()
+        .workspace_by_slug_blocking(WS)
+        .and_then(|ws| {
+            let ws = ws.ok_or(sessiond::Error::NotFound)?;
+            let (user, _) = store.identity().create_user_blocking(
+                EMAIL,
+                &phc,
                 &ws.id,
-                &["sessions".to_owned()],
+                sessiond::store::identity::FirstRole::Given(sessiond::store::identity::Role::Owner),
             )?;
+            let (key, row) = sessiond::auth::mint_key("bench", &ws.id, &["sessions".to_owned()])?;
+            store.identity().insert_user_key_blocking(&user, row)?;
             Ok((user, ws.id, key.key))
         })
         .unwrap_or_else(|e| die("create user and key", e));

@@ -32,7 +32,8 @@ use base64::Engine as _;
 use serde_json::Value;
 use sessiond::bus::Bus;
 use sessiond::config::Config;
-use sessiond::store::{NewSession, SessionKey, Store};
+use sessiond::store::seed::BareSession;
+use sessiond::store::{SessionKey, Store};
 use sessiond::timeline::{Event, Sender};
 
 #[path = "support/report.rs"]
@@ -82,12 +83,22 @@ fn title(i: usize) -> String {
 
 struct Seed {
     store: Store,
+    /// The store's file, for the bench's own direct SQL.
+    db: std::path::PathBuf,
     ws: String,
     agent: String,
     user: String,
     api_key: String,
     history: SessionKey,
     loaded: usize,
+}
+
+/// A connection of the bench's own to the store's file (the store's writer is idle meanwhile).
+fn raw(db: &Path) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(db).unwrap_or_else(|e| die("open the database", e));
+    c.busy_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|e| die("busy timeout", e));
+    c
 }
 
 fn open_seed(db: &Path) -> Seed {
@@ -99,32 +110,29 @@ fn open_seed(db: &Path) -> Seed {
         user,
         api_key,
     } = seed::owner(&store).unwrap_or_else(|e| die("seed workspace and credentials", e));
-    let history = {
-        let (ws, agent, user) = (ws.clone(), agent.clone(), user.clone());
-        store
-            .write_blocking(move |tx| {
-                let id = sessiond::ids::new_id();
-                let key = tx.insert_session(&new_session(&id, &ws, &agent, &user, "history"))?;
-                for i in 0..HISTORY_EVENTS {
-                    tx.append(
-                        &key,
-                        &Event::NoteSubmitted {
-                            note: format!("history note {i}"),
-                            sender: Sender::User {
-                                user_id: "bench".into(),
-                            },
-                            client_request_id: None,
-                            images: Vec::new(),
-                            attachments: Vec::new(),
-                        },
-                    )?;
-                }
-                Ok(key)
-            })
-            .unwrap_or_else(|e| die("seed history session", e))
-    };
+    let history = store
+        .seed()
+        .sessions_blocking(vec![bare(&ws, &agent, &user, "history".into())])
+        .unwrap_or_else(|e| die("seed history session", e))
+        .remove(0);
+    let notes = (0..HISTORY_EVENTS)
+        .map(|i| Event::NoteSubmitted {
+            note: format!("history note {i}"),
+            sender: Sender::User {
+                user_id: "bench".into(),
+            },
+            client_request_id: None,
+            images: Vec::new(),
+            attachments: Vec::new(),
+        })
+        .collect();
+    store
+        .seed()
+        .events_blocking(&history, notes)
+        .unwrap_or_else(|e| die("seed history session", e));
     Seed {
         store,
+        db: db.to_path_buf(),
         ws,
         agent,
         user,
@@ -134,27 +142,12 @@ fn open_seed(db: &Path) -> Seed {
     }
 }
 
-fn new_session<'a>(
-    id: &'a str,
-    ws: &'a str,
-    agent: &'a str,
-    user: &'a str,
-    title: &'a str,
-) -> NewSession<'a> {
-    NewSession {
-        id,
-        workspace_id: ws,
-        agent_id: agent,
-        user_id: user,
+fn bare(ws: &str, agent: &str, user: &str, title: String) -> BareSession {
+    BareSession {
+        workspace_id: ws.to_owned(),
+        agent_id: agent.to_owned(),
+        user_id: user.to_owned(),
         title,
-        cwd: None,
-        created_by_session_id: None,
-        tier: None,
-        mode: "\"agent\"",
-        requested_machine: None,
-        source: "api",
-        attribution_type: None,
-        attribution_id: None,
     }
 }
 
@@ -164,24 +157,20 @@ fn grow(seed: &mut Seed, target: usize) -> f64 {
     while seed.loaded < target {
         let lo = seed.loaded;
         let hi = (lo + CHUNK).min(target);
-        let (ws, agent, user) = (seed.ws.clone(), seed.agent.clone(), seed.user.clone());
+        let batch = (lo..hi)
+            .map(|i| bare(&seed.ws, &seed.agent, &seed.user, title(i)))
+            .collect();
         seed.store
-            .write_blocking(move |tx| {
-                for i in lo..hi {
-                    let id = sessiond::ids::new_id();
-                    tx.insert_session(&new_session(&id, &ws, &agent, &user, &title(i)))?;
-                }
-                Ok(())
-            })
+            .seed()
+            .sessions_blocking(batch)
             .unwrap_or_else(|e| die("insert sessions", e));
         seed.loaded = hi;
     }
     // Spread in time, buckets and archive state (a documented direct SQL pass: the bench only
     // reads these sessions, no turn ever runs on them).
     let history_pk = seed.history.pk;
-    seed.store
-        .write_blocking(move |tx| {
-            tx.conn().execute(
+    raw(&seed.db)
+        .execute(
                 "UPDATE sessions SET
                     created_at = 1700000000000 + pk * 1000,
                     updated_at = 1700000000000 + pk * 1000,
@@ -189,10 +178,8 @@ fn grow(seed: &mut Seed, target: usize) -> f64 {
                     bucket = CASE pk % 100 WHEN 0 THEN 'asking' WHEN 1 THEN 'scheduled' ELSE 'done' END,
                     archived_at = CASE WHEN pk % 50 = 7 THEN 1700000000000 + pk * 1000 END
                  WHERE pk <> ?1",
-                [history_pk],
-            )?;
-            Ok(())
-        })
+            [history_pk],
+        )
         .unwrap_or_else(|e| die("spread sessions", e));
     start.elapsed().as_secs_f64()
 }
@@ -410,16 +397,13 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
 /// `created_at:id`); the first answer checks that the server accepts it.
 fn middle_cursor(seed: &Seed) -> String {
     let half = (seed.loaded / 2) as i64;
-    let (at, id): (i64, String) = seed
-        .store
-        .read_blocking(move |c| {
-            Ok(c.query_row(
-                "SELECT created_at, id FROM sessions WHERE archived_at IS NULL
-                 ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET ?1",
-                [half],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?)
-        })
+    let (at, id): (i64, String) = raw(&seed.db)
+        .query_row(
+            "SELECT created_at, id FROM sessions WHERE archived_at IS NULL
+             ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET ?1",
+            [half],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .unwrap_or_else(|e| die("middle cursor", e));
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{at}:{id}"))
 }

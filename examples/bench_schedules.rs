@@ -31,6 +31,8 @@ use sessiond::runner::Runner;
 use sessiond::schedules::scheduler::Scheduler;
 use sessiond::schedules::{Author, InitialInput, InputType, NewSchedule, Schedules};
 use sessiond::sessions::{Actor, Channel, CreateIn, InputCommon, Sessions};
+use sessiond::store::directory::NewAgent;
+use sessiond::store::identity::{FirstRole, Role};
 use sessiond::timeline::{Behavior, Sender};
 
 #[path = "support/report.rs"]
@@ -79,13 +81,27 @@ fn main() {
     )
     .unwrap_or_else(|e| die("runner", e));
     let (user_id, ws_id, baseline_agent, scheduled_agent) = store
-        .write_blocking(|tx| {
-            let ws = sessiond::store::workspace_by_slug(tx.conn(), WS)?
-                .ok_or(sessiond::Error::NotFound)?;
-            let user = tx.insert_user("bench@local", "unused")?;
-            tx.add_membership(&user, &ws.id, "owner")?;
-            let a = tx.insert_agent(&ws.id, "baseline", "baseline", "agents/baseline", "{}")?;
-            let b = tx.insert_agent(&ws.id, "scheduled", "scheduled", "agents/scheduled", "{}")?;
+        .directory()
+        .workspace_by_slug_blocking(WS)
+        .and_then(|ws| {
+            let ws = ws.ok_or(sessiond::Error::NotFound)?;
+            let (user, _) = store.identity().create_user_blocking(
+                "bench@local",
+                "unused",
+                &ws.id,
+                FirstRole::Given(Role::Owner),
+            )?;
+            let agent = |slug: &str| NewAgent {
+                workspace_id: ws.id.clone(),
+                slug: slug.to_owned(),
+                name: slug.to_owned(),
+                anchor: format!("agents/{slug}"),
+                engine: "{}".to_owned(),
+            };
+            let a = store.directory().create_agent_blocking(agent("baseline"))?;
+            let b = store
+                .directory()
+                .create_agent_blocking(agent("scheduled"))?;
             Ok((user, ws.id, a.id, b.id))
         })
         .unwrap_or_else(|e| die("setup", e));

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use sessiond::store::Store;
+use sessiond::store::identity::{FirstRole, Role};
 
 /// The default workspace's owner, its root agent and an API key with the `sessions` scope: what
 /// `sessiond user create` and `sessiond token create` make.
@@ -18,32 +19,37 @@ pub struct Owner {
 
 pub fn owner(store: &Store) -> Result<Owner, String> {
     let phc = sessiond::auth::password::hash("bench-password-123").map_err(|e| e.to_string())?;
+    let e = |e: sessiond::Error| e.to_string();
+    let directory = store.directory();
+    let workspace = directory
+        .ensure_workspace_blocking(sessiond::store::DEFAULT_WORKSPACE, "Default")
+        .map_err(e)?;
+    let agent = directory
+        .agent_by_slug_blocking(&workspace, "root")
+        .map_err(e)?
+        .ok_or("the workspace has no root agent")?
+        .id;
+    let (user, _) = store
+        .identity()
+        .create_user_blocking(
+            "bench@bench.local",
+            &phc,
+            &workspace,
+            FirstRole::Given(Role::Owner),
+        )
+        .map_err(e)?;
+    let (key, row) =
+        sessiond::auth::mint_key("bench", &workspace, &["sessions".to_owned()]).map_err(e)?;
     store
-        .write_blocking(move |tx| {
-            let workspace = tx.ensure_workspace(sessiond::store::DEFAULT_WORKSPACE, "Default")?;
-            let agent: String = tx.conn().query_row(
-                "SELECT id FROM agents WHERE workspace_id = ?1 AND slug = 'root'",
-                [&workspace],
-                |r| r.get(0),
-            )?;
-            let user = tx.insert_user("bench@bench.local", &phc)?;
-            tx.add_membership(&user, &workspace, "owner")?;
-            let key = sessiond::auth::create_key(
-                tx,
-                "bench",
-                Some(&user),
-                None,
-                &workspace,
-                &["sessions".to_owned()],
-            )?;
-            Ok(Owner {
-                workspace,
-                agent,
-                user,
-                api_key: key.key,
-            })
-        })
-        .map_err(|e| e.to_string())
+        .identity()
+        .insert_user_key_blocking(&user, row)
+        .map_err(e)?;
+    Ok(Owner {
+        workspace,
+        agent,
+        user,
+        api_key: key.key,
+    })
 }
 
 /// A client for a served bench: no proxy, Nagle off, `Authorization: Bearer KEY` when given.

@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::{Actor, Sessions};
 use crate::store::acp::{AcpEnrolment, AgentUpdate};
-use crate::store::directory::AgentLink;
 use crate::store::agentex::{AgentKey, AgentRegistration, AgentexAgentRow, EventRow, TaskRow};
+use crate::store::directory::AgentLink;
 
 /// The secret issued keys are derived from, in the data dir.
 pub const KEY_FILE: &str = "acp-agent-keys.secret";

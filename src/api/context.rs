@@ -178,14 +178,12 @@ async fn workspace_of(
     }
     match principal {
         Principal::Key(k) => Ok(k.workspace_slug.clone()),
-        Principal::Browser { user_id } => {
-            state
-                .auth
-                .store()
-                .identity()
-                .default_workspace_slug(&user_id)
-                .await?
-                .ok_or(Error::NotFound)
-        }
+        Principal::Browser { user_id } => state
+            .auth
+            .store()
+            .identity()
+            .default_workspace_slug(&user_id)
+            .await?
+            .ok_or(Error::NotFound),
     }
 }

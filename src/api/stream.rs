@@ -283,12 +283,7 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
             Phase::Done => return None,
             Phase::Backlog => {
                 let (pk, after) = (st.pk, st.last);
-                let events = match st
-                    .store
-                    .log()
-                    .events_after(pk, after, BACKLOG_CHUNK)
-                    .await
-                {
+                let events = match st.store.log().events_after(pk, after, BACKLOG_CHUNK).await {
                     Ok(events) => events,
                     Err(e) => {
                         tracing::warn!(error = %e, "event stream backlog read failed");

@@ -37,8 +37,8 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::{Actor, Channel};
-use crate::store::identity::{self, KeyRow};
 use crate::store::Store;
+use crate::store::identity::{self, KeyRow};
 use crate::timeline::Sender;
 
 /// Name of the browser session cookie.
@@ -415,12 +415,7 @@ impl Auth {
         let mut seen_at_since: HashSet<String> = HashSet::new();
         loop {
             tokio::time::sleep(REVOCATION_POLL).await;
-            let Ok(rows) = self
-                .store
-                .identity()
-                .keys_revoked_since(since)
-                .await
-            else {
+            let Ok(rows) = self.store.identity().keys_revoked_since(since).await else {
                 continue;
             };
             for (id, at) in rows {
@@ -449,8 +444,7 @@ impl Auth {
         let StreamCredential::Browser(hash) = cred else {
             return None;
         };
-        match self.store.identity().browser_session(hash).await
-        {
+        match self.store.identity().browser_session(hash).await {
             Ok(Some((_, expires_at))) => Some(expires_at),
             Ok(None) => Some(clock::now_ms()),
             // Unreadable now: the stream keeps its other ends (sign-out, revocation).

@@ -5,11 +5,11 @@
 //! ends its turn with `budget_hit`), before a turn starts, and before a message or an answer is
 //! accepted (409 `budget_hit` until the budget is raised).
 
-use crate::error::Result;
 #[cfg(test)]
 use crate::error::Error;
-use crate::store::{SessionKey, Tx};
+use crate::error::Result;
 pub use crate::store::record::{reached, spent_cents, whole_cents};
+use crate::store::{SessionKey, Tx};
 
 /// `Err(BudgetHit)` when the session's budget is spent (inside a write, so that a message and
 /// the usage that spends the budget cannot pass each other).

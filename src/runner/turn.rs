@@ -18,6 +18,7 @@ use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, T
 use crate::error::{Error, Result};
 use crate::metrics::METRICS;
 use crate::projection;
+use crate::store::projections::TurnStatus;
 use crate::store::turns::{AutoTitle, Fence, TaskEnd};
 use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
 use crate::timeline::{
@@ -485,7 +486,7 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             };
             // Media travel on the input's event, not in the queue.
             let media: Value = if is_external(&input.kind) {
-                store::event_body(tx.conn(), key.pk, input.seq)?
+                tx.event_body(key.pk, input.seq)?
                     .and_then(|b| serde_json::from_str(&b).ok())
                     .unwrap_or(Value::Null)
             } else {
@@ -534,8 +535,8 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
             // the run a turn is on `/v2`.
             tx.record_input_turn(&key, input.seq, started)?;
             let budget_spent = projection::budget::check(tx, &key).err();
-            projection::set_turn_status(tx, &key, "running")?;
-            projection::refresh_follow_up_queue(tx, &key)?;
+            tx.set_turn(&key, TurnStatus::Running)?;
+            tx.refresh_follow_up_queue(&key)?;
             let steers_waiting = tx
                 .pending_inputs(&key)?
                 .iter()
@@ -560,9 +561,9 @@ async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
                 steers_waiting,
                 machine_step,
                 // A pinned engine (a deployment preview's) wins over the agent's.
-                engine_config: store::turn_engine(tx.conn(), key.pk)?
-                    .unwrap_or_else(|| "{}".to_owned()),
-                workspace_slug: store::workspace_slug(tx.conn(), &row.workspace_id)?
+                engine_config: tx.turn_engine(key.pk)?.unwrap_or_else(|| "{}".to_owned()),
+                workspace_slug: tx
+                    .workspace_slug(&row.workspace_id)?
                     .ok_or(Error::NotFound)?,
                 workspace_id: row.workspace_id,
                 user_id: row.user_id,
@@ -665,7 +666,7 @@ async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Ou
                         result,
                         error: None,
                     },
-                    "complete",
+                    TurnStatus::Complete,
                     None,
                     None,
                 ),
@@ -676,13 +677,13 @@ async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Ou
                         result: None,
                         error: Some(error),
                     },
-                    "complete",
+                    TurnStatus::Complete,
                     None,
                     None,
                 ),
                 TurnEnd::Ask { questions, resume } => (
                     Event::Ask { state, questions },
-                    "ask",
+                    TurnStatus::Ask,
                     Some(resume.to_string()),
                     None,
                 ),
@@ -691,11 +692,16 @@ async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Ou
                         state,
                         wake_at: wake_at as f64,
                     },
-                    "sleep",
+                    TurnStatus::Sleep,
                     Some(resume.to_string()),
                     Some(wake_at),
                 ),
-                TurnEnd::Interrupted => (Event::Interrupted { state }, "interrupted", None, None),
+                TurnEnd::Interrupted => (
+                    Event::Interrupted { state },
+                    TurnStatus::Interrupted,
+                    None,
+                    None,
+                ),
             };
             let seq = tx.append(&key, &event)?;
             tx.release_turn(&key, engine_state.as_deref(), wake_at)?;
@@ -759,7 +765,7 @@ fn advance_machine(
 }
 
 /// After a terminal: the status the session shows and what the dispatcher should do next.
-fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome> {
+fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: TurnStatus) -> Result<Outcome> {
     let pending = tx.pending_inputs(&key)?;
     let now = tx.now;
     let more = pending.iter().any(|p| p.not_before <= now);
@@ -768,7 +774,14 @@ fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: &str) -> Result<Outcome
         .filter(|p| p.not_before > now)
         .map(|p| p.not_before)
         .min();
-    projection::set_turn_status(tx, &key, if more { "running" } else { turn_status })?;
+    tx.set_turn(
+        &key,
+        if more {
+            TurnStatus::Running
+        } else {
+            turn_status
+        },
+    )?;
     Ok(Outcome {
         key: Some(key),
         more,
@@ -890,7 +903,7 @@ async fn write_lost_terminal(
             if machine_activity(&row).as_deref() == Some("running") {
                 advance_machine(tx, &key, StepEnd::Interrupted, None, None)?;
             }
-            settle(tx, key, "interrupted")
+            settle(tx, key, TurnStatus::Interrupted)
         })
         .await
 }

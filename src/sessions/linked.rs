@@ -13,8 +13,8 @@ use super::{
 };
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::projection;
 use crate::runner::machine::MachineState;
+use crate::store::projections::TurnStatus;
 use crate::store::{JsonColumn, SessionKey, Tx};
 use crate::timeline::{Event, Level};
 
@@ -138,7 +138,7 @@ impl Sessions {
                             None,
                             Some(&input.id),
                         )?;
-                        projection::set_turn_status(tx, &key, "complete")?;
+                        tx.set_turn(&key, TurnStatus::Complete)?;
                         (key, None)
                     }
                 };
@@ -193,7 +193,7 @@ impl Sessions {
                 for input in tx.pending_inputs(&key)? {
                     tx.remove_input(&key, input.seq)?;
                 }
-                projection::refresh_follow_up_queue(tx, &key)?;
+                tx.refresh_follow_up_queue(&key)?;
                 if !row.turn_active {
                     // A paused Job stops where it is: its machine goes idle (nothing will wake or
                     // answer it), which the bucket follows.
@@ -218,7 +218,7 @@ impl Sessions {
                         )?;
                     }
                     if matches!(row.turn_status.as_str(), "running" | "ask" | "sleep") {
-                        projection::set_turn_status(tx, &key, "interrupted")?;
+                        tx.set_turn(&key, TurnStatus::Interrupted)?;
                     }
                 }
                 let linked = link(tx, &key)?;

@@ -25,6 +25,8 @@ use crate::error::{Error, Result};
 use crate::projection;
 use crate::runner::machine::{self, MachineState};
 use crate::runner::{Delivery, Runner};
+use crate::store::inputs::Retry;
+use crate::store::projections::TurnStatus;
 use crate::store::{self, JsonColumn, NewInput, NewSession, SessionKey, Store, Tx};
 use crate::timeline::{
     AttachmentRef, Behavior, Event, InputKind, Level, Sender, StoredImageRef, Tier,
@@ -149,25 +151,22 @@ fn excerpt(prompt: &str) -> String {
     }
 }
 
-/// Checks a `clientRequestId` inside the write: `Some` is the original result of a retry.
+/// The retry a request's `clientRequestId` makes it, if it has one.
+fn retry_of(actor: &Actor, common: &InputCommon) -> Option<Retry> {
+    common.client_request_id.as_ref().map(|id| Retry {
+        workspace_id: actor.workspace_id.clone(),
+        client_request_id: id.clone(),
+        fingerprint: common.fingerprint.clone(),
+    })
+}
+
 /// The original result of a retried `clientRequestId` (or 409 when the id came with another
 /// request). Runs before any write (so a retry never resolves a parent or an alias, R50) and again
 /// inside the write (so two racing requests cannot both be first).
-fn replayed(
-    conn: &rusqlite::Connection,
-    actor: &Actor,
-    common: &InputCommon,
-) -> Result<Option<(SessionKey, u64)>> {
-    let Some(id) = &common.client_request_id else {
-        return Ok(None);
-    };
-    match store::client_request(conn, &actor.workspace_id, id)? {
+fn replayed(tx: &Tx<'_>, actor: &Actor, common: &InputCommon) -> Result<Option<(SessionKey, u64)>> {
+    match retry_of(actor, common) {
+        Some(r) => tx.replayed(&r),
         None => Ok(None),
-        Some(found) if found.fingerprint == common.fingerprint => {
-            let key = store::session_key(conn, &actor.workspace_id, &found.session_id)?;
-            Ok(Some((key, found.input_seq)))
-        }
-        Some(_) => Err(Error::IdempotencyConflict),
     }
 }
 
@@ -237,11 +236,10 @@ impl Sessions {
         actor: &Actor,
         common: &InputCommon,
     ) -> Result<Option<(SessionKey, u64)>> {
-        if common.client_request_id.is_none() {
-            return Ok(None);
+        match retry_of(actor, common) {
+            Some(r) => self.store.inputs().replayed(r).await,
+            None => Ok(None),
         }
-        let (actor, common) = (actor.clone(), common.clone());
-        self.store.read(move |c| replayed(c, &actor, &common)).await
     }
 
     /// Tells the runner about a fresh input (and waits for its answer), or reports where a
@@ -395,7 +393,7 @@ impl Sessions {
             .store
             .write(move |tx| {
                 let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx.conn(), &actor, &input.common)? {
+                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
                     return Ok((key, seq, false));
                 }
                 if let Some(parent) = &plan.created_by {
@@ -486,7 +484,7 @@ impl Sessions {
             .store
             .write(move |tx| {
                 let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx.conn(), &actor, &input.common)? {
+                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
                     return Ok((key, seq, false, None));
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;
@@ -526,7 +524,7 @@ impl Sessions {
             .store
             .write(move |tx| {
                 let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx.conn(), &actor, &input.common)? {
+                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
                     return Ok((key, seq, false, false, false));
                 }
                 if let Some(sid) = tx.default_session(&agent.id)? {
@@ -680,7 +678,7 @@ impl Sessions {
         }
         self.store
             .write(move |tx| {
-                if let Some((_, seq)) = replayed(tx.conn(), &actor, &common)? {
+                if let Some((_, seq)) = replayed(tx, &actor, &common)? {
                     return Ok(seq);
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;
@@ -741,7 +739,7 @@ impl Sessions {
             .store
             .write(move |tx| {
                 let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx.conn(), &actor, &common)? {
+                if let Some((key, seq)) = replayed(tx, &actor, &common)? {
                     return Ok((key, seq, None));
                 }
                 let key = tx.session_key(&actor.workspace_id, &session_id)?;
@@ -775,7 +773,7 @@ impl Sessions {
                         not_before: 0,
                     },
                 )?;
-                projection::set_turn_status(tx, &key, "running")?;
+                tx.set_turn(&key, TurnStatus::Running)?;
                 remember(tx, &actor, &common, &key, seq)?;
                 let linked = link(tx, &key, seq)?;
                 Ok((key, seq, Some(linked)))
@@ -1102,9 +1100,9 @@ fn add_message(
         images,
     )?;
     if !row.turn_active {
-        projection::set_turn_status(tx, key, "running")?;
+        tx.set_turn(key, TurnStatus::Running)?;
     } else if input.behavior == Behavior::FollowUp {
-        projection::refresh_follow_up_queue(tx, key)?;
+        tx.refresh_follow_up_queue(key)?;
     }
     Ok((seq, row.turn_active))
 }

@@ -190,3 +190,9 @@ fn update_agent(tx: &mut super::Tx<'_>, c: &AgentChange) -> Result<AgentRow> {
     tx.update_agent(&c.agent_id, &c.name, &c.anchor, &c.engine)?;
     super::agent_by_id(tx.conn, &c.agent_id)?.ok_or(Error::AgentNotFound)
 }
+
+impl super::Tx<'_> {
+    pub fn workspace_by_slug(&self, slug: &str) -> Result<Option<WorkspaceRow>> {
+        super::workspace_by_slug(self.conn, slug)
+    }
+}

@@ -12,7 +12,8 @@ impl From<rusqlite::Error> for Error {
         if let rusqlite::Error::SqliteFailure(f, _) = &e
             && matches!(
                 f.extended_code,
-                rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                    | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
             )
         {
             return Error::ConstraintRace(detail);
@@ -51,10 +52,16 @@ mod tests {
     #[test]
     fn a_unique_violation_is_a_race_not_a_fault() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, u TEXT UNIQUE); INSERT INTO t VALUES ('a', 'x');")
-            .unwrap();
-        let dup_key = conn.execute("INSERT INTO t VALUES ('a', 'y')", []).unwrap_err();
-        let dup_unique = conn.execute("INSERT INTO t VALUES ('b', 'x')", []).unwrap_err();
+        conn.execute_batch(
+            "CREATE TABLE t (k TEXT PRIMARY KEY, u TEXT UNIQUE); INSERT INTO t VALUES ('a', 'x');",
+        )
+        .unwrap();
+        let dup_key = conn
+            .execute("INSERT INTO t VALUES ('a', 'y')", [])
+            .unwrap_err();
+        let dup_unique = conn
+            .execute("INSERT INTO t VALUES ('b', 'x')", [])
+            .unwrap_err();
         for e in [dup_key, dup_unique] {
             let e = Error::from(e);
             assert!(matches!(e, Error::ConstraintRace(_)), "{e:?}");

@@ -424,9 +424,7 @@ impl IdentityStore<'_> {
 
     /// Keys revoked at or after `since` (ms): `(id, revoked_at)`, oldest first.
     pub async fn keys_revoked_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
-        self.store
-            .read(move |c| keys_revoked_since(c, since))
-            .await
+        self.store.read(move |c| keys_revoked_since(c, since)).await
     }
 
     pub fn keys_blocking(&self) -> Result<Vec<KeyRow>> {
@@ -506,7 +504,13 @@ impl IdentityStore<'_> {
     pub async fn insert_upload_grant(&self, g: NewUploadGrant) -> Result<()> {
         self.store
             .write(move |tx| {
-                tx.insert_upload_grant(&g.id, &g.token_hash, &g.workspace_id, &g.prefix, g.expires_at)
+                tx.insert_upload_grant(
+                    &g.id,
+                    &g.token_hash,
+                    &g.workspace_id,
+                    &g.prefix,
+                    g.expires_at,
+                )
             })
             .await
     }

@@ -20,14 +20,16 @@ pub mod directory;
 mod error;
 pub mod health;
 pub mod identity;
+pub mod inputs;
 mod log;
 mod migrate;
-pub mod projections;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod projections;
 pub mod reads;
 pub mod record;
 pub mod schedules;
+pub mod seed;
 pub mod turns;
 mod writer;
 pub mod writes;

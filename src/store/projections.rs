@@ -1,9 +1,13 @@
 //! Queries of the sessions' projections: the list (with its search), one session's row, the
 //! activity view, images, Session record facts, and the facts a turn reads about its session.
 
+use base64::Engine as _;
+use serde_json::Value;
+
 use super::record::RecordFacts;
-use super::{ImageRow, ListFilter, SessionRow, Store};
-use crate::error::Result;
+use super::{ImageRow, JsonColumn, ListFilter, SessionKey, SessionRow, Store, Tx};
+use crate::error::{Error, Result};
+use crate::timeline::{Event, FollowUpQueueItem, ImageData, StoredImageRef};
 
 /// What a session list asks for; the store turns `search` into its own full-text query.
 #[derive(Debug, Default, Clone)]
@@ -160,8 +164,7 @@ impl ProjectionReads<'_> {
             .read(move |c| {
                 let mut out = Vec::new();
                 for agent in super::agents(c, &ws)? {
-                    let mut sessions =
-                        super::agent_activity(c, &agent.id, &user, limit_per_agent)?;
+                    let mut sessions = super::agent_activity(c, &agent.id, &user, limit_per_agent)?;
                     let truncated = sessions.len() > limit_per_agent as usize;
                     sessions.truncate(limit_per_agent as usize);
                     let chat = match super::default_session_id(c, &agent.id)? {
@@ -220,9 +223,151 @@ impl ProjectionReads<'_> {
     }
 }
 
+/// A session's turn as its row shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnStatus {
+    Running,
+    Ask,
+    Sleep,
+    Complete,
+    Interrupted,
+}
+
+impl TurnStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            TurnStatus::Running => "running",
+            TurnStatus::Ask => "ask",
+            TurnStatus::Sleep => "sleep",
+            TurnStatus::Complete => "complete",
+            TurnStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<TurnStatus> {
+        match name {
+            "running" => Some(TurnStatus::Running),
+            "ask" => Some(TurnStatus::Ask),
+            "sleep" => Some(TurnStatus::Sleep),
+            "complete" => Some(TurnStatus::Complete),
+            "interrupted" => Some(TurnStatus::Interrupted),
+            _ => None,
+        }
+    }
+}
+
+impl Bucket {
+    /// Where a session stands (R11, R12). With a machine the bucket follows
+    /// `machine.activity` (running → running, waiting → asking, sleeping → scheduled, idle →
+    /// from the turn); without one it follows the turn (running or a queued input → running,
+    /// ask → asking, sleep → scheduled, complete or interrupted → done).
+    pub fn derive(turn: TurnStatus, machine_activity: Option<&str>) -> Bucket {
+        match machine_activity {
+            Some("running") => Bucket::Running,
+            Some("waiting") => Bucket::Asking,
+            Some("sleeping") => Bucket::Scheduled,
+            _ => match turn {
+                TurnStatus::Running => Bucket::Running,
+                TurnStatus::Ask => Bucket::Asking,
+                TurnStatus::Sleep => Bucket::Scheduled,
+                TurnStatus::Complete | TurnStatus::Interrupted => Bucket::Done,
+            },
+        }
+    }
+}
+
+/// The images of a queued prompt as `FollowUpQueueItem.images` wants them: base64 data and type,
+/// read back from the prompt's stored images.
+fn queued_images(tx: &Tx<'_>, key: &SessionKey, seq: u64) -> Result<Option<Vec<ImageData>>> {
+    let Some(body) = super::event_body(tx.conn, key.pk, seq)? else {
+        return Ok(None);
+    };
+    let refs: Vec<StoredImageRef> = serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("images")?.clone()).ok())
+        .unwrap_or_default();
+    let mut out = Vec::with_capacity(refs.len());
+    for r in refs {
+        if let Some(img) = super::image(tx.conn, key.pk, &r.storage_id)? {
+            out.push(ImageData {
+                data: base64::engine::general_purpose::STANDARD.encode(&img.data),
+                mime_type: img.mime_type,
+            });
+        }
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
+/// The fields of a session's row derived from its turn, its machine and its queued inputs (the
+/// bucket, the follow-up queue), kept in step with the timeline in the same transaction by
+/// whichever unit of work changes what they derive from.
+impl Tx<'_> {
+    /// Sets the turn status and the bucket derived from it (and from the machine, when present).
+    pub fn set_turn(&mut self, key: &SessionKey, turn: TurnStatus) -> Result<()> {
+        let machine = self.json_column(key, JsonColumn::Machine)?;
+        let activity = machine
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<Value>(m).ok())
+            .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned));
+        let bucket = Bucket::derive(turn, activity.as_deref());
+        self.set_turn_status(key, turn.name(), bucket.name())
+    }
+
+    /// Recomputes `followUpQueue` from the follow-up prompts still waiting (their text and
+    /// images); when it changed, stores it and appends a `follow_up_queue` event.
+    pub fn refresh_follow_up_queue(&mut self, key: &SessionKey) -> Result<()> {
+        let mut queue: Vec<FollowUpQueueItem> = Vec::new();
+        for p in self.pending_inputs(key)? {
+            if !((p.kind == "message" || p.kind == "initial") && p.behavior == "follow_up") {
+                continue;
+            }
+            queue.push(FollowUpQueueItem {
+                images: queued_images(self, key, p.seq)?,
+                message: p.text,
+            });
+        }
+        let current = self.json_column(key, JsonColumn::FollowUpQueue)?;
+        let current: Vec<FollowUpQueueItem> = current
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or_default();
+        if current == queue {
+            return Ok(());
+        }
+        let doc = serde_json::to_string(&queue).map_err(|e| Error::Internal(e.to_string()))?;
+        self.set_json_column(key, JsonColumn::FollowUpQueue, Some(&doc))?;
+        self.append(
+            key,
+            &Event::FollowUpQueue {
+                follow_up_queue: queue,
+            },
+        )?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::fts_query;
+    use super::{Bucket, TurnStatus, fts_query};
+
+    #[test]
+    fn machine_wins_over_turn_r12() {
+        let derive = |t: &str, m| Bucket::derive(TurnStatus::parse(t).unwrap(), m).name();
+        assert_eq!(derive("complete", Some("running")), "running");
+        assert_eq!(derive("complete", Some("waiting")), "asking");
+        assert_eq!(derive("running", Some("sleeping")), "scheduled");
+        assert_eq!(derive("ask", Some("idle")), "asking");
+    }
+
+    #[test]
+    fn turn_mapping() {
+        let derive = |t: &str| Bucket::derive(TurnStatus::parse(t).unwrap(), None).name();
+        assert_eq!(derive("running"), "running");
+        assert_eq!(derive("ask"), "asking");
+        assert_eq!(derive("sleep"), "scheduled");
+        assert_eq!(derive("complete"), "done");
+        assert_eq!(derive("interrupted"), "done");
+    }
 
     #[test]
     fn fts_query_quotes_words() {

@@ -289,3 +289,20 @@ impl TurnStore<'_> {
             .await
     }
 }
+
+/// What claiming a turn reads beside the queue, inside the claim.
+impl Tx<'_> {
+    /// The stored body of one event.
+    pub fn event_body(&self, session_pk: i64, seq: u64) -> Result<Option<String>> {
+        super::event_body(self.conn, session_pk, seq)
+    }
+
+    /// The engine configuration a session's turns run with: its own pinned one, else its agent's.
+    pub fn turn_engine(&self, session_pk: i64) -> Result<Option<String>> {
+        super::turn_engine(self.conn, session_pk)
+    }
+
+    pub fn workspace_slug(&self, workspace_id: &str) -> Result<Option<String>> {
+        super::workspace_slug(self.conn, workspace_id)
+    }
+}

@@ -128,10 +128,6 @@ pub struct Tx<'c> {
 }
 
 impl<'c> Tx<'c> {
-    pub fn conn(&self) -> &Connection {
-        self.conn
-    }
-
     /// The counters of a session as this job sees them; `None` when the session does not exist.
     pub(crate) fn counters(&self, pk: i64) -> rusqlite::Result<Option<Counters>> {
         if let Some(c) = self
@@ -643,7 +639,7 @@ mod tests {
         let key = store
             .write(|tx| {
                 let ws = tx.ensure_workspace("w", "W")?;
-                let agent: String = tx.conn().query_row(
+                let agent: String = tx.conn.query_row(
                     "SELECT id FROM agents WHERE workspace_id = ?1",
                     [&ws],
                     |r| r.get(0),

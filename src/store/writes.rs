@@ -192,8 +192,8 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Sets the turn status and the bucket (derived by `projection::set_turn_status`).
-    pub fn set_turn_status(
+    /// Sets the turn status and the bucket (derived by [`Tx::set_turn`]).
+    pub(super) fn set_turn_status(
         &mut self,
         key: &SessionKey,
         turn_status: &str,

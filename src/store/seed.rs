@@ -1,0 +1,83 @@
+//! Filling a data dir directly, for the benchmark commands: bare sessions and their events,
+//! written as the store writes them but without the sessions core's rules (no first prompt, no
+//! queue, no title from a prompt). The product never calls these.
+
+use super::{NewSession, SessionKey, Store};
+use crate::error::Result;
+use crate::timeline::Event;
+
+/// A bare session to insert: no events, turn `complete`.
+#[derive(Debug, Clone)]
+pub struct BareSession {
+    pub workspace_id: String,
+    pub agent_id: String,
+    pub user_id: String,
+    pub title: String,
+}
+
+/// Direct writes for tools that fill a data dir.
+#[derive(Clone, Copy)]
+pub struct SeedStore<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// Direct writes for the benchmark commands (see the module doc).
+    pub fn seed(&self) -> SeedStore<'_> {
+        SeedStore { store: self }
+    }
+}
+
+impl SeedStore<'_> {
+    /// Inserts bare sessions in one transaction; their keys, in order.
+    pub fn sessions_blocking(&self, sessions: Vec<BareSession>) -> Result<Vec<SessionKey>> {
+        self.store.write_blocking(move |tx| {
+            sessions
+                .iter()
+                .map(|s| {
+                    let id = crate::ids::new_id();
+                    tx.insert_session(&NewSession {
+                        id: &id,
+                        workspace_id: &s.workspace_id,
+                        agent_id: &s.agent_id,
+                        user_id: &s.user_id,
+                        title: &s.title,
+                        cwd: None,
+                        created_by_session_id: None,
+                        tier: None,
+                        mode: "\"agent\"",
+                        requested_machine: None,
+                        source: "api",
+                        attribution_type: None,
+                        attribution_id: None,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Appends events to one session in one transaction; the seq of the last.
+    pub fn events_blocking(&self, key: &SessionKey, events: Vec<Event>) -> Result<u64> {
+        let key = key.clone();
+        self.store.write_blocking(move |tx| {
+            let mut last = 0;
+            for e in &events {
+                last = tx.append(&key, e)?;
+            }
+            Ok(last)
+        })
+    }
+
+    /// Appends one event as one write job without a savepoint: the path of a plain note.
+    pub async fn append_one(&self, key: &SessionKey, event: Event) -> Result<u64> {
+        let key = key.clone();
+        self.store.write_one(move |w| w.append(&key, &event)).await
+    }
+
+    /// Appends one event as one write job in its own savepoint: the path of every job that
+    /// writes more than once.
+    pub async fn append_in_savepoint(&self, key: &SessionKey, event: Event) -> Result<u64> {
+        let key = key.clone();
+        self.store.write(move |tx| tx.append(&key, &event)).await
+    }
+}
