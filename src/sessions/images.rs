@@ -5,8 +5,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::store::{SessionKey, Tx};
-use crate::timeline::StoredImageRef;
+use crate::store::sessions::NewImage;
 
 /// Largest decoded image (seed: `StoredImageRef.bytes <= 5242880`).
 pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
@@ -24,12 +23,6 @@ pub struct ImageIn {
     pub mime_type: String,
 }
 
-pub struct Decoded {
-    storage_id: String,
-    mime_type: String,
-    bytes: Vec<u8>,
-}
-
 /// Does the content start like the type it claims? Served images must never be sniffed as
 /// something else.
 fn matches_signature(mime: &str, b: &[u8]) -> bool {
@@ -42,7 +35,7 @@ fn matches_signature(mime: &str, b: &[u8]) -> bool {
     }
 }
 
-pub(super) fn decode_all(images: &[ImageIn]) -> Result<Vec<Decoded>> {
+pub(super) fn decode_all(images: &[ImageIn]) -> Result<Vec<NewImage>> {
     if images.len() > MAX_IMAGES {
         return Err(Error::invalid(format!(
             "images: at most {MAX_IMAGES} images per input"
@@ -74,28 +67,10 @@ pub(super) fn decode_all(images: &[ImageIn]) -> Result<Vec<Decoded>> {
             }
             let digest = Sha256::digest(&bytes);
             let storage_id = format!("img_{}", crate::secret::hex(&digest[..16]));
-            Ok(Decoded {
+            Ok(NewImage {
                 storage_id,
                 mime_type: img.mime_type.clone(),
                 bytes,
-            })
-        })
-        .collect()
-}
-
-pub(super) fn store_all(
-    tx: &mut Tx<'_>,
-    key: &SessionKey,
-    images: &[Decoded],
-) -> Result<Vec<StoredImageRef>> {
-    images
-        .iter()
-        .map(|img| {
-            tx.put_image(key, &img.storage_id, &img.mime_type, &img.bytes)?;
-            Ok(StoredImageRef {
-                storage_id: img.storage_id.clone(),
-                mime_type: img.mime_type.clone(),
-                bytes: img.bytes.len() as u64,
             })
         })
         .collect()

@@ -27,10 +27,9 @@ use crate::runner::machine::{self, MachineState};
 use crate::runner::{Delivery, Runner};
 use crate::store::inputs::Retry;
 use crate::store::projections::TurnStatus;
+use crate::store::sessions::{Author, NewImage, NewNote, SessionChange};
 use crate::store::{self, JsonColumn, NewInput, NewSession, SessionKey, Store, Tx};
-use crate::timeline::{
-    AttachmentRef, Behavior, Event, InputKind, Level, Sender, StoredImageRef, Tier,
-};
+use crate::timeline::{AttachmentRef, Behavior, Event, InputKind, Sender, StoredImageRef, Tier};
 
 pub use images::ImageIn;
 pub use linked::{OpenIn, Opened};
@@ -170,6 +169,14 @@ fn replayed(tx: &Tx<'_>, actor: &Actor, common: &InputCommon) -> Result<Option<(
     }
 }
 
+/// Who an input is recorded as from (see [`Author`]).
+fn author_of(actor: &Actor, common: &InputCommon) -> Author {
+    Author {
+        sender: actor.sender.clone(),
+        source_session_id: common.source_session_id.clone(),
+    }
+}
+
 fn remember(
     tx: &mut Tx<'_>,
     actor: &Actor,
@@ -177,24 +184,13 @@ fn remember(
     key: &SessionKey,
     seq: u64,
 ) -> Result<()> {
-    if let Some(id) = &common.client_request_id {
-        tx.record_client_request(&actor.workspace_id, id, &common.fingerprint, &key.id, seq)?;
-    }
-    Ok(())
+    tx.remember(retry_of(actor, common).as_ref(), key, seq)
 }
 
 /// The sender recorded on an input: the credential's, unless `sourceSessionId` names a session of
 /// the same workspace (else 404).
 fn sender_for(tx: &Tx<'_>, actor: &Actor, common: &InputCommon) -> Result<Sender> {
-    match &common.source_session_id {
-        Some(source) => {
-            let source = tx.session_key(&actor.workspace_id, source)?;
-            Ok(Sender::Session {
-                session_id: source.id,
-            })
-        }
-        None => Ok(actor.sender.clone()),
-    }
+    tx.sender_of(&actor.workspace_id, &author_of(actor, common))
 }
 
 impl Sessions {
@@ -618,26 +614,16 @@ impl Sessions {
             .map(|a| a.anchor)
             .unwrap_or_default();
         let shown = as_set(self.drive(actor).check_cwd(cwd, &anchor)?);
-        let new = Some(shown.clone());
-        let ws = actor.workspace_id.clone();
-        let id = row.id.clone();
         let message = format!("working directory moved to {shown}; it applies from the next turn");
         self.store
-            .write(move |tx| {
-                let key = tx.session_key(&ws, &id)?;
-                if !tx.swap_cwd(&key, row.cwd.as_deref(), new.as_deref())? {
-                    return Err(Error::CwdConflict);
-                }
-                tx.append(
-                    &key,
-                    &Event::System {
-                        level: Level::Info,
-                        message,
-                        metadata: None,
-                    },
-                )?;
-                Ok(())
-            })
+            .sessions()
+            .move_cwd(
+                &actor.workspace_id,
+                &row.id,
+                row.cwd.clone(),
+                Some(shown.clone()),
+                message,
+            )
             .await?;
         Ok(shown)
     }
@@ -656,46 +642,16 @@ impl Sessions {
         let mut common = common;
         self.check_attachments(actor, &mut common)?;
         let images = images::decode_all(&common.images)?;
-        let actor = actor.clone();
-        let session_id = session_id.to_owned();
-        if images.is_empty() && common.client_request_id.is_none() {
-            // Nothing to remember and no image to store: the note is one write.
-            return self
-                .store
-                .write_one(move |w| {
-                    let key = w.tx().session_key(&actor.workspace_id, &session_id)?;
-                    let sender = sender_for(w.tx(), &actor, &common)?;
-                    let event = Event::NoteSubmitted {
-                        note,
-                        sender,
-                        client_request_id: None,
-                        images: Vec::new(),
-                        attachments: common.attachments,
-                    };
-                    w.append(&key, &event)
-                })
-                .await;
-        }
         self.store
-            .write(move |tx| {
-                if let Some((_, seq)) = replayed(tx, &actor, &common)? {
-                    return Ok(seq);
-                }
-                let key = tx.session_key(&actor.workspace_id, &session_id)?;
-                let sender = sender_for(tx, &actor, &common)?;
-                let images = images::store_all(tx, &key, &images)?;
-                let seq = tx.append(
-                    &key,
-                    &Event::NoteSubmitted {
-                        note,
-                        sender,
-                        client_request_id: common.client_request_id.clone(),
-                        images,
-                        attachments: common.attachments.clone(),
-                    },
-                )?;
-                remember(tx, &actor, &common, &key, seq)?;
-                Ok(seq)
+            .sessions()
+            .note(NewNote {
+                workspace_id: actor.workspace_id.clone(),
+                session_id: session_id.to_owned(),
+                note,
+                author: author_of(actor, &common),
+                retry: retry_of(actor, &common),
+                images,
+                attachments: common.attachments,
             })
             .await
     }
@@ -749,7 +705,7 @@ impl Sessions {
                 }
                 accepts_prompts(tx, &key)?;
                 let sender = sender_for(tx, &actor, &common)?;
-                let stored = images::store_all(tx, &key, &images)?;
+                let stored = tx.store_images(&key, &images)?;
                 let seq = tx.append(
                     &key,
                     &Event::AnswerSubmitted {
@@ -786,22 +742,10 @@ impl Sessions {
     /// Records `interrupt_requested` and stops the running turn, if any. On an idle session only
     /// the event is recorded.
     pub async fn interrupt(&self, actor: &Actor, session_id: &str) -> Result<()> {
-        let ws = actor.workspace_id.clone();
-        let session_id = session_id.to_owned();
-        let by = sender_id(&actor.sender);
         let key = self
             .store
-            .write(move |tx| {
-                let key = tx.session_key(&ws, &session_id)?;
-                tx.append(
-                    &key,
-                    &Event::InterruptRequested {
-                        requested_at: clock::rfc3339(tx.now),
-                    },
-                )?;
-                tx.set_stopped(&key, &by)?;
-                Ok(key)
-            })
+            .sessions()
+            .interrupt(&actor.workspace_id, session_id, &sender_id(&actor.sender))
             .await?;
         self.runner.interrupt(key);
         Ok(())
@@ -813,10 +757,8 @@ impl Sessions {
         session_id: &str,
         title: String,
     ) -> Result<store::SessionRow> {
-        self.update(actor, session_id, move |tx, key| {
-            tx.set_manual_title(key, &title)
-        })
-        .await
+        self.update(actor, session_id, SessionChange::Title(title))
+            .await
     }
 
     pub async fn set_archived(
@@ -825,52 +767,38 @@ impl Sessions {
         session_id: &str,
         archived: bool,
     ) -> Result<store::SessionRow> {
-        self.update(actor, session_id, move |tx, key| {
-            tx.set_archived(key, archived)
-        })
-        .await
+        self.update(actor, session_id, SessionChange::Archived(archived))
+            .await
     }
 
     /// Applies a projection-only change and returns the row as the actor sees it.
-    async fn update<F>(&self, actor: &Actor, session_id: &str, f: F) -> Result<store::SessionRow>
-    where
-        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<()> + Send + 'static,
-    {
-        let ws = actor.workspace_id.clone();
-        let id = session_id.to_owned();
+    async fn update(
+        &self,
+        actor: &Actor,
+        session_id: &str,
+        change: SessionChange,
+    ) -> Result<store::SessionRow> {
         self.store
-            .write(move |tx| {
-                let key = tx.session_key(&ws, &id)?;
-                f(tx, &key)
-            })
+            .sessions()
+            .change(&actor.workspace_id, session_id, change)
             .await?;
         self.detail_row(actor, session_id).await
     }
 
     /// Moves the actor's read marker forward (never back, never past the last event).
     pub async fn mark_read(&self, actor: &Actor, session_id: &str, seq: u64) -> Result<u64> {
-        let actor = actor.clone();
-        let id = session_id.to_owned();
         self.store
-            .write(move |tx| {
-                let key = tx.session_key(&actor.workspace_id, &id)?;
-                let last = tx.session_row(&key)?.last_event_seq;
-                tx.mark_read(&key, &actor.user_id, seq.min(last))
-            })
+            .sessions()
+            .mark_read(&actor.workspace_id, session_id, &actor.user_id, seq)
             .await
     }
 
     /// Stops the session's work and removes it permanently.
     pub async fn delete(&self, actor: &Actor, session_id: &str) -> Result<()> {
-        let ws = actor.workspace_id.clone();
-        let id = session_id.to_owned();
         let key = self
             .store
-            .write(move |tx| {
-                let key = tx.session_key(&ws, &id)?;
-                tx.delete_session(&key)?;
-                Ok(key)
-            })
+            .sessions()
+            .delete(&actor.workspace_id, session_id)
             .await?;
         self.runner.session_deleted(key.pk);
         self.store.bus().close_session(&key.id);
@@ -962,7 +890,7 @@ fn insert_new_session(
     input: &CreateIn,
     machine: Option<machine::Definition>,
     agent_first_message: Option<&str>,
-    images: &[images::Decoded],
+    images: &[NewImage],
     id: Option<&str>,
     start: &RecordStart<'_>,
 ) -> Result<(SessionKey, u64)> {
@@ -1075,7 +1003,7 @@ fn add_message(
     actor: &Actor,
     key: &SessionKey,
     input: &MessageIn,
-    images: &[images::Decoded],
+    images: &[NewImage],
 ) -> Result<(u64, bool)> {
     accepts_prompts(tx, key)?;
     let row = tx.session_row(key)?;
@@ -1120,10 +1048,10 @@ fn append_prompt(
     behavior: Behavior,
     tier: Option<&str>,
     common: &InputCommon,
-    images: &[images::Decoded],
+    images: &[NewImage],
 ) -> Result<u64> {
     let sender = sender_for(tx, actor, common)?;
-    let stored: Vec<StoredImageRef> = images::store_all(tx, key, images)?;
+    let stored: Vec<StoredImageRef> = tx.store_images(key, images)?;
     let seq = tx.append(
         key,
         &Event::PromptSubmitted {

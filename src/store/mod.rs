@@ -30,6 +30,7 @@ pub mod reads;
 pub mod record;
 pub mod schedules;
 pub mod seed;
+pub mod sessions;
 pub mod turns;
 mod writer;
 pub mod writes;

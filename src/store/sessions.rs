@@ -1,0 +1,263 @@
+//! The session log's writes that the sessions core makes as one unit each: an interrupt, a
+//! note, a projection-only change, a read marker, a move of the working directory, a delete.
+//! Each method is the whole transaction; the caller has decided everything that does not
+//! depend on what the transaction reads.
+
+use super::inputs::Retry;
+use super::{SessionKey, Store, Tx};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::timeline::{AttachmentRef, Event, Level, Sender, StoredImageRef};
+
+/// Who an input is recorded as from: the credential's sender, unless `source_session_id` names
+/// a session of the same workspace (else 404), which it is then attributed to (R7).
+#[derive(Debug, Clone)]
+pub struct Author {
+    pub sender: Sender,
+    pub source_session_id: Option<String>,
+}
+
+/// An image an input carries, decoded and checked; stored once per session under its id.
+#[derive(Debug, Clone)]
+pub struct NewImage {
+    pub storage_id: String,
+    pub mime_type: String,
+    pub bytes: Vec<u8>,
+}
+
+/// A change of a session's projection alone (no event).
+#[derive(Debug, Clone)]
+pub enum SessionChange {
+    /// A manual title, which automatic titles never replace.
+    Title(String),
+    Archived(bool),
+}
+
+/// A note: durable context that starts no turn.
+#[derive(Debug, Clone)]
+pub struct NewNote {
+    pub workspace_id: String,
+    pub session_id: String,
+    pub note: String,
+    pub author: Author,
+    pub retry: Option<Retry>,
+    pub images: Vec<NewImage>,
+    pub attachments: Vec<AttachmentRef>,
+}
+
+impl Tx<'_> {
+    /// The sender an input is recorded with (see [`Author`]).
+    pub fn sender_of(&self, workspace_id: &str, author: &Author) -> Result<Sender> {
+        match &author.source_session_id {
+            Some(source) => Ok(Sender::Session {
+                session_id: self.session_key(workspace_id, source)?.id,
+            }),
+            None => Ok(author.sender.clone()),
+        }
+    }
+
+    /// Stores an input's images with the session; the references its event carries.
+    pub fn store_images(
+        &mut self,
+        key: &SessionKey,
+        images: &[NewImage],
+    ) -> Result<Vec<StoredImageRef>> {
+        images
+            .iter()
+            .map(|img| {
+                self.put_image(key, &img.storage_id, &img.mime_type, &img.bytes)?;
+                Ok(StoredImageRef {
+                    storage_id: img.storage_id.clone(),
+                    mime_type: img.mime_type.clone(),
+                    bytes: img.bytes.len() as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// Remembers a request's `clientRequestId` with the input it made.
+    pub fn remember(&mut self, retry: Option<&Retry>, key: &SessionKey, seq: u64) -> Result<()> {
+        if let Some(r) = retry {
+            self.record_client_request(
+                &r.workspace_id,
+                &r.client_request_id,
+                &r.fingerprint,
+                &key.id,
+                seq,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The sessions core's single-unit writes.
+#[derive(Clone, Copy)]
+pub struct SessionWrites<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// Writes of the sessions core that are one unit each.
+    pub fn sessions(&self) -> SessionWrites<'_> {
+        SessionWrites { store: self }
+    }
+}
+
+impl SessionWrites<'_> {
+    /// Records `interrupt_requested` and who asked; the session's key (for the runner).
+    pub async fn interrupt(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        by: &str,
+    ) -> Result<SessionKey> {
+        let (ws, id, by) = (
+            workspace_id.to_owned(),
+            session_id.to_owned(),
+            by.to_owned(),
+        );
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                tx.append(
+                    &key,
+                    &Event::InterruptRequested {
+                        requested_at: clock::rfc3339(tx.now),
+                    },
+                )?;
+                tx.set_stopped(&key, &by)?;
+                Ok(key)
+            })
+            .await
+    }
+
+    /// Applies a projection-only change.
+    pub async fn change(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        change: SessionChange,
+    ) -> Result<()> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                match &change {
+                    SessionChange::Title(title) => tx.set_manual_title(&key, title),
+                    SessionChange::Archived(archived) => tx.set_archived(&key, *archived),
+                }
+            })
+            .await
+    }
+
+    /// Moves `user_id`'s read marker forward to `seq` (never back, never past the last event);
+    /// the marker now.
+    pub async fn mark_read(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        user_id: &str,
+        seq: u64,
+    ) -> Result<u64> {
+        let (ws, id, user) = (
+            workspace_id.to_owned(),
+            session_id.to_owned(),
+            user_id.to_owned(),
+        );
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                let last = tx.session_row(&key)?.last_event_seq;
+                tx.mark_read(&key, &user, seq.min(last))
+            })
+            .await
+    }
+
+    /// Removes a session and everything it holds; its key (for the runner and the bus).
+    pub async fn delete(&self, workspace_id: &str, session_id: &str) -> Result<SessionKey> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                tx.delete_session(&key)?;
+                Ok(key)
+            })
+            .await
+    }
+
+    /// Moves the working directory from `expected` to `cwd` with a compare-and-swap (409
+    /// `cwd_conflict` when another move won) and says so in the timeline.
+    pub async fn move_cwd(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        expected: Option<String>,
+        cwd: Option<String>,
+        message: String,
+    ) -> Result<()> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                if !tx.swap_cwd(&key, expected.as_deref(), cwd.as_deref())? {
+                    return Err(Error::CwdConflict);
+                }
+                tx.append(
+                    &key,
+                    &Event::System {
+                        level: Level::Info,
+                        message,
+                        metadata: None,
+                    },
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    /// Adds a note; its seq. A retried `clientRequestId` answers the first note's seq.
+    pub async fn note(&self, n: NewNote) -> Result<u64> {
+        if n.images.is_empty() && n.retry.is_none() {
+            // Nothing to remember and no image to store: the note is one write.
+            return self
+                .store
+                .write_one(move |w| {
+                    let key = w.tx().session_key(&n.workspace_id, &n.session_id)?;
+                    let sender = w.tx().sender_of(&n.workspace_id, &n.author)?;
+                    let event = Event::NoteSubmitted {
+                        note: n.note,
+                        sender,
+                        client_request_id: None,
+                        images: Vec::new(),
+                        attachments: n.attachments,
+                    };
+                    w.append(&key, &event)
+                })
+                .await;
+        }
+        self.store
+            .write(move |tx| {
+                if let Some(r) = &n.retry
+                    && let Some((_, seq)) = tx.replayed(r)?
+                {
+                    return Ok(seq);
+                }
+                let key = tx.session_key(&n.workspace_id, &n.session_id)?;
+                let sender = tx.sender_of(&n.workspace_id, &n.author)?;
+                let images = tx.store_images(&key, &n.images)?;
+                let seq = tx.append(
+                    &key,
+                    &Event::NoteSubmitted {
+                        note: n.note,
+                        sender,
+                        client_request_id: n.retry.as_ref().map(|r| r.client_request_id.clone()),
+                        images,
+                        attachments: n.attachments,
+                    },
+                )?;
+                tx.remember(n.retry.as_ref(), &key, seq)?;
+                Ok(seq)
+            })
+            .await
+    }
+}
