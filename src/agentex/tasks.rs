@@ -27,6 +27,7 @@ use crate::store::agentex::{
     AgentKey, AgentexAgentRow, DeploymentRow, EventRow, FinalStatus, TaskFields, TaskFilter,
     TaskKey, TaskPatch, TaskRow,
 };
+use crate::store::submit::{InputLink, Linked};
 use crate::store::{SessionKey, Tx};
 use crate::timeline::{AttachmentRef, Behavior, Event, Level};
 
@@ -417,22 +418,18 @@ pub async fn send(
         }
         Destination::Existing(task) => *task,
     };
-    let (submitted, ()) = deliver(sessions, actor, &task, d, |_, _, _| Ok(())).await?;
+    let (submitted, _) = deliver(sessions, actor, &task, d, InputLink::None).await?;
     Ok(Some((task, submitted)))
 }
 
-/// Delivers a message to a task (an answer when it is asking), with `link` writing beside it.
-async fn deliver<T, F>(
+/// Delivers a message to a task (an answer when it is asking), with `link` recorded beside it.
+async fn deliver(
     sessions: &Sessions,
     actor: &Actor,
     task: &TaskRow,
     d: Prompt,
-    link: F,
-) -> Result<(Submitted, T)>
-where
-    T: Send + 'static,
-    F: FnOnce(&mut Tx<'_>, &SessionKey, u64) -> Result<T> + Clone + Send + 'static,
-{
+    link: InputLink,
+) -> Result<(Submitted, Linked)> {
     if task.turn_status == "ask" && !task.turn_active {
         let common = InputCommon {
             attachments: d.attachments.clone(),
@@ -452,17 +449,13 @@ where
     message(sessions, actor, task, d, link).await
 }
 
-async fn message<T, F>(
+async fn message(
     sessions: &Sessions,
     actor: &Actor,
     task: &TaskRow,
     d: Prompt,
-    link: F,
-) -> Result<(Submitted, T)>
-where
-    T: Send + 'static,
-    F: FnOnce(&mut Tx<'_>, &SessionKey, u64) -> Result<T> + Send + 'static,
-{
+    link: InputLink,
+) -> Result<(Submitted, Linked)> {
     match sessions
         .message_with(actor, &task.id, d.message(), link)
         .await?
@@ -485,12 +478,14 @@ pub async fn send_event(
     let agent_id = task.agent_id.clone();
     match content {
         Some((raw, d)) => {
-            let raw = raw.to_string();
-            let (_, event) = deliver(sessions, actor, &task, d, move |tx, key, seq| {
-                tx.insert_agentex_event(key, &agent_id, Some(seq), Some(&raw))
-            })
-            .await?;
-            Ok(event)
+            let link = InputLink::AgentexEvent {
+                agent_id,
+                content: raw.to_string(),
+            };
+            match deliver(sessions, actor, &task, d, link).await? {
+                (_, Linked::AgentexEvent(event)) => Ok(event),
+                (_, Linked::None) => Err(Error::Internal("event/send without its event".into())),
+            }
         }
         None => {
             sessions

@@ -16,31 +16,8 @@ use crate::error::Result;
 use crate::projection::conversation;
 use crate::store::{LastTerminal, Store};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParentKind {
-    Continuation,
-    Handoff,
-    Resume,
-}
-
-impl ParentKind {
-    pub fn parse(s: &str) -> Option<ParentKind> {
-        match s {
-            "continuation" => Some(ParentKind::Continuation),
-            "handoff" => Some(ParentKind::Handoff),
-            "resume" => Some(ParentKind::Resume),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ParentKind::Continuation => "continuation",
-            ParentKind::Handoff => "handoff",
-            ParentKind::Resume => "resume",
-        }
-    }
-}
+/// How a session continues another (the store records it with the new session).
+pub use crate::store::submit::ParentKind;
 
 /// The session a new one comes from, and how.
 #[derive(Debug, Clone)]

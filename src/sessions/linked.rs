@@ -8,8 +8,8 @@
 //! get-or-creates make one session), and may run with a pinned engine configuration.
 
 use super::{
-    Actor, CreateIn, MessageIn, Plan, RecordStart, Sessions, Submitted, agents, images,
-    insert_new_session, insert_session_row, non_root_str, sender_id,
+    Actor, MessageIn, Plan, Sessions, Submitted, agents, excerpt, images, new_prompt, non_root_str,
+    sender_id, session_plan,
 };
 use crate::clock;
 use crate::error::{Error, Result};
@@ -82,62 +82,47 @@ impl Sessions {
             None => Vec::new(),
         };
         let anchor = self.drive(actor).make_dir(&agent.anchor)?;
-        let actor_c = actor.clone();
+        let plan = Plan {
+            agent_id: agent.id.clone(),
+            cwd: non_root_str(anchor),
+            tier: input
+                .first
+                .as_ref()
+                .and_then(|f| f.tier)
+                .map(|t| t.as_str().to_owned()),
+            created_by: None,
+            mode: None,
+            bind_default: false,
+        };
+        let title = match &input.first {
+            Some(first) => excerpt(&first.prompt),
+            None => input.title.clone().unwrap_or_else(|| "New task".to_owned()),
+        };
+        let mut plan = session_plan(actor, plan, title, None);
+        plan.id = Some(input.id.clone());
+        let first = input.first.take().map(|first| {
+            new_prompt(
+                actor,
+                first.prompt,
+                first.behavior,
+                first.tier,
+                first.common,
+                images,
+            )
+        });
         let outcome = self
             .store
             .write(move |tx| {
-                let actor = actor_c;
                 if let Some(found) = find(tx)? {
                     return Ok(Written::Found(found));
                 }
-                let plan = Plan {
-                    agent_id: agent.id.clone(),
-                    cwd: non_root_str(anchor),
-                    tier: input
-                        .first
-                        .as_ref()
-                        .and_then(|f| f.tier)
-                        .map(|t| t.as_str().to_owned()),
-                    created_by: None,
-                    mode: None,
-                    bind_default: false,
-                };
-                let (key, first_seq) = match input.first {
+                let (key, first_seq) = match &first {
                     Some(first) => {
-                        let create = CreateIn {
-                            prompt: first.prompt,
-                            agent_id: Some(agent.id.clone()),
-                            cwd: None,
-                            tier: first.tier,
-                            behavior: first.behavior,
-                            mode: None,
-                            common: first.common,
-                        };
-                        let (key, seq) = insert_new_session(
-                            tx,
-                            &actor,
-                            &plan,
-                            &create,
-                            None,
-                            None,
-                            &images,
-                            Some(&input.id),
-                            &RecordStart::default(),
-                        )?;
+                        let (key, seq) = tx.insert_new_session(&plan, first)?;
                         (key, Some(seq))
                     }
                     None => {
-                        let title = input.title.as_deref().unwrap_or("New task");
-                        let key = insert_session_row(
-                            tx,
-                            &actor,
-                            &plan,
-                            title,
-                            "",
-                            None,
-                            None,
-                            Some(&input.id),
-                        )?;
+                        let key = tx.insert_session_row(&plan, "", None)?;
                         tx.set_turn(&key, TurnStatus::Complete)?;
                         (key, None)
                     }

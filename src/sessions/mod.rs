@@ -22,14 +22,13 @@ use crate::clock;
 use crate::config::Config;
 use crate::drive::Drive;
 use crate::error::{Error, Result};
-use crate::projection;
 use crate::runner::machine::{self, MachineState};
 use crate::runner::{Delivery, Runner};
 use crate::store::inputs::Retry;
-use crate::store::projections::TurnStatus;
 use crate::store::sessions::{Author, NewImage, NewNote, SessionChange};
-use crate::store::{self, JsonColumn, NewInput, NewSession, SessionKey, Store, Tx};
-use crate::timeline::{AttachmentRef, Behavior, Event, InputKind, Sender, StoredImageRef, Tier};
+use crate::store::submit::{InputLink, Linked, NewMachine, NewPrompt, SessionPlan};
+use crate::store::{self, SessionKey, Store};
+use crate::timeline::{AttachmentRef, Behavior, Sender, Tier};
 
 pub use images::ImageIn;
 pub use linked::{OpenIn, Opened};
@@ -159,16 +158,6 @@ fn retry_of(actor: &Actor, common: &InputCommon) -> Option<Retry> {
     })
 }
 
-/// The original result of a retried `clientRequestId` (or 409 when the id came with another
-/// request). Runs before any write (so a retry never resolves a parent or an alias, R50) and again
-/// inside the write (so two racing requests cannot both be first).
-fn replayed(tx: &Tx<'_>, actor: &Actor, common: &InputCommon) -> Result<Option<(SessionKey, u64)>> {
-    match retry_of(actor, common) {
-        Some(r) => tx.replayed(&r),
-        None => Ok(None),
-    }
-}
-
 /// Who an input is recorded as from (see [`Author`]).
 fn author_of(actor: &Actor, common: &InputCommon) -> Author {
     Author {
@@ -177,20 +166,24 @@ fn author_of(actor: &Actor, common: &InputCommon) -> Author {
     }
 }
 
-fn remember(
-    tx: &mut Tx<'_>,
+/// A prompt as the store records it.
+fn new_prompt(
     actor: &Actor,
-    common: &InputCommon,
-    key: &SessionKey,
-    seq: u64,
-) -> Result<()> {
-    tx.remember(retry_of(actor, common).as_ref(), key, seq)
-}
-
-/// The sender recorded on an input: the credential's, unless `sourceSessionId` names a session of
-/// the same workspace (else 404).
-fn sender_for(tx: &Tx<'_>, actor: &Actor, common: &InputCommon) -> Result<Sender> {
-    tx.sender_of(&actor.workspace_id, &author_of(actor, common))
+    text: String,
+    behavior: Behavior,
+    tier: Option<Tier>,
+    common: InputCommon,
+    images: Vec<NewImage>,
+) -> NewPrompt {
+    NewPrompt {
+        author: author_of(actor, &common),
+        retry: retry_of(actor, &common),
+        text,
+        behavior,
+        tier,
+        images,
+        attachments: common.attachments,
+    }
 }
 
 impl Sessions {
@@ -384,42 +377,25 @@ impl Sessions {
                 }
             }
         };
-        let actor_c = actor.clone();
-        let (key, seq, fresh) = self
-            .store
-            .write(move |tx| {
-                let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
-                    return Ok((key, seq, false));
-                }
-                if let Some(parent) = &plan.created_by {
-                    // The parent may have been deleted since it was read.
-                    tx.session_key(&actor.workspace_id, parent)?;
-                }
-                // So may the session this one comes from.
-                let from = match (&record.parent, &lineage) {
-                    (Some(p), Some(_)) => {
-                        Some((p, tx.session_key(&actor.workspace_id, &p.session_id)?))
-                    }
-                    _ => None,
-                };
-                let start = RecordStart {
-                    metadata: metadata.as_deref(),
-                    budget_cents: record.budget_cents,
-                    parent: from.as_ref().map(|(p, k)| (p.kind.as_str(), k.id.as_str())),
-                    context: lineage.as_deref(),
-                };
-                let (key, seq) = insert_new_session(
-                    tx, &actor, &plan, &input, machine, None, &images, None, &start,
-                )?;
-                if let Some((p, parent_key)) = &from
-                    && p.kind == lineage::ParentKind::Handoff
-                {
-                    tx.close_session(parent_key, &key.id)?;
-                }
-                Ok((key, seq, true))
-            })
-            .await?;
+        let title = excerpt(&input.prompt);
+        let machine = machine
+            .map(|def| new_machine(def, &input.prompt))
+            .transpose()?;
+        let mut plan = session_plan(actor, plan, title, machine);
+        plan.metadata = metadata;
+        plan.budget_cents = record.budget_cents;
+        plan.context = lineage;
+        plan.parent = record.parent.map(|p| (p.kind, p.session_id));
+        let first = new_prompt(
+            actor,
+            input.prompt,
+            input.behavior,
+            input.tier,
+            input.common,
+            images,
+        );
+        let sub = self.store.submit().create(plan, first).await?;
+        let (key, seq, fresh) = (sub.key, sub.seq, sub.fresh);
         // R24: a new session has no turn yet, so steer and follow-up start alike.
         self.submitted(key, seq, fresh, false).await
     }
@@ -449,49 +425,43 @@ impl Sessions {
         input: MessageIn,
     ) -> Result<Submitted> {
         Ok(self
-            .message_with(actor, session_id, input, |_, _, _| Ok(()))
+            .message_with(actor, session_id, input, InputLink::None)
             .await?
             .0)
     }
 
-    /// [`Sessions::message`], with `link` writing another API family's rows about the input
-    /// (given the session and the input's seq) in the input's transaction. A retried
-    /// `clientRequestId` writes nothing, so `link` does not run (`None`).
-    pub async fn message_with<T, F>(
+    /// [`Sessions::message`], with `link` naming what another API family records about the
+    /// input in the input's transaction. A retried `clientRequestId` writes nothing, so nothing
+    /// is linked (`None`).
+    pub async fn message_with(
         &self,
         actor: &Actor,
         session_id: &str,
         mut input: MessageIn,
-        link: F,
-    ) -> Result<(Submitted, Option<T>)>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Tx<'_>, &SessionKey, u64) -> Result<T> + Send + 'static,
-    {
+        link: InputLink,
+    ) -> Result<(Submitted, Option<Linked>)> {
         if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
             return Ok((self.replayed_submission(key, seq).await?, None));
         }
         let images = images::decode_all(&input.common.images)?;
         self.check_attachments(actor, &mut input.common)?;
-        let actor_c = actor.clone();
-        let session_id = session_id.to_owned();
         let follow_up = input.behavior == Behavior::FollowUp;
-        let (key, seq, active, linked) = self
+        let m = new_prompt(
+            actor,
+            input.prompt,
+            input.behavior,
+            input.tier,
+            input.common,
+            images,
+        );
+        let (sub, linked) = self
             .store
-            .write(move |tx| {
-                let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
-                    return Ok((key, seq, false, None));
-                }
-                let key = tx.session_key(&actor.workspace_id, &session_id)?;
-                let (seq, active) = add_message(tx, &actor, &key, &input, &images)?;
-                let linked = link(tx, &key, seq)?;
-                Ok((key, seq, active, Some(linked)))
-            })
+            .submit()
+            .message(&actor.workspace_id, session_id, m, link)
             .await?;
-        let fresh = linked.is_some();
         Ok((
-            self.submitted(key, seq, fresh, follow_up && active).await?,
+            self.submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
+                .await?,
             linked,
         ))
     }
@@ -514,55 +484,31 @@ impl Sessions {
         let images = images::decode_all(&input.common.images)?;
         self.check_attachments(actor, &mut input.common)?;
         let anchor = self.drive(actor).make_dir(&agent.anchor)?;
-        let actor_c = actor.clone();
         let follow_up = input.behavior == Behavior::FollowUp;
-        let (key, seq, fresh, created, active) = self
-            .store
-            .write(move |tx| {
-                let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx, &actor, &input.common)? {
-                    return Ok((key, seq, false, false, false));
-                }
-                if let Some(sid) = tx.default_session(&agent.id)? {
-                    let key = tx.session_key(&actor.workspace_id, &sid)?;
-                    let (seq, active) = add_message(tx, &actor, &key, &input, &images)?;
-                    return Ok((key, seq, true, false, active));
-                }
-                let plan = Plan {
-                    agent_id: agent.id.clone(),
-                    cwd: non_root_str(anchor),
-                    tier: input.tier.map(|t| t.as_str().to_owned()),
-                    created_by: None,
-                    // R61: default sessions launch in automatic mode.
-                    mode: Some("\"auto\""),
-                    bind_default: true,
-                };
-                let create = CreateIn {
-                    prompt: input.prompt.clone(),
-                    agent_id: Some(agent.id.clone()),
-                    cwd: None,
-                    tier: input.tier,
-                    behavior: input.behavior,
-                    mode: None,
-                    common: input.common.clone(),
-                };
-                let (key, seq) = insert_new_session(
-                    tx,
-                    &actor,
-                    &plan,
-                    &create,
-                    None,
-                    agent_first_message.as_deref(),
-                    &images,
-                    None,
-                    &RecordStart::default(),
-                )?;
-                Ok((key, seq, true, true, false))
-            })
-            .await?;
+        let plan = Plan {
+            agent_id: agent.id.clone(),
+            cwd: non_root_str(anchor),
+            tier: input.tier.map(|t| t.as_str().to_owned()),
+            created_by: None,
+            // R61: default sessions launch in automatic mode.
+            mode: Some("\"auto\""),
+            bind_default: true,
+        };
+        let mut plan = session_plan(actor, plan, excerpt(&input.prompt), None);
+        plan.agent_first_message = agent_first_message;
+        let m = new_prompt(
+            actor,
+            input.prompt,
+            input.behavior,
+            input.tier,
+            input.common,
+            images,
+        );
+        let sub = self.store.submit().default_message(plan, m).await?;
         Ok((
-            self.submitted(key, seq, fresh, follow_up && active).await?,
-            created,
+            self.submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
+                .await?,
+            sub.created,
         ))
     }
 
@@ -665,78 +611,36 @@ impl Sessions {
         common: InputCommon,
     ) -> Result<Submitted> {
         Ok(self
-            .answer_with(actor, session_id, answer, common, |_, _, _| Ok(()))
+            .answer_with(actor, session_id, answer, common, InputLink::None)
             .await?
             .0)
     }
 
     /// [`Sessions::answer`], with `link` as in [`Sessions::message_with`].
-    pub async fn answer_with<T, F>(
+    pub async fn answer_with(
         &self,
         actor: &Actor,
         session_id: &str,
         answer: String,
         common: InputCommon,
-        link: F,
-    ) -> Result<(Submitted, Option<T>)>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Tx<'_>, &SessionKey, u64) -> Result<T> + Send + 'static,
-    {
+        link: InputLink,
+    ) -> Result<(Submitted, Option<Linked>)> {
         if let Some((key, seq)) = self.lookup_replay(actor, &common).await? {
             return Ok((self.replayed_submission(key, seq).await?, None));
         }
         let mut common = common;
         self.check_attachments(actor, &mut common)?;
         let images = images::decode_all(&common.images)?;
-        let actor_c = actor.clone();
-        let session_id = session_id.to_owned();
-        let (key, seq, linked) = self
+        let a = new_prompt(actor, answer, Behavior::Steer, None, common, images);
+        let (sub, linked) = self
             .store
-            .write(move |tx| {
-                let actor = actor_c;
-                if let Some((key, seq)) = replayed(tx, &actor, &common)? {
-                    return Ok((key, seq, None));
-                }
-                let key = tx.session_key(&actor.workspace_id, &session_id)?;
-                let row = tx.session_row(&key)?;
-                if row.turn_status != "ask" || row.turn_active {
-                    return Err(Error::NotAsking);
-                }
-                accepts_prompts(tx, &key)?;
-                let sender = sender_for(tx, &actor, &common)?;
-                let stored = tx.store_images(&key, &images)?;
-                let seq = tx.append(
-                    &key,
-                    &Event::AnswerSubmitted {
-                        answer: answer.clone(),
-                        sender,
-                        client_request_id: common.client_request_id.clone(),
-                        images: stored,
-                        attachments: common.attachments.clone(),
-                    },
-                )?;
-                // R20: answers resume with the session's persisted tier.
-                tx.enqueue_input(
-                    &key,
-                    &NewInput {
-                        seq,
-                        kind: "answer",
-                        behavior: "steer",
-                        tier: row.tier.as_deref(),
-                        text: &answer,
-                        images: None,
-                        not_before: 0,
-                    },
-                )?;
-                tx.set_turn(&key, TurnStatus::Running)?;
-                remember(tx, &actor, &common, &key, seq)?;
-                let linked = link(tx, &key, seq)?;
-                Ok((key, seq, Some(linked)))
-            })
+            .submit()
+            .answer(&actor.workspace_id, session_id, a, link)
             .await?;
-        let fresh = linked.is_some();
-        Ok((self.submitted(key, seq, fresh, false).await?, linked))
+        Ok((
+            self.submitted(sub.key, sub.seq, sub.fresh, false).await?,
+            linked,
+        ))
     }
 
     /// Records `interrupt_requested` and stops the running turn, if any. On an idle session only
@@ -818,18 +722,6 @@ struct Plan {
     bind_default: bool,
 }
 
-/// The record facts a new session is inserted with (none for the Sessions API's own creates).
-#[derive(Default)]
-struct RecordStart<'a> {
-    /// JSON object.
-    metadata: Option<&'a str>,
-    budget_cents: u64,
-    /// `(kind, parent session id)`.
-    parent: Option<(&'static str, &'a str)>,
-    /// Shown to the engine before the first prompt (what a lineage carries over).
-    context: Option<&'a str>,
-}
-
 /// A session's `source` and `attribution` from the way its creator came in.
 fn provenance(actor: &Actor) -> (&'static str, Option<&'static str>, Option<&str>) {
     match &actor.channel {
@@ -855,14 +747,6 @@ fn sender_id(sender: &Sender) -> String {
     }
 }
 
-/// A message or an answer may reach the session: it is open and within its budget.
-fn accepts_prompts(tx: &Tx<'_>, key: &SessionKey) -> Result<()> {
-    if tx.is_closed(key)? {
-        return Err(Error::SessionClosed);
-    }
-    projection::budget::check(tx, key)
-}
-
 /// A cwd that comes from an agent's anchor or the default alias: the drive root is no cwd.
 fn non_root_str(cwd: String) -> Option<String> {
     if cwd.is_empty() { None } else { Some(cwd) }
@@ -879,211 +763,41 @@ fn as_set(canonical: String) -> String {
     }
 }
 
-/// Inserts a session with its `session_created`, optional `agent_message` and first
-/// `prompt_submitted`; returns the key and the prompt's seq. `id` is the session's id when the
-/// caller chose one (else a new one); `start` holds the record facts it starts with.
-#[allow(clippy::too_many_arguments)]
-fn insert_new_session(
-    tx: &mut Tx<'_>,
+/// A new session's plan as the store takes it: where it goes, its title, its machine, and the
+/// provenance of its creator's credential.
+fn session_plan(
     actor: &Actor,
-    plan: &Plan,
-    input: &CreateIn,
-    machine: Option<machine::Definition>,
-    agent_first_message: Option<&str>,
-    images: &[NewImage],
-    id: Option<&str>,
-    start: &RecordStart<'_>,
-) -> Result<(SessionKey, u64)> {
-    let key = insert_session_row(
-        tx,
-        actor,
-        plan,
-        &excerpt(&input.prompt),
-        &input.prompt,
-        input.common.client_request_id.clone(),
-        machine,
-        id,
-    )?;
-    if start.metadata.is_some() || start.budget_cents > 0 || start.parent.is_some() {
-        tx.set_record_facts(
-            &key,
-            &store::NewRecordFacts {
-                metadata: start.metadata,
-                budget_cents: start.budget_cents,
-                parent_kind: start.parent.map(|(kind, _)| kind),
-                parent_session_id: start.parent.map(|(_, id)| id),
-            },
-        )?;
-    }
-    if let Some(message) = agent_first_message.filter(|m| !m.is_empty()) {
-        tx.append(
-            &key,
-            &Event::AgentMessage {
-                message: message.to_owned(),
-                created_at: clock::rfc3339(tx.now),
-            },
-        )?;
-    }
-    let seq = append_prompt(
-        tx,
-        actor,
-        &key,
-        &input.prompt,
-        start.context,
-        InputKind::Initial,
-        input.behavior,
-        plan.tier.as_deref(),
-        &input.common,
-        images,
-    )?;
-    Ok((key, seq))
-}
-
-/// Inserts a session's row (with its machine, if any, and its provenance from the credential) and
-/// its `session_created` event.
-#[allow(clippy::too_many_arguments)]
-fn insert_session_row(
-    tx: &mut Tx<'_>,
-    actor: &Actor,
-    plan: &Plan,
-    title: &str,
-    prompt: &str,
-    client_request_id: Option<String>,
-    machine: Option<machine::Definition>,
-    id: Option<&str>,
-) -> Result<SessionKey> {
-    let definition = machine
-        .as_ref()
-        .map(|d| serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string())))
-        .transpose()?;
-    let id = id.map_or_else(crate::ids::new_id, str::to_owned);
+    plan: Plan,
+    title: String,
+    machine: Option<NewMachine>,
+) -> SessionPlan {
     let (source, attribution_type, attribution_id) = provenance(actor);
-    let key = tx.insert_session(&NewSession {
-        id: &id,
-        workspace_id: &actor.workspace_id,
-        agent_id: &plan.agent_id,
-        user_id: &actor.user_id,
+    SessionPlan {
+        workspace_id: actor.workspace_id.clone(),
+        agent_id: plan.agent_id,
+        user_id: actor.user_id.clone(),
         title,
-        cwd: plan.cwd.as_deref(),
-        created_by_session_id: plan.created_by.as_deref(),
-        tier: plan.tier.as_deref(),
-        mode: definition.as_deref().or(plan.mode).unwrap_or("\"agent\""),
-        requested_machine: definition.as_deref(),
+        cwd: plan.cwd,
+        created_by: plan.created_by,
+        tier: plan.tier,
+        mode: plan.mode.map(str::to_owned),
+        machine,
         source,
         attribution_type,
-        attribution_id,
-    })?;
-    if let Some(def) = machine {
-        let state = MachineState::new(def, prompt, tx.now);
-        let doc = serde_json::to_string(&state).map_err(|e| Error::Internal(e.to_string()))?;
-        tx.set_json_column(&key, JsonColumn::MachineState, Some(&doc))?;
-        tx.set_json_column(
-            &key,
-            JsonColumn::Machine,
-            Some(&state.projection("running", None).to_string()),
-        )?;
+        attribution_id: attribution_id.map(str::to_owned),
+        bind_default: plan.bind_default,
+        ..SessionPlan::default()
     }
-    if plan.bind_default {
-        tx.set_default(&plan.agent_id, Some(&id))?;
-    }
-    tx.append(
-        &key,
-        &Event::SessionCreated {
-            prompt: prompt.to_owned(),
-            created_at: clock::rfc3339(tx.now),
-            client_request_id,
-        },
-    )?;
-    Ok(key)
 }
 
-/// Appends a message to an existing session; returns its seq and whether a turn was running.
-fn add_message(
-    tx: &mut Tx<'_>,
-    actor: &Actor,
-    key: &SessionKey,
-    input: &MessageIn,
-    images: &[NewImage],
-) -> Result<(u64, bool)> {
-    accepts_prompts(tx, key)?;
-    let row = tx.session_row(key)?;
-    // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
-    let tier = match input.tier {
-        Some(t) => {
-            tx.set_tier(key, t.as_str())?;
-            Some(t.as_str().to_owned())
-        }
-        None => row.tier.clone(),
-    };
-    let seq = append_prompt(
-        tx,
-        actor,
-        key,
-        &input.prompt,
-        None,
-        InputKind::Message,
-        input.behavior,
-        tier.as_deref(),
-        &input.common,
-        images,
-    )?;
-    if !row.turn_active {
-        tx.set_turn(key, TurnStatus::Running)?;
-    } else if input.behavior == Behavior::FollowUp {
-        tx.refresh_follow_up_queue(key)?;
-    }
-    Ok((seq, row.turn_active))
-}
-
-/// Appends `prompt_submitted`, indexes the prompt, queues it for the runner (after `context`, what
-/// the engine is shown first) and remembers the retry key — the shared tail of create and message.
-#[allow(clippy::too_many_arguments)]
-fn append_prompt(
-    tx: &mut Tx<'_>,
-    actor: &Actor,
-    key: &SessionKey,
-    prompt: &str,
-    context: Option<&str>,
-    kind: InputKind,
-    behavior: Behavior,
-    tier: Option<&str>,
-    common: &InputCommon,
-    images: &[NewImage],
-) -> Result<u64> {
-    let sender = sender_for(tx, actor, common)?;
-    let stored: Vec<StoredImageRef> = tx.store_images(key, images)?;
-    let seq = tx.append(
-        key,
-        &Event::PromptSubmitted {
-            prompt: prompt.to_owned(),
-            input_kind: kind,
-            behavior,
-            sender,
-            client_request_id: common.client_request_id.clone(),
-            images: stored,
-            attachments: common.attachments.clone(),
-        },
-    )?;
-    tx.index_prompt(key, prompt)?;
-    let text = match context {
-        Some(context) => format!("{context}{prompt}"),
-        None => prompt.to_owned(),
-    };
-    tx.enqueue_input(
-        key,
-        &NewInput {
-            seq,
-            kind: match kind {
-                InputKind::Initial => "initial",
-                InputKind::Message => "message",
-            },
-            behavior: behavior.as_str(),
-            tier,
-            text: &text,
-            images: None,
-            not_before: 0,
-        },
-    )?;
-    remember(tx, actor, common, key, seq)?;
-    Ok(seq)
+/// A machine as a new session starts it (from its first prompt, now).
+fn new_machine(def: machine::Definition, prompt: &str) -> Result<NewMachine> {
+    let json = |v: Result<String, serde_json::Error>| v.map_err(|e| Error::Internal(e.to_string()));
+    let definition = json(serde_json::to_string(&def))?;
+    let state = MachineState::new(def, prompt, clock::now_ms());
+    Ok(NewMachine {
+        definition,
+        state: json(serde_json::to_string(&state))?,
+        projection: state.projection("running", None).to_string(),
+    })
 }

@@ -31,6 +31,7 @@ pub mod record;
 pub mod schedules;
 pub mod seed;
 pub mod sessions;
+pub mod submit;
 pub mod turns;
 mod writer;
 pub mod writes;

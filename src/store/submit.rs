@@ -1,0 +1,507 @@
+//! Submitting inputs: a session created with its first events and its search row, a message, an
+//! answer, a post to an agent's default session. Each is one store method doing the whole unit
+//! of work — the idempotency check and record, the events, the search row, the queue and the
+//! derived projection fields — in one transaction. The caller (the sessions core) has decided
+//! everything that does not depend on what the transaction reads: where the session goes, its
+//! title, its machine, what the engine is shown first.
+
+use super::inputs::Retry;
+use super::projections::TurnStatus;
+use super::sessions::{Author, NewImage};
+use super::{NewInput, NewRecordFacts, NewSession, SessionKey, Store, Tx};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::timeline::{AttachmentRef, Behavior, Event, InputKind, Tier};
+
+/// How a session continues another (a Session record's `parent.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParentKind {
+    Continuation,
+    /// Closes the parent in the transaction that creates its successor.
+    Handoff,
+    Resume,
+}
+
+impl ParentKind {
+    pub fn parse(s: &str) -> Option<ParentKind> {
+        match s {
+            "continuation" => Some(ParentKind::Continuation),
+            "handoff" => Some(ParentKind::Handoff),
+            "resume" => Some(ParentKind::Resume),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParentKind::Continuation => "continuation",
+            ParentKind::Handoff => "handoff",
+            ParentKind::Resume => "resume",
+        }
+    }
+}
+
+/// A prompt as submitted (a first prompt or a message).
+#[derive(Debug, Clone)]
+pub struct NewPrompt {
+    pub text: String,
+    pub behavior: Behavior,
+    /// An explicit tier: a message's becomes the session's (R21/R22).
+    pub tier: Option<Tier>,
+    pub author: Author,
+    pub retry: Option<Retry>,
+    pub images: Vec<NewImage>,
+    pub attachments: Vec<AttachmentRef>,
+}
+
+/// A session's machine as it starts: its state and the projection of it, JSON.
+#[derive(Debug, Clone)]
+pub struct NewMachine {
+    pub definition: String,
+    pub state: String,
+    pub projection: String,
+}
+
+/// Where a new session goes and what it starts with.
+#[derive(Debug, Clone, Default)]
+pub struct SessionPlan {
+    /// The session's id when the caller chose one (else a new one).
+    pub id: Option<String>,
+    pub workspace_id: String,
+    pub agent_id: String,
+    pub user_id: String,
+    pub title: String,
+    pub cwd: Option<String>,
+    /// The session whose tools made this one; checked again in the write (it may be gone).
+    pub created_by: Option<String>,
+    pub tier: Option<String>,
+    /// `TurnMode` JSON; `None` is `"agent"` (or the machine's definition when there is one).
+    pub mode: Option<String>,
+    pub machine: Option<NewMachine>,
+    /// Provenance from the creator's credential: `source`, `attribution.type`, `.id`.
+    pub source: &'static str,
+    pub attribution_type: Option<&'static str>,
+    pub attribution_id: Option<String>,
+    /// Bind the new session as the agent's default (a first default-alias message).
+    pub bind_default: bool,
+    /// Record facts: metadata (JSON object), a budget (0: none), the session it comes from.
+    pub metadata: Option<String>,
+    pub budget_cents: u64,
+    pub parent: Option<(ParentKind, String)>,
+    /// Shown to the engine before the first prompt (what a lineage carries over).
+    pub context: Option<String>,
+    /// An `agent_message` before the first prompt (an agent's greeting).
+    pub agent_first_message: Option<String>,
+}
+
+/// What a submission did: the session, the input's seq, and whether it was written now (false
+/// for a retried `clientRequestId`).
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub key: SessionKey,
+    pub seq: u64,
+    pub fresh: bool,
+    /// A turn was running when the input arrived.
+    pub active: bool,
+    /// The input made the session (a default-alias post that created it).
+    pub created: bool,
+}
+
+impl Submission {
+    fn replayed(key: SessionKey, seq: u64) -> Submission {
+        Submission {
+            key,
+            seq,
+            fresh: false,
+            active: false,
+            created: false,
+        }
+    }
+}
+
+/// What another API family records about an input in the input's transaction.
+#[derive(Debug, Clone)]
+pub enum InputLink {
+    None,
+    /// The agent platform API's `event/send`: an event of `agent_id` with the content it
+    /// delivered.
+    AgentexEvent {
+        agent_id: String,
+        content: String,
+    },
+}
+
+/// What an [`InputLink`] recorded.
+#[derive(Debug, Clone)]
+pub enum Linked {
+    None,
+    AgentexEvent(super::agentex::EventRow),
+}
+
+impl Tx<'_> {
+    fn link_input(&mut self, key: &SessionKey, seq: u64, link: &InputLink) -> Result<Linked> {
+        match link {
+            InputLink::None => Ok(Linked::None),
+            InputLink::AgentexEvent { agent_id, content } => Ok(Linked::AgentexEvent(
+                self.insert_agentex_event(key, agent_id, Some(seq), Some(content))?,
+            )),
+        }
+    }
+
+    /// A message or an answer may reach the session: it is open and within its budget.
+    pub fn accepts_prompts(&self, key: &SessionKey) -> Result<()> {
+        if self.is_closed(key)? {
+            return Err(Error::SessionClosed);
+        }
+        self.check_budget(key)
+    }
+
+    /// Inserts a session's row (with its machine, if any) and its `session_created` event.
+    pub fn insert_session_row(
+        &mut self,
+        plan: &SessionPlan,
+        prompt: &str,
+        client_request_id: Option<String>,
+    ) -> Result<SessionKey> {
+        let id = plan.id.clone().unwrap_or_else(crate::ids::new_id);
+        let definition = plan.machine.as_ref().map(|m| m.definition.as_str());
+        let key = self.insert_session(&NewSession {
+            id: &id,
+            workspace_id: &plan.workspace_id,
+            agent_id: &plan.agent_id,
+            user_id: &plan.user_id,
+            title: &plan.title,
+            cwd: plan.cwd.as_deref(),
+            created_by_session_id: plan.created_by.as_deref(),
+            tier: plan.tier.as_deref(),
+            mode: definition.or(plan.mode.as_deref()).unwrap_or("\"agent\""),
+            requested_machine: definition,
+            source: plan.source,
+            attribution_type: plan.attribution_type,
+            attribution_id: plan.attribution_id.as_deref(),
+        })?;
+        if let Some(m) = &plan.machine {
+            self.set_json_column(&key, super::JsonColumn::MachineState, Some(&m.state))?;
+            self.set_json_column(&key, super::JsonColumn::Machine, Some(&m.projection))?;
+        }
+        if plan.bind_default {
+            self.set_default(&plan.agent_id, Some(&id))?;
+        }
+        self.append(
+            &key,
+            &Event::SessionCreated {
+                prompt: prompt.to_owned(),
+                created_at: clock::rfc3339(self.now),
+                client_request_id,
+            },
+        )?;
+        Ok(key)
+    }
+
+    /// Inserts a session with its `session_created`, optional `agent_message` and first
+    /// `prompt_submitted`; the key and the prompt's seq.
+    pub fn insert_new_session(
+        &mut self,
+        plan: &SessionPlan,
+        first: &NewPrompt,
+    ) -> Result<(SessionKey, u64)> {
+        let key = self.insert_session_row(
+            plan,
+            &first.text,
+            first.retry.as_ref().map(|r| r.client_request_id.clone()),
+        )?;
+        if plan.metadata.is_some() || plan.budget_cents > 0 || plan.parent.is_some() {
+            self.set_record_facts(
+                &key,
+                &NewRecordFacts {
+                    metadata: plan.metadata.as_deref(),
+                    budget_cents: plan.budget_cents,
+                    parent_kind: plan.parent.as_ref().map(|(kind, _)| kind.as_str()),
+                    parent_session_id: plan.parent.as_ref().map(|(_, id)| id.as_str()),
+                },
+            )?;
+        }
+        if let Some(message) = plan.agent_first_message.as_ref().filter(|m| !m.is_empty()) {
+            self.append(
+                &key,
+                &Event::AgentMessage {
+                    message: message.clone(),
+                    created_at: clock::rfc3339(self.now),
+                },
+            )?;
+        }
+        let seq = self.append_prompt(
+            &plan.workspace_id,
+            &key,
+            first,
+            plan.context.as_deref(),
+            InputKind::Initial,
+            plan.tier.as_deref(),
+        )?;
+        Ok((key, seq))
+    }
+
+    /// Appends a message to an existing session; its seq and whether a turn was running.
+    pub fn add_message(
+        &mut self,
+        workspace_id: &str,
+        key: &SessionKey,
+        m: &NewPrompt,
+    ) -> Result<(u64, bool)> {
+        self.accepts_prompts(key)?;
+        let row = self.session_row(key)?;
+        // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
+        let tier = match m.tier {
+            Some(t) => {
+                self.set_tier(key, t.as_str())?;
+                Some(t.as_str().to_owned())
+            }
+            None => row.tier.clone(),
+        };
+        let seq = self.append_prompt(
+            workspace_id,
+            key,
+            m,
+            None,
+            InputKind::Message,
+            tier.as_deref(),
+        )?;
+        if !row.turn_active {
+            self.set_turn(key, TurnStatus::Running)?;
+        } else if m.behavior == Behavior::FollowUp {
+            self.refresh_follow_up_queue(key)?;
+        }
+        Ok((seq, row.turn_active))
+    }
+
+    /// Appends `prompt_submitted`, indexes the prompt, queues it for the runner (after
+    /// `context`, what the engine is shown first) and remembers the retry key.
+    fn append_prompt(
+        &mut self,
+        workspace_id: &str,
+        key: &SessionKey,
+        p: &NewPrompt,
+        context: Option<&str>,
+        kind: InputKind,
+        tier: Option<&str>,
+    ) -> Result<u64> {
+        let sender = self.sender_of(workspace_id, &p.author)?;
+        let stored = self.store_images(key, &p.images)?;
+        let seq = self.append(
+            key,
+            &Event::PromptSubmitted {
+                prompt: p.text.clone(),
+                input_kind: kind,
+                behavior: p.behavior,
+                sender,
+                client_request_id: p.retry.as_ref().map(|r| r.client_request_id.clone()),
+                images: stored,
+                attachments: p.attachments.clone(),
+            },
+        )?;
+        self.index_prompt(key, &p.text)?;
+        let text = match context {
+            Some(context) => format!("{context}{}", p.text),
+            None => p.text.clone(),
+        };
+        self.enqueue_input(
+            key,
+            &NewInput {
+                seq,
+                kind: match kind {
+                    InputKind::Initial => "initial",
+                    InputKind::Message => "message",
+                },
+                behavior: p.behavior.as_str(),
+                tier,
+                text: &text,
+                images: None,
+                not_before: 0,
+            },
+        )?;
+        self.remember(p.retry.as_ref(), key, seq)?;
+        Ok(seq)
+    }
+}
+
+/// Submissions of inputs, each one unit of work.
+#[derive(Clone, Copy)]
+pub struct Submissions<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// Submitting inputs: creates, messages, answers, default-alias posts.
+    pub fn submit(&self) -> Submissions<'_> {
+        Submissions { store: self }
+    }
+}
+
+impl Submissions<'_> {
+    /// Creates a session from its first prompt; a handoff closes the session it comes from in
+    /// the same transaction.
+    pub async fn create(&self, plan: SessionPlan, first: NewPrompt) -> Result<Submission> {
+        self.store
+            .write(move |tx| {
+                if let Some(r) = &first.retry
+                    && let Some((key, seq)) = tx.replayed(r)?
+                {
+                    return Ok(Submission::replayed(key, seq));
+                }
+                if let Some(parent) = &plan.created_by {
+                    // The parent may have been deleted since it was read.
+                    tx.session_key(&plan.workspace_id, parent)?;
+                }
+                // So may the session this one comes from.
+                let from = match &plan.parent {
+                    Some((kind, id)) => Some((*kind, tx.session_key(&plan.workspace_id, id)?)),
+                    None => None,
+                };
+                let (key, seq) = tx.insert_new_session(&plan, &first)?;
+                if let Some((ParentKind::Handoff, parent_key)) = &from {
+                    tx.close_session(parent_key, &key.id)?;
+                }
+                Ok(Submission {
+                    key,
+                    seq,
+                    fresh: true,
+                    active: false,
+                    created: true,
+                })
+            })
+            .await
+    }
+
+    /// Sends a message (steer or follow-up) to a session, with what `link` records beside it
+    /// (`None` for a retry, which writes nothing).
+    pub async fn message(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        m: NewPrompt,
+        link: InputLink,
+    ) -> Result<(Submission, Option<Linked>)> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .write(move |tx| {
+                if let Some(r) = &m.retry
+                    && let Some((key, seq)) = tx.replayed(r)?
+                {
+                    return Ok((Submission::replayed(key, seq), None));
+                }
+                let key = tx.session_key(&ws, &id)?;
+                let (seq, active) = tx.add_message(&ws, &key, &m)?;
+                let linked = tx.link_input(&key, seq, &link)?;
+                Ok((
+                    Submission {
+                        key,
+                        seq,
+                        fresh: true,
+                        active,
+                        created: false,
+                    },
+                    Some(linked),
+                ))
+            })
+            .await
+    }
+
+    /// Posts to an agent's default session: the first message creates and binds it (with
+    /// `plan`) in one transaction, so two concurrent first messages make exactly one session;
+    /// later ones message it.
+    pub async fn default_message(&self, plan: SessionPlan, m: NewPrompt) -> Result<Submission> {
+        self.store
+            .write(move |tx| {
+                if let Some(r) = &m.retry
+                    && let Some((key, seq)) = tx.replayed(r)?
+                {
+                    return Ok(Submission::replayed(key, seq));
+                }
+                if let Some(sid) = tx.default_session(&plan.agent_id)? {
+                    let key = tx.session_key(&plan.workspace_id, &sid)?;
+                    let (seq, active) = tx.add_message(&plan.workspace_id, &key, &m)?;
+                    return Ok(Submission {
+                        key,
+                        seq,
+                        fresh: true,
+                        active,
+                        created: false,
+                    });
+                }
+                let (key, seq) = tx.insert_new_session(&plan, &m)?;
+                Ok(Submission {
+                    key,
+                    seq,
+                    fresh: true,
+                    active: false,
+                    created: true,
+                })
+            })
+            .await
+    }
+
+    /// Answers a session that is asking (409 `not_asking` otherwise, with nothing written),
+    /// with what `link` records beside it.
+    pub async fn answer(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        a: NewPrompt,
+        link: InputLink,
+    ) -> Result<(Submission, Option<Linked>)> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .write(move |tx| {
+                if let Some(r) = &a.retry
+                    && let Some((key, seq)) = tx.replayed(r)?
+                {
+                    return Ok((Submission::replayed(key, seq), None));
+                }
+                let key = tx.session_key(&ws, &id)?;
+                let row = tx.session_row(&key)?;
+                if row.turn_status != TurnStatus::Ask.name() || row.turn_active {
+                    return Err(Error::NotAsking);
+                }
+                tx.accepts_prompts(&key)?;
+                let sender = tx.sender_of(&ws, &a.author)?;
+                let stored = tx.store_images(&key, &a.images)?;
+                let seq = tx.append(
+                    &key,
+                    &Event::AnswerSubmitted {
+                        answer: a.text.clone(),
+                        sender,
+                        client_request_id: a.retry.as_ref().map(|r| r.client_request_id.clone()),
+                        images: stored,
+                        attachments: a.attachments.clone(),
+                    },
+                )?;
+                // R20: answers resume with the session's persisted tier.
+                tx.enqueue_input(
+                    &key,
+                    &NewInput {
+                        seq,
+                        kind: "answer",
+                        behavior: "steer",
+                        tier: row.tier.as_deref(),
+                        text: &a.text,
+                        images: None,
+                        not_before: 0,
+                    },
+                )?;
+                tx.set_turn(&key, TurnStatus::Running)?;
+                tx.remember(a.retry.as_ref(), &key, seq)?;
+                let linked = tx.link_input(&key, seq, &link)?;
+                Ok((
+                    Submission {
+                        key,
+                        seq,
+                        fresh: true,
+                        active: false,
+                        created: false,
+                    },
+                    Some(linked),
+                ))
+            })
+            .await
+    }
+}
