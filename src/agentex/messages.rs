@@ -16,6 +16,7 @@ use crate::sessions::{Actor, InputCommon, Sessions};
 use crate::store::agentex::{
     Direction, MessageFilter, MessageKind, MessageRow, Page, TaskKey, TaskRow,
 };
+use crate::store::sessions::MessageLink;
 
 /// Most filters in one `filters` parameter.
 const FILTERS_MAX: usize = 32;
@@ -300,12 +301,11 @@ pub async fn create(
         sessions.note(actor, &t.id, m.text, common).await?
     } else {
         sessions
-            .post_agent_messages(actor, &t.id, vec![m.text], |_, _, seqs| {
-                seqs.first()
-                    .copied()
-                    .ok_or(Error::Internal("no message appended".into()))
-            })
+            .post_agent_messages(actor, &t.id, vec![m.text], MessageLink::None)
             .await?
+            .first()
+            .copied()
+            .ok_or(Error::Internal("no message appended".into()))?
     };
     get(sessions, actor, &content::message_id(&t.id, seq)).await
 }
@@ -347,14 +347,11 @@ pub async fn open(
 ) -> Result<Value> {
     let t = task(sessions, actor, task_id).await?;
     let seq = sessions
-        .post_agent_messages(actor, &t.id, vec![text], |tx, key, seqs| {
-            let seq = *seqs
-                .first()
-                .ok_or(Error::Internal("no message appended".into()))?;
-            tx.revise_message(key, seq, seq, true)?;
-            Ok(seq)
-        })
-        .await?;
+        .post_agent_messages(actor, &t.id, vec![text], MessageLink::OpenInProgress)
+        .await?
+        .first()
+        .copied()
+        .ok_or(Error::Internal("no message appended".into()))?;
     get(sessions, actor, &content::message_id(&t.id, seq)).await
 }
 
@@ -414,12 +411,7 @@ pub async fn revise(
         texts.push(r.text);
     }
     sessions
-        .post_agent_messages(actor, &t.id, texts, move |tx, key, appended| {
-            for ((message, in_progress), revision) in plan.iter().zip(appended) {
-                tx.revise_message(key, *message, *revision, *in_progress)?;
-            }
-            Ok(())
-        })
+        .post_agent_messages(actor, &t.id, texts, MessageLink::Revisions(plan))
         .await?;
     let mut out = Vec::with_capacity(seqs.len());
     for seq in seqs {

@@ -15,8 +15,9 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::runner::machine::MachineState;
 use crate::store::projections::TurnStatus;
+use crate::store::sessions::MessageLink;
 use crate::store::{JsonColumn, SessionKey, Tx};
-use crate::timeline::{Event, Level};
+use crate::timeline::Event;
 
 /// A session to open for an agent.
 #[derive(Debug, Clone)]
@@ -214,44 +215,18 @@ impl Sessions {
         Ok(linked)
     }
 
-    /// Appends agent messages written outside the runner, in one transaction, with the caller's
-    /// rows about them (`link` gets their seqs, in order). A message without text yet (an agent
-    /// that opens a message it streams, or clears one) is a `system` notice: an `agent_message`
-    /// always has words.
-    pub async fn post_agent_messages<T, Link>(
+    /// Appends agent messages written outside the runner, in one transaction, with what `link`
+    /// records about them; their seqs, in order.
+    pub async fn post_agent_messages(
         &self,
         actor: &Actor,
         session_id: &str,
         messages: Vec<String>,
-        link: Link,
-    ) -> Result<T>
-    where
-        T: Send + 'static,
-        Link: FnOnce(&mut Tx<'_>, &SessionKey, &[u64]) -> Result<T> + Send + 'static,
-    {
-        let ws = actor.workspace_id.clone();
-        let session_id = session_id.to_owned();
+        link: MessageLink,
+    ) -> Result<Vec<u64>> {
         self.store
-            .write(move |tx| {
-                let key = tx.session_key(&ws, &session_id)?;
-                let mut seqs = Vec::with_capacity(messages.len());
-                for message in messages {
-                    let event = if message.is_empty() {
-                        Event::System {
-                            level: Level::Info,
-                            message: "The agent is writing a message without text so far".into(),
-                            metadata: None,
-                        }
-                    } else {
-                        Event::AgentMessage {
-                            message,
-                            created_at: clock::rfc3339(tx.now),
-                        }
-                    };
-                    seqs.push(tx.append(&key, &event)?);
-                }
-                link(tx, &key, &seqs)
-            })
+            .sessions()
+            .post_agent_messages(&actor.workspace_id, session_id, messages, link)
             .await
     }
 }

@@ -238,9 +238,23 @@ pub fn check_metadata<'a>(
     field: &str,
     entries: impl IntoIterator<Item = (&'a String, &'a String)>,
 ) -> crate::Result<()> {
-    let mut n = 0;
+    let entries: Vec<_> = entries.into_iter().collect();
+    let n = entries.len();
+    check_metadata_entries(field, entries)?;
+    if n > METADATA_MAX_KEYS {
+        return Err(crate::Error::invalid(format!(
+            "{field}: at most {METADATA_MAX_KEYS} keys"
+        )));
+    }
+    Ok(())
+}
+
+/// Each key and value of a record's metadata within its bounds.
+fn check_metadata_entries<'a>(
+    field: &str,
+    entries: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> crate::Result<()> {
     for (k, v) in entries {
-        n += 1;
         if k.is_empty() || k.chars().count() > METADATA_MAX_KEY_CHARS {
             return Err(crate::Error::invalid(format!(
                 "{field}: keys must be 1 to {METADATA_MAX_KEY_CHARS} characters"
@@ -251,11 +265,6 @@ pub fn check_metadata<'a>(
                 "{field}/{k}: longer than {METADATA_MAX_VALUE_CHARS} characters"
             )));
         }
-    }
-    if n > METADATA_MAX_KEYS {
-        return Err(crate::Error::invalid(format!(
-            "{field}: at most {METADATA_MAX_KEYS} keys"
-        )));
     }
     Ok(())
 }
@@ -319,41 +328,23 @@ impl super::Sessions {
         patch: RecordPatch,
     ) -> crate::Result<Value> {
         let row = self.detail_row(actor, session_id).await?;
-        let key = crate::store::SessionKey {
-            pk: row.pk,
-            id: row.id.clone(),
-        };
+        if let Some(changes) = &patch.metadata {
+            // Each entry as it will be stored; the count is checked on the merged map.
+            let set: Vec<(&String, &String)> = changes
+                .iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+                .collect();
+            check_metadata_entries("metadata", set)?;
+        }
         self.store
-            .write(move |tx| {
-                // The session may have been deleted since it was read.
-                tx.session_key(&row.workspace_id, &key.id)?;
-                if let Some(cents) = patch.budget_cents {
-                    tx.set_budget(&key, cents)?;
-                }
-                if let Some(changes) = patch.metadata {
-                    let mut current: std::collections::BTreeMap<String, String> = tx
-                        .metadata(&key)?
-                        .and_then(|m| serde_json::from_str(&m).ok())
-                        .unwrap_or_default();
-                    for (k, v) in changes {
-                        match v {
-                            Some(v) => current.insert(k, v),
-                            None => current.remove(&k),
-                        };
-                    }
-                    check_metadata("metadata", &current)?;
-                    let doc = if current.is_empty() {
-                        None
-                    } else {
-                        Some(
-                            serde_json::to_string(&current)
-                                .map_err(|e| crate::Error::Internal(e.to_string()))?,
-                        )
-                    };
-                    tx.set_metadata(&key, doc.as_deref())?;
-                }
-                Ok(())
-            })
+            .sessions()
+            .patch_record(
+                &row.workspace_id,
+                &row.id,
+                patch.budget_cents,
+                patch.metadata,
+                METADATA_MAX_KEYS,
+            )
             .await?;
         self.record(actor, session_id).await
     }

@@ -3,6 +3,8 @@
 //! Each method is the whole transaction; the caller has decided everything that does not
 //! depend on what the transaction reads.
 
+use std::collections::BTreeMap;
+
 use super::inputs::Retry;
 use super::{SessionKey, Store, Tx};
 use crate::clock;
@@ -31,6 +33,18 @@ pub enum SessionChange {
     /// A manual title, which automatic titles never replace.
     Title(String),
     Archived(bool),
+}
+
+/// What the agent platform API records about agent messages posted outside the runner, in
+/// their transaction.
+#[derive(Debug, Clone)]
+pub enum MessageLink {
+    None,
+    /// The one message is still being written (`streaming_status` `IN_PROGRESS`).
+    OpenInProgress,
+    /// Each posted message revises a stored one: `(the message's seq, still in progress)`, in
+    /// the order of the posted texts.
+    Revisions(Vec<(u64, bool)>),
 }
 
 /// A note: durable context that starts no turn.
@@ -257,6 +271,101 @@ impl SessionWrites<'_> {
                 )?;
                 tx.remember(n.retry.as_ref(), &key, seq)?;
                 Ok(seq)
+            })
+            .await
+    }
+
+    /// Appends agent messages written outside the runner in one transaction, with what `link`
+    /// records about them; their seqs, in order. A message without text yet (an agent that
+    /// opens a message it streams, or clears one) is a `system` notice: an `agent_message`
+    /// always has words.
+    pub async fn post_agent_messages(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        messages: Vec<String>,
+        link: MessageLink,
+    ) -> Result<Vec<u64>> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                let mut seqs = Vec::with_capacity(messages.len());
+                for message in messages {
+                    let event = if message.is_empty() {
+                        Event::System {
+                            level: Level::Info,
+                            message: "The agent is writing a message without text so far".into(),
+                            metadata: None,
+                        }
+                    } else {
+                        Event::AgentMessage {
+                            message,
+                            created_at: clock::rfc3339(tx.now),
+                        }
+                    };
+                    seqs.push(tx.append(&key, &event)?);
+                }
+                match &link {
+                    MessageLink::None => {}
+                    MessageLink::OpenInProgress => {
+                        for &seq in &seqs {
+                            tx.revise_message(&key, seq, seq, true)?;
+                        }
+                    }
+                    MessageLink::Revisions(plan) => {
+                        for ((message, in_progress), revision) in plan.iter().zip(&seqs) {
+                            tx.revise_message(&key, *message, *revision, *in_progress)?;
+                        }
+                    }
+                }
+                Ok(seqs)
+            })
+            .await
+    }
+
+    /// Changes a Session record: a new budget (0 lifts the cap) and metadata changes merged
+    /// into what it has (a `None` value removes the key), at most `max_keys` keys afterwards.
+    pub async fn patch_record(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        budget_cents: Option<u64>,
+        metadata: Option<BTreeMap<String, Option<String>>>,
+        max_keys: usize,
+    ) -> Result<()> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                if let Some(cents) = budget_cents {
+                    tx.set_budget(&key, cents)?;
+                }
+                if let Some(changes) = metadata {
+                    let mut current: BTreeMap<String, String> = tx
+                        .metadata(&key)?
+                        .and_then(|m| serde_json::from_str(&m).ok())
+                        .unwrap_or_default();
+                    for (k, v) in changes {
+                        match v {
+                            Some(v) => current.insert(k, v),
+                            None => current.remove(&k),
+                        };
+                    }
+                    if current.len() > max_keys {
+                        return Err(Error::invalid(format!("metadata: at most {max_keys} keys")));
+                    }
+                    let doc = if current.is_empty() {
+                        None
+                    } else {
+                        Some(
+                            serde_json::to_string(&current)
+                                .map_err(|e| Error::Internal(e.to_string()))?,
+                        )
+                    };
+                    tx.set_metadata(&key, doc.as_deref())?;
+                }
+                Ok(())
             })
             .await
     }
