@@ -231,6 +231,18 @@ impl Sessions {
         }
     }
 
+    /// A submission that lost the race for its `clientRequestId` to another writer (a uniqueness
+    /// rule of the store, possible once writers do not take turns) is the retry it then is: the
+    /// original's result. Any other error stands.
+    async fn after_race(&self, retry: Option<Retry>, e: Error) -> Result<(SessionKey, u64)> {
+        if let (Error::ConstraintRace(_), Some(r)) = (&e, retry)
+            && let Some(found) = self.store.inputs().replayed(r).await?
+        {
+            return Ok(found);
+        }
+        Err(e)
+    }
+
     /// Tells the runner about a fresh input (and waits for its answer), or reports where a
     /// retried one stands.
     async fn submitted(
@@ -386,6 +398,7 @@ impl Sessions {
         plan.budget_cents = record.budget_cents;
         plan.context = lineage;
         plan.parent = record.parent.map(|p| (p.kind, p.session_id));
+        let retry = retry_of(actor, &input.common);
         let first = new_prompt(
             actor,
             input.prompt,
@@ -394,7 +407,13 @@ impl Sessions {
             input.common,
             images,
         );
-        let sub = self.store.submit().create(plan, first).await?;
+        let sub = match self.store.submit().create(plan, first).await {
+            Ok(sub) => sub,
+            Err(e) => {
+                let (key, seq) = self.after_race(retry, e).await?;
+                return self.replayed_submission(key, seq).await;
+            }
+        };
         let (key, seq, fresh) = (sub.key, sub.seq, sub.fresh);
         // R24: a new session has no turn yet, so steer and follow-up start alike.
         self.submitted(key, seq, fresh, false).await
@@ -446,6 +465,7 @@ impl Sessions {
         let images = images::decode_all(&input.common.images)?;
         self.check_attachments(actor, &mut input.common)?;
         let follow_up = input.behavior == Behavior::FollowUp;
+        let retry = retry_of(actor, &input.common);
         let m = new_prompt(
             actor,
             input.prompt,
@@ -454,11 +474,18 @@ impl Sessions {
             input.common,
             images,
         );
-        let (sub, linked) = self
+        let (sub, linked) = match self
             .store
             .submit()
             .message(&actor.workspace_id, session_id, m, link)
-            .await?;
+            .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                let (key, seq) = self.after_race(retry, e).await?;
+                return Ok((self.replayed_submission(key, seq).await?, None));
+            }
+        };
         Ok((
             self.submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
                 .await?,
@@ -496,6 +523,7 @@ impl Sessions {
         };
         let mut plan = session_plan(actor, plan, excerpt(&input.prompt), None);
         plan.agent_first_message = agent_first_message;
+        let retry = retry_of(actor, &input.common);
         let m = new_prompt(
             actor,
             input.prompt,
@@ -504,7 +532,14 @@ impl Sessions {
             input.common,
             images,
         );
-        let sub = self.store.submit().default_message(plan, m).await?;
+        let sub = match self.store.submit().default_message(plan, m).await {
+            Ok(sub) => sub,
+            Err(e) => {
+                let (key, seq) = self.after_race(retry, e).await?;
+                let created = self.is_initial_input(&key, seq).await?;
+                return Ok((self.replayed_submission(key, seq).await?, created));
+            }
+        };
         Ok((
             self.submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
                 .await?,
@@ -631,12 +666,20 @@ impl Sessions {
         let mut common = common;
         self.check_attachments(actor, &mut common)?;
         let images = images::decode_all(&common.images)?;
+        let retry = retry_of(actor, &common);
         let a = new_prompt(actor, answer, Behavior::Steer, None, common, images);
-        let (sub, linked) = self
+        let (sub, linked) = match self
             .store
             .submit()
             .answer(&actor.workspace_id, session_id, a, link)
-            .await?;
+            .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                let (key, seq) = self.after_race(retry, e).await?;
+                return Ok((self.replayed_submission(key, seq).await?, None));
+            }
+        };
         Ok((
             self.submitted(sub.key, sub.seq, sub.fresh, false).await?,
             linked,
