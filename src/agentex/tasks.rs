@@ -27,9 +27,10 @@ use crate::store::agentex::{
     AgentKey, AgentexAgentRow, DeploymentRow, EventRow, FinalStatus, TaskFields, TaskFilter,
     TaskKey, TaskPatch, TaskRow,
 };
+use crate::store::sessions::StopLink;
 use crate::store::submit::{InputLink, Linked};
 use crate::store::{SessionKey, Tx};
-use crate::timeline::{AttachmentRef, Behavior, Event, Level};
+use crate::timeline::{AttachmentRef, Behavior};
 
 /// Every value of `Task.status`.
 pub const STATUSES: [&str; 8] = [
@@ -522,21 +523,8 @@ pub async fn finish(
             status.name().to_ascii_lowercase().replace('_', " ")
         )
     });
-    let ws = actor.workspace_id.clone();
     sessions
-        .stop(actor, &task.id, move |tx, key| {
-            tx.set_task_final_status(key, &ws, status, &reason)?;
-            // The seed's system codes are a closed set, so the status is said in the message.
-            tx.append(
-                key,
-                &Event::System {
-                    level: Level::Info,
-                    message: format!("task {}: {reason}", status.name()),
-                    metadata: None,
-                },
-            )?;
-            Ok(())
-        })
+        .stop(actor, &task.id, StopLink::TaskFinal { status, reason })
         .await?;
     reload(sessions, task.pk).await
 }

@@ -11,13 +11,11 @@ use super::{
     Actor, MessageIn, Plan, Sessions, Submitted, agents, excerpt, images, new_prompt, non_root_str,
     sender_id, session_plan,
 };
-use crate::clock;
 use crate::error::{Error, Result};
 use crate::runner::machine::MachineState;
 use crate::store::projections::TurnStatus;
-use crate::store::sessions::MessageLink;
-use crate::store::{JsonColumn, SessionKey, Tx};
-use crate::timeline::Event;
+use crate::store::sessions::{IdleMachine, MessageLink, StopLink, StopPlan};
+use crate::store::{SessionKey, Tx};
 
 /// A session to open for an agent.
 #[derive(Debug, Clone)]
@@ -156,63 +154,41 @@ impl Sessions {
     /// turn ends `interrupted` at once, and a paused Job's machine goes idle. Who stopped it is
     /// recorded like an interrupt's. `link` writes the caller's record of the stop in the same
     /// transaction.
-    pub async fn stop<T, F>(&self, actor: &Actor, session_id: &str, link: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
-    {
-        let ws = actor.workspace_id.clone();
-        let session_id = session_id.to_owned();
+    pub async fn stop(&self, actor: &Actor, session_id: &str, link: StopLink) -> Result<()> {
         let by = sender_id(&actor.sender);
-        let (key, linked) = self
-            .store
-            .write(move |tx| {
-                let key = tx.session_key(&ws, &session_id)?;
-                let row = tx.session_row(&key)?;
-                tx.append(
-                    &key,
-                    &Event::InterruptRequested {
-                        requested_at: clock::rfc3339(tx.now),
-                    },
-                )?;
-                tx.set_stopped(&key, &by)?;
-                for input in tx.pending_inputs(&key)? {
-                    tx.remove_input(&key, input.seq)?;
-                }
-                tx.refresh_follow_up_queue(&key)?;
-                if !row.turn_active {
-                    // A paused Job stops where it is: its machine goes idle (nothing will wake or
-                    // answer it), which the bucket follows.
-                    let machine = row
-                        .machine_state
-                        .as_deref()
-                        .and_then(|m| serde_json::from_str::<MachineState>(m).ok())
-                        .filter(|m| !m.is_finished());
-                    if let Some(m) = machine {
-                        let state =
-                            serde_json::to_value(&m).map_err(|e| Error::Internal(e.to_string()))?;
-                        tx.set_json_column(
-                            &key,
-                            JsonColumn::Machine,
-                            Some(&m.projection("idle", None).to_string()),
-                        )?;
-                        tx.append(
-                            &key,
-                            &Event::StateMachine {
-                                state_machine: state,
-                            },
-                        )?;
-                    }
-                    if matches!(row.turn_status.as_str(), "running" | "ask" | "sleep") {
-                        tx.set_turn(&key, TurnStatus::Interrupted)?;
-                    }
-                }
-                let linked = link(tx, &key)?;
-                Ok((key, linked))
-            })
-            .await?;
-        self.runner.interrupt(key);
-        Ok(linked)
+        // The machine a stop idles is read first and applied only while unchanged; it changes
+        // only at a turn's start and end, so a second read settles it.
+        for _ in 0..8 {
+            let row = self.detail_row(actor, session_id).await?;
+            let machine = row
+                .machine_state
+                .as_deref()
+                .and_then(|m| serde_json::from_str::<MachineState>(m).ok())
+                .filter(|m| !m.is_finished());
+            let idle = match machine {
+                Some(m) => Some(IdleMachine {
+                    projection: m.projection("idle", None).to_string(),
+                    state: serde_json::to_value(&m).map_err(|e| Error::Internal(e.to_string()))?,
+                }),
+                None => None,
+            };
+            let plan = StopPlan {
+                machine_read: row.machine_state,
+                idle,
+            };
+            let stopped = self
+                .store
+                .sessions()
+                .stop(&actor.workspace_id, session_id, &by, plan, link.clone())
+                .await?;
+            if let Some(key) = stopped {
+                self.runner.interrupt(key);
+                return Ok(());
+            }
+        }
+        Err(Error::Internal(
+            "the session's machine kept moving while it was being stopped".into(),
+        ))
     }
 
     /// Appends agent messages written outside the runner, in one transaction, with what `link`

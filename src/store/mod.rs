@@ -1,18 +1,23 @@
-//! SQLite storage: one writer thread with group commit, a pool of read-only connections.
+//! Storage: the port every other module uses (handles per aggregate, in sessiond's own types) and
+//! the SQLite backend behind it: one writer thread with group commit, a pool of read-only
+//! connections.
 //!
-//! This module is the only place that speaks SQL. Its surface is narrow on purpose (append events
-//! and update projections atomically, read ranges, queue inputs, pointers) so that another backend
-//! can stand behind the same calls when sessiond grows beyond one machine.
+//! This module is the only place that speaks SQL or names rusqlite. Callers reach it through
+//! handles — [`Store::log`], [`Store::projections`], [`Store::submit`], [`Store::sessions`],
+//! [`Store::inputs`], [`Store::turns`], [`Store::directory`], [`Store::identity`],
+//! [`Store::agentex`], [`Store::schedules`], [`Store::acp`] (and [`Store::seed`] for the
+//! benchmarks) — whose write methods are each one whole unit of work, so that another backend can
+//! stand behind the same calls (see `Backend`).
 //!
-//! * Writes go through [`Store::write`]: the closure runs on the writer thread inside a savepoint of
+//! * Writes go through `Store::write`: the closure runs on the writer thread inside a savepoint of
 //!   a batch transaction; the caller is answered only after COMMIT (invariant 3). A failing closure
-//!   rolls back its own savepoint and leaves the rest of the batch intact. [`Store::write_one`]
+//!   rolls back its own savepoint and leaves the rest of the batch intact. `Store::write_one`
 //!   takes a job that writes at most once ([`OneWrite`]), which needs no savepoint.
-//! * Reads go through [`Store::read`] on a blocking thread with a pooled read-only connection.
+//! * Reads go through `Store::read` on a blocking thread with a pooled read-only connection.
 //! * Keyset pagination only; nothing here uses OFFSET.
-//! * Aggregates behind handles: [`Store::agentex`], [`Store::schedules`], [`Store::acp`] and
-//!   [`Store::log`] offer async operations in sessiond's own types, each write one whole unit of
-//!   work; their callers never see a connection. The rest of the crate still uses `read`/`write`.
+//! * `read`, `read_blocking`, `write_one` and `write_blocking` are private to the store; `write`
+//!   is visible to the crate only for the units of work that still compose the runner's and the
+//!   sessions core's own rules with typed [`Tx`] methods (listed in `tests/architecture.rs`).
 
 pub mod acp;
 pub mod agentex;
@@ -207,7 +212,7 @@ impl Store {
 
     /// Like [`Store::write`] for a job that writes at most once ([`OneWrite`]): it cannot fail
     /// halfway, so it runs without a savepoint of its own.
-    pub(crate) async fn write_one<T, F>(&self, f: F) -> Result<T>
+    async fn write_one<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(OneWrite<'_, '_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
@@ -216,7 +221,7 @@ impl Store {
     }
 
     /// Like [`Store::write`], for callers outside an async runtime (CLI, tests).
-    pub(crate) fn write_blocking<T, F>(&self, f: F) -> Result<T>
+    fn write_blocking<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
@@ -225,7 +230,7 @@ impl Store {
     }
 
     /// Runs a query on a pooled read-only connection, off the async threads.
-    pub(crate) async fn read<T, F>(&self, f: F) -> Result<T>
+    async fn read<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
@@ -245,7 +250,7 @@ impl Store {
     }
 
     /// Synchronous read for non-async callers.
-    pub(crate) fn read_blocking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    fn read_blocking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let conn = self.sqlite().readers.get()?;
         f(&conn)
     }

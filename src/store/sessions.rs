@@ -47,6 +47,37 @@ pub enum MessageLink {
     Revisions(Vec<(u64, bool)>),
 }
 
+/// A paused Job's machine as a stop leaves it: idle (nothing will wake or answer it).
+#[derive(Debug, Clone)]
+pub struct IdleMachine {
+    /// The machine's projection, idle (JSON).
+    pub projection: String,
+    /// The machine's state as the `state_machine` event carries it.
+    pub state: serde_json::Value,
+}
+
+/// What stopping a session for good does to its machine, from the machine state the caller
+/// read: applied only while the session still holds exactly that state (else nothing is written
+/// and the caller reads again).
+#[derive(Debug, Clone)]
+pub struct StopPlan {
+    /// The machine state as read (JSON as stored), `None` for a session without one.
+    pub machine_read: Option<String>,
+    /// The machine idle, when it was paused (not finished).
+    pub idle: Option<IdleMachine>,
+}
+
+/// What another API family records about a stop in its transaction.
+#[derive(Debug, Clone)]
+pub enum StopLink {
+    None,
+    /// The agent platform API's final status of the task, with a system event saying it.
+    TaskFinal {
+        status: super::agentex::FinalStatus,
+        reason: String,
+    },
+}
+
 /// A note: durable context that starts no turn.
 #[derive(Debug, Clone)]
 pub struct NewNote {
@@ -366,6 +397,76 @@ impl SessionWrites<'_> {
                     tx.set_metadata(&key, doc.as_deref())?;
                 }
                 Ok(())
+            })
+            .await
+    }
+
+    /// Stops a session's work for good: records `interrupt_requested` and who stopped it, drops
+    /// every queued input, and — when no turn runs — ends a waiting session `interrupted` and
+    /// idles a paused Job's machine (`plan`), with what `link` records; the session's key, or
+    /// `None` (nothing written) when the machine moved since `plan` was read.
+    pub async fn stop(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        by: &str,
+        plan: StopPlan,
+        link: StopLink,
+    ) -> Result<Option<SessionKey>> {
+        let (ws, id, by) = (
+            workspace_id.to_owned(),
+            session_id.to_owned(),
+            by.to_owned(),
+        );
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                let row = tx.session_row(&key)?;
+                if !row.turn_active && row.machine_state != plan.machine_read {
+                    return Ok(None);
+                }
+                tx.append(
+                    &key,
+                    &Event::InterruptRequested {
+                        requested_at: clock::rfc3339(tx.now),
+                    },
+                )?;
+                tx.set_stopped(&key, &by)?;
+                for input in tx.pending_inputs(&key)? {
+                    tx.remove_input(&key, input.seq)?;
+                }
+                tx.refresh_follow_up_queue(&key)?;
+                if !row.turn_active {
+                    if let Some(m) = &plan.idle {
+                        tx.set_json_column(&key, super::JsonColumn::Machine, Some(&m.projection))?;
+                        tx.append(
+                            &key,
+                            &Event::StateMachine {
+                                state_machine: m.state.clone(),
+                            },
+                        )?;
+                    }
+                    if matches!(row.turn_status.as_str(), "running" | "ask" | "sleep") {
+                        tx.set_turn(&key, super::projections::TurnStatus::Interrupted)?;
+                    }
+                }
+                match &link {
+                    StopLink::None => {}
+                    StopLink::TaskFinal { status, reason } => {
+                        tx.set_task_final_status(&key, &ws, *status, reason)?;
+                        // The seed's system codes are a closed set, so the status is said in
+                        // the message.
+                        tx.append(
+                            &key,
+                            &Event::System {
+                                level: Level::Info,
+                                message: format!("task {}: {reason}", status.name()),
+                                metadata: None,
+                            },
+                        )?;
+                    }
+                }
+                Ok(Some(key))
             })
             .await
     }
