@@ -182,7 +182,7 @@ async fn workspace_of(
             .auth
             .store()
             .identity()
-            .default_workspace_slug(&user_id)
+            .default_workspace_slug(user_id)
             .await?
             .ok_or(Error::NotFound),
     }
