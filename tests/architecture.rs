@@ -396,12 +396,10 @@ fn agent_platform_and_schedules_use_the_store_through_its_port() {
 }
 
 /// Units of work that still run as a closure on the store's writer, because they interleave the
-/// runner's or the sessions core's own rules (a machine's step, a task's owner, a schedule's
-/// cadence) with what the transaction reads: the runner's claim, terminal and lost-turn
-/// terminal, and opening a session with another API family's rows. Each is one
-/// transaction over the store's typed [`Tx`] methods (no SQL, no connection); this list only
-/// shrinks.
-const CLOSURE_UNITS: [(&str, usize); 2] = [("runner/turn.rs", 3), ("sessions/linked.rs", 1)];
+/// runner's own rules (a machine's step, a turn's state) with what the transaction reads: the
+/// runner's claim, terminal and lost-turn terminal. Each is one transaction over the store's
+/// typed `Tx` methods (no SQL, no connection); this list only shrinks.
+const CLOSURE_UNITS: [(&str, usize); 1] = [("runner/turn.rs", 3)];
 
 /// All of `src/` outside the store: no SQL type, no connection, no read closure; write closures
 /// only in the units of work named in [`CLOSURE_UNITS`], and no more of them than it says.

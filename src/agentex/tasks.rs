@@ -24,12 +24,11 @@ use crate::config::Policy;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, InputCommon, MessageIn, OpenIn, Opened, Sessions, Submitted};
 use crate::store::agentex::{
-    AgentKey, AgentexAgentRow, DeploymentRow, EventRow, FinalStatus, TaskFields, TaskFilter,
-    TaskKey, TaskPatch, TaskRow,
+    AgentKey, AgentexAgentRow, DeploymentRow, EventRow, FinalStatus, TaskFilter, TaskKey,
+    TaskPatch, TaskRow,
 };
 use crate::store::sessions::StopLink;
-use crate::store::submit::{InputLink, Linked};
-use crate::store::{SessionKey, Tx};
+use crate::store::submit::{InputLink, Linked, OpenLink};
 use crate::timeline::{AttachmentRef, Behavior};
 
 /// Every value of `Task.status`.
@@ -170,32 +169,7 @@ fn check_name(name: &str) -> Result<()> {
 /// An existing task may be used by an RPC to `target`: it runs with that agent (and, for a
 /// preview, on that deployment).
 fn check_target(t: &TaskRow, target: Target<'_>) -> Result<()> {
-    check_owner(
-        t,
-        &target.agent.id,
-        target.deployment.map(|d| d.id.as_str()),
-    )
-}
-
-fn check_owner(t: &TaskRow, agent_id: &str, deployment_id: Option<&str>) -> Result<()> {
-    if t.agent_id != agent_id {
-        return Err(Error::Conflict(
-            "task_of_another_agent",
-            format!("task {} belongs to another agent", t.id),
-        ));
-    }
-    if let Some(d) = deployment_id
-        && t.deployment_id.as_deref() != Some(d)
-    {
-        return Err(Error::Conflict(
-            "task_of_another_deployment",
-            format!(
-                "task {} does not run on deployment {d}; a preview addresses only the tasks it opened",
-                t.id
-            ),
-        ));
-    }
-    Ok(())
+    t.check_owner(&target.agent.id, target.deployment.map(|d| d.id.as_str()))
 }
 
 /// A final task takes no new turns.
@@ -229,7 +203,6 @@ pub async fn get_or_create(
     if let Some(name) = &t.name {
         check_name(name)?;
     }
-    let ws = actor.workspace_id.clone();
     let params = t.params.map(|p| Value::Object(p).to_string());
     let metadata = t.task_metadata.map(|m| Value::Object(m).to_string());
     let deployment_id = target.deployment.map(|d| d.id.clone());
@@ -240,48 +213,25 @@ pub async fn get_or_create(
         engine: target.deployment.map(|d| d.engine.clone()),
         first,
     };
-    let (find_ws, find_name, find_params) = (ws.clone(), t.name.clone(), params.clone());
-    let owner = (target.agent.id.clone(), deployment_id.clone());
-    let find = move |tx: &mut Tx<'_>| -> Result<Option<TaskRow>> {
-        let Some(name) = &find_name else {
-            return Ok(None);
-        };
-        let Some(found) = tx.task(&find_ws, TaskKey::Name(name))? else {
-            return Ok(None);
-        };
-        // Checked before anything is written: a refused call changes nothing.
-        check_owner(&found, &owner.0, owner.1.as_deref())?;
-        if let Some(p) = &find_params {
-            tx.put_task_fields(
-                &found.key(),
-                &find_ws,
-                &TaskFields {
-                    params: Some(p),
-                    ..Default::default()
-                },
-            )?;
-        }
-        Ok(Some(found))
+    let link = OpenLink::AgentexTask {
+        name: t.name.clone(),
+        params,
+        task_metadata: metadata,
+        agent_id: target.agent.id.clone(),
+        deployment_id,
     };
-    let link = move |tx: &mut Tx<'_>, key: &SessionKey| -> Result<TaskRow> {
-        tx.put_task_fields(
-            key,
-            &ws,
-            &TaskFields {
-                name: t.name.as_deref(),
-                params: params.as_deref(),
-                task_metadata: metadata.as_deref(),
-                deployment_id: deployment_id.as_deref(),
-            },
-        )?;
-        tx.task_by_pk(key.pk)?.ok_or(Error::NotFound)
-    };
-    match sessions.open(actor, input, find, link).await? {
+    match sessions.open(actor, input, link).await? {
         Opened::Found(found) => {
             let found = reload(sessions, found.pk).await?;
             Ok((found, false, None))
         }
-        Opened::Created { linked, submitted } => Ok((linked, true, submitted)),
+        Opened::Created {
+            task: Some(task),
+            submitted,
+        } => Ok((task, true, submitted)),
+        Opened::Created { task: None, .. } => {
+            Err(Error::Internal("a task was opened without its row".into()))
+        }
     }
 }
 

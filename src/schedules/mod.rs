@@ -38,9 +38,10 @@ use crate::clock;
 use crate::config::SchedulesConfig;
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Channel, InputCommon, MessageIn, OpenIn, Opened, Sessions};
-use crate::store::agentex::{AgentKey, TaskFields};
+use crate::store::Store;
+use crate::store::agentex::AgentKey;
 use crate::store::schedules::{ScheduleRef, ScheduleRow, ScheduleRunRow, TriggerType};
-use crate::store::{SessionKey, Store, Tx};
+use crate::store::submit::{OpenLink, ScheduleAdvance, ScheduleCreator};
 use crate::timeline::{Behavior, Sender};
 
 /// How many upcoming tick times a schedule shows.
@@ -982,60 +983,45 @@ impl Schedules {
                 common: InputCommon::default(),
             }),
         };
-        // Every check is made in `link`, after the session's rows are in place but before the
-        // commit: an error there creates nothing.
-        let link = move |tx: &mut Tx<'_>, key: &SessionKey| -> Result<()> {
-            let active = match &creator {
-                Creator::User { user_id } => tx.is_member(user_id, &expected.workspace_id)?,
-                Creator::ServiceAccount { service_account_id } => {
-                    tx.app_exists(service_account_id, &expected.workspace_id)?
-                }
-            };
-            if !active {
-                return Err(Error::Forbidden(
-                    "the schedule's creator no longer belongs to its workspace".into(),
-                ));
-            }
-            let Some(current) = tx.schedule_for_update(&expected.id)? else {
-                return Err(Error::NotFound);
-            };
-            let moved = match fire {
+        // Every check is made in the transaction, after the session's rows are in place but
+        // before the commit: an error there creates nothing.
+        let advance: ScheduleAdvance = Box::new(move |current: ScheduleRow, now: i64| {
+            Ok(match fire {
                 Fire::Tick { next, .. } => {
                     if current != expected || current.paused {
                         return Err(Error::Conflict(CHANGED, "the schedule changed".into()));
                     }
-                    let kept: BTreeSet<i64> = skipped_now.range(tx.now + 1..).copied().collect();
+                    let kept: BTreeSet<i64> = skipped_now.range(now + 1..).copied().collect();
                     ScheduleRow {
                         next_due_at: next,
                         skipped: encode_skipped(&kept),
                         num_actions: current.num_actions + 1,
-                        last_action_at: Some(tx.now),
+                        last_action_at: Some(now),
                         ..current
                     }
                 }
                 Fire::Manual { .. } => ScheduleRow {
                     num_actions: current.num_actions + 1,
-                    last_action_at: Some(tx.now),
+                    last_action_at: Some(now),
                     ..current
                 },
-            };
-            tx.record_schedule_action(&moved)?;
-            tx.put_task_fields(
-                key,
-                &expected.workspace_id,
-                &TaskFields {
-                    name: Some(&task_name),
-                    params: task_params.as_deref(),
-                    task_metadata: Some(&task_metadata),
-                    deployment_id: None,
-                },
-            )?;
-            tx.record_schedule_run(key, &run)
+            })
+        });
+        let link = OpenLink::ScheduleRun {
+            schedule_id: s.row.id.clone(),
+            creator: match creator {
+                Creator::User { user_id } => ScheduleCreator::User(user_id),
+                Creator::ServiceAccount { service_account_id } => {
+                    ScheduleCreator::ServiceAccount(service_account_id)
+                }
+            },
+            advance,
+            task_name,
+            task_params,
+            task_metadata,
+            run,
         };
-        let opened = self
-            .sessions
-            .open(&actor, input, |_| Ok(None), link)
-            .await?;
+        let opened = self.sessions.open(&actor, input, link).await?;
         // No wake-up: the scheduler fired this itself, and a trigger leaves the next tick be.
         match opened {
             Opened::Created {

@@ -13,9 +13,9 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::runner::machine::MachineState;
-use crate::store::projections::TurnStatus;
+use crate::store::agentex::TaskRow;
 use crate::store::sessions::{IdleMachine, MessageLink, StopLink, StopPlan};
-use crate::store::{SessionKey, Tx};
+use crate::store::submit::{Open, OpenLink, Opening};
 
 /// A session to open for an agent.
 #[derive(Debug, Clone)]
@@ -33,41 +33,24 @@ pub struct OpenIn {
     pub first: Option<MessageIn>,
 }
 
-/// What the write of [`Sessions::open`] did: found a session, or created one (with the first
-/// message's seq, if it had one).
-enum Written<T> {
-    Found(T),
-    Created(T, SessionKey, Option<u64>),
-}
-
 /// What [`Sessions::open`] did.
-pub enum Opened<T> {
-    /// `find` named an existing session; nothing was written.
-    Found(T),
-    /// A new session, with what `link` returned and the first message's submission.
+pub enum Opened {
+    /// A task of that name existed; nothing but its params was written.
+    Found(TaskRow),
+    /// A new session, the task it is (for the agent platform API) and the first message's
+    /// submission.
     Created {
-        linked: T,
+        task: Option<TaskRow>,
         submitted: Option<Submitted>,
     },
 }
 
 impl Sessions {
-    /// Opens a session for an agent unless `find`, run first inside the same write, returns an
-    /// existing one; `link` then writes the caller's rows about the new session in its
-    /// transaction. A session opened without a first message has `turnStatus` `complete` (no turn
-    /// ran) until one arrives.
-    pub async fn open<T, Find, Link>(
-        &self,
-        actor: &Actor,
-        mut input: OpenIn,
-        find: Find,
-        link: Link,
-    ) -> Result<Opened<T>>
-    where
-        T: Send + 'static,
-        Find: FnOnce(&mut Tx<'_>) -> Result<Option<T>> + Send + 'static,
-        Link: FnOnce(&mut Tx<'_>, &SessionKey) -> Result<T> + Send + 'static,
-    {
+    /// Opens a session for an agent with `link`, another API family's record of it, in one
+    /// transaction (a named agent platform task is found instead when it exists). A session
+    /// opened without a first message has `turnStatus` `complete` (no turn ran) until one
+    /// arrives.
+    pub async fn open(&self, actor: &Actor, mut input: OpenIn, link: OpenLink) -> Result<Opened> {
         let agent = agents::list(&self.store, &actor.workspace_id)
             .await?
             .into_iter()
@@ -109,41 +92,24 @@ impl Sessions {
                 images,
             )
         });
-        let outcome = self
-            .store
-            .write(move |tx| {
-                if let Some(found) = find(tx)? {
-                    return Ok(Written::Found(found));
-                }
-                let (key, first_seq) = match &first {
-                    Some(first) => {
-                        let (key, seq) = tx.insert_new_session(&plan, first)?;
-                        (key, Some(seq))
-                    }
-                    None => {
-                        let key = tx.insert_session_row(&plan, "", None)?;
-                        tx.set_turn(&key, TurnStatus::Complete)?;
-                        (key, None)
-                    }
-                };
-                if let Some(title) = &input.title {
-                    tx.set_manual_title(&key, title)?;
-                }
-                if let Some(engine) = &input.engine {
-                    tx.pin_session_engine(&key, engine)?;
-                }
-                let linked = link(tx, &key)?;
-                Ok(Written::Created(linked, key, first_seq))
-            })
-            .await?;
-        match outcome {
-            Written::Found(found) => Ok(Opened::Found(found)),
-            Written::Created(linked, key, first_seq) => {
+        let opening = Opening {
+            plan,
+            first,
+            manual_title: input.title,
+            engine: input.engine,
+        };
+        match self.store.submit().open(opening, link).await? {
+            Open::Found(found) => Ok(Opened::Found(found)),
+            Open::Created {
+                key,
+                task,
+                first_seq,
+            } => {
                 let submitted = match first_seq {
                     Some(seq) => Some(self.submitted(key, seq, true, false).await?),
                     None => None,
                 };
-                Ok(Opened::Created { linked, submitted })
+                Ok(Opened::Created { task, submitted })
             }
         }
     }

@@ -493,6 +493,29 @@ pub struct TaskRow {
 }
 
 impl TaskRow {
+    /// The task belongs to `agent_id` and, when a deployment's preview addresses it, runs on
+    /// `deployment_id` (409 otherwise).
+    pub fn check_owner(&self, agent_id: &str, deployment_id: Option<&str>) -> Result<()> {
+        if self.agent_id != agent_id {
+            return Err(Error::Conflict(
+                "task_of_another_agent",
+                format!("task {} belongs to another agent", self.id),
+            ));
+        }
+        if let Some(d) = deployment_id
+            && self.deployment_id.as_deref() != Some(d)
+        {
+            return Err(Error::Conflict(
+                "task_of_another_deployment",
+                format!(
+                    "task {} does not run on deployment {d}; a preview addresses only the tasks it opened",
+                    self.id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn key(&self) -> SessionKey {
         SessionKey {
             pk: self.pk,

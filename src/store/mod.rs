@@ -16,8 +16,8 @@
 //! * Reads go through `Store::read` on a blocking thread with a pooled read-only connection.
 //! * Keyset pagination only; nothing here uses OFFSET.
 //! * `read`, `read_blocking`, `write_one` and `write_blocking` are private to the store; `write`
-//!   is visible to the crate only for the units of work that still compose the runner's and the
-//!   sessions core's own rules with typed [`Tx`] methods (listed in `tests/architecture.rs`).
+//!   is visible to the crate only for the units of work that still compose the runner's own rules
+//!   with typed [`Tx`] methods (listed in `tests/architecture.rs`).
 
 pub mod acp;
 pub mod agentex;

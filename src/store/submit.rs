@@ -94,6 +94,66 @@ pub struct SessionPlan {
     pub agent_first_message: Option<String>,
 }
 
+/// A session another API family opens, with its record of it (see [`Submissions::open`]).
+pub struct Opening {
+    pub plan: SessionPlan,
+    /// The first message; `None` opens the session waiting for one (`turnStatus` `complete`).
+    pub first: Option<NewPrompt>,
+    /// A title that stays (a task's name).
+    pub manual_title: Option<String>,
+    /// An engine configuration (JSON) the session runs with instead of its agent's.
+    pub engine: Option<String>,
+}
+
+/// Who a schedule runs as: checked to still belong to the workspace when a run opens.
+#[derive(Debug, Clone)]
+pub enum ScheduleCreator {
+    User(String),
+    ServiceAccount(String),
+}
+
+/// The schedule as a run moves it on, from the row as the transaction reads it and the
+/// transaction's time; an error refuses the run (nothing is created).
+pub type ScheduleAdvance = Box<
+    dyn FnOnce(super::schedules::ScheduleRow, i64) -> Result<super::schedules::ScheduleRow> + Send,
+>;
+
+/// What another API family records about a session it opens, in the same transaction.
+pub enum OpenLink {
+    /// An agent platform task. With a `name`, a task of that name is found instead of created
+    /// (refused when it is another agent's or deployment's; its params replaced when given).
+    AgentexTask {
+        name: Option<String>,
+        params: Option<String>,
+        task_metadata: Option<String>,
+        agent_id: String,
+        deployment_id: Option<String>,
+    },
+    /// A schedule's run: the task it opens and the record of the run, while its creator still
+    /// belongs to the workspace.
+    ScheduleRun {
+        schedule_id: String,
+        creator: ScheduleCreator,
+        advance: ScheduleAdvance,
+        task_name: String,
+        task_params: Option<String>,
+        task_metadata: String,
+        run: super::schedules::ScheduleRunRow,
+    },
+}
+
+/// What [`Submissions::open`] did.
+pub enum Open {
+    /// A task of that name existed (as it was before its params were replaced).
+    Found(super::agentex::TaskRow),
+    /// A new session, the task it is (for the agent platform API) and its first message's seq.
+    Created {
+        key: SessionKey,
+        task: Option<super::agentex::TaskRow>,
+        first_seq: Option<u64>,
+    },
+}
+
 /// What a submission did: the session, the input's seq, and whether it was written now (false
 /// for a retried `clientRequestId`).
 #[derive(Debug, Clone)]
@@ -501,6 +561,119 @@ impl Submissions<'_> {
                     },
                     Some(linked),
                 ))
+            })
+            .await
+    }
+
+    /// Opens a session for another API family with its record of it (`link`), in one
+    /// transaction: two racing get-or-creates of one task name make one session, and a refused
+    /// check creates nothing.
+    pub async fn open(&self, o: Opening, link: OpenLink) -> Result<Open> {
+        self.store
+            .write(move |tx| {
+                let ws = o.plan.workspace_id.clone();
+                if let OpenLink::AgentexTask {
+                    name: Some(name),
+                    params,
+                    agent_id,
+                    deployment_id,
+                    ..
+                } = &link
+                    && let Some(found) = tx.task(&ws, super::agentex::TaskKey::Name(name))?
+                {
+                    // Checked before anything is written: a refused call changes nothing.
+                    found.check_owner(agent_id, deployment_id.as_deref())?;
+                    if let Some(p) = params {
+                        tx.put_task_fields(
+                            &found.key(),
+                            &ws,
+                            &super::agentex::TaskFields {
+                                params: Some(p),
+                                ..Default::default()
+                            },
+                        )?;
+                    }
+                    return Ok(Open::Found(found));
+                }
+                let (key, first_seq) = match &o.first {
+                    Some(first) => {
+                        let (key, seq) = tx.insert_new_session(&o.plan, first)?;
+                        (key, Some(seq))
+                    }
+                    None => {
+                        let key = tx.insert_session_row(&o.plan, "", None)?;
+                        tx.set_turn(&key, TurnStatus::Complete)?;
+                        (key, None)
+                    }
+                };
+                if let Some(title) = &o.manual_title {
+                    tx.set_manual_title(&key, title)?;
+                }
+                if let Some(engine) = &o.engine {
+                    tx.pin_session_engine(&key, engine)?;
+                }
+                let task = match link {
+                    OpenLink::AgentexTask {
+                        name,
+                        params,
+                        task_metadata,
+                        deployment_id,
+                        ..
+                    } => {
+                        tx.put_task_fields(
+                            &key,
+                            &ws,
+                            &super::agentex::TaskFields {
+                                name: name.as_deref(),
+                                params: params.as_deref(),
+                                task_metadata: task_metadata.as_deref(),
+                                deployment_id: deployment_id.as_deref(),
+                            },
+                        )?;
+                        Some(tx.task_by_pk(key.pk)?.ok_or(Error::NotFound)?)
+                    }
+                    OpenLink::ScheduleRun {
+                        schedule_id,
+                        creator,
+                        advance,
+                        task_name,
+                        task_params,
+                        task_metadata,
+                        run,
+                    } => {
+                        let active = match &creator {
+                            ScheduleCreator::User(user) => tx.is_member(user, &ws)?,
+                            ScheduleCreator::ServiceAccount(app) => tx.app_exists(app, &ws)?,
+                        };
+                        if !active {
+                            return Err(Error::Forbidden(
+                                "the schedule's creator no longer belongs to its workspace".into(),
+                            ));
+                        }
+                        let Some(current) = tx.schedule_for_update(&schedule_id)? else {
+                            return Err(Error::NotFound);
+                        };
+                        let moved = advance(current, tx.now)?;
+                        tx.record_schedule_action(&moved)?;
+                        tx.put_task_fields(
+                            &key,
+                            &ws,
+                            &super::agentex::TaskFields {
+                                name: Some(&task_name),
+                                params: task_params.as_deref(),
+                                task_metadata: Some(&task_metadata),
+                                deployment_id: None,
+                            },
+                        )?;
+                        tx.record_schedule_run(&key, &run)?;
+                        None
+                    }
+                };
+                Ok(Open::Created {
+                    key,
+                    task,
+                    first_seq,
+                })
             })
             .await
     }
