@@ -1087,8 +1087,8 @@ fn seed_prompts(store: &Store, key: &SessionKey, from: usize, n: usize, tag: &st
         .write_blocking(move |tx| {
             for i in from..from + n {
                 let text = prompt_text(i, if i == 0 { &tag } else { "" });
-                tx.append(&key, &prompt_event(text.clone()))?;
-                tx.index_prompt(&key, &text)?;
+                let seq = tx.append(&key, &prompt_event(text.clone()))?;
+                tx.index_prompt(&key, seq, &text)?;
             }
             Ok(())
         })
@@ -1137,8 +1137,8 @@ fn section_prompts(opts: &Opts, rt: &tokio::runtime::Runtime) -> PromptResult {
                         .write(move |tx| {
                             let t = Instant::now();
                             let text = prompt_text(i, "");
-                            tx.append(&key, &prompt_event(text.clone()))?;
-                            tx.index_prompt(&key, &text)?;
+                            let seq = tx.append(&key, &prompt_event(text.clone()))?;
+                            tx.index_prompt(&key, seq, &text)?;
                             Ok(t.elapsed())
                         })
                         .await
@@ -1184,8 +1184,16 @@ fn section_prompts(opts: &Opts, rt: &tokio::runtime::Runtime) -> PromptResult {
         );
     }
     store.close();
-    let [(mut short_job, mut short_call), (mut long_job, mut long_call)] = lats;
-    for l in [&mut short_job, &mut short_call, &mut long_job, &mut long_call] {
+    let [
+        (mut short_job, mut short_call),
+        (mut long_job, mut long_call),
+    ] = lats;
+    for l in [
+        &mut short_job,
+        &mut short_call,
+        &mut long_job,
+        &mut long_call,
+    ] {
         l.sort();
     }
     PromptResult {

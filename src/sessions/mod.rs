@@ -1158,7 +1158,7 @@ fn append_prompt(
             attachments: common.attachments.clone(),
         },
     )?;
-    tx.index_prompt(key, prompt)?;
+    tx.index_prompt(key, seq, prompt)?;
     let text = match context {
         Some(context) => format!("{context}{prompt}"),
         None => prompt.to_owned(),

@@ -173,16 +173,21 @@ pub enum SearchPlan {
 /// `m = √(limit · n)`; so the matches are counted up to that bound (never further) and the side
 /// of it they fall on decides. FTS5 cannot return matches in the list's `(created_at, id)` order
 /// (its rowid is the session's insertion key), so no plan can read only a page of them.
+///
+/// A match is a session, however many of its prompts hold the words: the count stops at `bound`
+/// distinct sessions.
 pub fn search_plan(conn: &Connection, fts_query: &str, limit: u32) -> Result<SearchPlan> {
     let sessions: i64 = conn
         .prepare_cached("SELECT COALESCE(max(pk), 0) FROM sessions")?
         .query_row([], |r| r.get(0))?;
     let bound = ((f64::from(limit) + 1.0) * sessions as f64).sqrt() as i64;
     let bound = bound.clamp(SEARCH_MIN_BOUND, SEARCH_MAX_BOUND);
+    let sql = format!(
+        "SELECT count(*) FROM (SELECT DISTINCT pk FROM ({}) LIMIT ?2)",
+        search_matches("?1", "UNION ALL")
+    );
     let matches: i64 = conn
-        .prepare_cached(
-            "SELECT count(*) FROM (SELECT 1 FROM session_search WHERE session_search MATCH ?1 LIMIT ?2)",
-        )?
+        .prepare_cached(&sql)?
         .query_row(params![fts_query, bound], |r| r.get(0))?;
     Ok(if matches < bound {
         SearchPlan::FromMatches
@@ -197,6 +202,17 @@ const SEARCH_MIN_BOUND: i64 = 256;
 /// Above this many matches a search always walks the list: sorting tens of thousands of joined
 /// rows would cost more than a walk that finds a page among them.
 const SEARCH_MAX_BOUND: i64 = 20_000;
+
+/// The sessions (`pk`) whose title or one of whose prompts matches the FTS5 query `q` (a
+/// parameter name): the title index's rowid is the session's pk, a prompt row's rowid holds it
+/// above its low 32 bits (see `writes::prompt_search_key`). `union` is `UNION` for distinct
+/// sessions, `UNION ALL` where the consumer removes duplicates itself.
+fn search_matches(q: &str, union: &str) -> String {
+    format!(
+        "SELECT rowid AS pk FROM session_search WHERE session_search MATCH {q}
+         {union} SELECT rowid >> 32 FROM session_search_prompts WHERE session_search_prompts MATCH {q}"
+    )
+}
 
 /// [`list_sessions`] with the search plan chosen by the caller (tests compare the plans).
 pub fn list_sessions_with(
@@ -229,9 +245,10 @@ fn list_query(
 ) -> (String, Vec<(&'static str, SqlValue)>) {
     let mut sql = match (&f.fts_query, plan) {
         (Some(_), Some(SearchPlan::FromMatches)) => format!(
-            "SELECT {SESSION_COLUMNS} FROM session_search f CROSS JOIN sessions s ON s.pk = f.rowid
+            "SELECT {SESSION_COLUMNS} FROM ({}) f CROSS JOIN sessions s ON s.pk = f.pk
              JOIN agents a ON a.id = s.agent_id
-             WHERE f.session_search MATCH :q AND s.workspace_id = :ws"
+             WHERE s.workspace_id = :ws",
+            search_matches(":q", "UNION")
         ),
         _ => format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
@@ -272,9 +289,10 @@ fn list_query(
         if plan != Some(SearchPlan::FromMatches) {
             // The matches are gathered once into a set that each row of the walk is looked up
             // in (a per-row FTS5 probe costs ~100 µs: it rebuilds the query's doclists).
-            sql.push_str(
-                " AND s.pk IN (SELECT rowid FROM session_search WHERE session_search MATCH :q)",
-            );
+            sql.push_str(&format!(
+                " AND s.pk IN ({})",
+                search_matches(":q", "UNION ALL")
+            ));
         }
         args.push((":q", SqlValue::Text(q.clone())));
     }
@@ -683,9 +701,28 @@ pub fn agent_engines(conn: &Connection) -> Result<Vec<(String, String, String)>>
 mod tests {
     use super::*;
 
+    /// The prompts of session `i` in the test database: one session in 13 has 40, the words
+    /// only it holds in its first; one in 17 has a prompt with two words its title may lack; one
+    /// in 19 a prompt with one of them (its title may hold the other).
+    fn prompts(i: i64) -> Vec<String> {
+        let mut out = Vec::new();
+        if i % 13 == 0 {
+            out.push(format!("needle {i} zebra"));
+            out.extend((1..40).map(|k| format!("filler text {k}")));
+        }
+        if i % 17 == 0 {
+            out.push("common deploy together".into());
+        }
+        if i % 19 == 0 {
+            out.push("deploy alone".into());
+        }
+        out
+    }
+
     /// A migrated in-memory database with `n` sessions over two workspaces and three agents, in
     /// an order unrelated to their keys, with equal timestamps, archived sessions, a default chat,
-    /// every bucket, and titles with a common word, a rare one and a shared prefix.
+    /// every bucket, titles with a common word, a rare one and a shared prefix, and the prompts
+    /// of [`prompts`] indexed as the writer indexes them.
     fn db(n: i64) -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         super::super::migrate::migrate(&conn).unwrap();
@@ -715,11 +752,30 @@ mod tests {
         )
         .unwrap();
         conn.execute_batch(
-            "INSERT INTO session_search (rowid, title, prompts) SELECT pk, title, '' FROM sessions;
+            "INSERT INTO session_search (rowid, title) SELECT pk, title FROM sessions;
              INSERT INTO default_sessions (agent_id, session_id) SELECT 'a1', id FROM sessions WHERE pk = 4;",
         )
         .unwrap();
+        let mut insert = conn
+            .prepare("INSERT INTO session_search_prompts (rowid, prompt) VALUES (?1, ?2)")
+            .unwrap();
+        for i in 1..=n {
+            for (k, prompt) in prompts(i).iter().enumerate() {
+                let rowid = super::super::writes::prompt_search_key(i, k as u64 + 1).unwrap();
+                insert.execute(params![rowid, prompt]).unwrap();
+            }
+        }
+        drop(insert);
         conn
+    }
+
+    /// Whether `text` holds every word, the last one as a prefix (what an FTS5 query of
+    /// [`fts`] means for one row).
+    fn holds(text: &str, words: &str) -> bool {
+        let t: Vec<&str> = text.split(' ').collect();
+        let mut w: Vec<&str> = words.split(' ').collect();
+        let last = w.pop().unwrap();
+        w.iter().all(|w| t.contains(w)) && t.iter().any(|t| t.starts_with(last))
     }
 
     /// Free text as the sessions module turns it into an FTS5 query: quoted words, the last
@@ -767,11 +823,21 @@ mod tests {
     }
 
     /// Both search plans give the same pages as the words' plain meaning (every word in the
-    /// title, the last one as a prefix), page after page.
+    /// title or in one of the prompts, the last one as a prefix), page after page.
     #[test]
     fn both_search_plans_answer_alike_and_as_the_words_mean() {
         let conn = db(3_000);
-        for words in ["common", "rare", "deplo", "common deploy", "nothing"] {
+        for words in [
+            "common",
+            "rare",
+            "deplo",
+            "common deploy",
+            "nothing",
+            "needle",
+            "zebr",
+            "filler text 39",
+            "deploy alone",
+        ] {
             let q = fts(words);
             for f in filters() {
                 let mut f = ListFilter {
@@ -788,7 +854,8 @@ mod tests {
                     assert_eq!(a.1, b.1, "{words:?} {f:?}");
                     let chosen = list_sessions(&conn, "w1", "u", &f).unwrap();
                     assert_eq!(ids(&chosen.0), ids(&a.0));
-                    // The same page without the full-text index: titles that hold every word.
+                    // The same page without the full-text index: sessions whose title or one
+                    // of whose prompts holds every word.
                     let plain = ListFilter {
                         fts_query: None,
                         limit: 10_000,
@@ -799,10 +866,7 @@ mod tests {
                         .0
                         .into_iter()
                         .filter(|r| {
-                            let t: Vec<&str> = r.title.split(' ').collect();
-                            let mut w: Vec<&str> = words.split(' ').collect();
-                            let last = w.pop().unwrap();
-                            w.iter().all(|w| t.contains(w)) && t.iter().any(|t| t.starts_with(last))
+                            holds(&r.title, words) || prompts(r.pk).iter().any(|p| holds(p, words))
                         })
                         .take(f.limit as usize)
                         .map(|r| r.id)
@@ -828,6 +892,25 @@ mod tests {
         assert_eq!(plan("nothing"), SearchPlan::FromMatches);
         assert_eq!(plan("common"), SearchPlan::FromList);
         assert_eq!(plan("deplo"), SearchPlan::FromList);
+        // 230 sessions hold "filler" in 39 prompts each: counted once each, they are few.
+        assert_eq!(plan("filler"), SearchPlan::FromMatches);
+    }
+
+    /// A session whose only matching prompt is the first of many is found, once, by both plans.
+    #[test]
+    fn the_first_of_many_prompts_finds_its_session() {
+        let conn = db(3_000);
+        for plan in [SearchPlan::FromMatches, SearchPlan::FromList] {
+            let f = ListFilter {
+                fts_query: Some(fts("needle 2600")),
+                include_archived: true,
+                limit: 20,
+                ..Default::default()
+            };
+            let (rows, more) = list_sessions_with(&conn, "w1", "u", &f, Some(plan)).unwrap();
+            assert_eq!(rows.iter().map(|r| r.pk).collect::<Vec<_>>(), [2600]);
+            assert!(!more);
+        }
     }
 
     fn query_plan(conn: &Connection, sql: &str, args: &[(&str, SqlValue)]) -> String {
@@ -887,7 +970,11 @@ mod tests {
         };
         let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromMatches));
         let plan = query_plan(&conn, &sql, &args);
-        assert!(plan.starts_with("SCAN f VIRTUAL TABLE"), "{plan}");
+        assert!(plan.contains("SCAN session_search VIRTUAL TABLE"), "{plan}");
+        assert!(
+            plan.contains("SCAN session_search_prompts VIRTUAL TABLE"),
+            "{plan}"
+        );
         assert!(
             plan.contains("SEARCH s USING INTEGER PRIMARY KEY"),
             "{plan}"

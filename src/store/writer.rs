@@ -784,6 +784,77 @@ mod tests {
         store.close();
     }
 
+    /// A session's prompts are indexed one row each and leave with the session; another
+    /// session's stay.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deleting_a_session_removes_its_prompt_rows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, gone) = store_with_session(dir.path()).await;
+        let (ws, agent) = store
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT workspace_id, agent_id FROM sessions", [], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                    })?,
+                )
+            })
+            .await
+            .expect("session");
+        let g = gone.clone();
+        let kept = store
+            .write(move |tx| {
+                let id = crate::ids::new_id();
+                let kept = tx.insert_session(&NewSession {
+                    id: &id,
+                    workspace_id: &ws,
+                    agent_id: &agent,
+                    user_id: "u",
+                    title: "t",
+                    cwd: None,
+                    created_by_session_id: None,
+                    tier: None,
+                    mode: "\"agent\"",
+                    requested_machine: None,
+                    source: "api",
+                    attribution_type: None,
+                    attribution_id: None,
+                })?;
+                for key in [&g, &kept] {
+                    for i in 0..3 {
+                        let seq = tx.append(key, &note(&format!("n{i}")))?;
+                        tx.index_prompt(key, seq, &format!("prompt {i} marmalade"))?;
+                    }
+                }
+                Ok(kept)
+            })
+            .await
+            .expect("prompts");
+        let rows = |store: Store| async move {
+            store
+                .read(|c| {
+                    let mut stmt = c.prepare(
+                        "SELECT rowid >> 32 FROM session_search_prompts
+                         WHERE session_search_prompts MATCH 'marmalade' ORDER BY rowid",
+                    )?;
+                    let rows = stmt.query_map([], |r| r.get(0))?;
+                    Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
+                })
+                .await
+                .expect("prompt rows")
+        };
+        assert_eq!(
+            rows(store.clone()).await,
+            [gone.pk, gone.pk, gone.pk, kept.pk, kept.pk, kept.pk]
+        );
+        let g = gone.clone();
+        store
+            .write(move |tx| tx.delete_session(&g))
+            .await
+            .expect("delete");
+        assert_eq!(rows(store.clone()).await, [kept.pk, kept.pk, kept.pk]);
+        store.close();
+    }
+
     #[test]
     fn the_counter_cache_is_bounded_and_keeps_recent_sessions() {
         let mut cache = CounterCache::default();

@@ -42,6 +42,19 @@ pub struct NewInput<'a> {
     pub not_before: i64,
 }
 
+/// Seqs per session in the prompt index's key space (`session_search_prompts`, migration 0010).
+const PROMPT_SEQS: i64 = 1 << 32;
+
+/// The search row of the prompt at `seq` in session `pk`: `pk · 2^32 + seq`, so that a match
+/// names its session (`rowid >> 32`) and a session's prompts are one range of rowids. `None`
+/// when the pair does not fit in the key.
+pub(crate) fn prompt_search_key(pk: i64, seq: u64) -> Option<i64> {
+    let seq = i64::try_from(seq).ok().filter(|s| *s < PROMPT_SEQS)?;
+    (0..i64::MAX / PROMPT_SEQS)
+        .contains(&pk)
+        .then(|| pk * PROMPT_SEQS + seq)
+}
+
 /// The workspace that exists from the first start.
 pub const DEFAULT_WORKSPACE: &str = "default";
 
@@ -112,9 +125,7 @@ impl Tx<'_> {
             ])?;
         let pk = self.conn.last_insert_rowid();
         self.conn
-            .prepare_cached(
-                "INSERT INTO session_search (rowid, title, prompts) VALUES (?1, ?2, '')",
-            )?
+            .prepare_cached("INSERT INTO session_search (rowid, title) VALUES (?1, ?2)")?
             .execute(params![pk, s.title])?;
         Ok(SessionKey {
             pk,
@@ -182,13 +193,24 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Adds a prompt to the session's search document.
-    pub fn index_prompt(&mut self, key: &SessionKey, prompt: &str) -> Result<()> {
+    /// Indexes the prompt of the `prompt_submitted` event at `seq` for search: a row of its own,
+    /// so that its cost never depends on the prompts before it.
+    ///
+    /// The row's key packs the session and the seq (see [`prompt_search_key`]); a prompt whose
+    /// key does not fit (a session pk past 2^31 or a seq past 2^32, far beyond what one machine
+    /// writes) is left out of search rather than failing the write that carries it.
+    pub fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+        let Some(rowid) = prompt_search_key(key.pk, seq) else {
+            tracing::warn!(
+                session = %key.id,
+                seq,
+                "prompt not indexed for search: its key is out of range"
+            );
+            return Ok(());
+        };
         self.conn
-            .prepare_cached(
-                "UPDATE session_search SET prompts = prompts || char(10) || ?2 WHERE rowid = ?1",
-            )?
-            .execute(params![key.pk, prompt])?;
+            .prepare_cached("INSERT INTO session_search_prompts (rowid, prompt) VALUES (?1, ?2)")?
+            .execute(params![rowid, prompt])?;
         Ok(())
     }
 
@@ -292,6 +314,12 @@ impl Tx<'_> {
         c.execute("DELETE FROM images WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM read_markers WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
+        if let Some(first) = prompt_search_key(key.pk, 0) {
+            c.execute(
+                "DELETE FROM session_search_prompts WHERE rowid BETWEEN ?1 AND ?2",
+                [first, first + PROMPT_SEQS - 1],
+            )?;
+        }
         c.execute(
             "DELETE FROM default_sessions WHERE session_id = ?1",
             [&key.id],
