@@ -1,8 +1,10 @@
 //! The writer thread: the only connection that writes, committing many requests per transaction.
 //!
 //! Callers hand in closures; the writer takes whatever is queued (up to `max_batch`), runs each in
-//! its own savepoint, commits once, then answers every caller and publishes the committed frames to
-//! the bus in commit order. Group commit is what makes many small durable appends cheap.
+//! its own savepoint, commits once, then answers every caller and only then publishes the committed
+//! frames to the bus in commit order (waking every subscriber is the slow part; a request's answer
+//! does not wait for it). Nothing is answered or published before COMMIT. Group commit is what
+//! makes many small durable appends cheap.
 //!
 //! A job that writes with one statement cannot fail halfway (SQLite undoes a failed statement by
 //! itself), so it needs no savepoint. That is a property of the job's type, not of what it happens
@@ -595,11 +597,19 @@ fn commit_batch(
             METRICS.commits.inc();
             METRICS.commit_batch_jobs.observe(jobs_in_batch as f64);
             METRICS.events_appended.add(published.len() as u64);
-            for (session_id, frame) in published {
-                bus.publish_durable(&session_id, frame);
-            }
+            // Answer first: a caller's answer must not wait behind every subscriber's wake-up.
+            // The bus learns what is committed before anyone is answered, so that a volatile
+            // frame an answered caller publishes next still follows the frames it knows of.
+            bus.committed(
+                published
+                    .iter()
+                    .filter_map(|(session_id, f)| Some((&**session_id, f.seq?))),
+            );
             for completion in completions {
                 completion(Ok(()));
+            }
+            for (session_id, frame) in published {
+                bus.publish_durable(&session_id, frame);
             }
             match fault {
                 Some(e) => Err(e),
@@ -852,6 +862,49 @@ mod tests {
             .await
             .expect("delete");
         assert_eq!(rows(store.clone()).await, [kept.pk, kept.pk, kept.pk]);
+        store.close();
+    }
+
+    /// The writer answers before it publishes: a caller that publishes a delta as soon as its
+    /// output is acknowledged (the runner's turn loop) still has its subscribers see the output
+    /// first and the delta after it, and leaves the delta in the tail.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delta_after_an_acknowledged_output_reaches_subscribers_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let mut sub = store.bus().subscribe(&key.id).expect("subscribe");
+        for i in 0..200 {
+            let k = key.clone();
+            let seq = store
+                .write(move |tx| {
+                    tx.append(
+                        &k,
+                        &Event::Heartbeat {
+                            timestamp: f64::from(i),
+                            active_task_ids: Vec::new(),
+                        },
+                    )
+                })
+                .await
+                .expect("output");
+            let text = format!("after {seq}");
+            store.bus().publish_delta(
+                &key.id,
+                seq,
+                &crate::timeline::Step::TextDelta {
+                    delta: text.clone(),
+                },
+            );
+            let first = sub.rx.recv().await.expect("frame");
+            assert_eq!(first.seq, Some(seq), "the output before the delta");
+            let second = sub.rx.recv().await.expect("frame");
+            assert_eq!(second.seq, None);
+            assert!(second.data.contains(&text), "{}", second.data);
+            let late = store.bus().subscribe(&key.id).expect("subscribe");
+            assert_eq!(late.tail_after, seq);
+            assert_eq!(late.tail.len(), 1);
+            assert!(late.tail[0].data.contains(&text));
+        }
         store.close();
     }
 
