@@ -632,14 +632,14 @@ async fn the_search_document_stays_current() {
     assert_eq!(matches("CAFÉ & men:*"), "1");
     assert_eq!(matches("release:*"), "0");
     db.psql(
-        "INSERT INTO session_search_prompts (session_pk, seq, prompt)
+        "INSERT INTO session_search_prompts (session_pk, seq, prompts)
          SELECT pk, 2, 'Release notes, please' FROM sessions WHERE id = 's';
-         INSERT INTO session_search_prompts (session_pk, seq, prompt)
+         INSERT INTO session_search_prompts (session_pk, seq, prompts)
          SELECT pk, 5, 'and the café menu' FROM sessions WHERE id = 's';",
     );
     assert_eq!(matches("release & note:*"), "1");
     assert_eq!(matches("cafe"), "1", "one session, however many rows match");
-    assert_eq!(matches("release & menu"), "0", "words of two prompts");
+    assert_eq!(matches("release & menu"), "0", "words of two rows");
     db.psql("UPDATE session_search SET title = 'Tea'");
     assert_eq!(matches("tea"), "1");
     assert_eq!(matches("cafe & men:*"), "1");

@@ -454,8 +454,8 @@ fn list_search_matches_titles_and_prompts() {
     assert_eq!(list_ids(&s, "search=xylophone&archived=only"), [a]);
 }
 
-/// Every prompt is searchable however many follow it, and a session that many prompts match
-/// is listed once.
+/// Every prompt is searchable however many follow it (these fill more than one search row),
+/// and a session that many prompts match is listed once.
 #[test]
 fn list_search_finds_the_first_of_many_prompts() {
     let s = Server::start();
@@ -467,11 +467,11 @@ fn list_search_finds_the_first_of_many_prompts() {
     for i in 0..25 {
         for id in [&a, &b] {
             let before = last_seq(&s, id);
-            message(
-                &s,
-                id,
-                json!({"prompt": format!("lantern step {i} of the plan")}),
+            let prompt = format!(
+                "lantern step {i} of the plan: read the notes again, compare them with the \
+                 earlier draft and write down what is still missing"
             );
+            message(&s, id, json!({ "prompt": prompt }));
             wait_terminal(&s, id, before);
         }
     }

@@ -144,7 +144,7 @@ mod tests {
         .unwrap();
         migrate(&conn).unwrap();
         let rows: Vec<(i64, String)> = conn
-            .prepare("SELECT rowid, prompt FROM session_search_prompts ORDER BY rowid")
+            .prepare("SELECT rowid, prompts FROM session_search_prompts ORDER BY rowid")
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()

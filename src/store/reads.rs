@@ -174,7 +174,7 @@ pub enum SearchPlan {
 /// of it they fall on decides. FTS5 cannot return matches in the list's `(created_at, id)` order
 /// (its rowid is the session's insertion key), so no plan can read only a page of them.
 ///
-/// A match is a session, however many of its prompts hold the words: the count stops at `bound`
+/// A match is a session, however many of its prompt rows hold the words: the count stops at `bound`
 /// distinct sessions.
 pub fn search_plan(conn: &Connection, fts_query: &str, limit: u32) -> Result<SearchPlan> {
     let sessions: i64 = conn
@@ -203,9 +203,10 @@ const SEARCH_MIN_BOUND: i64 = 256;
 /// rows would cost more than a walk that finds a page among them.
 const SEARCH_MAX_BOUND: i64 = 20_000;
 
-/// The sessions (`pk`) whose title or one of whose prompts matches the FTS5 query `q` (a
-/// parameter name): the title index's rowid is the session's pk, a prompt row's rowid holds it
-/// above its low 32 bits (see `writes::prompt_search_key`). `union` is `UNION` for distinct
+/// The sessions (`pk`) whose title or one of whose prompt rows (a few consecutive prompts, see
+/// `Tx::index_prompt`) matches the FTS5 query `q` (a parameter name): the title index's rowid is
+/// the session's pk, a prompt row's rowid holds it above its low 32 bits
+/// (`writes::prompt_search_key`). `union` is `UNION` for distinct
 /// sessions, `UNION ALL` where the consumer removes duplicates itself.
 fn search_matches(q: &str, union: &str) -> String {
     format!(
@@ -722,7 +723,8 @@ mod tests {
     /// A migrated in-memory database with `n` sessions over two workspaces and three agents, in
     /// an order unrelated to their keys, with equal timestamps, archived sessions, a default chat,
     /// every bucket, titles with a common word, a rare one and a shared prefix, and the prompts
-    /// of [`prompts`] indexed as the writer indexes them.
+    /// of [`prompts`] indexed one row each (as a database migrated to one row per prompt has
+    /// them).
     fn db(n: i64) -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         super::super::migrate::migrate(&conn).unwrap();
@@ -757,7 +759,7 @@ mod tests {
         )
         .unwrap();
         let mut insert = conn
-            .prepare("INSERT INTO session_search_prompts (rowid, prompt) VALUES (?1, ?2)")
+            .prepare("INSERT INTO session_search_prompts (rowid, prompts) VALUES (?1, ?2)")
             .unwrap();
         for i in 1..=n {
             for (k, prompt) in prompts(i).iter().enumerate() {
@@ -823,7 +825,7 @@ mod tests {
     }
 
     /// Both search plans give the same pages as the words' plain meaning (every word in the
-    /// title or in one of the prompts, the last one as a prefix), page after page.
+    /// title or in one prompt row, the last one as a prefix), page after page.
     #[test]
     fn both_search_plans_answer_alike_and_as_the_words_mean() {
         let conn = db(3_000);
@@ -896,7 +898,8 @@ mod tests {
         assert_eq!(plan("filler"), SearchPlan::FromMatches);
     }
 
-    /// A session whose only matching prompt is the first of many is found, once, by both plans.
+    /// A session whose only matching prompt row is the first of many is found, once, by both
+    /// plans.
     #[test]
     fn the_first_of_many_prompts_finds_its_session() {
         let conn = db(3_000);

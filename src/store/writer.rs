@@ -794,10 +794,12 @@ mod tests {
         store.close();
     }
 
-    /// A session's prompts are indexed one row each and leave with the session; another
-    /// session's stay.
+    /// A session's prompts fill bounded search rows, each keyed by its first prompt's seq; a
+    /// word of the first prompt is still found after many more, and the rows leave with the
+    /// session while another session's stay.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn deleting_a_session_removes_its_prompt_rows() {
+    async fn prompt_rows_stay_bounded_and_leave_with_their_session() {
+        use super::super::writes::PROMPT_ROW_BYTES;
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, gone) = store_with_session(dir.path()).await;
         let (ws, agent) = store
@@ -811,7 +813,7 @@ mod tests {
             .await
             .expect("session");
         let g = gone.clone();
-        let kept = store
+        let (kept, first_seqs) = store
             .write(move |tx| {
                 let id = crate::ids::new_id();
                 let kept = tx.insert_session(&NewSession {
@@ -829,39 +831,71 @@ mod tests {
                     attribution_type: None,
                     attribution_id: None,
                 })?;
-                for key in [&g, &kept] {
-                    for i in 0..3 {
-                        let seq = tx.append(key, &note(&format!("n{i}")))?;
-                        tx.index_prompt(key, seq, &format!("prompt {i} marmalade"))?;
+                // Which prompts start a row: the first, and each that does not fit the one before.
+                let mut first_seqs = Vec::new();
+                let mut bytes = usize::MAX;
+                for i in 0..40 {
+                    let word = if i == 0 { "quince" } else { "plain" };
+                    let prompt = format!("{word} prompt {i} {}", "x".repeat(200));
+                    let seq = tx.append(&g, &note(&prompt))?;
+                    tx.index_prompt(&g, seq, &prompt)?;
+                    if bytes.saturating_add(1 + prompt.len()) > PROMPT_ROW_BYTES {
+                        first_seqs.push(seq);
+                        bytes = prompt.len();
+                    } else {
+                        bytes += 1 + prompt.len();
                     }
                 }
-                Ok(kept)
+                let seq = tx.append(&kept, &note("quince"))?;
+                tx.index_prompt(&kept, seq, "quince")?;
+                Ok((kept, first_seqs))
             })
             .await
             .expect("prompts");
-        let rows = |store: Store| async move {
+        assert!(first_seqs.len() > 3, "{first_seqs:?}");
+        let rows = |store: Store, sql: &'static str| async move {
             store
-                .read(|c| {
-                    let mut stmt = c.prepare(
-                        "SELECT rowid >> 32 FROM session_search_prompts
-                         WHERE session_search_prompts MATCH 'marmalade' ORDER BY rowid",
-                    )?;
-                    let rows = stmt.query_map([], |r| r.get(0))?;
-                    Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
+                .read(move |c| {
+                    let mut stmt = c.prepare(sql)?;
+                    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                    Ok(rows.collect::<rusqlite::Result<Vec<(i64, i64, i64)>>>()?)
                 })
                 .await
                 .expect("prompt rows")
         };
+        const ALL: &str = "SELECT rowid >> 32, rowid & 4294967295, octet_length(prompts)
+                           FROM session_search_prompts ORDER BY rowid";
+        const QUINCE: &str = "SELECT rowid >> 32, rowid & 4294967295, octet_length(prompts)
+                              FROM session_search_prompts
+                              WHERE session_search_prompts MATCH 'quince' ORDER BY rowid";
+        let all = rows(store.clone(), ALL).await;
+        let of_gone: Vec<_> = all.iter().filter(|r| r.0 == gone.pk).collect();
         assert_eq!(
-            rows(store.clone()).await,
-            [gone.pk, gone.pk, gone.pk, kept.pk, kept.pk, kept.pk]
+            of_gone.iter().map(|r| r.1 as u64).collect::<Vec<_>>(),
+            first_seqs,
+            "each row keyed by its first prompt"
         );
+        assert!(
+            of_gone.iter().all(|r| r.2 as usize <= PROMPT_ROW_BYTES),
+            "{of_gone:?}"
+        );
+        let quince: Vec<(i64, i64)> = rows(store.clone(), QUINCE)
+            .await
+            .into_iter()
+            .map(|r| (r.0, r.1))
+            .collect();
+        assert_eq!(quince, [(gone.pk, first_seqs[0] as i64), (kept.pk, 1)]);
         let g = gone.clone();
         store
             .write(move |tx| tx.delete_session(&g))
             .await
             .expect("delete");
-        assert_eq!(rows(store.clone()).await, [kept.pk, kept.pk, kept.pk]);
+        let left: Vec<(i64, i64)> = rows(store.clone(), ALL)
+            .await
+            .into_iter()
+            .map(|r| (r.0, r.1))
+            .collect();
+        assert_eq!(left, [(kept.pk, 1)]);
         store.close();
     }
 
