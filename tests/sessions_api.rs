@@ -964,13 +964,18 @@ fn message_to_an_idle_session_starts_a_new_turn_r26_r64() {
 #[test]
 fn follow_up_waits_for_the_running_turn_r26() {
     let s = Server::start();
-    let id = create_id(&s, "/slow 150\n/stream 4");
+    // The turn streams only once the follow-up is queued behind it (a condition, not a window).
+    let id = create_id(&s, "/await_follow_up\n/stream 4");
     let started = wait_event(&s, &id, &["turn_started"], 0);
 
-    message(
+    let ack = message(
         &s,
         &id,
         json!({"prompt": "/reply later", "behavior": "follow_up"}),
+    );
+    assert_eq!(
+        ack["delivery"], "queued",
+        "a follow-up waits for the running turn"
     );
     let first_end = wait_terminal(&s, &id, seq(&started));
     let second_end = wait_terminal(&s, &id, seq(&first_end));

@@ -89,6 +89,9 @@ pub trait TurnIo: DeltaSink + Sync {
     /// True when a steer message is waiting for [`TurnIo::take_steers`].
     fn steer_waiting(&self) -> bool;
 
+    /// True once a follow-up message arrived while this turn ran (it runs in a later turn).
+    fn follow_up_waiting(&self) -> bool;
+
     /// Waits `ms` unless interrupted first; returns false when interrupted.
     async fn pause(&mut self, ms: u64) -> bool;
 

@@ -15,6 +15,7 @@
 //! | `/task NAME MS` | runs a background task NAME for MS milliseconds: `task_started`, `task_output` every 100 ms, `heartbeat`s, `task_settled` |
 //! | `/title TEXT` | after the first turn, the automatic title is TEXT (`/title !fail` makes title generation fail) |
 //! | `/await_steer` | waits (at most a minute) until a steer message reaches the turn, so a script can be steered at a known step |
+//! | `/await_follow_up` | waits (at most a minute) until a follow-up message is queued behind the turn |
 //!
 //! A prompt whose first line is not a directive is answered `echo: <prompt>`; other plain lines in
 //! a script are replied as they are. A steer message that reaches a running turn is run after the
@@ -34,7 +35,8 @@ use crate::timeline::{
     AskOption, AskQuestion, Event, Step, Tier, Todo, TodoStatus, ToolOutputPart,
 };
 
-/// How long `/await_steer` waits for a steer before the script goes on without one.
+/// How long `/await_steer` (`/await_follow_up`) waits for a steer (a follow-up) before the script
+/// goes on without one.
 const AWAIT_STEER_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// How often `/await_steer` looks for a steer (the turn stays interruptible in between).
 const AWAIT_STEER_POLL_MS: u64 = 5;
@@ -63,7 +65,7 @@ struct Continuation {
 }
 
 fn is_directive(line: &str) -> bool {
-    const NAMES: [&str; 11] = [
+    const NAMES: [&str; 12] = [
         "reply",
         "stream",
         "slow",
@@ -75,6 +77,7 @@ fn is_directive(line: &str) -> bool {
         "task",
         "title",
         "await_steer",
+        "await_follow_up",
     ];
     line.strip_prefix('/')
         .map(|rest| {
@@ -234,9 +237,17 @@ impl Engine for ScriptedEngine {
                         last_text = Some(text);
                     }
                     "slow" => slow_ms = arg.parse().unwrap_or(0).min(600_000),
-                    "await_steer" => {
+                    "await_steer" | "await_follow_up" => {
                         let until = std::time::Instant::now() + AWAIT_STEER_LIMIT;
-                        while !io.steer_waiting() && std::time::Instant::now() < until {
+                        let steer = name == "await_steer";
+                        let arrived = |io: &dyn TurnIo| {
+                            if steer {
+                                io.steer_waiting()
+                            } else {
+                                io.follow_up_waiting()
+                            }
+                        };
+                        while !arrived(&*io) && std::time::Instant::now() < until {
                             if !io.pause(AWAIT_STEER_POLL_MS).await {
                                 return Ok(TurnEnd::Interrupted);
                             }

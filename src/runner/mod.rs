@@ -79,6 +79,9 @@ pub(crate) struct TurnControl {
     pub cancel: watch::Sender<bool>,
     pub steer_pending: AtomicBool,
     pub steer_notify: Notify,
+    /// Set when a follow-up arrived while the turn ran: it waits in the session's queue for the
+    /// next turn (the scripted engine's `/await_follow_up` waits for it).
+    pub follow_up_pending: AtomicBool,
     /// The fencing generation once the turn has claimed its session (0 before).
     pub generation: AtomicU64,
     /// Text streamed (as deltas) since the turn's last durable `text` step: what the reader saw
@@ -373,6 +376,10 @@ impl Dispatcher {
         if let Some(active) = self.active.get_mut(&key.pk) {
             active.recheck = true;
             if follow_up {
+                active
+                    .control
+                    .follow_up_pending
+                    .store(true, Ordering::SeqCst);
                 return reply(ack, Delivery::Queued);
             }
             active.control.steer_pending.store(true, Ordering::SeqCst);
@@ -438,6 +445,7 @@ impl Dispatcher {
             cancel: watch::channel(false).0,
             steer_pending: AtomicBool::new(false),
             steer_notify: Notify::new(),
+            follow_up_pending: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             unsaid: std::sync::Mutex::new(String::new()),
         });

@@ -1225,6 +1225,10 @@ impl TurnIo for Turn {
         self.control.steer_pending.load(Ordering::SeqCst)
     }
 
+    fn follow_up_waiting(&self) -> bool {
+        self.control.follow_up_pending.load(Ordering::SeqCst)
+    }
+
     /// Waits `ms` unless interrupted first; returns false when interrupted.
     async fn pause(&mut self, ms: u64) -> bool {
         self.write_held().await;
