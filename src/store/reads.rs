@@ -174,8 +174,8 @@ pub enum SearchPlan {
 /// of it they fall on decides. FTS5 cannot return matches in the list's `(created_at, id)` order
 /// (its rowid is the session's insertion key), so no plan can read only a page of them.
 ///
-/// A match is a session, however many of its prompt rows hold the words: the count stops at `bound`
-/// distinct sessions.
+/// A match is a session, however many of its prompt rows hold the words: the count stops at
+/// `bound` distinct sessions.
 pub fn search_plan(conn: &Connection, fts_query: &str, limit: u32) -> Result<SearchPlan> {
     let sessions: i64 = conn
         .prepare_cached("SELECT COALESCE(max(pk), 0) FROM sessions")?
