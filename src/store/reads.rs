@@ -206,8 +206,8 @@ const SEARCH_MAX_BOUND: i64 = 20_000;
 /// The sessions (`pk`) whose title or one of whose prompt rows (a few consecutive prompts, see
 /// `Tx::index_prompt`) matches the FTS5 query `q` (a parameter name): the title index's rowid is
 /// the session's pk, a prompt row's rowid holds it above its low 32 bits
-/// (`writes::prompt_search_key`). `union` is `UNION` for distinct
-/// sessions, `UNION ALL` where the consumer removes duplicates itself.
+/// (`writes::prompt_search_key`). `union` is `UNION` for distinct sessions, `UNION ALL` where
+/// the consumer removes duplicates itself.
 fn search_matches(q: &str, union: &str) -> String {
     format!(
         "SELECT rowid AS pk FROM session_search WHERE session_search MATCH {q}

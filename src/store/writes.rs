@@ -48,7 +48,7 @@ const PROMPT_SEQS: i64 = 1 << 32;
 /// Bytes of consecutive prompts one search row holds (a longer prompt gets a row of its own):
 /// small enough that re-indexing the row costs little more than the prompt alone, large enough
 /// that a search for a word of most prompts gathers about one row per session, not one per prompt.
-pub const PROMPT_ROW_BYTES: usize = 2048;
+pub(crate) const PROMPT_ROW_BYTES: usize = 2048;
 
 /// The search row that starts with the prompt at `seq` in session `pk`: `pk · 2^32 + seq`, so
 /// that a match names its session (`rowid >> 32`) and a session's rows are one range of rowids.
