@@ -182,13 +182,16 @@ pub fn search_plan(conn: &Connection, fts_query: &str, limit: u32) -> Result<Sea
         .query_row([], |r| r.get(0))?;
     let bound = ((f64::from(limit) + 1.0) * sessions as f64).sqrt() as i64;
     let bound = bound.clamp(SEARCH_MIN_BOUND, SEARCH_MAX_BOUND);
+    let terms = search_terms(fts_query);
     let sql = format!(
-        "SELECT count(*) FROM (SELECT DISTINCT pk FROM ({}) LIMIT ?2)",
-        search_matches("?1", "UNION ALL")
+        "SELECT count(*) FROM (SELECT DISTINCT pk FROM ({}) LIMIT :bound)",
+        search_matches(terms.len(), "UNION ALL")
     );
+    let mut args = term_args(&terms);
+    args.push((":bound".into(), SqlValue::Integer(bound)));
     let matches: i64 = conn
         .prepare_cached(&sql)?
-        .query_row(params![fts_query, bound], |r| r.get(0))?;
+        .query_row(named(&args).as_slice(), |r| r.get(0))?;
     Ok(if matches < bound {
         SearchPlan::FromMatches
     } else {
@@ -203,16 +206,56 @@ const SEARCH_MIN_BOUND: i64 = 256;
 /// rows would cost more than a walk that finds a page among them.
 const SEARCH_MAX_BOUND: i64 = 20_000;
 
-/// The sessions (`pk`) whose title or one of whose prompt rows (a few consecutive prompts, see
-/// `Tx::index_prompt`) matches the FTS5 query `q` (a parameter name): the title index's rowid is
-/// the session's pk, a prompt row's rowid holds it above its low 32 bits
-/// (`writes::prompt_search_key`). `union` is `UNION` for distinct sessions, `UNION ALL` where
-/// the consumer removes duplicates itself.
-fn search_matches(q: &str, union: &str) -> String {
-    format!(
-        "SELECT rowid AS pk FROM session_search WHERE session_search MATCH {q}
-         {union} SELECT rowid >> 32 FROM session_search_prompts WHERE session_search_prompts MATCH {q}"
-    )
+/// The sessions (`pk`) in which every term of a search (parameters `:q0`, `:q1`, …; `terms` of
+/// them) is found in the title or in any prompt, as they were when one document held them all: a
+/// term's sessions are those whose title or one of whose prompt rows (a few consecutive prompts,
+/// see `Tx::index_prompt`) match it, and the terms' sets are intersected. The title index's rowid
+/// is the session's pk, a prompt row's rowid holds it above its low 32 bits
+/// (`writes::prompt_search_key`). With one term, `union` is `UNION` for distinct sessions,
+/// `UNION ALL` where the consumer removes duplicates itself (an intersection is always distinct).
+fn search_matches(terms: usize, union: &str) -> String {
+    let term = |i: usize, union: &str| {
+        format!(
+            "SELECT rowid AS pk FROM session_search WHERE session_search MATCH :q{i}
+             {union} SELECT rowid >> 32 FROM session_search_prompts
+             WHERE session_search_prompts MATCH :q{i}"
+        )
+    };
+    match terms {
+        0 | 1 => term(0, union),
+        // Compound operators bind left to right: each term's union is a subquery of its own.
+        n => (0..n)
+            .map(|i| format!("SELECT pk FROM ({})", term(i, "UNION")))
+            .collect::<Vec<_>>()
+            .join(" INTERSECT "),
+    }
+}
+
+/// The terms of an FTS5 query built by the store's query builder: quoted words separated by
+/// spaces (the words hold no quote or space), the last one maybe a prefix (`"w"*`).
+fn search_terms(fts_query: &str) -> Vec<&str> {
+    let terms: Vec<&str> = fts_query.split(' ').filter(|t| !t.is_empty()).collect();
+    if terms.is_empty() {
+        vec![fts_query]
+    } else {
+        terms
+    }
+}
+
+/// The `:q0`, `:q1`, … parameters of [`search_matches`].
+fn term_args(terms: &[&str]) -> Vec<(String, SqlValue)> {
+    terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!(":q{i}"), SqlValue::Text((*t).to_owned())))
+        .collect()
+}
+
+/// Named parameters as rusqlite takes them.
+fn named<K: AsRef<str>>(args: &[(K, SqlValue)]) -> Vec<(&str, &dyn rusqlite::ToSql)> {
+    args.iter()
+        .map(|(k, v)| (k.as_ref(), v as &dyn rusqlite::ToSql))
+        .collect()
 }
 
 /// [`list_sessions`] with the search plan chosen by the caller (tests compare the plans).
@@ -224,13 +267,9 @@ pub fn list_sessions_with(
     plan: Option<SearchPlan>,
 ) -> Result<(Vec<SessionRow>, bool)> {
     let (sql, args) = list_query(workspace_id, user_id, f, plan);
-    let params: Vec<(&str, &dyn rusqlite::ToSql)> = args
-        .iter()
-        .map(|(k, v)| (*k, v as &dyn rusqlite::ToSql))
-        .collect();
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows: Vec<SessionRow> = stmt
-        .query_map(params.as_slice(), session_from_row)?
+        .query_map(named(&args).as_slice(), session_from_row)?
         .collect::<rusqlite::Result<_>>()?;
     let more = rows.len() > f.limit as usize;
     rows.truncate(f.limit as usize);
@@ -243,23 +282,24 @@ fn list_query(
     user_id: &str,
     f: &ListFilter,
     plan: Option<SearchPlan>,
-) -> (String, Vec<(&'static str, SqlValue)>) {
+) -> (String, Vec<(std::borrow::Cow<'static, str>, SqlValue)>) {
+    let terms = f.fts_query.as_deref().map(search_terms).unwrap_or_default();
     let mut sql = match (&f.fts_query, plan) {
         (Some(_), Some(SearchPlan::FromMatches)) => format!(
             "SELECT {SESSION_COLUMNS} FROM ({}) f CROSS JOIN sessions s ON s.pk = f.pk
              JOIN agents a ON a.id = s.agent_id
              WHERE s.workspace_id = :ws",
-            search_matches(":q", "UNION")
+            search_matches(terms.len(), "UNION")
         ),
         _ => format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
              WHERE s.workspace_id = :ws"
         ),
     };
-    let mut args: Vec<(&'static str, SqlValue)> = vec![
-        (":ws", SqlValue::Text(workspace_id.to_owned())),
-        (":user", SqlValue::Text(user_id.to_owned())),
-        (":limit", SqlValue::Integer(f.limit as i64 + 1)),
+    let mut args: Vec<(std::borrow::Cow<'static, str>, SqlValue)> = vec![
+        (":ws".into(), SqlValue::Text(workspace_id.to_owned())),
+        (":user".into(), SqlValue::Text(user_id.to_owned())),
+        (":limit".into(), SqlValue::Integer(f.limit as i64 + 1)),
     ];
     if !f.include_archived {
         sql.push_str(if f.archived_only {
@@ -270,11 +310,11 @@ fn list_query(
     }
     if let Some(bucket) = &f.bucket {
         sql.push_str(" AND s.bucket = :bucket");
-        args.push((":bucket", SqlValue::Text(bucket.clone())));
+        args.push((":bucket".into(), SqlValue::Text(bucket.clone())));
     }
     if let Some(agent) = &f.agent_id {
         sql.push_str(" AND s.agent_id = :agent");
-        args.push((":agent", SqlValue::Text(agent.clone())));
+        args.push((":agent".into(), SqlValue::Text(agent.clone())));
     }
     if f.exclude_default {
         sql.push_str(
@@ -283,19 +323,19 @@ fn list_query(
     }
     if let Some((at, id)) = &f.after {
         sql.push_str(" AND (s.created_at < :at OR (s.created_at = :at AND s.id < :after_id))");
-        args.push((":at", SqlValue::Integer(*at)));
-        args.push((":after_id", SqlValue::Text(id.clone())));
+        args.push((":at".into(), SqlValue::Integer(*at)));
+        args.push((":after_id".into(), SqlValue::Text(id.clone())));
     }
-    if let Some(q) = &f.fts_query {
+    if f.fts_query.is_some() {
         if plan != Some(SearchPlan::FromMatches) {
             // The matches are gathered once into a set that each row of the walk is looked up
             // in (a per-row FTS5 probe costs ~100 µs: it rebuilds the query's doclists).
             sql.push_str(&format!(
                 " AND s.pk IN ({})",
-                search_matches(":q", "UNION ALL")
+                search_matches(terms.len(), "UNION ALL")
             ));
         }
-        args.push((":q", SqlValue::Text(q.clone())));
+        args.extend(term_args(&terms).into_iter().map(|(k, v)| (k.into(), v)));
     }
     sql.push_str(" ORDER BY s.created_at DESC, s.id DESC LIMIT :limit");
     (sql, args)
@@ -771,10 +811,10 @@ mod tests {
         conn
     }
 
-    /// Whether `text` holds every word, the last one as a prefix (what an FTS5 query of
-    /// [`fts`] means for one row).
-    fn holds(text: &str, words: &str) -> bool {
-        let t: Vec<&str> = text.split(' ').collect();
+    /// Whether `texts` (a session's title and prompts) hold every word between them, the last
+    /// one as a prefix (what a search of [`fts`] means for a session).
+    fn holds(texts: &[String], words: &str) -> bool {
+        let t: Vec<&str> = texts.iter().flat_map(|t| t.split(' ')).collect();
         let mut w: Vec<&str> = words.split(' ').collect();
         let last = w.pop().unwrap();
         w.iter().all(|w| t.contains(w)) && t.iter().any(|t| t.starts_with(last))
@@ -825,7 +865,7 @@ mod tests {
     }
 
     /// Both search plans give the same pages as the words' plain meaning (every word in the
-    /// title or in one prompt row, the last one as a prefix), page after page.
+    /// title or in any prompt, the last one as a prefix), page after page.
     #[test]
     fn both_search_plans_answer_alike_and_as_the_words_mean() {
         let conn = db(3_000);
@@ -839,6 +879,10 @@ mod tests {
             "zebr",
             "filler text 39",
             "deploy alone",
+            // Words found only in different prompt rows, or in the title and a prompt.
+            "zebra filler",
+            "common alone",
+            "rare needle",
         ] {
             let q = fts(words);
             for f in filters() {
@@ -856,8 +900,8 @@ mod tests {
                     assert_eq!(a.1, b.1, "{words:?} {f:?}");
                     let chosen = list_sessions(&conn, "w1", "u", &f).unwrap();
                     assert_eq!(ids(&chosen.0), ids(&a.0));
-                    // The same page without the full-text index: sessions whose title or one
-                    // of whose prompts holds every word.
+                    // The same page without the full-text index: sessions whose title and
+                    // prompts hold every word between them.
                     let plain = ListFilter {
                         fts_query: None,
                         limit: 10_000,
@@ -868,7 +912,9 @@ mod tests {
                         .0
                         .into_iter()
                         .filter(|r| {
-                            holds(&r.title, words) || prompts(r.pk).iter().any(|p| holds(p, words))
+                            let mut texts = prompts(r.pk);
+                            texts.push(r.title.clone());
+                            holds(&texts, words)
                         })
                         .take(f.limit as usize)
                         .map(|r| r.id)
@@ -916,11 +962,8 @@ mod tests {
         }
     }
 
-    fn query_plan(conn: &Connection, sql: &str, args: &[(&str, SqlValue)]) -> String {
-        let params: Vec<(&str, &dyn rusqlite::ToSql)> = args
-            .iter()
-            .map(|(k, v)| (*k, v as &dyn rusqlite::ToSql))
-            .collect();
+    fn query_plan<K: AsRef<str>>(conn: &Connection, sql: &str, args: &[(K, SqlValue)]) -> String {
+        let params = named(args);
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let rows = stmt
             .query_map(params.as_slice(), |r| r.get::<_, String>(3))
@@ -987,7 +1030,7 @@ mod tests {
             "SELECT seq FROM events WHERE session_pk = 1 AND seq < 50 ORDER BY seq DESC LIMIT 100",
             "SELECT seq FROM events WHERE session_pk = 1 AND seq > 50 ORDER BY seq LIMIT 100",
         ] {
-            let plan = query_plan(&conn, sql, &[]);
+            let plan = query_plan::<&str>(&conn, sql, &[]);
             assert!(plan.contains("USING PRIMARY KEY"), "{plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{plan}");
         }
