@@ -19,6 +19,10 @@
 //!    server, started in-process on a loopback port.
 //! 3. p99 of a 100-event history page (`?before=` and `?cursor=`) on a session holding 1,000,000
 //!    events (100,000 with `--quick`), seeded through the store writer before the server starts.
+//! 4. The cost of a prompt (`prompt_submitted` appended and indexed for search, one `Store::write`
+//!    job each, as `POST …/message` does) on a session that already holds 10 prompts and on one
+//!    that holds 10,000 (2,000 with `--quick`), in alternating rounds of the same run: indexing a
+//!    prompt must not grow with the session's history. `--prompts` runs only this section.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,7 +40,7 @@ use sessiond::timeline::{Event, Sender};
 mod report;
 #[path = "support/seed.rs"]
 mod seed;
-use report::{loadavg, quick_flag, thousands};
+use report::{flags, loadavg, thousands};
 
 const TARGET_STORE_RATIO: f64 = 0.50;
 const TARGET_NOTE_P99: Duration = Duration::from_millis(5);
@@ -61,14 +65,29 @@ struct Opts {
     paced_secs: Duration,
     history_events: u64,
     history_requests_per_kind: usize,
+    /// Prompts already in the long session of section 4, and prompts timed per session.
+    prompts_history: usize,
+    prompts_timed: usize,
+    /// Only section 4.
+    prompts_only: bool,
 }
 
 impl Opts {
     fn parse() -> Opts {
-        let quick = quick_flag(
+        let on = flags(
             "bench",
-            "smaller sizes (100,000-event history session, fewer appends and requests); finishes in well under 30 s",
+            &[
+                (
+                    "--quick",
+                    "smaller sizes (100,000-event history session, fewer appends and requests); finishes in well under 30 s",
+                ),
+                (
+                    "--prompts",
+                    "only the cost of a prompt on a short and on a long session (section 4)",
+                ),
+            ],
         );
+        let (quick, prompts_only) = (on[0], on[1]);
         if quick {
             Opts {
                 quick,
@@ -81,6 +100,9 @@ impl Opts {
                 paced_secs: Duration::from_millis(1_500),
                 history_events: 100_000,
                 history_requests_per_kind: 500,
+                prompts_history: 2_000,
+                prompts_timed: 300,
+                prompts_only,
             }
         } else {
             Opts {
@@ -94,6 +116,9 @@ impl Opts {
                 paced_secs: Duration::from_secs(5),
                 history_events: 1_000_000,
                 history_requests_per_kind: 2_000,
+                prompts_history: 10_000,
+                prompts_timed: 1_000,
+                prompts_only,
             }
         }
     }
@@ -1010,6 +1035,247 @@ async fn section_history(opts: &Opts, base: &str, seeded: &Seeded, db: &Path) ->
 }
 
 // ---------------------------------------------------------------------------------------------
+// 4. The cost of a prompt on a short and on a long session.
+
+const PROMPTS_SHORT: usize = 10;
+const PROMPTS_PER_SEED_JOB: usize = 250;
+const PROMPT_ROUNDS: usize = 10;
+const TARGET_PROMPT_GROWTH: f64 = 2.0;
+const PROMPT_WORDS: [&str; 12] = [
+    "billing", "cache", "deploy", "export", "gateway", "invoice", "ledger", "metrics", "parser",
+    "queue", "router", "schema",
+];
+
+/// A short chat message (~100 bytes) whose words vary with `i`; `tag` makes one findable.
+fn prompt_text(i: usize, tag: &str) -> String {
+    let w = |k: usize| PROMPT_WORDS[(i / k) % PROMPT_WORDS.len()];
+    format!(
+        "{tag} please look at the {} {} and tell me what changed in the {} since release {i}",
+        w(1),
+        w(3),
+        w(7)
+    )
+}
+
+fn prompt_event(prompt: String) -> Event {
+    Event::PromptSubmitted {
+        prompt,
+        input_kind: sessiond::timeline::InputKind::Message,
+        behavior: sessiond::timeline::Behavior::FollowUp,
+        sender: Sender::User {
+            user_id: "bench".into(),
+        },
+        client_request_id: None,
+        images: Vec::new(),
+        attachments: Vec::new(),
+    }
+}
+
+/// Appends and indexes prompts `from..from + n` in one write job, as the message path does each.
+fn seed_prompts(store: &Store, key: &SessionKey, from: usize, n: usize, tag: &str) {
+    let prompts = (from..from + n)
+        .map(|i| {
+            let text = prompt_text(i, if i == 0 { tag } else { "" });
+            (prompt_event(text.clone()), text)
+        })
+        .collect();
+    store
+        .seed()
+        .prompts_blocking(key, prompts)
+        .unwrap_or_else(|e| die("seed prompts", e));
+}
+
+struct PromptResult {
+    history: usize,
+    seed_secs: f64,
+    /// Per prompt: the job's own time inside the writer (append + index), and the whole write
+    /// call (queue, job, commit, answer).
+    short_job: report::Lat,
+    short_call: report::Lat,
+    long_job: report::Lat,
+    long_call: report::Lat,
+}
+
+fn section_prompts(opts: &Opts, rt: &tokio::runtime::Runtime) -> PromptResult {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
+    let (store, ws, agent) = open_bench_store(&tmp.path().join("store.db"));
+    let keys = insert_sessions(&store, &ws, &agent, 2, "bench", "bench");
+    let (short, long) = (keys[0].clone(), keys[1].clone());
+    seed_prompts(&store, &short, 0, PROMPTS_SHORT, "shortfirstprompt");
+    let t = Instant::now();
+    let mut seeded = 0;
+    while seeded < opts.prompts_history {
+        let n = PROMPTS_PER_SEED_JOB.min(opts.prompts_history - seeded);
+        seed_prompts(&store, &long, seeded, n, "longfirstprompt");
+        seeded += n;
+    }
+    let seed_secs = t.elapsed().as_secs_f64();
+
+    let mut lats: [(report::Lat, report::Lat); 2] = Default::default();
+    let mut next = [PROMPTS_SHORT, opts.prompts_history];
+    let per_round = opts.prompts_timed / PROMPT_ROUNDS;
+    rt.block_on(async {
+        for round in 0..PROMPT_ROUNDS {
+            // Alternate which session goes first, so that neither always meets a warmer cache.
+            for k in [round % 2, 1 - round % 2] {
+                let key = if k == 0 { &short } else { &long };
+                for _ in 0..per_round {
+                    let i = next[k];
+                    next[k] += 1;
+                    let t = Instant::now();
+                    let text = prompt_text(i, "");
+                    let job = store
+                        .seed()
+                        .prompt(key, prompt_event(text.clone()), text)
+                        .await
+                        .unwrap_or_else(|e| die("prompt", e));
+                    lats[k].1.push(t.elapsed());
+                    lats[k].0.push(job);
+                }
+            }
+        }
+    });
+    // The work was done: every prompt is an event, and each session's first prompt (one of many
+    // in the long session) is still found by search.
+    let conn = Connection::open_with_flags(
+        tmp.path().join("store.db"),
+        OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap_or_else(|e| die("open db read-only", e));
+    for (key, n, tag) in [
+        (&short, next[0], "shortfirstprompt"),
+        (&long, next[1], "longfirstprompt"),
+    ] {
+        let events: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM events WHERE session_pk = ?1",
+                [key.pk],
+                |r| r.get(0),
+            )
+            .unwrap_or_else(|e| die("count prompts", e));
+        assert_eq!(events as usize, n, "prompt events");
+        let f = store::ListFilter {
+            fts_query: Some(format!("\"{tag}\"*")),
+            limit: 10,
+            ..Default::default()
+        };
+        let found =
+            store::list_sessions(&conn, &ws, "bench", &f).unwrap_or_else(|e| die("search", e));
+        assert_eq!(
+            found.0.iter().map(|r| r.pk).collect::<Vec<_>>(),
+            [key.pk],
+            "search for the first prompt of a session"
+        );
+    }
+    store.close();
+    let [
+        (mut short_job, mut short_call),
+        (mut long_job, mut long_call),
+    ] = lats;
+    for l in [
+        &mut short_job,
+        &mut short_call,
+        &mut long_job,
+        &mut long_call,
+    ] {
+        l.sort();
+    }
+    PromptResult {
+        history: opts.prompts_history,
+        seed_secs,
+        short_job,
+        short_call,
+        long_job,
+        long_call,
+    }
+}
+
+fn print_prompts(p: &PromptResult) {
+    let us = |ms: f64| format!("{:>7.1} µs", ms * 1000.0);
+    println!(
+        "   seeding the long session: {} prompts in {:.1} s ({} per write job)",
+        thousands(p.history as u64),
+        p.seed_secs,
+        PROMPTS_PER_SEED_JOB
+    );
+    for (what, job, call) in [
+        (
+            format!("{PROMPTS_SHORT:>6} prompts"),
+            &p.short_job,
+            &p.short_call,
+        ),
+        (
+            format!("{:>6} prompts", thousands(p.history as u64)),
+            &p.long_job,
+            &p.long_call,
+        ),
+    ] {
+        println!(
+            "   session with {what}: in the writer mean {} p50 {} p99 {}; write call p50 {} p99 {}  (n={})",
+            us(job.mean()),
+            us(job.p(50.0)),
+            us(job.p(99.0)),
+            us(call.p(50.0)),
+            us(call.p(99.0)),
+            job.n()
+        );
+    }
+}
+
+fn run_prompts(opts: &Opts, rt: &tokio::runtime::Runtime) -> PromptResult {
+    println!(
+        "== 4. A prompt (append + index for search, one Store::write job each) on a session with \
+         {PROMPTS_SHORT} prompts and on one with {} ==",
+        thousands(opts.prompts_history as u64)
+    );
+    println!(
+        "   {} prompts per session in {PROMPT_ROUNDS} alternating rounds, one writer, ~100-byte \
+         prompts",
+        opts.prompts_timed
+    );
+    let t = Instant::now();
+    let prompts = section_prompts(opts, rt);
+    print_prompts(&prompts);
+    println!("   (section took {:.1} s)", t.elapsed().as_secs_f64());
+    println!();
+    prompts
+}
+
+fn prompt_rows(p: &PromptResult, table: &mut Vec<(String, String, String, bool)>) {
+    let growth = p.long_job.mean() / p.short_job.mean();
+    table.push((
+        format!(
+            "prompt cost, {} vs {PROMPTS_SHORT} prompts",
+            thousands(p.history as u64)
+        ),
+        format!(
+            "{:.2}x ({:.1} vs {:.1} µs in the writer)",
+            growth,
+            p.long_job.mean() * 1000.0,
+            p.short_job.mean() * 1000.0
+        ),
+        format!("<= {TARGET_PROMPT_GROWTH:.0}x"),
+        growth <= TARGET_PROMPT_GROWTH,
+    ));
+}
+
+fn print_table(table: &[(String, String, String, bool)]) {
+    let w0 = table.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let w1 = table.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let w2 = table.iter().map(|r| r.2.len()).max().unwrap_or(0);
+    println!(
+        "   {:<w0$}  {:<w1$}  {:<w2$}  met",
+        "figure", "value", "target"
+    );
+    for (a, b, c, ok) in table {
+        println!(
+            "   {a:<w0$}  {b:<w1$}  {c:<w2$}  {}",
+            if *ok { "yes" } else { "NO" }
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 fn main() {
     let opts = Opts::parse();
@@ -1049,6 +1315,20 @@ fn main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| die("tokio runtime", e));
+
+    if opts.prompts_only {
+        let prompts = run_prompts(&opts, &rt);
+        let mut table = Vec::new();
+        prompt_rows(&prompts, &mut table);
+        print_table(&table);
+        println!();
+        println!(
+            "total run time {:.1} s; load average at end: {}",
+            run_start.elapsed().as_secs_f64(),
+            loadavg()
+        );
+        return;
+    }
 
     // 1. Appends.
     let t = Instant::now();
@@ -1179,6 +1459,9 @@ fn main() {
     println!("   (section took {:.1} s)", t.elapsed().as_secs_f64());
     println!();
 
+    // 4. Prompts.
+    let prompts = run_prompts(&opts, &rt);
+
     // Summary.
     println!(
         "== Summary ({cores} cores{}) ==",
@@ -1220,19 +1503,8 @@ fn main() {
             lat.p99 < TARGET_HISTORY_P99,
         ));
     }
-    let w0 = table.iter().map(|r| r.0.len()).max().unwrap_or(0);
-    let w1 = table.iter().map(|r| r.1.len()).max().unwrap_or(0);
-    let w2 = table.iter().map(|r| r.2.len()).max().unwrap_or(0);
-    println!(
-        "   {:<w0$}  {:<w1$}  {:<w2$}  met",
-        "figure", "value", "target"
-    );
-    for (a, b, c, ok) in &table {
-        println!(
-            "   {a:<w0$}  {b:<w1$}  {c:<w2$}  {}",
-            if *ok { "yes" } else { "NO" }
-        );
-    }
+    prompt_rows(&prompts, &mut table);
+    print_table(&table);
     if opts.quick {
         println!(
             "   (--quick: history session has 100,000 events, not the 1,000,000 of the target)"

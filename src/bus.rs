@@ -3,6 +3,12 @@
 //! Durable frames are published by the store writer only after COMMIT; volatile frames (text and
 //! reasoning deltas) by the runner as they happen. Each session keeps the volatile *tail* published
 //! since its last durable output, so a client that reconnects mid-turn still sees the partial text.
+//!
+//! The writer answers its callers before it publishes (so that a request's own answer never waits
+//! behind every subscriber's wake-up), and tells the bus what it committed before either
+//! ([`Bus::committed`]). A delta published by a caller that already knows of a committed frame the
+//! bus has not sent yet is held back and sent right after that frame: subscribers see frames in
+//! the order they happened, and the tail is never settled by a frame older than itself.
 //! A subscriber that falls behind the channel capacity is cut off (it resumes by seq); publishing
 //! never blocks, so a slow client can never stall the writer.
 //!
@@ -14,7 +20,7 @@
 //! the writer's publishing for other sessions.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{broadcast, watch};
@@ -141,12 +147,54 @@ struct TopicState {
     last_seq: u64,
     /// Taken out of the map: whoever still holds it must look the session up again.
     removed: bool,
+    /// The last durable seq sent to this topic.
+    sent_seq: u64,
+    /// The last durable seq committed for this session while the topic existed ([`Bus::committed`]);
+    /// above `sent_seq` while the writer has frames of it still to publish.
+    committed_seq: u64,
+    /// Volatile frames published after a committed frame that is not sent yet, in publish order.
+    held: VecDeque<Held>,
+}
+
+/// A volatile frame waiting for the durable frames its publisher already knew of.
+struct Held {
+    /// Sent once `sent_seq` reaches this.
+    until: u64,
+    after_seq: u64,
+    frame: Arc<Frame>,
+    /// What it adds to the tail (`None` once the tail was cleared meanwhile).
+    part: Option<(TailPart, usize)>,
 }
 
 impl TopicState {
     /// Nothing live: the topic may leave the map.
     fn idle(&self) -> bool {
-        self.subscribers == 0 && self.tail.is_empty() && !self.tail_dropped
+        self.subscribers == 0 && self.tail.is_empty() && !self.tail_dropped && self.held.is_empty()
+    }
+
+    /// Sends a volatile frame published after durable seq `after_seq`: to the tail, then live.
+    fn send_volatile(
+        &mut self,
+        after_seq: u64,
+        frame: Arc<Frame>,
+        part: Option<(TailPart, usize)>,
+    ) {
+        if after_seq > self.last_seq {
+            self.settle(after_seq);
+        }
+        if let Some((part, bytes)) = part {
+            self.keep(part, bytes);
+        }
+        self.send(frame);
+    }
+
+    /// Sends the held frames whose durable frames have all been sent.
+    fn release_held(&mut self) {
+        while self.held.front().is_some_and(|h| h.until <= self.sent_seq) {
+            if let Some(h) = self.held.pop_front() {
+                self.send_volatile(h.after_seq, h.frame, h.part);
+            }
+        }
     }
 
     fn settle(&mut self, seq: u64) {
@@ -336,6 +384,30 @@ impl Bus {
         })
     }
 
+    /// Records that durable frames up to these seqs are committed and about to be published.
+    /// Called by the store writer after COMMIT and before it answers the callers, with the
+    /// batch's frames in commit order; volatile frames published after one of them (by a caller
+    /// that was answered) wait for it ([`Bus::publish_durable`] sends them). Only sessions with
+    /// live state are touched: a session that has none has nobody to keep an order for.
+    pub fn committed<'a>(&self, frames: impl IntoIterator<Item = (&'a str, u64)>) {
+        let map = self.map();
+        if map.is_empty() {
+            return;
+        }
+        let mut last: Option<(&str, Option<&Arc<Topic>>)> = None;
+        for (session_id, seq) in frames {
+            let topic = match last {
+                Some((id, topic)) if id == session_id => topic,
+                _ => map.get(session_id),
+            };
+            last = Some((session_id, topic));
+            if let Some(topic) = topic {
+                let mut st = topic.lock();
+                st.committed_seq = st.committed_seq.max(seq);
+            }
+        }
+    }
+
     /// Publishes a committed event. Called by the store writer after COMMIT, in seq order.
     pub fn publish_durable(&self, session_id: &str, frame: Frame) {
         let Some(topic) = self.get(session_id) else {
@@ -347,11 +419,15 @@ impl Bus {
                 // Pruned in between: it had no subscriber and no tail, so nobody awaits this.
                 return;
             }
-            if settles_tail(&frame.event_type) {
-                let seq = frame.seq.unwrap_or(st.last_seq);
+            let seq = frame.seq.unwrap_or(st.sent_seq);
+            // A delta published after this frame's seq (its topic did not exist when the frame
+            // was committed) has settled the tail already; what it left there comes after.
+            if settles_tail(&frame.event_type) && seq > st.last_seq {
                 st.settle(seq);
             }
+            st.sent_seq = st.sent_seq.max(seq);
             st.send(Arc::new(frame));
+            st.release_held();
             st.idle()
         };
         if idle {
@@ -407,11 +483,21 @@ impl Bus {
             if st.removed {
                 continue;
             }
-            if after_seq > st.last_seq {
-                st.settle(after_seq);
+            if !st.held.is_empty() || (after_seq > st.sent_seq && after_seq <= st.committed_seq) {
+                // The publisher knows of a committed frame not sent yet: this one follows it.
+                let until = st
+                    .held
+                    .back()
+                    .map_or(st.committed_seq, |h| h.until.max(st.committed_seq));
+                st.held.push_back(Held {
+                    until,
+                    after_seq,
+                    frame,
+                    part: Some((part, bytes)),
+                });
+                return;
             }
-            st.keep(part, bytes);
-            st.send(frame);
+            st.send_volatile(after_seq, frame, Some((part, bytes)));
             return;
         }
     }
@@ -426,6 +512,10 @@ impl Bus {
             st.tail = Vec::new();
             st.tail_bytes = 0;
             st.tail_dropped = false;
+            // Held frames are still sent, but were published before the clear: not a tail.
+            for h in st.held.iter_mut() {
+                h.part = None;
+            }
             !st.removed && st.idle()
         };
         if idle {
@@ -547,6 +637,57 @@ mod tests {
         assert_eq!(bus.live_sessions(), 1);
         bus.clear_tail("c");
         assert_eq!(bus.live_sessions(), 0);
+    }
+
+    /// The writer answers before it publishes: a delta from a caller that knows of a committed
+    /// frame the bus has not sent yet goes out after that frame (and the frames committed with
+    /// it), the frame does not settle the delta out of the tail, and later deltas keep their
+    /// place behind it.
+    #[test]
+    fn a_delta_after_a_committed_frame_waits_for_it() {
+        let bus = Bus::new(16, 10);
+        let mut sub = bus.subscribe("s").unwrap();
+        bus.publish_delta("s", 1, &delta("old"));
+        bus.committed([("s", 2), ("other", 7), ("s", 3)]);
+        bus.publish_delta("s", 2, &delta("new"));
+        bus.publish_delta("s", 2, &delta("er"));
+        assert!(sub.rx.try_recv().unwrap().data.contains(r#""delta":"old""#));
+        assert!(sub.rx.try_recv().is_err(), "held until its frame is sent");
+        bus.publish_durable("s", durable(2, "step"));
+        assert_eq!(sub.rx.try_recv().unwrap().data, r#"{"seq":2}"#);
+        assert!(
+            sub.rx.try_recv().is_err(),
+            "held until the batch's frames are sent"
+        );
+        bus.publish_durable("s", durable(3, "note_submitted"));
+        let seen: Vec<String> = std::iter::from_fn(|| sub.rx.try_recv().ok())
+            .map(|f| f.data.clone())
+            .collect();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(seen[0], r#"{"seq":3}"#);
+        assert!(seen[1].contains(r#""delta":"new""#), "{seen:?}");
+        assert!(seen[2].contains(r#""delta":"er""#), "{seen:?}");
+        let late = bus.subscribe("s").unwrap();
+        assert_eq!(late.tail_after, 2);
+        assert_eq!(late.tail.len(), 1);
+        assert!(late.tail[0].data.contains(r#""delta":"newer""#));
+        // Nothing is held now: a delta goes straight out.
+        bus.publish_delta("s", 3, &delta("!"));
+        assert!(sub.rx.try_recv().unwrap().data.contains(r#""delta":"!""#));
+    }
+
+    /// A session without live state when its frame was committed: a delta that knows of the
+    /// frame goes out at once, and the frame, sent later, leaves the delta in the tail.
+    #[test]
+    fn a_frame_sent_after_a_newer_delta_keeps_the_tail() {
+        let bus = Bus::new(16, 10);
+        bus.committed([("s", 4)]);
+        bus.publish_delta("s", 4, &delta("after four"));
+        bus.publish_durable("s", durable(4, "step"));
+        let sub = bus.subscribe("s").unwrap();
+        assert_eq!(sub.tail_after, 4);
+        assert_eq!(sub.tail.len(), 1);
+        assert!(sub.tail[0].data.contains("after four"));
     }
 
     #[test]

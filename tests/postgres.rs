@@ -112,9 +112,16 @@ fn expected_pg_type(table: &str, column: &str, declared: &str) -> String {
     }
 }
 
+/// The FTS5 tables (their names start with `session_search`) and the columns that key their
+/// PostgreSQL twins: the session's title, and each prompt by its session and seq.
+const FTS_TABLES: [(&str, &[&str]); 2] = [
+    ("session_search", &["session_pk"]),
+    ("session_search_prompts", &["session_pk", "seq"]),
+];
+
 /// Every table of a SQLite database migrated by sessiond itself, except SQLite's own and the
-/// FTS5 table with its shadow tables (returned apart: name and columns).
-fn sqlite_schema(path: &Path) -> (BTreeMap<String, Table>, Vec<String>) {
+/// FTS5 tables with their shadow tables (returned apart: name and columns).
+fn sqlite_schema(path: &Path) -> (BTreeMap<String, Table>, BTreeMap<String, Vec<String>>) {
     let conn = sessiond::store::open_write_connection(path, &Default::default()).unwrap();
     let strings = |sql: &str, arg: &str| -> Vec<Vec<String>> {
         let mut stmt = conn.prepare(sql).unwrap();
@@ -135,13 +142,16 @@ fn sqlite_schema(path: &Path) -> (BTreeMap<String, Table>, Vec<String>) {
         .collect::<Result<_, _>>()
         .unwrap()
     };
-    let fts_columns: Vec<String> = strings(
-        "SELECT name FROM pragma_table_info(?1) ORDER BY cid",
-        "session_search",
-    )
-    .into_iter()
-    .map(|r| r[0].clone())
-    .collect();
+    let fts_columns: BTreeMap<String, Vec<String>> = FTS_TABLES
+        .iter()
+        .map(|(name, _)| {
+            let columns = strings("SELECT name FROM pragma_table_info(?1) ORDER BY cid", name)
+                .into_iter()
+                .map(|r| r[0].clone())
+                .collect();
+            (name.to_string(), columns)
+        })
+        .collect();
     let mut tables = BTreeMap::new();
     let names = strings(
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
@@ -371,29 +381,35 @@ async fn the_postgres_schema_is_the_sqlite_schema() {
         .expect("version table");
     assert_eq!(versions.primary_key, ["version"]);
 
-    let search = pg_tables.remove("session_search").expect("session_search");
-    let search_columns: Vec<&str> = search.columns.iter().map(|c| c.0.as_str()).collect();
-    let mut expected = vec!["session_pk"];
-    expected.extend(fts_columns.iter().map(String::as_str));
-    expected.push("document");
-    assert_eq!(search_columns, expected);
-    assert_eq!(search.primary_key, ["session_pk"]);
-    assert_eq!(
-        search.foreign_keys,
-        BTreeSet::from([(
-            vec!["session_pk".to_owned()],
-            "sessions".to_owned(),
-            vec!["pk".to_owned()],
-            "CASCADE".to_owned()
-        )])
-    );
-    assert_eq!(
-        search
-            .indexes
-            .get("session_search_document")
-            .map(|i| &i.columns),
-        Some(&vec!["USING gin".to_owned(), "document".to_owned()])
-    );
+    for (name, key) in FTS_TABLES {
+        let search = pg_tables.remove(name).expect(name);
+        let search_columns: Vec<&str> = search.columns.iter().map(|c| c.0.as_str()).collect();
+        let columns = &fts_columns[name];
+        assert!(!columns.is_empty(), "columns of the FTS5 table {name}");
+        let mut expected = key.to_vec();
+        expected.extend(columns.iter().map(String::as_str));
+        expected.push("document");
+        assert_eq!(search_columns, expected, "columns of {name}");
+        assert_eq!(search.primary_key, key, "primary key of {name}");
+        assert_eq!(
+            search.foreign_keys,
+            BTreeSet::from([(
+                vec!["session_pk".to_owned()],
+                "sessions".to_owned(),
+                vec!["pk".to_owned()],
+                "CASCADE".to_owned()
+            )]),
+            "foreign keys of {name}"
+        );
+        assert_eq!(
+            search
+                .indexes
+                .get(&format!("{name}_document"))
+                .map(|i| &i.columns),
+            Some(&vec!["USING gin".to_owned(), "document".to_owned()]),
+            "indexes of {name}"
+        );
+    }
 
     let sqlite_names: BTreeSet<&String> = sqlite.keys().collect();
     let pg_names: BTreeSet<&String> = pg_tables.keys().collect();
@@ -586,9 +602,9 @@ async fn bad_urls_and_unreachable_servers_get_clear_errors() {
     );
 }
 
-/// The search document follows its row: written with it, recomputed on every update, removed
-/// with the session; words match whatever their case and accents, the last one as a prefix (how
-/// the list's `search` asks).
+/// The search documents follow their rows: written with them, recomputed on every update,
+/// removed with the session; words match whatever their case and accents, the last one as a
+/// prefix (how the list's `search` asks), in the title or in one prompt.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_search_document_stays_current() {
     let Some(db) = database("search") else { return };
@@ -604,20 +620,32 @@ async fn the_search_document_stays_current() {
     );
     let matches = |query: &str| {
         db.psql(&format!(
-            "SELECT count(*) FROM session_search \
-             WHERE document @@ to_tsquery('session_search', '{query}')"
+            "SELECT count(*) FROM (
+                 SELECT session_pk FROM session_search
+                 WHERE document @@ to_tsquery('session_search', '{query}')
+                 UNION
+                 SELECT session_pk FROM session_search_prompts
+                 WHERE document @@ to_tsquery('session_search', '{query}')) m"
         ))
     };
     assert_eq!(matches("cafe"), "1");
     assert_eq!(matches("CAFÉ & men:*"), "1");
     assert_eq!(matches("release:*"), "0");
-    db.psql("UPDATE session_search SET prompts = prompts || E'\\n' || 'Release notes, please'");
-    assert_eq!(matches("cafe & release & note:*"), "1");
+    db.psql(
+        "INSERT INTO session_search_prompts (session_pk, seq, prompts)
+         SELECT pk, 2, 'Release notes, please' FROM sessions WHERE id = 's';
+         INSERT INTO session_search_prompts (session_pk, seq, prompts)
+         SELECT pk, 5, 'and the café menu' FROM sessions WHERE id = 's';",
+    );
+    assert_eq!(matches("release & note:*"), "1");
+    assert_eq!(matches("cafe"), "1", "one session, however many rows match");
+    assert_eq!(matches("release & menu"), "0", "words of two rows");
     db.psql("UPDATE session_search SET title = 'Tea'");
-    assert_eq!(matches("cafe"), "0");
-    assert_eq!(matches("tea & releas:*"), "1");
+    assert_eq!(matches("tea"), "1");
+    assert_eq!(matches("cafe & men:*"), "1");
     db.psql("DELETE FROM sessions WHERE id = 's'");
     assert_eq!(db.psql("SELECT count(*) FROM session_search"), "0");
+    assert_eq!(db.psql("SELECT count(*) FROM session_search_prompts"), "0");
 }
 
 /// E-mail addresses are unique whatever their case, as SQLite's COLLATE NOCASE makes them, and

@@ -454,6 +454,40 @@ fn list_search_matches_titles_and_prompts() {
     assert_eq!(list_ids(&s, "search=xylophone&archived=only"), [a]);
 }
 
+/// Every prompt is searchable however many follow it (these fill more than one search row),
+/// and a session that many prompts match is listed once.
+#[test]
+fn list_search_finds_the_first_of_many_prompts() {
+    let s = Server::start();
+    let a = create_id(&s, "Preserves\nquince with cardamom, slowly");
+    let b = create_id(&s, "Unrelated\nbread dough");
+    for id in [&a, &b] {
+        settle(&s, id, "complete");
+    }
+    for i in 0..25 {
+        for id in [&a, &b] {
+            let before = last_seq(&s, id);
+            let prompt = format!(
+                "lantern step {i} of the plan: read the notes again, compare them with the \
+                 earlier draft and write down what is still missing"
+            );
+            message(&s, id, json!({ "prompt": prompt }));
+            wait_terminal(&s, id, before);
+        }
+    }
+    let search = |q: &str| list_ids(&s, &format!("search={}", query_escape(q)));
+    assert_eq!(search("cardamom"), [a.as_str()], "the first of 26 prompts");
+    assert_eq!(search("quince cardam"), [a.as_str()]);
+    assert_eq!(search("dough"), [b.as_str()]);
+    assert_eq!(
+        search("lantern"),
+        [b.as_str(), a.as_str()],
+        "each session once"
+    );
+    assert_eq!(search("lantern step 24"), [b.as_str(), a.as_str()]);
+    assert!(search("cardamom dough").is_empty(), "words of two sessions");
+}
+
 #[test]
 fn list_archived_filter_and_archive_restore_s10() {
     let s = Server::start();

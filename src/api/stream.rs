@@ -363,11 +363,8 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                 tokio::select! {
                     msg = st.sub.rx.recv() => match msg {
                         Ok(frame) => {
-                            // One frame wakes every subscriber at once, and the writer answers
-                            // the request that made it only after publishing it: step back once,
-                            // so that the answer (queued behind the wake-ups) goes out before
-                            // the subscribers' writes rather than after all of them.
-                            tokio::task::yield_now().await;
+                            // The writer answered the request that made this frame before it
+                            // woke the subscribers, so no answer waits behind their writes.
                             let mut out = Out::default();
                             st.push_live(frame, &mut out).await;
                             // Whatever else is already waiting goes out in the same write: under

@@ -113,4 +113,73 @@ mod tests {
             .unwrap();
         assert_eq!(names, ["Workspace agent", "Everything"]);
     }
+
+    /// A database whose prompts were one document per session gets one search row per prompt,
+    /// taken from the prompt events, and a title index without them; search finds the same
+    /// sessions by their titles and by each of their prompts.
+    #[test]
+    fn prompts_move_to_one_search_row_each() {
+        let conn = Connection::open_in_memory().unwrap();
+        for (version, sql) in migrations().iter().filter(|(v, _)| *v <= 9) {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", version).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO workspaces (id, slug, name, created_at) VALUES ('w', 'w', 'W', 0);
+             INSERT INTO agents (id, workspace_id, slug, name, created_at) VALUES ('a', 'w', 'a', 'A', 0);
+             INSERT INTO sessions (pk, id, workspace_id, agent_id, user_id, title, title_origin,
+                 title_status, turn_status, bucket, created_at, updated_at)
+             VALUES (1, 's1', 'w', 'a', 'u', 'Apple pie', 'manual', 'complete', 'idle', 'done', 0, 0),
+                    (2, 's2', 'w', 'a', 'u', 'Tea', 'manual', 'complete', 'idle', 'done', 0, 0);
+             INSERT INTO events (session_pk, seq, type, body, created_at) VALUES
+               (1, 1, 'session_created', '{\"type\":\"session_created\"}', 0),
+               (1, 2, 'prompt_submitted', '{\"type\":\"prompt_submitted\",\"prompt\":\"bake a pie\\nwith apples\"}', 0),
+               (1, 3, 'note_submitted', '{\"type\":\"note_submitted\",\"note\":\"walnut\"}', 0),
+               (1, 4, 'prompt_submitted', '{\"type\":\"prompt_submitted\",\"prompt\":\"and a crumble\"}', 0),
+               (2, 1, 'prompt_submitted', '{\"type\":\"prompt_submitted\",\"prompt\":\"green tea\"}', 0);
+             INSERT INTO session_search (rowid, title, prompts) VALUES
+               (1, 'Apple pie', char(10) || 'bake a pie' || char(10) || 'with apples' || char(10) || 'and a crumble'),
+               (2, 'Tea', char(10) || 'green tea');",
+        )
+        .unwrap();
+        migrate(&conn).unwrap();
+        let rows: Vec<(i64, String)> = conn
+            .prepare("SELECT rowid, prompts FROM session_search_prompts ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        let key = |pk, seq| super::super::writes::prompt_search_key(pk, seq).unwrap();
+        assert_eq!(
+            rows,
+            [
+                (key(1, 2), "bake a pie\nwith apples".to_owned()),
+                (key(1, 4), "and a crumble".to_owned()),
+                (key(2, 1), "green tea".to_owned()),
+            ]
+        );
+        let titles: Vec<(i64, String)> = conn
+            .prepare("SELECT rowid, * FROM session_search ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(titles, [(1, "Apple pie".into()), (2, "Tea".into())]);
+        let found = |words: &str| {
+            let f = super::super::reads::ListFilter {
+                fts_query: Some(words.into()),
+                limit: 10,
+                ..Default::default()
+            };
+            let (rows, _) = super::super::reads::list_sessions(&conn, "w", "u", &f).unwrap();
+            rows.into_iter().map(|r| r.id).collect::<Vec<_>>()
+        };
+        assert_eq!(found("apple"), ["s1"]);
+        assert_eq!(found("crumble"), ["s1"]);
+        assert_eq!(found("\"pie\" \"apples\""), ["s1"]);
+        assert_eq!(found("tea"), ["s2"]);
+        assert!(found("walnut").is_empty(), "notes are not prompts");
+    }
 }

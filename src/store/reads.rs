@@ -173,17 +173,25 @@ pub enum SearchPlan {
 /// `m = √(limit · n)`; so the matches are counted up to that bound (never further) and the side
 /// of it they fall on decides. FTS5 cannot return matches in the list's `(created_at, id)` order
 /// (its rowid is the session's insertion key), so no plan can read only a page of them.
+///
+/// A match is a session, however many of its prompt rows hold the words: the count stops at
+/// `bound` distinct sessions.
 pub fn search_plan(conn: &Connection, fts_query: &str, limit: u32) -> Result<SearchPlan> {
     let sessions: i64 = conn
         .prepare_cached("SELECT COALESCE(max(pk), 0) FROM sessions")?
         .query_row([], |r| r.get(0))?;
     let bound = ((f64::from(limit) + 1.0) * sessions as f64).sqrt() as i64;
     let bound = bound.clamp(SEARCH_MIN_BOUND, SEARCH_MAX_BOUND);
+    let terms = search_terms(fts_query);
+    let sql = format!(
+        "SELECT count(*) FROM (SELECT DISTINCT pk FROM ({}) LIMIT :bound)",
+        search_matches(terms.len(), "UNION ALL")
+    );
+    let mut args = term_args(&terms);
+    args.push((":bound".into(), SqlValue::Integer(bound)));
     let matches: i64 = conn
-        .prepare_cached(
-            "SELECT count(*) FROM (SELECT 1 FROM session_search WHERE session_search MATCH ?1 LIMIT ?2)",
-        )?
-        .query_row(params![fts_query, bound], |r| r.get(0))?;
+        .prepare_cached(&sql)?
+        .query_row(named(&args).as_slice(), |r| r.get(0))?;
     Ok(if matches < bound {
         SearchPlan::FromMatches
     } else {
@@ -198,6 +206,58 @@ const SEARCH_MIN_BOUND: i64 = 256;
 /// rows would cost more than a walk that finds a page among them.
 const SEARCH_MAX_BOUND: i64 = 20_000;
 
+/// The sessions (`pk`) in which every term of a search (parameters `:q0`, `:q1`, …; `terms` of
+/// them) is found in the title or in any prompt, as they were when one document held them all: a
+/// term's sessions are those whose title or one of whose prompt rows (a few consecutive prompts,
+/// see `Tx::index_prompt`) match it, and the terms' sets are intersected. The title index's rowid
+/// is the session's pk, a prompt row's rowid holds it above its low 32 bits
+/// (`writes::prompt_search_key`). With one term, `union` is `UNION` for distinct sessions,
+/// `UNION ALL` where the consumer removes duplicates itself (an intersection is always distinct).
+fn search_matches(terms: usize, union: &str) -> String {
+    let term = |i: usize, union: &str| {
+        format!(
+            "SELECT rowid AS pk FROM session_search WHERE session_search MATCH :q{i}
+             {union} SELECT rowid >> 32 FROM session_search_prompts
+             WHERE session_search_prompts MATCH :q{i}"
+        )
+    };
+    match terms {
+        0 | 1 => term(0, union),
+        // Compound operators bind left to right: each term's union is a subquery of its own.
+        n => (0..n)
+            .map(|i| format!("SELECT pk FROM ({})", term(i, "UNION")))
+            .collect::<Vec<_>>()
+            .join(" INTERSECT "),
+    }
+}
+
+/// The terms of an FTS5 query built by the store's query builder: quoted words separated by
+/// spaces (the words hold no quote or space), the last one maybe a prefix (`"w"*`).
+fn search_terms(fts_query: &str) -> Vec<&str> {
+    let terms: Vec<&str> = fts_query.split(' ').filter(|t| !t.is_empty()).collect();
+    if terms.is_empty() {
+        vec![fts_query]
+    } else {
+        terms
+    }
+}
+
+/// The `:q0`, `:q1`, … parameters of [`search_matches`].
+fn term_args(terms: &[&str]) -> Vec<(String, SqlValue)> {
+    terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!(":q{i}"), SqlValue::Text((*t).to_owned())))
+        .collect()
+}
+
+/// Named parameters as rusqlite takes them.
+fn named<K: AsRef<str>>(args: &[(K, SqlValue)]) -> Vec<(&str, &dyn rusqlite::ToSql)> {
+    args.iter()
+        .map(|(k, v)| (k.as_ref(), v as &dyn rusqlite::ToSql))
+        .collect()
+}
+
 /// [`list_sessions`] with the search plan chosen by the caller (tests compare the plans).
 pub fn list_sessions_with(
     conn: &Connection,
@@ -207,13 +267,9 @@ pub fn list_sessions_with(
     plan: Option<SearchPlan>,
 ) -> Result<(Vec<SessionRow>, bool)> {
     let (sql, args) = list_query(workspace_id, user_id, f, plan);
-    let params: Vec<(&str, &dyn rusqlite::ToSql)> = args
-        .iter()
-        .map(|(k, v)| (*k, v as &dyn rusqlite::ToSql))
-        .collect();
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows: Vec<SessionRow> = stmt
-        .query_map(params.as_slice(), session_from_row)?
+        .query_map(named(&args).as_slice(), session_from_row)?
         .collect::<rusqlite::Result<_>>()?;
     let more = rows.len() > f.limit as usize;
     rows.truncate(f.limit as usize);
@@ -226,22 +282,24 @@ fn list_query(
     user_id: &str,
     f: &ListFilter,
     plan: Option<SearchPlan>,
-) -> (String, Vec<(&'static str, SqlValue)>) {
+) -> (String, Vec<(std::borrow::Cow<'static, str>, SqlValue)>) {
+    let terms = f.fts_query.as_deref().map(search_terms).unwrap_or_default();
     let mut sql = match (&f.fts_query, plan) {
         (Some(_), Some(SearchPlan::FromMatches)) => format!(
-            "SELECT {SESSION_COLUMNS} FROM session_search f CROSS JOIN sessions s ON s.pk = f.rowid
+            "SELECT {SESSION_COLUMNS} FROM ({}) f CROSS JOIN sessions s ON s.pk = f.pk
              JOIN agents a ON a.id = s.agent_id
-             WHERE f.session_search MATCH :q AND s.workspace_id = :ws"
+             WHERE s.workspace_id = :ws",
+            search_matches(terms.len(), "UNION")
         ),
         _ => format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
              WHERE s.workspace_id = :ws"
         ),
     };
-    let mut args: Vec<(&'static str, SqlValue)> = vec![
-        (":ws", SqlValue::Text(workspace_id.to_owned())),
-        (":user", SqlValue::Text(user_id.to_owned())),
-        (":limit", SqlValue::Integer(f.limit as i64 + 1)),
+    let mut args: Vec<(std::borrow::Cow<'static, str>, SqlValue)> = vec![
+        (":ws".into(), SqlValue::Text(workspace_id.to_owned())),
+        (":user".into(), SqlValue::Text(user_id.to_owned())),
+        (":limit".into(), SqlValue::Integer(f.limit as i64 + 1)),
     ];
     if !f.include_archived {
         sql.push_str(if f.archived_only {
@@ -252,11 +310,11 @@ fn list_query(
     }
     if let Some(bucket) = &f.bucket {
         sql.push_str(" AND s.bucket = :bucket");
-        args.push((":bucket", SqlValue::Text(bucket.clone())));
+        args.push((":bucket".into(), SqlValue::Text(bucket.clone())));
     }
     if let Some(agent) = &f.agent_id {
         sql.push_str(" AND s.agent_id = :agent");
-        args.push((":agent", SqlValue::Text(agent.clone())));
+        args.push((":agent".into(), SqlValue::Text(agent.clone())));
     }
     if f.exclude_default {
         sql.push_str(
@@ -265,18 +323,19 @@ fn list_query(
     }
     if let Some((at, id)) = &f.after {
         sql.push_str(" AND (s.created_at < :at OR (s.created_at = :at AND s.id < :after_id))");
-        args.push((":at", SqlValue::Integer(*at)));
-        args.push((":after_id", SqlValue::Text(id.clone())));
+        args.push((":at".into(), SqlValue::Integer(*at)));
+        args.push((":after_id".into(), SqlValue::Text(id.clone())));
     }
-    if let Some(q) = &f.fts_query {
+    if f.fts_query.is_some() {
         if plan != Some(SearchPlan::FromMatches) {
             // The matches are gathered once into a set that each row of the walk is looked up
             // in (a per-row FTS5 probe costs ~100 µs: it rebuilds the query's doclists).
-            sql.push_str(
-                " AND s.pk IN (SELECT rowid FROM session_search WHERE session_search MATCH :q)",
-            );
+            sql.push_str(&format!(
+                " AND s.pk IN ({})",
+                search_matches(terms.len(), "UNION ALL")
+            ));
         }
-        args.push((":q", SqlValue::Text(q.clone())));
+        args.extend(term_args(&terms).into_iter().map(|(k, v)| (k.into(), v)));
     }
     sql.push_str(" ORDER BY s.created_at DESC, s.id DESC LIMIT :limit");
     (sql, args)
@@ -683,9 +742,29 @@ pub fn agent_engines(conn: &Connection) -> Result<Vec<(String, String, String)>>
 mod tests {
     use super::*;
 
+    /// The prompts of session `i` in the test database: one session in 13 has 40, the words
+    /// only it holds in its first; one in 17 has a prompt with two words its title may lack; one
+    /// in 19 a prompt with one of them (its title may hold the other).
+    fn prompts(i: i64) -> Vec<String> {
+        let mut out = Vec::new();
+        if i % 13 == 0 {
+            out.push(format!("needle {i} zebra"));
+            out.extend((1..40).map(|k| format!("filler text {k}")));
+        }
+        if i % 17 == 0 {
+            out.push("common deploy together".into());
+        }
+        if i % 19 == 0 {
+            out.push("deploy alone".into());
+        }
+        out
+    }
+
     /// A migrated in-memory database with `n` sessions over two workspaces and three agents, in
     /// an order unrelated to their keys, with equal timestamps, archived sessions, a default chat,
-    /// every bucket, and titles with a common word, a rare one and a shared prefix.
+    /// every bucket, titles with a common word, a rare one and a shared prefix, and the prompts
+    /// of [`prompts`] indexed one row each (as a database migrated to one row per prompt has
+    /// them).
     fn db(n: i64) -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         super::super::migrate::migrate(&conn).unwrap();
@@ -715,11 +794,30 @@ mod tests {
         )
         .unwrap();
         conn.execute_batch(
-            "INSERT INTO session_search (rowid, title, prompts) SELECT pk, title, '' FROM sessions;
+            "INSERT INTO session_search (rowid, title) SELECT pk, title FROM sessions;
              INSERT INTO default_sessions (agent_id, session_id) SELECT 'a1', id FROM sessions WHERE pk = 4;",
         )
         .unwrap();
+        let mut insert = conn
+            .prepare("INSERT INTO session_search_prompts (rowid, prompts) VALUES (?1, ?2)")
+            .unwrap();
+        for i in 1..=n {
+            for (k, prompt) in prompts(i).iter().enumerate() {
+                let rowid = super::super::writes::prompt_search_key(i, k as u64 + 1).unwrap();
+                insert.execute(params![rowid, prompt]).unwrap();
+            }
+        }
+        drop(insert);
         conn
+    }
+
+    /// Whether `texts` (a session's title and prompts) hold every word between them, the last
+    /// one as a prefix (what a search of [`fts`] means for a session).
+    fn holds(texts: &[String], words: &str) -> bool {
+        let t: Vec<&str> = texts.iter().flat_map(|t| t.split(' ')).collect();
+        let mut w: Vec<&str> = words.split(' ').collect();
+        let last = w.pop().unwrap();
+        w.iter().all(|w| t.contains(w)) && t.iter().any(|t| t.starts_with(last))
     }
 
     /// Free text as the sessions module turns it into an FTS5 query: quoted words, the last
@@ -767,11 +865,25 @@ mod tests {
     }
 
     /// Both search plans give the same pages as the words' plain meaning (every word in the
-    /// title, the last one as a prefix), page after page.
+    /// title or in any prompt, the last one as a prefix), page after page.
     #[test]
     fn both_search_plans_answer_alike_and_as_the_words_mean() {
         let conn = db(3_000);
-        for words in ["common", "rare", "deplo", "common deploy", "nothing"] {
+        for words in [
+            "common",
+            "rare",
+            "deplo",
+            "common deploy",
+            "nothing",
+            "needle",
+            "zebr",
+            "filler text 39",
+            "deploy alone",
+            // Words found only in different prompt rows, or in the title and a prompt.
+            "zebra filler",
+            "common alone",
+            "rare needle",
+        ] {
             let q = fts(words);
             for f in filters() {
                 let mut f = ListFilter {
@@ -788,7 +900,8 @@ mod tests {
                     assert_eq!(a.1, b.1, "{words:?} {f:?}");
                     let chosen = list_sessions(&conn, "w1", "u", &f).unwrap();
                     assert_eq!(ids(&chosen.0), ids(&a.0));
-                    // The same page without the full-text index: titles that hold every word.
+                    // The same page without the full-text index: sessions whose title and
+                    // prompts hold every word between them.
                     let plain = ListFilter {
                         fts_query: None,
                         limit: 10_000,
@@ -799,10 +912,9 @@ mod tests {
                         .0
                         .into_iter()
                         .filter(|r| {
-                            let t: Vec<&str> = r.title.split(' ').collect();
-                            let mut w: Vec<&str> = words.split(' ').collect();
-                            let last = w.pop().unwrap();
-                            w.iter().all(|w| t.contains(w)) && t.iter().any(|t| t.starts_with(last))
+                            let mut texts = prompts(r.pk);
+                            texts.push(r.title.clone());
+                            holds(&texts, words)
                         })
                         .take(f.limit as usize)
                         .map(|r| r.id)
@@ -828,13 +940,30 @@ mod tests {
         assert_eq!(plan("nothing"), SearchPlan::FromMatches);
         assert_eq!(plan("common"), SearchPlan::FromList);
         assert_eq!(plan("deplo"), SearchPlan::FromList);
+        // 230 sessions hold "filler" in 39 prompts each: counted once each, they are few.
+        assert_eq!(plan("filler"), SearchPlan::FromMatches);
     }
 
-    fn query_plan(conn: &Connection, sql: &str, args: &[(&str, SqlValue)]) -> String {
-        let params: Vec<(&str, &dyn rusqlite::ToSql)> = args
-            .iter()
-            .map(|(k, v)| (*k, v as &dyn rusqlite::ToSql))
-            .collect();
+    /// A session whose only matching prompt row is the first of many is found, once, by both
+    /// plans.
+    #[test]
+    fn the_first_of_many_prompts_finds_its_session() {
+        let conn = db(3_000);
+        for plan in [SearchPlan::FromMatches, SearchPlan::FromList] {
+            let f = ListFilter {
+                fts_query: Some(fts("needle 2600")),
+                include_archived: true,
+                limit: 20,
+                ..Default::default()
+            };
+            let (rows, more) = list_sessions_with(&conn, "w1", "u", &f, Some(plan)).unwrap();
+            assert_eq!(rows.iter().map(|r| r.pk).collect::<Vec<_>>(), [2600]);
+            assert!(!more);
+        }
+    }
+
+    fn query_plan<K: AsRef<str>>(conn: &Connection, sql: &str, args: &[(K, SqlValue)]) -> String {
+        let params = named(args);
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let rows = stmt
             .query_map(params.as_slice(), |r| r.get::<_, String>(3))
@@ -887,7 +1016,11 @@ mod tests {
         };
         let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromMatches));
         let plan = query_plan(&conn, &sql, &args);
-        assert!(plan.starts_with("SCAN f VIRTUAL TABLE"), "{plan}");
+        assert!(plan.contains("SCAN session_search VIRTUAL TABLE"), "{plan}");
+        assert!(
+            plan.contains("SCAN session_search_prompts VIRTUAL TABLE"),
+            "{plan}"
+        );
         assert!(
             plan.contains("SEARCH s USING INTEGER PRIMARY KEY"),
             "{plan}"
@@ -897,7 +1030,7 @@ mod tests {
             "SELECT seq FROM events WHERE session_pk = 1 AND seq < 50 ORDER BY seq DESC LIMIT 100",
             "SELECT seq FROM events WHERE session_pk = 1 AND seq > 50 ORDER BY seq LIMIT 100",
         ] {
-            let plan = query_plan(&conn, sql, &[]);
+            let plan = query_plan::<&str>(&conn, sql, &[]);
             assert!(plan.contains("USING PRIMARY KEY"), "{plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{plan}");
         }

@@ -68,6 +68,37 @@ impl SeedStore<'_> {
         })
     }
 
+    /// Appends prompts to one session in one transaction, each indexed for search as the
+    /// message path indexes it.
+    pub fn prompts_blocking(&self, key: &SessionKey, prompts: Vec<(Event, String)>) -> Result<()> {
+        let key = key.clone();
+        self.store.write_blocking(move |tx| {
+            for (event, text) in &prompts {
+                let seq = tx.append(&key, event)?;
+                tx.index_prompt(&key, seq, text)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Appends and indexes one prompt as one write job; the job's own time inside the writer.
+    pub async fn prompt(
+        &self,
+        key: &SessionKey,
+        event: Event,
+        text: String,
+    ) -> Result<std::time::Duration> {
+        let key = key.clone();
+        self.store
+            .write(move |tx| {
+                let t = std::time::Instant::now();
+                let seq = tx.append(&key, &event)?;
+                tx.index_prompt(&key, seq, &text)?;
+                Ok(t.elapsed())
+            })
+            .await
+    }
+
     /// Appends one event as one write job without a savepoint: the path of a plain note.
     pub async fn append_one(&self, key: &SessionKey, event: Event) -> Result<u64> {
         let key = key.clone();

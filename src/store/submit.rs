@@ -359,7 +359,7 @@ impl Tx<'_> {
                 attachments: p.attachments.clone(),
             },
         )?;
-        self.index_prompt(key, &p.text)?;
+        self.index_prompt(key, seq, &p.text)?;
         let text = match context {
             Some(context) => format!("{context}{}", p.text),
             None => p.text.clone(),

@@ -1,8 +1,10 @@
 //! The writer thread: the only connection that writes, committing many requests per transaction.
 //!
 //! Callers hand in closures; the writer takes whatever is queued (up to `max_batch`), runs each in
-//! its own savepoint, commits once, then answers every caller and publishes the committed frames to
-//! the bus in commit order. Group commit is what makes many small durable appends cheap.
+//! its own savepoint, commits once, then answers every caller and only then publishes the committed
+//! frames to the bus in commit order (waking every subscriber is the slow part; a request's answer
+//! does not wait for it). Nothing is answered or published before COMMIT. Group commit is what
+//! makes many small durable appends cheap.
 //!
 //! A job that writes with one statement cannot fail halfway (SQLite undoes a failed statement by
 //! itself), so it needs no savepoint. That is a property of the job's type, not of what it happens
@@ -591,11 +593,19 @@ fn commit_batch(
             METRICS.commits.inc();
             METRICS.commit_batch_jobs.observe(jobs_in_batch as f64);
             METRICS.events_appended.add(published.len() as u64);
-            for (session_id, frame) in published {
-                bus.publish_durable(&session_id, frame);
-            }
+            // Answer first: a caller's answer must not wait behind every subscriber's wake-up.
+            // The bus learns what is committed before anyone is answered, so that a volatile
+            // frame an answered caller publishes next still follows the frames it knows of.
+            bus.committed(
+                published
+                    .iter()
+                    .filter_map(|(session_id, f)| Some((&**session_id, f.seq?))),
+            );
             for completion in completions {
                 completion(Ok(()));
+            }
+            for (session_id, frame) in published {
+                bus.publish_durable(&session_id, frame);
             }
             match fault {
                 Some(e) => Err(e),
@@ -777,6 +787,154 @@ mod tests {
             .await;
         assert!(matches!(refused, Err(Error::Internal(_))));
         assert_eq!(seqs(&store, &key).await, vec![1, 2]);
+        store.close();
+    }
+
+    /// A session's prompts fill bounded search rows, each keyed by its first prompt's seq; a
+    /// word of the first prompt is still found after many more, and the rows leave with the
+    /// session while another session's stay.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn prompt_rows_stay_bounded_and_leave_with_their_session() {
+        use super::super::writes::PROMPT_ROW_BYTES;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, gone) = store_with_session(dir.path()).await;
+        let (ws, agent) = store
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT workspace_id, agent_id FROM sessions", [], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                    })?,
+                )
+            })
+            .await
+            .expect("session");
+        let g = gone.clone();
+        let (kept, first_seqs) = store
+            .write(move |tx| {
+                let id = crate::ids::new_id();
+                let kept = tx.insert_session(&NewSession {
+                    id: &id,
+                    workspace_id: &ws,
+                    agent_id: &agent,
+                    user_id: "u",
+                    title: "t",
+                    cwd: None,
+                    created_by_session_id: None,
+                    tier: None,
+                    mode: "\"agent\"",
+                    requested_machine: None,
+                    source: "api",
+                    attribution_type: None,
+                    attribution_id: None,
+                })?;
+                // Which prompts start a row: the first, and each that does not fit the one before.
+                let mut first_seqs = Vec::new();
+                let mut bytes = usize::MAX;
+                for i in 0..40 {
+                    let word = if i == 0 { "quince" } else { "plain" };
+                    let prompt = format!("{word} prompt {i} {}", "x".repeat(200));
+                    let seq = tx.append(&g, &note(&prompt))?;
+                    tx.index_prompt(&g, seq, &prompt)?;
+                    if bytes.saturating_add(1 + prompt.len()) > PROMPT_ROW_BYTES {
+                        first_seqs.push(seq);
+                        bytes = prompt.len();
+                    } else {
+                        bytes += 1 + prompt.len();
+                    }
+                }
+                let seq = tx.append(&kept, &note("quince"))?;
+                tx.index_prompt(&kept, seq, "quince")?;
+                Ok((kept, first_seqs))
+            })
+            .await
+            .expect("prompts");
+        assert!(first_seqs.len() > 3, "{first_seqs:?}");
+        let rows = |store: Store, sql: &'static str| async move {
+            store
+                .read(move |c| {
+                    let mut stmt = c.prepare(sql)?;
+                    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                    Ok(rows.collect::<rusqlite::Result<Vec<(i64, i64, i64)>>>()?)
+                })
+                .await
+                .expect("prompt rows")
+        };
+        const ALL: &str = "SELECT rowid >> 32, rowid & 4294967295, octet_length(prompts)
+                           FROM session_search_prompts ORDER BY rowid";
+        const QUINCE: &str = "SELECT rowid >> 32, rowid & 4294967295, octet_length(prompts)
+                              FROM session_search_prompts
+                              WHERE session_search_prompts MATCH 'quince' ORDER BY rowid";
+        let all = rows(store.clone(), ALL).await;
+        let of_gone: Vec<_> = all.iter().filter(|r| r.0 == gone.pk).collect();
+        assert_eq!(
+            of_gone.iter().map(|r| r.1 as u64).collect::<Vec<_>>(),
+            first_seqs,
+            "each row keyed by its first prompt"
+        );
+        assert!(
+            of_gone.iter().all(|r| r.2 as usize <= PROMPT_ROW_BYTES),
+            "{of_gone:?}"
+        );
+        let quince: Vec<(i64, i64)> = rows(store.clone(), QUINCE)
+            .await
+            .into_iter()
+            .map(|r| (r.0, r.1))
+            .collect();
+        assert_eq!(quince, [(gone.pk, first_seqs[0] as i64), (kept.pk, 1)]);
+        let g = gone.clone();
+        store
+            .write(move |tx| tx.delete_session(&g))
+            .await
+            .expect("delete");
+        let left: Vec<(i64, i64)> = rows(store.clone(), ALL)
+            .await
+            .into_iter()
+            .map(|r| (r.0, r.1))
+            .collect();
+        assert_eq!(left, [(kept.pk, 1)]);
+        store.close();
+    }
+
+    /// The writer answers before it publishes: a caller that publishes a delta as soon as its
+    /// output is acknowledged (the runner's turn loop) still has its subscribers see the output
+    /// first and the delta after it, and leaves the delta in the tail.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delta_after_an_acknowledged_output_reaches_subscribers_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let mut sub = store.bus().subscribe(&key.id).expect("subscribe");
+        for i in 0..200 {
+            let k = key.clone();
+            let seq = store
+                .write(move |tx| {
+                    tx.append(
+                        &k,
+                        &Event::Heartbeat {
+                            timestamp: f64::from(i),
+                            active_task_ids: Vec::new(),
+                        },
+                    )
+                })
+                .await
+                .expect("output");
+            let text = format!("after {seq}");
+            store.bus().publish_delta(
+                &key.id,
+                seq,
+                &crate::timeline::Step::TextDelta {
+                    delta: text.clone(),
+                },
+            );
+            let first = sub.rx.recv().await.expect("frame");
+            assert_eq!(first.seq, Some(seq), "the output before the delta");
+            let second = sub.rx.recv().await.expect("frame");
+            assert_eq!(second.seq, None);
+            assert!(second.data.contains(&text), "{}", second.data);
+            let late = store.bus().subscribe(&key.id).expect("subscribe");
+            assert_eq!(late.tail_after, seq);
+            assert_eq!(late.tail.len(), 1);
+            assert!(late.tail[0].data.contains(&text));
+        }
         store.close();
     }
 

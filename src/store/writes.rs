@@ -42,6 +42,24 @@ pub struct NewInput<'a> {
     pub not_before: i64,
 }
 
+/// Seqs per session in the prompt index's key space (`session_search_prompts`, migration 0010).
+const PROMPT_SEQS: i64 = 1 << 32;
+
+/// Bytes of consecutive prompts one search row holds (a longer prompt gets a row of its own):
+/// small enough that re-indexing the row costs little more than the prompt alone, large enough
+/// that a search for a word of most prompts gathers about one row per session, not one per prompt.
+pub(crate) const PROMPT_ROW_BYTES: usize = 2048;
+
+/// The search row that starts with the prompt at `seq` in session `pk`: `pk · 2^32 + seq`, so
+/// that a match names its session (`rowid >> 32`) and a session's rows are one range of rowids.
+/// `None` when the pair does not fit in the key.
+pub(crate) fn prompt_search_key(pk: i64, seq: u64) -> Option<i64> {
+    let seq = i64::try_from(seq).ok().filter(|s| *s < PROMPT_SEQS)?;
+    (0..i64::MAX / PROMPT_SEQS)
+        .contains(&pk)
+        .then(|| pk * PROMPT_SEQS + seq)
+}
+
 /// The workspace that exists from the first start.
 pub const DEFAULT_WORKSPACE: &str = "default";
 
@@ -112,9 +130,7 @@ impl Tx<'_> {
             ])?;
         let pk = self.conn.last_insert_rowid();
         self.conn
-            .prepare_cached(
-                "INSERT INTO session_search (rowid, title, prompts) VALUES (?1, ?2, '')",
-            )?
+            .prepare_cached("INSERT INTO session_search (rowid, title) VALUES (?1, ?2)")?
             .execute(params![pk, s.title])?;
         Ok(SessionKey {
             pk,
@@ -182,13 +198,52 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Adds a prompt to the session's search document.
-    pub fn index_prompt(&mut self, key: &SessionKey, prompt: &str) -> Result<()> {
-        self.conn
+    /// Indexes the prompt of the `prompt_submitted` event at `seq` for search. It joins the
+    /// session's latest search row while that stays within [`PROMPT_ROW_BYTES`], and starts a
+    /// row of its own otherwise: indexing a prompt re-reads at most one bounded row, never the
+    /// session's history, and a search gathers about one row per few kilobytes of prompts, not
+    /// one per prompt.
+    ///
+    /// A row's key packs the session and the seq of its first prompt (see
+    /// [`prompt_search_key`]); a prompt whose key does not fit (a session pk past 2^31 or a seq
+    /// past 2^32, far beyond what one machine writes) is left out of search rather than failing
+    /// the write that carries it.
+    pub fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+        let (Some(first), Some(rowid)) =
+            (prompt_search_key(key.pk, 0), prompt_search_key(key.pk, seq))
+        else {
+            tracing::warn!(
+                session = %key.id,
+                seq,
+                "prompt not indexed for search: its key is out of range"
+            );
+            return Ok(());
+        };
+        let latest: Option<(i64, i64)> = self
+            .conn
             .prepare_cached(
-                "UPDATE session_search SET prompts = prompts || char(10) || ?2 WHERE rowid = ?1",
+                "SELECT rowid, octet_length(prompts) FROM session_search_prompts
+                 WHERE rowid BETWEEN ?1 AND ?2 ORDER BY rowid DESC LIMIT 1",
             )?
-            .execute(params![key.pk, prompt])?;
+            .query_row(params![first, rowid], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        match latest {
+            Some((row, bytes)) if bytes as usize + 1 + prompt.len() <= PROMPT_ROW_BYTES => {
+                self.conn
+                    .prepare_cached(
+                        "UPDATE session_search_prompts SET prompts = prompts || char(10) || ?2
+                         WHERE rowid = ?1",
+                    )?
+                    .execute(params![row, prompt])?;
+            }
+            _ => {
+                self.conn
+                    .prepare_cached(
+                        "INSERT INTO session_search_prompts (rowid, prompts) VALUES (?1, ?2)",
+                    )?
+                    .execute(params![rowid, prompt])?;
+            }
+        }
         Ok(())
     }
 
@@ -292,6 +347,12 @@ impl Tx<'_> {
         c.execute("DELETE FROM images WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM read_markers WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
+        if let Some(first) = prompt_search_key(key.pk, 0) {
+            c.execute(
+                "DELETE FROM session_search_prompts WHERE rowid BETWEEN ?1 AND ?2",
+                [first, first + PROMPT_SEQS - 1],
+            )?;
+        }
         c.execute(
             "DELETE FROM default_sessions WHERE session_id = ?1",
             [&key.id],
