@@ -36,21 +36,13 @@ impl SeedStore<'_> {
                 .iter()
                 .map(|s| {
                     let id = crate::ids::new_id();
-                    tx.insert_session(&NewSession {
-                        id: &id,
-                        workspace_id: &s.workspace_id,
-                        agent_id: &s.agent_id,
-                        user_id: &s.user_id,
-                        title: &s.title,
-                        cwd: None,
-                        created_by_session_id: None,
-                        tier: None,
-                        mode: "\"agent\"",
-                        requested_machine: None,
-                        source: "api",
-                        attribution_type: None,
-                        attribution_id: None,
-                    })
+                    tx.insert_session(&NewSession::bare(
+                        &id,
+                        &s.workspace_id,
+                        &s.agent_id,
+                        &s.user_id,
+                        &s.title,
+                    ))
                 })
                 .collect()
         })

@@ -655,21 +655,7 @@ mod tests {
                     |r| r.get(0),
                 )?;
                 let id = crate::ids::new_id();
-                tx.insert_session(&NewSession {
-                    id: &id,
-                    workspace_id: &ws,
-                    agent_id: &agent,
-                    user_id: "u",
-                    title: "t",
-                    cwd: None,
-                    created_by_session_id: None,
-                    tier: None,
-                    mode: "\"agent\"",
-                    requested_machine: None,
-                    source: "api",
-                    attribution_type: None,
-                    attribution_id: None,
-                })
+                tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))
             })
             .await
             .expect("insert session");
@@ -812,21 +798,7 @@ mod tests {
         let (kept, first_seqs) = store
             .write(move |tx| {
                 let id = crate::ids::new_id();
-                let kept = tx.insert_session(&NewSession {
-                    id: &id,
-                    workspace_id: &ws,
-                    agent_id: &agent,
-                    user_id: "u",
-                    title: "t",
-                    cwd: None,
-                    created_by_session_id: None,
-                    tier: None,
-                    mode: "\"agent\"",
-                    requested_machine: None,
-                    source: "api",
-                    attribution_type: None,
-                    attribution_id: None,
-                })?;
+                let kept = tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))?;
                 // Which prompts start a row: the first, and each that does not fit the one before.
                 let mut first_seqs = Vec::new();
                 let mut bytes = usize::MAX;

@@ -31,6 +31,35 @@ pub struct NewSession<'a> {
     pub attribution_id: Option<&'a str>,
 }
 
+impl<'a> NewSession<'a> {
+    /// A session with only its place and title: no working directory, parent, tier or machine,
+    /// mode `agent`, created through the API (what the benchmarks' seeding and the writer's tests
+    /// insert).
+    pub fn bare(
+        id: &'a str,
+        workspace_id: &'a str,
+        agent_id: &'a str,
+        user_id: &'a str,
+        title: &'a str,
+    ) -> NewSession<'a> {
+        NewSession {
+            id,
+            workspace_id,
+            agent_id,
+            user_id,
+            title,
+            cwd: None,
+            created_by_session_id: None,
+            tier: None,
+            mode: "\"agent\"",
+            requested_machine: None,
+            source: "api",
+            attribution_type: None,
+            attribution_id: None,
+        }
+    }
+}
+
 /// A queued input for the runner.
 pub struct NewInput<'a> {
     pub seq: u64,
