@@ -246,6 +246,9 @@ impl Tx<'_> {
     /// past 2^32, far beyond what one machine writes) is left out of search rather than failing
     /// the write that carries it.
     pub fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+        if self.conn.dialect() == Dialect::Postgres {
+            return self.index_prompt_postgres(key, seq, prompt);
+        }
         let (Some(first), Some(rowid)) =
             (prompt_search_key(key.pk, 0), prompt_search_key(key.pk, seq))
         else {
@@ -268,7 +271,7 @@ impl Tx<'_> {
             Some((row, bytes)) if bytes as usize + 1 + prompt.len() <= PROMPT_ROW_BYTES => {
                 self.conn
                     .prepare_cached(
-                        "UPDATE session_search_prompts SET prompts = prompts || char(10) || ?2
+                        "UPDATE session_search_prompts SET prompts = prompts || '\n' || ?2
                          WHERE rowid = ?1",
                     )?
                     .execute(params![row, prompt])?;
@@ -281,6 +284,46 @@ impl Tx<'_> {
                     .execute(params![rowid, prompt])?;
             }
         }
+        Ok(())
+    }
+
+    /// [`Tx::index_prompt`] on PostgreSQL, whose prompt rows are keyed by `(session_pk, seq)`.
+    fn index_prompt_postgres(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+        let latest: Option<(i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, octet_length(prompts) FROM session_search_prompts
+                 WHERE session_pk = ?1 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row([key.pk], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        match latest {
+            Some((row, bytes)) if bytes as usize + 1 + prompt.len() <= PROMPT_ROW_BYTES => {
+                self.conn.execute(
+                    "UPDATE session_search_prompts SET prompts = prompts || '\n' || ?3
+                     WHERE session_pk = ?1 AND seq = ?2",
+                    params![key.pk, row, prompt],
+                )?;
+            }
+            _ => {
+                self.conn.execute(
+                    "INSERT INTO session_search_prompts (session_pk, seq, prompts) VALUES (?1, ?2, ?3)",
+                    params![key.pk, seq as i64, prompt],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the title a session is searched by.
+    fn index_title(&mut self, key: &SessionKey, title: &str) -> Result<()> {
+        let sql = match self.conn.dialect() {
+            Dialect::Sqlite => "UPDATE session_search SET title = ?2 WHERE rowid = ?1",
+            Dialect::Postgres => "UPDATE session_search SET title = ?2 WHERE session_pk = ?1",
+        };
+        self.conn
+            .prepare_cached(sql)?
+            .execute(params![key.pk, title])?;
         Ok(())
     }
 
@@ -342,10 +385,7 @@ impl Tx<'_> {
                     updated_at = ?3 WHERE pk = ?1",
             )?
             .execute(params![key.pk, title, self.now])?;
-        self.conn
-            .prepare_cached("UPDATE session_search SET title = ?2 WHERE rowid = ?1")?
-            .execute(params![key.pk, title])?;
-        Ok(())
+        self.index_title(key, title)
     }
 
     pub fn set_archived(&mut self, key: &SessionKey, archived: bool) -> Result<()> {
@@ -367,7 +407,7 @@ impl Tx<'_> {
             .prepare_cached(
                 "INSERT INTO read_markers (session_pk, user_id, last_read_seq) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session_pk, user_id)
-                 DO UPDATE SET last_read_seq = max(last_read_seq, excluded.last_read_seq)
+                 DO UPDATE SET last_read_seq = max(read_markers.last_read_seq, excluded.last_read_seq)
                  RETURNING last_read_seq",
             )?
             .query_row(params![key.pk, user_id, seq], |r| r.get(0))?;
@@ -383,8 +423,18 @@ impl Tx<'_> {
         c.execute("DELETE FROM tasks WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM images WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM read_markers WHERE session_pk = ?1", [key.pk])?;
-        c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
-        if let Some(first) = prompt_search_key(key.pk, 0) {
+        if c.dialect() == Dialect::Postgres {
+            c.execute("DELETE FROM session_search WHERE session_pk = ?1", [key.pk])?;
+            c.execute(
+                "DELETE FROM session_search_prompts WHERE session_pk = ?1",
+                [key.pk],
+            )?;
+        } else {
+            c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
+        }
+        if c.dialect() == Dialect::Sqlite
+            && let Some(first) = prompt_search_key(key.pk, 0)
+        {
             c.execute(
                 "DELETE FROM session_search_prompts WHERE rowid BETWEEN ?1 AND ?2",
                 [first, first + PROMPT_SEQS - 1],
@@ -444,8 +494,8 @@ impl Tx<'_> {
     ) -> Result<()> {
         self.conn
             .prepare_cached(
-                "INSERT OR IGNORE INTO images (session_pk, storage_id, mime_type, bytes, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO images (session_pk, storage_id, mime_type, bytes, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
             )?
             .execute(params![
                 key.pk,
@@ -693,7 +743,8 @@ impl Tx<'_> {
     ) -> Result<()> {
         self.conn
             .prepare_cached(
-                "INSERT OR REPLACE INTO input_turns (session_pk, input_seq, turn_started_seq) VALUES (?1, ?2, ?3)",
+                "INSERT INTO input_turns (session_pk, input_seq, turn_started_seq) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session_pk, input_seq) DO UPDATE SET turn_started_seq = excluded.turn_started_seq",
             )?
             .execute(params![key.pk, input_seq as i64, turn_started_seq as i64])?;
         Ok(())
@@ -759,9 +810,7 @@ impl Tx<'_> {
         if changed > 0
             && let Some(title) = title
         {
-            self.conn
-                .prepare_cached("UPDATE session_search SET title = ?2 WHERE rowid = ?1")?
-                .execute(params![key.pk, title])?;
+            self.index_title(key, title)?;
         }
         Ok(changed > 0)
     }
