@@ -168,6 +168,41 @@ impl Store {
         })
     }
 
+    /// Opens the PostgreSQL database at `url` (migrating it under an advisory lock) and serves the
+    /// store's operations from it. Callable with or without a current tokio runtime.
+    ///
+    /// This build checks the URL, the connection and the schema, then refuses: the store's
+    /// operations run on SQLite only.
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(url: &str, cfg: &StoreConfig, bus: Arc<Bus>) -> Result<Store> {
+        let _ = (cfg, bus);
+        let url = url.to_owned();
+        // A thread with a runtime of its own, so that a caller inside a runtime is not asked to
+        // block on it.
+        let opened = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Internal(format!("cannot start a runtime: {e}")))?;
+            rt.block_on(postgres::Postgres::open(
+                &url,
+                &postgres::PoolSettings::default(),
+            ))
+            .map(|db| db.url().target())
+            .map_err(|e| match e {
+                postgres::PostgresError::InvalidUrl { .. } => Error::invalid(e.to_string()),
+                other => Error::StorageUnavailable(other.to_string()),
+            })
+        })
+        .join()
+        .map_err(|_| Error::Internal("the PostgreSQL open failed".into()))?;
+        let target = opened?;
+        Err(Error::invalid(format!(
+            "the PostgreSQL database {target} is reachable and migrated, but this build of \
+             sessiond serves the store from SQLite only"
+        )))
+    }
+
     pub fn bus(&self) -> &Arc<Bus> {
         &self.inner.bus
     }
