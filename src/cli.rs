@@ -215,8 +215,9 @@ enum AgentAction {
     },
 }
 
-/// `database_from` names where `cli.database` came from (the flag or its variable), for messages.
-fn load_config(cli: &Cli, database_from: &str) -> Result<Config, String> {
+/// `database_from` is where `cli.database` came from; an empty `SESSIOND_DATABASE_URL` counts as
+/// unset.
+fn load_config(cli: &Cli, database_from: DatabaseFrom) -> Result<Config, String> {
     let mut cfg = match &cli.config {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
@@ -224,9 +225,16 @@ fn load_config(cli: &Cli, database_from: &str) -> Result<Config, String> {
     if let Some(dir) = &cli.data_dir {
         cfg.data_dir = dir.clone();
     }
-    if let Some(url) = &cli.database {
+    let from_empty_variable =
+        |url: &String| url.is_empty() && database_from == DatabaseFrom::Variable;
+    if let Some(url) = cli
+        .database
+        .as_ref()
+        .filter(|url| !from_empty_variable(url))
+    {
         let url = DatabaseUrl::new(url.clone());
-        url.check().map_err(|e| format!("{database_from}: {e}"))?;
+        url.check()
+            .map_err(|e| format!("{}: {e}", database_from.name()))?;
         cfg.database_url = Some(url);
     }
     cfg.data_dir = std::path::absolute(&cfg.data_dir)
@@ -360,17 +368,33 @@ fn require_data_dir(cfg: &Config, command: &Command) -> Result<(), String> {
 }
 
 /// Where the `--database` value came from: the flag, or the variable standing in for it.
-fn database_source(matches: &clap::ArgMatches) -> &'static str {
-    match matches.value_source("database") {
-        Some(ValueSource::EnvVariable) => "SESSIOND_DATABASE_URL",
-        _ => "--database",
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DatabaseFrom {
+    Flag,
+    Variable,
+}
+
+impl DatabaseFrom {
+    fn of(matches: &clap::ArgMatches) -> DatabaseFrom {
+        match matches.value_source("database") {
+            Some(ValueSource::EnvVariable) => DatabaseFrom::Variable,
+            _ => DatabaseFrom::Flag,
+        }
+    }
+
+    /// How messages name it.
+    fn name(self) -> &'static str {
+        match self {
+            DatabaseFrom::Flag => "--database",
+            DatabaseFrom::Variable => "SESSIOND_DATABASE_URL",
+        }
     }
 }
 
 pub fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let cfg = match load_config(&cli, database_source(&matches)) {
+    let cfg = match load_config(&cli, DatabaseFrom::of(&matches)) {
         Ok(cfg) => cfg,
         Err(e) => {
             // The data dir it would have used, when the broken configuration does not decide it.
