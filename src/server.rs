@@ -43,23 +43,12 @@ pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
     Ok(store)
 }
 
-#[cfg(feature = "postgres")]
 fn open_postgres(
     url: &crate::config::DatabaseUrl,
     cfg: &Config,
     bus: Arc<Bus>,
 ) -> Result<Store, String> {
     Store::open_postgres(url.expose(), &cfg.store, bus).map_err(|e| url.scrub(&e.to_string()))
-}
-
-#[cfg(not(feature = "postgres"))]
-fn open_postgres(
-    url: &crate::config::DatabaseUrl,
-    _cfg: &Config,
-    _bus: Arc<Bus>,
-) -> Result<Store, String> {
-    // A build without PostgreSQL refuses every database URL.
-    Err(url.check().err().unwrap_or_default())
 }
 
 /// A store error's message, without the database URL's password should a driver quote it.
