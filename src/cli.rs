@@ -1,34 +1,51 @@
 //! The command line: `sessiond serve`, `sessiond backup FILE` and the commands that manage
-//! agents, people, workspaces and keys on the data dir directly, with configuration layered as
+//! agents, people, workspaces and keys on the store directly, with configuration layered as
 //! embedded defaults < `--config` file < environment < flags.
 //!
 //! The data dir is resolved to an absolute path once, printed when the server starts and named
 //! in every error, because it depends on the current directory unless pinned; only `serve`
 //! creates it, so a command run from another directory says where it looked instead of
 //! quietly starting an empty one.
+//!
+//! `--database URL` moves the store to PostgreSQL; the data dir keeps the drives. The URL is
+//! checked (without connecting) with the rest of the configuration, and every message shows it
+//! without its password.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, DatabaseUrl, LogFormat};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "sessiond",
     version,
-    about = "Hosts durable agent sessions on one machine: REST + SSE APIs, a web UI, SQLite timelines and a runner pool.",
+    about = "Hosts durable agent sessions: REST + SSE APIs, a web UI, timelines in SQLite (or PostgreSQL) and a runner pool.",
     after_help = "Run `sessiond serve` and open the printed URL. Configuration keys are documented in config.example.toml."
 )]
 pub struct Cli {
     /// TOML configuration file (every key optional; see config.example.toml).
     #[arg(long, global = true, env = "SESSIOND_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Data directory holding the database and the workspace drives [default: ./sessiond-data,
-    /// in the current directory]. Only `serve` creates it.
+    /// Data directory holding the SQLite database and the workspace drives [default:
+    /// ./sessiond-data, in the current directory]. Only `serve` creates it. With --database it
+    /// still holds the drives (uploads included) and the agent keys.
     #[arg(long, global = true, env = "SESSIOND_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// PostgreSQL database to keep sessions, people and keys in, instead of sessiond.db in the
+    /// data dir: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE or postgresql://… (libpq's
+    /// options, such as ?host=/run/postgresql, too). Shown everywhere without its password.
+    #[arg(
+        long,
+        global = true,
+        env = "SESSIOND_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    database: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -46,7 +63,8 @@ enum Command {
         #[arg(long, env = "SESSIOND_METRICS_BIND", value_name = "ADDR:PORT")]
         metrics_bind: Option<String>,
     },
-    /// Write a consistent copy of the database to FILE while the server keeps running.
+    /// Write a consistent copy of the SQLite database to FILE while the server keeps running
+    /// (a PostgreSQL database is backed up with pg_dump).
     Backup {
         /// Destination file; it must not exist yet.
         file: PathBuf,
@@ -197,13 +215,27 @@ enum AgentAction {
     },
 }
 
-fn load_config(cli: &Cli) -> Result<Config, String> {
+/// `database_from` is where `cli.database` came from; an empty `SESSIOND_DATABASE_URL` counts as
+/// unset.
+fn load_config(cli: &Cli, database_from: DatabaseFrom) -> Result<Config, String> {
     let mut cfg = match &cli.config {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
     if let Some(dir) = &cli.data_dir {
         cfg.data_dir = dir.clone();
+    }
+    let from_empty_variable =
+        |url: &String| url.is_empty() && database_from == DatabaseFrom::Variable;
+    if let Some(url) = cli
+        .database
+        .as_ref()
+        .filter(|url| !from_empty_variable(url))
+    {
+        let url = DatabaseUrl::new(url.clone());
+        url.check()
+            .map_err(|e| format!("{}: {e}", database_from.name()))?;
+        cfg.database_url = Some(url);
     }
     cfg.data_dir = std::path::absolute(&cfg.data_dir)
         .map_err(|e| format!("data dir {}: {e}", cfg.data_dir.display()))?;
@@ -300,10 +332,32 @@ fn default_targets(level: &str) -> tracing_subscriber::filter::Targets {
     tracing_subscriber::filter::Targets::new().with_default(level)
 }
 
-/// Commands other than `serve` work on an existing data dir: one that is not there is most
-/// likely the wrong current directory, not a wish for a fresh empty one.
-fn require_data_dir(cfg: &Config) -> Result<(), String> {
-    if cfg.data_dir.is_dir() {
+/// Whether `command` needs an existing data dir. Commands other than `serve` work on an
+/// existing one: one that is not there is most likely the wrong current directory, not a wish
+/// for a fresh empty one. With SQLite that is every one of them (the database is in it); with
+/// PostgreSQL only those that write a workspace's drive folder (`workspace create`, `agent
+/// create` and `agent update`), while the others touch the database alone and create nothing
+/// on disk.
+fn needs_data_dir(command: &Command, postgres: bool) -> bool {
+    match command {
+        Command::Serve { .. } => false,
+        _ if !postgres => true,
+        Command::Workspace { .. } => true,
+        Command::Agent { action } => {
+            matches!(
+                action,
+                AgentAction::Create { .. } | AgentAction::Update { .. }
+            )
+        }
+        Command::Backup { .. }
+        | Command::User { .. }
+        | Command::Token { .. }
+        | Command::App { .. } => false,
+    }
+}
+
+fn require_data_dir(cfg: &Config, command: &Command) -> Result<(), String> {
+    if !needs_data_dir(command, cfg.database_url.is_some()) || cfg.data_dir.is_dir() {
         return Ok(());
     }
     Err(format!(
@@ -313,9 +367,34 @@ fn require_data_dir(cfg: &Config) -> Result<(), String> {
     ))
 }
 
+/// Where the `--database` value came from: the flag, or the variable standing in for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DatabaseFrom {
+    Flag,
+    Variable,
+}
+
+impl DatabaseFrom {
+    fn of(matches: &clap::ArgMatches) -> DatabaseFrom {
+        match matches.value_source("database") {
+            Some(ValueSource::EnvVariable) => DatabaseFrom::Variable,
+            _ => DatabaseFrom::Flag,
+        }
+    }
+
+    /// How messages name it.
+    fn name(self) -> &'static str {
+        match self {
+            DatabaseFrom::Flag => "--database",
+            DatabaseFrom::Variable => "SESSIOND_DATABASE_URL",
+        }
+    }
+}
+
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let cfg = match load_config(&cli) {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cfg = match load_config(&cli, DatabaseFrom::of(&matches)) {
         Ok(cfg) => cfg,
         Err(e) => {
             // The data dir it would have used, when the broken configuration does not decide it.
@@ -333,12 +412,8 @@ pub fn main() -> ExitCode {
     };
     let serve = matches!(cli.command, Command::Serve { .. });
     init_logging(cfg.log_format, if serve { "info" } else { "warn" });
-    let result = if serve {
-        Ok(())
-    } else {
-        require_data_dir(&cfg)
-    }
-    .and_then(|()| run_command(&cfg, &cli.command));
+    let result =
+        require_data_dir(&cfg, &cli.command).and_then(|()| run_command(&cfg, &cli.command));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -356,6 +431,7 @@ pub fn main() -> ExitCode {
 fn run_command(cfg: &Config, command: &Command) -> Result<(), String> {
     match command {
         Command::Serve { .. } => crate::server::serve(cfg.clone()),
+        Command::Backup { .. } if cfg.database_url.is_some() => Err(backup_elsewhere(cfg)),
         Command::Backup { file } => crate::store::backup(&cfg.db_path(), file)
             .map(|()| println!("backup written to {}", file.display()))
             .map_err(|e| e.to_string()),
@@ -367,8 +443,25 @@ fn run_command(cfg: &Config, command: &Command) -> Result<(), String> {
     }
 }
 
-/// `sessiond agent ...`: opens the data dir's store directly (SQLite arbitrates with a running
-/// server) and calls the same code as the HTTP routes.
+/// `sessiond backup` with PostgreSQL: the database is not a file sessiond can copy, and PostgreSQL's
+/// own tools back it up while it serves; the command to run is printed (without the password,
+/// which pg_dump reads from PGPASSWORD or ~/.pgpass), with the drives that go with it.
+fn backup_elsewhere(cfg: &Config) -> String {
+    let url = cfg
+        .database_url
+        .as_ref()
+        .map(DatabaseUrl::without_password)
+        .unwrap_or_default();
+    format!(
+        "backup copies the SQLite database, and this store is in PostgreSQL: back it up with \
+         PostgreSQL's own tools while sessiond runs, e.g. `pg_dump --format=custom --file=FILE \
+         '{url}'` (the password from PGPASSWORD or ~/.pgpass), and copy the drives in {} with it",
+        cfg.data_dir.join("drive").display()
+    )
+}
+
+/// `sessiond agent ...`: opens the store directly (beside a running server, which the database
+/// arbitrates with) and calls the same code as the HTTP routes.
 fn agent_command(cfg: &Config, action: &AgentAction) -> Result<(), String> {
     use crate::agents::{self, AgentSpec};
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -468,7 +561,7 @@ fn scopes(list: &[String], workspace: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// `sessiond user|workspace|token|app ...`, on the data dir directly.
+/// `sessiond user|workspace|token|app ...`, on the store directly.
 fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), String> {
     use crate::store::identity;
     let store = crate::server::open_store(cfg, crate::bus::Bus::new(16, 1))?;

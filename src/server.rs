@@ -18,19 +18,54 @@ use crate::schedules::{Schedules, scheduler::Scheduler};
 use crate::sessions::Sessions;
 use crate::store::{DEFAULT_WORKSPACE, Store};
 
-/// Opens the data directory and the store, creating both when missing.
+/// Opens the store: the PostgreSQL database of `database_url` when there is one, else
+/// `sessiond.db` in the data dir (both created when missing). The default workspace's drive
+/// folder is made where there is a data dir: with PostgreSQL the commands that touch only the
+/// database run without one, and `serve` has made it already.
 pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
-    std::fs::create_dir_all(&cfg.data_dir)
-        .map_err(|e| format!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
-    let store = Store::open(&cfg.db_path(), &cfg.store, bus).map_err(|e| e.to_string())?;
+    let store = match &cfg.database_url {
+        Some(url) => open_postgres(url, cfg, bus)?,
+        None => {
+            std::fs::create_dir_all(&cfg.data_dir)
+                .map_err(|e| format!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
+            Store::open(&cfg.db_path(), &cfg.store, bus).map_err(|e| e.to_string())?
+        }
+    };
     store
         .directory()
         .ensure_workspace_blocking(DEFAULT_WORKSPACE, "Default")
-        .map_err(|e| e.to_string())?;
-    Drive::root_for(&cfg.data_dir, DEFAULT_WORKSPACE)
-        .ensure()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| database_problem(cfg, &e))?;
+    if cfg.data_dir.is_dir() {
+        Drive::root_for(&cfg.data_dir, DEFAULT_WORKSPACE)
+            .ensure()
+            .map_err(|e| e.to_string())?;
+    }
     Ok(store)
+}
+
+fn open_postgres(
+    url: &crate::config::DatabaseUrl,
+    cfg: &Config,
+    bus: Arc<Bus>,
+) -> Result<Store, String> {
+    Store::open_postgres(url.expose(), &cfg.store, bus).map_err(|e| url.scrub(&e.to_string()))
+}
+
+/// A store error's message, without the database URL's password should a driver quote it.
+fn database_problem(cfg: &Config, e: &crate::Error) -> String {
+    match &cfg.database_url {
+        Some(url) => url.scrub(&e.to_string()),
+        None => e.to_string(),
+    }
+}
+
+/// The database the store is in, for the start-up lines and the log: `SQLite <file>` or
+/// `PostgreSQL user@host:port/database` (never a password).
+pub fn database_target(cfg: &Config) -> String {
+    match &cfg.database_url {
+        Some(url) => format!("PostgreSQL {}", url.target()),
+        None => format!("SQLite {}", cfg.db_path().display()),
+    }
 }
 
 /// Creates the agents the config file declares, or brings their name and anchor up to date.
@@ -154,6 +189,13 @@ pub fn lock_data_dir(data_dir: &std::path::Path) -> Result<DataDirLock, String> 
 fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
     let db = match store.check_writable() {
         Err(crate::Error::StorageFull(e)) => Err(e),
+        Err(e) if cfg.database_url.is_some() => {
+            return Err(format!(
+                "the database ({}) cannot be written: {}",
+                database_target(cfg),
+                database_problem(cfg, &e)
+            ));
+        }
         Err(e) => {
             return Err(format!(
                 "the database {} cannot be written ({e}); sessiond needs a writable data dir",
@@ -179,6 +221,7 @@ fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
     if let Some(e) = db.err().or(dir.err()) {
         tracing::error!(
             data_dir = %cfg.data_dir.display(),
+            database = %database_target(cfg),
             error = %e,
             "the data dir's disk is full: serving reads; writes answer 507 until space returns"
         );
@@ -307,6 +350,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         cfg.stream.max_subscribers_per_session,
     );
     let store = open_store(&cfg, Arc::clone(&bus))?;
+    tracing::info!(database = %database_target(&cfg), "store open");
     std::fs::create_dir_all(cfg.data_dir.join("run"))
         .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
     check_writable(&cfg, &store)?;
@@ -362,6 +406,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
 
     let system = actix_web::rt::System::new();
     let data_dir = cfg.data_dir.clone();
+    let database = database_target(&cfg);
     let result = system.block_on(async {
         let signalled = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
         let bound = listeners
@@ -420,6 +465,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
             println!("also listening on http://{other}");
         }
         println!("data dir: {}", data_dir.display());
+        println!("database: {database}");
         if let Some(token) = &setup_token {
             println!(
                 "no account yet: open http://{bound}/setup#{token} on this machine to create the owner \

@@ -190,6 +190,7 @@ fn http_errors_around_the_rpc() {
             "--data-dir",
         ])
         .arg(&s.data_dir)
+        .args(common::database_args(&s.data_dir))
         .output()
         .expect("token");
     let reader = String::from_utf8(reader.stdout)

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::time::Duration;
 
-use common::{Server, load_schema, poll_until};
+use common::{Server, database_args, load_schema, poll_until, sql_text};
 use serde_json::{Value, json};
 
 /// Ticks as often as once a second, and few schedules per agent (the limit is under test).
@@ -107,6 +107,8 @@ fn cli(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
     cmd.args(args)
         .arg("--data-dir")
         .arg(dir)
+        .args(database_args(dir))
+        .env_remove("SESSIOND_DATABASE_URL")
         .env("SESSIOND_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -943,10 +945,10 @@ fn a_tick_that_cannot_make_a_session_is_used_up_and_the_schedule_goes_on() {
     s.stop();
     // sessiond has no command that removes a member yet; the database is changed while it is
     // stopped, as a future one would.
-    let db = rusqlite::Connection::open(dir.join("sessiond.db")).unwrap();
-    db.execute("DELETE FROM memberships WHERE user_id = ?1", [&owner])
-        .unwrap();
-    drop(db);
+    s.db_execute(&format!(
+        "DELETE FROM memberships WHERE user_id = {}",
+        sql_text(&owner)
+    ));
     s.restart();
     let restarted_at = sessiond::clock::now_ms();
     // Read as the colleague, who still belongs to the workspace.

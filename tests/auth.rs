@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::LazyLock;
 use std::sync::mpsc;
@@ -179,7 +179,10 @@ fn assert_security_headers(h: &HeaderMap, what: &str) {
 
 fn cli_output(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> std::process::Output {
     let mut cmd = sessiond_command();
-    cmd.args(args).arg("--data-dir").arg(data_dir);
+    cmd.args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(database_args(data_dir));
     if let Some(input) = stdin {
         let mut f = tempfile::tempfile().expect("temp file");
         f.write_all(input.as_bytes()).expect("write stdin");
@@ -751,50 +754,62 @@ const COUNTED_TABLES: [&str; 16] = [
     "api_keys",
 ];
 
-fn db_path(s: &Server) -> PathBuf {
-    s.data_dir.join("sessiond.db")
+/// The rows a refused request must not change, as `(name, one SQL expression)`: the row counts
+/// and the changeable columns of sessions, agents, read markers, default sessions and keys. In
+/// SQL that SQLite and PostgreSQL read alike, so that one query reads them all on either backend.
+fn db_state_terms() -> Vec<(String, String)> {
+    let mut terms: Vec<(String, String)> = COUNTED_TABLES
+        .iter()
+        .map(|t| (t.to_string(), format!("(SELECT count(*) FROM {t})")))
+        .collect();
+    for (name, agg) in [
+        (
+            "sessionsUpdated",
+            "string_agg(id || ':' || updated_at || ':' || last_event_seq || ':' || title || ':' || coalesce(CAST(archived_at AS TEXT), '') || ':' || coalesce(cwd, ''), ',' ORDER BY id) FROM sessions",
+        ),
+        (
+            "agentRows",
+            "string_agg(id || ':' || slug || ':' || name || ':' || anchor || ':' || engine, ',' ORDER BY id) FROM agents",
+        ),
+        (
+            "readMarkers",
+            "string_agg(session_pk || ':' || user_id || ':' || last_read_seq, ',' ORDER BY session_pk, user_id) FROM read_markers",
+        ),
+        (
+            "defaults",
+            "string_agg(agent_id || ':' || session_id, ',' ORDER BY agent_id) FROM default_sessions",
+        ),
+        (
+            "revoked",
+            "string_agg(id, ',' ORDER BY id) FROM api_keys WHERE revoked_at IS NOT NULL",
+        ),
+    ] {
+        terms.push((name.into(), format!("(SELECT {agg})")));
+    }
+    terms
 }
 
-fn db_state(conn: &rusqlite::Connection) -> Value {
-    let mut out = serde_json::Map::new();
-    for t in COUNTED_TABLES {
-        out.insert(t.into(), json!(count_rows(conn, t)));
-    }
-    let scalar = |sql: &str| -> String {
-        conn.query_row(sql, [], |r| r.get::<_, Option<String>>(0))
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .unwrap_or_default()
-    };
-    out.insert(
-        "sessionsUpdated".into(),
-        json!(scalar(
-            "SELECT group_concat(id || ':' || updated_at || ':' || last_event_seq || ':' || title || ':' || coalesce(archived_at, '') || ':' || coalesce(cwd, ''), ',') FROM sessions"
-        )),
-    );
-    out.insert(
-        "agentRows".into(),
-        json!(scalar(
-            "SELECT group_concat(id || ':' || slug || ':' || name || ':' || anchor || ':' || engine, ',') FROM agents"
-        )),
-    );
-    out.insert(
-        "readMarkers".into(),
-        json!(scalar(
-            "SELECT group_concat(session_pk || ':' || user_id || ':' || last_read_seq, ',') FROM read_markers"
-        )),
-    );
-    out.insert(
-        "defaults".into(),
-        json!(scalar(
-            "SELECT group_concat(agent_id || ':' || session_id, ',') FROM default_sessions"
-        )),
-    );
-    out.insert(
-        "revoked".into(),
-        json!(scalar(
-            "SELECT group_concat(id, ',') FROM api_keys WHERE revoked_at IS NOT NULL"
-        )),
-    );
+fn db_state(s: &Server) -> Value {
+    static QUERY: std::sync::LazyLock<(Vec<String>, String)> = std::sync::LazyLock::new(|| {
+        let terms = db_state_terms();
+        let sql = terms
+            .iter()
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        (
+            terms.into_iter().map(|(n, _)| n).collect(),
+            format!("SELECT {sql}"),
+        )
+    });
+    let (names, sql) = &*QUERY;
+    let rows = s.db_rows(sql);
+    let row = rows.first().unwrap_or_else(|| panic!("{sql}: no row"));
+    let out: serde_json::Map<String, Value> = names
+        .iter()
+        .zip(row)
+        .map(|(name, value)| (name.clone(), json!(value.clone().unwrap_or_default())))
+        .collect();
     Value::Object(out)
 }
 
@@ -822,7 +837,7 @@ fn all_summaries(s: &Server, ws: &str, key: &str) -> Vec<Value> {
 }
 
 /// The owner's view of everything the matrix could touch, plus database row counts.
-fn snapshot(s: &Server, t: &Targets, conn: &rusqlite::Connection) -> Value {
+fn snapshot(s: &Server, t: &Targets) -> Value {
     let owner = Cred::key(&s.token);
     let read = |path: String| {
         let r = get_as(&s.base, &path, &owner);
@@ -839,7 +854,7 @@ fn snapshot(s: &Server, t: &Targets, conn: &rusqlite::Connection) -> Value {
         ],
         "agents": read(agents_path(WS, "")),
         "default": read(agents_path(WS, &format!("/{}/sessions/default", t.default_agent))),
-        "db": db_state(conn),
+        "db": db_state(s),
     })
 }
 
@@ -1168,8 +1183,7 @@ fn auth_matrix_every_route_every_credential() {
     let people = make_people(&s);
     let targets = shared_targets(&s);
     let cases = cases(&s, &people);
-    let conn = open_db_readonly(&db_path(&s));
-    let baseline = snapshot(&s, &targets, &conn);
+    let baseline = snapshot(&s, &targets);
     let mut failures = Vec::new();
 
     // Phase 1: refusals, all against the same quiet fixtures.
@@ -1209,14 +1223,14 @@ fn auth_matrix_every_route_every_credential() {
                 }
             }
             // The database after every refusal (cheap) ...
-            if let Some(d) = first_diff(&baseline["db"], &db_state(&conn), "/db") {
+            if let Some(d) = first_diff(&baseline["db"], &db_state(&s), "/db") {
                 failures.push(format!("{label}: a refused request changed state: {d}"));
                 // Stop here: every later comparison would differ too.
                 assert_no_failures(&failures);
             }
         }
         // ... and the owner's view through the API after every credential.
-        let now = snapshot(&s, &targets, &conn);
+        let now = snapshot(&s, &targets);
         if let Some(d) = first_diff(&baseline, &now, "") {
             failures.push(format!(
                 "{}: a refused request changed what the owner sees: {d}",
@@ -1504,12 +1518,11 @@ fn the_sender_is_derived_from_the_credential_r5_r6_r7_r8() {
     settle(&s, &dflt);
     // A session that is still waiting for its answer.
     let asking = new_asking_session(&s);
-    let conn = open_db_readonly(&db_path(&s));
     let before = (
         s.detail(&id),
         s.detail(&dflt),
         s.detail(&asking),
-        db_state(&conn),
+        db_state(&s),
     );
     for source in [foreign.as_str(), "nonexistent-session"] {
         let attempts: Vec<(String, Value)> = vec![
@@ -1554,7 +1567,7 @@ fn the_sender_is_derived_from_the_credential_r5_r6_r7_r8() {
         s.detail(&id),
         s.detail(&dflt),
         s.detail(&asking),
-        db_state(&conn),
+        db_state(&s),
     );
     assert_eq!(before, after, "a refused sourceSessionId wrote something");
     // The foreign session saw nothing either.
@@ -1676,7 +1689,6 @@ fn workspaces_are_isolated_404_and_nothing_leaks_invariant_10() {
     settle(&s, &own);
 
     let other_ids = [&o_session, &o_asking, &o_image, &o_default];
-    let conn = open_db_readonly(&db_path(&s));
     let other_view = || {
         let mut v = Vec::new();
         for id in other_ids {
@@ -1698,7 +1710,7 @@ fn workspaces_are_isolated_404_and_nothing_leaks_invariant_10() {
             );
         }
         v.push(get_as(&s.base, &agents_path(OTHER_WS, ""), &other).text);
-        (v, db_state(&conn))
+        (v, db_state(&s))
     };
     let before = other_view();
 
@@ -2081,16 +2093,20 @@ struct Own {
     base: String,
     lines: mpsc::Receiver<String>,
     stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    /// Its database on the PostgreSQL pass (the one the test's CLI commands used, if any).
+    _database: Option<std::sync::Arc<common::postgres::Database>>,
 }
 
 impl Own {
     fn start(data_dir: &Path, log: &str) -> Own {
+        let database = database_for(data_dir);
         let mut cmd = sessiond_command();
         cmd.arg("serve")
             .arg("--bind")
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(data_dir)
+            .args(database_args(data_dir))
             .env("SESSIOND_LOG", log)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -2116,6 +2132,7 @@ impl Own {
             base: String::new(),
             lines,
             stderr: Some(log),
+            _database: database,
         };
         let first = own.line();
         own.base = first
@@ -2279,6 +2296,8 @@ fn the_log_never_contains_keys_or_passwords() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
     std::fs::create_dir_all(&dir).expect("data dir");
+    // The CLI below and the server share it (the PostgreSQL pass).
+    let _database = database_for(&dir);
     create_user(&dir, OWNER_EMAIL, OWNER_PASSWORD, WS, "owner");
     let key = create_key(
         &dir,
@@ -2410,18 +2429,16 @@ fn keys_are_listed_without_secrets_random_and_revocable() {
         assert!(key_id(k).bytes().all(|b| b.is_ascii_hexdigit()));
     }
     // Only a hash is stored.
-    let conn = open_db_readonly(&db_path(&s));
-    let hash: String = conn
-        .query_row(
-            "SELECT secret_hash FROM api_keys WHERE id = ?1",
-            [key_id(&key)],
-            |r| r.get(0),
-        )
+    let hash = s
+        .db_value(&format!(
+            "SELECT secret_hash FROM api_keys WHERE id = {}",
+            sql_text(key_id(&key))
+        ))
         .expect("key row");
     assert!(!hash.contains(key_secret(&key)));
-    drop(conn);
-    for name in ["sessiond.db", "sessiond.db-wal"] {
-        if let Ok(bytes) = std::fs::read(s.data_dir.join(name)) {
+    if !skip_on_postgres("the part that reads the bytes of sessiond.db and its WAL") {
+        for name in ["sessiond.db", "sessiond.db-wal"] {
+            let bytes = std::fs::read(s.data_dir.join(name)).unwrap_or_default();
             let text = String::from_utf8_lossy(&bytes);
             assert!(!text.contains(key_secret(&key)), "secret stored in {name}");
             assert!(!text.contains(OWNER_PASSWORD), "password stored in {name}");

@@ -1,5 +1,7 @@
-//! The command line of the real binary: help and version, where `--data-dir` may go, the
-//! environment, config-file validation, and what a zero-config `serve` creates.
+//! The command line of the real binary: help and version, where `--data-dir` and `--database`
+//! may go, the environment, config-file validation, what a zero-config `serve` creates, and the
+//! PostgreSQL URL's checks, precedence and redaction (against the test cluster of
+//! `common/postgres.rs`, whatever `SESSIOND_TEST_BACKEND` says).
 
 mod common;
 
@@ -144,7 +146,14 @@ fn help_and_version_mention_sessiond() {
     let out = run_bounded(cmd, Duration::from_secs(30));
     assert!(out.status.success(), "{}", stderr_of(&out));
     let help = stdout_of(&out);
-    for word in ["sessiond", "serve", "backup", "--data-dir", "--config"] {
+    for word in [
+        "sessiond",
+        "serve",
+        "backup",
+        "--data-dir",
+        "--config",
+        "--database",
+    ] {
         assert!(help.contains(word), "--help lacks {word:?}:\n{help}");
     }
 
@@ -307,6 +316,10 @@ fn serve_prints_the_absolute_data_dir() {
     let printed = server.line_after("data dir: ");
     let expected = tmp.path().join("some/data");
     assert_eq!(Path::new(&printed), expected, "{printed}");
+    assert_eq!(
+        server.line_after("database: "),
+        format!("SQLite {}", expected.join("sessiond.db").display())
+    );
     assert!(expected.join("sessiond.db").is_file());
     assert!(server.stop().success());
 }
@@ -744,4 +757,436 @@ fn a_setup_link_from_before_a_restart_says_a_new_one_was_printed() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     assert!(second.stop().success());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The database URL (PostgreSQL; a build without it refuses every URL)
+
+/// Against the test cluster of `common/postgres.rs`, in either pass of the suite.
+#[cfg(feature = "postgres")]
+mod database_url {
+    use super::*;
+
+    /// Whether sessiond has brought `db` up to its schema (it has opened it).
+    fn migrated(db: &postgres::Database) -> bool {
+        db.psql("SELECT to_regclass('schema_migrations') IS NOT NULL") == "t"
+    }
+
+    /// `db`'s URL with a password in it (the test cluster trusts its socket and ignores it):
+    /// `S3cr!t Pw`, percent-encoded.
+    const PASSWORD: &str = "S3cr!t Pw";
+    const PASSWORD_ENCODED: &str = "S3cr%21t%20Pw";
+
+    fn with_password(url: &str) -> String {
+        let (user, rest) = url.split_once('@').expect("a user in the URL");
+        format!("{user}:{PASSWORD_ENCODED}@{rest}")
+    }
+
+    fn assert_no_password(what: &str, text: &str) {
+        for secret in [PASSWORD, PASSWORD_ENCODED, "S3cr"] {
+            assert!(!text.contains(secret), "{what} shows the password:\n{text}");
+        }
+    }
+
+    /// What a `sessiond serve` printed until it was listening and had named its database (then it
+    /// is stopped), or until it exited.
+    struct Served {
+        stdout: Vec<String>,
+        stderr: String,
+        /// Whether it got as far as listening.
+        listened: bool,
+    }
+
+    fn serve_once(mut cmd: Command) -> Served {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn sessiond");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let err = std::thread::spawn(move || {
+            let mut all = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut all);
+            all
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut lines = Vec::new();
+        let mut listened = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    listened |= line.starts_with("sessiond listening on ");
+                    let named = line.starts_with("database: ");
+                    lines.push(line);
+                    if named {
+                        break;
+                    }
+                }
+                // It exited (stdout closed) before naming its database.
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("sessiond neither served nor exited within 60 s: {lines:?}");
+                }
+            }
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let status = child.wait().expect("wait");
+        lines.extend(rx.try_iter());
+        let stderr = err.join().unwrap_or_default();
+        if listened {
+            assert!(status.success(), "{status}: {stderr}");
+        }
+        Served {
+            stdout: lines,
+            stderr,
+            listened,
+        }
+    }
+
+    /// `--database` is global like `--data-dir`: before the subcommand, between a subcommand and its
+    /// action, after the action's own options, and for `serve`. Wherever it is, the store is the
+    /// PostgreSQL database (migrated) and no SQLite file appears.
+    #[test]
+    fn the_database_flag_works_anywhere_on_the_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lines: [&[&str]; 5] = [
+            &["--database", "URL", "token", "list"],
+            &["token", "--database", "URL", "list"],
+            &["token", "list", "--database", "URL"],
+            &[
+                "agent",
+                "list",
+                "--database",
+                "URL",
+                "--workspace",
+                "default",
+            ],
+            &[
+                "app",
+                "create",
+                "--name",
+                "ci",
+                "--scope",
+                "sessions",
+                "--database",
+                "URL",
+            ],
+        ];
+        for (i, line) in lines.iter().enumerate() {
+            let Some(db) = postgres::database(&format!("anywhere {i}")) else {
+                return;
+            };
+            let dir = tmp.path().join(format!("data{i}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let args: Vec<&str> = line
+                .iter()
+                .map(|a| if *a == "URL" { db.url.as_str() } else { a })
+                .collect();
+            let mut cmd = sessiond_command();
+            cmd.args(&args).arg("--data-dir").arg(&dir);
+            let out = run_bounded(cmd, Duration::from_secs(60));
+            let stderr = stderr_of(&out);
+            assert!(
+                migrated(&db),
+                "{line:?}: the database was not opened: {stderr}"
+            );
+            assert!(
+                !dir.join("sessiond.db").exists(),
+                "{line:?}: SQLite was used"
+            );
+            assert!(!stderr.contains("sessiond.db"), "{line:?}: {stderr}");
+        }
+        for (i, before) in [true, false].into_iter().enumerate() {
+            let Some(db) = postgres::database(&format!("serve {i}")) else {
+                return;
+            };
+            let dir = tmp.path().join(format!("serve{i}"));
+            let mut cmd = sessiond_command();
+            if before {
+                cmd.args(["--database", &db.url]);
+            }
+            cmd.args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+                .arg(&dir);
+            if !before {
+                cmd.args(["--database", &db.url]);
+            }
+            let served = serve_once(cmd);
+            assert!(
+                migrated(&db),
+                "serve did not open the database: {}",
+                served.stderr
+            );
+            assert!(!dir.join("sessiond.db").exists(), "serve used SQLite");
+            let target = format!("/{}", db.name);
+            if served.listened {
+                let named = served
+                    .stdout
+                    .iter()
+                    .find_map(|l| l.strip_prefix("database: "));
+                let named = named.unwrap_or_else(|| panic!("{:?}", served.stdout));
+                assert!(named.starts_with("PostgreSQL sessiond@"), "{named}");
+                assert!(named.ends_with(&target), "{named}");
+            } else {
+                assert!(served.stderr.contains(&target), "{}", served.stderr);
+            }
+        }
+    }
+
+    /// `--database` beats `SESSIOND_DATABASE_URL`, which beats the config file's `database_url`,
+    /// which beats the default (SQLite in the data dir); an empty variable counts as unset.
+    #[test]
+    fn database_url_precedence_is_flag_then_variable_then_file_then_sqlite() {
+        let (Some(flag), Some(var), Some(file)) = (
+            postgres::database("precedence flag"),
+            postgres::database("precedence variable"),
+            postgres::database("precedence file"),
+        ) else {
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = tmp.path().join("sessiond.toml");
+        std::fs::write(&cfg, format!("database_url = \"{}\"\n", file.url)).unwrap();
+        let run = |config: bool, variable: Option<&str>, flag: Option<&str>| {
+            let mut cmd = sessiond_command();
+            cmd.args(["token", "list", "--data-dir"]).arg(&dir);
+            if config {
+                cmd.arg("--config").arg(&cfg);
+            }
+            if let Some(v) = variable {
+                cmd.env("SESSIOND_DATABASE_URL", v);
+            }
+            if let Some(f) = flag {
+                cmd.args(["--database", f]);
+            }
+            run_bounded(cmd, Duration::from_secs(60))
+        };
+        let opened = || (migrated(&flag), migrated(&var), migrated(&file));
+        run(true, Some(&var.url), Some(&flag.url));
+        assert_eq!(opened(), (true, false, false), "the flag wins");
+        run(true, Some(&var.url), None);
+        assert_eq!(opened(), (true, true, false), "the variable beats the file");
+        run(true, Some(""), None);
+        assert_eq!(opened(), (true, true, true), "an empty variable is unset");
+        assert!(!dir.join("sessiond.db").exists());
+        let out = run(false, None, None);
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        assert!(dir.join("sessiond.db").is_file(), "the default is SQLite");
+    }
+
+    /// A database URL that is not PostgreSQL's — another engine's, a SQLite file's, a path, nothing
+    /// — is a configuration error (exit 2) wherever it comes from, naming where and what is
+    /// accepted; nothing is created.
+    #[test]
+    fn a_database_url_that_is_not_postgresql_is_refused_naming_its_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let cfg = tmp.path().join("sessiond.toml");
+        for (url, says) in [
+            ("mysql://root@localhost/sessiond", "has the scheme mysql://"),
+            (
+                "sqlite:///var/lib/sessiond/sessiond.db",
+                "has the scheme sqlite://",
+            ),
+            ("/var/lib/sessiond/sessiond.db", "is not a URL"),
+            ("", "is not a URL"),
+            ("postgres://app@db.example:notaport/sessiond", "port"),
+            ("postgres://app@db.example", "no database name"),
+        ] {
+            for source in ["--database", "SESSIOND_DATABASE_URL", "database_url"] {
+                if url.is_empty() && source == "SESSIOND_DATABASE_URL" {
+                    continue;
+                }
+                let mut cmd = sessiond_command();
+                cmd.args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+                    .arg(&dir);
+                match source {
+                    "--database" => {
+                        cmd.args(["--database", url]);
+                    }
+                    "SESSIOND_DATABASE_URL" => {
+                        cmd.env("SESSIOND_DATABASE_URL", url);
+                    }
+                    _ => {
+                        std::fs::write(&cfg, format!("database_url = {url:?}\n")).unwrap();
+                        cmd.arg("--config").arg(&cfg);
+                    }
+                }
+                let out = run_bounded(cmd, Duration::from_secs(30));
+                let stderr = stderr_of(&out);
+                assert_eq!(out.status.code(), Some(2), "{source} {url:?}: {stderr}");
+                assert!(
+                    stderr.contains(&format!("{source}: ")),
+                    "{source} {url:?}: {stderr}"
+                );
+                assert!(stderr.contains(says), "{source} {url:?}: {stderr}");
+                if !url.starts_with("postgres") {
+                    assert!(
+                        stderr.contains("postgres:// or postgresql://")
+                            && stderr.contains("SQLite needs none"),
+                        "{source} {url:?}: {stderr}"
+                    );
+                }
+                assert!(!dir.exists(), "{source} {url:?}: the data dir was created");
+            }
+        }
+    }
+
+    /// The database URL's password (percent-encoded or not) is never shown: not in a refusal of the
+    /// URL from any source, a TOML error quoting its line, a failed connection, `backup`'s advice,
+    /// `--help` with the variable set, a CLI command's output and log, or `serve`'s start-up lines
+    /// and log.
+    #[test]
+    fn no_message_shows_the_database_password() {
+        let Some(db) = postgres::database("no password shown") else {
+            return;
+        };
+        let url = with_password(&db.url);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = tmp.path().join("sessiond.toml");
+        let bad_port = format!("postgres://app:{PASSWORD_ENCODED}@db.example:notaport/sessiond");
+        let unreachable = format!("postgres://app:{PASSWORD_ENCODED}@127.0.0.1:1/sessiond");
+        let other = format!("mysql://app:{PASSWORD_ENCODED}@db.example/sessiond");
+        let option =
+            format!("postgres://app@db.example:notaport/sessiond?password={PASSWORD_ENCODED}");
+        let mut seen = 0;
+        let mut check = |what: &str, mut cmd: Command, expect: &str| {
+            cmd.arg("--data-dir").arg(&dir);
+            let out = run_bounded(cmd, Duration::from_secs(60));
+            let all = format!("{}{}", stdout_of(&out), stderr_of(&out));
+            assert_no_password(what, &all);
+            assert!(all.contains(expect), "{what}: {all}");
+            seen += 1;
+        };
+        for (bad, says) in [
+            (&bad_port, "app:***@db.example:notaport"),
+            (&unreachable, "app@127.0.0.1:1/sessiond"),
+            (&other, "mysql://app:***@db.example"),
+            (&option, "password=***"),
+        ] {
+            let mut cmd = sessiond_command();
+            cmd.args(["token", "list", "--database", bad]);
+            check("--database", cmd, says);
+            let mut cmd = sessiond_command();
+            cmd.env("SESSIOND_DATABASE_URL", bad)
+                .args(["token", "list"]);
+            check("SESSIOND_DATABASE_URL", cmd, says);
+            std::fs::write(&cfg, format!("database_url = {bad:?}\n")).unwrap();
+            let mut cmd = sessiond_command();
+            cmd.arg("--config").arg(&cfg).args(["token", "list"]);
+            check("database_url", cmd, says);
+        }
+        std::fs::write(&cfg, format!("database_url = \"{url}\nbind = 1\n")).unwrap();
+        let mut cmd = sessiond_command();
+        cmd.arg("--config").arg(&cfg).args(["token", "list"]);
+        check("a TOML error", cmd, "invalid config file");
+        let mut cmd = sessiond_command();
+        cmd.args(["backup", "copy.db", "--database", &url]);
+        check("backup", cmd, "pg_dump");
+        let mut cmd = sessiond_command();
+        cmd.env("SESSIOND_DATABASE_URL", &url).arg("--help");
+        check("--help", cmd, "SESSIOND_DATABASE_URL");
+        let mut cmd = sessiond_command();
+        cmd.env("SESSIOND_LOG", "debug")
+            .args(["token", "list", "--database", &url]);
+        check("a CLI command", cmd, "");
+        assert_eq!(seen, 16);
+        assert!(migrated(&db), "the URL with a password was used");
+
+        let mut cmd = sessiond_command();
+        cmd.env("SESSIOND_LOG", "debug")
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--database",
+                &url,
+                "--data-dir",
+            ])
+            .arg(&dir);
+        let served = serve_once(cmd);
+        assert_no_password("serve's start-up lines", &served.stdout.join("\n"));
+        assert_no_password("serve's log", &served.stderr);
+    }
+
+    /// With PostgreSQL the data dir still holds the drives: the commands that write a drive folder
+    /// (`workspace create`, `agent create`, `agent update`) refuse a missing one as with SQLite, the
+    /// others work on the database alone and create nothing on disk. `backup` says what backs up a
+    /// PostgreSQL store.
+    #[test]
+    fn with_postgresql_only_commands_that_write_a_drive_need_the_data_dir() {
+        let Some(db) = postgres::database("data dir with postgres") else {
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("sessiond-data");
+        for args in [
+            &["workspace", "create", "team"][..],
+            &["agent", "create", "helper"],
+            &["agent", "update", "root", "--name", "Root"],
+        ] {
+            let mut cmd = sessiond_command();
+            cmd.current_dir(tmp.path())
+                .args(args)
+                .args(["--database", &db.url]);
+            let out = run_bounded(cmd, Duration::from_secs(30));
+            let stderr = stderr_of(&out);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("no data dir at {}", missing.display())),
+                "{args:?}: {stderr}"
+            );
+        }
+        assert!(!migrated(&db), "a refused command opened the database");
+        for args in [
+            &["token", "list"][..],
+            &["agent", "list"],
+            &["app", "create", "--name", "ci", "--scope", "sessions"],
+        ] {
+            let mut cmd = sessiond_command();
+            cmd.current_dir(tmp.path())
+                .args(args)
+                .args(["--database", &db.url]);
+            let out = run_bounded(cmd, Duration::from_secs(30));
+            let stderr = stderr_of(&out);
+            assert!(!stderr.contains("no data dir"), "{args:?}: {stderr}");
+            assert!(!missing.exists(), "{args:?} created the data dir");
+        }
+        assert!(migrated(&db));
+
+        let mut cmd = sessiond_command();
+        cmd.current_dir(tmp.path())
+            .args(["backup", "copy.db", "--database", &db.url]);
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let without_password = db.url.clone();
+        assert!(
+            stderr.contains(&format!(
+                "pg_dump --format=custom --file=FILE '{without_password}'"
+            )),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&missing.join("drive").display().to_string()),
+            "{stderr}"
+        );
+        assert!(!tmp.path().join("copy.db").exists());
+        assert!(!missing.exists());
+    }
 }

@@ -686,13 +686,11 @@ fn usage_totals_and_cost_follow_the_price_table() {
     );
     assert_eq!(status, 200, "{v}");
     wait_terminals(&s, &id, 2);
-    let db = open_db_readonly(&s.data_dir.join("sessiond.db"));
-    let totals: String = db
-        .query_row(
-            "SELECT usage_totals FROM sessions WHERE id = ?1",
-            [&id],
-            |r| r.get(0),
-        )
+    let totals = s
+        .db_value(&format!(
+            "SELECT usage_totals FROM sessions WHERE id = {}",
+            sql_text(&id)
+        ))
         .expect("totals");
     let totals: Value = serde_json::from_str(&totals).expect("json");
     assert!(close(&totals["totalTokens"], 1235.0), "{totals}");
@@ -1251,10 +1249,13 @@ fn serve_logs_which_engine_each_agent_uses_and_never_the_key() {
         ),
     )
     .expect("config");
+    let data = tmp.path().join("data");
+    let _database = database_for(&data);
     let mut cmd = sessiond_command();
     cmd.arg("serve")
         .args(["--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(tmp.path().join("data"))
+        .arg(&data)
+        .args(database_args(&data))
         .arg("--config")
         .arg(&cfg)
         .env("SESSIOND_LOG", "info")

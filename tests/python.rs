@@ -14,13 +14,23 @@
 //! `SESSIOND_PYTEST_ARGS` adds pytest arguments (`-k cancel -x`). When a suite's venv cannot be
 //! made (no interpreter of the version it needs, no network for pip), the suite is reported as
 //! SKIPPED in plain sight — and with `CI` set it fails instead.
+//!
+//! With `SESSIOND_TEST_BACKEND=postgres` the suites' servers run on PostgreSQL: this runner starts
+//! a throwaway cluster (`common/postgres.rs`) and hands its programs and socket to the suites
+//! (`SESSIOND_TEST_PG_BIN`, `_HOST`, `_PORT`, `_USER`), and `sessiond_server.py` makes a database
+//! of its own for each server with `createdb`, dropped when the server is closed.
 
+#[path = "common/backend.rs"]
+mod backend;
+#[path = "common/postgres.rs"]
+mod postgres;
 #[path = "common/venv.rs"]
 mod venv;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
+use backend::{Backend, VARIABLE, backend};
 use venv::{Suite, suites, venv};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -46,6 +56,18 @@ fn main() -> ExitCode {
         .filter(Suite::has_tests)
         .filter(|s| filters.is_empty() || filters.iter().any(|f| s.name.contains(f.as_str())))
         .collect();
+    let cluster = match backend() {
+        Backend::Sqlite => None,
+        Backend::Postgres => match postgres::own_cluster("python suites") {
+            Some(cluster) => Some(cluster),
+            None => {
+                println!(
+                    "python suites: FAILED: {VARIABLE}=postgres, and no PostgreSQL can run here"
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     for suite in &selected {
         let venv = match venv(suite) {
             Ok(v) => v,
@@ -67,15 +89,23 @@ fn main() -> ExitCode {
             }
         };
         println!("python suite {} ({}):", suite.name, venv.display());
-        let status = Command::new(venv.join("bin/python"))
+        let mut pytest = Command::new(venv.join("bin/python"));
+        pytest
             .args(["-m", "pytest", "-p", "no:cacheprovider", "-ra"])
             .args(&extra)
             .arg(&suite.dir)
             .current_dir(ROOT)
             .env("SESSIOND_BIN", env!("CARGO_BIN_EXE_sessiond"))
             .env("PYTHONPATH", Path::new(ROOT).join("tests/python"))
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .status();
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        if let Some(cluster) = &cluster {
+            pytest
+                .env("SESSIOND_TEST_PG_BIN", cluster.bin_dir())
+                .env("SESSIOND_TEST_PG_HOST", cluster.socket_dir())
+                .env("SESSIOND_TEST_PG_PORT", postgres::PORT.to_string())
+                .env("SESSIOND_TEST_PG_USER", postgres::USER);
+        }
+        let status = pytest.status();
         match status {
             Ok(s) if s.success() => {}
             Ok(s) => {

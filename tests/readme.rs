@@ -4,6 +4,8 @@
 //! (the CLI and curl walk-through of the Quick start, and its SSE command), or is one whose effect
 //! this test checks in an equivalent way: `cargo run --release -- serve` is the built binary's
 //! `serve` with the same environment; `cargo install --locked` needs a current `Cargo.lock`; the
+//! PostgreSQL pass of a test target is the variable the harness reads and a target `.ci/run` runs
+//! on that pass; the
 //! Docker and systemd commands (which cannot run here) must be the ones the `Dockerfile` and
 //! `dist/sessiond.service` document, and their `user create` the walk-through's. A command line
 //! this file does not know fails the test: a new README command comes with its check.
@@ -293,6 +295,38 @@ fn run_sse_command(
     let _ = child.wait();
 }
 
+/// `SESSIOND_TEST_BACKEND=postgres cargo test --test NAME`: the harness reads that variable with
+/// that value, NAME is a test target, and `.ci/run` runs it on its PostgreSQL pass (it is not one
+/// of the targets the pass leaves out).
+fn check_postgres_pass_command(command: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = command
+        .strip_prefix("SESSIOND_TEST_BACKEND=postgres cargo test --test ")
+        .expect("a PostgreSQL pass command");
+    assert!(
+        root.join("tests").join(format!("{target}.rs")).is_file(),
+        "README: {command:?} names no test target"
+    );
+    let backend = std::fs::read_to_string(root.join("tests/common/backend.rs")).unwrap();
+    assert!(
+        backend.contains("\"SESSIOND_TEST_BACKEND\"") && backend.contains("\"postgres\""),
+        "the harness does not read SESSIOND_TEST_BACKEND=postgres"
+    );
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(
+        ci.contains("\nexport SESSIOND_TEST_BACKEND=postgres\n"),
+        ".ci/run has no PostgreSQL pass"
+    );
+    let left_out = ci
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(") ;;"))
+        .expect("the targets .ci/run's PostgreSQL pass leaves out");
+    assert!(
+        !left_out.split('|').any(|name| name.trim() == target),
+        "README: .ci/run's PostgreSQL pass leaves out {target}"
+    );
+}
+
 /// `--locked` refuses a `Cargo.lock` that does not match `Cargo.toml`.
 fn check_lock_file_is_current() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -449,6 +483,8 @@ fn every_readme_command_runs_as_written_or_has_its_check() {
                 run_sse_command(&command, &s.base, key, id, &http_builder().build().unwrap());
             } else if command == "cargo test" {
                 // This is that suite.
+            } else if command.starts_with("SESSIOND_TEST_BACKEND=postgres cargo test --test ") {
+                check_postgres_pass_command(&command);
             } else if command == "cargo install --locked --path ." {
                 check_lock_file_is_current();
             } else if command.starts_with("docker ") {

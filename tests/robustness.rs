@@ -98,11 +98,7 @@ const COUNTED_TABLES: [&str; 8] = [
 ];
 
 fn db_counts(s: &Server) -> BTreeMap<&'static str, i64> {
-    let conn = open_db_readonly(&db_path(s));
-    COUNTED_TABLES
-        .iter()
-        .map(|t| (*t, count_rows(&conn, t)))
-        .collect()
+    COUNTED_TABLES.iter().map(|t| (*t, s.db_count(t))).collect()
 }
 
 /// Sends `body` verbatim as JSON with `method`.
@@ -1284,6 +1280,9 @@ fn backup_cmd(data_dir: &std::path::Path, dest: &std::path::Path) -> std::proces
 /// an existing FILE is never overwritten.
 #[test]
 fn backup_while_serving_is_consistent_and_never_overwrites() {
+    if skip_on_postgres("`sessiond backup` copies the SQLite database") {
+        return;
+    }
     let s = Server::start();
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -1391,6 +1390,11 @@ fn backup_while_serving_is_consistent_and_never_overwrites() {
 /// `backup`) with a message naming the schema version, and is left untouched.
 #[test]
 fn newer_schema_version_is_refused() {
+    if skip_on_postgres(
+        "it sets SQLite's user_version (tests/postgres.rs refuses a newer PostgreSQL schema)",
+    ) {
+        return;
+    }
     let mut s = Server::start();
     let id = s.create_prompt("hello");
     s.wait_terminal(&id, 1);
@@ -1460,7 +1464,8 @@ fn a_second_server_on_the_same_data_dir_is_refused_and_ends_nothing() {
         .arg("--bind")
         .arg("127.0.0.1:0")
         .arg("--data-dir")
-        .arg(&s.data_dir);
+        .arg(&s.data_dir)
+        .args(database_args(&s.data_dir));
     let out = run_bounded(cmd, Duration::from_secs(30));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a second server started");
@@ -1483,7 +1488,9 @@ fn a_second_server_on_the_same_data_dir_is_refused_and_ends_nothing() {
 
     // The CLI works beside the running server.
     let mut cmd = sessiond_command();
-    cmd.args(["token", "list", "--data-dir"]).arg(&s.data_dir);
+    cmd.args(["token", "list", "--data-dir"])
+        .arg(&s.data_dir)
+        .args(database_args(&s.data_dir));
     let out = run_bounded(cmd, Duration::from_secs(30));
     assert!(
         out.status.success(),
@@ -1517,7 +1524,8 @@ fn a_read_only_data_dir_is_refused_at_start() {
         .arg("--bind")
         .arg("127.0.0.1:0")
         .arg("--data-dir")
-        .arg(&data);
+        .arg(&data)
+        .args(database_args(&data));
     let out = run_bounded(cmd, Duration::from_secs(30));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1535,6 +1543,9 @@ fn a_read_only_data_dir_is_refused_at_start() {
     );
 
     fs.remount(false);
+    if skip_on_postgres("its second half makes the SQLite database file read-only") {
+        return;
+    }
     // The database file alone read-only (the data dir writable): refused as well.
     let db = data.join("sessiond.db");
     let bind = |args: &[&str]| {

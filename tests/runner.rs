@@ -255,23 +255,19 @@ fn phases(machine: &Value) -> Vec<String> {
         .collect()
 }
 
-fn db(s: &Server) -> rusqlite::Connection {
-    open_db_readonly(&s.data_dir.join("sessiond.db"))
-}
-
 /// `(kind, tier, text)` of a session's queued inputs, oldest first.
 fn queued_inputs(s: &Server, id: &str) -> Vec<(String, Option<String>, String)> {
-    let conn = db(s);
-    let mut stmt = conn
-        .prepare(
-            "SELECT p.kind, p.tier, p.text FROM pending_inputs p JOIN sessions s ON s.pk = p.session_pk
-             WHERE s.id = ?1 ORDER BY p.seq",
-        )
-        .expect("prepare");
-    stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .expect("query")
-        .collect::<rusqlite::Result<_>>()
-        .expect("rows")
+    s.db_rows(&format!(
+        "SELECT p.kind, p.tier, p.text FROM pending_inputs p JOIN sessions s ON s.pk = p.session_pk
+         WHERE s.id = {} ORDER BY p.seq",
+        sql_text(id)
+    ))
+    .into_iter()
+    .map(|row| match &row[..] {
+        [Some(kind), tier, Some(text)] => (kind.clone(), tier.clone(), text.clone()),
+        other => panic!("a pending input without kind or text: {other:?}"),
+    })
+    .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

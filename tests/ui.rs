@@ -200,18 +200,23 @@ struct FreshServer {
     child: Child,
     base: String,
     setup_url: String,
+    _database: Option<std::sync::Arc<common::postgres::Database>>,
     _tmp: tempfile::TempDir,
 }
 
 impl FreshServer {
     fn start() -> FreshServer {
         let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().join("data");
+        let database = common::database_for(&data);
         let mut child = Command::new(env!("CARGO_BIN_EXE_sessiond"))
             .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-            .arg(tmp.path().join("data"))
+            .arg(&data)
+            .args(common::database_args(&data))
             .env("SESSIOND_LOG", "warn")
             .env_remove("SESSIOND_CONFIG")
             .env_remove("SESSIOND_DATA_DIR")
+            .env_remove("SESSIOND_DATABASE_URL")
             .env_remove("SESSIOND_BIND")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -251,6 +256,7 @@ impl FreshServer {
             child,
             base,
             setup_url,
+            _database: database,
             _tmp: tmp,
         }
     }

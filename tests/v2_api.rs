@@ -380,7 +380,10 @@ fn scopes_workspaces_and_provenance() {
     s.wait_terminal(&id, 1);
     let run = |args: &[&str]| {
         let mut cmd = sessiond_command();
-        cmd.args(args).arg("--data-dir").arg(&s.data_dir);
+        cmd.args(args)
+            .arg("--data-dir")
+            .arg(&s.data_dir)
+            .args(database_args(&s.data_dir));
         let out = run_bounded(cmd, WAIT);
         assert!(
             out.status.success(),
@@ -481,6 +484,7 @@ fn scopes_workspaces_and_provenance() {
         ])
         .args(["--workspace", "other", "--role", "owner", "--data-dir"])
         .arg(&s.data_dir)
+        .args(database_args(&s.data_dir))
         .stdin(std::process::Stdio::from(password));
         assert!(run_bounded(cmd, WAIT).status.success());
     }

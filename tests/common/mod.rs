@@ -1,21 +1,89 @@
 //! Test harness: starts the real `sessiond` binary on an ephemeral loopback port with a temporary
 //! data dir and talks HTTP/SSE to it. Responses are checked against the seed JSON Schemas in
 //! `schemas/`.
+//!
+//! The store is SQLite (`sessiond.db` in the data dir) unless `SESSIOND_TEST_BACKEND=postgres`
+//! is set: then every server gets a PostgreSQL database of its own in the test cluster
+//! (`postgres.rs`) and is started with `--database URL`, and so is every CLI command a test runs
+//! on its data dir ([`database_args`]). Tests about the SQLite file itself skip themselves on
+//! that pass with a notice ([`skip_on_postgres`]).
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod postgres;
+
+pub use backend::{Backend, backend};
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::{Client, Response};
 use serde_json::{Value, json};
 
 pub const WS: &str = "default";
+
+/// The databases of the data dirs whose servers run on PostgreSQL, while a server holds them.
+static DATABASES: LazyLock<Mutex<HashMap<PathBuf, Weak<postgres::Database>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The PostgreSQL database of a server on `data_dir`, on the PostgreSQL pass: the one a server
+/// there holds already (a restart), else a new one named after the running test. `None` on the
+/// SQLite pass. The database lives while the caller keeps it.
+pub fn database_for(data_dir: &Path) -> Option<Arc<postgres::Database>> {
+    if backend() == Backend::Sqlite {
+        return None;
+    }
+    let mut map = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(db) = map.get(data_dir).and_then(Weak::upgrade) {
+        return Some(db);
+    }
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("server")
+        .rsplit("::")
+        .next()
+        .unwrap_or("server")
+        .to_owned();
+    let db = postgres::database(&test).unwrap_or_else(|| {
+        panic!("SESSIOND_TEST_BACKEND=postgres: no PostgreSQL server can run here (see the notice)")
+    });
+    let db = Arc::new(db);
+    map.retain(|_, db| db.strong_count() > 0);
+    map.insert(data_dir.to_owned(), Arc::downgrade(&db));
+    // A key the CLI made for an earlier database of this data dir is not in this one.
+    let _ = std::fs::remove_file(data_dir.with_extension("key"));
+    Some(db)
+}
+
+/// `--database URL` for a command on `data_dir` when a server there runs on PostgreSQL; nothing
+/// on SQLite. Every CLI command a test runs on a server's data dir takes these.
+pub fn database_args(data_dir: &Path) -> Vec<String> {
+    let map = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+    match map.get(data_dir).and_then(Weak::upgrade) {
+        Some(db) => vec!["--database".into(), db.url.clone()],
+        None => Vec::new(),
+    }
+}
+
+/// For tests about the SQLite file itself (its WAL, `backup`, a full disk under the data dir,
+/// opening `sessiond.db`): on the PostgreSQL pass, says that the running test is skipped and why,
+/// past the test harness's capture so that it is seen, and returns true.
+pub fn skip_on_postgres(why: &str) -> bool {
+    if backend() == Backend::Sqlite {
+        return false;
+    }
+    use std::io::Write;
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let _ = writeln!(
+        std::io::stderr(),
+        "notice: SKIPPED on PostgreSQL: {test}: {why}"
+    );
+    true
+}
 
 /// A running server. Killed (SIGKILL) when dropped; `stop` sends SIGTERM and waits.
 pub struct Server {
@@ -33,13 +101,16 @@ pub struct Server {
     env: Vec<(String, Option<String>)>,
     /// Where the server's stderr (its log) goes, when captured.
     log: Option<PathBuf>,
+    /// The server's PostgreSQL database (the PostgreSQL pass), kept across restarts.
+    database: Option<Arc<postgres::Database>>,
 }
 
 /// Environment every test server starts with: the plain scripted engine (the tests pin its exact
-/// replies) and none of the OpenAI variables of the outer environment. `start_with_env` overrides
-/// entries (`None` removes the variable).
-const BASE_ENV: [(&str, Option<&str>); 5] = [
+/// replies) and none of the OpenAI variables or the database URL of the outer environment.
+/// `start_with_env` overrides entries (`None` removes the variable).
+const BASE_ENV: [(&str, Option<&str>); 6] = [
     ("SESSIOND_ENGINE", Some("scripted")),
+    ("SESSIOND_DATABASE_URL", None),
     ("OPENAI_API_KEY", None),
     ("OPENAI_BASE_URL", None),
     ("OPENAI_MODEL", None),
@@ -50,7 +121,8 @@ const BASE_ENV: [(&str, Option<&str>); 5] = [
 pub const OWNER_EMAIL: &str = "owner@test.local";
 pub const OWNER_PASSWORD: &str = "test-password-123";
 
-/// Creates the owner and an API key with the CLI (once per data dir) and returns the key.
+/// Creates the owner and an API key with the CLI (once per data dir and database) and returns
+/// the key.
 fn bootstrap_credentials(data_dir: &Path) -> String {
     let key_file = data_dir.with_extension("key");
     if let Ok(key) = std::fs::read_to_string(&key_file) {
@@ -69,7 +141,9 @@ fn bootstrap_credentials(data_dir: &Path) -> String {
             "--data-dir",
         ])
         .arg(data_dir)
+        .args(database_args(data_dir))
         .env("SESSIOND_LOG", "warn")
+        .env_remove("SESSIOND_DATABASE_URL")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -98,7 +172,9 @@ fn bootstrap_credentials(data_dir: &Path) -> String {
             "--data-dir",
         ])
         .arg(data_dir)
+        .args(database_args(data_dir))
         .env("SESSIOND_LOG", "warn")
+        .env_remove("SESSIOND_DATABASE_URL")
         .output()
         .expect("token create");
     assert!(
@@ -226,6 +302,7 @@ impl Server {
     ) -> Server {
         // Any client a test builds after starting a server has the TLS provider it needs.
         sessiond::tls::install_provider();
+        let database = database_for(data_dir);
         let token = bootstrap_credentials(data_dir);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessiond"));
         cmd.arg("serve")
@@ -235,6 +312,7 @@ impl Server {
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(data_dir)
+            .args(database_args(data_dir))
             .args(&extra_args);
         let overridden = |k: &str| env.iter().any(|(e, _)| e == k);
         for (k, v) in BASE_ENV.iter().filter(|(k, _)| !overridden(k)) {
@@ -293,7 +371,13 @@ impl Server {
             extra_args,
             env,
             log,
+            database,
         }
+    }
+
+    /// The `--database` URL the server runs with (the PostgreSQL pass).
+    pub fn database_url(&self) -> Option<&str> {
+        self.database.as_ref().map(|db| db.url.as_str())
     }
 
     /// SIGKILL, then start again on the same data dir (new port).
@@ -927,6 +1011,7 @@ pub fn sessiond_command() -> Command {
     cmd.env_remove("SESSIOND_CONFIG")
         .env_remove("SESSIOND_DATA_DIR")
         .env_remove("SESSIOND_BIND")
+        .env_remove("SESSIOND_DATABASE_URL")
         .env("SESSIOND_ENGINE", "scripted")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
@@ -936,12 +1021,15 @@ pub fn sessiond_command() -> Command {
     cmd
 }
 
-/// Runs the CLI on a data dir, with `stdin` if given, and fails unless it succeeds; returns what
-/// it printed, trimmed.
+/// Runs the CLI on a data dir (and its server's database), with `stdin` if given, and fails
+/// unless it succeeds; returns what it printed, trimmed.
 pub fn cli(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
     use std::io::{Seek, Write};
     let mut cmd = sessiond_command();
-    cmd.args(args).arg("--data-dir").arg(data_dir);
+    cmd.args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(database_args(data_dir));
     if let Some(input) = stdin {
         let mut f = tempfile::tempfile().expect("temp file");
         f.write_all(input.as_bytes()).expect("write stdin");
@@ -1009,6 +1097,81 @@ pub fn open_db_readonly(path: &Path) -> rusqlite::Connection {
 pub fn count_rows(conn: &rusqlite::Connection, table: &str) -> i64 {
     conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
         .unwrap_or_else(|e| panic!("count {table}: {e}"))
+}
+
+/// `text` as an SQL string literal, the same for SQLite and PostgreSQL.
+pub fn sql_text(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// A row as the tests compare rows of either backend: each value as text (`None` for NULL),
+/// integers in decimal, blobs as PostgreSQL prints them (`\x` and hex).
+pub type DbRow = Vec<Option<String>>;
+
+/// The rows of `sql` on an SQLite connection, as [`DbRow`]s.
+fn sqlite_rows(conn: &rusqlite::Connection, sql: &str) -> Vec<DbRow> {
+    use rusqlite::types::ValueRef;
+    let mut stmt = conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let columns = stmt.column_count();
+    let rows = stmt
+        .query_map([], |r| {
+            (0..columns)
+                .map(|i| {
+                    Ok(match r.get_ref(i)? {
+                        ValueRef::Null => None,
+                        ValueRef::Integer(n) => Some(n.to_string()),
+                        ValueRef::Real(x) => Some(x.to_string()),
+                        ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+                        ValueRef::Blob(b) => Some(format!("\\x{}", sessiond::secret::hex(b))),
+                    })
+                })
+                .collect::<rusqlite::Result<DbRow>>()
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.collect::<rusqlite::Result<_>>()
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+impl Server {
+    /// The rows of `sql` — a query that SQLite and PostgreSQL read alike — on this server's
+    /// database, whichever backend it runs on (safe while it serves).
+    pub fn db_rows(&self, sql: &str) -> Vec<DbRow> {
+        match &self.database {
+            Some(db) => db.rows(sql),
+            None => sqlite_rows(&open_db_readonly(&self.data_dir.join("sessiond.db")), sql),
+        }
+    }
+
+    /// The one value of a one-row, one-column query (see [`Server::db_rows`]).
+    pub fn db_value(&self, sql: &str) -> Option<String> {
+        let rows = self.db_rows(sql);
+        assert_eq!(rows.len(), 1, "{sql}: {rows:?}");
+        assert_eq!(rows[0].len(), 1, "{sql}: {rows:?}");
+        rows[0][0].clone()
+    }
+
+    /// `SELECT count(*) FROM <table>` on this server's database.
+    pub fn db_count(&self, table: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM {table}");
+        let n = self.db_value(&sql).unwrap_or_default();
+        n.parse().unwrap_or_else(|e| panic!("{sql}: {n:?}: {e}"))
+    }
+
+    /// Runs `sql` — statements that SQLite and PostgreSQL run alike — on this server's database,
+    /// for a test that changes it behind the server's back (while it is stopped).
+    pub fn db_execute(&self, sql: &str) {
+        match &self.database {
+            Some(db) => {
+                db.psql(sql);
+            }
+            None => {
+                let conn = rusqlite::Connection::open(self.data_dir.join("sessiond.db"))
+                    .unwrap_or_else(|e| panic!("open {}: {e}", self.data_dir.display()));
+                conn.execute_batch(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

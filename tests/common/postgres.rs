@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 /// The port in the socket's name (`.s.PGSQL.<port>`); the socket lives in the cluster's own
 /// directory, so every cluster can use the same one.
-const PORT: u16 = 5432;
+pub const PORT: u16 = 5432;
 /// The cluster's superuser (trust authentication on its socket only).
 pub const USER: &str = "sessiond";
 
@@ -44,6 +44,11 @@ pub struct Database {
 }
 
 impl Cluster {
+    /// The directory of PostgreSQL's programs (`createdb`, `psql`, …) this cluster runs with.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin
+    }
+
     pub fn socket_dir(&self) -> PathBuf {
         self.dir.path().join("socket")
     }
@@ -185,21 +190,59 @@ impl Database {
     /// Runs SQL with `psql` (stops at the first error) and returns what it printed, unaligned and
     /// without headers.
     pub fn psql(&self, sql: &str) -> String {
+        self.psql_with(&[], sql).trim_end().to_owned()
+    }
+
+    /// The rows of a query, each value as text (`None` for NULL), as `psql` prints them.
+    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        // Separators and a NULL marker that no stored text holds.
+        const FIELD: &str = "\u{1f}";
+        const RECORD: &str = "\u{1e}";
+        const NULL: &str = "\u{1a}NULL\u{1a}";
+        // With the header and the `(N rows)` footer, so that one empty value is not mistaken
+        // for no row.
+        let out = self.psql_with(
+            &[
+                "-P",
+                "tuples_only=off",
+                "-P",
+                "footer=on",
+                "-F",
+                FIELD,
+                "-R",
+                RECORD,
+                "-P",
+                &format!("null={NULL}"),
+            ],
+            sql,
+        );
+        let out = out.strip_suffix('\n').unwrap_or(&out);
+        let records: Vec<&str> = out.split(RECORD).collect();
+        let (footer, records) = records.split_last().expect("psql printed a footer");
+        let count: usize = footer
+            .trim_matches(['(', ')'])
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{sql}: not a psql footer: {footer:?}"));
+        let rows = &records[1..];
+        assert_eq!(rows.len(), count, "{sql}: {out:?}");
+        rows.iter()
+            .map(|r| {
+                r.split(FIELD)
+                    .map(|v| (v != NULL).then(|| v.to_owned()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn psql_with(&self, options: &[&str], sql: &str) -> String {
         let out = self
             .cluster
             .client("psql")
-            .args([
-                "-X",
-                "-q",
-                "-A",
-                "-t",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-d",
-                &self.name,
-                "-c",
-                sql,
-            ])
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+            .args(options)
+            .args(["-d", &self.name, "-c", sql])
             .output()
             .expect("run psql");
         assert!(
@@ -207,7 +250,7 @@ impl Database {
             "psql failed on {sql:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
 

@@ -4,8 +4,14 @@
 serves on an ephemeral loopback port with the plain scripted engine, like the Rust tests'
 `tests/common/mod.rs`. It can be stopped (SIGTERM), killed (SIGKILL) and restarted on the same data
 dir, which is what restart tests need.
+
+With `SESSIOND_TEST_BACKEND=postgres` (the PostgreSQL pass) each server gets a PostgreSQL database
+of its own, made with `createdb` in the cluster tests/python.rs runs (`SESSIOND_TEST_PG_*`), and it
+and every CLI command on its data dir are given `--database URL`; the database is dropped by
+`close()`. Unset, the store is SQLite in the data dir; any other value is an error.
 """
 
+import itertools
 import os
 import shutil
 import signal
@@ -13,21 +19,73 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 
 BIN = os.environ.get("SESSIOND_BIN", "")
 OWNER_EMAIL = "owner@test.local"
 OWNER_PASSWORD = "test-password-123"
 WORKSPACE = "default"
 
-# What every test server starts with: the scripted engine and none of the outer OpenAI variables.
+# What every test server starts with: the scripted engine and none of the outer OpenAI variables
+# or database URL.
 BASE_ENV = {"SESSIOND_ENGINE": "scripted", "SESSIOND_LOG": "warn"}
-DROPPED_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL")
+DROPPED_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "SESSIOND_DATABASE_URL")
+
+BACKEND = os.environ.get("SESSIOND_TEST_BACKEND")
+if BACKEND not in (None, "postgres"):
+    raise RuntimeError(
+        f"SESSIOND_TEST_BACKEND={BACKEND!r}: the tests run on SQLite with the variable unset, "
+        "on PostgreSQL with SESSIOND_TEST_BACKEND=postgres"
+    )
 
 
-def _cli(data_dir, args, stdin=None):
-    env = dict(os.environ, SESSIOND_LOG="warn")
+class Database:
+    """A PostgreSQL database of its own in the test cluster (the PostgreSQL pass)."""
+
+    _next = itertools.count(1)
+
+    def __init__(self):
+        try:
+            self._bin = os.environ["SESSIOND_TEST_PG_BIN"]
+            self._host = os.environ["SESSIOND_TEST_PG_HOST"]
+            self._port = os.environ["SESSIOND_TEST_PG_PORT"]
+            self._user = os.environ["SESSIOND_TEST_PG_USER"]
+        except KeyError as e:
+            raise RuntimeError(
+                f"SESSIOND_TEST_BACKEND=postgres without {e.args[0]}: run the suites through "
+                "`cargo test --test python`, which starts the PostgreSQL cluster"
+            ) from None
+        self.name = f"py{os.getpid()}_{next(self._next)}"
+        self._run("createdb", self.name)
+        host = urllib.parse.quote(self._host, safe="")
+        self.url = f"postgresql://{self._user}@{host}:{self._port}/{self.name}"
+
+    def _run(self, program, *args):
+        out = subprocess.run(
+            [os.path.join(self._bin, program), "-h", self._host, "-p", self._port, "-U", self._user, *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"{program} {' '.join(args)} failed: {out.stderr.strip()}")
+
+    def drop(self):
+        self._run("dropdb", "--force", "--if-exists", self.name)
+
+
+def _child_env(**overrides):
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    env.update(overrides)
+    return env
+
+
+def _cli(data_dir, args, stdin=None, database=None):
+    env = _child_env(SESSIOND_LOG="warn")
+    db_args = ["--database", database.url] if database else []
     out = subprocess.run(
-        [BIN, *args, "--data-dir", data_dir],
+        [BIN, *args, "--data-dir", data_dir, *db_args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -57,15 +115,16 @@ class Server:
         self.proc = None
         self.base = None
         self.metrics_url = None
+        self.database = Database() if BACKEND == "postgres" else None
         # The CLI works on an existing data dir only (`serve` is the one command that creates it).
         os.makedirs(self.data_dir)
-        _cli(self.data_dir, ["user", "create", "--email", OWNER_EMAIL, "--password-stdin"], stdin=OWNER_PASSWORD + "\n")
+        self.cli("user", "create", "--email", OWNER_EMAIL, "--password-stdin", stdin=OWNER_PASSWORD + "\n")
         self.key = self.token(["sessions", "files:write"], name="tests")
         self.start()
 
     def cli(self, *args, stdin=None):
-        """Runs a CLI subcommand on this server's data dir; returns its stdout."""
-        return _cli(self.data_dir, list(args), stdin=stdin)
+        """Runs a CLI subcommand on this server's data dir (and database); returns its stdout."""
+        return _cli(self.data_dir, list(args), stdin=stdin, database=self.database)
 
     def token(self, scopes, name="py"):
         """A new API key of the owner with these scopes."""
@@ -76,12 +135,12 @@ class Server:
 
     def start(self):
         assert self.proc is None, "already running"
-        env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
-        env.update(BASE_ENV)
+        env = _child_env(**BASE_ENV)
         env.update(self.env)
+        db_args = ["--database", self.database.url] if self.database else []
         self.proc = subprocess.Popen(
             [BIN, "serve", "--bind", "127.0.0.1:0", "--metrics-bind", "127.0.0.1:0",
-             "--data-dir", self.data_dir, *self.args],
+             "--data-dir", self.data_dir, *db_args, *self.args],
             stdout=subprocess.PIPE,
             text=True,
             env=env,
@@ -124,6 +183,9 @@ class Server:
     def close(self):
         self.kill()
         shutil.rmtree(self._tmp, ignore_errors=True)
+        if self.database is not None:
+            database, self.database = self.database, None
+            database.drop()
 
 
 def wait_for(predicate, timeout=30.0, interval=0.02, what="condition"):
