@@ -21,7 +21,7 @@
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::{broadcast, watch};
 
@@ -264,7 +264,13 @@ pub struct Bus {
     capacity: usize,
     max_subscribers: usize,
     closed: watch::Sender<bool>,
+    /// Where deltas published here also go, when other processes share the database (set once
+    /// by the store's backend).
+    relay: OnceLock<Relay>,
 }
+
+/// Hands a delta published on this process to the other processes: `(session, after_seq, step)`.
+pub type Relay = Box<dyn Fn(&str, u64, &Step) + Send + Sync>;
 
 /// A live subscription plus the volatile tail that was current when it began.
 pub struct Subscription {
@@ -313,7 +319,39 @@ impl Bus {
             capacity,
             max_subscribers,
             closed: watch::channel(false).0,
+            relay: OnceLock::new(),
         })
+    }
+
+    /// Sends every delta published on this process to `relay` as well (once; later calls are
+    /// ignored). Deltas that come from other processes are published with
+    /// [`Bus::publish_peer_delta`], which does not relay them again.
+    pub fn set_relay(&self, relay: Relay) {
+        let _ = self.relay.set(relay);
+    }
+
+    /// The last durable seq sent to a session's live state, if it has any (subscribers or a
+    /// tail): what another process's commit is compared with.
+    pub fn sent_seq(&self, session_id: &str) -> Option<u64> {
+        let topic = self.get(session_id)?;
+        let st = topic.lock();
+        (!st.removed).then_some(st.sent_seq)
+    }
+
+    /// Every session with live state and the last durable seq sent to it.
+    pub fn live_topics(&self) -> Vec<(String, u64)> {
+        let topics: Vec<(String, Arc<Topic>)> = self
+            .map()
+            .iter()
+            .map(|(id, t)| (id.clone(), Arc::clone(t)))
+            .collect();
+        topics
+            .into_iter()
+            .filter_map(|(id, t)| {
+                let st = t.lock();
+                (!st.removed).then_some((id, st.sent_seq))
+            })
+            .collect()
     }
 
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Topic>>> {
@@ -437,8 +475,16 @@ impl Bus {
 
     /// Publishes a text or reasoning delta (volatile): to live subscribers as its own frame, and
     /// into the tail merged with the deltas before it. `after_seq` is the last durable seq the
-    /// publisher knows of.
+    /// publisher knows of. It is relayed to the other processes, if any.
     pub fn publish_delta(&self, session_id: &str, after_seq: u64, step: &Step) {
+        if let Some(relay) = self.relay.get() {
+            relay(session_id, after_seq, step);
+        }
+        self.publish_peer_delta(session_id, after_seq, step);
+    }
+
+    /// Publishes a delta another process published (it is not relayed again).
+    pub fn publish_peer_delta(&self, session_id: &str, after_seq: u64, step: &Step) {
         let now = crate::clock::now_ms();
         let part = match step {
             Step::TextDelta { delta } => TailPart::Text(delta.clone(), now),

@@ -194,6 +194,8 @@ pub struct Metrics {
     pub sse_subscribers: Gauge,
     /// Streams ended because their client fell behind (it resumes by seq).
     pub sse_lagged: Counter,
+    /// Live frames that skipped a seq and sent their stream back to the store's backlog.
+    pub sse_backlog_rereads: Counter,
     pub logins_throttled: Counter,
     /// Connections refused because the process is near its open-files limit.
     pub connections_refused: Counter,
@@ -215,6 +217,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     engine_errors: Family::new(&["engine"], Counter::default),
     sse_subscribers: Gauge::default(),
     sse_lagged: Counter::default(),
+    sse_backlog_rereads: Counter::default(),
     logins_throttled: Counter::default(),
     connections_refused: Counter::default(),
 });
@@ -370,6 +373,13 @@ impl Metrics {
             "counter",
             "Event streams ended because their client fell behind (it resumes by seq).",
             self.sse_lagged.get(),
+        );
+        scalar(
+            &mut out,
+            "sessiond_sse_backlog_rereads_total",
+            "counter",
+            "Live frames that skipped a seq, so that their stream read the skipped events from the store.",
+            self.sse_backlog_rereads.get(),
         );
         scalar(
             &mut out,

@@ -2,6 +2,7 @@
 //! in the right order on SIGINT/SIGTERM (streams ended, turns interrupted, writer flushed).
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use actix_web::{App, middleware, web};
@@ -329,6 +330,43 @@ fn log_engines(store: &Store, engines: &Engines) {
     }
 }
 
+/// This process's folder when several processes share the data dir (PostgreSQL):
+/// `run/<host>/<runner id>/`, locked while the process runs, with the registry of the programs
+/// it starts (`children/`). Folders of this host whose lock is free belong to processes that
+/// died: their programs are stopped and the folders removed. A process never touches another
+/// host's folders (their process ids mean nothing here) nor a live peer's.
+fn process_dir(data_dir: &std::path::Path) -> Result<(PathBuf, std::fs::File), String> {
+    let id = crate::ids::process_id();
+    let host = id.rsplitn(3, '-').nth(2).unwrap_or("sessiond");
+    let hosts = data_dir.join("run").join(host);
+    if let Ok(entries) = std::fs::read_dir(&hosts) {
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let Ok(file) = std::fs::File::open(dir.join("lock")) else {
+                continue;
+            };
+            if file.try_lock().is_ok() {
+                let orphans = crate::process::stop_orphans(&dir.join("children"));
+                if orphans > 0 {
+                    tracing::warn!(
+                        groups = orphans,
+                        runner = %entry.file_name().to_string_lossy(),
+                        "stopped programs a sessiond that died left running"
+                    );
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    }
+    let own = hosts.join(id);
+    std::fs::create_dir_all(&own).map_err(|e| format!("cannot create {}: {e}", own.display()))?;
+    let lock = std::fs::File::create(own.join("lock"))
+        .map_err(|e| format!("cannot create {}: {e}", own.join("lock").display()))?;
+    lock.try_lock()
+        .map_err(|e| format!("cannot lock {}: {e}", own.join("lock").display()))?;
+    Ok((own.join("children"), lock))
+}
+
 pub fn serve(cfg: Config) -> Result<(), String> {
     api::schema::self_check()?;
     let open_files = raise_open_files_limit();
@@ -343,7 +381,12 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     };
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
-    let _lock = lock_data_dir(&cfg.data_dir)?;
+    // With SQLite the data dir is this process's alone; with PostgreSQL every process of the
+    // deployment shares it (the drive, uploads), and each keeps its own folder under `run/`.
+    let _lock = match &cfg.database_url {
+        None => Some(lock_data_dir(&cfg.data_dir)?),
+        Some(_) => None,
+    };
     let cfg = Arc::new(cfg);
     let bus = Bus::new(
         cfg.stream.channel_capacity,
@@ -364,14 +407,23 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start runner runtime: {e}"))?;
     // Programs a previous sessiond started and could not stop (it was killed) stop now.
-    let children = cfg.data_dir.join("run").join("children");
-    let orphans = crate::process::stop_orphans(&children);
-    if orphans > 0 {
-        tracing::warn!(
-            groups = orphans,
-            "stopped programs a previous sessiond left running"
-        );
-    }
+    let (children, _process_lock) = match &cfg.database_url {
+        None => {
+            let children = cfg.data_dir.join("run").join("children");
+            let orphans = crate::process::stop_orphans(&children);
+            if orphans > 0 {
+                tracing::warn!(
+                    groups = orphans,
+                    "stopped programs a previous sessiond left running"
+                );
+            }
+            (children, None)
+        }
+        Some(_) => {
+            let (children, lock) = process_dir(&cfg.data_dir)?;
+            (children, Some(lock))
+        }
+    };
     crate::process::track_in(children)
         .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
     let engines = Engines::new(default, cfg.policy.clone());

@@ -1455,6 +1455,10 @@ fn wrong_method_is_405_with_allow() {
 /// working beside the server.
 #[test]
 fn a_second_server_on_the_same_data_dir_is_refused_and_ends_nothing() {
+    if skip_on_postgres("on PostgreSQL several processes share a data dir (tests/multi_process.rs)")
+    {
+        return;
+    }
     let s = Server::start();
     let id = s.create_prompt("/slow 200\n/stream 100");
     s.wait_for_event(&id, &["turn_started"], 1, Duration::from_secs(10));

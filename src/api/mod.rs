@@ -37,6 +37,8 @@ async fn healthz(state: web::Data<AppState>) -> HttpResponse {
         "version": env!("CARGO_PKG_VERSION"),
         "schemaVersion": *crate::store::SCHEMA_VERSION,
         "storage": storage_json,
+        // Which process answered: the runner id its turns record (several may share a database).
+        "runner": { "id": crate::ids::process_id() },
     }))
 }
 

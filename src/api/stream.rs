@@ -152,6 +152,8 @@ struct StreamState<R> {
     closed: watch::Receiver<bool>,
     /// The backlog already carried an output past the tail's start: the tail is stale.
     tail_settled: bool,
+    /// The stream went live once (a re-read of the backlog does not announce it again).
+    live_once: bool,
     ends: Ends,
     render: R,
     _open: OpenStream,
@@ -184,6 +186,7 @@ pub fn respond<R: Render>(o: Opening<R>) -> HttpResponse {
         expiry_timer: None,
         keepalive: o.keepalive,
         tail_settled: false,
+        live_once: false,
         ends: o.ends,
         render: o.render,
         _open: OpenStream::new(),
@@ -230,10 +233,18 @@ impl Out {
 }
 
 impl<R: Render> StreamState<R> {
-    /// Appends a live frame unless it is a durable one already sent.
+    /// Appends a live frame unless it is a durable one already sent. A durable frame that skips
+    /// a seq (with several processes on one database, frames of one session may reach this
+    /// process out of order or not at all) sends the stream back to the backlog, which reads
+    /// the skipped events and this one from the store; the live frames after it follow.
     async fn push_live(&mut self, frame: Arc<Frame>, out: &mut Out) {
         if let Some(seq) = frame.seq {
             if seq <= self.last {
+                return;
+            }
+            if seq > self.last + 1 {
+                METRICS.sse_backlog_rereads.inc();
+                self.phase = Phase::Backlog;
                 return;
             }
             self.last = seq;
@@ -338,6 +349,10 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
             }
             Phase::GoLive => {
                 st.phase = Phase::Live;
+                if std::mem::replace(&mut st.live_once, true) {
+                    // Back from re-reading a skipped seq: the stream was live already.
+                    continue;
+                }
                 // Idle from here on (the backlog and the tail were writes).
                 st.last_write = Instant::now();
                 match st.render.went_live().await {

@@ -183,6 +183,7 @@ impl Store {
             ..postgres::PoolSettings::default()
         };
         let backend = postgres::backend::PgBackend::open(url, &settings)?;
+        backend.start_fanout(&bus);
         tracing::debug!(database = %backend.url(), "PostgreSQL store open");
         Ok(Store {
             inner: Arc::new(Inner {

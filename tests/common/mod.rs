@@ -34,12 +34,12 @@ static DATABASES: LazyLock<Mutex<HashMap<PathBuf, Weak<postgres::Database>>>> =
 /// there holds already (a restart), else a new one named after the running test. `None` on the
 /// SQLite pass. The database lives while the caller keeps it.
 pub fn database_for(data_dir: &Path) -> Option<Arc<postgres::Database>> {
-    if backend() == Backend::Sqlite {
-        return None;
-    }
     let mut map = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(db) = map.get(data_dir).and_then(Weak::upgrade) {
         return Some(db);
+    }
+    if backend() == Backend::Sqlite {
+        return None;
     }
     let test = std::thread::current()
         .name()
@@ -57,6 +57,15 @@ pub fn database_for(data_dir: &Path) -> Option<Arc<postgres::Database>> {
     // A key the CLI made for an earlier database of this data dir is not in this one.
     let _ = std::fs::remove_file(data_dir.with_extension("key"));
     Some(db)
+}
+
+/// Puts the servers started on `data_dir` (on either pass) on `db`: several processes that
+/// share one database and one data dir, as a deployment behind a load balancer runs them.
+pub fn share_database(data_dir: &Path, db: &Arc<postgres::Database>) {
+    let mut map = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+    map.retain(|_, db| db.strong_count() > 0);
+    map.insert(data_dir.to_owned(), Arc::downgrade(db));
+    let _ = std::fs::remove_file(data_dir.with_extension("key"));
 }
 
 /// `--database URL` for a command on `data_dir` when a server there runs on PostgreSQL; nothing

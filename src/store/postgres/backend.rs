@@ -27,6 +27,8 @@ pub(crate) struct PgBackend {
     /// The runtime that drives the pool's connections (shut down without waiting when the store
     /// goes: dropping a runtime may happen on an async thread).
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    /// Ends the listener and the relay (the store closes).
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Drop for PgBackend {
@@ -83,7 +85,25 @@ impl PgBackend {
             db,
             handle,
             runtime: Mutex::new(Some(runtime)),
+            stop: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// Starts the fan-out between processes: what others commit and stream reaches `bus`, and
+    /// what is streamed here reaches theirs (see [`super::fanout`]).
+    pub(crate) fn start_fanout(&self, bus: &Arc<Bus>) {
+        let config = self.db.config();
+        super::fanout::spawn_listener(
+            &self.handle,
+            config.clone(),
+            Arc::clone(bus),
+            self.stop.subscribe(),
+        );
+        bus.set_relay(super::fanout::relay(
+            &self.handle,
+            config,
+            self.stop.subscribe(),
+        ));
     }
 
     pub(crate) fn url(&self) -> &super::DatabaseUrl {
@@ -148,10 +168,17 @@ impl PgBackend {
             writer::run_alone(&db, request_id, f)
         }));
         let outcome = match outcome {
-            Ok(Ok(done)) => session
-                .execute_batch("COMMIT")
-                .map(|()| done)
-                .map_err(Error::from),
+            // The other processes hear of the appends when (and only if) they commit.
+            Ok(Ok(done)) => super::fanout::committed_notices(
+                done.1
+                    .iter()
+                    .map(|(session, frame)| (&**session, frame.seq)),
+            )
+            .iter()
+            .try_for_each(|notice| session.notify(super::fanout::CHANNEL, notice))
+            .and_then(|()| session.execute_batch("COMMIT"))
+            .map(|()| done)
+            .map_err(Error::from),
             Ok(Err(e)) => Err(e),
             Err(_) => {
                 tracing::error!("a write job panicked; its transaction was rolled back");
@@ -225,6 +252,7 @@ impl PgBackend {
     }
 
     pub(crate) fn close(&self) {
+        self.stop.send_replace(true);
         self.db.pool().close();
     }
 }

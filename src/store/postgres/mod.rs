@@ -11,6 +11,7 @@
 
 pub(crate) mod backend;
 pub(crate) mod error;
+pub(crate) mod fanout;
 mod migrate;
 mod url;
 
@@ -100,6 +101,13 @@ impl Postgres {
     /// The connection pool.
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// The connection settings (for the connections outside the pool: the listener, the relay).
+    pub(crate) fn config(&self) -> tokio_postgres::Config {
+        let mut config = self.url.config().clone();
+        config.application_name("sessiond");
+        config
     }
 
     /// The URL, printable (no password).

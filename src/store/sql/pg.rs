@@ -59,6 +59,17 @@ impl Session {
         }))
     }
 
+    /// Sends a notice on `channel`, delivered to its listeners if and when the current
+    /// transaction commits.
+    pub(crate) fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+        self.block_on(
+            self.client
+                .execute("SELECT pg_notify($1, $2)", &[&channel, &payload]),
+        )
+        .map(|_| ())
+        .map_err(error)
+    }
+
     pub(crate) fn execute_batch(&self, sql: &str) -> Result<()> {
         self.block_on(self.client.batch_execute(sql)).map_err(error)
     }

@@ -1,0 +1,426 @@
+//! Live fan-out between the processes that share one PostgreSQL database.
+//!
+//! Every write transaction that appends to a session sends, before its COMMIT, a notice on the
+//! [`CHANNEL`] naming the session and its newest seq (`NOTIFY` is transactional: the notice is
+//! delivered if and only if the transaction commits, and notices are delivered in commit order).
+//! Each process listens on a connection of its own ([`spawn_listener`]); for a session that has
+//! live state on this process (subscribers or a volatile tail) it reads the events it has not
+//! published yet from the database, by seq, and publishes them on its local bus. The notice only
+//! says *that* there is something to read: a missed notice is covered by the next one's read, and
+//! a listener that reconnects reads, for every live session, what it may have missed meanwhile.
+//! SSE streams re-read their backlog when a live frame skips a seq (`api/stream.rs`), so a resume
+//! stays exact whichever process committed what.
+//!
+//! Volatile deltas go through the same channel, unstored: the bus relays each delta published
+//! on this process ([`relay`]) to a task that sends it with `pg_notify` on a connection of its
+//! own, in order. PostgreSQL refuses a payload of 8000 bytes or more: a text or reasoning delta
+//! whose notice would be larger is split into several deltas (at character boundaries) that
+//! together carry the same text; other steps that large are not relayed (subscribers on other
+//! processes see the durable events that follow them). A relay that cannot keep up (its queue
+//! is full, the database unreachable) drops deltas, never blocks the turn that streams them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use crate::bus::{Bus, Frame};
+use crate::timeline::Step;
+
+/// The notification channel every sessiond process listens on.
+pub(crate) const CHANNEL: &str = "sessiond_events";
+
+/// The largest payload sent; PostgreSQL refuses 8000 bytes and more.
+pub(crate) const MAX_PAYLOAD: usize = 7_900;
+
+/// Events read per catch-up of one session; a larger gap is read from its newest end (a stream
+/// that sees a seq skipped reads the rest from the database itself).
+const CATCH_UP_EVENTS: u64 = 1_000;
+
+/// Deltas waiting for the relay's connection before new ones are dropped.
+const RELAY_QUEUE: usize = 8_192;
+
+/// How long a lost listener or relay connection waits before it connects again.
+const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// One notice on the channel.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "k", rename_all = "snake_case")]
+pub(crate) enum Notice {
+    /// A transaction appended to `session` up to `seq`.
+    Committed {
+        from: String,
+        session: String,
+        seq: u64,
+    },
+    /// A volatile step published after durable seq `after`.
+    Delta {
+        from: String,
+        session: String,
+        after: u64,
+        step: Step,
+    },
+}
+
+/// The commit notices of a transaction's frames: one per session, with its newest seq.
+pub(crate) fn committed_notices<'a>(
+    frames: impl IntoIterator<Item = (&'a str, Option<u64>)>,
+) -> Vec<String> {
+    let mut newest: Vec<(&str, u64)> = Vec::new();
+    for (session, seq) in frames {
+        let Some(seq) = seq else { continue };
+        match newest.iter_mut().find(|(s, _)| *s == session) {
+            Some((_, n)) => *n = (*n).max(seq),
+            None => newest.push((session, seq)),
+        }
+    }
+    newest
+        .into_iter()
+        .filter_map(|(session, seq)| {
+            serde_json::to_string(&Notice::Committed {
+                from: crate::ids::process_id().to_owned(),
+                session: session.to_owned(),
+                seq,
+            })
+            .ok()
+        })
+        .collect()
+}
+
+/// The notices of one delta: one, or several for a text that does not fit one payload.
+fn delta_notices(session: &str, after: u64, step: &Step) -> Vec<String> {
+    let encode = |step: Step| {
+        serde_json::to_string(&Notice::Delta {
+            from: crate::ids::process_id().to_owned(),
+            session: session.to_owned(),
+            after,
+            step,
+        })
+        .ok()
+    };
+    let Some(whole) = encode(step.clone()) else {
+        return Vec::new();
+    };
+    if whole.len() <= MAX_PAYLOAD {
+        return vec![whole];
+    }
+    let (text, make): (&str, fn(String) -> Step) = match step {
+        Step::TextDelta { delta } => (delta, |delta| Step::TextDelta { delta }),
+        Step::ReasoningDelta { delta } => (delta, |delta| Step::ReasoningDelta { delta }),
+        _ => {
+            tracing::debug!(session, bytes = whole.len(), "a step too large to relay");
+            return Vec::new();
+        }
+    };
+    // The envelope's size, and room for JSON escapes (at most six bytes per character).
+    let envelope = whole.len() - serde_json::to_string(text).map_or(0, |t| t.len());
+    let room = (MAX_PAYLOAD.saturating_sub(envelope) / 6).max(1);
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut end = room.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end == 0 {
+            end = rest.chars().next().map_or(rest.len(), char::len_utf8);
+        }
+        let (piece, tail) = rest.split_at(end);
+        out.extend(encode(make(piece.to_owned())));
+        rest = tail;
+    }
+    out
+}
+
+/// Sends every delta published on this process's bus to the other processes.
+pub(crate) fn relay(
+    handle: &tokio::runtime::Handle,
+    config: tokio_postgres::Config,
+    stop: watch::Receiver<bool>,
+) -> crate::bus::Relay {
+    let (tx, rx) = mpsc::channel::<String>(RELAY_QUEUE);
+    handle.spawn(send_relayed(config, rx, stop));
+    Box::new(move |session, after, step| {
+        for notice in delta_notices(session, after, step) {
+            if tx.try_send(notice).is_err() {
+                tracing::debug!(
+                    session,
+                    "the delta relay is behind; a delta was not relayed"
+                );
+                return;
+            }
+        }
+    })
+}
+
+async fn send_relayed(
+    config: tokio_postgres::Config,
+    mut rx: mpsc::Receiver<String>,
+    mut stop: watch::Receiver<bool>,
+) {
+    'connect: loop {
+        if *stop.borrow() {
+            return;
+        }
+        let client = match config.connect(NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                client
+            }
+            Err(e) => {
+                tracing::warn!(error = %super::error::describe(&e), "the delta relay cannot connect");
+                tokio::select! {
+                    () = tokio::time::sleep(RECONNECT_DELAY) => continue 'connect,
+                    _ = stop.changed() => return,
+                }
+            }
+        };
+        let Ok(statement) = client.prepare("SELECT pg_notify($1, $2)").await else {
+            tokio::time::sleep(RECONNECT_DELAY).await;
+            continue 'connect;
+        };
+        loop {
+            let notice = tokio::select! {
+                notice = rx.recv() => match notice {
+                    Some(n) => n,
+                    None => return,
+                },
+                _ = stop.changed() => return,
+            };
+            if let Err(e) = client.execute(&statement, &[&CHANNEL, &notice]).await {
+                tracing::debug!(error = %super::error::describe(&e), "a delta was not relayed");
+                if client.is_closed() {
+                    continue 'connect;
+                }
+            }
+        }
+    }
+}
+
+/// Listens for the other processes' notices until `stop`, publishing what they committed and
+/// streamed to this process's bus.
+pub(crate) fn spawn_listener(
+    handle: &tokio::runtime::Handle,
+    config: tokio_postgres::Config,
+    bus: Arc<Bus>,
+    stop: watch::Receiver<bool>,
+) {
+    handle.spawn(listen(config, bus, stop));
+}
+
+async fn listen(config: tokio_postgres::Config, bus: Arc<Bus>, mut stop: watch::Receiver<bool>) {
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+                let driver = tokio::spawn(async move {
+                    loop {
+                        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                            Some(Ok(AsyncMessage::Notification(n))) => {
+                                if tx.send(n.payload().to_owned()).is_err() {
+                                    return;
+                                }
+                            }
+                            Some(Ok(_)) => {}
+                            Some(Err(e)) => {
+                                tracing::warn!(error = %super::error::describe(&e), "the event listener's connection failed");
+                                return;
+                            }
+                            None => return,
+                        }
+                    }
+                });
+                if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+                    tracing::warn!(error = %super::error::describe(&e), "cannot listen for other processes' events");
+                    driver.abort();
+                } else {
+                    // Whatever was committed while nobody listened.
+                    let pending = bus
+                        .live_topics()
+                        .into_iter()
+                        .map(|(session, _)| (session, None))
+                        .collect();
+                    catch_up(&client, &bus, pending).await;
+                    loop {
+                        let first = tokio::select! {
+                            payload = rx.recv() => payload,
+                            _ = stop.changed() => {
+                                driver.abort();
+                                return;
+                            }
+                        };
+                        let Some(first) = first else { break };
+                        let mut batch = vec![first];
+                        while let Ok(more) = rx.try_recv() {
+                            batch.push(more);
+                        }
+                        let pending = apply(&bus, batch);
+                        catch_up(&client, &bus, pending).await;
+                    }
+                    driver.abort();
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %super::error::describe(&e), "the event listener cannot connect");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RECONNECT_DELAY) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Applies a batch of notices in order: deltas are published at once (the bus holds one that
+/// follows a commit until that commit's frames are sent); commits are recorded and returned,
+/// newest seq per session, for sessions with live state here.
+fn apply(bus: &Bus, batch: Vec<String>) -> HashMap<String, Option<u64>> {
+    let me = crate::ids::process_id();
+    let mut pending: HashMap<String, Option<u64>> = HashMap::new();
+    for payload in batch {
+        let notice = match serde_json::from_str::<Notice>(&payload) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(error = %e, "an unreadable notice");
+                continue;
+            }
+        };
+        match notice {
+            Notice::Committed { from, .. } | Notice::Delta { from, .. } if from == me => {}
+            Notice::Committed { session, seq, .. } => {
+                if bus.sent_seq(&session).is_some() {
+                    bus.committed([(session.as_str(), seq)]);
+                    let newest = pending.entry(session).or_insert(Some(seq));
+                    *newest = (*newest).max(Some(seq));
+                }
+            }
+            Notice::Delta {
+                session,
+                after,
+                step,
+                ..
+            } => bus.publish_peer_delta(&session, after, &step),
+        }
+    }
+    pending
+}
+
+/// Reads and publishes, for each session, the events after the last one its live state was
+/// sent, up to the given seq (`None`: the newest stored).
+async fn catch_up(
+    client: &tokio_postgres::Client,
+    bus: &Bus,
+    pending: HashMap<String, Option<u64>>,
+) {
+    for (session, upto) in pending {
+        let Some(sent) = bus.sent_seq(&session) else {
+            continue;
+        };
+        let upto = match upto {
+            Some(seq) => seq,
+            None => match client
+                .query_opt(
+                    "SELECT last_event_seq FROM sessions WHERE id = $1",
+                    &[&session],
+                )
+                .await
+            {
+                Ok(Some(row)) => row.get::<_, i64>(0) as u64,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::debug!(error = %super::error::describe(&e), "cannot read a session's last seq");
+                    continue;
+                }
+            },
+        };
+        if upto <= sent {
+            continue;
+        }
+        // A topic that has sent nothing yet belongs to subscribers that read the backlog
+        // themselves: the newest event is enough for them (a stream re-reads a skipped seq).
+        let after = if sent == 0 {
+            upto - 1
+        } else {
+            sent.max(upto.saturating_sub(CATCH_UP_EVENTS))
+        };
+        let rows = match client
+            .query(
+                "SELECT e.seq, e.created_at, e.type, e.body FROM events e
+                 JOIN sessions s ON s.pk = e.session_pk
+                 WHERE s.id = $1 AND e.seq > $2 AND e.seq <= $3 ORDER BY e.seq",
+                &[&session, &(after as i64), &(upto as i64)],
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::debug!(error = %super::error::describe(&e), "cannot read another process's events");
+                continue;
+            }
+        };
+        for row in rows {
+            let seq = row.get::<_, i64>(0) as u64;
+            let created_at: i64 = row.get(1);
+            let event_type: String = row.get(2);
+            let body: String = row.get(3);
+            let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
+            bus.publish_durable(&session, Frame::durable(seq, &event_type, data, created_at));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_text_delta_is_split_into_notices_that_fit() {
+        let text: String = "é\"x".repeat(5_000);
+        let notices = delta_notices(
+            "s",
+            3,
+            &Step::TextDelta {
+                delta: text.clone(),
+            },
+        );
+        assert!(notices.len() > 1);
+        let mut joined = String::new();
+        for n in &notices {
+            assert!(n.len() <= MAX_PAYLOAD, "{}", n.len());
+            match serde_json::from_str::<Notice>(n).unwrap() {
+                Notice::Delta {
+                    after: 3,
+                    step: Step::TextDelta { delta },
+                    ..
+                } => joined.push_str(&delta),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(joined, text);
+    }
+
+    #[test]
+    fn commits_notify_each_session_once_with_its_newest_seq() {
+        let notices =
+            committed_notices([("a", Some(3)), ("b", Some(1)), ("a", Some(4)), ("a", None)]);
+        assert_eq!(notices.len(), 2);
+        assert!(
+            notices[0].contains(r#""session":"a","seq":4"#),
+            "{}",
+            notices[0]
+        );
+        assert!(
+            notices[1].contains(r#""session":"b","seq":1"#),
+            "{}",
+            notices[1]
+        );
+    }
+}
