@@ -106,6 +106,13 @@ pub struct RunnerConfig {
     pub wait_deadline_ms: u64,
     /// Interval of `heartbeat` events while a turn has background tasks running.
     pub heartbeat_ms: u64,
+    /// With several processes on one database (PostgreSQL): how long a turn's lease lasts
+    /// unless its process renews it. A process that dies mid-turn is noticed this long after its
+    /// last renewal, and another process ends its turns.
+    pub lease_ms: u64,
+    /// How often a process renews the leases of its turns and looks for expired leases and for
+    /// work due that no process has taken (PostgreSQL only).
+    pub lease_renew_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -222,6 +229,8 @@ impl Default for RunnerConfig {
             interrupt_grace_ms: 5000,
             wait_deadline_ms: 30_000,
             heartbeat_ms: 5_000,
+            lease_ms: 10_000,
+            lease_renew_ms: 2_000,
         }
     }
 }
@@ -283,6 +292,13 @@ impl Config {
 
     /// Rejects values that cannot work, with a message naming the key.
     pub fn validate(&self) -> Result<(), String> {
+        if self.runner.lease_renew_ms == 0 || self.runner.lease_renew_ms * 2 > self.runner.lease_ms
+        {
+            return Err(
+                "runner.lease_renew_ms must be at least 1 and at most half of runner.lease_ms"
+                    .into(),
+            );
+        }
         if self.runner.workers == 0 {
             return Err("runner.workers must be at least 1".into());
         }

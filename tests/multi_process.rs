@@ -272,3 +272,185 @@ fn wait_and_interrupt_across_processes() {
         asked.elapsed()
     );
 }
+
+/// Short leases, so that a dead process's turns end soon (the bound the tests check).
+const LEASE_MS: u64 = 2_000;
+
+/// The deployment's config file: leases of [`LEASE_MS`], renewed four times per lease.
+fn short_leases(dir: &std::path::Path) -> String {
+    let path = dir.join("sessiond.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[runner]\nlease_ms = {LEASE_MS}\nlease_renew_ms = {}\n",
+            LEASE_MS / 4
+        ),
+    )
+    .expect("config file");
+    path.display().to_string()
+}
+
+impl Deployment {
+    fn start_with_short_leases(n: usize) -> Option<Deployment> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = short_leases(dir.path());
+        let mut d = Deployment::start(n, &["--config", &config])?;
+        d._dir = dir;
+        Some(d)
+    }
+}
+
+/// Under load, B is killed (SIGKILL) mid-turn: every turn it ran reaches a terminal through A
+/// or C within the lease bound, every acknowledged input is in the timeline once, no session is
+/// left running, and the turns queued behind B's run elsewhere.
+#[test]
+fn kill9_of_one_process_under_load_loses_nothing_and_leaves_nothing_stuck() {
+    let Some(mut d) = Deployment::start_with_short_leases(3) else {
+        return;
+    };
+    // Long turns on B (they are running when B dies), quick ones on A and C meanwhile.
+    let on_b: Vec<String> = (0..6)
+        .map(|_| create(&d.servers[1], "/slow 100\n/stream 600"))
+        .collect();
+    for id in &on_b {
+        d.servers[1].wait_for_event(id, &["turn_started"], 1, Duration::from_secs(20));
+    }
+    // Follow-ups queued behind B's turns, acknowledged (through A) before B dies.
+    for id in &on_b {
+        let a = &d.servers[0];
+        let (status, v) = a.post(
+            &a.sessions_url(&format!("/{id}/messages")),
+            &json!({ "prompt": "after the crash", "behavior": "follow_up", "clientRequestId": new_uuid() }),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+    let on_others: Vec<String> = (0..6)
+        .map(|i| create(&d.servers[if i % 2 == 0 { 0 } else { 2 }], "/stream 5"))
+        .collect();
+    let b_runner = runner_id(&d.servers[1]);
+    d.servers[1].kill9();
+    let killed = Instant::now();
+    let a = &d.servers[0];
+    for id in &on_b {
+        let ended = until(
+            "B's turn ended by another process",
+            Duration::from_secs(30),
+            || {
+                let events = a.history_all(id);
+                events
+                    .iter()
+                    .find(|e| etype(e) == "interrupted")
+                    .cloned()
+                    .map(|e| (e, events))
+            },
+        );
+        let (interrupted, events) = ended;
+        let warning = events
+            .iter()
+            .find(|e| etype(e) == "system" && seq(e) < seq(&interrupted) && seq(e) > 3)
+            .expect("the system notice before the terminal");
+        assert_eq!(
+            warning["event"]["metadata"]["code"], "runner_exited",
+            "{warning}"
+        );
+    }
+    // Within the lease plus one renewal interval of the survivors, and the time to write.
+    let bound = Duration::from_millis(LEASE_MS + LEASE_MS / 4) + Duration::from_secs(3);
+    assert!(
+        killed.elapsed() < bound,
+        "{:?} > {bound:?}",
+        killed.elapsed()
+    );
+    // The follow-ups B would have run next: taken by A or C, each answered once.
+    for id in &on_b {
+        until("the follow-up answered", Duration::from_secs(30), || {
+            let events = a.history_all(id);
+            events
+                .iter()
+                .any(|e| e["event"]["step"]["text"] == "echo: after the crash")
+                .then_some(())
+        });
+        until("the session settled", Duration::from_secs(30), || {
+            let d = a.detail(id);
+            (d["turnStatus"] != "running").then_some(d)
+        });
+        let events = a.history_all(id);
+        assert_gapless(id, &events);
+        let prompts = events
+            .iter()
+            .filter(|e| e["event"]["prompt"] == "after the crash")
+            .count();
+        assert_eq!(prompts, 1, "{id}");
+        let (_, record) = a.get(&a.url(&format!("/v2/sessions/{id}")));
+        assert_ne!(record["runner_id"], b_runner.as_str(), "{record}");
+    }
+    for id in &on_others {
+        a.wait_terminal(id, 1);
+    }
+    // Nothing stuck: no session of the deployment is running any more.
+    until("every turn ended", Duration::from_secs(30), || {
+        let (status, list) = a.get(&a.sessions_url("?limit=100"));
+        assert_eq!(status, 200);
+        let running = list["sessions"]
+            .as_array()
+            .expect("sessions")
+            .iter()
+            .filter(|s| s["turnStatus"] == "running")
+            .count();
+        (running == 0).then_some(())
+    });
+}
+
+/// A steer posted to A reaches the turn that B runs, at its next step.
+#[test]
+fn a_steer_posted_to_one_process_reaches_the_turn_another_runs() {
+    let Some(d) = Deployment::start(2, &[]) else {
+        return;
+    };
+    let [a, b] = &d.servers[..] else {
+        unreachable!()
+    };
+    let id = create(b, "/await_steer\n/reply done");
+    b.wait_for_event(&id, &["turn_started"], 1, Duration::from_secs(20));
+    let (status, v) = a.post(
+        &a.sessions_url(&format!("/{id}/messages")),
+        &json!({ "prompt": "this way", "clientRequestId": new_uuid() }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let term = b.wait_terminal(&id, 3);
+    let events = b.history_all(&id);
+    let turns = events.iter().filter(|e| etype(e) == "turn_started").count();
+    assert_eq!(turns, 1, "the steer ran as a turn of its own: {events:#?}");
+    assert!(
+        events[..seq(&term) as usize]
+            .iter()
+            .any(|e| e["event"]["step"]["text"] == "steered: this way"),
+        "{events:#?}"
+    );
+}
+
+/// A session that sleeps on B wakes once, on A, after B died; a turn's runner id is visible in
+/// its Session record and names the process that ran it.
+#[test]
+fn a_sleep_wakes_once_after_its_process_died() {
+    let Some(mut d) = Deployment::start_with_short_leases(2) else {
+        return;
+    };
+    let id = create(&d.servers[1], "/sleep 1500\n/reply woke");
+    let slept = d.servers[1].wait_for_event(&id, &["sleep"], 1, Duration::from_secs(20));
+    let b_runner = runner_id(&d.servers[1]);
+    let (_, record) = d.servers[1].get(&d.servers[1].url(&format!("/v2/sessions/{id}")));
+    assert_eq!(record["runner_id"], b_runner.as_str(), "{record}");
+    d.servers[1].kill9();
+    let a = &d.servers[0];
+    a.wait_for_event(&id, &["complete"], seq(&slept), Duration::from_secs(30));
+    let events = a.history_all(&id);
+    assert_gapless(&id, &events);
+    let wakes = events
+        .iter()
+        .filter(|e| e["event"]["step"]["text"] == "woke")
+        .count();
+    assert_eq!(wakes, 1, "{events:#?}");
+    let (_, record) = a.get(&a.url(&format!("/v2/sessions/{id}")));
+    assert_eq!(record["runner_id"], runner_id(a).as_str(), "{record}");
+}

@@ -25,7 +25,7 @@ use crate::config::RunnerConfig;
 use crate::engine::{Engines, SessionOps};
 use crate::error::Result;
 use crate::metrics::METRICS;
-use crate::store::{SessionKey, Store};
+use crate::store::{SessionKey, Store, TurnSignal};
 
 /// The answer a submission gets from the runner (R64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +65,13 @@ enum Msg {
     Deleted {
         pk: i64,
     },
-    /// Sessions with work found by a start-up recovery that had to wait for the storage.
+    /// A signal another process sent for a turn this process may be running.
+    Signal {
+        key: SessionKey,
+        signal: TurnSignal,
+    },
+    /// Sessions with work found by a start-up recovery that had to wait for the storage, or by
+    /// the lease keeper (turns of a process that died, work no process has taken).
     Recovered {
         sessions: Vec<(SessionKey, i64)>,
     },
@@ -170,6 +176,13 @@ impl Runner {
             dispatcher.schedule(key, due);
         }
         let shared = Arc::clone(&dispatcher.shared);
+        if shared.store.shared_by_processes() {
+            let signals = tx.clone();
+            shared.store.on_turn_signal(Box::new(move |key, signal| {
+                let _ = signals.send(Msg::Signal { key, signal });
+            }));
+            rt.spawn(keep_leases(Arc::clone(&shared), tx.clone()));
+        }
         rt.spawn(dispatcher.run(rx));
         if deferred {
             let (shared, tx) = (Arc::clone(&shared), tx.clone());
@@ -228,7 +241,9 @@ impl Runner {
         });
     }
 
+    /// Interrupts the session's turn, on this process or on whichever process runs it.
     pub fn interrupt(&self, key: SessionKey) {
+        self.shared.store.signal_turn(&key, TurnSignal::Interrupt);
         let _ = self.tx.send(Msg::Interrupt { key });
     }
 
@@ -300,6 +315,23 @@ impl Dispatcher {
                 ack,
             } => self.deliver(key, follow_up, ack),
             Msg::Interrupt { key } => self.interrupt(&key),
+            Msg::Signal { key, signal } => match signal {
+                TurnSignal::Interrupt => self.interrupt(&key),
+                TurnSignal::Steer | TurnSignal::FollowUp => {
+                    if let Some(active) = self.active.get_mut(&key.pk) {
+                        active.recheck = true;
+                        if signal == TurnSignal::FollowUp {
+                            active
+                                .control
+                                .follow_up_pending
+                                .store(true, Ordering::SeqCst);
+                        } else {
+                            active.control.steer_pending.store(true, Ordering::SeqCst);
+                            active.control.steer_notify.notify_one();
+                        }
+                    }
+                }
+            },
             Msg::ForceStop { pk, generation } => self.force_stop(pk, generation),
             Msg::TurnEnded { pk, outcome } => {
                 let recheck = self.active.remove(&pk).map(|a| (a.key, a.recheck));
@@ -385,6 +417,16 @@ impl Dispatcher {
             active.control.steer_pending.store(true, Ordering::SeqCst);
             active.control.steer_notify.notify_one();
             return reply(ack, Delivery::Accepted);
+        }
+        if self.shared.store.shared_by_processes() {
+            // Another process may be running this session's turn: the input reaches it there
+            // (a process that does not run it ignores the signal).
+            let signal = if follow_up {
+                TurnSignal::FollowUp
+            } else {
+                TurnSignal::Steer
+            };
+            self.shared.store.signal_turn(&key, signal);
         }
         if self.active.len() < self.shared.cfg.workers {
             self.start_turn(key, ack);
@@ -501,5 +543,58 @@ impl Dispatcher {
             let outcome = turn::force_interrupted(&shared, key, generation, partial).await;
             let _ = tx.send(Msg::TurnEnded { pk, outcome });
         });
+    }
+}
+
+/// With several processes on one database: renews the leases of this process's turns every
+/// `lease_renew_ms`, ends the turns whose lease expired (their process died), and hands the
+/// dispatcher the sessions with work due that no process has taken (a sleep's wake, a schedule's
+/// session, inputs a busy or dead process left). Runs until the dispatcher is gone.
+async fn keep_leases(shared: Arc<Shared>, tx: mpsc::UnboundedSender<Msg>) {
+    let every = Duration::from_millis(shared.cfg.lease_renew_ms);
+    let me = crate::ids::process_id();
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if tx.is_closed() {
+            return;
+        }
+        if let Err(e) = shared
+            .store
+            .turns()
+            .renew_leases(me, shared.cfg.lease_ms)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot renew this process's turn leases");
+            continue;
+        }
+        if shared.stopping.load(Ordering::SeqCst) {
+            // Stopping: keep the leases of the turns still ending, take on nothing new.
+            continue;
+        }
+        let mut sessions = match turn::recover_expired(&shared).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot end the turns of a process that is gone");
+                Vec::new()
+            }
+        };
+        let now = clock::now_ms();
+        match shared
+            .store
+            .turns()
+            .unclaimed_due_sessions(now, shared.cfg.workers as u32)
+            .await
+        {
+            Ok(found) => sessions.extend(found),
+            Err(e) => tracing::warn!(error = %e, "cannot look for work no process has taken"),
+        }
+        if !sessions.is_empty() {
+            let sessions = sessions.into_iter().map(|key| (key, now)).collect();
+            if tx.send(Msg::Recovered { sessions }).is_err() {
+                return;
+            }
+        }
     }
 }

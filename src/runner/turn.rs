@@ -189,7 +189,11 @@ async fn run_turn(
     control: &Arc<TurnControl>,
     ack: Option<oneshot::Sender<Delivery>>,
 ) -> Result<Outcome> {
-    let claim = match claim(&shared.store, key.clone()).await {
+    let lease = store::Lease {
+        owner: crate::ids::process_id().to_owned(),
+        ms: shared.cfg.lease_ms,
+    };
+    let claim = match claim(&shared.store, key.clone(), lease).await {
         Ok(claim) => claim,
         Err(e) if e.is_storage_fault() => {
             tracing::warn!(session = %key.id, error = %e, "cannot start a turn yet; will retry");
@@ -442,13 +446,13 @@ fn save_machine(
     )
 }
 
-async fn claim(store: &Store, key: SessionKey) -> Result<Option<Claim>> {
+async fn claim(store: &Store, key: SessionKey, lease: store::Lease) -> Result<Option<Claim>> {
     store
         .write(move |tx| {
             let Some(input) = tx.next_input(&key)? else {
                 return Ok(None);
             };
-            let Some(generation) = tx.claim_turn(&key)? else {
+            let Some(generation) = tx.claim_turn(&key, &lease)? else {
                 return Ok(None);
             };
             let request_id = tx
@@ -850,7 +854,7 @@ async fn write_lost_turn(
         write_lost_terminal(
             &shared.store,
             key.clone(),
-            generation,
+            generation.map_or(Lost::Any, Lost::Cut),
             partial.clone(),
             message,
             code,
@@ -859,19 +863,48 @@ async fn write_lost_turn(
     .await
 }
 
+/// Which turn a lost-turn terminal ends.
+#[derive(Debug, Clone, Copy)]
+enum Lost {
+    /// The turn of this generation, cut off by this process.
+    Cut(u64),
+    /// Whatever turn is active (start-up recovery on a database no other process uses).
+    Any,
+    /// The active turn, if its lease ran out before this time (its process is gone).
+    ExpiredBefore(i64),
+}
+
 async fn write_lost_terminal(
     store: &Store,
     key: SessionKey,
-    generation: Option<u64>,
+    lost: Lost,
     partial: String,
     message: &'static str,
     code: Option<&'static str>,
 ) -> Result<Outcome> {
     store
         .write(move |tx| {
-            if let Some(generation) = generation {
-                tx.check_generation(&key, generation)?;
-            }
+            let generation = match lost {
+                Lost::Cut(generation) => {
+                    tx.check_generation(&key, generation)?;
+                    Some(generation)
+                }
+                Lost::Any | Lost::ExpiredBefore(_) => {
+                    let before = match lost {
+                        Lost::ExpiredBefore(t) => Some(t),
+                        _ => None,
+                    };
+                    if !tx.take_lost_turn(&key, crate::ids::process_id(), before)? {
+                        // Ended meanwhile (by its process, or by another that found it first).
+                        return Ok(Outcome {
+                            key: None,
+                            more: false,
+                            next_due: None,
+                        });
+                    }
+                    None
+                }
+            };
             let row = tx.session_row(&key)?;
             append_partial_text(tx, &key, partial)?;
             settle_running_tasks(
@@ -938,14 +971,27 @@ pub(crate) async fn recover(
     wait_for_storage: bool,
 ) -> Result<Vec<(SessionKey, i64)>> {
     let store = &shared.store;
-    let stale = store.turns().active_turn_sessions().await?;
+    // Alone on its database, a starting process owns every turn left active; beside other
+    // processes only the turns whose lease ran out, never a live peer's.
+    let (stale, lost) = if store.shared_by_processes() {
+        let now = clock::now_ms();
+        (
+            store
+                .turns()
+                .expired_turn_sessions(now, RECOVER_BATCH)
+                .await?,
+            Lost::ExpiredBefore(now),
+        )
+    } else {
+        (store.turns().active_turn_sessions().await?, Lost::Any)
+    };
     for key in stale {
         tracing::warn!(session = %key.id, "ending a turn left running by a previous process");
         let end = || {
             write_lost_terminal(
                 store,
                 key.clone(),
-                None,
+                lost,
                 String::new(),
                 "sessiond stopped while this turn was running; the turn was interrupted",
                 Some("runner_exited"),
@@ -958,6 +1004,41 @@ pub(crate) async fn recover(
         }
     }
     store.turns().sessions_with_pending_inputs().await
+}
+
+/// Expired turns one pass of recovery ends at most (the next pass takes the rest).
+const RECOVER_BATCH: u32 = 256;
+
+/// Ends the turns whose lease ran out (their process died mid-turn), as start-up recovery ends
+/// a previous process's turns, and returns the sessions that have work due now. Run by every
+/// process that shares the database, every lease renewal; each expired turn is ended once.
+pub(crate) async fn recover_expired(shared: &Shared) -> Result<Vec<SessionKey>> {
+    let store = &shared.store;
+    let now = clock::now_ms();
+    let mut due = Vec::new();
+    for key in store
+        .turns()
+        .expired_turn_sessions(now, RECOVER_BATCH)
+        .await?
+    {
+        let outcome = write_lost_terminal(
+            store,
+            key.clone(),
+            Lost::ExpiredBefore(now),
+            String::new(),
+            "the sessiond process running this turn stopped answering (its lease expired); \
+             the turn was interrupted",
+            Some("runner_exited"),
+        )
+        .await?;
+        if let Some(key) = outcome.key {
+            tracing::warn!(session = %key.id, "ended a turn whose process is gone (lease expired)");
+            if outcome.more {
+                due.push(key);
+            }
+        }
+    }
+    Ok(due)
 }
 
 /// A running turn as the runner keeps it; its engine sees it as its [`TurnIo`]: durable appends

@@ -223,6 +223,9 @@ pub fn record(row: &SessionRow, facts: &RecordFacts, harness: &str) -> Value {
         "session_key": null,
         "webhook_id": null,
         "webhook_type": null,
+        // Not in the seed's record (which allows other members): the runner id of the sessiond
+        // process that runs, or last ran, the session's turn (`/healthz` names each process's).
+        "runner_id": row.turn_owner,
     })
 }
 

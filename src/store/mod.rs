@@ -57,6 +57,7 @@ pub use log::{LogReads, TurnInput};
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
+pub use turns::{SignalHook, TurnSignal};
 pub use writer::{OneWrite, Tx};
 pub use writes::*;
 
@@ -213,6 +214,33 @@ impl Store {
             #[cfg(feature = "postgres")]
             Backend::Postgres(_) => sql::Dialect::Postgres,
         }
+    }
+
+    /// Whether other processes may share this database (PostgreSQL): turns hold leases, and
+    /// start-up recovery ends only turns whose lease expired.
+    pub fn shared_by_processes(&self) -> bool {
+        self.dialect() == sql::Dialect::Postgres
+    }
+
+    /// Tells the process that runs the session's turn, if another process does (a no-op
+    /// alone on SQLite, where this process runs every turn).
+    pub fn signal_turn(&self, key: &SessionKey, signal: TurnSignal) {
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(pg) = &self.inner.backend {
+            pg.signal_turn(key, signal);
+        }
+        #[cfg(not(feature = "postgres"))]
+        let _ = (key, signal);
+    }
+
+    /// Where the signals other processes send for this process's turns go (once).
+    pub fn on_turn_signal(&self, hook: SignalHook) {
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(pg) = &self.inner.backend {
+            pg.on_turn_signal(hook);
+        }
+        #[cfg(not(feature = "postgres"))]
+        let _ = hook;
     }
 
     /// Write requests waiting for the writer thread, or for a connection (a metric).

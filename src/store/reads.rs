@@ -38,6 +38,8 @@ pub struct SessionRow {
     pub turn_active: bool,
     pub last_read_seq: u64,
     pub is_default: bool,
+    /// The runner id of the process that runs (or last ran) the session's turn.
+    pub turn_owner: Option<String>,
 }
 
 const SESSION_COLUMNS: &str = "s.pk, s.id, s.workspace_id, s.agent_id, a.name, s.user_id, s.title,
@@ -46,7 +48,7 @@ const SESSION_COLUMNS: &str = "s.pk, s.id, s.workspace_id, s.agent_id, a.name, s
     s.last_output_seq, s.last_delivered_input_seq, s.delivery_attempt, s.todos, s.follow_up_queue,
     s.requested_machine, s.machine_state, s.machine, s.turn_active,
     COALESCE((SELECT m.last_read_seq FROM read_markers m WHERE m.session_pk = s.pk AND m.user_id = :user), 0),
-    EXISTS (SELECT 1 FROM default_sessions d WHERE d.session_id = s.id)";
+    EXISTS (SELECT 1 FROM default_sessions d WHERE d.session_id = s.id), s.turn_owner";
 
 fn session_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<SessionRow> {
     Ok(SessionRow {
@@ -80,6 +82,7 @@ fn session_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<SessionRow> {
         turn_active: r.get(27)?,
         last_read_seq: r.get::<_, i64>(28)? as u64,
         is_default: r.get(29)?,
+        turn_owner: r.get(30)?,
     })
 }
 
@@ -661,6 +664,18 @@ pub fn image(conn: &Db, session_pk: i64, storage_id: &str) -> Result<Option<Imag
 pub fn active_turn_sessions(conn: &Db) -> Result<Vec<(i64, String)>> {
     let mut stmt = conn.prepare("SELECT pk, id FROM sessions WHERE turn_active = 1")?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<super::sql::Result<_>>()?)
+}
+
+/// Sessions whose turn's lease ran out before `now`: their process died (or lost the database)
+/// mid-turn. At most `limit`, oldest lease first.
+pub fn expired_turn_sessions(conn: &Db, now: i64, limit: u32) -> Result<Vec<(i64, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT pk, id FROM sessions WHERE turn_active = 1
+           AND (turn_lease_until IS NULL OR turn_lease_until < ?1)
+         ORDER BY turn_lease_until LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now, limit], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 

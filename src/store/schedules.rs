@@ -327,18 +327,36 @@ impl Tx<'_> {
 
 impl Tx<'_> {
     /// Holds a schedule's row for the rest of the transaction, so that the row read next is the
-    /// one the write replaces. A no-op here: SQLite has one writer thread, which runs each unit of
-    /// work alone. A backend with concurrent writers locks the row (`SELECT … FOR UPDATE`).
-    fn lock_schedule(&self, _id: &str) {}
+    /// one the write replaces: with several processes firing the same tick, one fires it and
+    /// the others find the schedule moved on. SQLite has one writer thread, which runs each unit
+    /// of work alone: nothing to lock there. PostgreSQL locks the row (`SELECT … FOR UPDATE`).
+    fn lock_schedule(&self, id: &str) -> Result<()> {
+        if self.conn.dialect() == super::sql::Dialect::Postgres {
+            self.conn
+                .prepare_cached("SELECT 1 FROM schedules WHERE id = ?1 FOR UPDATE")?
+                .query_row([id], |r| r.get::<_, i32>(0))
+                .optional()?;
+        }
+        Ok(())
+    }
 
     /// Holds an agent's schedules for the rest of the transaction (the per-agent limit is a
-    /// count, then an insert). A no-op on SQLite, for the reason [`Tx::lock_schedule`] gives.
-    fn lock_agent_schedules(&self, _agent_id: &str) {}
+    /// count, then an insert): on PostgreSQL the agent's row is locked, for the reason
+    /// [`Tx::lock_schedule`] gives.
+    fn lock_agent_schedules(&self, agent_id: &str) -> Result<()> {
+        if self.conn.dialect() == super::sql::Dialect::Postgres {
+            self.conn
+                .prepare_cached("SELECT 1 FROM agents WHERE id = ?1 FOR UPDATE")?
+                .query_row([agent_id], |r| r.get::<_, i32>(0))
+                .optional()?;
+        }
+        Ok(())
+    }
 
     /// The schedule with this id, held until the transaction ends: a tick fires only from the
     /// row it was computed from, exactly once.
     pub fn schedule_for_update(&mut self, id: &str) -> Result<Option<ScheduleRow>> {
-        self.lock_schedule(id);
+        self.lock_schedule(id)?;
         schedule_by_id(self.conn, id)
     }
 
@@ -415,7 +433,7 @@ impl ScheduleStore<'_> {
     pub async fn insert_within(&self, s: ScheduleRow, max_per_agent: u64) -> Result<bool> {
         self.store
             .write(move |tx| {
-                tx.lock_agent_schedules(&s.agent_id);
+                tx.lock_agent_schedules(&s.agent_id)?;
                 if count_schedules(tx.conn, &s.agent_id)? >= max_per_agent {
                     return Ok(false);
                 }
@@ -434,7 +452,7 @@ impl ScheduleStore<'_> {
     ) -> Result<bool> {
         self.store
             .write(move |tx| {
-                tx.lock_schedule(&expected.id);
+                tx.lock_schedule(&expected.id)?;
                 if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
                     return Ok(false);
                 }
@@ -452,7 +470,7 @@ impl ScheduleStore<'_> {
     {
         self.store
             .write(move |tx| {
-                tx.lock_schedule(&expected.id);
+                tx.lock_schedule(&expected.id)?;
                 if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
                     return Ok(false);
                 }

@@ -16,6 +16,21 @@ pub struct Fence {
     pub generation: u64,
 }
 
+/// What a process tells the turn another process may be running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnSignal {
+    /// Stop (`POST …/interrupt`).
+    Interrupt,
+    /// A steer message is queued: take it at the next step.
+    Steer,
+    /// A follow-up is queued behind the turn.
+    FollowUp,
+}
+
+/// Where a process hands the signals for its turns (set by its runner).
+pub type SignalHook = Box<dyn Fn(SessionKey, TurnSignal) + Send + Sync>;
+
 /// How a background task of a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskEnd {
@@ -91,6 +106,64 @@ impl TurnStore<'_> {
             .into_iter()
             .map(|(pk, id)| SessionKey { pk, id })
             .collect())
+    }
+
+    /// Sessions whose turn's lease ran out before `now` (at most `limit`).
+    pub async fn expired_turn_sessions(&self, now: i64, limit: u32) -> Result<Vec<SessionKey>> {
+        let rows = self
+            .store
+            .read(move |c| super::expired_turn_sessions(c, now, limit))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(pk, id)| SessionKey { pk, id })
+            .collect())
+    }
+
+    /// Extends the leases of the turns `owner` runs to `ms` from now; the sessions whose turn it
+    /// still holds (a turn another process ended after its lease expired is not among them).
+    pub async fn renew_leases(&self, owner: &str, ms: u64) -> Result<Vec<i64>> {
+        let owner = owner.to_owned();
+        self.store
+            .write(move |tx| {
+                let until = tx.now + ms as i64;
+                let mut stmt = tx.conn.prepare_cached(
+                    "UPDATE sessions SET turn_lease_until = ?2
+                     WHERE turn_active = 1 AND turn_owner = ?1 RETURNING pk",
+                )?;
+                let rows = stmt.query_map(super::sql::params![owner, until], |r| r.get(0))?;
+                Ok(rows.collect::<super::sql::Result<Vec<i64>>>()?)
+            })
+            .await
+    }
+
+    /// Sessions that no process runs and whose first queued input is due by `now`, at most
+    /// `limit`: work a process with free slots may claim. On PostgreSQL the rows are read
+    /// `FOR UPDATE SKIP LOCKED`, so that processes looking at once share the work out instead of
+    /// all reaching for the same sessions (the claim itself stays the conditional update of
+    /// `Tx::claim_turn`, which only one process wins).
+    pub async fn unclaimed_due_sessions(&self, now: i64, limit: u32) -> Result<Vec<SessionKey>> {
+        self.store
+            .write(move |tx| {
+                let lock = match tx.conn.dialect() {
+                    super::sql::Dialect::Sqlite => "",
+                    super::sql::Dialect::Postgres => " FOR UPDATE OF s SKIP LOCKED",
+                };
+                let sql = format!(
+                    "SELECT s.pk, s.id FROM sessions s WHERE s.turn_active = 0 AND EXISTS (
+                       SELECT 1 FROM pending_inputs p WHERE p.session_pk = s.pk AND p.not_before <= ?1)
+                     ORDER BY s.pk LIMIT ?2{lock}"
+                );
+                let mut stmt = tx.conn.prepare_cached(&sql)?;
+                let rows = stmt.query_map(super::sql::params![now, limit], |r| {
+                    Ok(SessionKey {
+                        pk: r.get(0)?,
+                        id: r.get(1)?,
+                    })
+                })?;
+                Ok(rows.collect::<super::sql::Result<Vec<_>>>()?)
+            })
+            .await
     }
 
     /// Sessions with queued inputs and the time their first input may run, soonest first.

@@ -8,6 +8,14 @@ use crate::error::{Error, Result};
 use crate::timeline::Event;
 
 /// A session as the writer addresses it: the public id and the compact internal key.
+/// The lease a turn is claimed with: the claiming process's runner id and how long the lease
+/// lasts unless renewed.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub owner: String,
+    pub ms: u64,
+}
+
 #[derive(Debug, Clone)]
 pub struct SessionKey {
     pub pk: i64,
@@ -580,17 +588,51 @@ impl Tx<'_> {
 
     /// Starts a turn: bumps the fencing generation and marks the session active. Fails with
     /// `None` when a turn is already active.
-    pub fn claim_turn(&mut self, key: &SessionKey) -> Result<Option<u64>> {
+    pub fn claim_turn(&mut self, key: &SessionKey, lease: &Lease) -> Result<Option<u64>> {
         let generation: Option<i64> = self
             .conn
             .prepare_cached(
                 "UPDATE sessions SET turn_generation = turn_generation + 1, turn_active = 1,
-                    wake_at = NULL
+                    wake_at = NULL, turn_owner = ?2, turn_lease_until = ?3
                  WHERE pk = ?1 AND turn_active = 0 RETURNING turn_generation",
             )?
-            .query_row([key.pk], |r| r.get(0))
+            .query_row(
+                params![key.pk, lease.owner, self.now + lease.ms as i64],
+                |r| r.get(0),
+            )
             .optional()?;
         Ok(generation.map(|g| g as u64))
+    }
+
+    /// Takes over a turn whose process is gone, so that this job may end it: true when the turn
+    /// is still active and, with `expired_before`, its lease ran out before then. Two processes
+    /// that find the same expired turn both ask; the session row's lock orders them and the
+    /// second finds the turn ended.
+    pub fn take_lost_turn(
+        &mut self,
+        key: &SessionKey,
+        owner: &str,
+        expired_before: Option<i64>,
+    ) -> Result<bool> {
+        let taken = match expired_before {
+            None => self
+                .conn
+                .prepare_cached(
+                    "UPDATE sessions SET turn_owner = ?2 WHERE pk = ?1 AND turn_active = 1
+                     RETURNING pk",
+                )?
+                .query_row(params![key.pk, owner], |r| r.get::<_, i64>(0)),
+            Some(before) => self
+                .conn
+                .prepare_cached(
+                    "UPDATE sessions SET turn_owner = ?2 WHERE pk = ?1 AND turn_active = 1
+                       AND (turn_lease_until IS NULL OR turn_lease_until < ?3)
+                     RETURNING pk",
+                )?
+                .query_row(params![key.pk, owner, before], |r| r.get::<_, i64>(0)),
+        }
+        .optional()?;
+        Ok(taken.is_some())
     }
 
     /// Refuses a write from a turn that no longer holds the session (fencing, invariant 8).

@@ -29,6 +29,10 @@ pub(crate) struct PgBackend {
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     /// Ends the listener and the relay (the store closes).
     stop: tokio::sync::watch::Sender<bool>,
+    /// Queues this process's notices outside transactions (deltas, turn signals).
+    notifier: std::sync::OnceLock<super::fanout::Notifier>,
+    /// Where signals for this process's turns go (its runner).
+    signals: Arc<std::sync::OnceLock<crate::store::SignalHook>>,
 }
 
 impl Drop for PgBackend {
@@ -86,6 +90,8 @@ impl PgBackend {
             handle,
             runtime: Mutex::new(Some(runtime)),
             stop: tokio::sync::watch::channel(false).0,
+            notifier: std::sync::OnceLock::new(),
+            signals: Arc::new(std::sync::OnceLock::new()),
         })
     }
 
@@ -97,13 +103,31 @@ impl PgBackend {
             &self.handle,
             config.clone(),
             Arc::clone(bus),
+            Arc::clone(&self.signals),
             self.stop.subscribe(),
         );
-        bus.set_relay(super::fanout::relay(
-            &self.handle,
-            config,
-            self.stop.subscribe(),
-        ));
+        let notifier = super::fanout::notifier(&self.handle, config, self.stop.subscribe());
+        bus.set_relay(super::fanout::relay(notifier.clone()));
+        let _ = self.notifier.set(notifier);
+    }
+
+    /// Tells whichever process runs the session's turn (see [`crate::store::TurnSignal`]).
+    pub(crate) fn signal_turn(
+        &self,
+        key: &crate::store::SessionKey,
+        signal: crate::store::TurnSignal,
+    ) {
+        if let (Some(notifier), Some(notice)) =
+            (self.notifier.get(), super::fanout::turn_notice(key, signal))
+            && notifier.try_send(notice).is_err()
+        {
+            tracing::warn!(session = %key.id, ?signal, "the notice queue is full; a turn signal was not sent");
+        }
+    }
+
+    /// Hands the signals other processes send for this process's turns to `hook` (once).
+    pub(crate) fn on_turn_signal(&self, hook: crate::store::SignalHook) {
+        let _ = self.signals.set(hook);
     }
 
     pub(crate) fn url(&self) -> &super::DatabaseUrl {

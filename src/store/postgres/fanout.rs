@@ -20,7 +20,7 @@
 //! is full, the database unreachable) drops deltas, never blocks the turn that streams them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::bus::{Bus, Frame};
+use crate::store::turns::{SignalHook, TurnSignal};
 use crate::timeline::Step;
 
 /// The notification channel every sessiond process listens on.
@@ -63,6 +64,28 @@ pub(crate) enum Notice {
         after: u64,
         step: Step,
     },
+    /// A signal for the turn of `session`, wherever it runs (the process that runs it acts on
+    /// it; the others ignore it).
+    Turn {
+        from: String,
+        session: String,
+        pk: i64,
+        signal: TurnSignal,
+    },
+}
+
+/// Notices this process sends outside a transaction (deltas, turn signals), in order.
+pub(crate) type Notifier = mpsc::Sender<String>;
+
+/// The notice of a signal for a session's turn.
+pub(crate) fn turn_notice(key: &crate::store::SessionKey, signal: TurnSignal) -> Option<String> {
+    serde_json::to_string(&Notice::Turn {
+        from: crate::ids::process_id().to_owned(),
+        session: key.id.clone(),
+        pk: key.pk,
+        signal,
+    })
+    .ok()
 }
 
 /// The commit notices of a transaction's frames: one per session, with its newest seq.
@@ -135,17 +158,22 @@ fn delta_notices(session: &str, after: u64, step: &Step) -> Vec<String> {
     out
 }
 
-/// Sends every delta published on this process's bus to the other processes.
-pub(crate) fn relay(
+/// Starts the task that sends this process's notices; the sender that queues them.
+pub(crate) fn notifier(
     handle: &tokio::runtime::Handle,
     config: tokio_postgres::Config,
     stop: watch::Receiver<bool>,
-) -> crate::bus::Relay {
+) -> Notifier {
     let (tx, rx) = mpsc::channel::<String>(RELAY_QUEUE);
     handle.spawn(send_relayed(config, rx, stop));
+    tx
+}
+
+/// Sends every delta published on this process's bus to the other processes.
+pub(crate) fn relay(notifier: Notifier) -> crate::bus::Relay {
     Box::new(move |session, after, step| {
         for notice in delta_notices(session, after, step) {
-            if tx.try_send(notice).is_err() {
+            if notifier.try_send(notice).is_err() {
                 tracing::debug!(
                     session,
                     "the delta relay is behind; a delta was not relayed"
@@ -208,12 +236,18 @@ pub(crate) fn spawn_listener(
     handle: &tokio::runtime::Handle,
     config: tokio_postgres::Config,
     bus: Arc<Bus>,
+    signals: Arc<OnceLock<SignalHook>>,
     stop: watch::Receiver<bool>,
 ) {
-    handle.spawn(listen(config, bus, stop));
+    handle.spawn(listen(config, bus, signals, stop));
 }
 
-async fn listen(config: tokio_postgres::Config, bus: Arc<Bus>, mut stop: watch::Receiver<bool>) {
+async fn listen(
+    config: tokio_postgres::Config,
+    bus: Arc<Bus>,
+    signals: Arc<OnceLock<SignalHook>>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         if *stop.borrow() {
             return;
@@ -262,7 +296,7 @@ async fn listen(config: tokio_postgres::Config, bus: Arc<Bus>, mut stop: watch::
                         while let Ok(more) = rx.try_recv() {
                             batch.push(more);
                         }
-                        let pending = apply(&bus, batch);
+                        let pending = apply(&bus, &signals, batch);
                         catch_up(&client, &bus, pending).await;
                     }
                     driver.abort();
@@ -282,7 +316,11 @@ async fn listen(config: tokio_postgres::Config, bus: Arc<Bus>, mut stop: watch::
 /// Applies a batch of notices in order: deltas are published at once (the bus holds one that
 /// follows a commit until that commit's frames are sent); commits are recorded and returned,
 /// newest seq per session, for sessions with live state here.
-fn apply(bus: &Bus, batch: Vec<String>) -> HashMap<String, Option<u64>> {
+fn apply(
+    bus: &Bus,
+    signals: &OnceLock<SignalHook>,
+    batch: Vec<String>,
+) -> HashMap<String, Option<u64>> {
     let me = crate::ids::process_id();
     let mut pending: HashMap<String, Option<u64>> = HashMap::new();
     for payload in batch {
@@ -294,7 +332,20 @@ fn apply(bus: &Bus, batch: Vec<String>) -> HashMap<String, Option<u64>> {
             }
         };
         match notice {
-            Notice::Committed { from, .. } | Notice::Delta { from, .. } if from == me => {}
+            Notice::Committed { from, .. }
+            | Notice::Delta { from, .. }
+            | Notice::Turn { from, .. }
+                if from == me => {}
+            Notice::Turn {
+                session,
+                pk,
+                signal,
+                ..
+            } => {
+                if let Some(hook) = signals.get() {
+                    hook(crate::store::SessionKey { pk, id: session }, signal);
+                }
+            }
             Notice::Committed { session, seq, .. } => {
                 if bus.sent_seq(&session).is_some() {
                     bus.committed([(session.as_str(), seq)]);
