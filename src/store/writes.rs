@@ -124,11 +124,25 @@ impl Tx<'_> {
         {
             return Ok(id);
         }
+        // Processes starting at once on one database may both get here: the one whose insert
+        // loses waits for the other's commit and reads its workspace.
         let id = crate::ids::new_id();
-        self.conn.execute(
-            "INSERT INTO workspaces (id, slug, name, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![id, slug, name, self.now],
-        )?;
+        let inserted = self
+            .conn
+            .query_row(
+                "INSERT INTO workspaces (id, slug, name, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (slug) DO NOTHING RETURNING id",
+                params![id, slug, name, self.now],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()?;
+        if inserted.is_none() {
+            return Ok(self.conn.query_row(
+                "SELECT id FROM workspaces WHERE slug = ?1",
+                [slug],
+                |r| r.get(0),
+            )?);
+        }
         self.conn.execute(
             "INSERT INTO agents (id, workspace_id, slug, name, anchor, created_at)
              VALUES (?1, ?2, 'root', 'Workspace agent', '', ?3)",
