@@ -773,9 +773,10 @@ impl Tx<'_> {
     }
 
     /// Holds a task's session row for the rest of the transaction, so that the task read next is
-    /// the one the write changes. A no-op here: SQLite has one writer thread, which runs each unit
-    /// of work alone. A backend with concurrent writers locks the row (`SELECT … FOR UPDATE`).
-    fn lock_task(&self, _pk: i64) {}
+    /// the one the write changes (see [`Tx::lock`]).
+    fn lock_task(&self, pk: i64) -> Result<()> {
+        self.lock(super::RowLock::Session(pk))
+    }
 
     /// Creates the task row of a session, or sets the given fields on it.
     pub fn put_task_fields(
@@ -1816,7 +1817,7 @@ impl AgentexStore<'_> {
         let ws = workspace_id.to_owned();
         self.store
             .write(move |tx| {
-                tx.lock_task(pk);
+                tx.lock_task(pk)?;
                 let current = tx.task_by_pk(pk)?.ok_or(Error::NotFound)?;
                 let params = patch.merge_params.map(|p| {
                     let mut merged = match current

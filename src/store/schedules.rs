@@ -245,20 +245,25 @@ impl Tx<'_> {
     }
 
     /// Writes every mutable field of a schedule back (its id, workspace, agent, creator and
-    /// creation stay: their parameters, ?2, ?3, ?16 and ?21, are bound but unused); a rename onto
-    /// a name already used under the agent is a 409.
+    /// creation stay); a rename onto a name already used under the agent is a 409.
     pub(super) fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+        let v = values(s);
+        // Every parameter is used: PostgreSQL cannot type one that is not.
+        let mutable = [
+            v[0], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14],
+            v[16], v[17], v[18], v[19], v[21],
+        ];
         let changed = self
             .conn
             .prepare_cached(
-                "UPDATE schedules SET name = ?4, description = ?5, cron_expression = ?6,
-                    interval_seconds = ?7, timezone = ?8, anchor_at = ?9, start_at = ?10,
-                    end_at = ?11, paused = ?12, initial_input = ?13, task_params = ?14,
-                    task_metadata = ?15, skipped = ?17, next_due_at = ?18, num_actions = ?19,
-                    last_action_at = ?20, updated_at = ?22
+                "UPDATE schedules SET name = ?2, description = ?3, cron_expression = ?4,
+                    interval_seconds = ?5, timezone = ?6, anchor_at = ?7, start_at = ?8,
+                    end_at = ?9, paused = ?10, initial_input = ?11, task_params = ?12,
+                    task_metadata = ?13, skipped = ?14, next_due_at = ?15, num_actions = ?16,
+                    last_action_at = ?17, updated_at = ?18
                  WHERE id = ?1",
             )?
-            .execute(values(s).as_slice())
+            .execute(mutable.as_slice())
             .map_err(|e| {
                 if is_unique_violation(&e) {
                     name_taken(&s.name)
@@ -327,30 +332,15 @@ impl Tx<'_> {
 
 impl Tx<'_> {
     /// Holds a schedule's row for the rest of the transaction, so that the row read next is the
-    /// one the write replaces: with several processes firing the same tick, one fires it and
-    /// the others find the schedule moved on. SQLite has one writer thread, which runs each unit
-    /// of work alone: nothing to lock there. PostgreSQL locks the row (`SELECT … FOR UPDATE`).
+    /// one the write replaces (see [`Tx::lock`]).
     fn lock_schedule(&self, id: &str) -> Result<()> {
-        if self.conn.dialect() == super::sql::Dialect::Postgres {
-            self.conn
-                .prepare_cached("SELECT 1 FROM schedules WHERE id = ?1 FOR UPDATE")?
-                .query_row([id], |r| r.get::<_, i32>(0))
-                .optional()?;
-        }
-        Ok(())
+        self.lock(super::RowLock::Schedule(id))
     }
 
     /// Holds an agent's schedules for the rest of the transaction (the per-agent limit is a
-    /// count, then an insert): on PostgreSQL the agent's row is locked, for the reason
-    /// [`Tx::lock_schedule`] gives.
+    /// count, then an insert): the agent's row is locked.
     fn lock_agent_schedules(&self, agent_id: &str) -> Result<()> {
-        if self.conn.dialect() == super::sql::Dialect::Postgres {
-            self.conn
-                .prepare_cached("SELECT 1 FROM agents WHERE id = ?1 FOR UPDATE")?
-                .query_row([agent_id], |r| r.get::<_, i32>(0))
-                .optional()?;
-        }
-        Ok(())
+        self.lock(super::RowLock::Agent(agent_id))
     }
 
     /// The schedule with this id, held until the transaction ends: a tick fires only from the

@@ -109,6 +109,16 @@ static INPUT_REQUEST_IDS: std::sync::LazyLock<
 /// Past this many waiting inputs the ids are forgotten (their turns get new ones).
 const MAX_INPUT_REQUEST_IDS: usize = 100_000;
 
+/// A row a unit of work holds until it ends (see [`Tx::lock`]).
+#[derive(Debug, Clone, Copy)]
+pub enum RowLock<'a> {
+    /// A session's row, by pk.
+    Session(i64),
+    /// An agent's row: its default session, its schedules.
+    Agent(&'a str),
+    Schedule(&'a str),
+}
+
 impl Tx<'_> {
     /// Finds a workspace by slug, creating it (and its `root` agent, named for what it is: the
     /// agent of the whole drive) when missing.
@@ -122,11 +132,25 @@ impl Tx<'_> {
         {
             return Ok(id);
         }
+        // Processes starting at once on one database may both get here: the one whose insert
+        // loses waits for the other's commit and reads its workspace.
         let id = crate::ids::new_id();
-        self.conn.execute(
-            "INSERT INTO workspaces (id, slug, name, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![id, slug, name, self.now],
-        )?;
+        let inserted = self
+            .conn
+            .query_row(
+                "INSERT INTO workspaces (id, slug, name, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (slug) DO NOTHING RETURNING id",
+                params![id, slug, name, self.now],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()?;
+        if inserted.is_none() {
+            return Ok(self.conn.query_row(
+                "SELECT id FROM workspaces WHERE slug = ?1",
+                [slug],
+                |r| r.get(0),
+            )?);
+        }
         self.conn.execute(
             "INSERT INTO agents (id, workspace_id, slug, name, anchor, created_at)
              VALUES (?1, ?2, 'root', 'Workspace agent', '', ?3)",
@@ -924,6 +948,36 @@ impl Tx<'_> {
         )?;
         self.conn
             .execute("DELETE FROM agents WHERE id = ?1", [agent_id])?;
+        Ok(())
+    }
+
+    /// Holds a row for the rest of the transaction, so that what the unit of work reads next is
+    /// what its write replaces, with other units of work waiting. A no-op on SQLite, whose one
+    /// writer thread runs each unit of work alone; `SELECT … FOR NO KEY UPDATE` on PostgreSQL,
+    /// where units of work of several processes run at once (the weaker lock does not wait for
+    /// rows that merely refer to this one, such as a new session of the agent, so foreign-key
+    /// checks cannot deadlock with it).
+    pub(crate) fn lock(&self, row: RowLock<'_>) -> Result<()> {
+        if self.conn.dialect() == Dialect::Sqlite {
+            return Ok(());
+        }
+        match row {
+            RowLock::Session(pk) => {
+                self.conn
+                    .prepare_cached("SELECT 1 FROM sessions WHERE pk = ?1 FOR NO KEY UPDATE")?
+                    .exists([pk])?;
+            }
+            RowLock::Agent(id) => {
+                self.conn
+                    .prepare_cached("SELECT 1 FROM agents WHERE id = ?1 FOR NO KEY UPDATE")?
+                    .exists([id])?;
+            }
+            RowLock::Schedule(id) => {
+                self.conn
+                    .prepare_cached("SELECT 1 FROM schedules WHERE id = ?1 FOR NO KEY UPDATE")?
+                    .exists([id])?;
+            }
+        }
         Ok(())
     }
 
