@@ -343,10 +343,13 @@ fn log_engines(store: &Store, engines: &Engines) {
 /// it starts (`children/`). Folders of this host whose lock is free belong to processes that
 /// died: their programs are stopped and the folders removed. A process never touches another
 /// host's folders (their process ids mean nothing here) nor a live peer's.
-fn process_dir(data_dir: &std::path::Path) -> Result<(PathBuf, std::fs::File), String> {
+fn process_dir(
+    data_dir: &std::path::Path,
+) -> Result<(PathBuf, std::fs::File, Vec<String>), String> {
     let id = crate::ids::process_id();
     let host = id.rsplitn(3, '-').nth(2).unwrap_or("sessiond");
     let hosts = data_dir.join("run").join(host);
+    let mut dead = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&hosts) {
         for entry in entries.flatten() {
             let dir = entry.path();
@@ -363,6 +366,7 @@ fn process_dir(data_dir: &std::path::Path) -> Result<(PathBuf, std::fs::File), S
                     );
                 }
                 let _ = std::fs::remove_dir_all(&dir);
+                dead.push(entry.file_name().to_string_lossy().into_owned());
             }
         }
     }
@@ -372,7 +376,7 @@ fn process_dir(data_dir: &std::path::Path) -> Result<(PathBuf, std::fs::File), S
         .map_err(|e| format!("cannot create {}: {e}", own.join("lock").display()))?;
     lock.try_lock()
         .map_err(|e| format!("cannot lock {}: {e}", own.join("lock").display()))?;
-    Ok((own.join("children"), lock))
+    Ok((own.join("children"), lock, dead))
 }
 
 pub fn serve(cfg: Config) -> Result<(), String> {
@@ -415,7 +419,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start runner runtime: {e}"))?;
     // Programs a previous sessiond started and could not stop (it was killed) stop now.
-    let (children, _process_lock) = match &cfg.database_url {
+    let (children, _process_lock, dead) = match &cfg.database_url {
         None => {
             let children = cfg.data_dir.join("run").join("children");
             let orphans = crate::process::stop_orphans(&children);
@@ -425,11 +429,11 @@ pub fn serve(cfg: Config) -> Result<(), String> {
                     "stopped programs a previous sessiond left running"
                 );
             }
-            (children, None)
+            (children, None, Vec::new())
         }
         Some(_) => {
-            let (children, lock) = process_dir(&cfg.data_dir)?;
-            (children, Some(lock))
+            let (children, lock, dead) = process_dir(&cfg.data_dir)?;
+            (children, Some(lock), dead)
         }
     };
     crate::process::track_in(children)
@@ -438,12 +442,13 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     log_engines(&store, &engines);
     let acp_slot = engines.acp_platform();
     let agent_keys = crate::agentex::acp::AgentKeys::load_or_create(&cfg.data_dir)?;
-    let runner = Runner::start(
+    let runner = Runner::start_after(
         store.clone(),
         engines,
         cfg.runner.clone(),
         cfg.data_dir.clone(),
         runner_rt.handle(),
+        dead,
     )
     .map_err(|e| format!("cannot start runner: {e}"))?;
     let sessions = Sessions::new(store.clone(), runner.clone(), Arc::clone(&cfg));

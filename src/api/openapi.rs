@@ -219,12 +219,13 @@ pub static UPLOADS: LazyLock<Vec<Op>> = LazyLock::new(|| {
 /// Liveness, readiness and this document.
 pub static SERVER: LazyLock<Vec<Op>> = LazyLock::new(|| {
     vec![
-        op!("get" "/healthz", "healthz", "Liveness, version, and whether storage takes writes", Access::Public, Body::None,
+        op!("get" "/healthz", "healthz", "Liveness, version, whether storage takes writes, and which process answered (its runner id)", Access::Public, Body::None,
         Answer::Json(200, || json!({
-            "type": "object", "required": ["status", "version", "schemaVersion", "storage"],
+            "type": "object", "required": ["status", "version", "schemaVersion", "storage", "runner"],
             "properties": {
                 "status": {"enum": ["ok", "degraded"]}, "version": {"type": "string"}, "schemaVersion": {"type": "integer"},
-                "storage": {"type": "object", "required": ["status"], "properties": {"status": {"enum": ["ok", "full", "unavailable"]}, "since": {"type": "number"}}}
+                "storage": {"type": "object", "required": ["status"], "properties": {"status": {"enum": ["ok", "full", "unavailable"]}, "since": {"type": "number"}}},
+                "runner": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
             }
         }))),
         op!("get" "/readyz", "readyz", "200 while the server takes work; 503 while storage refuses writes or it is shutting down", Access::Public, Body::None,

@@ -142,6 +142,20 @@ impl Runner {
         data_dir: PathBuf,
         rt: &tokio::runtime::Handle,
     ) -> Result<Runner> {
+        Runner::start_after(store, engines, cfg, data_dir, rt, Vec::new())
+    }
+
+    /// Like [`Runner::start`], also ending at once (without waiting for their leases to expire)
+    /// the turns of `dead`: runner ids of processes known to be gone (on this host, their
+    /// folder's lock was free), when several processes share the database.
+    pub fn start_after(
+        store: Store,
+        engines: Engines,
+        cfg: RunnerConfig,
+        data_dir: PathBuf,
+        rt: &tokio::runtime::Handle,
+        dead: Vec<String>,
+    ) -> Result<Runner> {
         let (tx, rx) = mpsc::unbounded_channel();
         let ack_window = Duration::from_millis(cfg.ack_window_ms);
         let shared = Arc::new(Shared {
@@ -155,7 +169,7 @@ impl Runner {
         // On a full or failing disk the server still starts (reads work, writes answer 507): the
         // turns a previous process left running are ended in the background, as soon as the
         // store can write their terminals, and their sessions' work is scheduled then.
-        let (recovered, deferred) = match rt.block_on(turn::recover(&shared, false)) {
+        let (recovered, deferred) = match rt.block_on(turn::recover(&shared, &dead, false)) {
             Ok(r) => (r, false),
             Err(e) if e.is_storage_fault() => {
                 tracing::warn!(error = %e, "start-up recovery waits for the storage to write again");
@@ -187,7 +201,7 @@ impl Runner {
         if deferred {
             let (shared, tx) = (Arc::clone(&shared), tx.clone());
             rt.spawn(async move {
-                match turn::recover(&shared, true).await {
+                match turn::recover(&shared, &dead, true).await {
                     Ok(sessions) => {
                         let _ = tx.send(Msg::Recovered { sessions });
                     }

@@ -864,8 +864,10 @@ async fn write_lost_turn(
 }
 
 /// Which turn a lost-turn terminal ends.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Lost {
+    /// The active turn, if the process with this runner id runs it (a process known to be gone).
+    OwnedBy(String),
     /// The turn of this generation, cut off by this process.
     Cut(u64),
     /// Whatever turn is active (start-up recovery on a database no other process uses).
@@ -889,12 +891,14 @@ async fn write_lost_terminal(
                     tx.check_generation(&key, generation)?;
                     Some(generation)
                 }
-                Lost::Any | Lost::ExpiredBefore(_) => {
-                    let before = match lost {
-                        Lost::ExpiredBefore(t) => Some(t),
-                        _ => None,
+                Lost::Any | Lost::ExpiredBefore(_) | Lost::OwnedBy(_) => {
+                    let me = crate::ids::process_id();
+                    let taken = match &lost {
+                        Lost::ExpiredBefore(t) => tx.take_lost_turn(&key, me, Some(*t))?,
+                        Lost::OwnedBy(owner) => tx.take_turn_of(&key, me, owner)?,
+                        _ => tx.take_lost_turn(&key, me, None)?,
                     };
-                    if !tx.take_lost_turn(&key, crate::ids::process_id(), before)? {
+                    if !taken {
                         // Ended meanwhile (by its process, or by another that found it first).
                         return Ok(Outcome {
                             key: None,
@@ -968,30 +972,40 @@ pub(crate) async fn force_interrupted(
 /// storage fault is retried until the store takes it (start-up on a full disk).
 pub(crate) async fn recover(
     shared: &Shared,
+    dead: &[String],
     wait_for_storage: bool,
 ) -> Result<Vec<(SessionKey, i64)>> {
     let store = &shared.store;
     // Alone on its database, a starting process owns every turn left active; beside other
-    // processes only the turns whose lease ran out, never a live peer's.
-    let (stale, lost) = if store.shared_by_processes() {
+    // processes only the turns whose lease ran out or whose process is known to be gone, never
+    // a live peer's.
+    let mut stale: Vec<(SessionKey, Lost)> = Vec::new();
+    if store.shared_by_processes() {
         let now = clock::now_ms();
-        (
-            store
-                .turns()
-                .expired_turn_sessions(now, RECOVER_BATCH)
-                .await?,
-            Lost::ExpiredBefore(now),
-        )
+        for owner in dead {
+            for key in store.turns().turn_sessions_of(owner).await? {
+                stale.push((key, Lost::OwnedBy(owner.clone())));
+            }
+        }
+        for key in store
+            .turns()
+            .expired_turn_sessions(now, RECOVER_BATCH)
+            .await?
+        {
+            stale.push((key, Lost::ExpiredBefore(now)));
+        }
     } else {
-        (store.turns().active_turn_sessions().await?, Lost::Any)
-    };
-    for key in stale {
+        for key in store.turns().active_turn_sessions().await? {
+            stale.push((key, Lost::Any));
+        }
+    }
+    for (key, lost) in stale {
         tracing::warn!(session = %key.id, "ending a turn left running by a previous process");
         let end = || {
             write_lost_terminal(
                 store,
                 key.clone(),
-                lost,
+                lost.clone(),
                 String::new(),
                 "sessiond stopped while this turn was running; the turn was interrupted",
                 Some("runner_exited"),

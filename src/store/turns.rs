@@ -108,6 +108,25 @@ impl TurnStore<'_> {
             .collect())
     }
 
+    /// Sessions whose active turn the process with runner id `owner` holds.
+    pub async fn turn_sessions_of(&self, owner: &str) -> Result<Vec<SessionKey>> {
+        let owner = owner.to_owned();
+        self.store
+            .read(move |c| {
+                let mut stmt = c.prepare_cached(
+                    "SELECT pk, id FROM sessions WHERE turn_active = 1 AND turn_owner = ?1",
+                )?;
+                let rows = stmt.query_map([owner], |r| {
+                    Ok(SessionKey {
+                        pk: r.get(0)?,
+                        id: r.get(1)?,
+                    })
+                })?;
+                Ok(rows.collect::<super::sql::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+
     /// Sessions whose turn's lease ran out before `now` (at most `limit`).
     pub async fn expired_turn_sessions(&self, now: i64, limit: u32) -> Result<Vec<SessionKey>> {
         let rows = self

@@ -628,6 +628,20 @@ impl Tx<'_> {
         Ok(generation.map(|g| g as u64))
     }
 
+    /// Takes over the active turn of the process `dead_owner` (known to be gone), so that this
+    /// job may end it: true when that process still holds it.
+    pub fn take_turn_of(&mut self, key: &SessionKey, owner: &str, dead_owner: &str) -> Result<bool> {
+        let taken = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET turn_owner = ?2 WHERE pk = ?1 AND turn_active = 1
+                   AND turn_owner = ?3 RETURNING pk",
+            )?
+            .query_row(params![key.pk, owner, dead_owner], |r| r.get::<_, i64>(0))
+            .optional()?;
+        Ok(taken.is_some())
+    }
+
     /// Takes over a turn whose process is gone, so that this job may end it: true when the turn
     /// is still active and, with `expired_before`, its lease ran out before then. Two processes
     /// that find the same expired turn both ask; the session row's lock orders them and the
