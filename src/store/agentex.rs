@@ -19,10 +19,12 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// The order, with NULL the smallest value on both backends (SQLite's rule; PostgreSQL's
+    /// default puts NULL last when ascending).
     fn sql(self) -> &'static str {
         match self {
-            Direction::Asc => "ASC",
-            Direction::Desc => "DESC",
+            Direction::Asc => "ASC NULLS FIRST",
+            Direction::Desc => "DESC NULLS LAST",
         }
     }
 }
