@@ -19,7 +19,6 @@
 //! `$SESSIOND_TEST_PG_BIN`). The figures are printed, never asserted.
 
 #[path = "../tests/common/postgres.rs"]
-#[allow(dead_code)]
 mod postgres;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -251,7 +250,10 @@ async fn measure(bases: &[String], key: &str, quick: bool) -> Figures {
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(SUBSCRIBERS);
     let mut readers = Vec::new();
     for i in 0..SUBSCRIBERS {
-        let url = sessions(&bases[i % bases.len()], &format!("/{id}/events?since={last}"));
+        let url = sessions(
+            &bases[i % bases.len()],
+            &format!("/{id}/events?since={last}"),
+        );
         let (http, ready) = (http.clone(), ready_tx.clone());
         let expect = last + 1 + notes as u64;
         readers.push(tokio::spawn(async move {
@@ -292,7 +294,10 @@ async fn measure(bases: &[String], key: &str, quick: bool) -> Figures {
         let t = Instant::now();
         let v = post(&http, &note_url, &json!({ "note": format!("n{n}") })).await;
         if let Some(seq) = v["seq"].as_u64() {
-            posted.lock().unwrap_or_else(|p| p.into_inner()).push((seq, t));
+            posted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((seq, t));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -347,7 +352,9 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     sessiond::tls::install_provider();
     let bin = binary();
-    println!("bench_multi: {CLIENTS} clients of /stream 5 turns; {SUBSCRIBERS} SSE subscribers of one session");
+    println!(
+        "bench_multi: {CLIENTS} clients of /stream 5 turns; {SUBSCRIBERS} SSE subscribers of one session"
+    );
     let sqlite = run(&bin, 1, None, quick);
     let cluster = postgres::own_cluster("bench_multi")
         .unwrap_or_else(|| die("PostgreSQL", "no PostgreSQL server can run here"));

@@ -630,7 +630,12 @@ impl Tx<'_> {
 
     /// Takes over the active turn of the process `dead_owner` (known to be gone), so that this
     /// job may end it: true when that process still holds it.
-    pub fn take_turn_of(&mut self, key: &SessionKey, owner: &str, dead_owner: &str) -> Result<bool> {
+    pub fn take_turn_of(
+        &mut self,
+        key: &SessionKey,
+        owner: &str,
+        dead_owner: &str,
+    ) -> Result<bool> {
         let taken = self
             .conn
             .prepare_cached(
