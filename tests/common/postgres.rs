@@ -7,10 +7,12 @@
 //! `CI` is set; a local run prints a notice (past the test harness's capture, so it is seen) and
 //! [`database`] returns `None`, so the caller returns early.
 //!
-//! Tests of one binary that run at the same time share a cluster (each with its own database); the
-//! cluster is stopped and its directory removed when the last of them drops its [`Database`],
-//! which also happens while a failing test unwinds. PostgreSQL refuses to run as root: as root the
-//! server runs as the `postgres` user (made by Debian's package), else as `nobody`.
+//! The tests of one binary share a cluster (each with its own database, dropped with it): the first
+//! that needs one starts it, and it is stopped and its directory removed when the test binary
+//! exits (an `atexit` handler; a failing test unwinds and the binary still exits normally). A
+//! cluster per test, or per run of overlapping tests, would cost each a second or two of `initdb`
+//! and start-up. PostgreSQL refuses to run as root: as root the server runs as the `postgres` user
+//! (made by Debian's package), else as `nobody`.
 
 #![allow(dead_code)]
 
@@ -19,7 +21,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 /// The port in the socket's name (`.s.PGSQL.<port>`); the socket lives in the cluster's own
 /// directory, so every cluster can use the same one.
@@ -257,19 +259,34 @@ impl Database {
 /// A fresh, empty database named after `test`, or `None` (with a notice) when PostgreSQL is not
 /// installed and `CI` is unset. With `CI` set, a missing or broken PostgreSQL fails the test.
 pub fn database(test: &str) -> Option<Database> {
-    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
     let cluster = {
         let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        match shared.upgrade() {
-            Some(c) => c,
+        match &*shared {
+            Some(c) => Arc::clone(c),
             None => {
                 let c = own_cluster(test)?;
-                *shared = Arc::downgrade(&c);
+                *shared = Some(Arc::clone(&c));
+                // SAFETY: registers a function without arguments that only drops a value.
+                unsafe { libc::atexit(stop_shared_cluster) };
                 c
             }
         }
     };
     Some(Cluster::database(&cluster, test))
+}
+
+/// The cluster the tests of this binary share, from the first that needs one until it exits.
+static SHARED: Mutex<Option<Arc<Cluster>>> = Mutex::new(None);
+
+/// At exit: stops the shared cluster and removes its directory. (Should a database of it still be
+/// held, or a thread hold the lock, the server is left running and says so in no way: `pgrep -a
+/// postgres` finds it.)
+extern "C" fn stop_shared_cluster() {
+    let cluster = match SHARED.try_lock() {
+        Ok(mut shared) => shared.take(),
+        Err(_) => None,
+    };
+    drop(cluster);
 }
 
 /// A cluster of the caller's own (not shared with other tests), or `None` as for [`database`].
