@@ -43,6 +43,8 @@ pub struct Database {
     /// `postgresql://` URL of the database, through the cluster's socket.
     pub url: String,
     cluster: Arc<Cluster>,
+    /// The connection [`Database::rows`] reads on, made on first use.
+    client: Mutex<Option<::postgres::Client>>,
 }
 
 impl Cluster {
@@ -173,6 +175,10 @@ impl Drop for Cluster {
 
 impl Drop for Database {
     fn drop(&mut self) {
+        // Its own connection first, so that nothing of it is left.
+        if let Ok(client) = self.client.get_mut() {
+            client.take();
+        }
         // The cluster may be about to go away with it; a leftover database would go with it.
         let _ = self
             .cluster
@@ -192,59 +198,21 @@ impl Database {
     /// Runs SQL with `psql` (stops at the first error) and returns what it printed, unaligned and
     /// without headers.
     pub fn psql(&self, sql: &str) -> String {
-        self.psql_with(&[], sql).trim_end().to_owned()
-    }
-
-    /// The rows of a query, each value as text (`None` for NULL), as `psql` prints them.
-    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
-        // Separators and a NULL marker that no stored text holds.
-        const FIELD: &str = "\u{1f}";
-        const RECORD: &str = "\u{1e}";
-        const NULL: &str = "\u{1a}NULL\u{1a}";
-        // With the header and the `(N rows)` footer, so that one empty value is not mistaken
-        // for no row.
-        let out = self.psql_with(
-            &[
-                "-P",
-                "tuples_only=off",
-                "-P",
-                "footer=on",
-                "-F",
-                FIELD,
-                "-R",
-                RECORD,
-                "-P",
-                &format!("null={NULL}"),
-            ],
-            sql,
-        );
-        let out = out.strip_suffix('\n').unwrap_or(&out);
-        let records: Vec<&str> = out.split(RECORD).collect();
-        let (footer, records) = records.split_last().expect("psql printed a footer");
-        let count: usize = footer
-            .trim_matches(['(', ')'])
-            .split(' ')
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{sql}: not a psql footer: {footer:?}"));
-        let rows = &records[1..];
-        assert_eq!(rows.len(), count, "{sql}: {out:?}");
-        rows.iter()
-            .map(|r| {
-                r.split(FIELD)
-                    .map(|v| (v != NULL).then(|| v.to_owned()))
-                    .collect()
-            })
-            .collect()
-    }
-
-    fn psql_with(&self, options: &[&str], sql: &str) -> String {
         let out = self
             .cluster
             .client("psql")
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
-            .args(options)
-            .args(["-d", &self.name, "-c", sql])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                &self.name,
+                "-c",
+                sql,
+            ])
             .output()
             .expect("run psql");
         assert!(
@@ -252,7 +220,34 @@ impl Database {
             "psql failed on {sql:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    }
+
+    /// The rows of a query (or of several, `;`-separated), each value as PostgreSQL's text for it
+    /// (`None` for NULL), on a connection this database keeps: a test may read after every
+    /// request without starting a program each time.
+    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        let mut client = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if client.is_none() {
+            let connected = ::postgres::Client::connect(&self.url, ::postgres::NoTls)
+                .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.name));
+            *client = Some(connected);
+        }
+        let client = client.as_mut().expect("connected");
+        let messages = client
+            .simple_query(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        messages
+            .iter()
+            .filter_map(|m| match m {
+                ::postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_owned))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -332,6 +327,7 @@ impl Cluster {
             url: cluster.url(&name),
             name,
             cluster: Arc::clone(cluster),
+            client: Mutex::new(None),
         }
     }
 
