@@ -18,6 +18,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{Config, DatabaseUrl, LogFormat};
+use crate::database::hide_url_passwords;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -216,12 +217,17 @@ enum AgentAction {
 }
 
 /// `database_from` is where `cli.database` came from; an empty `SESSIOND_DATABASE_URL` counts as
-/// unset.
+/// unset. The database URL is checked here, where its source is known (`config` cannot: the check
+/// is the PostgreSQL driver's, see `database`), and wherever it came from, like the file's other
+/// values, even when a flag overrides it.
 fn load_config(cli: &Cli, database_from: DatabaseFrom) -> Result<Config, String> {
     let mut cfg = match &cli.config {
-        Some(path) => Config::from_file(path)?,
+        Some(path) => Config::from_file(path).map_err(|e| hide_url_passwords(&e))?,
         None => Config::default(),
     };
+    if let Some(url) = &cfg.database_url {
+        url.check().map_err(|e| format!("database_url: {e}"))?;
+    }
     if let Some(dir) = &cli.data_dir {
         cfg.data_dir = dir.clone();
     }
@@ -715,6 +721,8 @@ mod tests {
         let text = crate::config::tests::example_with_everything_enabled();
         let cfg: Config = toml::from_str(&text).unwrap();
         check_engine(&cfg).unwrap();
+        #[cfg(feature = "postgres")]
+        cfg.database_url.as_ref().unwrap().check().unwrap();
         for agent in &cfg.agents {
             let engine = agent.engine.as_ref().unwrap().to_string();
             crate::engine::EngineConfig::parse(&engine).unwrap();

@@ -10,6 +10,7 @@ pub mod bus;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod database;
 pub mod drive;
 pub mod engine;
 pub mod error;

@@ -7,10 +7,12 @@
 //! `CI` is set; a local run prints a notice (past the test harness's capture, so it is seen) and
 //! [`database`] returns `None`, so the caller returns early.
 //!
-//! Tests of one binary that run at the same time share a cluster (each with its own database); the
-//! cluster is stopped and its directory removed when the last of them drops its [`Database`],
-//! which also happens while a failing test unwinds. PostgreSQL refuses to run as root: as root the
-//! server runs as the `postgres` user (made by Debian's package), else as `nobody`.
+//! The tests of one binary share a cluster (each with its own database, dropped with it): the first
+//! that needs one starts it, and it is stopped and its directory removed when the test binary
+//! exits (an `atexit` handler; a failing test unwinds and the binary still exits normally). A
+//! cluster per test, or per run of overlapping tests, would cost each a second or two of `initdb`
+//! and start-up. PostgreSQL refuses to run as root: as root the server runs as the `postgres` user
+//! (made by Debian's package), else as `nobody`.
 
 #![allow(dead_code)]
 
@@ -19,7 +21,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 /// The port in the socket's name (`.s.PGSQL.<port>`); the socket lives in the cluster's own
 /// directory, so every cluster can use the same one.
@@ -41,6 +43,8 @@ pub struct Database {
     /// `postgresql://` URL of the database, through the cluster's socket.
     pub url: String,
     cluster: Arc<Cluster>,
+    /// The connection [`Database::rows`] reads on, made on first use.
+    client: Mutex<Option<::postgres::Client>>,
 }
 
 impl Cluster {
@@ -171,6 +175,10 @@ impl Drop for Cluster {
 
 impl Drop for Database {
     fn drop(&mut self) {
+        // Its own connection first, so that nothing of it is left.
+        if let Ok(client) = self.client.get_mut() {
+            client.take();
+        }
         // The cluster may be about to go away with it; a leftover database would go with it.
         let _ = self
             .cluster
@@ -190,59 +198,21 @@ impl Database {
     /// Runs SQL with `psql` (stops at the first error) and returns what it printed, unaligned and
     /// without headers.
     pub fn psql(&self, sql: &str) -> String {
-        self.psql_with(&[], sql).trim_end().to_owned()
-    }
-
-    /// The rows of a query, each value as text (`None` for NULL), as `psql` prints them.
-    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
-        // Separators and a NULL marker that no stored text holds.
-        const FIELD: &str = "\u{1f}";
-        const RECORD: &str = "\u{1e}";
-        const NULL: &str = "\u{1a}NULL\u{1a}";
-        // With the header and the `(N rows)` footer, so that one empty value is not mistaken
-        // for no row.
-        let out = self.psql_with(
-            &[
-                "-P",
-                "tuples_only=off",
-                "-P",
-                "footer=on",
-                "-F",
-                FIELD,
-                "-R",
-                RECORD,
-                "-P",
-                &format!("null={NULL}"),
-            ],
-            sql,
-        );
-        let out = out.strip_suffix('\n').unwrap_or(&out);
-        let records: Vec<&str> = out.split(RECORD).collect();
-        let (footer, records) = records.split_last().expect("psql printed a footer");
-        let count: usize = footer
-            .trim_matches(['(', ')'])
-            .split(' ')
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{sql}: not a psql footer: {footer:?}"));
-        let rows = &records[1..];
-        assert_eq!(rows.len(), count, "{sql}: {out:?}");
-        rows.iter()
-            .map(|r| {
-                r.split(FIELD)
-                    .map(|v| (v != NULL).then(|| v.to_owned()))
-                    .collect()
-            })
-            .collect()
-    }
-
-    fn psql_with(&self, options: &[&str], sql: &str) -> String {
         let out = self
             .cluster
             .client("psql")
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
-            .args(options)
-            .args(["-d", &self.name, "-c", sql])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                &self.name,
+                "-c",
+                sql,
+            ])
             .output()
             .expect("run psql");
         assert!(
@@ -250,26 +220,68 @@ impl Database {
             "psql failed on {sql:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    }
+
+    /// The rows of a query (or of several, `;`-separated), each value as PostgreSQL's text for it
+    /// (`None` for NULL), on a connection this database keeps: a test may read after every
+    /// request without starting a program each time.
+    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        let mut client = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if client.is_none() {
+            let connected = ::postgres::Client::connect(&self.url, ::postgres::NoTls)
+                .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.name));
+            *client = Some(connected);
+        }
+        let client = client.as_mut().expect("connected");
+        let messages = client
+            .simple_query(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        messages
+            .iter()
+            .filter_map(|m| match m {
+                ::postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_owned))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect()
     }
 }
 
 /// A fresh, empty database named after `test`, or `None` (with a notice) when PostgreSQL is not
 /// installed and `CI` is unset. With `CI` set, a missing or broken PostgreSQL fails the test.
 pub fn database(test: &str) -> Option<Database> {
-    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
     let cluster = {
         let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        match shared.upgrade() {
-            Some(c) => c,
+        match &*shared {
+            Some(c) => Arc::clone(c),
             None => {
                 let c = own_cluster(test)?;
-                *shared = Arc::downgrade(&c);
+                *shared = Some(Arc::clone(&c));
+                // SAFETY: registers a function without arguments that only drops a value.
+                unsafe { libc::atexit(stop_shared_cluster) };
                 c
             }
         }
     };
     Some(Cluster::database(&cluster, test))
+}
+
+/// The cluster the tests of this binary share, from the first that needs one until it exits.
+static SHARED: Mutex<Option<Arc<Cluster>>> = Mutex::new(None);
+
+/// At exit: stops the shared cluster and removes its directory. (Should a database of it still be
+/// held, or a thread hold the lock, the server is left running and says so in no way: `pgrep -a
+/// postgres` finds it.)
+extern "C" fn stop_shared_cluster() {
+    let cluster = match SHARED.try_lock() {
+        Ok(mut shared) => shared.take(),
+        Err(_) => None,
+    };
+    drop(cluster);
 }
 
 /// A cluster of the caller's own (not shared with other tests), or `None` as for [`database`].
@@ -315,6 +327,7 @@ impl Cluster {
             url: cluster.url(&name),
             name,
             cluster: Arc::clone(cluster),
+            client: Mutex::new(None),
         }
     }
 
