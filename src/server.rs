@@ -423,7 +423,8 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         if let Some(token) = &setup_token {
             println!(
                 "no account yet: open http://{bound}/setup#{token} on this machine to create the owner \
-                 (each start prints a new link)"
+                 (each start prints a new link; the links printed before stay valid until the owner \
+                 is created)"
             );
         }
         let server = builder.run();
