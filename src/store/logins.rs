@@ -40,7 +40,7 @@ impl Counter {
     }
 
     /// `(account, address)` as this counter's row names them ('' for the part it does not use).
-    fn key<'a>(self, who: &'a SignIn) -> (&'a str, &'a str) {
+    fn key(self, who: &SignIn) -> (&str, &str) {
         match self {
             Counter::AccountAddress => (&who.account, &who.address),
             Counter::Address => ("", &who.address),
