@@ -587,3 +587,60 @@ impl IdentityStore<'_> {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::Bus;
+    use crate::config::StoreConfig;
+    use crate::store::Store;
+
+    /// Any number of credentials is asked about in a few fixed-size chunks, and only live ones
+    /// come back: not revoked, the key's user still a member, the session not expired.
+    #[test]
+    fn valid_credentials_in_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(
+            &dir.path().join("store.db"),
+            &StoreConfig::default(),
+            Bus::new(16, 16),
+        )
+        .unwrap();
+        let (live, dead, sessions) = store
+            .write_blocking(|tx| {
+                let ws = tx.ensure_workspace("w", "W")?;
+                let member = tx.insert_user("m@x.test", "phc")?;
+                tx.add_membership(&member, &ws, "member")?;
+                let outsider = tx.insert_user("o@x.test", "phc")?;
+                let (mut live, mut dead) = (Vec::new(), Vec::new());
+                for i in 0..600 {
+                    let id = format!("{i:024}");
+                    let user = if i % 7 == 0 { &outsider } else { &member };
+                    tx.insert_key(&id, "h", "k", Some(user), None, &ws, &[])?;
+                    if i % 5 == 0 {
+                        tx.revoke_key(&id)?;
+                    }
+                    if i % 5 == 0 || i % 7 == 0 {
+                        dead.push(id);
+                    } else {
+                        live.push(id);
+                    }
+                }
+                for (hash, expires) in [("fresh", i64::MAX), ("old", 1)] {
+                    tx.insert_browser_session(hash, &member, expires)?;
+                }
+                Ok((live, dead, vec!["fresh".to_owned(), "old".to_owned()]))
+            })
+            .unwrap();
+        let asked: Vec<String> = live.iter().chain(&dead).cloned().collect();
+        let (keys, browsers) = store
+            .read_blocking(|c| valid_credentials(c, &asked, &sessions, 1_000))
+            .unwrap();
+        assert_eq!(keys, live.into_iter().collect::<HashSet<_>>());
+        assert_eq!(browsers, HashSet::from(["fresh".to_owned()]));
+        let (keys, browsers) = store
+            .read_blocking(|c| valid_credentials(c, &[], &[], 1_000))
+            .unwrap();
+        assert!(keys.is_empty() && browsers.is_empty());
+    }
+}
