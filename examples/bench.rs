@@ -1012,9 +1012,19 @@ async fn section_history(opts: &Opts, base: &str, seeded: &Seeded, db: &Path) ->
         let (b, pos) = pick(i);
         let t = Instant::now();
         let page = if b {
-            store::events_before(&conn, seeded.pk, Some(pos), PAGE as u32 + 1)
+            store::events_before(
+                &store::sql::Db::sqlite(&conn),
+                seeded.pk,
+                Some(pos),
+                PAGE as u32 + 1,
+            )
         } else {
-            store::events_after(&conn, seeded.pk, pos, PAGE as u32 + 1)
+            store::events_after(
+                &store::sql::Db::sqlite(&conn),
+                seeded.pk,
+                pos,
+                PAGE as u32 + 1,
+            )
         }
         .unwrap_or_else(|e| die("sql page", e));
         let d = t.elapsed();
@@ -1159,8 +1169,8 @@ fn section_prompts(opts: &Opts, rt: &tokio::runtime::Runtime) -> PromptResult {
             limit: 10,
             ..Default::default()
         };
-        let found =
-            store::list_sessions(&conn, &ws, "bench", &f).unwrap_or_else(|e| die("search", e));
+        let found = store::list_sessions(&store::sql::Db::sqlite(&conn), &ws, "bench", &f)
+            .unwrap_or_else(|e| die("search", e));
         assert_eq!(
             found.0.iter().map(|r| r.pk).collect::<Vec<_>>(),
             [key.pk],

@@ -1,7 +1,7 @@
 //! Registrations of ACP servers (migration 0007): the issued key's salt and hash, the principal
 //! context, the registering user, and the lookups callbacks and registration need.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use super::sql::{Db, OptionalExtension, params};
 
 use super::Tx;
 use crate::error::Result;
@@ -14,10 +14,7 @@ pub struct AcpRegistrationRow {
     pub registered_by: String,
 }
 
-pub(super) fn acp_registration(
-    conn: &Connection,
-    agent_id: &str,
-) -> Result<Option<AcpRegistrationRow>> {
+pub(super) fn acp_registration(conn: &Db, agent_id: &str) -> Result<Option<AcpRegistrationRow>> {
     Ok(conn
         .prepare_cached(
             "SELECT agent_id, key_salt, registered_by FROM acp_registrations WHERE agent_id = ?1",
@@ -41,7 +38,7 @@ pub struct AgentKeyRow {
     pub registered_by: String,
 }
 
-pub(super) fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Option<AgentKeyRow>> {
+pub(super) fn agent_by_key_hash(conn: &Db, key_hash: &str) -> Result<Option<AgentKeyRow>> {
     Ok(conn
         .prepare_cached(
             "SELECT r.agent_id, a.workspace_id, w.slug, r.registered_by
@@ -62,7 +59,7 @@ pub(super) fn agent_by_key_hash(conn: &Connection, key_hash: &str) -> Result<Opt
 
 /// The first owner of the workspace `slug` (who an unauthenticated loopback registration acts
 /// as): `(workspace_id, user_id)`.
-pub(super) fn workspace_owner(conn: &Connection, slug: &str) -> Result<Option<(String, String)>> {
+pub(super) fn workspace_owner(conn: &Db, slug: &str) -> Result<Option<(String, String)>> {
     Ok(conn
         .prepare_cached(
             "SELECT w.id, m.user_id FROM workspaces w
@@ -111,7 +108,7 @@ impl Tx<'_> {
 }
 
 /// The workspace of a session, by its public id.
-pub(super) fn session_workspace(conn: &Connection, session_id: &str) -> Result<Option<String>> {
+pub(super) fn session_workspace(conn: &Db, session_id: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT workspace_id FROM sessions WHERE id = ?1")?
         .query_row([session_id], |r| r.get(0))
@@ -120,7 +117,7 @@ pub(super) fn session_workspace(conn: &Connection, session_id: &str) -> Result<O
 
 /// The `event/send` event that delivered the input at `seq` of a session, if it was one.
 pub(super) fn event_at_seq(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     seq: u64,
 ) -> Result<Option<super::agentex::EventRow>> {

@@ -5,7 +5,7 @@
 //! Lists that the wire contract pages by number (`page_number`) use `LIMIT … OFFSET` within a
 //! bounded page size; everything else reads by key.
 
-use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value as SqlValue};
+use super::sql::{Db, OptionalExtension, Value as SqlValue, params, params_from_iter};
 use serde_json::{Map, Value};
 
 use super::{SessionKey, Tx};
@@ -160,12 +160,12 @@ impl List {
 
     fn run<T>(
         mut self,
-        conn: &Connection,
+        conn: &Db,
         order: &str,
         tie: &str,
         direction: Direction,
         page: Page,
-        from_row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+        from_row: fn(&super::sql::Row<'_>) -> super::sql::Result<T>,
     ) -> Result<Vec<T>> {
         let dir = direction.sql();
         self.sql
@@ -173,7 +173,7 @@ impl List {
         push_page(&mut self.sql, &mut self.args, page);
         let mut stmt = conn.prepare_cached(&self.sql)?;
         let rows = stmt.query_map(params_from_iter(self.args), from_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::sql::Result<_>>()?)
     }
 }
 
@@ -202,7 +202,7 @@ const AGENT_SELECT: &str = "SELECT a.id, a.workspace_id, a.slug, a.name, a.engin
     x.production_deployment_id, COALESCE(x.updated_at, a.created_at)
     FROM agents a LEFT JOIN agentex_agents x ON x.agent_id = a.id";
 
-fn agent_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AgentexAgentRow> {
+fn agent_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<AgentexAgentRow> {
     Ok(AgentexAgentRow {
         id: r.get(0)?,
         workspace_id: r.get(1)?,
@@ -228,7 +228,7 @@ pub enum AgentKey<'a> {
 
 /// An agent of the workspace, by id or by name.
 pub(super) fn agentex_agent(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     key: AgentKey<'_>,
 ) -> Result<Option<AgentexAgentRow>> {
@@ -258,7 +258,7 @@ pub struct AgentFilter {
 }
 
 pub(super) fn agentex_agents(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     f: &AgentFilter,
 ) -> Result<Vec<AgentexAgentRow>> {
@@ -331,7 +331,7 @@ pub struct DeploymentRow {
 const DEPLOYMENT_COLUMNS: &str = "id, agent_id, docker_image, helm_release_name, sgp_deploy_id,
     registration_metadata, engine, is_production, promoted_at, created_at";
 
-fn deployment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeploymentRow> {
+fn deployment_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<DeploymentRow> {
     Ok(DeploymentRow {
         id: r.get(0)?,
         agent_id: r.get(1)?,
@@ -347,7 +347,7 @@ fn deployment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeploymentRow>
 }
 
 pub(super) fn deployment(
-    conn: &Connection,
+    conn: &Db,
     agent_id: &str,
     deployment_id: &str,
 ) -> Result<Option<DeploymentRow>> {
@@ -361,7 +361,7 @@ pub(super) fn deployment(
 
 /// `order_by`: `created_at` or `promoted_at`.
 pub(super) fn deployments(
-    conn: &Connection,
+    conn: &Db,
     agent_id: &str,
     order_by: SortKey,
     direction: Direction,
@@ -598,16 +598,16 @@ impl TaskStatus {
     }
 }
 
-impl rusqlite::types::FromSql for FinalStatus {
-    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+impl super::sql::FromSql for FinalStatus {
+    fn column_result(v: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
         let name = v.as_str()?;
         FinalStatus::parse(name).ok_or_else(|| {
-            rusqlite::types::FromSqlError::Other(format!("unknown task status {name:?}").into())
+            super::sql::FromSqlError::Other(format!("unknown task status {name:?}").into())
         })
     }
 }
 
-fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+fn task_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<TaskRow> {
     Ok(TaskRow {
         pk: r.get(0)?,
         id: r.get(1)?,
@@ -634,11 +634,7 @@ pub enum TaskKey<'a> {
     Name(&'a str),
 }
 
-pub(super) fn task(
-    conn: &Connection,
-    workspace_id: &str,
-    key: TaskKey<'_>,
-) -> Result<Option<TaskRow>> {
+pub(super) fn task(conn: &Db, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
     let (cond, value) = match key {
         TaskKey::Id(id) => ("s.id = ?2", id),
         TaskKey::Name(name) => ("t.name = ?2", name),
@@ -651,7 +647,7 @@ pub(super) fn task(
         .optional()?)
 }
 
-pub(super) fn task_by_pk(conn: &Connection, pk: i64) -> Result<Option<TaskRow>> {
+pub(super) fn task_by_pk(conn: &Db, pk: i64) -> Result<Option<TaskRow>> {
     Ok(conn
         .prepare_cached(&format!("{TASK_SELECT} WHERE s.pk = ?1"))?
         .query_row([pk], task_from_row)
@@ -671,7 +667,7 @@ pub struct TaskFilter {
     pub page: Page,
 }
 
-pub(super) fn tasks(conn: &Connection, workspace_id: &str, f: &TaskFilter) -> Result<Vec<TaskRow>> {
+pub(super) fn tasks(conn: &Db, workspace_id: &str, f: &TaskFilter) -> Result<Vec<TaskRow>> {
     let mut list = List::new(TASK_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.agent_id = ?", f.agent_id.as_deref());
     list.filter(
@@ -746,14 +742,10 @@ impl Tx<'_> {
             ]);
         match inserted {
             Ok(_) => Ok(()),
-            Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
-            {
-                Err(Error::Conflict(
-                    "task_name_taken",
-                    "another task already has this name".into(),
-                ))
-            }
+            Err(e) if e.constraint().is_some() => Err(Error::Conflict(
+                "task_name_taken",
+                "another task already has this name".into(),
+            )),
             Err(e) => Err(e.into()),
         }
     }
@@ -907,7 +899,7 @@ fn messages_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
     (sql, args)
 }
 
-fn stored_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::StoredEvent> {
+fn stored_event(r: &super::sql::Row<'_>) -> super::sql::Result<super::StoredEvent> {
     Ok(super::StoredEvent {
         seq: r.get::<_, i64>(0)? as u64,
         created_at: r.get(1)?,
@@ -932,7 +924,7 @@ pub struct MessageRow {
 
 /// The messages of message events: each with its latest revision (one query for the page).
 fn with_revisions(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     events: Vec<super::StoredEvent>,
 ) -> Result<Vec<MessageRow>> {
@@ -962,7 +954,7 @@ fn with_revisions(
             };
             Ok((message, (event, r.get::<_, bool>(5)?)))
         })?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<super::sql::Result<_>>()?;
     Ok(events
         .into_iter()
         .map(|first| match latest.remove(&first.seq) {
@@ -982,7 +974,7 @@ fn with_revisions(
 
 /// The messages of a session, by page number.
 pub(super) fn messages_page(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     filter: &MessageFilter,
     direction: Direction,
@@ -999,13 +991,13 @@ pub(super) fn messages_page(
     push_page(&mut sql, &mut args, page);
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params_from_iter(args), stored_event)?;
-    let events = rows.collect::<rusqlite::Result<_>>()?;
+    let events = rows.collect::<super::sql::Result<_>>()?;
     with_revisions(conn, session_pk, events)
 }
 
 /// The messages of a session before (`Desc`) or after (`Asc`) a seq, at most `limit`.
 pub(super) fn messages_from(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     filter: &MessageFilter,
     direction: Direction,
@@ -1031,12 +1023,12 @@ pub(super) fn messages_from(
     args.push(SqlValue::Integer(i64::from(limit)));
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params_from_iter(args), stored_event)?;
-    let events = rows.collect::<rusqlite::Result<_>>()?;
+    let events = rows.collect::<super::sql::Result<_>>()?;
     with_revisions(conn, session_pk, events)
 }
 
 /// The message a seq names, if the event there is a message.
-pub(super) fn message(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
+pub(super) fn message(conn: &Db, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
     let (cond, kind_args) = messages_condition(&MessageKind::ALL);
     let sql = format!(
         "SELECT e.seq, e.created_at, e.type, e.body FROM events e
@@ -1061,7 +1053,7 @@ pub struct Revises {
 }
 
 /// The message the event at `seq` revises, if it is a revision of another message.
-pub(super) fn revises(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
+pub(super) fn revises(conn: &Db, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
     Ok(conn
         .prepare_cached(
             "SELECT v.message_seq, e.created_at, v.in_progress FROM agentex_message_revisions v
@@ -1119,7 +1111,7 @@ pub struct EventRow {
 const EVENT_SELECT: &str = "SELECT v.sequence_id, v.id, s.id, v.agent_id, v.content, v.created_at
     FROM agentex_events v JOIN sessions s ON s.pk = v.session_pk";
 
-fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+fn event_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<EventRow> {
     Ok(EventRow {
         sequence_id: r.get(0)?,
         id: r.get(1)?,
@@ -1130,11 +1122,7 @@ fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
     })
 }
 
-pub(super) fn agentex_event(
-    conn: &Connection,
-    workspace_id: &str,
-    id: &str,
-) -> Result<Option<EventRow>> {
+pub(super) fn agentex_event(conn: &Db, workspace_id: &str, id: &str) -> Result<Option<EventRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{EVENT_SELECT} WHERE v.id = ?1 AND s.workspace_id = ?2"
@@ -1145,7 +1133,7 @@ pub(super) fn agentex_event(
 
 /// A task's events with `sequence_id > after`, ascending.
 pub(super) fn agentex_events(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     after: i64,
     limit: u32,
@@ -1155,7 +1143,7 @@ pub(super) fn agentex_events(
          ORDER BY v.sequence_id LIMIT ?3"
     ))?;
     let rows = stmt.query_map(params![session_pk, after, limit], event_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 impl Tx<'_> {
@@ -1168,21 +1156,25 @@ impl Tx<'_> {
         content: Option<&str>,
     ) -> Result<EventRow> {
         let id = crate::ids::new_id();
-        self.conn
+        let sequence_id: i64 = self
+            .conn
             .prepare_cached(
                 "INSERT INTO agentex_events (id, session_pk, agent_id, seq, content, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING sequence_id",
             )?
-            .execute(params![
-                id,
-                key.pk,
-                agent_id,
-                seq.map(|s| s as i64),
-                content,
-                self.now
-            ])?;
+            .query_row(
+                params![
+                    id,
+                    key.pk,
+                    agent_id,
+                    seq.map(|s| s as i64),
+                    content,
+                    self.now
+                ],
+                |r| r.get(0),
+            )?;
         Ok(EventRow {
-            sequence_id: self.conn.last_insert_rowid(),
+            sequence_id,
             id,
             task_id: key.id.clone(),
             agent_id: agent_id.to_owned(),
@@ -1218,7 +1210,7 @@ pub struct StateRow {
 const STATE_SELECT: &str = "SELECT st.id, s.id, st.agent_id, st.state, st.created_at, st.updated_at
     FROM agentex_states st JOIN sessions s ON s.pk = st.session_pk";
 
-fn state_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StateRow> {
+fn state_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<StateRow> {
     Ok(StateRow {
         id: r.get(0)?,
         task_id: r.get(1)?,
@@ -1229,7 +1221,7 @@ fn state_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StateRow> {
     })
 }
 
-pub(super) fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
+pub(super) fn state(conn: &Db, workspace_id: &str, id: &str) -> Result<Option<StateRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{STATE_SELECT} WHERE st.id = ?1 AND s.workspace_id = ?2"
@@ -1239,11 +1231,7 @@ pub(super) fn state(conn: &Connection, workspace_id: &str, id: &str) -> Result<O
 }
 
 /// `order_by`: `created_at` or `updated_at`.
-pub(super) fn states(
-    conn: &Connection,
-    workspace_id: &str,
-    f: &RecordFilter,
-) -> Result<Vec<StateRow>> {
+pub(super) fn states(conn: &Db, workspace_id: &str, f: &RecordFilter) -> Result<Vec<StateRow>> {
     let mut list = List::new(STATE_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.id = ?", f.task_id.as_deref());
     list.filter("st.agent_id = ?", f.agent_id.as_deref());
@@ -1333,7 +1321,7 @@ pub struct SpanRow {
 const SPAN_COLUMNS: &str =
     "id, trace_id, name, start_time, end_time, parent_id, task_id, data, input, output";
 
-fn span_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpanRow> {
+fn span_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<SpanRow> {
     Ok(SpanRow {
         id: r.get(0)?,
         trace_id: r.get(1)?,
@@ -1348,7 +1336,7 @@ fn span_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpanRow> {
     })
 }
 
-pub(super) fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
+pub(super) fn span(conn: &Db, workspace_id: &str, id: &str) -> Result<Option<SpanRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {SPAN_COLUMNS} FROM agentex_spans WHERE workspace_id = ?1 AND id = ?2"
@@ -1360,7 +1348,7 @@ pub(super) fn span(conn: &Connection, workspace_id: &str, id: &str) -> Result<Op
 /// `order_by`: `start_time`, `end_time` or `name`. Spans have no agent, so the filter's
 /// `agent_id` does not apply; `trace_id` narrows to one trace.
 pub(super) fn spans(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     trace_id: Option<&str>,
     f: &RecordFilter,
@@ -1458,7 +1446,7 @@ const TRACKER_SELECT: &str = "SELECT s.id, s.agent_id, s.created_at, k.last_proc
     k.status, k.status_reason, k.updated_at
     FROM sessions s LEFT JOIN agentex_trackers k ON k.session_pk = s.pk";
 
-fn tracker_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackerRow> {
+fn tracker_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<TrackerRow> {
     Ok(TrackerRow {
         task_id: r.get(0)?,
         agent_id: r.get(1)?,
@@ -1470,11 +1458,7 @@ fn tracker_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrackerRow> {
     })
 }
 
-pub(super) fn tracker(
-    conn: &Connection,
-    workspace_id: &str,
-    task_id: &str,
-) -> Result<Option<TrackerRow>> {
+pub(super) fn tracker(conn: &Db, workspace_id: &str, task_id: &str) -> Result<Option<TrackerRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "{TRACKER_SELECT} WHERE s.id = ?1 AND s.workspace_id = ?2"
@@ -1484,11 +1468,7 @@ pub(super) fn tracker(
 }
 
 /// `order_by`: `created_at` or `updated_at`.
-pub(super) fn trackers(
-    conn: &Connection,
-    workspace_id: &str,
-    f: &RecordFilter,
-) -> Result<Vec<TrackerRow>> {
+pub(super) fn trackers(conn: &Db, workspace_id: &str, f: &RecordFilter) -> Result<Vec<TrackerRow>> {
     let mut list = List::new(TRACKER_SELECT, "s.workspace_id", workspace_id);
     list.filter("s.id = ?", f.task_id.as_deref());
     list.filter("s.agent_id = ?", f.agent_id.as_deref());

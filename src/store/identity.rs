@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use super::sql::{Db, OptionalExtension, params};
 
 use super::Tx;
 use crate::error::{Error, Result};
@@ -14,11 +14,11 @@ pub struct UserRow {
     pub password_hash: String,
 }
 
-pub fn user_count(conn: &Connection) -> Result<i64> {
+pub fn user_count(conn: &Db) -> Result<i64> {
     Ok(conn.query_row("SELECT count(*) FROM users", [], |r| r.get(0))?)
 }
 
-fn user_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<UserRow> {
+fn user_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<UserRow> {
     Ok(UserRow {
         id: r.get(0)?,
         email: r.get(1)?,
@@ -26,14 +26,14 @@ fn user_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<UserRow> {
     })
 }
 
-pub fn user_by_email(conn: &Connection, email: &str) -> Result<Option<UserRow>> {
+pub fn user_by_email(conn: &Db, email: &str) -> Result<Option<UserRow>> {
     Ok(conn
         .prepare_cached("SELECT id, email, password_hash FROM users WHERE email = ?1")?
         .query_row([email], user_from_row)
         .optional()?)
 }
 
-pub fn user_by_id(conn: &Connection, id: &str) -> Result<Option<UserRow>> {
+pub fn user_by_id(conn: &Db, id: &str) -> Result<Option<UserRow>> {
     Ok(conn
         .prepare_cached("SELECT id, email, password_hash FROM users WHERE id = ?1")?
         .query_row([id], user_from_row)
@@ -41,18 +41,18 @@ pub fn user_by_id(conn: &Connection, id: &str) -> Result<Option<UserRow>> {
 }
 
 /// `(workspace id, slug, role)` of every workspace a user belongs to.
-pub fn memberships(conn: &Connection, user_id: &str) -> Result<Vec<(String, String, String)>> {
+pub fn memberships(conn: &Db, user_id: &str) -> Result<Vec<(String, String, String)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT w.id, w.slug, m.role FROM memberships m JOIN workspaces w ON w.id = m.workspace_id
          WHERE m.user_id = ?1 ORDER BY w.slug",
     )?;
     let rows = stmt.query_map([user_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 /// The workspace a browser session acts in on routes without one in the path, when the request
 /// names none: the oldest workspace the user owns, else the oldest they belong to.
-pub fn default_workspace_slug(conn: &Connection, user_id: &str) -> Result<Option<String>> {
+pub fn default_workspace_slug(conn: &Db, user_id: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached(
             "SELECT w.slug FROM memberships m JOIN workspaces w ON w.id = m.workspace_id
@@ -63,7 +63,7 @@ pub fn default_workspace_slug(conn: &Connection, user_id: &str) -> Result<Option
         .optional()?)
 }
 
-pub fn is_member(conn: &Connection, user_id: &str, workspace_id: &str) -> Result<bool> {
+pub fn is_member(conn: &Db, user_id: &str, workspace_id: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM memberships WHERE user_id = ?1 AND workspace_id = ?2")?
         .exists([user_id, workspace_id])?)
@@ -94,7 +94,7 @@ const KEY_SELECT: &str =
             WHERE m.user_id = k.user_id AND m.workspace_id = k.workspace_id)
     FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id";
 
-fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
+fn key_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<KeyRow> {
     let scopes: String = r.get(7)?;
     Ok(KeyRow {
         id: r.get(0)?,
@@ -112,7 +112,7 @@ fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
     })
 }
 
-pub fn key_by_id(conn: &Connection, id: &str) -> Result<Option<KeyRow>> {
+pub fn key_by_id(conn: &Db, id: &str) -> Result<Option<KeyRow>> {
     Ok(conn
         .prepare_cached(&format!("{KEY_SELECT} WHERE k.id = ?1"))?
         .query_row([id], key_from_row)
@@ -123,10 +123,10 @@ pub fn key_by_id(conn: &Connection, id: &str) -> Result<Option<KeyRow>> {
 /// written `{ids}`) selects. The ids go in chunks of one of [`ID_CHUNKS`]' sizes, each padded with
 /// its last id, so that only those few statements are ever prepared whatever the number.
 fn select_ids(
-    conn: &Connection,
+    conn: &Db,
     sql: &str,
     first: usize,
-    fixed: &[&dyn rusqlite::ToSql],
+    fixed: &[&dyn super::sql::ToSql],
     ids: &[String],
 ) -> Result<HashSet<String>> {
     let mut found = HashSet::new();
@@ -143,8 +143,8 @@ fn select_ids(
         let values = fixed
             .iter()
             .copied()
-            .chain(padded.map(|id| id as &dyn rusqlite::ToSql));
-        let rows = stmt.query_map(rusqlite::params_from_iter(values), |r| {
+            .chain(padded.map(|id| id as &dyn super::sql::ToSql));
+        let rows = stmt.query_map(super::sql::params_from_iter(values), |r| {
             r.get::<_, String>(0)
         })?;
         for id in rows {
@@ -162,7 +162,7 @@ const ID_CHUNKS: [usize; 3] = [8, 64, 512];
 /// workspace — and which of `browsers` (cookie hashes) are browser sessions not signed out or
 /// expired at `now`.
 pub fn valid_credentials(
-    conn: &Connection,
+    conn: &Db,
     keys: &[String],
     browsers: &[String],
     now: i64,
@@ -187,14 +187,14 @@ pub fn valid_credentials(
     Ok((keys, browsers))
 }
 
-pub fn keys(conn: &Connection) -> Result<Vec<KeyRow>> {
+pub fn keys(conn: &Db) -> Result<Vec<KeyRow>> {
     let mut stmt = conn.prepare(&format!("{KEY_SELECT} ORDER BY k.created_at"))?;
     let rows = stmt.query_map([], key_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 /// `(user id, expires_at)` of a browser session by the hash of its cookie.
-pub fn browser_session(conn: &Connection, token_hash: &str) -> Result<Option<(String, i64)>> {
+pub fn browser_session(conn: &Db, token_hash: &str) -> Result<Option<(String, i64)>> {
     Ok(conn
         .prepare_cached("SELECT user_id, expires_at FROM browser_sessions WHERE token_hash = ?1")?
         .query_row([token_hash], |r| Ok((r.get(0)?, r.get(1)?)))

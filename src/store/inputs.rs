@@ -13,7 +13,7 @@ pub struct Retry {
     pub fingerprint: String,
 }
 
-fn replayed(c: &rusqlite::Connection, r: &Retry) -> Result<Option<(SessionKey, u64)>> {
+fn replayed(c: &super::sql::Db, r: &Retry) -> Result<Option<(SessionKey, u64)>> {
     match super::client_request(c, &r.workspace_id, &r.client_request_id)? {
         None => Ok(None),
         Some(found) if found.fingerprint == r.fingerprint => {

@@ -166,7 +166,7 @@ impl LogReads<'_> {
 }
 
 fn turn_inputs(
-    c: &rusqlite::Connection,
+    c: &super::sql::Db,
     session_pk: i64,
     turns: &[u64],
 ) -> Result<HashMap<u64, TurnInput>> {

@@ -14,7 +14,7 @@
 //! setups with different tokens (on two processes) queue on the same rows and exactly one
 //! creates the owner.
 
-use rusqlite::{OptionalExtension, params};
+use super::sql::{OptionalExtension, params};
 
 use super::{Store, Tx};
 use crate::error::{Error, Result};
@@ -345,7 +345,7 @@ impl LoginStore<'_> {
                         .conn
                         .prepare_cached("DELETE FROM setup_tokens RETURNING token_hash")?;
                     stmt.query_map([], |r| r.get(0))?
-                        .collect::<rusqlite::Result<_>>()?
+                        .collect::<super::sql::Result<_>>()?
                 };
                 if !taken.contains(&hash) {
                     // Another setup took the tokens between the read and the delete: the unit

@@ -173,7 +173,13 @@ mod tests {
                 limit: 10,
                 ..Default::default()
             };
-            let (rows, _) = super::super::reads::list_sessions(&conn, "w", "u", &f).unwrap();
+            let (rows, _) = super::super::reads::list_sessions(
+                &crate::store::sql::Db::sqlite(&conn),
+                "w",
+                "u",
+                &f,
+            )
+            .unwrap();
             rows.into_iter().map(|r| r.id).collect::<Vec<_>>()
         };
         assert_eq!(found("apple"), ["s1"]);

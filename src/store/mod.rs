@@ -37,6 +37,7 @@ pub mod record;
 pub mod schedules;
 pub mod seed;
 pub mod sessions;
+pub mod sql;
 pub mod submit;
 pub mod turns;
 mod writer;
@@ -67,7 +68,7 @@ type Pool = r2d2::Pool<SqliteConnectionManager>;
 // path are compiled once instead of once per call site (a tenth of the crate's generated code),
 // for two small allocations per operation.
 type Erased = Box<dyn std::any::Any + Send>;
-type ErasedRead = Box<dyn FnOnce(&Connection) -> Result<Erased> + Send>;
+type ErasedRead = Box<dyn FnOnce(&sql::Db<'_>) -> Result<Erased> + Send>;
 type ErasedWrite = Box<dyn for<'a, 'b> FnOnce(&'a mut Tx<'b>) -> Result<Erased> + Send>;
 
 fn unerase<T: 'static>(value: Erased) -> Result<T> {
@@ -96,6 +97,10 @@ enum Backend {
     /// The embedded default: one writer thread with group commit, a pool of read-only
     /// connections, WAL.
     Sqlite(Sqlite),
+    /// A PostgreSQL database that several processes may share: a pool of connections, each write
+    /// a transaction of its own.
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<postgres::backend::PgBackend>),
 }
 
 struct Sqlite {
@@ -169,18 +174,54 @@ impl Store {
         })
     }
 
+    /// Opens the PostgreSQL database at `url` (migrating it under an advisory lock, so that
+    /// several processes may start at once) and serves the store's operations from it. Callable
+    /// with or without a current tokio runtime.
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(url: &str, cfg: &StoreConfig, bus: Arc<Bus>) -> Result<Store> {
+        let settings = postgres::PoolSettings {
+            max_connections: (cfg.read_connections as usize).max(4) * 4,
+            ..postgres::PoolSettings::default()
+        };
+        let backend = postgres::backend::PgBackend::open(url, &settings)?;
+        tracing::debug!(database = %backend.url(), "PostgreSQL store open");
+        Ok(Store {
+            inner: Arc::new(Inner {
+                backend: Backend::Postgres(Arc::new(backend)),
+                bus,
+                health: Arc::new(health::Health::default()),
+            }),
+        })
+    }
+
+    /// Without the `postgres` feature, a PostgreSQL URL is refused.
+    #[cfg(not(feature = "postgres"))]
+    pub fn open_postgres(_url: &str, _cfg: &StoreConfig, _bus: Arc<Bus>) -> Result<Store> {
+        Err(Error::invalid(
+            "this sessiond was built without PostgreSQL support (the `postgres` feature)",
+        ))
+    }
+
     pub fn bus(&self) -> &Arc<Bus> {
         &self.inner.bus
     }
 
-    /// Write requests waiting for the writer thread (a metric).
-    pub fn writer_queue_depth(&self) -> usize {
-        self.sqlite().writer.queue_depth()
+    /// Which SQL the database speaks.
+    pub fn dialect(&self) -> sql::Dialect {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => sql::Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => sql::Dialect::Postgres,
+        }
     }
 
-    fn sqlite(&self) -> &Sqlite {
-        let Backend::Sqlite(db) = &self.inner.backend;
-        db
+    /// Write requests waiting for the writer thread, or for a connection (a metric).
+    pub fn writer_queue_depth(&self) -> usize {
+        match &self.inner.backend {
+            Backend::Sqlite(db) => db.writer.queue_depth(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.waiting(),
+        }
     }
 
     /// Whether writes currently succeed (what `/healthz` and `/readyz` report).
@@ -191,24 +232,43 @@ impl Store {
     /// Proves the database can be written: a real (empty) change, committed. `serve` refuses to
     /// start on a read-only database or data dir instead of failing its first write.
     pub fn check_writable(&self) -> Result<()> {
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(pg) = &self.inner.backend {
+            return pg.check_writable();
+        }
         self.write_blocking(|tx| {
-            if tx.conn.is_readonly(rusqlite::MAIN_DB)? {
+            let Some(conn) = tx.conn.as_sqlite() else {
+                return Ok(());
+            };
+            if conn.is_readonly(rusqlite::MAIN_DB)? {
                 return Err(Error::StorageUnavailable(
                     "the database is read-only".into(),
                 ));
             }
-            writer::rewrite_user_version(tx.conn)
+            writer::rewrite_user_version(conn)
         })
     }
 
-    /// Runs `f` on the writer thread inside the current batch; resolves after COMMIT.
+    /// Runs `f` inside a write transaction; resolves after COMMIT. On SQLite `f` runs on the
+    /// writer thread inside the current batch; on PostgreSQL on a blocking thread, as a
+    /// transaction of its own.
     pub(crate) async fn write<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
         let job: ErasedWrite = Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased));
-        unerase(self.sqlite().writer.write(job).await?)
+        match &self.inner.backend {
+            Backend::Sqlite(db) => unerase(db.writer.write(job).await?),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let (pg, inner) = (Arc::clone(pg), Arc::clone(&self.inner));
+                let request_id = crate::request_id::current();
+                unerase(
+                    blocking(move || pg.write(&inner.bus, &inner.health, request_id, job)).await?,
+                )
+            }
+        }
     }
 
     /// Like [`Store::write`] for a job that writes at most once ([`OneWrite`]): it cannot fail
@@ -218,7 +278,15 @@ impl Store {
         F: FnOnce(OneWrite<'_, '_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.sqlite().writer.write_one(f).await
+        match &self.inner.backend {
+            Backend::Sqlite(db) => db.writer.write_one(f).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let (pg, inner) = (Arc::clone(pg), Arc::clone(&self.inner));
+                let request_id = crate::request_id::current();
+                blocking(move || pg.write_one(&inner.bus, &inner.health, request_id, f)).await
+            }
+        }
     }
 
     /// Like [`Store::write`], for callers outside an async runtime (CLI, tests).
@@ -227,13 +295,17 @@ impl Store {
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.sqlite().writer.write_blocking(f)
+        match &self.inner.backend {
+            Backend::Sqlite(db) => db.writer.write_blocking(f),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.write(&self.inner.bus, &self.inner.health, None, f),
+        }
     }
 
-    /// Runs a query on a pooled read-only connection, off the async threads.
+    /// Runs a query on a pooled connection, off the async threads.
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: FnOnce(&sql::Db<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
         let job: ErasedRead = Box::new(move |c| f(c).map(|v| Box::new(v) as Erased));
@@ -241,25 +313,50 @@ impl Store {
     }
 
     async fn read_erased(&self, f: ErasedRead) -> Result<Erased> {
-        let pool = self.sqlite().readers.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = pool.get()?;
-            f(&conn)
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("read task failed: {e}")))?
+        match &self.inner.backend {
+            Backend::Sqlite(db) => {
+                let pool = db.readers.clone();
+                blocking(move || {
+                    let conn = pool.get()?;
+                    f(&sql::Db::sqlite(&conn))
+                })
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let pg = Arc::clone(pg);
+                blocking(move || pg.read(f)).await
+            }
+        }
     }
 
     /// Synchronous read for non-async callers.
-    fn read_blocking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = self.sqlite().readers.get()?;
-        f(&conn)
+    fn read_blocking<T>(&self, f: impl FnOnce(&sql::Db<'_>) -> Result<T>) -> Result<T> {
+        match &self.inner.backend {
+            Backend::Sqlite(db) => {
+                let conn = db.readers.get()?;
+                f(&sql::Db::sqlite(&conn))
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.read(f),
+        }
     }
 
     /// Stops accepting writes, lets the writer finish what it has and waits for it.
     pub fn close(&self) {
-        self.sqlite().writer.close();
+        match &self.inner.backend {
+            Backend::Sqlite(db) => db.writer.close(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.close(),
+        }
     }
+}
+
+/// Runs `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Internal(format!("store task failed: {e}")))?
 }
 
 /// `VACUUM INTO` from a separate connection: readers and the running server's writer are not

@@ -1,6 +1,6 @@
 //! Queries on read-only connections. Pagination is keyset only.
 
-use rusqlite::{Connection, OptionalExtension, params, types::Value as SqlValue};
+use super::sql::{Db, OptionalExtension, Value as SqlValue, params};
 
 use crate::error::{Error, Result};
 
@@ -48,7 +48,7 @@ const SESSION_COLUMNS: &str = "s.pk, s.id, s.workspace_id, s.agent_id, a.name, s
     COALESCE((SELECT m.last_read_seq FROM read_markers m WHERE m.session_pk = s.pk AND m.user_id = :user), 0),
     EXISTS (SELECT 1 FROM default_sessions d WHERE d.session_id = s.id)";
 
-fn session_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRow> {
+fn session_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<SessionRow> {
     Ok(SessionRow {
         pk: r.get(0)?,
         id: r.get(1)?,
@@ -84,7 +84,7 @@ fn session_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRow> {
 }
 
 pub fn session_row(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     session_id: &str,
     user_id: &str,
@@ -95,25 +95,21 @@ pub fn session_row(
     );
     conn.prepare_cached(&sql)?
         .query_row(
-            rusqlite::named_params! {":id": session_id, ":ws": workspace_id, ":user": user_id},
+            crate::named_params! {":id": session_id, ":ws": workspace_id, ":user": user_id},
             session_from_row,
         )
         .optional()?
         .ok_or(Error::NotFound)
 }
 
-pub fn session_row_by_pk(
-    conn: &Connection,
-    pk: i64,
-    user_id: Option<&str>,
-) -> Result<Option<SessionRow>> {
+pub fn session_row_by_pk(conn: &Db, pk: i64, user_id: Option<&str>) -> Result<Option<SessionRow>> {
     let sql = format!(
         "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id WHERE s.pk = :pk"
     );
     Ok(conn
         .prepare_cached(&sql)?
         .query_row(
-            rusqlite::named_params! {":pk": pk, ":user": user_id.unwrap_or("")},
+            crate::named_params! {":pk": pk, ":user": user_id.unwrap_or("")},
             session_from_row,
         )
         .optional()?)
@@ -143,7 +139,7 @@ pub struct ListFilter {
 /// are gathered into a set and the list index is walked in order until the page is full, which
 /// stops early because a common word soon fills a page. Both plans give the same rows.
 pub fn list_sessions(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     user_id: &str,
     f: &ListFilter,
@@ -176,7 +172,7 @@ pub enum SearchPlan {
 ///
 /// A match is a session, however many of its prompt rows hold the words: the count stops at
 /// `bound` distinct sessions.
-pub fn search_plan(conn: &Connection, fts_query: &str, limit: u32) -> Result<SearchPlan> {
+pub fn search_plan(conn: &Db, fts_query: &str, limit: u32) -> Result<SearchPlan> {
     let sessions: i64 = conn
         .prepare_cached("SELECT COALESCE(max(pk), 0) FROM sessions")?
         .query_row([], |r| r.get(0))?;
@@ -251,16 +247,16 @@ fn term_args(terms: &[&str]) -> Vec<(String, SqlValue)> {
         .collect()
 }
 
-/// Named parameters as rusqlite takes them.
-fn named<K: AsRef<str>>(args: &[(K, SqlValue)]) -> Vec<(&str, &dyn rusqlite::ToSql)> {
+/// Named parameters as statements take them.
+fn named<K: AsRef<str>>(args: &[(K, SqlValue)]) -> Vec<(&str, &dyn super::sql::ToSql)> {
     args.iter()
-        .map(|(k, v)| (k.as_ref(), v as &dyn rusqlite::ToSql))
+        .map(|(k, v)| (k.as_ref(), v as &dyn super::sql::ToSql))
         .collect()
 }
 
 /// [`list_sessions`] with the search plan chosen by the caller (tests compare the plans).
 pub fn list_sessions_with(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     user_id: &str,
     f: &ListFilter,
@@ -270,7 +266,7 @@ pub fn list_sessions_with(
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows: Vec<SessionRow> = stmt
         .query_map(named(&args).as_slice(), session_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<super::sql::Result<_>>()?;
     let more = rows.len() > f.limit as usize;
     rows.truncate(f.limit as usize);
     Ok((rows, more))
@@ -350,7 +346,7 @@ pub struct StoredEvent {
     pub body: String,
 }
 
-fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
+fn event_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<StoredEvent> {
     Ok(StoredEvent {
         seq: r.get::<_, i64>(0)? as u64,
         created_at: r.get(1)?,
@@ -361,7 +357,7 @@ fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
 
 /// Events with `seq > after`, ascending, at most `limit`.
 pub fn events_after(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     after: u64,
     limit: u32,
@@ -371,12 +367,12 @@ pub fn events_after(
          WHERE session_pk = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![session_pk, after as i64, limit], event_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 /// Events with `seq < before` (or the newest when `before` is `None`), returned ascending.
 pub fn events_before(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     before: Option<u64>,
     limit: u32,
@@ -388,7 +384,7 @@ pub fn events_before(
     )?;
     let mut rows: Vec<StoredEvent> = stmt
         .query_map(params![session_pk, before, limit], event_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<super::sql::Result<_>>()?;
     rows.reverse();
     Ok(rows)
 }
@@ -396,7 +392,7 @@ pub fn events_before(
 /// The newest events of the given types with `seq < before`, newest first, at most `limit`
 /// (model engines rebuild a conversation from them).
 pub fn events_of_types_before(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     before: u64,
     types: &[&str],
@@ -414,16 +410,12 @@ pub fn events_of_types_before(
     args.extend(types.iter().map(|t| SqlValue::Text((*t).to_owned())));
     args.push(SqlValue::Integer(i64::from(limit)));
     let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(args), event_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let rows = stmt.query_map(super::sql::params_from_iter(args), event_from_row)?;
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 /// The session that started `session_id` (`created_by_session_id`), if any.
-pub fn parent_session(
-    conn: &Connection,
-    workspace_id: &str,
-    session_id: &str,
-) -> Result<Option<String>> {
+pub fn parent_session(conn: &Db, workspace_id: &str, session_id: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached(
             "SELECT created_by_session_id FROM sessions WHERE id = ?1 AND workspace_id = ?2",
@@ -434,7 +426,7 @@ pub fn parent_session(
 }
 
 /// What the session's engine remembers between turns (see migration 0002).
-pub fn engine_memo(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
+pub fn engine_memo(conn: &Db, session_pk: i64) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT engine_memo FROM sessions WHERE pk = ?1")?
         .query_row([session_pk], |r| r.get(0))
@@ -444,7 +436,7 @@ pub fn engine_memo(conn: &Connection, session_pk: i64) -> Result<Option<String>>
 
 /// The engine configuration a session's turns run with: the one pinned on the session (see
 /// migration 0005), else its agent's.
-pub fn turn_engine(conn: &Connection, session_pk: i64) -> Result<Option<String>> {
+pub fn turn_engine(conn: &Db, session_pk: i64) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached(
             "SELECT COALESCE(s.engine, a.engine) FROM sessions s JOIN agents a ON a.id = s.agent_id
@@ -456,7 +448,7 @@ pub fn turn_engine(conn: &Connection, session_pk: i64) -> Result<Option<String>>
 
 /// The first event of a given type at or after `from_seq` (used to find an input's terminal).
 pub fn first_event_of_types(
-    conn: &Connection,
+    conn: &Db,
     session_pk: i64,
     from_seq: u64,
     types: &[&str],
@@ -473,7 +465,7 @@ pub fn first_event_of_types(
     args.extend(types.iter().map(|t| SqlValue::Text((*t).to_owned())));
     Ok(conn
         .prepare_cached(&sql)?
-        .query_row(rusqlite::params_from_iter(args), event_from_row)
+        .query_row(super::sql::params_from_iter(args), event_from_row)
         .optional()?)
 }
 
@@ -482,7 +474,7 @@ pub struct WorkspaceRow {
     pub slug: String,
 }
 
-pub fn workspace_by_slug(conn: &Connection, slug: &str) -> Result<Option<WorkspaceRow>> {
+pub fn workspace_by_slug(conn: &Db, slug: &str) -> Result<Option<WorkspaceRow>> {
     Ok(conn
         .prepare_cached("SELECT id, slug FROM workspaces WHERE slug = ?1")?
         .query_row([slug], |r| {
@@ -507,7 +499,7 @@ pub struct AgentRow {
 
 const AGENT_COLUMNS: &str = "id, slug, name, anchor, engine, created_at";
 
-fn agent_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AgentRow> {
+fn agent_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<AgentRow> {
     Ok(AgentRow {
         id: r.get(0)?,
         slug: r.get(1)?,
@@ -518,19 +510,15 @@ fn agent_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AgentRow> {
     })
 }
 
-pub fn agents(conn: &Connection, workspace_id: &str) -> Result<Vec<AgentRow>> {
+pub fn agents(conn: &Db, workspace_id: &str) -> Result<Vec<AgentRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE workspace_id = ?1 ORDER BY slug"
     ))?;
     let rows = stmt.query_map([workspace_id], agent_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
-pub fn agent_by_slug(
-    conn: &Connection,
-    workspace_id: &str,
-    slug: &str,
-) -> Result<Option<AgentRow>> {
+pub fn agent_by_slug(conn: &Db, workspace_id: &str, slug: &str) -> Result<Option<AgentRow>> {
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {AGENT_COLUMNS} FROM agents WHERE workspace_id = ?1 AND slug = ?2"
@@ -539,7 +527,7 @@ pub fn agent_by_slug(
         .optional()?)
 }
 
-pub fn agent_by_id(conn: &Connection, agent_id: &str) -> Result<Option<AgentRow>> {
+pub fn agent_by_id(conn: &Db, agent_id: &str) -> Result<Option<AgentRow>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = ?1"))?
         .query_row([agent_id], agent_from_row)
@@ -553,7 +541,7 @@ pub struct GrantRow {
     pub expires_at: i64,
 }
 
-pub fn upload_grant(conn: &Connection, id: &str) -> Result<Option<GrantRow>> {
+pub fn upload_grant(conn: &Db, id: &str) -> Result<Option<GrantRow>> {
     Ok(conn
         .prepare_cached(
             "SELECT token_hash, workspace_id, prefix, expires_at FROM upload_grants WHERE id = ?1",
@@ -569,7 +557,7 @@ pub fn upload_grant(conn: &Connection, id: &str) -> Result<Option<GrantRow>> {
         .optional()?)
 }
 
-pub fn default_session_id(conn: &Connection, agent_id: &str) -> Result<Option<String>> {
+pub fn default_session_id(conn: &Db, agent_id: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT session_id FROM default_sessions WHERE agent_id = ?1")?
         .query_row([agent_id], |r| r.get(0))
@@ -582,17 +570,17 @@ pub fn default_session_id(conn: &Connection, agent_id: &str) -> Result<Option<St
 /// The ORDER BY is the expression of the `sessions_activity` index (migration 0009), so the page
 /// is read in index order and costs the same for ten sessions or a million; keep the two equal.
 pub fn agent_activity(
-    conn: &Connection,
+    conn: &Db,
     agent_id: &str,
     user_id: &str,
     limit: u32,
 ) -> Result<Vec<SessionRow>> {
     let mut stmt = conn.prepare_cached(&activity_sql())?;
     let rows = stmt.query_map(
-        rusqlite::named_params! {":agent": agent_id, ":user": user_id, ":limit": limit as i64 + 1},
+        crate::named_params! {":agent": agent_id, ":user": user_id, ":limit": limit as i64 + 1},
         session_from_row,
     )?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 fn activity_sql() -> String {
@@ -611,7 +599,7 @@ pub struct ImageRow {
     pub data: Vec<u8>,
 }
 
-pub fn image(conn: &Connection, session_pk: i64, storage_id: &str) -> Result<Option<ImageRow>> {
+pub fn image(conn: &Db, session_pk: i64, storage_id: &str) -> Result<Option<ImageRow>> {
     Ok(conn
         .prepare_cached(
             "SELECT mime_type, data FROM images WHERE session_pk = ?1 AND storage_id = ?2",
@@ -626,31 +614,31 @@ pub fn image(conn: &Connection, session_pk: i64, storage_id: &str) -> Result<Opt
 }
 
 /// Sessions whose turn was active when the process stopped (crash recovery).
-pub fn active_turn_sessions(conn: &Connection) -> Result<Vec<(i64, String)>> {
+pub fn active_turn_sessions(conn: &Db) -> Result<Vec<(i64, String)>> {
     let mut stmt = conn.prepare("SELECT pk, id FROM sessions WHERE turn_active = 1")?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 /// Sessions with queued inputs, ordered by their oldest input's due time then seq.
-pub fn sessions_with_pending_inputs(conn: &Connection) -> Result<Vec<(i64, String, i64)>> {
+pub fn sessions_with_pending_inputs(conn: &Db) -> Result<Vec<(i64, String, i64)>> {
     let mut stmt = conn.prepare(
         "SELECT p.session_pk, s.id, min(p.not_before) FROM pending_inputs p
          JOIN sessions s ON s.pk = p.session_pk GROUP BY p.session_pk ORDER BY min(p.not_before), p.session_pk",
     )?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 /// Inputs stored and not yet taken by a turn, across all sessions (a metric).
-pub fn pending_input_count(conn: &Connection) -> Result<i64> {
+pub fn pending_input_count(conn: &Db) -> Result<i64> {
     Ok(conn
         .prepare_cached("SELECT count(*) FROM pending_inputs")?
         .query_row([], |r| r.get(0))?)
 }
 
 /// The `turn_started` seq of the turn that took an input, once one has.
-pub fn input_turn(conn: &Connection, session_pk: i64, input_seq: u64) -> Result<Option<u64>> {
+pub fn input_turn(conn: &Db, session_pk: i64, input_seq: u64) -> Result<Option<u64>> {
     Ok(conn
         .prepare_cached(
             "SELECT turn_started_seq FROM input_turns WHERE session_pk = ?1 AND input_seq = ?2",
@@ -663,11 +651,7 @@ pub fn input_turn(conn: &Connection, session_pk: i64, input_seq: u64) -> Result<
 }
 
 /// A session's key by id, within a workspace (404 otherwise).
-pub fn session_key(
-    conn: &Connection,
-    workspace_id: &str,
-    session_id: &str,
-) -> Result<super::SessionKey> {
+pub fn session_key(conn: &Db, workspace_id: &str, session_id: &str) -> Result<super::SessionKey> {
     conn.prepare_cached("SELECT pk FROM sessions WHERE id = ?1 AND workspace_id = ?2")?
         .query_row([session_id, workspace_id], |r| r.get(0))
         .optional()?
@@ -687,7 +671,7 @@ pub struct ClientRequest {
 }
 
 pub fn client_request(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     client_request_id: &str,
 ) -> Result<Option<ClientRequest>> {
@@ -707,14 +691,14 @@ pub fn client_request(
 }
 
 /// The stored body of one event.
-pub fn event_body(conn: &Connection, session_pk: i64, seq: u64) -> Result<Option<String>> {
+pub fn event_body(conn: &Db, session_pk: i64, seq: u64) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT body FROM events WHERE session_pk = ?1 AND seq = ?2")?
         .query_row(params![session_pk, seq as i64], |r| r.get(0))
         .optional()?)
 }
 
-pub fn workspace_slug(conn: &Connection, workspace_id: &str) -> Result<Option<String>> {
+pub fn workspace_slug(conn: &Db, workspace_id: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT slug FROM workspaces WHERE id = ?1")?
         .query_row([workspace_id], |r| r.get(0))
@@ -722,7 +706,7 @@ pub fn workspace_slug(conn: &Connection, workspace_id: &str) -> Result<Option<St
 }
 
 /// The id of the upload grant a token belongs to, by the token's hash.
-pub fn upload_grant_by_hash(conn: &Connection, token_hash: &str) -> Result<Option<String>> {
+pub fn upload_grant_by_hash(conn: &Db, token_hash: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT id FROM upload_grants WHERE token_hash = ?1")?
         .query_row([token_hash], |r| r.get(0))
@@ -730,12 +714,12 @@ pub fn upload_grant_by_hash(conn: &Connection, token_hash: &str) -> Result<Optio
 }
 
 /// `(workspace slug, agent slug, engine)` of every agent.
-pub fn agent_engines(conn: &Connection) -> Result<Vec<(String, String, String)>> {
+pub fn agent_engines(conn: &Db) -> Result<Vec<(String, String, String)>> {
     let mut stmt = conn.prepare(
         "SELECT w.slug, a.slug, a.engine FROM agents a JOIN workspaces w ON w.id = a.workspace_id",
     )?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 #[cfg(test)]
@@ -765,8 +749,8 @@ mod tests {
     /// every bucket, titles with a common word, a rare one and a shared prefix, and the prompts
     /// of [`prompts`] indexed one row each (as a database migrated to one row per prompt has
     /// them).
-    fn db(n: i64) -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
+    fn db(n: i64) -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
         super::super::migrate::migrate(&conn).unwrap();
         conn.execute_batch(
             "INSERT INTO workspaces (id, slug, name, created_at) VALUES ('w1','w1','W',0), ('w2','w2','W',0);
@@ -804,7 +788,7 @@ mod tests {
         for i in 1..=n {
             for (k, prompt) in prompts(i).iter().enumerate() {
                 let rowid = super::super::writes::prompt_search_key(i, k as u64 + 1).unwrap();
-                insert.execute(params![rowid, prompt]).unwrap();
+                insert.execute(rusqlite::params![rowid, prompt]).unwrap();
             }
         }
         drop(insert);
@@ -869,6 +853,7 @@ mod tests {
     #[test]
     fn both_search_plans_answer_alike_and_as_the_words_mean() {
         let conn = db(3_000);
+        let conn = &Db::sqlite(&conn);
         for words in [
             "common",
             "rare",
@@ -892,13 +877,13 @@ mod tests {
                 };
                 let mut pages = 0;
                 loop {
-                    let a = list_sessions_with(&conn, "w1", "u", &f, Some(SearchPlan::FromMatches))
+                    let a = list_sessions_with(conn, "w1", "u", &f, Some(SearchPlan::FromMatches))
                         .unwrap();
-                    let b = list_sessions_with(&conn, "w1", "u", &f, Some(SearchPlan::FromList))
+                    let b = list_sessions_with(conn, "w1", "u", &f, Some(SearchPlan::FromList))
                         .unwrap();
                     assert_eq!(ids(&a.0), ids(&b.0), "{words:?} {f:?}");
                     assert_eq!(a.1, b.1, "{words:?} {f:?}");
-                    let chosen = list_sessions(&conn, "w1", "u", &f).unwrap();
+                    let chosen = list_sessions(conn, "w1", "u", &f).unwrap();
                     assert_eq!(ids(&chosen.0), ids(&a.0));
                     // The same page without the full-text index: sessions whose title and
                     // prompts hold every word between them.
@@ -907,7 +892,7 @@ mod tests {
                         limit: 10_000,
                         ..f.clone()
                     };
-                    let want: Vec<String> = list_sessions(&conn, "w1", "u", &plain)
+                    let want: Vec<String> = list_sessions(conn, "w1", "u", &plain)
                         .unwrap()
                         .0
                         .into_iter()
@@ -935,7 +920,8 @@ mod tests {
     #[test]
     fn a_rare_word_reads_its_matches_and_a_common_one_walks_the_list() {
         let conn = db(3_000);
-        let plan = |w: &str| search_plan(&conn, &fts(w), 50).unwrap();
+        let conn = &Db::sqlite(&conn);
+        let plan = |w: &str| search_plan(conn, &fts(w), 50).unwrap();
         assert_eq!(plan("rare"), SearchPlan::FromMatches);
         assert_eq!(plan("nothing"), SearchPlan::FromMatches);
         assert_eq!(plan("common"), SearchPlan::FromList);
@@ -949,6 +935,7 @@ mod tests {
     #[test]
     fn the_first_of_many_prompts_finds_its_session() {
         let conn = db(3_000);
+        let conn = &Db::sqlite(&conn);
         for plan in [SearchPlan::FromMatches, SearchPlan::FromList] {
             let f = ListFilter {
                 fts_query: Some(fts("needle 2600")),
@@ -956,13 +943,13 @@ mod tests {
                 limit: 20,
                 ..Default::default()
             };
-            let (rows, more) = list_sessions_with(&conn, "w1", "u", &f, Some(plan)).unwrap();
+            let (rows, more) = list_sessions_with(conn, "w1", "u", &f, Some(plan)).unwrap();
             assert_eq!(rows.iter().map(|r| r.pk).collect::<Vec<_>>(), [2600]);
             assert!(!more);
         }
     }
 
-    fn query_plan<K: AsRef<str>>(conn: &Connection, sql: &str, args: &[(K, SqlValue)]) -> String {
+    fn query_plan<K: AsRef<str>>(conn: &Db, sql: &str, args: &[(K, SqlValue)]) -> String {
         let params = named(args);
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let rows = stmt
@@ -976,8 +963,9 @@ mod tests {
     #[test]
     fn list_activity_and_history_read_in_index_order() {
         let conn = db(3_000);
+        let conn = &Db::sqlite(&conn);
         let activity = query_plan(
-            &conn,
+            conn,
             &activity_sql(),
             &[
                 (":agent", SqlValue::Text("a1".into())),
@@ -1000,7 +988,7 @@ mod tests {
                     ..f.clone()
                 };
                 let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromList));
-                let plan = query_plan(&conn, &sql, &args);
+                let plan = query_plan(conn, &sql, &args);
                 assert!(!plan.contains("TEMP B-TREE"), "{f:?}\n{plan}");
                 assert!(
                     plan.contains("SEARCH s USING INDEX sessions_by_"),
@@ -1015,7 +1003,7 @@ mod tests {
             ..Default::default()
         };
         let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromMatches));
-        let plan = query_plan(&conn, &sql, &args);
+        let plan = query_plan(conn, &sql, &args);
         assert!(plan.contains("SCAN session_search VIRTUAL TABLE"), "{plan}");
         assert!(
             plan.contains("SCAN session_search_prompts VIRTUAL TABLE"),
@@ -1030,7 +1018,7 @@ mod tests {
             "SELECT seq FROM events WHERE session_pk = 1 AND seq < 50 ORDER BY seq DESC LIMIT 100",
             "SELECT seq FROM events WHERE session_pk = 1 AND seq > 50 ORDER BY seq LIMIT 100",
         ] {
-            let plan = query_plan::<&str>(&conn, sql, &[]);
+            let plan = query_plan::<&str>(conn, sql, &[]);
             assert!(plan.contains("USING PRIMARY KEY"), "{plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{plan}");
         }

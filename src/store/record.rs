@@ -2,7 +2,7 @@
 //! provenance, metadata, budget, lineage, closing and stopping (migration 0004), and the events
 //! the record and the HAST projection look up by position.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use super::sql::{Db, OptionalExtension, params};
 
 use super::{SessionKey, Tx};
 use crate::error::Result;
@@ -62,7 +62,7 @@ const FACT_JOINS: &str = "FROM sessions s JOIN agents a ON a.id = s.agent_id
     LEFT JOIN events t ON t.session_pk = s.pk AND t.seq = s.last_terminal_seq
     LEFT JOIN events l ON l.session_pk = s.pk AND l.seq = s.last_event_seq";
 
-fn facts_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecordFacts> {
+fn facts_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<RecordFacts> {
     let terminal_seq: Option<i64> = r.get(16)?;
     let terminal_type: Option<String> = r.get(17)?;
     Ok(RecordFacts {
@@ -98,7 +98,7 @@ fn facts_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecordFacts> {
 }
 
 /// The record facts of one session.
-pub fn record_facts(conn: &Connection, pk: i64) -> Result<Option<RecordFacts>> {
+pub fn record_facts(conn: &Db, pk: i64) -> Result<Option<RecordFacts>> {
     let sql = format!("SELECT {FACT_COLUMNS} {FACT_JOINS} WHERE s.pk = ?1");
     Ok(conn
         .prepare_cached(&sql)?
@@ -107,7 +107,7 @@ pub fn record_facts(conn: &Connection, pk: i64) -> Result<Option<RecordFacts>> {
 }
 
 /// The record facts of several sessions (one list page), in no particular order.
-pub fn record_facts_of(conn: &Connection, pks: &[i64]) -> Result<Vec<RecordFacts>> {
+pub fn record_facts_of(conn: &Db, pks: &[i64]) -> Result<Vec<RecordFacts>> {
     let list = serde_json::to_string(pks)
         .map_err(|e| crate::Error::Internal(format!("cannot encode keys: {e}")))?;
     let sql = format!(
@@ -115,13 +115,13 @@ pub fn record_facts_of(conn: &Connection, pks: &[i64]) -> Result<Vec<RecordFacts
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map([list], facts_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 /// The input that started the turn whose `turn_started` is at `turn_seq`: its seq and what kind
 /// of input it was (`initial`, `message`, `answer`, `wake`, `machine`). `None` for turns started
 /// before sessiond recorded the runner's own inputs.
-pub fn turn_input(conn: &Connection, pk: i64, turn_seq: u64) -> Result<Option<(u64, String)>> {
+pub fn turn_input(conn: &Db, pk: i64, turn_seq: u64) -> Result<Option<(u64, String)>> {
     Ok(conn
         .prepare_cached(
             "SELECT it.input_seq, CASE e.type
@@ -145,7 +145,7 @@ pub fn turn_input(conn: &Connection, pk: i64, turn_seq: u64) -> Result<Option<(u
 /// The `turn_started` seq of the turn still open just before timeline event `seq`, if any: the
 /// newest turn before it (by the index on `input_turns`, every turn has a row there) unless its
 /// terminal came before `seq`. Reads no further than that turn's own events.
-pub fn open_turn_before(conn: &Connection, pk: i64, seq: u64) -> Result<Option<u64>> {
+pub fn open_turn_before(conn: &Db, pk: i64, seq: u64) -> Result<Option<u64>> {
     let seq = seq.min(i64::MAX as u64) as i64;
     let turn: Option<i64> = conn
         .prepare_cached(
@@ -170,7 +170,7 @@ pub fn open_turn_before(conn: &Connection, pk: i64, seq: u64) -> Result<Option<u
 }
 
 /// What the budget check needs, inside a write: `(budget_cents, usage totals JSON)`.
-pub fn budget_of(conn: &Connection, pk: i64) -> Result<Option<(u64, Option<String>)>> {
+pub fn budget_of(conn: &Db, pk: i64) -> Result<Option<(u64, Option<String>)>> {
     Ok(conn
         .prepare_cached("SELECT budget_cents, usage_totals FROM sessions WHERE pk = ?1")?
         .query_row([pk], |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?)))

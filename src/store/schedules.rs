@@ -3,7 +3,7 @@
 //! The rows hold what the schedules core decided (cadence text, JSON documents, the next tick);
 //! nothing here interprets a cron expression or a time zone.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use super::sql::{Db, OptionalExtension, params};
 
 use super::{SessionKey, Tx};
 use crate::error::{Error, Result};
@@ -41,7 +41,7 @@ const COLUMNS: &str = "id, workspace_id, agent_id, name, description, cron_expre
     task_metadata, creator, skipped, next_due_at, num_actions, last_action_at, created_at,
     updated_at";
 
-fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ScheduleRow> {
+fn from_row(r: &super::sql::Row<'_>) -> super::sql::Result<ScheduleRow> {
     Ok(ScheduleRow {
         id: r.get(0)?,
         workspace_id: r.get(1)?,
@@ -69,7 +69,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ScheduleRow> {
 }
 
 /// A row's values in [`COLUMNS`] order (`?1` … `?22`).
-fn values(s: &ScheduleRow) -> [&dyn rusqlite::ToSql; 22] {
+fn values(s: &ScheduleRow) -> [&dyn super::sql::ToSql; 22] {
     [
         &s.id,
         &s.workspace_id,
@@ -105,7 +105,7 @@ pub enum ScheduleRef {
 
 /// The schedule `r` names under `agent_id` in `workspace_id`, if any.
 pub(super) fn schedule(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     agent_id: &str,
     r: &ScheduleRef,
@@ -124,7 +124,7 @@ pub(super) fn schedule(
 }
 
 /// The schedule with this id, wherever it is (the scheduler's view).
-pub(super) fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<ScheduleRow>> {
+pub(super) fn schedule_by_id(conn: &Db, id: &str) -> Result<Option<ScheduleRow>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))?
         .query_row([id], from_row)
@@ -133,7 +133,7 @@ pub(super) fn schedule_by_id(conn: &Connection, id: &str) -> Result<Option<Sched
 
 /// An agent's schedules, oldest first, at most `limit`.
 pub(super) fn schedules_of_agent(
-    conn: &Connection,
+    conn: &Db,
     workspace_id: &str,
     agent_id: &str,
     limit: u32,
@@ -143,10 +143,10 @@ pub(super) fn schedules_of_agent(
          ORDER BY created_at, id LIMIT ?3"
     ))?;
     let rows = stmt.query_map(params![agent_id, workspace_id, limit], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
-pub(super) fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> {
+pub(super) fn count_schedules(conn: &Db, agent_id: &str) -> Result<u64> {
     let n: i64 = conn
         .prepare_cached("SELECT count(*) FROM schedules WHERE agent_id = ?1")?
         .query_row([agent_id], |r| r.get(0))?;
@@ -154,7 +154,7 @@ pub(super) fn count_schedules(conn: &Connection, agent_id: &str) -> Result<u64> 
 }
 
 /// The earliest tick any schedule is waiting for.
-pub(super) fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
+pub(super) fn next_schedule_due(conn: &Db) -> Result<Option<i64>> {
     Ok(conn
         .prepare_cached(
             "SELECT next_due_at FROM schedules WHERE next_due_at IS NOT NULL
@@ -165,17 +165,17 @@ pub(super) fn next_schedule_due(conn: &Connection) -> Result<Option<i64>> {
 }
 
 /// Schedules whose tick is due at `now`, earliest first, at most `limit`.
-pub(super) fn due_schedules(conn: &Connection, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
+pub(super) fn due_schedules(conn: &Db, now: i64, limit: u32) -> Result<Vec<ScheduleRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM schedules WHERE next_due_at IS NOT NULL AND next_due_at <= ?1
          ORDER BY next_due_at, id LIMIT ?2"
     ))?;
     let rows = stmt.query_map(params![now, limit], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
 /// Whether an app still exists in a workspace (an app-created schedule fires only while it does).
-pub(super) fn app_exists(conn: &Connection, app_id: &str, workspace_id: &str) -> Result<bool> {
+pub(super) fn app_exists(conn: &Db, app_id: &str, workspace_id: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM apps WHERE id = ?1 AND workspace_id = ?2")?
         .query_row([app_id, workspace_id], |_| Ok(()))
@@ -221,15 +221,8 @@ fn name_taken(name: &str) -> Error {
     )
 }
 
-fn constraint(e: &rusqlite::Error) -> Option<std::ffi::c_int> {
-    match e {
-        rusqlite::Error::SqliteFailure(f, _) => Some(f.extended_code),
-        _ => None,
-    }
-}
-
-fn is_unique_violation(e: &rusqlite::Error) -> bool {
-    constraint(e) == Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
+fn is_unique_violation(e: &super::sql::Error) -> bool {
+    e.constraint() == Some(super::sql::Constraint::Unique)
 }
 
 impl Tx<'_> {
@@ -242,10 +235,10 @@ impl Tx<'_> {
         self.conn
             .prepare_cached(&sql)?
             .execute(values(s).as_slice())
-            .map_err(|e| match constraint(&e) {
-                Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE) => name_taken(&s.name),
+            .map_err(|e| match e.constraint() {
+                Some(super::sql::Constraint::Unique) => name_taken(&s.name),
                 // The agent was deleted since it was looked up.
-                Some(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY) => Error::AgentNotFound,
+                Some(super::sql::Constraint::ForeignKey) => Error::AgentNotFound,
                 _ => e.into(),
             })?;
         Ok(())

@@ -28,6 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
+
+use super::sql::{Db, Dialect, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
 use super::health::{Health, PROBE_INTERVAL};
@@ -113,7 +115,7 @@ impl CounterCache {
 
 /// The write transaction as a job sees it.
 pub struct Tx<'c> {
-    pub(crate) conn: &'c Connection,
+    pub(crate) conn: &'c Db<'c>,
     /// Wall-clock time of this job, in ms; one value for every row it writes.
     pub now: i64,
     published: Vec<(Arc<str>, Frame)>,
@@ -131,7 +133,11 @@ pub struct Tx<'c> {
 
 impl<'c> Tx<'c> {
     /// The counters of a session as this job sees them; `None` when the session does not exist.
-    pub(crate) fn counters(&self, pk: i64) -> rusqlite::Result<Option<Counters>> {
+    ///
+    /// On PostgreSQL the read locks the session's row until the transaction ends: jobs of other
+    /// processes that append to the same session wait, so that seqs stay gap-free and in order
+    /// (SQLite's single writer needs no lock).
+    pub(crate) fn counters(&self, pk: i64) -> super::sql::Result<Option<Counters>> {
         if let Some(c) = self
             .job
             .get(&pk)
@@ -140,9 +146,14 @@ impl<'c> Tx<'c> {
         {
             return Ok((!c.deleted).then_some(*c));
         }
-        use rusqlite::OptionalExtension;
+        let sql = match self.conn.dialect() {
+            Dialect::Sqlite => "SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1",
+            Dialect::Postgres => {
+                "SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1 FOR UPDATE"
+            }
+        };
         self.conn
-            .prepare_cached("SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1")?
+            .prepare_cached(sql)?
             .query_row([pk], |r| {
                 Ok(Counters {
                     last_event_seq: r.get::<_, i64>(0)? as u64,
@@ -168,11 +179,64 @@ impl<'c> Tx<'c> {
     }
 }
 
+#[cfg(feature = "postgres")]
+/// Frames a job queued for the bus, by session, in order.
+pub(crate) type Published = Vec<(Arc<str>, Frame)>;
+
+#[cfg(feature = "postgres")]
+/// Runs one job on its own, inside a transaction the caller began and will end (the PostgreSQL
+/// backend, where every job is a transaction of its own and other processes write too): no
+/// counter cache, the counters of the sessions it appended to written to their rows before it
+/// returns. On success, the frames to publish once the caller has committed.
+pub(super) fn run_alone<T>(
+    conn: &Db<'_>,
+    request_id: Option<String>,
+    f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
+) -> Result<(T, Published)> {
+    let committed = CounterCache::default();
+    let batch = HashMap::new();
+    let mut tx = Tx {
+        conn,
+        now: clock::now_ms(),
+        published: Vec::new(),
+        committed: &committed,
+        batch: &batch,
+        job: HashMap::new(),
+        request_id,
+        wrote_once: false,
+    };
+    let value = f(&mut tx)?;
+    flush_counters(conn, &tx.job, tx.now)?;
+    Ok((value, std::mem::take(&mut tx.published)))
+}
+
+#[cfg(feature = "postgres")]
+/// Publishes what a committed transaction appended: the bus learns the committed seqs first (see
+/// `commit_batch`), then every frame goes out in order.
+pub(super) fn publish_committed(bus: &Bus, published: Published) {
+    bus.committed(
+        published
+            .iter()
+            .filter_map(|(session_id, f)| Some((&**session_id, f.seq?))),
+    );
+    METRICS.events_appended.add(published.len() as u64);
+    for (session_id, frame) in published {
+        bus.publish_durable(&session_id, frame);
+    }
+}
+
 /// A job that writes at most once (one statement): it runs without a savepoint. It reads through
 /// [`OneWrite::tx`] (a shared borrow, on which no write method of [`Tx`] can be called) and
 /// writes with a method that consumes it.
 pub struct OneWrite<'t, 'c> {
     tx: &'t mut Tx<'c>,
+}
+
+#[cfg(feature = "postgres")]
+impl<'t, 'c> OneWrite<'t, 'c> {
+    pub(super) fn new(tx: &'t mut Tx<'c>) -> OneWrite<'t, 'c> {
+        OneWrite { tx }
+    }
 }
 
 impl<'c> OneWrite<'_, 'c> {
@@ -417,7 +481,10 @@ fn start_prober(health: Arc<Health>, sender: mpsc::WeakSender<Job>) {
                     health.probe_stopped();
                     return;
                 };
-                let (job, rx) = make_job(|tx: &mut Tx<'_>| rewrite_user_version(tx.conn));
+                let (job, rx) = make_job(|tx: &mut Tx<'_>| match tx.conn.as_sqlite() {
+                    Some(conn) => rewrite_user_version(conn),
+                    None => Ok(()),
+                });
                 let run = job.run;
                 let job = Job {
                     run: Box::new(move |tx| JobOutcome {
@@ -448,17 +515,18 @@ pub(crate) fn rewrite_user_version(conn: &Connection) -> Result<()> {
 }
 
 /// Writes the batch's counters into the session rows (same transaction as the events).
-fn flush_counters(
-    conn: &Connection,
+pub(super) fn flush_counters(
+    conn: &Db<'_>,
     changed: &HashMap<i64, Counters>,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> super::sql::Result<()> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE sessions SET last_event_seq = ?2, last_output_seq = ?3, updated_at = max(updated_at, ?4)
+        "UPDATE sessions SET last_event_seq = ?2, last_output_seq = ?3,
+             updated_at = CASE WHEN updated_at > ?4 THEN updated_at ELSE ?4 END
          WHERE pk = ?1",
     )?;
     for (pk, c) in changed.iter().filter(|(_, c)| !c.deleted) {
-        stmt.execute(rusqlite::params![
+        stmt.execute(crate::params![
             pk,
             c.last_event_seq as i64,
             c.last_output_seq as i64,
@@ -490,6 +558,7 @@ fn commit_batch(
     let mut completions: Vec<Completion> = Vec::with_capacity(batch.len());
     let mut published: Vec<(Arc<str>, Frame)> = Vec::new();
     let mut changed: HashMap<i64, Counters> = HashMap::new();
+    let db = Db::sqlite(conn);
     if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
         let e = Error::from(e);
         // The store's health logs the change of state; each failure is detail.
@@ -502,7 +571,7 @@ fn commit_batch(
     let mut jobs = batch.drain(..);
     for job in jobs.by_ref() {
         let mut tx = Tx {
-            conn,
+            conn: &db,
             now: clock::now_ms(),
             published: Vec::new(),
             committed: counters,
@@ -579,8 +648,8 @@ fn commit_batch(
         }
     }
     drop(jobs);
-    let committed =
-        flush_counters(conn, &changed, clock::now_ms()).and_then(|()| exec_cached(conn, "COMMIT"));
+    let committed = flush_counters(&db, &changed, clock::now_ms())
+        .and_then(|()| Ok(exec_cached(conn, "COMMIT")?));
     match committed {
         Ok(()) => {
             for (pk, c) in changed {
@@ -681,7 +750,7 @@ mod tests {
                 let mut stmt =
                     c.prepare("SELECT seq FROM events WHERE session_pk = ?1 ORDER BY seq")?;
                 let rows = stmt.query_map([pk], |r| r.get(0))?;
-                Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
+                Ok(rows.collect::<crate::store::sql::Result<Vec<i64>>>()?)
             })
             .await
             .expect("read seqs")
@@ -826,7 +895,7 @@ mod tests {
                 .read(move |c| {
                     let mut stmt = c.prepare(sql)?;
                     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                    Ok(rows.collect::<rusqlite::Result<Vec<(i64, i64, i64)>>>()?)
+                    Ok(rows.collect::<crate::store::sql::Result<Vec<(i64, i64, i64)>>>()?)
                 })
                 .await
                 .expect("prompt rows")

@@ -1,6 +1,6 @@
 //! Everything the writer thread does to the database, as methods on [`Tx`].
 
-use rusqlite::{OptionalExtension, params};
+use super::sql::{Dialect, OptionalExtension, params};
 
 use super::Tx;
 use crate::bus::Frame;
@@ -132,34 +132,42 @@ impl Tx<'_> {
     }
 
     pub fn insert_session(&mut self, s: &NewSession<'_>) -> Result<SessionKey> {
-        self.conn
+        let pk: i64 = self
+            .conn
             .prepare_cached(
                 "INSERT INTO sessions (id, workspace_id, agent_id, user_id, title, title_origin,
                     title_status, turn_status, bucket, cwd, created_by_session_id, tier, mode,
                     requested_machine, created_at, updated_at, source, attribution_type,
                     attribution_id)
                  VALUES (?1, ?2, ?3, ?4, ?5, 'excerpt', 'complete', 'running', 'running', ?6, ?7,
-                    ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)",
+                    ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)
+                 RETURNING pk",
             )?
-            .execute(params![
-                s.id,
-                s.workspace_id,
-                s.agent_id,
-                s.user_id,
-                s.title,
-                s.cwd,
-                s.created_by_session_id,
-                s.tier,
-                s.mode,
-                s.requested_machine,
-                self.now,
-                s.source,
-                s.attribution_type,
-                s.attribution_id,
-            ])?;
-        let pk = self.conn.last_insert_rowid();
+            .query_row(
+                params![
+                    s.id,
+                    s.workspace_id,
+                    s.agent_id,
+                    s.user_id,
+                    s.title,
+                    s.cwd,
+                    s.created_by_session_id,
+                    s.tier,
+                    s.mode,
+                    s.requested_machine,
+                    self.now,
+                    s.source,
+                    s.attribution_type,
+                    s.attribution_id,
+                ],
+                |r| r.get(0),
+            )?;
+        let insert_title = match self.conn.dialect() {
+            Dialect::Sqlite => "INSERT INTO session_search (rowid, title) VALUES (?1, ?2)",
+            Dialect::Postgres => "INSERT INTO session_search (session_pk, title) VALUES (?1, ?2)",
+        };
         self.conn
-            .prepare_cached("INSERT INTO session_search (rowid, title) VALUES (?1, ?2)")?
+            .prepare_cached(insert_title)?
             .execute(params![pk, s.title])?;
         Ok(SessionKey {
             pk,
@@ -503,7 +511,7 @@ impl Tx<'_> {
              WHERE session_pk = ?1 ORDER BY seq",
         )?;
         let rows = stmt.query_map([key.pk], PendingInput::from_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::sql::Result<_>>()?)
     }
 
     pub fn remove_input(&mut self, key: &SessionKey, seq: u64) -> Result<()> {
@@ -662,7 +670,7 @@ pub struct PendingInput {
 }
 
 impl PendingInput {
-    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingInput> {
+    fn from_row(r: &super::sql::Row<'_>) -> super::sql::Result<PendingInput> {
         Ok(PendingInput {
             seq: r.get::<_, i64>(0)? as u64,
             kind: r.get(1)?,
@@ -722,7 +730,7 @@ impl Tx<'_> {
             "SELECT id, body FROM tasks WHERE session_pk = ?1 AND status = 'running' ORDER BY id",
         )?;
         let rows = stmt.query_map([key.pk], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::sql::Result<_>>()?)
     }
 
     /// Sets an automatic title unless the title is manual (manual titles are final).

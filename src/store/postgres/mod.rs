@@ -2,15 +2,15 @@
 //!
 //! [`Postgres::open`] parses a `postgres://` / `postgresql://` URL, brings the schema of
 //! `migrations/postgres/` up to date (under an advisory lock, so that several processes may start
-//! at once) and keeps a pool of connections. The store's operations do not run on it yet: `serve`
-//! and the other commands use SQLite only, and nothing selects this backend.
+//! at once) and keeps a pool of connections; [`backend`] runs the store's operations on it.
 //!
 //! The driver is `tokio-postgres` with `deadpool-postgres`: async on the runtime sessiond already
 //! runs, a small tree without compile-time query checking (no database at build time), LISTEN/NOTIFY
 //! as a stream of the connection's messages, and concurrent queries on one connection pipelined
 //! by the driver itself.
 
-mod error;
+pub(crate) mod backend;
+pub(crate) mod error;
 mod migrate;
 mod url;
 
@@ -95,6 +95,11 @@ impl Postgres {
     /// What the migrator did at open.
     pub fn migrated(&self) -> &Migrated {
         &self.migrated
+    }
+
+    /// The connection pool.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// The URL, printable (no password).

@@ -1,0 +1,230 @@
+//! The store's operations on PostgreSQL.
+//!
+//! Every operation runs on a blocking thread with a pooled connection, through the same SQL layer
+//! (`store::sql`) as on SQLite. A write is one transaction of its own (`READ COMMITTED`): the job
+//! runs, the counters of the sessions it appended to are written to their rows, COMMIT, and only
+//! then is its caller answered and are its frames published — nothing is acknowledged before
+//! COMMIT. There is no single writer: appends to one session are ordered by the lock the job takes
+//! on the session's row when it first reads its counters (`SELECT … FOR UPDATE`), so seqs stay
+//! gap-free across every process that shares the database; a lost race on a key (two creates with
+//! one `clientRequestId`) is a unique violation, as on SQLite.
+//!
+//! The pool's connections are driven by a small runtime of the backend's own, so that the store
+//! works the same from `serve`'s runtimes, from a CLI command without one, and from tests.
+
+use std::sync::{Arc, Mutex};
+
+use super::{PoolSettings, Postgres, PostgresError};
+use crate::bus::Bus;
+use crate::error::{Error, Result};
+use crate::store::health::{Health, PROBE_INTERVAL};
+use crate::store::sql::{Db, pg::Session};
+use crate::store::writer::{self, OneWrite, Tx};
+
+pub(crate) struct PgBackend {
+    db: Postgres,
+    handle: tokio::runtime::Handle,
+    /// The runtime that drives the pool's connections (shut down without waiting when the store
+    /// goes: dropping a runtime may happen on an async thread).
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+impl Drop for PgBackend {
+    fn drop(&mut self) {
+        if let Some(rt) = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl From<PostgresError> for Error {
+    fn from(e: PostgresError) -> Self {
+        match e {
+            PostgresError::InvalidUrl { .. } | PostgresError::SchemaNewer { .. } => {
+                Error::InvalidRequest(e.to_string())
+            }
+            PostgresError::Connect { .. } => Error::StorageUnavailable(e.to_string()),
+            PostgresError::Migration { .. } | PostgresError::Query(_) => {
+                Error::Storage(e.to_string())
+            }
+        }
+    }
+}
+
+impl PgBackend {
+    /// Connects, migrates and opens the pool. Callable from any thread, inside a runtime or not.
+    pub(crate) fn open(url: &str, settings: &PoolSettings) -> Result<PgBackend> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sessiond-pg")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Internal(format!("cannot start the PostgreSQL runtime: {e}")))?;
+        let handle = runtime.handle().clone();
+        // `block_on` may not run on an async thread: open from a thread of its own.
+        let opened = std::thread::scope(|s| {
+            s.spawn(|| handle.block_on(Postgres::open(url, settings)))
+                .join()
+                .map_err(|_| Error::Internal("opening PostgreSQL panicked".into()))
+        })?;
+        let db = match opened {
+            Ok(db) => db,
+            Err(e) => {
+                runtime.shutdown_background();
+                return Err(e.into());
+            }
+        };
+        Ok(PgBackend {
+            db,
+            handle,
+            runtime: Mutex::new(Some(runtime)),
+        })
+    }
+
+    pub(crate) fn url(&self) -> &super::DatabaseUrl {
+        self.db.url()
+    }
+
+    /// A pooled connection, waiting for one (blocking).
+    fn session(&self) -> Result<Session> {
+        let client = self.handle.block_on(self.db.client())?;
+        Ok(Session::new(client, self.handle.clone()))
+    }
+
+    /// Runs a read on a pooled connection (blocking).
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Db<'_>) -> Result<T>) -> Result<T> {
+        let session = self.session()?;
+        f(&Db::postgres(&session))
+    }
+
+    /// Runs a write job as one transaction and, once it committed, publishes its frames
+    /// (blocking).
+    pub(crate) fn write<T>(
+        &self,
+        bus: &Bus,
+        health: &Arc<Health>,
+        request_id: Option<String>,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let result = self.transaction(request_id, f);
+        match &result {
+            Ok(_) => health.committed(),
+            Err(e) => {
+                if health.failed(e) {
+                    self.probe(Arc::clone(health));
+                }
+            }
+        }
+        let (value, published) = result?;
+        writer::publish_committed(bus, published);
+        Ok(value)
+    }
+
+    /// Like [`PgBackend::write`] for a job that writes at most once.
+    pub(crate) fn write_one<T>(
+        &self,
+        bus: &Bus,
+        health: &Arc<Health>,
+        request_id: Option<String>,
+        f: impl FnOnce(OneWrite<'_, '_>) -> Result<T>,
+    ) -> Result<T> {
+        self.write(bus, health, request_id, |tx| f(OneWrite::new(tx)))
+    }
+
+    fn transaction<T>(
+        &self,
+        request_id: Option<String>,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<(T, writer::Published)> {
+        let session = self.session()?;
+        session.execute_batch("BEGIN")?;
+        let db = Db::postgres(&session);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            writer::run_alone(&db, request_id, f)
+        }));
+        let outcome = match outcome {
+            Ok(Ok(done)) => session
+                .execute_batch("COMMIT")
+                .map(|()| done)
+                .map_err(Error::from),
+            Ok(Err(e)) => Err(e),
+            Err(_) => {
+                tracing::error!("a write job panicked; its transaction was rolled back");
+                Err(Error::Internal("the write job failed".into()))
+            }
+        };
+        if outcome.is_err() && session.execute_batch("ROLLBACK").is_err() {
+            // A connection whose transaction cannot be ended must not serve anyone else.
+            drop(deadpool_postgres::Object::take(session.into_client()));
+        }
+        outcome
+    }
+
+    /// While the store is degraded, tries a connection and a trivial statement every
+    /// [`PROBE_INTERVAL`]; success turns it healthy again.
+    fn probe(&self, health: Arc<Health>) {
+        let pool = self.db.pool().clone();
+        let handle = self.handle.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sessiond-pg-probe".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(PROBE_INTERVAL);
+                    if health.is_ok() {
+                        health.probe_stopped();
+                        if health.is_ok() || !health.resume_probing() {
+                            return;
+                        }
+                    }
+                    if pool.is_closed() {
+                        health.probe_stopped();
+                        return;
+                    }
+                    let ok = handle.block_on(async {
+                        match pool.get().await {
+                            Ok(c) => c.simple_query("SELECT 1").await.is_ok(),
+                            Err(_) => false,
+                        }
+                    });
+                    if ok {
+                        health.committed();
+                    }
+                }
+            });
+        if spawned.is_err() {
+            tracing::warn!("cannot start the storage prober; health turns ok with the next write");
+        }
+    }
+
+    /// Whether the database takes writes (not a standby, not read-only).
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        let writable: bool = self.read(|db| {
+            Ok(db.query_row(
+                "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'",
+                (),
+                |r| r.get(0),
+            )?)
+        })?;
+        if writable {
+            Ok(())
+        } else {
+            Err(Error::StorageUnavailable(
+                "the database is read-only".into(),
+            ))
+        }
+    }
+
+    /// Callers waiting for a pooled connection (a metric).
+    pub(crate) fn waiting(&self) -> usize {
+        self.db.pool().status().waiting
+    }
+
+    pub(crate) fn close(&self) {
+        self.db.pool().close();
+    }
+}

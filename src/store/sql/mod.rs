@@ -1,0 +1,548 @@
+//! The store's SQL layer: one small API over both backends, shaped like rusqlite's (statements,
+//! rows, `params!`, `optional()`), so that an operation is written once and runs on SQLite and on
+//! PostgreSQL.
+//!
+//! * [`Db`] is a connection as an operation sees it: on SQLite the writer's transaction or a pooled
+//!   read-only connection; on PostgreSQL a pooled connection (inside the job's transaction when it
+//!   writes). Its methods block: the store runs every operation on a blocking thread.
+//! * Placeholders are SQLite's (`?1`, `?`, `:name`); on PostgreSQL they become `$1…` before the
+//!   statement is prepared, outside string literals, quoted names and comments.
+//! * Values are dynamically typed as in SQLite ([`ValueRef`]): on PostgreSQL a parameter is encoded
+//!   for the type the server inferred for it, and a column is decoded from its type, so the same
+//!   Rust type reads a `BIGINT`, an `INTEGER`, a `boolean` or a `numeric` sum.
+//! * SQL is written once where both engines agree (`ON CONFLICT`, `RETURNING`, `COALESCE`, window
+//!   functions); where they do not (full-text search, JSON paths, `rowid`), the operation asks
+//!   [`Db::dialect`] and says both.
+//! * Errors are [`Error`]: no row, a constraint (by kind), or a classified storage fault. Row
+//!   closures return it too, and any crate error converts into it, so `?` works everywhere.
+
+#[cfg(feature = "postgres")]
+pub(crate) mod pg;
+#[cfg(feature = "postgres")]
+mod placeholders;
+mod value;
+
+use std::fmt;
+
+pub use value::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, Value, ValueRef};
+
+/// Which SQL the connection speaks, for the statements the two engines spell differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// The kind of constraint a statement violated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Constraint {
+    /// A unique index or primary key: another row holds the same key.
+    Unique,
+    /// A foreign key: the row referred to does not exist (any more).
+    ForeignKey,
+    /// A `CHECK` or `NOT NULL` rule.
+    Other,
+}
+
+/// What a statement failed with.
+#[derive(Debug)]
+pub enum Error {
+    /// `query_row` found no row (see [`OptionalExtension::optional`]).
+    NoRows,
+    /// A constraint was violated; the text is the engine's.
+    Constraint(Constraint, String),
+    /// Anything else: a storage fault, a bug, or an error of sessiond's own raised inside a row
+    /// closure, already classified.
+    Other(crate::error::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The constraint this error violated, if it is one.
+    pub fn constraint(&self) -> Option<Constraint> {
+        match self {
+            Error::Constraint(c, _) => Some(*c),
+            _ => None,
+        }
+    }
+
+    fn internal(detail: impl Into<String>) -> Error {
+        Error::Other(crate::error::Error::Internal(detail.into()))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoRows => f.write_str("the query returned no rows"),
+            Error::Constraint(_, detail) => f.write_str(detail),
+            Error::Other(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<crate::error::Error> for Error {
+    fn from(e: crate::error::Error) -> Self {
+        Error::Other(e)
+    }
+}
+
+impl From<Error> for crate::error::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::NoRows => crate::error::Error::Storage("the query returned no rows".into()),
+            // A lost race on a key: the caller reads what won, or answers 409.
+            Error::Constraint(Constraint::Unique, detail) => {
+                crate::error::Error::ConstraintRace(detail)
+            }
+            Error::Constraint(_, detail) => crate::error::Error::Storage(detail),
+            Error::Other(e) => e,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ffi;
+        match &e {
+            rusqlite::Error::QueryReturnedNoRows => return Error::NoRows,
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                let kind = match f.extended_code {
+                    ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+                        Constraint::Unique
+                    }
+                    ffi::SQLITE_CONSTRAINT_FOREIGNKEY => Constraint::ForeignKey,
+                    _ => Constraint::Other,
+                };
+                return Error::Constraint(kind, e.to_string());
+            }
+            _ => {}
+        }
+        Error::Other(crate::error::Error::from(e))
+    }
+}
+
+/// `Result<T>` → `Result<Option<T>>`, where no row is `None` (as rusqlite's extension).
+pub trait OptionalExtension<T> {
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> OptionalExtension<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::NoRows) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Parameters of one statement, by position or by name.
+pub enum ParamList<'p> {
+    Positional(&'p [&'p dyn ToSql]),
+    Named(&'p [(&'p str, &'p dyn ToSql)]),
+}
+
+/// What a statement can be given as its parameters: `[]`, `()`, `[a, b]` of one type,
+/// [`params!`](crate::params) / [`named_params!`](crate::named_params) lists, and
+/// [`params_from_iter`].
+pub trait Params {
+    fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R;
+}
+
+impl Params for () {
+    fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R {
+        f(ParamList::Positional(&[]))
+    }
+}
+
+impl Params for [&dyn ToSql; 0] {
+    fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R {
+        f(ParamList::Positional(&[]))
+    }
+}
+
+impl Params for &[&dyn ToSql] {
+    fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R {
+        f(ParamList::Positional(self))
+    }
+}
+
+impl Params for &[(&str, &dyn ToSql)] {
+    fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R {
+        f(ParamList::Named(self))
+    }
+}
+
+impl<const N: usize> Params for &[(&str, &dyn ToSql); N] {
+    fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R {
+        f(ParamList::Named(self))
+    }
+}
+
+macro_rules! array_params {
+    ($($n:literal)*) => {$(
+        impl<T: ToSql> Params for [T; $n] {
+            fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R {
+                let refs: [&dyn ToSql; $n] = std::array::from_fn(|i| &self[i] as &dyn ToSql);
+                f(ParamList::Positional(&refs))
+            }
+        }
+        impl<T: ToSql> Params for &[T; $n] {
+            fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R {
+                let refs: [&dyn ToSql; $n] = std::array::from_fn(|i| &self[i] as &dyn ToSql);
+                f(ParamList::Positional(&refs))
+            }
+        }
+    )*};
+}
+
+array_params!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32);
+
+/// Parameters taken from an iterator (e.g. a `Vec<Value>` built for a query of variable shape).
+pub struct ParamsFromIter<I>(I);
+
+pub fn params_from_iter<I>(iter: I) -> ParamsFromIter<I>
+where
+    I: IntoIterator,
+    I::Item: ToSql,
+{
+    ParamsFromIter(iter)
+}
+
+impl<I> Params for ParamsFromIter<I>
+where
+    I: IntoIterator,
+    I::Item: ToSql,
+{
+    fn with_list<R>(self, f: impl FnOnce(ParamList<'_>) -> R) -> R {
+        let owned: Vec<I::Item> = self.0.into_iter().collect();
+        let refs: Vec<&dyn ToSql> = owned.iter().map(|v| v as &dyn ToSql).collect();
+        f(ParamList::Positional(&refs))
+    }
+}
+
+/// Positional parameters of mixed types: `params![a, b, c]`.
+#[macro_export]
+macro_rules! params {
+    () => {
+        &[] as &[&dyn $crate::store::sql::ToSql]
+    };
+    ($($param:expr),+ $(,)?) => {
+        &[$(&$param as &dyn $crate::store::sql::ToSql),+] as &[&dyn $crate::store::sql::ToSql]
+    };
+}
+
+/// Named parameters: `named_params! {":id": id, ":ws": ws}`.
+#[macro_export]
+macro_rules! named_params {
+    () => {
+        &[] as &[(&str, &dyn $crate::store::sql::ToSql)]
+    };
+    ($($name:literal: $param:expr),+ $(,)?) => {
+        &[$(($name, &$param as &dyn $crate::store::sql::ToSql)),+]
+            as &[(&str, &dyn $crate::store::sql::ToSql)]
+    };
+}
+
+pub use crate::{named_params, params};
+
+/// A connection as an operation sees it.
+pub struct Db<'c> {
+    conn: Conn<'c>,
+}
+
+enum Conn<'c> {
+    Sqlite(&'c rusqlite::Connection),
+    #[cfg(feature = "postgres")]
+    Postgres(&'c pg::Session),
+}
+
+impl<'c> Db<'c> {
+    pub fn sqlite(conn: &'c rusqlite::Connection) -> Db<'c> {
+        Db {
+            conn: Conn::Sqlite(conn),
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres(session: &'c pg::Session) -> Db<'c> {
+        Db {
+            conn: Conn::Postgres(session),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self.conn {
+            Conn::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// The SQLite connection, for what only SQLite has (pragmas, the writer's own statements).
+    pub(crate) fn as_sqlite(&self) -> Option<&'c rusqlite::Connection> {
+        match self.conn {
+            Conn::Sqlite(c) => Some(c),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => None,
+        }
+    }
+
+    /// A statement kept prepared on the connection for the next call with the same text.
+    pub fn prepare_cached(&self, sql: &str) -> Result<Stmt<'c>> {
+        match self.conn {
+            Conn::Sqlite(c) => Ok(Stmt {
+                inner: StmtInner::SqliteCached(c.prepare_cached(sql)?),
+            }),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(s) => s.prepare(sql, true),
+        }
+    }
+
+    /// A statement prepared for this use only (for text that varies from call to call).
+    pub fn prepare(&self, sql: &str) -> Result<Stmt<'c>> {
+        match self.conn {
+            Conn::Sqlite(c) => Ok(Stmt {
+                inner: StmtInner::Sqlite(c.prepare(sql)?),
+            }),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(s) => s.prepare(sql, false),
+        }
+    }
+
+    pub fn execute<P: Params>(&self, sql: &str, params: P) -> Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    pub fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+
+    /// Runs statements separated by `;`, without parameters.
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        match self.conn {
+            Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(s) => s.execute_batch(sql),
+        }
+    }
+}
+
+/// A prepared statement.
+pub struct Stmt<'c> {
+    inner: StmtInner<'c>,
+}
+
+enum StmtInner<'c> {
+    SqliteCached(rusqlite::CachedStatement<'c>),
+    Sqlite(rusqlite::Statement<'c>),
+    #[cfg(feature = "postgres")]
+    Postgres(pg::Statement<'c>),
+}
+
+impl<'c> Stmt<'c> {
+    #[cfg(feature = "postgres")]
+    fn postgres(s: pg::Statement<'c>) -> Stmt<'c> {
+        Stmt {
+            inner: StmtInner::Postgres(s),
+        }
+    }
+
+    /// Runs the statement; the number of rows it changed.
+    pub fn execute<P: Params>(&mut self, params: P) -> Result<usize> {
+        match &mut self.inner {
+            StmtInner::SqliteCached(s) => {
+                sqlite_bind(s, params).and_then(|()| Ok(s.raw_execute()?))
+            }
+            StmtInner::Sqlite(s) => sqlite_bind(s, params).and_then(|()| Ok(s.raw_execute()?)),
+            #[cfg(feature = "postgres")]
+            StmtInner::Postgres(s) => params.with_list(|list| s.execute(list)),
+        }
+    }
+
+    /// The first row, mapped by `f`; [`Error::NoRows`] without one.
+    pub fn query_row<T, P, F>(&mut self, params: P, f: F) -> Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> Result<T>,
+    {
+        let mut f = Some(f);
+        let mut first = None;
+        self.each(params, 1, |row| {
+            if let Some(f) = f.take() {
+                first = Some(f(row));
+            }
+            Ok(())
+        })?;
+        first.unwrap_or(Err(Error::NoRows))
+    }
+
+    /// Like [`Stmt::query_row`] for a query that must find exactly one row.
+    pub fn query_one<T, P, F>(&mut self, params: P, f: F) -> Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> Result<T>,
+    {
+        let mut f = Some(f);
+        let mut first = None;
+        let mut seen = 0;
+        self.each(params, 2, |row| {
+            seen += 1;
+            if let Some(f) = f.take() {
+                first = Some(f(row));
+            }
+            Ok(())
+        })?;
+        if seen > 1 {
+            return Err(Error::internal("the query returned more than one row"));
+        }
+        first.unwrap_or(Err(Error::NoRows))
+    }
+
+    /// Every row, mapped by `f`, in order.
+    pub fn query_map<T, P, F>(
+        &mut self,
+        params: P,
+        mut f: F,
+    ) -> Result<std::vec::IntoIter<Result<T>>>
+    where
+        P: Params,
+        F: FnMut(&Row<'_>) -> Result<T>,
+    {
+        let mut out = Vec::new();
+        self.each(params, usize::MAX, |row| {
+            out.push(f(row));
+            Ok(())
+        })?;
+        Ok(out.into_iter())
+    }
+
+    /// Whether the query finds a row.
+    pub fn exists<P: Params>(&mut self, params: P) -> Result<bool> {
+        let mut found = false;
+        self.each(params, 1, |_| {
+            found = true;
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
+    /// Calls `f` for each of the first `limit` rows.
+    fn each<P: Params>(
+        &mut self,
+        params: P,
+        limit: usize,
+        mut f: impl FnMut(&Row<'_>) -> Result<()>,
+    ) -> Result<()> {
+        fn sqlite_rows(
+            s: &mut rusqlite::Statement<'_>,
+            limit: usize,
+            f: &mut dyn FnMut(&Row<'_>) -> Result<()>,
+        ) -> Result<()> {
+            let mut rows = s.raw_query();
+            let mut n = 0;
+            while n < limit {
+                let Some(row) = rows.next()? else { break };
+                f(&Row(RowInner::Sqlite(row)))?;
+                n += 1;
+            }
+            Ok(())
+        }
+        match &mut self.inner {
+            StmtInner::SqliteCached(s) => {
+                sqlite_bind(s, params)?;
+                sqlite_rows(s, limit, &mut f)
+            }
+            StmtInner::Sqlite(s) => {
+                sqlite_bind(s, params)?;
+                sqlite_rows(s, limit, &mut f)
+            }
+            #[cfg(feature = "postgres")]
+            StmtInner::Postgres(s) => {
+                let rows = params.with_list(|list| s.query(list))?;
+                for row in rows.iter().take(limit) {
+                    f(&Row(RowInner::Postgres(row)))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Binds `params` to a SQLite statement, checking their count (positional) or names (named).
+fn sqlite_bind<P: Params>(s: &mut rusqlite::Statement<'_>, params: P) -> Result<()> {
+    params.with_list(|list| match list {
+        ParamList::Positional(values) => {
+            if values.len() != s.parameter_count() {
+                return Err(Error::internal(format!(
+                    "the statement takes {} parameters, {} were given",
+                    s.parameter_count(),
+                    values.len()
+                )));
+            }
+            for (i, v) in values.iter().enumerate() {
+                s.raw_bind_parameter(i + 1, value::Sqlite(*v))?;
+            }
+            Ok(())
+        }
+        ParamList::Named(values) => {
+            s.clear_bindings();
+            for (name, v) in values {
+                let Some(i) = s.parameter_index(name)? else {
+                    return Err(Error::internal(format!(
+                        "the statement has no parameter {name}"
+                    )));
+                };
+                s.raw_bind_parameter(i, value::Sqlite(*v))?;
+            }
+            Ok(())
+        }
+    })
+}
+
+/// One row of a result.
+pub struct Row<'r>(RowInner<'r>);
+
+enum RowInner<'r> {
+    Sqlite(&'r rusqlite::Row<'r>),
+    #[cfg(feature = "postgres")]
+    Postgres(&'r tokio_postgres::Row),
+}
+
+/// A column, by position (from 0).
+pub trait RowIndex: Copy + fmt::Display {
+    fn index(self) -> usize;
+}
+
+impl RowIndex for usize {
+    fn index(self) -> usize {
+        self
+    }
+}
+
+impl Row<'_> {
+    /// Column `idx` as a `T` (as rusqlite's `Row::get`).
+    pub fn get<I: RowIndex, T: FromSql>(&self, idx: I) -> Result<T> {
+        let at = |e: FromSqlError| Error::internal(format!("column {idx}: {e}"));
+        match &self.0 {
+            RowInner::Sqlite(r) => {
+                let v = r.get_ref(idx.index())?;
+                T::column_result(ValueRef::from(v)).map_err(at)
+            }
+            #[cfg(feature = "postgres")]
+            RowInner::Postgres(r) => {
+                pg::column(r, idx.index(), |v| T::column_result(v).map_err(at))
+            }
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! The SQL layer on PostgreSQL: a pooled connection driven from a blocking thread, statements
+//! translated from SQLite's placeholders, values encoded for the types the server inferred and
+//! decoded from the types it returns.
+
+use std::future::Future;
+
+use bytes::{BufMut, BytesMut};
+use tokio_postgres::types::{IsNull, Type};
+
+use super::placeholders;
+use super::{Constraint, Error, ParamList, Result, Stmt, ToSqlOutput, ValueRef};
+use crate::error::Error as CrateError;
+
+/// Statements each connection keeps prepared at most. Operations whose text varies with their
+/// input (filters, lists of ids) prepare with [`super::Db::prepare`], which is not cached; this
+/// bounds the cache should one of them use `prepare_cached` anyway.
+const MAX_CACHED_STATEMENTS: usize = 512;
+
+/// A pooled connection and the runtime that drives its I/O. Its methods block: they are called
+/// on blocking threads (never on a runtime's worker).
+pub struct Session {
+    client: deadpool_postgres::Client,
+    handle: tokio::runtime::Handle,
+}
+
+impl Session {
+    pub(crate) fn new(
+        client: deadpool_postgres::Client,
+        handle: tokio::runtime::Handle,
+    ) -> Session {
+        Session { client, handle }
+    }
+
+    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.handle.block_on(f)
+    }
+
+    /// The pooled client, to take it out of the pool when it must not be reused.
+    pub(crate) fn into_client(self) -> deadpool_postgres::Client {
+        self.client
+    }
+
+    pub(super) fn prepare(&self, sql: &str, cached: bool) -> Result<Stmt<'_>> {
+        let t = placeholders::translate(sql);
+        let statement = if cached {
+            let cache = &self.client.statement_cache;
+            if cache.size() >= MAX_CACHED_STATEMENTS {
+                cache.clear();
+            }
+            self.block_on(self.client.prepare_cached(&t.sql))
+        } else {
+            self.block_on(self.client.prepare(&t.sql))
+        }
+        .map_err(error)?;
+        Ok(Stmt::postgres(Statement {
+            session: self,
+            statement,
+            names: t.names,
+        }))
+    }
+
+    pub(crate) fn execute_batch(&self, sql: &str) -> Result<()> {
+        self.block_on(self.client.batch_execute(sql)).map_err(error)
+    }
+}
+
+/// A statement prepared on a [`Session`].
+pub struct Statement<'c> {
+    session: &'c Session,
+    statement: tokio_postgres::Statement,
+    /// Named parameters in the order of their numbers.
+    names: Vec<String>,
+}
+
+impl Statement<'_> {
+    /// The parameters' values in the statement's order.
+    fn values<'p>(&self, list: ParamList<'p>) -> Result<Vec<ToSqlOutput<'p>>> {
+        let expected = self.statement.params().len();
+        let values: Vec<ToSqlOutput<'p>> = match list {
+            ParamList::Positional(values) => {
+                if values.len() != expected {
+                    return Err(Error::internal(format!(
+                        "the statement takes {expected} parameters, {} were given",
+                        values.len()
+                    )));
+                }
+                values
+                    .iter()
+                    .map(|v| v.to_sql())
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|e| Error::internal(e.to_string()))?
+            }
+            ParamList::Named(values) => self
+                .names
+                .iter()
+                .map(|name| match values.iter().find(|(n, _)| n == name) {
+                    Some((_, v)) => v.to_sql().map_err(|e| Error::internal(e.to_string())),
+                    None => Ok(ToSqlOutput::Borrowed(ValueRef::Null)),
+                })
+                .collect::<Result<_>>()?,
+        };
+        Ok(values)
+    }
+
+    pub(super) fn execute(&mut self, list: ParamList<'_>) -> Result<usize> {
+        let values = self.values(list)?;
+        let params: Vec<Param<'_>> = values.iter().map(|v| Param(v.value())).collect();
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            params.iter().map(|p| p as _).collect();
+        let n = self
+            .session
+            .block_on(self.session.client.execute(&self.statement, &refs))
+            .map_err(error)?;
+        Ok(n as usize)
+    }
+
+    pub(super) fn query(&mut self, list: ParamList<'_>) -> Result<Vec<tokio_postgres::Row>> {
+        let values = self.values(list)?;
+        let params: Vec<Param<'_>> = values.iter().map(|v| Param(v.value())).collect();
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            params.iter().map(|p| p as _).collect();
+        self.session
+            .block_on(self.session.client.query(&self.statement, &refs))
+            .map_err(error)
+    }
+}
+
+fn is_text(ty: &Type) -> bool {
+    matches!(
+        *ty,
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON
+    ) || ty.name() == "citext"
+}
+
+/// A value bound to a parameter of whatever type PostgreSQL inferred for it (as SQLite would take
+/// it: an integer for a `boolean`, text for a `citext`, an integer for a `text`).
+#[derive(Debug)]
+struct Param<'a>(ValueRef<'a>);
+
+impl tokio_postgres::types::ToSql for Param<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        let mismatch = |what: &str| format!("cannot bind {what} to a parameter of type {ty}");
+        match self.0 {
+            ValueRef::Null => return Ok(IsNull::Yes),
+            ValueRef::Integer(i) => match *ty {
+                Type::INT8 => out.put_i64(i),
+                Type::INT4 => out.put_i32(i32::try_from(i)?),
+                Type::INT2 => out.put_i16(i16::try_from(i)?),
+                Type::BOOL => out.put_u8(u8::from(i != 0)),
+                Type::FLOAT8 => out.put_f64(i as f64),
+                Type::FLOAT4 => out.put_f32(i as f32),
+                Type::JSONB => {
+                    out.put_u8(1);
+                    out.put_slice(i.to_string().as_bytes());
+                }
+                _ if is_text(ty) => out.put_slice(i.to_string().as_bytes()),
+                _ => return Err(mismatch("an integer").into()),
+            },
+            ValueRef::Real(f) => match *ty {
+                Type::FLOAT8 => out.put_f64(f),
+                Type::FLOAT4 => out.put_f32(f as f32),
+                _ if is_text(ty) => out.put_slice(f.to_string().as_bytes()),
+                _ => return Err(mismatch("a real number").into()),
+            },
+            ValueRef::Text(t) => match *ty {
+                Type::JSONB => {
+                    out.put_u8(1);
+                    out.put_slice(t);
+                }
+                Type::BYTEA => out.put_slice(t),
+                // SQLite's integer affinity: text that is an integer is one.
+                Type::INT8 | Type::INT4 | Type::INT2 => {
+                    let i: i64 = std::str::from_utf8(t)?.trim().parse()?;
+                    return Param(ValueRef::Integer(i)).to_sql(ty, out);
+                }
+                _ if is_text(ty) => out.put_slice(t),
+                _ => return Err(mismatch("text").into()),
+            },
+            ValueRef::Blob(b) => match *ty {
+                Type::BYTEA => out.put_slice(b),
+                _ if is_text(ty) => {
+                    std::str::from_utf8(b)?;
+                    out.put_slice(b)
+                }
+                _ => return Err(mismatch("a blob").into()),
+            },
+        }
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// A column's raw bytes, whatever its type.
+struct Raw<'a>(Option<&'a [u8]>);
+
+impl<'a> tokio_postgres::types::FromSql<'a> for Raw<'a> {
+    fn from_sql(
+        _: &Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(Some(raw)))
+    }
+
+    fn from_sql_null(
+        _: &Type,
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(None))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+/// Column `idx` of `row` as a [`ValueRef`], handed to `f`.
+pub(super) fn column<T>(
+    row: &tokio_postgres::Row,
+    idx: usize,
+    f: impl FnOnce(ValueRef<'_>) -> Result<T>,
+) -> Result<T> {
+    let Some(col) = row.columns().get(idx) else {
+        return Err(Error::internal(format!("no column {idx}")));
+    };
+    let ty = col.type_();
+    let Raw(raw) = row
+        .try_get::<_, Raw<'_>>(idx)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    let Some(b) = raw else {
+        return f(ValueRef::Null);
+    };
+    let bad = || Error::internal(format!("column {idx}: malformed {ty} value"));
+    let int = |n: usize| -> Result<i64> {
+        let bytes = b.get(..n).ok_or_else(bad)?;
+        Ok(match n {
+            2 => i64::from(i16::from_be_bytes([bytes[0], bytes[1]])),
+            4 => i64::from(i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+            _ => i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?),
+        })
+    };
+    let value = match *ty {
+        Type::BOOL => ValueRef::Integer(i64::from(*b.first().ok_or_else(bad)? != 0)),
+        Type::INT2 => ValueRef::Integer(int(2)?),
+        Type::INT4 => ValueRef::Integer(int(4)?),
+        Type::INT8 => ValueRef::Integer(int(8)?),
+        Type::OID => ValueRef::Integer(int(4)? & 0xFFFF_FFFF),
+        Type::FLOAT4 => ValueRef::Real(f64::from(f32::from_be_bytes(
+            b.try_into().map_err(|_| bad())?,
+        ))),
+        Type::FLOAT8 => ValueRef::Real(f64::from_be_bytes(b.try_into().map_err(|_| bad())?)),
+        Type::BYTEA => ValueRef::Blob(b),
+        Type::JSONB => ValueRef::Text(b.get(1..).ok_or_else(bad)?),
+        Type::NUMERIC => numeric(b).ok_or_else(bad)?,
+        _ if is_text(ty) => ValueRef::Text(b),
+        _ => {
+            return Err(Error::internal(format!(
+                "column {idx} has type {ty}, which the store does not read"
+            )));
+        }
+    };
+    f(value)
+}
+
+/// A binary `numeric` (what PostgreSQL's `sum` of integers returns) as an integer when it is
+/// one, else as a real number.
+fn numeric(b: &[u8]) -> Option<ValueRef<'static>> {
+    let word = |i: usize| -> Option<u16> { Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?])) };
+    let ndigits = word(0)? as usize;
+    let weight = word(2)? as i16 as i32;
+    let sign = word(4)?;
+    if sign == 0xC000 {
+        return Some(ValueRef::Null);
+    }
+    let mut int: i128 = 0;
+    let mut real = 0f64;
+    let mut fractional = false;
+    for k in 0..ndigits {
+        let digit = word(8 + 2 * k)? as i128;
+        let power = weight - k as i32;
+        real += digit as f64 * 10000f64.powi(power);
+        if power >= 0 {
+            int = int.checked_add(digit.checked_mul(10000i128.checked_pow(power as u32)?)?)?;
+        } else if digit != 0 {
+            fractional = true;
+        }
+    }
+    let negative = sign == 0x4000;
+    if fractional {
+        return Some(ValueRef::Real(if negative { -real } else { real }));
+    }
+    let int = if negative { -int } else { int };
+    i64::try_from(int).ok().map(ValueRef::Integer)
+}
+
+/// A driver error, classified as the SQLite backend classifies its own.
+pub(crate) fn error(e: tokio_postgres::Error) -> Error {
+    let detail = crate::store::postgres::error::describe(&e);
+    let Some(db) = e.as_db_error() else {
+        // No answer from the server: the connection is gone or cannot be used.
+        return Error::Other(CrateError::StorageUnavailable(detail));
+    };
+    let code = db.code().code();
+    match code {
+        "23505" => Error::Constraint(Constraint::Unique, detail),
+        "23503" => Error::Constraint(Constraint::ForeignKey, detail),
+        c if c.starts_with("23") => Error::Constraint(Constraint::Other, detail),
+        // A lost race between transactions: nothing was written; trying again may succeed.
+        "40001" | "40P01" => Error::Other(CrateError::ConstraintRace(detail)),
+        "53100" => Error::Other(CrateError::StorageFull(detail)),
+        c if c.starts_with("08")
+            || c.starts_with("57")
+            || c.starts_with("53")
+            || c.starts_with("58")
+            || c == "25006"
+            || c.starts_with("XX") =>
+        {
+            Error::Other(CrateError::StorageUnavailable(detail))
+        }
+        _ => Error::Other(CrateError::Storage(detail)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numeric_bytes(weight: i16, sign: u16, dscale: u16, digits: &[u16]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend((digits.len() as u16).to_be_bytes());
+        b.extend(weight.to_be_bytes());
+        b.extend(sign.to_be_bytes());
+        b.extend(dscale.to_be_bytes());
+        for d in digits {
+            b.extend(d.to_be_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn numeric_sums_read_as_integers() {
+        // 123456789 = 1·10000² + 2345·10000 + 6789
+        let b = numeric_bytes(2, 0, 0, &[1, 2345, 6789]);
+        assert_eq!(numeric(&b), Some(ValueRef::Integer(123_456_789)));
+        let b = numeric_bytes(0, 0x4000, 0, &[42]);
+        assert_eq!(numeric(&b), Some(ValueRef::Integer(-42)));
+        assert_eq!(
+            numeric(&numeric_bytes(0, 0, 0, &[])),
+            Some(ValueRef::Integer(0))
+        );
+        // 1.5 = 1 + 5000·10000⁻¹
+        let b = numeric_bytes(0, 0, 1, &[1, 5000]);
+        assert_eq!(numeric(&b), Some(ValueRef::Real(1.5)));
+    }
+}

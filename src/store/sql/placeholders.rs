@@ -1,0 +1,133 @@
+//! SQLite's placeholders (`?1`, `?`, `:name`) rewritten as PostgreSQL's (`$1`), outside string
+//! literals, quoted identifiers and comments. PostgreSQL's own `::type` casts pass through.
+
+/// A statement's text for PostgreSQL, and the names of its named parameters in the order of
+/// their numbers (empty when its parameters are positional).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Translated {
+    pub sql: String,
+    pub names: Vec<String>,
+}
+
+pub fn translate(sql: &str) -> Translated {
+    let bytes = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut names: Vec<String> = Vec::new();
+    // SQLite numbers a bare `?` one above the largest number used so far.
+    let mut highest = 0usize;
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            q @ (b'\'' | b'"') => {
+                i += 1;
+                while i < bytes.len() {
+                    if bytes[i] == q {
+                        // A doubled quote is one quote character inside the literal.
+                        if bytes.get(i + 1) == Some(&q) {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 2;
+            }
+            b':' if bytes.get(i + 1) == Some(&b':') => i += 2,
+            b'?' => {
+                out.push_str(&sql[copied..i]);
+                let start = i + 1;
+                let mut end = start;
+                while end < bytes.len() && bytes[end].is_ascii_digit() {
+                    end += 1;
+                }
+                let n = if end > start {
+                    sql[start..end].parse::<usize>().unwrap_or(0)
+                } else {
+                    highest + 1
+                };
+                highest = highest.max(n);
+                out.push('$');
+                out.push_str(&n.to_string());
+                i = end;
+                copied = i;
+            }
+            b':' if bytes
+                .get(i + 1)
+                .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_') =>
+            {
+                out.push_str(&sql[copied..i]);
+                let mut end = i + 1;
+                while end < bytes.len()
+                    && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_')
+                {
+                    end += 1;
+                }
+                let name = &sql[i..end];
+                let n = match names.iter().position(|n| n == name) {
+                    Some(p) => p + 1,
+                    None => {
+                        names.push(name.to_owned());
+                        names.len()
+                    }
+                };
+                out.push('$');
+                out.push_str(&n.to_string());
+                i = end;
+                copied = i;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&sql[copied.min(sql.len())..]);
+    Translated { sql: out, names }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_bare_and_named_placeholders_become_dollar_numbers() {
+        assert_eq!(
+            translate("SELECT a FROM t WHERE b = ?2 AND c = ?1").sql,
+            "SELECT a FROM t WHERE b = $2 AND c = $1"
+        );
+        assert_eq!(
+            translate("VALUES (?, ?, ?5, ?)").sql,
+            "VALUES ($1, $2, $5, $6)"
+        );
+        let t = translate("WHERE ws = :ws AND (id = :id OR parent = :id) AND ws2 = :ws");
+        assert_eq!(
+            t.sql,
+            "WHERE ws = $1 AND (id = $2 OR parent = $2) AND ws2 = $1"
+        );
+        assert_eq!(t.names, [":ws", ":id"]);
+    }
+
+    #[test]
+    fn literals_identifiers_comments_and_casts_are_left_alone() {
+        let sql = "SELECT '?1 :x', \"a?b\", 'it''s ?' , x::bigint -- ?3 :y\n FROM t /* ?4 */ WHERE y = ?1";
+        assert_eq!(
+            translate(sql).sql,
+            "SELECT '?1 :x', \"a?b\", 'it''s ?' , x::bigint -- ?3 :y\n FROM t /* ?4 */ WHERE y = $1"
+        );
+        assert_eq!(
+            translate("json_extract(body, '$.a')").sql,
+            "json_extract(body, '$.a')"
+        );
+    }
+}
