@@ -539,3 +539,185 @@ fn a_browser_session_ended_elsewhere_stops_everywhere_within_the_bound() {
     let out = cli(&dir, &["user", "sign-out", "--email", OWNER_EMAIL], None);
     assert_eq!(out, format!("ended 0 browser sessions of {OWNER_EMAIL}"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// The same store operations on PostgreSQL, where two processes' transactions really run at once
+
+/// Two stores opened on one PostgreSQL database stand for two processes (each has its own pool
+/// of connections, so its own transactions): parallel sign-in attempts and setups through both
+/// are judged one after another, and the credentials and counters the watcher and the prune read
+/// are the same rows. (`sessiond serve` cannot select PostgreSQL yet; these check the store
+/// operations the servers above use.)
+#[cfg(feature = "postgres")]
+mod on_postgresql {
+    use std::sync::Arc;
+
+    use sessiond::auth::limiter::LoginLimiter;
+    use sessiond::store::Store;
+    use sessiond::store::identity::FirstRole;
+    use sessiond::store::logins::{LoginCounts, LoginJudge, LoginWindows, SignIn};
+
+    use super::common::postgres::database;
+
+    fn open(url: &str) -> Store {
+        Store::open_postgres(url, &Default::default(), sessiond::bus::Bus::new(16, 16))
+            .expect("open the PostgreSQL store")
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn parallel_attempts_through_two_processes_stay_within_the_free_ones() {
+        let Some(db) = database("sign_in_parallel") else {
+            return;
+        };
+        let delay = std::time::Duration::from_secs(60);
+        let limiters = [
+            Arc::new(LoginLimiter::with_base_delay(open(&db.url), delay)),
+            Arc::new(LoginLimiter::with_base_delay(open(&db.url), delay)),
+        ];
+        let passed = runtime().block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for i in 0..40 {
+                let l = Arc::clone(&limiters[i % 2]);
+                set.spawn(async move { l.attempt("a@test.local", "10.0.0.1").await });
+            }
+            let mut passed = 0;
+            while let Some(r) = set.join_next().await {
+                passed += usize::from(r.expect("task").expect("attempt").is_ok());
+            }
+            passed
+        });
+        assert_eq!(passed, 5, "attempts that reached the password check");
+        assert_eq!(
+            db.psql("SELECT kind || '=' || failures FROM login_failures ORDER BY kind"),
+            "account=5\naccount_address=5\naddress=5"
+        );
+    }
+
+    #[test]
+    fn concurrent_setups_through_two_processes_create_one_owner() {
+        let Some(db) = database("setup_once") else {
+            return;
+        };
+        let stores = [open(&db.url), open(&db.url)];
+        stores[0]
+            .directory()
+            .ensure_workspace_blocking("default", "Default")
+            .expect("workspace");
+        for (store, token) in stores.iter().zip(["token-a", "token-b"]) {
+            assert!(store.logins().add_setup_token_blocking(token, 10).unwrap());
+        }
+        let outcomes = runtime().block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for i in 0..8 {
+                let store = stores[i % 2].clone();
+                let token = ["token-a", "token-b"][(i / 2) % 2];
+                set.spawn(async move {
+                    store
+                        .logins()
+                        .complete_setup(token, &format!("owner{i}@test.local"), "phc")
+                        .await
+                });
+            }
+            let mut outcomes = Vec::new();
+            while let Some(r) = set.join_next().await {
+                outcomes.push(r.expect("task"));
+            }
+            outcomes
+        });
+        let created = outcomes.iter().filter(|o| matches!(o, Ok(Some(_)))).count();
+        assert_eq!(created, 1, "{outcomes:?}");
+        for o in &outcomes {
+            assert!(
+                matches!(o, Ok(_) | Err(sessiond::Error::Forbidden(_))),
+                "a setup failed otherwise than refused: {o:?}"
+            );
+        }
+        assert_eq!(db.psql("SELECT count(*) FROM users"), "1");
+        assert_eq!(db.psql("SELECT count(*) FROM setup_tokens"), "0");
+    }
+
+    #[test]
+    fn credentials_and_counters_are_the_same_rows_for_every_process() {
+        let Some(db) = database("credentials") else {
+            return;
+        };
+        let (a, b) = (open(&db.url), open(&db.url));
+        let ws = a
+            .directory()
+            .ensure_workspace_blocking("default", "Default")
+            .unwrap();
+        let (user, _) = a
+            .identity()
+            .create_user_blocking("u@test.local", "phc", &ws, FirstRole::OwnerIfFirst)
+            .unwrap();
+        let mut keys = Vec::new();
+        for i in 0..70 {
+            let (_, row) = sessiond::auth::mint_key("k", &ws, &["sessions".into()]).unwrap();
+            keys.push(row.id.clone());
+            a.identity().insert_user_key_blocking(&user, row).unwrap();
+            if i % 3 == 0 {
+                assert!(a.identity().revoke_key_blocking(&keys[i]).unwrap());
+            }
+        }
+        let rt = runtime();
+        let (valid, browsers) = rt.block_on(async {
+            a.identity()
+                .open_browser_session("signed-in", &user, i64::MAX)
+                .await
+                .unwrap();
+            b.identity()
+                .valid_credentials(
+                    keys.clone(),
+                    vec!["signed-in".into(), "never".into()],
+                    sessiond::clock::now_ms(),
+                )
+                .await
+                .unwrap()
+        });
+        let expected: std::collections::HashSet<String> = keys
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 3 != 0)
+            .map(|(_, k)| k.clone())
+            .collect();
+        assert_eq!(valid, expected);
+        assert_eq!(browsers, ["signed-in".to_owned()].into());
+
+        // Counters written through one process are read, and pruned, through the other.
+        const WINDOWS: LoginWindows = LoginWindows {
+            failures_ms: 60_000,
+            trust_ms: 120_000,
+        };
+        let t0 = 1_700_000_000_000;
+        let counts = |store: &Store, now: i64| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let judge: LoginJudge = Box::new(move |c: &LoginCounts| {
+                let _ = tx.send(*c);
+                None
+            });
+            let who = SignIn {
+                account: "a".into(),
+                address: "1".into(),
+                now,
+            };
+            rt.block_on(store.logins().attempt(who, WINDOWS, judge))
+                .unwrap();
+            rx.recv().unwrap()
+        };
+        assert_eq!(counts(&a, t0), LoginCounts::default());
+        assert_eq!(counts(&b, t0 + 1).account.map(|f| f.count), Some(1));
+        let gone = rt
+            .block_on(b.logins().prune(t0 + 1 + WINDOWS.failures_ms, WINDOWS))
+            .unwrap();
+        assert_eq!(gone, 3);
+        assert_eq!(db.psql("SELECT count(*) FROM login_failures"), "0");
+    }
+}
