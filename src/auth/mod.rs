@@ -313,6 +313,11 @@ impl Auth {
     /// (the [`SETUP_TOKENS_KEPT`] newest), so every printed link works on every process until
     /// the first owner is created with one of them.
     pub fn prepare_setup(&self) -> Result<Option<String>> {
+        // Read first: a server with an account (the usual start) writes nothing here, so it
+        // starts on a full disk too.
+        if self.store.identity().user_count_blocking()? > 0 {
+            return Ok(None);
+        }
         let token = secret::random_token(24)?;
         let added = self
             .store

@@ -259,7 +259,7 @@ impl LoginStore<'_> {
     }
 
     /// Records a new setup token while the database has no user, keeping the `keep` newest
-    /// (`false`, and no token kept, once a user exists).
+    /// (`false`, and no token kept, once a user exists: setup is over).
     pub fn add_setup_token_blocking(&self, token_hash: &str, keep: usize) -> Result<bool> {
         let hash = token_hash.to_owned();
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
