@@ -9,8 +9,10 @@
 //! of each kind, so two attempts never wait for each other in a circle, and parallel guesses —
 //! on one process or several — are judged one after another, each seeing the failures counted
 //! before it. Expired counters are deleted by [`LoginStore::prune`], a unit of its own with one
-//! statement per kind in the same order: it can only ever wait for attempts, never make one wait
-//! in a circle. The setup token's unit removes every token before it creates the owner, so two
+//! statement per kind in the same order: whoever it waits for waits only for rows of that kind or
+//! later ones, so no circle of waits can include an attempt (two prunes of two processes could
+//! still wait for each other; PostgreSQL then fails one, and the next prune deletes what it
+//! left). The setup token's unit removes every token before it creates the owner, so two
 //! setups with different tokens (on two processes) queue on the same rows and exactly one
 //! creates the owner.
 
