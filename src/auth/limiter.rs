@@ -27,8 +27,8 @@
 //! attempt's counters until its transaction ends (on one process or several, parallel attempts
 //! are judged one after another); this module holds the rules. Counters whose window has passed
 //! are deleted at most once a minute by each process ([`PRUNE_EVERY`]), so a flood of distinct
-//! names leaves at most about one window and a minute of rows, and the trusted addresses are at
-//! most 16 per account that signed in. Times are wall-clock milliseconds (the processes' clocks
+//! names leaves at most about one window and a minute of rows; trusted addresses come only from
+//! successful sign-ins, at most 16 per account, and a sign-in drops its account's expired ones. Times are wall-clock milliseconds (the processes' clocks
 //! are assumed to agree, as NTP keeps them; a counter's time never moves back).
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -198,7 +198,11 @@ impl LoginLimiter {
         let _ = attempt;
         self.store
             .logins()
-            .succeeded(Self::sign_in(account, address, now), TRUSTED_PER_ACCOUNT)
+            .succeeded(
+                Self::sign_in(account, address, now),
+                WINDOWS,
+                TRUSTED_PER_ACCOUNT,
+            )
             .await
     }
 }

@@ -205,8 +205,10 @@ impl LoginStore<'_> {
 
     /// The attempt was right: it was no failure (the address's own counter for the account is
     /// cleared, one failure is taken back from the other two), and the address is one the account
-    /// signs in from, among its `keep` most recent.
-    pub async fn succeeded(&self, who: SignIn, keep: usize) -> Result<()> {
+    /// signs in from, among its `keep` most recent; the account's addresses older than the trust
+    /// period go. (Only a sign-in touches an account's trusted addresses, after it holds the
+    /// account's counter, so no two units ever wait for each other over them.)
+    pub async fn succeeded(&self, who: SignIn, windows: LoginWindows, keep: usize) -> Result<()> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
         self.store
             .write(move |tx| {
@@ -226,19 +228,18 @@ impl LoginStore<'_> {
                     .execute(params![who.account, who.address, who.now])?;
                 tx.conn
                     .prepare_cached(
-                        "DELETE FROM login_trust WHERE account = ?1 AND address NOT IN (
+                        "DELETE FROM login_trust WHERE account = ?1 AND (at <= ?3 OR address NOT IN (
                              SELECT address FROM login_trust WHERE account = ?1
-                             ORDER BY at DESC, address LIMIT ?2)",
+                             ORDER BY at DESC, address LIMIT ?2))",
                     )?
-                    .execute(params![who.account, keep])?;
+                    .execute(params![who.account, keep, who.now - windows.trust_ms])?;
                 Ok(())
             })
             .await
     }
 
-    /// Deletes the failure counters whose last failure is `window_ms` or more before `now`, and
-    /// the trusted addresses older than `trust_ms`; returns how many rows went. One statement per
-    /// kind, in the order attempts hold them.
+    /// Deletes the failure counters whose last failure is `failures_ms` or more before `now`;
+    /// returns how many went. One statement per kind, in the order attempts hold them.
     pub async fn prune(&self, now: i64, windows: LoginWindows) -> Result<usize> {
         self.store
             .write(move |tx| {
@@ -251,10 +252,6 @@ impl LoginStore<'_> {
                         )?
                         .execute(params![c.kind(), now - windows.failures_ms])?;
                 }
-                gone += tx
-                    .conn
-                    .prepare_cached("DELETE FROM login_trust WHERE at <= ?1")?
-                    .execute([now - windows.trust_ms])?;
                 Ok(gone)
             })
             .await
@@ -486,7 +483,7 @@ mod tests {
         seen(&store, who("a", "home", t0 + 1)).await;
         store
             .logins()
-            .succeeded(who("a", "home", t0 + 2), 2)
+            .succeeded(who("a", "home", t0 + 2), WINDOWS, 2)
             .await
             .unwrap();
         let c = seen(&store, who("a", "home", t0 + 3)).await;
@@ -505,18 +502,22 @@ mod tests {
         for (i, addr) in ["b", "c"].into_iter().enumerate() {
             store
                 .logins()
-                .succeeded(who("a", addr, t0 + 10 + i as i64), 2)
+                .succeeded(who("a", addr, t0 + 10 + i as i64), WINDOWS, 2)
                 .await
                 .unwrap();
         }
         assert!(!seen(&store, who("a", "home", t0 + 20)).await.trusted);
         assert!(seen(&store, who("a", "c", t0 + 21)).await.trusted);
-        // Trust lapses after its period.
-        assert!(
-            !seen(&store, who("a", "c", t0 + 11 + WINDOWS.trust_ms))
-                .await
-                .trusted
-        );
+        // Trust lapses after its period, and the account's next sign-in drops what lapsed.
+        let late = t0 + 12 + WINDOWS.trust_ms;
+        assert!(!seen(&store, who("a", "c", late)).await.trusted);
+        assert_eq!(rows(&store, "login_trust"), 2);
+        store
+            .logins()
+            .succeeded(who("a", "z", late), WINDOWS, 2)
+            .await
+            .unwrap();
+        assert_eq!(rows(&store, "login_trust"), 1);
     }
 
     #[test]
