@@ -54,7 +54,15 @@ fn apply_config_agents(cfg: &Config, store: &Store) -> Result<(), String> {
             engine: a.engine.clone(),
         };
         let result = match exists {
-            None => agents::create_blocking(store, &drive, &cfg.policy, &ws.id, spec).map(|_| ()),
+            None => match agents::create_blocking(store, &drive, &cfg.policy, &ws.id, spec.clone())
+            {
+                // Another process sharing the database created it first: bring it up to date.
+                Err(crate::error::Error::Conflict("agent_exists", _)) => {
+                    agents::update_blocking(store, &drive, &cfg.policy, &ws.id, &a.slug, spec)
+                        .map(|_| ())
+                }
+                other => other.map(|_| ()),
+            },
             Some(_) => agents::update_blocking(store, &drive, &cfg.policy, &ws.id, &a.slug, spec)
                 .map(|_| ()),
         };

@@ -5,7 +5,7 @@
 //! Lists that the wire contract pages by number (`page_number`) use `LIMIT … OFFSET` within a
 //! bounded page size; everything else reads by key.
 
-use super::sql::{Db, OptionalExtension, Value as SqlValue, params, params_from_iter};
+use super::sql::{Db, Dialect, OptionalExtension, Value as SqlValue, params, params_from_iter};
 use serde_json::{Map, Value};
 
 use super::{SessionKey, Tx};
@@ -19,10 +19,12 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// The order, with NULL the smallest value on both backends (SQLite's rule; PostgreSQL's
+    /// default puts NULL last when ascending).
     fn sql(self) -> &'static str {
         match self {
-            Direction::Asc => "ASC",
-            Direction::Desc => "DESC",
+            Direction::Asc => "ASC NULLS FIRST",
+            Direction::Desc => "DESC NULLS LAST",
         }
     }
 }
@@ -62,11 +64,13 @@ pub struct Page {
 }
 
 /// SQL conditions that a JSON column contains `filter` (JSONB containment, as the wire contract
-/// describes it): every key of `filter` is present under `base` with a value that contains the
-/// filter's value — objects recursively, other values by equality.
+/// describes it): every key of `filter` is present under the path `base` with a value that
+/// contains the filter's value — objects recursively, other values by equality. Paths and values
+/// are bound parameters (in the order of the conditions' `?`), never SQL text.
 fn containment(
+    dialect: Dialect,
     column: &str,
-    base: &str,
+    base: &[String],
     filter: &Map<String, Value>,
     args: &mut Vec<SqlValue>,
 ) -> Result<Vec<String>> {
@@ -77,39 +81,95 @@ fn containment(
                 "metadata filter: key {key:?} may not contain quotes or backslashes"
             )));
         }
-        let path = format!("{base}.\"{key}\"");
-        match value {
-            Value::Object(inner) if !inner.is_empty() => {
-                out.extend(containment(column, &path, inner, args)?);
-            }
-            Value::Object(_) => out.push(format!("json_type({column}, '{path}') = 'object'")),
-            Value::Null => out.push(format!("json_type({column}, '{path}') = 'null'")),
-            Value::Bool(b) => out.push(format!(
-                "json_type({column}, '{path}') = '{}'",
-                if *b { "true" } else { "false" }
-            )),
-            Value::String(s) => {
-                args.push(SqlValue::Text(s.clone()));
-                out.push(format!(
-                    "(json_type({column}, '{path}') = 'text' AND json_extract({column}, '{path}') = ?)"
-                ));
-            }
-            Value::Number(n) => {
-                args.push(match n.as_i64() {
-                    Some(i) => SqlValue::Integer(i),
-                    None => SqlValue::Real(n.as_f64().unwrap_or(0.0)),
-                });
-                out.push(format!(
-                    "(json_type({column}, '{path}') IN ('integer', 'real') AND json_extract({column}, '{path}') = ?)"
-                ));
-            }
-            Value::Array(_) => {
-                args.push(SqlValue::Text(value.to_string()));
-                out.push(format!("json_extract({column}, '{path}') = json(?)"));
-            }
+        let mut path = base.to_vec();
+        path.push(key.clone());
+        if let Value::Object(inner) = value
+            && !inner.is_empty()
+        {
+            out.extend(containment(dialect, column, &path, inner, args)?);
+            continue;
         }
+        out.push(match dialect {
+            Dialect::Sqlite => sqlite_leaf(column, &path, value, args),
+            Dialect::Postgres => postgres_leaf(column, &path, value, args),
+        });
     }
     Ok(out)
+}
+
+/// One leaf of [`containment`] with SQLite's JSON functions (the path as `$."a"."b"`).
+fn sqlite_leaf(column: &str, path: &[String], value: &Value, args: &mut Vec<SqlValue>) -> String {
+    let path = std::iter::once("$".to_owned())
+        .chain(path.iter().map(|k| format!("\"{k}\"")))
+        .collect::<Vec<_>>()
+        .join(".");
+    let path = SqlValue::Text(path);
+    let of_type = |t: &str| format!("json_type({column}, ?) = '{t}'");
+    match value {
+        Value::Object(_) => {
+            args.push(path);
+            of_type("object")
+        }
+        Value::Null => {
+            args.push(path);
+            of_type("null")
+        }
+        Value::Bool(b) => {
+            args.push(path);
+            of_type(if *b { "true" } else { "false" })
+        }
+        Value::String(s) => {
+            args.extend([path.clone(), path, SqlValue::Text(s.clone())]);
+            format!("({} AND json_extract({column}, ?) = ?)", of_type("text"))
+        }
+        Value::Number(n) => {
+            args.extend([path.clone(), path, number(n)]);
+            format!(
+                "(json_type({column}, ?) IN ('integer', 'real') AND json_extract({column}, ?) = ?)"
+            )
+        }
+        Value::Array(_) => {
+            args.extend([path, SqlValue::Text(value.to_string())]);
+            format!("json_extract({column}, ?) = json(?)")
+        }
+    }
+}
+
+/// One leaf of [`containment`] with PostgreSQL's `jsonb` (the path as a `text[]`, `{"a","b"}`).
+fn postgres_leaf(column: &str, path: &[String], value: &Value, args: &mut Vec<SqlValue>) -> String {
+    let path = format!(
+        "{{{}}}",
+        path.iter()
+            .map(|k| format!("\"{k}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    args.push(SqlValue::Text(path));
+    let at = format!("({column}::jsonb #> (?::text)::text[])");
+    match value {
+        Value::Object(_) => format!("jsonb_typeof({at}) = 'object'"),
+        Value::Null => format!("jsonb_typeof({at}) = 'null'"),
+        Value::Bool(b) => format!("{at} = '{b}'::jsonb"),
+        Value::String(s) => {
+            args.push(SqlValue::Text(s.clone()));
+            format!("{at} = to_jsonb(?::text)")
+        }
+        Value::Number(n) => {
+            args.push(number(n));
+            format!("{at} = to_jsonb(?::float8)")
+        }
+        Value::Array(_) => {
+            args.push(SqlValue::Text(value.to_string()));
+            format!("{at} = ?::jsonb")
+        }
+    }
+}
+
+fn number(n: &serde_json::Number) -> SqlValue {
+    match n.as_i64() {
+        Some(i) => SqlValue::Integer(i),
+        None => SqlValue::Real(n.as_f64().unwrap_or(0.0)),
+    }
 }
 
 fn push_page(sql: &mut String, args: &mut Vec<SqlValue>, page: Page) {
@@ -145,12 +205,14 @@ impl List {
     /// Containment conditions on a JSON column.
     fn contains(
         &mut self,
+        dialect: Dialect,
         column: &str,
-        base: &str,
+        base: &[&str],
         filter: Option<&Map<String, Value>>,
     ) -> Result<()> {
         if let Some(f) = filter {
-            for cond in containment(column, base, f, &mut self.args)? {
+            let base: Vec<String> = base.iter().map(|k| (*k).to_owned()).collect();
+            for cond in containment(dialect, column, &base, f, &mut self.args)? {
                 self.sql.push_str(" AND ");
                 self.sql.push_str(&cond);
             }
@@ -268,8 +330,9 @@ pub(super) fn agentex_agents(
         f.task_id.as_deref(),
     );
     list.contains(
+        conn.dialect(),
         "x.registration_metadata",
-        "$.\"agent_card\".\"metadata\"",
+        &["agent_card", "metadata"],
         f.agent_card_metadata.as_ref(),
     )?;
     let order = match f.order_by {
@@ -678,7 +741,12 @@ pub(super) fn tasks(conn: &Db, workspace_id: &str, f: &TaskFilter) -> Result<Vec
         &format!("{TASK_STATUS_SQL} = ?"),
         f.status.map(TaskStatus::name),
     );
-    list.contains("t.task_metadata", "$", f.task_metadata.as_ref())?;
+    list.contains(
+        conn.dialect(),
+        "t.task_metadata",
+        &[],
+        f.task_metadata.as_ref(),
+    )?;
     let order = match f.order_by {
         SortKey::UpdatedAt => "MAX(s.updated_at, COALESCE(t.updated_at, 0))",
         SortKey::Name => "t.name",
@@ -707,9 +775,10 @@ impl Tx<'_> {
     }
 
     /// Holds a task's session row for the rest of the transaction, so that the task read next is
-    /// the one the write changes. A no-op here: SQLite has one writer thread, which runs each unit
-    /// of work alone. A backend with concurrent writers locks the row (`SELECT … FOR UPDATE`).
-    fn lock_task(&self, _pk: i64) {}
+    /// the one the write changes (see [`Tx::lock`]).
+    fn lock_task(&self, pk: i64) -> Result<()> {
+        self.lock(super::RowLock::Session(pk))
+    }
 
     /// Creates the task row of a session, or sets the given fields on it.
     pub fn put_task_fields(
@@ -725,10 +794,10 @@ impl Tx<'_> {
                     deployment_id, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (session_pk) DO UPDATE SET
-                    name = COALESCE(excluded.name, name),
-                    params = COALESCE(excluded.params, params),
-                    task_metadata = COALESCE(excluded.task_metadata, task_metadata),
-                    deployment_id = COALESCE(excluded.deployment_id, deployment_id),
+                    name = COALESCE(excluded.name, agentex_tasks.name),
+                    params = COALESCE(excluded.params, agentex_tasks.params),
+                    task_metadata = COALESCE(excluded.task_metadata, agentex_tasks.task_metadata),
+                    deployment_id = COALESCE(excluded.deployment_id, agentex_tasks.deployment_id),
                     updated_at = excluded.updated_at",
             )?
             .execute(params![
@@ -839,12 +908,12 @@ const IN_PROGRESS: &str = "COALESCE((SELECT v.in_progress FROM agentex_message_r
     ORDER BY v.revision_seq DESC LIMIT 1), 0)";
 
 /// `(condition, arguments)` selecting the messages a filter keeps.
-fn filter_condition(f: &MessageFilter) -> (String, Vec<SqlValue>) {
+fn filter_condition(d: Dialect, f: &MessageFilter) -> (String, Vec<SqlValue>) {
     if f.done == f.in_progress {
-        return messages_condition(&f.done);
+        return messages_condition(d, &f.done);
     }
-    let (done, mut args) = messages_condition(&f.done);
-    let (open, mut more) = messages_condition(&f.in_progress);
+    let (done, mut args) = messages_condition(d, &f.done);
+    let (open, mut more) = messages_condition(d, &f.in_progress);
     args.append(&mut more);
     (
         format!("(({done} AND {IN_PROGRESS} = 0) OR ({open} AND {IN_PROGRESS} = 1))"),
@@ -853,7 +922,7 @@ fn filter_condition(f: &MessageFilter) -> (String, Vec<SqlValue>) {
 }
 
 /// `(condition, arguments)` selecting events of the given kinds (none: a condition that is false).
-fn kinds_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
+fn kinds_condition(d: Dialect, kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
     let mut types = Vec::new();
     let mut steps = Vec::new();
     for k in kinds {
@@ -868,12 +937,13 @@ fn kinds_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
     }
     if !steps.is_empty() {
         parts.push(format!(
-            "(e.type = 'step' AND json_extract(e.body, '$.step.type') IN ({}))",
+            "(e.type = 'step' AND {} IN ({}))",
+            d.json_text("e.body", "step.type"),
             vec!["?"; steps.len()].join(",")
         ));
     }
     if parts.is_empty() {
-        return ("0".into(), Vec::new());
+        return ("1 = 0".into(), Vec::new());
     }
     types.extend(steps);
     (format!("({})", parts.join(" OR ")), types)
@@ -882,8 +952,8 @@ fn kinds_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
 /// `(condition, arguments)` selecting the messages of the given kinds: events of those kinds that
 /// are not revisions of another message, and (with agent messages) the notices that opened a
 /// message still without text.
-fn messages_condition(kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
-    let (cond, args) = kinds_condition(kinds);
+fn messages_condition(d: Dialect, kinds: &[MessageKind]) -> (String, Vec<SqlValue>) {
+    let (cond, args) = kinds_condition(d, kinds);
     let mut sql = format!(
         "(({cond}) AND NOT EXISTS (SELECT 1 FROM agentex_message_revisions v
             WHERE v.session_pk = e.session_pk AND v.revision_seq = e.seq
@@ -980,7 +1050,7 @@ pub(super) fn messages_page(
     direction: Direction,
     page: Page,
 ) -> Result<Vec<MessageRow>> {
-    let (cond, mut kind_args) = filter_condition(filter);
+    let (cond, mut kind_args) = filter_condition(conn.dialect(), filter);
     let mut sql = format!(
         "SELECT e.seq, e.created_at, e.type, e.body FROM events e
          WHERE e.session_pk = ? AND {cond} ORDER BY e.seq {}",
@@ -1004,7 +1074,7 @@ pub(super) fn messages_from(
     cursor: Option<u64>,
     limit: u32,
 ) -> Result<Vec<MessageRow>> {
-    let (cond, mut kind_args) = filter_condition(filter);
+    let (cond, mut kind_args) = filter_condition(conn.dialect(), filter);
     let bound = match (direction, cursor) {
         (Direction::Desc, Some(_)) => " AND e.seq < ?",
         (Direction::Asc, Some(_)) => " AND e.seq > ?",
@@ -1029,7 +1099,7 @@ pub(super) fn messages_from(
 
 /// The message a seq names, if the event there is a message.
 pub(super) fn message(conn: &Db, session_pk: i64, seq: u64) -> Result<Option<MessageRow>> {
-    let (cond, kind_args) = messages_condition(&MessageKind::ALL);
+    let (cond, kind_args) = messages_condition(conn.dialect(), &MessageKind::ALL);
     let sql = format!(
         "SELECT e.seq, e.created_at, e.type, e.body FROM events e
          WHERE e.session_pk = ? AND e.seq = ? AND {cond}"
@@ -1497,9 +1567,9 @@ impl Tx<'_> {
                  VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (session_pk) DO UPDATE SET
                     last_processed_event_id = COALESCE(excluded.last_processed_event_id,
-                        last_processed_event_id),
-                    status = COALESCE(excluded.status, status),
-                    status_reason = COALESCE(excluded.status_reason, status_reason),
+                        agentex_trackers.last_processed_event_id),
+                    status = COALESCE(excluded.status, agentex_trackers.status),
+                    status_reason = COALESCE(excluded.status_reason, agentex_trackers.status_reason),
                     updated_at = excluded.updated_at",
             )?
             .execute(params![
@@ -1749,7 +1819,7 @@ impl AgentexStore<'_> {
         let ws = workspace_id.to_owned();
         self.store
             .write(move |tx| {
-                tx.lock_task(pk);
+                tx.lock_task(pk)?;
                 let current = tx.task_by_pk(pk)?.ok_or(Error::NotFound)?;
                 let params = patch.merge_params.map(|p| {
                     let mut merged = match current
@@ -2014,19 +2084,35 @@ mod tests {
     #[test]
     fn containment_builds_one_condition_per_leaf() {
         let filter = json!({"a": "x", "b": {"c": 1, "d": true}, "e": [1, 2]});
-        let mut args = Vec::new();
-        let conds = containment("m", "$", filter.as_object().unwrap(), &mut args).unwrap();
-        assert_eq!(conds.len(), 4);
-        assert!(conds[1].contains("$.\"b\".\"c\""));
-        assert_eq!(args.len(), 3);
-        let bad = json!({"a\"": 1});
-        assert!(containment("m", "$", bad.as_object().unwrap(), &mut Vec::new()).is_err());
+        for d in [Dialect::Sqlite, Dialect::Postgres] {
+            let mut args = Vec::new();
+            let conds = containment(d, "m", &[], filter.as_object().unwrap(), &mut args).unwrap();
+            assert_eq!(conds.len(), 4);
+            let marks: usize = conds.iter().map(|c| c.matches('?').count()).sum();
+            assert_eq!(marks, args.len(), "{d:?}: one argument per placeholder");
+            let path = match d {
+                Dialect::Sqlite => "$.\"b\".\"c\"",
+                Dialect::Postgres => "{\"b\",\"c\"}",
+            };
+            assert!(
+                args.contains(&SqlValue::Text(path.into())),
+                "{d:?}: {args:?}"
+            );
+            // Keys reach the database as bound values only.
+            let sneaky = json!({"x') OR 1=1 --": 1});
+            let mut args = Vec::new();
+            let conds = containment(d, "m", &[], sneaky.as_object().unwrap(), &mut args).unwrap();
+            assert!(!conds[0].contains("OR 1=1"), "{}", conds[0]);
+            let bad = json!({"a\"": 1});
+            assert!(containment(d, "m", &[], bad.as_object().unwrap(), &mut Vec::new()).is_err());
+        }
     }
 
     #[test]
     fn no_kinds_selects_nothing() {
-        assert_eq!(kinds_condition(&[]).0, "0");
-        let (cond, args) = kinds_condition(&[MessageKind::Prompt, MessageKind::Text]);
+        assert_eq!(kinds_condition(Dialect::Sqlite, &[]).0, "1 = 0");
+        let (cond, args) =
+            kinds_condition(Dialect::Sqlite, &[MessageKind::Prompt, MessageKind::Text]);
         assert!(cond.contains("e.type IN (?)") && cond.contains("step.type"));
         assert_eq!(args.len(), 2);
     }

@@ -1,6 +1,6 @@
 //! Queries on read-only connections. Pagination is keyset only.
 
-use super::sql::{Db, OptionalExtension, Value as SqlValue, params};
+use super::sql::{Db, Dialect, OptionalExtension, Value as SqlValue, params};
 
 use crate::error::{Error, Result};
 
@@ -179,11 +179,12 @@ pub fn search_plan(conn: &Db, fts_query: &str, limit: u32) -> Result<SearchPlan>
     let bound = ((f64::from(limit) + 1.0) * sessions as f64).sqrt() as i64;
     let bound = bound.clamp(SEARCH_MIN_BOUND, SEARCH_MAX_BOUND);
     let terms = search_terms(fts_query);
+    let dialect = conn.dialect();
     let sql = format!(
-        "SELECT count(*) FROM (SELECT DISTINCT pk FROM ({}) LIMIT :bound)",
-        search_matches(terms.len(), "UNION ALL")
+        "SELECT count(*) FROM (SELECT DISTINCT pk FROM ({}) m LIMIT :bound) d",
+        search_matches(dialect, terms.len(), "UNION ALL")
     );
-    let mut args = term_args(&terms);
+    let mut args = term_args(dialect, &terms);
     args.push((":bound".into(), SqlValue::Integer(bound)));
     let matches: i64 = conn
         .prepare_cached(&sql)?
@@ -209,19 +210,28 @@ const SEARCH_MAX_BOUND: i64 = 20_000;
 /// is the session's pk, a prompt row's rowid holds it above its low 32 bits
 /// (`writes::prompt_search_key`). With one term, `union` is `UNION` for distinct sessions,
 /// `UNION ALL` where the consumer removes duplicates itself (an intersection is always distinct).
-fn search_matches(terms: usize, union: &str) -> String {
-    let term = |i: usize, union: &str| {
-        format!(
+///
+/// On PostgreSQL the same sets come from the `tsvector` columns of both tables (keyed by
+/// `session_pk`), each term a `tsquery` of one word.
+fn search_matches(dialect: Dialect, terms: usize, union: &str) -> String {
+    let term = |i: usize, union: &str| match dialect {
+        Dialect::Sqlite => format!(
             "SELECT rowid AS pk FROM session_search WHERE session_search MATCH :q{i}
              {union} SELECT rowid >> 32 FROM session_search_prompts
              WHERE session_search_prompts MATCH :q{i}"
-        )
+        ),
+        Dialect::Postgres => format!(
+            "SELECT session_pk AS pk FROM session_search
+             WHERE document @@ to_tsquery('session_search', :q{i})
+             {union} SELECT session_pk FROM session_search_prompts
+             WHERE document @@ to_tsquery('session_search', :q{i})"
+        ),
     };
     match terms {
         0 | 1 => term(0, union),
         // Compound operators bind left to right: each term's union is a subquery of its own.
         n => (0..n)
-            .map(|i| format!("SELECT pk FROM ({})", term(i, "UNION")))
+            .map(|i| format!("SELECT pk FROM ({}) t{i}", term(i, "UNION")))
             .collect::<Vec<_>>()
             .join(" INTERSECT "),
     }
@@ -238,13 +248,37 @@ fn search_terms(fts_query: &str) -> Vec<&str> {
     }
 }
 
-/// The `:q0`, `:q1`, … parameters of [`search_matches`].
-fn term_args(terms: &[&str]) -> Vec<(String, SqlValue)> {
+/// The `:q0`, `:q1`, … parameters of [`search_matches`]: the FTS5 terms as they are, or each as
+/// a PostgreSQL `tsquery` of the same word (`'w'`, a prefix `'w':*`).
+fn term_args(dialect: Dialect, terms: &[&str]) -> Vec<(String, SqlValue)> {
     terms
         .iter()
         .enumerate()
-        .map(|(i, t)| (format!(":q{i}"), SqlValue::Text((*t).to_owned())))
+        .map(|(i, t)| {
+            let text = match dialect {
+                Dialect::Sqlite => (*t).to_owned(),
+                Dialect::Postgres => tsquery_term(t),
+            };
+            (format!(":q{i}"), SqlValue::Text(text))
+        })
         .collect()
+}
+
+/// An FTS5 term of the query builder (`"w"` or `"w"*`) as a `tsquery`.
+fn tsquery_term(term: &str) -> String {
+    let (word, prefix) = match term.strip_suffix('*') {
+        Some(w) => (w, true),
+        None => (term, false),
+    };
+    let word = word
+        .trim_matches('"')
+        .replace('\\', "\\\\")
+        .replace('\'', "''");
+    if prefix {
+        format!("'{word}':*")
+    } else {
+        format!("'{word}'")
+    }
 }
 
 /// Named parameters as statements take them.
@@ -262,7 +296,7 @@ pub fn list_sessions_with(
     f: &ListFilter,
     plan: Option<SearchPlan>,
 ) -> Result<(Vec<SessionRow>, bool)> {
-    let (sql, args) = list_query(workspace_id, user_id, f, plan);
+    let (sql, args) = list_query(conn.dialect(), workspace_id, user_id, f, plan);
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows: Vec<SessionRow> = stmt
         .query_map(named(&args).as_slice(), session_from_row)?
@@ -274,6 +308,7 @@ pub fn list_sessions_with(
 
 /// The SQL of a list page and its named parameters.
 fn list_query(
+    dialect: Dialect,
     workspace_id: &str,
     user_id: &str,
     f: &ListFilter,
@@ -281,11 +316,16 @@ fn list_query(
 ) -> (String, Vec<(std::borrow::Cow<'static, str>, SqlValue)>) {
     let terms = f.fts_query.as_deref().map(search_terms).unwrap_or_default();
     let mut sql = match (&f.fts_query, plan) {
+        // SQLite's CROSS JOIN keeps the matches as the outer loop; PostgreSQL plans joins itself.
         (Some(_), Some(SearchPlan::FromMatches)) => format!(
-            "SELECT {SESSION_COLUMNS} FROM ({}) f CROSS JOIN sessions s ON s.pk = f.pk
+            "SELECT {SESSION_COLUMNS} FROM ({}) f {} sessions s ON s.pk = f.pk
              JOIN agents a ON a.id = s.agent_id
              WHERE s.workspace_id = :ws",
-            search_matches(terms.len(), "UNION")
+            search_matches(dialect, terms.len(), "UNION"),
+            match dialect {
+                Dialect::Sqlite => "CROSS JOIN",
+                Dialect::Postgres => "JOIN",
+            }
         ),
         _ => format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
@@ -328,10 +368,14 @@ fn list_query(
             // in (a per-row FTS5 probe costs ~100 µs: it rebuilds the query's doclists).
             sql.push_str(&format!(
                 " AND s.pk IN ({})",
-                search_matches(terms.len(), "UNION ALL")
+                search_matches(dialect, terms.len(), "UNION ALL")
             ));
         }
-        args.extend(term_args(&terms).into_iter().map(|(k, v)| (k.into(), v)));
+        args.extend(
+            term_args(dialect, &terms)
+                .into_iter()
+                .map(|(k, v)| (k.into(), v)),
+        );
     }
     sql.push_str(" ORDER BY s.created_at DESC, s.id DESC LIMIT :limit");
     (sql, args)
@@ -624,7 +668,7 @@ pub fn active_turn_sessions(conn: &Db) -> Result<Vec<(i64, String)>> {
 pub fn sessions_with_pending_inputs(conn: &Db) -> Result<Vec<(i64, String, i64)>> {
     let mut stmt = conn.prepare(
         "SELECT p.session_pk, s.id, min(p.not_before) FROM pending_inputs p
-         JOIN sessions s ON s.pk = p.session_pk GROUP BY p.session_pk ORDER BY min(p.not_before), p.session_pk",
+         JOIN sessions s ON s.pk = p.session_pk GROUP BY p.session_pk, s.id ORDER BY min(p.not_before), p.session_pk",
     )?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     Ok(rows.collect::<super::sql::Result<_>>()?)
@@ -987,7 +1031,8 @@ mod tests {
                     after: Some((100, "s000001".into())),
                     ..f.clone()
                 };
-                let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromList));
+                let (sql, args) =
+                    list_query(Dialect::Sqlite, "w1", "u", &f, Some(SearchPlan::FromList));
                 let plan = query_plan(conn, &sql, &args);
                 assert!(!plan.contains("TEMP B-TREE"), "{f:?}\n{plan}");
                 assert!(
@@ -1002,7 +1047,13 @@ mod tests {
             limit: 20,
             ..Default::default()
         };
-        let (sql, args) = list_query("w1", "u", &f, Some(SearchPlan::FromMatches));
+        let (sql, args) = list_query(
+            Dialect::Sqlite,
+            "w1",
+            "u",
+            &f,
+            Some(SearchPlan::FromMatches),
+        );
         let plan = query_plan(conn, &sql, &args);
         assert!(plan.contains("SCAN session_search VIRTUAL TABLE"), "{plan}");
         assert!(

@@ -2,7 +2,7 @@
 //! provenance, metadata, budget, lineage, closing and stopping (migration 0004), and the events
 //! the record and the HAST projection look up by position.
 
-use super::sql::{Db, OptionalExtension, params};
+use super::sql::{Db, Dialect, OptionalExtension, params};
 
 use super::{SessionKey, Tx};
 use crate::error::Result;
@@ -50,12 +50,18 @@ pub struct LastTerminal {
     pub result: Option<String>,
 }
 
-const FACT_COLUMNS: &str = "s.pk, s.source, s.attribution_type, s.attribution_id, s.metadata,
-    s.budget_cents, s.parent_kind, s.parent_session_id, s.closed_at, s.handed_off_to,
-    s.stopped_at, s.stopped_by, s.usage_totals, s.engine_memo, a.engine,
-    json_extract(f.body, '$.prompt'), t.seq, t.type, json_extract(t.body, '$.status'),
-    json_extract(t.body, '$.error'), json_extract(t.body, '$.result'), s.last_message_at,
-    l.created_at";
+fn fact_columns(d: Dialect) -> String {
+    format!(
+        "s.pk, s.source, s.attribution_type, s.attribution_id, s.metadata,
+         s.budget_cents, s.parent_kind, s.parent_session_id, s.closed_at, s.handed_off_to,
+         s.stopped_at, s.stopped_by, s.usage_totals, s.engine_memo, a.engine,
+         {}, t.seq, t.type, {}, {}, {}, s.last_message_at, l.created_at",
+        d.json_text("f.body", "prompt"),
+        d.json_text("t.body", "status"),
+        d.json_text("t.body", "error"),
+        d.json_text("t.body", "result"),
+    )
+}
 
 const FACT_JOINS: &str = "FROM sessions s JOIN agents a ON a.id = s.agent_id
     LEFT JOIN events f ON f.session_pk = s.pk AND f.seq = 1
@@ -99,7 +105,8 @@ fn facts_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<RecordFacts> {
 
 /// The record facts of one session.
 pub fn record_facts(conn: &Db, pk: i64) -> Result<Option<RecordFacts>> {
-    let sql = format!("SELECT {FACT_COLUMNS} {FACT_JOINS} WHERE s.pk = ?1");
+    let columns = fact_columns(conn.dialect());
+    let sql = format!("SELECT {columns} {FACT_JOINS} WHERE s.pk = ?1");
     Ok(conn
         .prepare_cached(&sql)?
         .query_row([pk], facts_from_row)
@@ -110,8 +117,11 @@ pub fn record_facts(conn: &Db, pk: i64) -> Result<Option<RecordFacts>> {
 pub fn record_facts_of(conn: &Db, pks: &[i64]) -> Result<Vec<RecordFacts>> {
     let list = serde_json::to_string(pks)
         .map_err(|e| crate::Error::Internal(format!("cannot encode keys: {e}")))?;
+    let d = conn.dialect();
     let sql = format!(
-        "SELECT {FACT_COLUMNS} {FACT_JOINS} WHERE s.pk IN (SELECT value FROM json_each(?1))"
+        "SELECT {} {FACT_JOINS} WHERE {}",
+        fact_columns(d),
+        d.in_json_integers("s.pk", "?1")
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map([list], facts_from_row)?;
@@ -122,10 +132,9 @@ pub fn record_facts_of(conn: &Db, pks: &[i64]) -> Result<Vec<RecordFacts>> {
 /// of input it was (`initial`, `message`, `answer`, `wake`, `machine`). `None` for turns started
 /// before sessiond recorded the runner's own inputs.
 pub fn turn_input(conn: &Db, pk: i64, turn_seq: u64) -> Result<Option<(u64, String)>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT it.input_seq, CASE e.type
-                 WHEN 'prompt_submitted' THEN COALESCE(json_extract(e.body, '$.inputKind'), 'message')
+    let sql = format!(
+        "SELECT it.input_seq, CASE e.type
+                 WHEN 'prompt_submitted' THEN COALESCE({}, 'message')
                  WHEN 'answer_submitted' THEN 'answer'
                  WHEN 'sleep' THEN 'wake'
                  WHEN 'state_machine' THEN 'machine'
@@ -135,7 +144,10 @@ pub fn turn_input(conn: &Db, pk: i64, turn_seq: u64) -> Result<Option<(u64, Stri
              JOIN events e ON e.session_pk = it.session_pk AND e.seq = it.input_seq
              WHERE it.session_pk = ?1 AND it.turn_started_seq = ?2
              ORDER BY it.input_seq LIMIT 1",
-        )?
+        conn.dialect().json_text("e.body", "inputKind")
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
         .query_row(params![pk, turn_seq as i64], |r| {
             Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
         })

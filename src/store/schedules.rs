@@ -245,20 +245,25 @@ impl Tx<'_> {
     }
 
     /// Writes every mutable field of a schedule back (its id, workspace, agent, creator and
-    /// creation stay: their parameters, ?2, ?3, ?16 and ?21, are bound but unused); a rename onto
-    /// a name already used under the agent is a 409.
+    /// creation stay); a rename onto a name already used under the agent is a 409.
     pub(super) fn update_schedule(&mut self, s: &ScheduleRow) -> Result<()> {
+        let v = values(s);
+        // Every parameter is used: PostgreSQL cannot type one that is not.
+        let mutable = [
+            v[0], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14],
+            v[16], v[17], v[18], v[19], v[21],
+        ];
         let changed = self
             .conn
             .prepare_cached(
-                "UPDATE schedules SET name = ?4, description = ?5, cron_expression = ?6,
-                    interval_seconds = ?7, timezone = ?8, anchor_at = ?9, start_at = ?10,
-                    end_at = ?11, paused = ?12, initial_input = ?13, task_params = ?14,
-                    task_metadata = ?15, skipped = ?17, next_due_at = ?18, num_actions = ?19,
-                    last_action_at = ?20, updated_at = ?22
+                "UPDATE schedules SET name = ?2, description = ?3, cron_expression = ?4,
+                    interval_seconds = ?5, timezone = ?6, anchor_at = ?7, start_at = ?8,
+                    end_at = ?9, paused = ?10, initial_input = ?11, task_params = ?12,
+                    task_metadata = ?13, skipped = ?14, next_due_at = ?15, num_actions = ?16,
+                    last_action_at = ?17, updated_at = ?18
                  WHERE id = ?1",
             )?
-            .execute(values(s).as_slice())
+            .execute(mutable.as_slice())
             .map_err(|e| {
                 if is_unique_violation(&e) {
                     name_taken(&s.name)
@@ -327,18 +332,21 @@ impl Tx<'_> {
 
 impl Tx<'_> {
     /// Holds a schedule's row for the rest of the transaction, so that the row read next is the
-    /// one the write replaces. A no-op here: SQLite has one writer thread, which runs each unit of
-    /// work alone. A backend with concurrent writers locks the row (`SELECT … FOR UPDATE`).
-    fn lock_schedule(&self, _id: &str) {}
+    /// one the write replaces (see [`Tx::lock`]).
+    fn lock_schedule(&self, id: &str) -> Result<()> {
+        self.lock(super::RowLock::Schedule(id))
+    }
 
     /// Holds an agent's schedules for the rest of the transaction (the per-agent limit is a
-    /// count, then an insert). A no-op on SQLite, for the reason [`Tx::lock_schedule`] gives.
-    fn lock_agent_schedules(&self, _agent_id: &str) {}
+    /// count, then an insert): the agent's row is locked.
+    fn lock_agent_schedules(&self, agent_id: &str) -> Result<()> {
+        self.lock(super::RowLock::Agent(agent_id))
+    }
 
     /// The schedule with this id, held until the transaction ends: a tick fires only from the
     /// row it was computed from, exactly once.
     pub fn schedule_for_update(&mut self, id: &str) -> Result<Option<ScheduleRow>> {
-        self.lock_schedule(id);
+        self.lock_schedule(id)?;
         schedule_by_id(self.conn, id)
     }
 
@@ -415,7 +423,7 @@ impl ScheduleStore<'_> {
     pub async fn insert_within(&self, s: ScheduleRow, max_per_agent: u64) -> Result<bool> {
         self.store
             .write(move |tx| {
-                tx.lock_agent_schedules(&s.agent_id);
+                tx.lock_agent_schedules(&s.agent_id)?;
                 if count_schedules(tx.conn, &s.agent_id)? >= max_per_agent {
                     return Ok(false);
                 }
@@ -434,7 +442,7 @@ impl ScheduleStore<'_> {
     ) -> Result<bool> {
         self.store
             .write(move |tx| {
-                tx.lock_schedule(&expected.id);
+                tx.lock_schedule(&expected.id)?;
                 if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
                     return Ok(false);
                 }
@@ -452,7 +460,7 @@ impl ScheduleStore<'_> {
     {
         self.store
             .write(move |tx| {
-                tx.lock_schedule(&expected.id);
+                tx.lock_schedule(&expected.id)?;
                 if schedule_by_id(tx.conn, &expected.id)?.as_ref() != Some(&expected) {
                     return Ok(false);
                 }

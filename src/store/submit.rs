@@ -477,6 +477,9 @@ impl Submissions<'_> {
                 {
                     return Ok(Submission::replayed(key, seq));
                 }
+                // Concurrent first messages (other processes, on PostgreSQL) wait here, then
+                // find the default the first one bound.
+                tx.lock(super::RowLock::Agent(&plan.agent_id))?;
                 if let Some(sid) = tx.default_session(&plan.agent_id)? {
                     let key = tx.session_key(&plan.workspace_id, &sid)?;
                     let (seq, active) = tx.add_message(&plan.workspace_id, &key, &m)?;

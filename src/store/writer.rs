@@ -134,9 +134,9 @@ pub struct Tx<'c> {
 impl<'c> Tx<'c> {
     /// The counters of a session as this job sees them; `None` when the session does not exist.
     ///
-    /// On PostgreSQL the read locks the session's row until the transaction ends: jobs of other
-    /// processes that append to the same session wait, so that seqs stay gap-free and in order
-    /// (SQLite's single writer needs no lock).
+    /// On PostgreSQL the read locks the session's row (`FOR NO KEY UPDATE`) until the transaction
+    /// ends: jobs of other processes that append to the same session wait, so that seqs stay
+    /// gap-free and in order (SQLite's single writer needs no lock).
     pub(crate) fn counters(&self, pk: i64) -> super::sql::Result<Option<Counters>> {
         if let Some(c) = self
             .job
@@ -149,7 +149,7 @@ impl<'c> Tx<'c> {
         let sql = match self.conn.dialect() {
             Dialect::Sqlite => "SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1",
             Dialect::Postgres => {
-                "SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1 FOR UPDATE"
+                "SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1 FOR NO KEY UPDATE"
             }
         };
         self.conn

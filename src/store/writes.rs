@@ -101,6 +101,16 @@ static INPUT_REQUEST_IDS: std::sync::LazyLock<
 /// Past this many waiting inputs the ids are forgotten (their turns get new ones).
 const MAX_INPUT_REQUEST_IDS: usize = 100_000;
 
+/// A row a unit of work holds until it ends (see [`Tx::lock`]).
+#[derive(Debug, Clone, Copy)]
+pub enum RowLock<'a> {
+    /// A session's row, by pk.
+    Session(i64),
+    /// An agent's row: its default session, its schedules.
+    Agent(&'a str),
+    Schedule(&'a str),
+}
+
 impl Tx<'_> {
     /// Finds a workspace by slug, creating it (and its `root` agent, named for what it is: the
     /// agent of the whole drive) when missing.
@@ -114,11 +124,25 @@ impl Tx<'_> {
         {
             return Ok(id);
         }
+        // Processes starting at once on one database may both get here: the one whose insert
+        // loses waits for the other's commit and reads its workspace.
         let id = crate::ids::new_id();
-        self.conn.execute(
-            "INSERT INTO workspaces (id, slug, name, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![id, slug, name, self.now],
-        )?;
+        let inserted = self
+            .conn
+            .query_row(
+                "INSERT INTO workspaces (id, slug, name, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (slug) DO NOTHING RETURNING id",
+                params![id, slug, name, self.now],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()?;
+        if inserted.is_none() {
+            return Ok(self.conn.query_row(
+                "SELECT id FROM workspaces WHERE slug = ?1",
+                [slug],
+                |r| r.get(0),
+            )?);
+        }
         self.conn.execute(
             "INSERT INTO agents (id, workspace_id, slug, name, anchor, created_at)
              VALUES (?1, ?2, 'root', 'Workspace agent', '', ?3)",
@@ -246,6 +270,9 @@ impl Tx<'_> {
     /// past 2^32, far beyond what one machine writes) is left out of search rather than failing
     /// the write that carries it.
     pub fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+        if self.conn.dialect() == Dialect::Postgres {
+            return self.index_prompt_postgres(key, seq, prompt);
+        }
         let (Some(first), Some(rowid)) =
             (prompt_search_key(key.pk, 0), prompt_search_key(key.pk, seq))
         else {
@@ -268,7 +295,7 @@ impl Tx<'_> {
             Some((row, bytes)) if bytes as usize + 1 + prompt.len() <= PROMPT_ROW_BYTES => {
                 self.conn
                     .prepare_cached(
-                        "UPDATE session_search_prompts SET prompts = prompts || char(10) || ?2
+                        "UPDATE session_search_prompts SET prompts = prompts || '\n' || ?2
                          WHERE rowid = ?1",
                     )?
                     .execute(params![row, prompt])?;
@@ -281,6 +308,46 @@ impl Tx<'_> {
                     .execute(params![rowid, prompt])?;
             }
         }
+        Ok(())
+    }
+
+    /// [`Tx::index_prompt`] on PostgreSQL, whose prompt rows are keyed by `(session_pk, seq)`.
+    fn index_prompt_postgres(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+        let latest: Option<(i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, octet_length(prompts) FROM session_search_prompts
+                 WHERE session_pk = ?1 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row([key.pk], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        match latest {
+            Some((row, bytes)) if bytes as usize + 1 + prompt.len() <= PROMPT_ROW_BYTES => {
+                self.conn.execute(
+                    "UPDATE session_search_prompts SET prompts = prompts || '\n' || ?3
+                     WHERE session_pk = ?1 AND seq = ?2",
+                    params![key.pk, row, prompt],
+                )?;
+            }
+            _ => {
+                self.conn.execute(
+                    "INSERT INTO session_search_prompts (session_pk, seq, prompts) VALUES (?1, ?2, ?3)",
+                    params![key.pk, seq as i64, prompt],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the title a session is searched by.
+    fn index_title(&mut self, key: &SessionKey, title: &str) -> Result<()> {
+        let sql = match self.conn.dialect() {
+            Dialect::Sqlite => "UPDATE session_search SET title = ?2 WHERE rowid = ?1",
+            Dialect::Postgres => "UPDATE session_search SET title = ?2 WHERE session_pk = ?1",
+        };
+        self.conn
+            .prepare_cached(sql)?
+            .execute(params![key.pk, title])?;
         Ok(())
     }
 
@@ -342,10 +409,7 @@ impl Tx<'_> {
                     updated_at = ?3 WHERE pk = ?1",
             )?
             .execute(params![key.pk, title, self.now])?;
-        self.conn
-            .prepare_cached("UPDATE session_search SET title = ?2 WHERE rowid = ?1")?
-            .execute(params![key.pk, title])?;
-        Ok(())
+        self.index_title(key, title)
     }
 
     pub fn set_archived(&mut self, key: &SessionKey, archived: bool) -> Result<()> {
@@ -367,7 +431,7 @@ impl Tx<'_> {
             .prepare_cached(
                 "INSERT INTO read_markers (session_pk, user_id, last_read_seq) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session_pk, user_id)
-                 DO UPDATE SET last_read_seq = max(last_read_seq, excluded.last_read_seq)
+                 DO UPDATE SET last_read_seq = max(read_markers.last_read_seq, excluded.last_read_seq)
                  RETURNING last_read_seq",
             )?
             .query_row(params![key.pk, user_id, seq], |r| r.get(0))?;
@@ -383,8 +447,18 @@ impl Tx<'_> {
         c.execute("DELETE FROM tasks WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM images WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM read_markers WHERE session_pk = ?1", [key.pk])?;
-        c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
-        if let Some(first) = prompt_search_key(key.pk, 0) {
+        if c.dialect() == Dialect::Postgres {
+            c.execute("DELETE FROM session_search WHERE session_pk = ?1", [key.pk])?;
+            c.execute(
+                "DELETE FROM session_search_prompts WHERE session_pk = ?1",
+                [key.pk],
+            )?;
+        } else {
+            c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
+        }
+        if c.dialect() == Dialect::Sqlite
+            && let Some(first) = prompt_search_key(key.pk, 0)
+        {
             c.execute(
                 "DELETE FROM session_search_prompts WHERE rowid BETWEEN ?1 AND ?2",
                 [first, first + PROMPT_SEQS - 1],
@@ -444,8 +518,8 @@ impl Tx<'_> {
     ) -> Result<()> {
         self.conn
             .prepare_cached(
-                "INSERT OR IGNORE INTO images (session_pk, storage_id, mime_type, bytes, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO images (session_pk, storage_id, mime_type, bytes, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
             )?
             .execute(params![
                 key.pk,
@@ -693,7 +767,8 @@ impl Tx<'_> {
     ) -> Result<()> {
         self.conn
             .prepare_cached(
-                "INSERT OR REPLACE INTO input_turns (session_pk, input_seq, turn_started_seq) VALUES (?1, ?2, ?3)",
+                "INSERT INTO input_turns (session_pk, input_seq, turn_started_seq) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session_pk, input_seq) DO UPDATE SET turn_started_seq = excluded.turn_started_seq",
             )?
             .execute(params![key.pk, input_seq as i64, turn_started_seq as i64])?;
         Ok(())
@@ -759,9 +834,7 @@ impl Tx<'_> {
         if changed > 0
             && let Some(title) = title
         {
-            self.conn
-                .prepare_cached("UPDATE session_search SET title = ?2 WHERE rowid = ?1")?
-                .execute(params![key.pk, title])?;
+            self.index_title(key, title)?;
         }
         Ok(changed > 0)
     }
@@ -833,6 +906,36 @@ impl Tx<'_> {
         )?;
         self.conn
             .execute("DELETE FROM agents WHERE id = ?1", [agent_id])?;
+        Ok(())
+    }
+
+    /// Holds a row for the rest of the transaction, so that what the unit of work reads next is
+    /// what its write replaces, with other units of work waiting. A no-op on SQLite, whose one
+    /// writer thread runs each unit of work alone; `SELECT … FOR NO KEY UPDATE` on PostgreSQL,
+    /// where units of work of several processes run at once (the weaker lock does not wait for
+    /// rows that merely refer to this one, such as a new session of the agent, so foreign-key
+    /// checks cannot deadlock with it).
+    pub(crate) fn lock(&self, row: RowLock<'_>) -> Result<()> {
+        if self.conn.dialect() == Dialect::Sqlite {
+            return Ok(());
+        }
+        match row {
+            RowLock::Session(pk) => {
+                self.conn
+                    .prepare_cached("SELECT 1 FROM sessions WHERE pk = ?1 FOR NO KEY UPDATE")?
+                    .exists([pk])?;
+            }
+            RowLock::Agent(id) => {
+                self.conn
+                    .prepare_cached("SELECT 1 FROM agents WHERE id = ?1 FOR NO KEY UPDATE")?
+                    .exists([id])?;
+            }
+            RowLock::Schedule(id) => {
+                self.conn
+                    .prepare_cached("SELECT 1 FROM schedules WHERE id = ?1 FOR NO KEY UPDATE")?
+                    .exists([id])?;
+            }
+        }
         Ok(())
     }
 

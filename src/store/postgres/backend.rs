@@ -5,8 +5,8 @@
 //! runs, the counters of the sessions it appended to are written to their rows, COMMIT, and only
 //! then is its caller answered and are its frames published — nothing is acknowledged before
 //! COMMIT. There is no single writer: appends to one session are ordered by the lock the job takes
-//! on the session's row when it first reads its counters (`SELECT … FOR UPDATE`), so seqs stay
-//! gap-free across every process that shares the database; a lost race on a key (two creates with
+//! on the session's row when it first reads its counters (`SELECT … FOR NO KEY UPDATE`), so seqs
+//! stay gap-free across every process that shares the database; a lost race on a key (two creates with
 //! one `clientRequestId`) is a unique violation, as on SQLite.
 //!
 //! The pool's connections are driven by a small runtime of the backend's own, so that the store

@@ -77,6 +77,11 @@ pub async fn current_version(client: &Client) -> Result<i64, PostgresError> {
 /// future is dropped half-way, when the connection closes.
 pub async fn migrate(client: &mut Client) -> Result<Migrated, PostgresError> {
     let query = |e: tokio_postgres::Error| PostgresError::Query(describe(&e));
+    // The migrations' `IF NOT EXISTS` notices say nothing an operator needs.
+    client
+        .batch_execute("SET client_min_messages = warning")
+        .await
+        .map_err(query)?;
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await

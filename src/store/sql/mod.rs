@@ -33,6 +33,27 @@ pub enum Dialect {
     Postgres,
 }
 
+impl Dialect {
+    /// The text at `path` (dot-separated keys: `step.type`) of the JSON held by `column`
+    /// (a string's text, a number or an object as JSON text; NULL when absent).
+    pub fn json_text(self, column: &str, path: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_extract({column}, '$.{path}')"),
+            Dialect::Postgres => format!("({column}::jsonb #>> '{{{}}}')", path.replace('.', ",")),
+        }
+    }
+
+    /// A condition that `column` is one of the integers of the JSON array bound to `param`.
+    pub fn in_json_integers(self, column: &str, param: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("{column} IN (SELECT value FROM json_each({param}))"),
+            Dialect::Postgres => format!(
+                "{column} IN (SELECT value::bigint FROM jsonb_array_elements_text({param}::jsonb) AS j(value))"
+            ),
+        }
+    }
+}
+
 /// The kind of constraint a statement violated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Constraint {

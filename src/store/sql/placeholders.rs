@@ -89,11 +89,81 @@ pub fn translate(sql: &str) -> Translated {
                 i = end;
                 copied = i;
             }
+            b if (b.is_ascii_alphabetic() || b == b'_')
+                && (i == 0
+                    || !(bytes[i - 1].is_ascii_alphanumeric()
+                        || bytes[i - 1] == b'_'
+                        || bytes[i - 1] == b'.')) =>
+            {
+                let mut end = i;
+                while end < bytes.len()
+                    && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_')
+                {
+                    end += 1;
+                }
+                let word = &sql[i..end];
+                let mut next = end;
+                while next < bytes.len() && bytes[next].is_ascii_whitespace() {
+                    next += 1;
+                }
+                let renamed =
+                    if word.eq_ignore_ascii_case("max") || word.eq_ignore_ascii_case("min") {
+                        // SQLite's scalar max(a, b) and min(a, b) (two or more arguments) are
+                        // PostgreSQL's GREATEST and LEAST; with one argument they are aggregates.
+                        (bytes.get(next) == Some(&b'(') && has_top_level_comma(&bytes[next..]))
+                            .then(|| {
+                                if word.eq_ignore_ascii_case("max") {
+                                    "GREATEST"
+                                } else {
+                                    "LEAST"
+                                }
+                            })
+                    } else if word.eq_ignore_ascii_case("is") && bytes.get(next) == Some(&b'?') {
+                        // `x IS ?` compares with NULL as a value.
+                        Some("IS NOT DISTINCT FROM")
+                    } else {
+                        None
+                    };
+                if let Some(name) = renamed {
+                    out.push_str(&sql[copied..i]);
+                    out.push_str(name);
+                    copied = end;
+                }
+                i = end;
+            }
             _ => i += 1,
         }
     }
     out.push_str(&sql[copied.min(sql.len())..]);
     Translated { sql: out, names }
+}
+
+/// Whether the parenthesised list that `b` starts with has a comma outside nested parentheses
+/// and string literals.
+fn has_top_level_comma(b: &[u8]) -> bool {
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return false;
+                }
+            }
+            b',' if depth == 1 => return true,
+            q @ (b'\'' | b'"') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 #[cfg(test)]
@@ -116,6 +186,25 @@ mod tests {
             "WHERE ws = $1 AND (id = $2 OR parent = $2) AND ws2 = $1"
         );
         assert_eq!(t.names, [":ws", ":id"]);
+    }
+
+    #[test]
+    fn scalar_max_and_min_and_is_a_parameter_are_spelled_for_postgres() {
+        assert_eq!(
+            translate(
+                "SET a = max(a, ?2), b = MIN(coalesce(b, 0), ?3), c = (SELECT max(x) FROM t)"
+            )
+            .sql,
+            "SET a = GREATEST(a, $2), b = LEAST(coalesce(b, 0), $3), c = (SELECT max(x) FROM t)"
+        );
+        assert_eq!(
+            translate("WHERE cwd IS ?2 AND x IS NULL").sql,
+            "WHERE cwd IS NOT DISTINCT FROM $2 AND x IS NULL"
+        );
+        assert_eq!(
+            translate("SELECT t.max, maximum(a, b)").sql,
+            "SELECT t.max, maximum(a, b)"
+        );
     }
 
     #[test]
