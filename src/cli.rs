@@ -114,6 +114,13 @@ enum UserAction {
         #[arg(long, value_parser = ["owner", "member"])]
         role: Option<String>,
     },
+    /// End every browser session of a person: their signed-in pages and event streams stop
+    /// working on every server of this database within a second.
+    SignOut {
+        /// The person's email address.
+        #[arg(long)]
+        email: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -602,6 +609,20 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                     .map_err(|e| e.to_string())?;
                 let (who, role) = (&email, role.name());
                 println!("created {who} as {role} of workspace {workspace} (user {id})");
+            }
+            IdentityAction::User(UserAction::SignOut { email }) => {
+                let email = email.trim().to_lowercase();
+                let user = store
+                    .identity()
+                    .user_by_email_blocking(&email)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("no user {email}"))?;
+                let n = store
+                    .logins()
+                    .sign_out_user_blocking(&user.id)
+                    .map_err(|e| e.to_string())?;
+                let s = if n == 1 { "" } else { "s" };
+                println!("ended {n} browser session{s} of {email}");
             }
             IdentityAction::Workspace(WorkspaceAction::Create { slug, name }) => {
                 let ok = !slug.is_empty()

@@ -465,7 +465,16 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     let auth = Auth::new(store.clone())
         .with_browser_session_ms(cfg.limits.browser_session_ms)
         .with_login_delay_ms(cfg.limits.login_delay_ms);
-    let setup_token = auth.prepare_setup().map_err(|e| e.to_string())?;
+    let setup_token = match auth.prepare_setup() {
+        Ok(token) => token,
+        // A server started on a full disk starts degraded; its setup link comes with a start
+        // that can store it.
+        Err(e) if e.is_storage_fault() => {
+            tracing::warn!("no setup link this start: the database cannot be written ({e})");
+            None
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     let state = web::Data::new(AppState::new(sessions, auth));
     let state_for_url = state.clone();
 
@@ -534,7 +543,8 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         if let Some(token) = &setup_token {
             println!(
                 "no account yet: open http://{bound}/setup#{token} on this machine to create the owner \
-                 (each start prints a new link)"
+                 (each start prints a new link; the links printed before stay valid until the owner \
+                 is created)"
             );
         }
         let server = builder.run();

@@ -8,11 +8,10 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Seek, Write};
+use std::io::{Seek, Write};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::LazyLock;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -2085,124 +2084,12 @@ fn login_failures_are_rate_limited_per_address() {
     assert!(r.header("retry-after").is_some());
 }
 
-// ---------------------------------------------------------------------------------------------
-// A server started by the test itself (for setup and for its log)
-
-struct Own {
-    child: Option<Child>,
-    base: String,
-    lines: mpsc::Receiver<String>,
-    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
-    /// Its database on the PostgreSQL pass (the one the test's CLI commands used, if any).
-    _database: Option<std::sync::Arc<common::postgres::Database>>,
-}
-
-impl Own {
-    fn start(data_dir: &Path, log: &str) -> Own {
-        let database = database_for(data_dir);
-        let mut cmd = sessiond_command();
-        cmd.arg("serve")
-            .arg("--bind")
-            .arg("127.0.0.1:0")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(database_args(data_dir))
-            .env("SESSIOND_LOG", log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn sessiond");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut stderr = child.stderr.take().expect("stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let log = std::thread::spawn(move || {
-            let mut all = Vec::new();
-            let _ = stderr.read_to_end(&mut all);
-            all
-        });
-        let mut own = Own {
-            child: Some(child),
-            base: String::new(),
-            lines,
-            stderr: Some(log),
-            _database: database,
-        };
-        let first = own.line();
-        own.base = first
-            .strip_prefix("sessiond listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-            .to_owned();
-        own
-    }
-
-    fn line(&self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("a line on stdout within 30 s")
-    }
-
-    /// The next stdout line that starts with `prefix` (skipping others, such as the data dir).
-    fn line_starting(&self, prefix: &str) -> String {
-        loop {
-            let line = self.line();
-            if line.starts_with(prefix) {
-                return line;
-            }
-        }
-    }
-
-    /// SIGTERM, bounded wait; returns everything written to stderr.
-    fn stop(&mut self) -> String {
-        let mut c = self.child.take().expect("running");
-        let _ = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while c.try_wait().expect("wait").is_none() {
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                panic!("server did not stop within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // The pipe is closed now: the reader ends.
-        let log = self.stderr.take().expect("stderr reader").join();
-        String::from_utf8_lossy(&log.expect("stderr reader")).into_owned()
-    }
-}
-
-impl Drop for Own {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 #[test]
 fn first_run_setup_with_the_one_time_token() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
-    let srv = Own::start(&dir, "warn");
-    let line = srv.line_starting("no account yet");
-    let token = line
-        .strip_prefix("no account yet: open ")
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|url| url.split_once("/setup#"))
-        .map(|(base, token)| {
-            assert_eq!(base, srv.base, "{line}");
-            token.to_owned()
-        })
-        .unwrap_or_else(|| panic!("unexpected setup line {line:?}"));
+    let srv = FreshServer::start(&dir, "warn");
+    let token = srv.setup_token();
     assert!(
         URL_SAFE_NO_PAD.decode(&token).map(|b| b.len()).unwrap_or(0) >= 16,
         "setup token {token:?} is not >= 128 bits"
@@ -2307,7 +2194,7 @@ fn the_log_never_contains_keys_or_passwords() {
         "log test",
     );
     let app_key = create_app(&dir, WS, "log-app", &["sessions"]);
-    let mut srv = Own::start(&dir, "debug");
+    let mut srv = FreshServer::start(&dir, "debug");
     let base = srv.base.clone();
     let wrong_password = "wrong-password-xyzzy-42";
     let bad_key = format!("sk_{}_{}", key_id(&key), "BADSECRETbadsecret0123456789");

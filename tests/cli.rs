@@ -421,6 +421,14 @@ fn cli_errors_name_the_data_dir() {
         "{}",
         stderr_of(&out)
     );
+    let out = cli_in(
+        &dir,
+        &["user", "sign-out", "--email", "me@example.com"],
+        None,
+    );
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no user me@example.com"), "{stderr}");
 }
 
 /// A relative `data_dir` in a config file is taken from the file's folder, so the file pins the
@@ -581,6 +589,7 @@ fn help_describes_every_option_and_shows_defaults_once() {
         &["serve"][..],
         &["backup"],
         &["user", "create"],
+        &["user", "sign-out"],
         &["workspace", "create"],
         &["token", "create"],
         &["token", "list"],
@@ -713,10 +722,11 @@ fn cli_commands_print_no_info_log_lines() {
     );
 }
 
-/// Each start prints a new setup link; the link of an earlier start is refused with a message
-/// that says so.
+/// Each start prints a new setup link, and says that the links of earlier starts stay valid: the
+/// link printed before a restart creates the owner after it; then no link works, and the refusal
+/// says why.
 #[test]
-fn a_setup_link_from_before_a_restart_says_a_new_one_was_printed() {
+fn a_setup_link_from_before_a_restart_still_works() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let start = || {
@@ -728,6 +738,7 @@ fn a_setup_link_from_before_a_restart_says_a_new_one_was_printed() {
     let token_of = |server: &Running| {
         let line = server.line_after("no account yet: open ");
         assert!(line.contains("each start prints a new link"), "{line}");
+        assert!(line.contains("stay valid until the owner"), "{line}");
         let url = line.split_whitespace().next().unwrap().to_owned();
         url.split_once("/setup#").unwrap().1.to_owned()
     };
@@ -738,24 +749,23 @@ fn a_setup_link_from_before_a_restart_says_a_new_one_was_printed() {
     let new = token_of(&second);
     assert_ne!(old, new);
     let http = http_builder().build().unwrap();
-    let resp = http
-        .post(format!("{}/auth/setup", second.base))
-        .json(&serde_json::json!({"token": old, "email": "me@example.com", "password": "a long password 1"}))
-        .send()
-        .unwrap();
-    let (status, v) = into_json(resp);
+    let setup = |token: &str| {
+        let resp = http
+            .post(format!("{}/auth/setup", second.base))
+            .json(&serde_json::json!({"token": token, "email": "me@example.com", "password": "a long password 1"}))
+            .send()
+            .unwrap();
+        into_json(resp)
+    };
+    let (status, v) = setup(&old);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = setup(&new);
     assert_eq!(status, 403, "{v}");
     let message = v["message"].as_str().unwrap_or("");
     assert!(
-        message.contains("prints a new one each time it starts"),
+        message.contains("it was used already") && message.contains("latest start"),
         "{message}"
     );
-    let resp = http
-        .post(format!("{}/auth/setup", second.base))
-        .json(&serde_json::json!({"token": new, "email": "me@example.com", "password": "a long password 1"}))
-        .send()
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
     assert!(second.stop().success());
 }
 

@@ -58,15 +58,23 @@ impl AgentKeys {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
         }
+        // Written whole under a name of its own, then linked into place: a process starting at
+        // the same time (on a data dir every process mounts) reads either no file or the whole
+        // secret, and of two made at once the first link wins and both use it.
         let token = secret::random_token(32).map_err(|e| e.to_string())?;
+        let tmp = data_dir.join(format!("{KEY_FILE}.{}.tmp", crate::ids::new_id()));
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let written = options.open(&path).and_then(|mut f| {
-            std::io::Write::write_all(&mut f, token.as_bytes())?;
-            f.sync_all()
-        });
+        let written = options
+            .open(&tmp)
+            .and_then(|mut f| {
+                std::io::Write::write_all(&mut f, token.as_bytes())?;
+                f.sync_all()
+            })
+            .and_then(|()| std::fs::hard_link(&tmp, &path));
+        let _ = std::fs::remove_file(&tmp);
         match written {
             Ok(()) => Ok(AgentKeys {
                 secret: Arc::new(token.into_bytes()),
@@ -444,5 +452,29 @@ pub fn confined_to(actor: &Actor) -> Option<&str> {
     match &actor.channel {
         crate::sessions::Channel::Agent { agent_id } => Some(agent_id),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Processes starting together on one data dir all end up with the same whole secret.
+    #[test]
+    fn concurrent_starts_share_one_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let secrets: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let starts: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| AgentKeys::load_or_create(dir.path()).unwrap()))
+                .collect();
+            starts
+                .into_iter()
+                .map(|h| h.join().unwrap().secret.to_vec())
+                .collect()
+        });
+        assert!(secrets[0].len() >= 32);
+        assert!(secrets.iter().all(|s| *s == secrets[0]));
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(files.len(), 1, "temporary files left: {files:?}");
     }
 }

@@ -10,7 +10,6 @@ use super::body;
 use super::context::{AppState, credential};
 use crate::auth::{self, Principal, password};
 use crate::error::{Error, Result};
-use crate::store;
 
 #[derive(Deserialize)]
 struct SetupBody {
@@ -83,6 +82,15 @@ async fn me_body(state: &AppState, user_id: &str, email: &str) -> Result<serde_j
     }))
 }
 
+fn setup_link_not_valid() -> Error {
+    Error::Forbidden(format!(
+        "this setup link is not valid: it was used already, or {} newer ones were printed since \
+         (each start prints one, and the earlier ones stay valid until the owner is created); \
+         open the link of sessiond's latest start",
+        auth::SETUP_TOKENS_KEPT
+    ))
+}
+
 /// `POST /auth/setup`: creates the first owner with the one-time token printed at start-up.
 /// Accepted from loopback only.
 pub async fn setup(
@@ -98,21 +106,16 @@ pub async fn setup(
     let b: SetupBody = parse(&state, &req, payload).await?;
     let email = check_email(&b.email)?;
     password::check_strength(&b.password)?;
-    if !state.auth.take_setup(&b.token) {
-        return Err(Error::Forbidden(
-            "this setup link is not valid: sessiond prints a new one each time it starts and \
-             only the latest works (or the link was already used); open the link of its latest \
-             start"
-                .into(),
-        ));
+    // Checked before the (slow) password hash; `complete_setup` decides, in one transaction.
+    if !state.auth.setup_token_known(&b.token).await? {
+        return Err(setup_link_not_valid());
     }
     let phc = password::hash(&b.password)?;
     let user_id = state
         .auth
-        .store()
-        .identity()
-        .create_first_owner(&email, &phc)
-        .await?;
+        .complete_setup(&b.token, &email, &phc)
+        .await?
+        .ok_or_else(setup_link_not_valid)?;
     signed_in(&state, &user_id, &email).await
 }
 
@@ -131,7 +134,7 @@ pub async fn login(
         .unwrap_or_default();
     // The attempt is counted as a failure before the password is checked (and taken back on
     // success), so parallel guesses cannot all pass the limit.
-    let mark = match state.auth.logins.attempt(&email, &address) {
+    let mark = match state.auth.logins.attempt(&email, &address).await? {
         Ok(mark) => mark,
         Err(wait) => {
             crate::metrics::METRICS.logins_throttled.inc();
@@ -154,7 +157,7 @@ pub async fn login(
     .map_err(|e| Error::Internal(e.to_string()))?;
     match user.filter(|_| ok) {
         Some(user) => {
-            state.auth.logins.succeeded(&email, &address, mark);
+            state.auth.logins.succeeded(&email, &address, mark).await?;
             signed_in(&state, &user.id, &user.email).await
         }
         None => Err(Error::Unauthorized),
@@ -194,8 +197,6 @@ pub async fn me(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResp
 
 /// `GET /auth/status`: whether first-run setup is still open (for the UI; no secrets).
 pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse> {
-    let users = state.auth.store().identity().user_count().await?;
-    let _ = store::SCHEMA_VERSION;
-    Ok(HttpResponse::Ok()
-        .json(json!({ "setupRequired": users == 0 && state.auth.setup_pending() })))
+    let open = state.auth.setup_pending().await?;
+    Ok(HttpResponse::Ok().json(json!({ "setupRequired": open })))
 }

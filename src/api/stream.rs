@@ -10,7 +10,8 @@
 //! A stream ends when its client hangs up (the connection layer sees the end of the client's
 //! side at once, so its descriptor and subscriber slot are freed without waiting for a write to
 //! fail), when the credential it was opened with is revoked (an API key revoked, a browser session
-//! signed out) or expires, when its session is deleted, and at shutdown.
+//! signed out: on any process of the database, within `auth::REVOCATION_BOUND`) or expires, when
+//! its session is deleted, and at shutdown.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -77,6 +78,8 @@ pub struct Ends {
     peer: Option<PeerClosed>,
     credential: StreamCredential,
     revocations: broadcast::Receiver<Revoked>,
+    /// Keeps the credential on the list the revocation watcher checks while the stream is open.
+    _hold: Option<auth::StreamHold>,
     /// When the credential expires by itself, once looked up (`None` inside: never).
     expires_at: Option<Option<i64>>,
 }
@@ -95,6 +98,7 @@ impl Ends {
         Ends {
             app: app.clone(),
             peer: req.conn_data::<PeerClosed>().cloned(),
+            _hold: app.auth.hold_stream(&credential),
             credential,
             revocations,
             expires_at: None,

@@ -18,12 +18,27 @@
 //!   is slowed down; the owner, from where they usually sign in, is not.
 //!
 //! Each attempt is counted as a failure before its password is checked (and taken back when it
-//! turns out right), under one lock, so parallel guesses cannot all pass a check before any of
-//! them counts.
+//! turns out right), in the same transaction that judges it, so parallel guesses cannot all pass
+//! a check before any of them counts.
+//!
+//! The counters live in the database (`store.logins()`, migration 0011), not in this process:
+//! every process of one database counts the same failures, so N processes behind a load balancer
+//! give a guesser no more attempts than one, and a restart forgets nothing. The store holds each
+//! attempt's counters until its transaction ends (on one process or several, parallel attempts
+//! are judged one after another); this module holds the rules. Counters whose window has passed
+//! are deleted at most once a minute by each process ([`PRUNE_EVERY`]), so a flood of distinct
+//! names leaves at most about one window and a minute of rows; trusted addresses come only from
+//! successful sign-ins, at most 16 per account, and a sign-in drops its account's expired ones. Times are wall-clock milliseconds (the processes' clocks
+//! are assumed to agree, as NTP keeps them; a counter's time never moves back).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use crate::clock;
+use crate::error::Result;
+use crate::secret;
+use crate::store::Store;
+use crate::store::logins::{Failures, LoginCounts, LoginJudge, LoginWindows, SignIn};
 
 const WINDOW: Duration = Duration::from_secs(15 * 60);
 const PAIR_FREE: u32 = 5;
@@ -33,15 +48,10 @@ const MAX_DELAY: Duration = Duration::from_secs(15 * 60);
 const TRUST_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Addresses remembered per account as ones it signed in from.
 const TRUSTED_PER_ACCOUNT: usize = 16;
-/// Entries kept in each map; past this the oldest state is dropped wholesale (a flood of distinct
-/// names must not grow memory without bound).
-const MAX_ENTRIES: usize = 100_000;
-
-#[derive(Debug, Clone, Copy)]
-struct Failures {
-    count: u32,
-    last: Instant,
-}
+/// How often a process deletes the counters whose window has passed.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Accounts longer than any email address are counted under their hash (a bounded key).
+const ACCOUNT_KEY_MAX: usize = 254;
 
 /// The base delay unless `limits.login_delay_ms` says otherwise.
 pub const DEFAULT_BASE_DELAY: Duration = Duration::from_secs(1);
@@ -52,13 +62,40 @@ fn delay(base: Duration, beyond_free: u32) -> Duration {
         .min(MAX_DELAY)
 }
 
-#[derive(Default)]
-struct State {
-    pairs: HashMap<(String, String), Failures>,
-    accounts: HashMap<String, Failures>,
-    addresses: HashMap<String, Failures>,
-    /// Account → addresses it signed in from, with when.
-    trusted: HashMap<String, Vec<(String, Instant)>>,
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+const WINDOWS: LoginWindows = LoginWindows {
+    failures_ms: WINDOW.as_millis() as i64,
+    trust_ms: TRUST_FOR.as_millis() as i64,
+};
+
+/// Seconds to wait, rounded up, at least 1.
+fn secs(wait_ms: i64) -> u64 {
+    (wait_ms.max(0) as u64).div_ceil(1000).max(1)
+}
+
+/// The rules above, applied to an attempt's counters at `now`: `Some(seconds to wait)` when one
+/// of them holds it back.
+fn judge(base: Duration, c: &LoginCounts, now: i64) -> Option<u64> {
+    let wait_after = |f: Option<Failures>, free: u32| -> Option<i64> {
+        let f = f.filter(|f| f.count >= free)?;
+        let until = f.last_at.saturating_add(ms(delay(base, f.count - free)));
+        (now < until).then(|| until - now)
+    };
+    if let Some(wait) = wait_after(c.account_address, PAIR_FREE) {
+        return Some(secs(wait));
+    }
+    if let Some(f) = c.address.filter(|f| f.count >= ADDRESS_MAX) {
+        return Some(secs(WINDOWS.failures_ms - (now - f.last_at)));
+    }
+    if !c.trusted
+        && let Some(wait) = wait_after(c.account, ACCOUNT_FREE)
+    {
+        return Some(secs(wait));
+    }
+    None
 }
 
 /// An attempt that was counted; hand it back with [`LoginLimiter::succeeded`].
@@ -66,149 +103,163 @@ struct State {
 pub struct Attempt(());
 
 pub struct LoginLimiter {
-    state: Mutex<State>,
+    store: Store,
     /// The first delay past the free failures; each further one doubles it.
     base: Duration,
-}
-
-impl Default for LoginLimiter {
-    fn default() -> Self {
-        LoginLimiter::with_base_delay(DEFAULT_BASE_DELAY)
-    }
-}
-
-/// Seconds to wait, rounded up, at least 1.
-fn secs(d: Duration) -> u64 {
-    d.as_millis().div_ceil(1000).max(1) as u64
-}
-
-fn live(f: Option<&Failures>, now: Instant) -> Option<Failures> {
-    f.copied().filter(|f| now.duration_since(f.last) < WINDOW)
-}
-
-fn bump<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Failures>, key: K, now: Instant) {
-    if map.len() >= MAX_ENTRIES {
-        map.retain(|_, f| now.duration_since(f.last) < WINDOW);
-        if map.len() >= MAX_ENTRIES {
-            map.clear();
-        }
-    }
-    let f = map.entry(key).or_insert(Failures {
-        count: 0,
-        last: now,
-    });
-    if now.duration_since(f.last) >= WINDOW {
-        f.count = 0;
-    }
-    f.count += 1;
-    f.last = now;
-}
-
-fn take_back<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Failures>, key: &K) {
-    if let Some(f) = map.get_mut(key) {
-        f.count = f.count.saturating_sub(1);
-        if f.count == 0 {
-            map.remove(key);
-        }
-    }
+    /// When this process last deleted expired counters (ms).
+    pruned_at: AtomicI64,
 }
 
 impl LoginLimiter {
-    pub fn new() -> LoginLimiter {
-        LoginLimiter::default()
+    pub fn new(store: Store) -> LoginLimiter {
+        LoginLimiter::with_base_delay(store, DEFAULT_BASE_DELAY)
     }
 
     /// A limiter whose first delay is `base` (then 2 × `base`, 4 × `base`, …).
-    pub fn with_base_delay(base: Duration) -> LoginLimiter {
+    pub fn with_base_delay(store: Store, base: Duration) -> LoginLimiter {
         LoginLimiter {
-            state: Mutex::default(),
+            store,
             base: base.max(Duration::from_millis(1)),
+            pruned_at: AtomicI64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn sign_in(account: &str, address: &str, now: i64) -> SignIn {
+        let account = if account.len() > ACCOUNT_KEY_MAX {
+            format!("sha256:{}", secret::token_hash(account))
+        } else {
+            account.to_owned()
+        };
+        SignIn {
+            account,
+            address: address.to_owned(),
+            now,
+        }
     }
 
     /// Checks the three counters and, when none holds the attempt back, counts it as a failure
-    /// at once. Returns the seconds to wait otherwise.
-    pub fn attempt(&self, account: &str, address: &str) -> Result<Attempt, u64> {
-        let now = Instant::now();
-        let mut s = self.lock();
-        let pair_key = (account.to_owned(), address.to_owned());
-        let wait_after = |f: Option<Failures>, free: u32| -> Option<Duration> {
-            let f = f.filter(|f| f.count >= free)?;
-            let until = f.last + delay(self.base, f.count - free);
-            (now < until).then(|| until - now)
-        };
-        if let Some(wait) = wait_after(live(s.pairs.get(&pair_key), now), PAIR_FREE) {
-            return Err(secs(wait));
-        }
-        if let Some(f) = live(s.addresses.get(address), now).filter(|f| f.count >= ADDRESS_MAX) {
-            return Err(secs(WINDOW - now.duration_since(f.last)));
-        }
-        let trusted = s.trusted.get(account).is_some_and(|list| {
-            list.iter()
-                .any(|(a, at)| a == address && now.duration_since(*at) < TRUST_FOR)
-        });
-        if !trusted && let Some(wait) = wait_after(live(s.accounts.get(account), now), ACCOUNT_FREE)
+    /// at once. `Err(seconds to wait)` otherwise.
+    pub async fn attempt(&self, account: &str, address: &str) -> Result<Result<Attempt, u64>> {
+        self.attempt_at(account, address, clock::now_ms()).await
+    }
+
+    async fn attempt_at(
+        &self,
+        account: &str,
+        address: &str,
+        now: i64,
+    ) -> Result<Result<Attempt, u64>> {
+        let base = self.base;
+        let rules: LoginJudge = Box::new(move |c| judge(base, c, now));
+        let verdict = self
+            .store
+            .logins()
+            .attempt(Self::sign_in(account, address, now), WINDOWS, rules)
+            .await?;
+        self.prune_if_due(now).await;
+        Ok(match verdict {
+            Some(wait) => Err(wait),
+            None => Ok(Attempt(())),
+        })
+    }
+
+    /// Deletes expired counters when this process has not for [`PRUNE_EVERY`].
+    async fn prune_if_due(&self, now: i64) {
+        let last = self.pruned_at.load(Ordering::Relaxed);
+        if now - last < ms(PRUNE_EVERY)
+            || self
+                .pruned_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
         {
-            return Err(secs(wait));
+            return;
         }
-        bump(&mut s.pairs, pair_key, now);
-        bump(&mut s.addresses, address.to_owned(), now);
-        bump(&mut s.accounts, account.to_owned(), now);
-        Ok(Attempt(()))
+        if let Err(e) = self.store.logins().prune(now, WINDOWS).await {
+            tracing::warn!("cannot delete expired sign-in counters: {e}");
+        }
     }
 
     /// The password was right: the attempt was no failure, the address's own record for this
     /// account is cleared, and the address is one this account signs in from. (The account's
     /// count of failures from elsewhere stays: the owner signing in does not reset an attacker's
     /// delay.)
-    pub fn succeeded(&self, account: &str, address: &str, attempt: Attempt) {
+    pub async fn succeeded(&self, account: &str, address: &str, attempt: Attempt) -> Result<()> {
+        self.succeeded_at(account, address, attempt, clock::now_ms())
+            .await
+    }
+
+    async fn succeeded_at(
+        &self,
+        account: &str,
+        address: &str,
+        attempt: Attempt,
+        now: i64,
+    ) -> Result<()> {
         let _ = attempt;
-        let now = Instant::now();
-        let mut s = self.lock();
-        s.pairs.remove(&(account.to_owned(), address.to_owned()));
-        take_back(&mut s.addresses, &address.to_owned());
-        take_back(&mut s.accounts, &account.to_owned());
-        if s.trusted.len() >= MAX_ENTRIES && !s.trusted.contains_key(account) {
-            s.trusted.clear();
-        }
-        let list = s.trusted.entry(account.to_owned()).or_default();
-        list.retain(|(a, at)| a != address && now.duration_since(*at) < TRUST_FOR);
-        list.push((address.to_owned(), now));
-        if list.len() > TRUSTED_PER_ACCOUNT {
-            list.remove(0);
-        }
+        self.store
+            .logins()
+            .succeeded(
+                Self::sign_in(account, address, now),
+                WINDOWS,
+                TRUSTED_PER_ACCOUNT,
+            )
+            .await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bus::Bus;
+    use crate::config::StoreConfig;
 
-    #[test]
-    fn one_address_is_slowed_after_five_failures() {
-        let l = LoginLimiter::new();
-        for _ in 0..PAIR_FREE {
-            assert!(l.attempt("a", "1").is_ok());
-        }
-        assert_eq!(l.attempt("a", "1").unwrap_err(), 1);
-        // Another address may still try: the account has only 5 failures.
-        assert!(l.attempt("a", "2").is_ok());
+    const T0: i64 = 1_700_000_000_000;
+
+    fn store(dir: &std::path::Path) -> Store {
+        Store::open(
+            &dir.join("store.db"),
+            &StoreConfig::default(),
+            Bus::new(16, 16),
+        )
+        .expect("open store")
     }
 
-    #[test]
-    fn the_account_delay_spares_an_address_it_signed_in_from() {
-        let l = LoginLimiter::new();
-        let ok = l.attempt("a", "home").unwrap();
-        l.succeeded("a", "home", ok);
-        for i in 0..ACCOUNT_FREE {
-            assert!(l.attempt("a", &format!("attacker{i}")).is_ok());
+    async fn ok(l: &LoginLimiter, account: &str, address: &str, now: i64) -> bool {
+        l.attempt_at(account, address, now).await.unwrap().is_ok()
+    }
+
+    #[tokio::test]
+    async fn one_address_is_slowed_after_five_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = LoginLimiter::new(store(dir.path()));
+        for _ in 0..PAIR_FREE {
+            assert!(ok(&l, "a", "1", T0).await);
         }
-        assert!(l.attempt("a", "elsewhere").is_err());
-        assert!(l.attempt("a", "home").is_ok());
+        assert_eq!(l.attempt_at("a", "1", T0).await.unwrap().unwrap_err(), 1);
+        // Another address may still try: the account has only 5 failures.
+        assert!(ok(&l, "a", "2", T0).await);
+        // The delay runs from the last failure and doubles with each further one.
+        assert!(ok(&l, "a", "1", T0 + 1_000).await);
+        assert_eq!(
+            l.attempt_at("a", "1", T0 + 1_000)
+                .await
+                .unwrap()
+                .unwrap_err(),
+            2
+        );
+    }
+
+    #[tokio::test]
+    async fn the_account_delay_spares_an_address_it_signed_in_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = LoginLimiter::new(store(dir.path()));
+        let ok_home = l.attempt_at("a", "home", T0).await.unwrap().unwrap();
+        l.succeeded_at("a", "home", ok_home, T0).await.unwrap();
+        for i in 0..ACCOUNT_FREE {
+            assert!(ok(&l, "a", &format!("attacker{i}"), T0).await);
+        }
+        assert!(!ok(&l, "a", "elsewhere", T0).await);
+        assert!(ok(&l, "a", "home", T0).await);
     }
 
     #[test]
@@ -220,13 +271,53 @@ mod tests {
         assert_eq!(delay(Duration::from_secs(60), 1), Duration::from_secs(120));
     }
 
-    #[test]
-    fn spraying_from_one_address_is_refused() {
-        let l = LoginLimiter::new();
+    #[tokio::test]
+    async fn spraying_from_one_address_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = LoginLimiter::new(store(dir.path()));
         for i in 0..ADDRESS_MAX {
-            assert!(l.attempt(&format!("u{i}"), "x").is_ok());
+            assert!(ok(&l, &format!("u{i}"), "x", T0).await);
         }
-        assert!(l.attempt("fresh", "x").is_err());
-        assert!(l.attempt("fresh", "y").is_ok());
+        assert!(!ok(&l, "fresh", "x", T0).await);
+        assert!(ok(&l, "fresh", "y", T0).await);
+        // For the window after the last failure, then it is forgotten.
+        assert!(!ok(&l, "fresh", "x", T0 + ms(WINDOW) - 1).await);
+        assert!(ok(&l, "fresh", "x", T0 + ms(WINDOW)).await);
+    }
+
+    /// Two limiters over one database (two processes, or one before and after a restart) count
+    /// the same failures, and parallel attempts through both stay within the free ones.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn limiters_of_one_database_share_their_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = store(dir.path());
+        let (a, b) = (
+            std::sync::Arc::new(LoginLimiter::new(db.clone())),
+            std::sync::Arc::new(LoginLimiter::new(db)),
+        );
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..30 {
+            let l = if i % 2 == 0 { a.clone() } else { b.clone() };
+            set.spawn(async move { l.attempt_at("a", "1", T0).await.unwrap().is_ok() });
+        }
+        let mut passed = 0;
+        while let Some(r) = set.join_next().await {
+            passed += usize::from(r.unwrap());
+        }
+        assert_eq!(passed, PAIR_FREE as usize);
+        assert!(!ok(&a, "a", "1", T0).await);
+        assert!(!ok(&b, "a", "1", T0).await);
+    }
+
+    #[tokio::test]
+    async fn an_overlong_account_is_counted_under_a_bounded_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = LoginLimiter::new(store(dir.path()));
+        let long = "x".repeat(10_000);
+        for _ in 0..PAIR_FREE {
+            assert!(ok(&l, &long, "1", T0).await);
+        }
+        assert!(!ok(&l, &long, "1", T0).await);
+        assert!(LoginLimiter::sign_in(&long, "1", T0).account.len() < 100);
     }
 }

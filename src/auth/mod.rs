@@ -15,17 +15,24 @@
 //! outsider could match against it is kept in memory. An entry is trusted for [`KEY_CACHE_TTL`],
 //! then its row is read again.
 //!
-//! Revocation takes effect on the next request: a revocation made through this server at once
-//! (its entries are dropped), one made by the CLI (another process) within the cache's 100 ms. Open event streams end too:
-//! [`Auth::watch_revocations`] looks for newly revoked keys a few times a second (one small query,
-//! however many streams are open) and tells every stream through [`Auth::revocations`]; signing
-//! out ends the browser session's streams the same way, and a browser session's streams end when
-//! it expires ([`Auth::expires_at`]).
+//! Nothing here that must hold across processes lives in this process's memory. Several sessiond
+//! processes of one database agree on every credential, on the sign-in throttle's counts
+//! ([`limiter`]) and on the setup tokens, because those are rows; what this process keeps is a
+//! cache of verified keys, bounded in time, and the list of its own open streams' credentials.
+//!
+//! Revocation reaches every process within [`REVOCATION_BOUND`] (1 s): a revocation made through
+//! this process at once (its entries are dropped, its streams told), one made anywhere else
+//! within the key cache's 100 ms for requests and within [`Auth::watch_revocations`]' 200 ms poll
+//! for open event streams, which asks the database which credentials of this process's open
+//! streams are still good (one query per few hundred credentials, none while no stream is open)
+//! and tells the streams of the others through [`Auth::revocations`]. Signing out ends the browser
+//! session's streams the same way, and a browser session's streams end when it expires
+//! ([`Auth::expires_at`]).
 
 pub mod limiter;
 pub mod password;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,15 +50,26 @@ use crate::timeline::Sender;
 
 /// Name of the browser session cookie.
 pub const COOKIE: &str = "sessiond_session";
+/// How soon a credential revoked anywhere (by this process, another process of the database or
+/// the CLI) stops working on every process, open event streams included. Requests with an API key
+/// are refused within [`KEY_CACHE_TTL`] and one read (browser sessions are read on every request,
+/// so at once); streams end within [`REVOCATION_POLL`] and one query. A second leaves those four
+/// to five times their usual time on a loaded database, and is sooner than a person who revoked a
+/// leaked key can look at what it still reaches.
+pub const REVOCATION_BOUND: Duration = Duration::from_secs(1);
 /// How long a verified key is trusted without looking at the database again (a revocation made by
 /// another process takes effect within this time; one made through this server at once).
 pub const KEY_CACHE_TTL: Duration = Duration::from_millis(100);
-/// How often [`Auth::watch_revocations`] looks for keys revoked by another process.
+/// How often [`Auth::watch_revocations`] asks the database about the credentials of this
+/// process's open streams.
 const REVOCATION_POLL: Duration = Duration::from_millis(200);
 /// `last_used_at` is written at most this often per key.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
 /// Verified keys remembered at most; past this the cache starts over.
 const KEY_CACHE_MAX: usize = 10_000;
+/// Setup tokens kept while no user exists (one per start of any process): a link stays valid
+/// until this many newer ones were printed, or the owner is created.
+pub const SETUP_TOKENS_KEPT: usize = 10;
 
 /// What a route needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +170,7 @@ pub enum Revoked {
 }
 
 /// What an open stream was authorised with, to end it when that is revoked or expires.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum StreamCredential {
     /// An API key, by its public id.
     Key(String),
@@ -171,6 +189,36 @@ impl StreamCredential {
     }
 }
 
+/// How many of this process's open event streams hold each credential: what
+/// [`Auth::watch_revocations`] asks the database about.
+#[derive(Default)]
+struct OpenStreams(Mutex<HashMap<StreamCredential, usize>>);
+
+impl OpenStreams {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<StreamCredential, usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An open stream's place on the list of credentials the revocation watcher checks; dropped with
+/// the stream.
+pub struct StreamHold {
+    streams: Arc<OpenStreams>,
+    credential: StreamCredential,
+}
+
+impl Drop for StreamHold {
+    fn drop(&mut self) {
+        let mut held = self.streams.lock();
+        if let Some(n) = held.get_mut(&self.credential) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.credential);
+            }
+        }
+    }
+}
+
 pub struct Auth {
     store: Store,
     keys: Mutex<KeyCache>,
@@ -179,8 +227,8 @@ pub struct Auth {
     pub logins: limiter::LoginLimiter,
     /// How long a browser session lasts (`limits.browser_session_ms`).
     session_ms: i64,
-    /// Hash of the one-time setup token while no user exists.
-    setup: Mutex<Option<String>>,
+    /// The credentials this process's open event streams were opened with.
+    streams: Arc<OpenStreams>,
 }
 
 /// A freshly made key: shown once, never stored.
@@ -228,19 +276,20 @@ impl Auth {
     /// [`Auth::with_browser_session_ms`] says otherwise.
     pub fn new(store: Store) -> Auth {
         Auth {
-            store,
             keys: Mutex::new(KeyCache::default()),
             digester: KeyDigester::new(),
             revoked: broadcast::channel(256).0,
-            logins: limiter::LoginLimiter::new(),
+            logins: limiter::LoginLimiter::new(store.clone()),
             session_ms: config::DEFAULT_BROWSER_SESSION_MS as i64,
-            setup: Mutex::new(None),
+            streams: Arc::default(),
+            store,
         }
     }
 
     /// Sets the failed-login limiter's first delay (`limits.login_delay_ms`).
     pub fn with_login_delay_ms(mut self, ms: u64) -> Auth {
-        self.logins = limiter::LoginLimiter::with_base_delay(Duration::from_millis(ms));
+        self.logins =
+            limiter::LoginLimiter::with_base_delay(self.store.clone(), Duration::from_millis(ms));
         self
     }
 
@@ -259,33 +308,51 @@ impl Auth {
         &self.store
     }
 
-    /// Makes the one-time setup token when no user exists yet; returns it to be printed.
+    /// Makes a one-time setup token when no user exists yet; returns it to be printed. Only its
+    /// hash is kept, in the database, beside those of earlier starts and of the other processes
+    /// (the [`SETUP_TOKENS_KEPT`] newest), so every printed link works on every process until
+    /// the first owner is created with one of them.
     pub fn prepare_setup(&self) -> Result<Option<String>> {
+        // Read first: a server with an account (the usual start) writes nothing here, so it
+        // starts on a full disk too.
         if self.store.identity().user_count_blocking()? > 0 {
             return Ok(None);
         }
         let token = secret::random_token(24)?;
-        *self.setup.lock().unwrap_or_else(|p| p.into_inner()) = Some(secret::token_hash(&token));
-        Ok(Some(token))
+        let added = self
+            .store
+            .logins()
+            .add_setup_token_blocking(&secret::token_hash(&token), SETUP_TOKENS_KEPT)?;
+        Ok(added.then_some(token))
     }
 
-    /// Consumes the setup token if it matches.
-    pub fn take_setup(&self, token: &str) -> bool {
-        let mut setup = self.setup.lock().unwrap_or_else(|p| p.into_inner());
-        let ok = setup.as_deref().is_some_and(|h| {
-            secret::constant_time_eq(h.as_bytes(), secret::token_hash(token).as_bytes())
-        });
-        if ok {
-            *setup = None;
-        }
-        ok
+    /// Whether `token` is a setup token that can still be used (checked before the password is
+    /// hashed; [`Auth::complete_setup`] decides).
+    pub async fn setup_token_known(&self, token: &str) -> Result<bool> {
+        self.store
+            .logins()
+            .setup_token_known(&secret::token_hash(token))
+            .await
     }
 
-    pub fn setup_pending(&self) -> bool {
-        self.setup
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+    /// Creates the first owner with setup token `token`, which (with every other setup token)
+    /// is used up in the same transaction: of concurrent setups, on any processes, one creates
+    /// the owner. `None` when the token is not one.
+    pub async fn complete_setup(
+        &self,
+        token: &str,
+        email: &str,
+        password_hash: &str,
+    ) -> Result<Option<String>> {
+        self.store
+            .logins()
+            .complete_setup(&secret::token_hash(token), email, password_hash)
+            .await
+    }
+
+    /// Whether first-run setup is open (no user, a setup token to create one with).
+    pub async fn setup_pending(&self) -> Result<bool> {
+        self.store.logins().setup_open().await
     }
 
     /// Verifies an API key; 401 for anything but a live key. A key verified less than
@@ -408,26 +475,54 @@ impl Auth {
         }
     }
 
-    /// Watches for keys revoked by another process (`sessiond token revoke`) and forgets them,
-    /// which ends their open streams. Runs until the server stops.
+    /// Puts a stream's credential on the list [`Auth::watch_revocations`] checks, for as long
+    /// as the hold lives (`None` for a stream without one).
+    pub fn hold_stream(&self, credential: &StreamCredential) -> Option<StreamHold> {
+        if *credential == StreamCredential::None {
+            return None;
+        }
+        *self.streams.lock().entry(credential.clone()).or_insert(0) += 1;
+        Some(StreamHold {
+            streams: Arc::clone(&self.streams),
+            credential: credential.clone(),
+        })
+    }
+
+    /// Ends the streams whose credential stopped being valid anywhere: a key revoked by another
+    /// process or the CLI, or whose user left its workspace; a browser session signed out on
+    /// another process. Every [`REVOCATION_POLL`] it asks the database which credentials of this
+    /// process's open streams are still good (no query while none is open) and forgets the
+    /// others, which ends their streams. Asking about the state, rather than reading a log of
+    /// revocations since a time, needs no agreement between the processes' clocks and misses
+    /// nothing committed late. Runs until the server stops.
     pub async fn watch_revocations(&self) {
-        let mut since = clock::now_ms();
-        let mut seen_at_since: HashSet<String> = HashSet::new();
         loop {
             tokio::time::sleep(REVOCATION_POLL).await;
-            let Ok(rows) = self.store.identity().keys_revoked_since(since).await else {
+            let (mut keys, mut browsers) = (Vec::new(), Vec::new());
+            for cred in self.streams.lock().keys() {
+                match cred {
+                    StreamCredential::Key(id) => keys.push(id.clone()),
+                    StreamCredential::Browser(hash) => browsers.push(hash.clone()),
+                    StreamCredential::None => {}
+                }
+            }
+            if keys.is_empty() && browsers.is_empty() {
+                continue;
+            }
+            let valid = self
+                .store
+                .identity()
+                .valid_credentials(keys.clone(), browsers.clone(), clock::now_ms())
+                .await;
+            // Unreadable now: the streams stay until the database answers again.
+            let Ok((valid_keys, valid_browsers)) = valid else {
                 continue;
             };
-            for (id, at) in rows {
-                if at == since && seen_at_since.contains(&id) {
-                    continue;
-                }
-                if at > since {
-                    since = at;
-                    seen_at_since.clear();
-                }
-                seen_at_since.insert(id.clone());
-                self.forget_key(&id);
+            for id in keys.iter().filter(|id| !valid_keys.contains(*id)) {
+                self.forget_key(id);
+            }
+            for hash in browsers.iter().filter(|h| !valid_browsers.contains(*h)) {
+                let _ = self.revoked.send(Revoked::Browser(hash.clone()));
             }
         }
     }

@@ -1,5 +1,7 @@
 //! Identity rows: users, memberships, apps, API keys and browser sessions.
 
+use std::collections::HashSet;
+
 use super::sql::{Db, OptionalExtension, params};
 
 use super::Tx;
@@ -117,13 +119,72 @@ pub fn key_by_id(conn: &Db, id: &str) -> Result<Option<KeyRow>> {
         .optional()?)
 }
 
-/// Keys revoked at or after `since` (ms): `(id, revoked_at)`, oldest first.
-pub fn keys_revoked_since(conn: &Db, since: i64) -> Result<Vec<(String, i64)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, revoked_at FROM api_keys WHERE revoked_at >= ?1 ORDER BY revoked_at",
+/// The ids among `ids` that `sql` (a query whose last parameters are the ids, `?{first}` on,
+/// written `{ids}`) selects. The ids go in chunks of one of [`ID_CHUNKS`]' sizes, each padded with
+/// its last id, so that only those few statements are ever prepared whatever the number.
+fn select_ids(
+    conn: &Db,
+    sql: &str,
+    first: usize,
+    fixed: &[&dyn super::sql::ToSql],
+    ids: &[String],
+) -> Result<HashSet<String>> {
+    let mut found = HashSet::new();
+    let mut rest = ids;
+    while let Some(last) = rest.last() {
+        let size = ID_CHUNKS
+            .into_iter()
+            .find(|&n| n >= rest.len())
+            .unwrap_or(ID_CHUNKS[ID_CHUNKS.len() - 1]);
+        let (chunk, after) = rest.split_at(size.min(rest.len()));
+        let marks: Vec<String> = (first..first + size).map(|i| format!("?{i}")).collect();
+        let mut stmt = conn.prepare_cached(&sql.replace("{ids}", &marks.join(", ")))?;
+        let padded = chunk.iter().chain(std::iter::repeat(last)).take(size);
+        let values = fixed
+            .iter()
+            .copied()
+            .chain(padded.map(|id| id as &dyn super::sql::ToSql));
+        let rows = stmt.query_map(super::sql::params_from_iter(values), |r| {
+            r.get::<_, String>(0)
+        })?;
+        for id in rows {
+            found.insert(id?);
+        }
+        rest = after;
+    }
+    Ok(found)
+}
+
+/// Sizes of the chunks [`select_ids`] asks about.
+const ID_CHUNKS: [usize; 3] = [8, 64, 512];
+
+/// Which of `keys` (ids) are live keys — not revoked, and a user key's user still a member of its
+/// workspace — and which of `browsers` (cookie hashes) are browser sessions not signed out or
+/// expired at `now`.
+pub fn valid_credentials(
+    conn: &Db,
+    keys: &[String],
+    browsers: &[String],
+    now: i64,
+) -> Result<(HashSet<String>, HashSet<String>)> {
+    let keys = select_ids(
+        conn,
+        "SELECT k.id FROM api_keys k
+         WHERE k.id IN ({ids}) AND k.revoked_at IS NULL
+           AND (k.user_id IS NULL OR EXISTS (SELECT 1 FROM memberships m
+                WHERE m.user_id = k.user_id AND m.workspace_id = k.workspace_id))",
+        1,
+        &[],
+        keys,
     )?;
-    let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<super::sql::Result<_>>()?)
+    let browsers = select_ids(
+        conn,
+        "SELECT token_hash FROM browser_sessions WHERE expires_at >= ?1 AND token_hash IN ({ids})",
+        2,
+        &[&now],
+        browsers,
+    )?;
+    Ok((keys, browsers))
 }
 
 pub fn keys(conn: &Db) -> Result<Vec<KeyRow>> {
@@ -375,23 +436,6 @@ impl IdentityStore<'_> {
             .await
     }
 
-    /// Creates the first owner of the default workspace, unless a user exists already (403:
-    /// setup happens once).
-    pub async fn create_first_owner(&self, email: &str, password_hash: &str) -> Result<String> {
-        let (email, phc) = (email.to_owned(), password_hash.to_owned());
-        self.store
-            .write(move |tx| {
-                if user_count(tx.conn)? > 0 {
-                    return Err(Error::Forbidden("an owner already exists".into()));
-                }
-                let ws = tx.ensure_workspace(super::DEFAULT_WORKSPACE, "Default")?;
-                let id = tx.insert_user(&email, &phc)?;
-                tx.add_membership(&id, &ws, Role::Owner.name())?;
-                Ok(id)
-            })
-            .await
-    }
-
     /// Creates a user as a member of a workspace; returns the user's id and the role given.
     pub fn create_user_blocking(
         &self,
@@ -422,9 +466,17 @@ impl IdentityStore<'_> {
         self.store.read(move |c| key_by_id(c, &id)).await
     }
 
-    /// Keys revoked at or after `since` (ms): `(id, revoked_at)`, oldest first.
-    pub async fn keys_revoked_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
-        self.store.read(move |c| keys_revoked_since(c, since)).await
+    /// Which of these API keys (ids) and browser sessions (cookie hashes) are still good at
+    /// `now`: `(keys, browser sessions)`.
+    pub async fn valid_credentials(
+        &self,
+        keys: Vec<String>,
+        browsers: Vec<String>,
+        now: i64,
+    ) -> Result<(HashSet<String>, HashSet<String>)> {
+        self.store
+            .read(move |c| valid_credentials(c, &keys, &browsers, now))
+            .await
     }
 
     pub fn keys_blocking(&self) -> Result<Vec<KeyRow>> {
@@ -533,5 +585,62 @@ impl IdentityStore<'_> {
                 })
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::Bus;
+    use crate::config::StoreConfig;
+    use crate::store::Store;
+
+    /// Any number of credentials is asked about in a few fixed-size chunks, and only live ones
+    /// come back: not revoked, the key's user still a member, the session not expired.
+    #[test]
+    fn valid_credentials_in_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(
+            &dir.path().join("store.db"),
+            &StoreConfig::default(),
+            Bus::new(16, 16),
+        )
+        .unwrap();
+        let (live, dead, sessions) = store
+            .write_blocking(|tx| {
+                let ws = tx.ensure_workspace("w", "W")?;
+                let member = tx.insert_user("m@x.test", "phc")?;
+                tx.add_membership(&member, &ws, "member")?;
+                let outsider = tx.insert_user("o@x.test", "phc")?;
+                let (mut live, mut dead) = (Vec::new(), Vec::new());
+                for i in 0..600 {
+                    let id = format!("{i:024}");
+                    let user = if i % 7 == 0 { &outsider } else { &member };
+                    tx.insert_key(&id, "h", "k", Some(user), None, &ws, &[])?;
+                    if i % 5 == 0 {
+                        tx.revoke_key(&id)?;
+                    }
+                    if i % 5 == 0 || i % 7 == 0 {
+                        dead.push(id);
+                    } else {
+                        live.push(id);
+                    }
+                }
+                for (hash, expires) in [("fresh", i64::MAX), ("old", 1)] {
+                    tx.insert_browser_session(hash, &member, expires)?;
+                }
+                Ok((live, dead, vec!["fresh".to_owned(), "old".to_owned()]))
+            })
+            .unwrap();
+        let asked: Vec<String> = live.iter().chain(&dead).cloned().collect();
+        let (keys, browsers) = store
+            .read_blocking(|c| valid_credentials(c, &asked, &sessions, 1_000))
+            .unwrap();
+        assert_eq!(keys, live.into_iter().collect::<HashSet<_>>());
+        assert_eq!(browsers, HashSet::from(["fresh".to_owned()]));
+        let (keys, browsers) = store
+            .read_blocking(|c| valid_credentials(c, &[], &[], 1_000))
+            .unwrap();
+        assert!(keys.is_empty() && browsers.is_empty());
     }
 }

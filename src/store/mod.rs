@@ -5,8 +5,8 @@
 //! This module is the only place that speaks SQL or names rusqlite. Callers reach it through
 //! handles — [`Store::log`], [`Store::projections`], [`Store::submit`], [`Store::sessions`],
 //! [`Store::inputs`], [`Store::turns`], [`Store::directory`], [`Store::identity`],
-//! [`Store::agentex`], [`Store::schedules`], [`Store::acp`] (and [`Store::seed`] for the
-//! benchmarks) — whose write methods are each one whole unit of work, so that another backend can
+//! [`Store::logins`], [`Store::agentex`], [`Store::schedules`], [`Store::acp`] (and
+//! [`Store::seed`] for the benchmarks) — whose write methods are each one whole unit of work, so that another backend can
 //! stand behind the same calls (see `Backend`).
 //!
 //! * Writes go through `Store::write`: the closure runs on the writer thread inside a savepoint of
@@ -27,6 +27,7 @@ pub mod health;
 pub mod identity;
 pub mod inputs;
 mod log;
+pub mod logins;
 mod migrate;
 #[cfg(feature = "postgres")]
 pub mod postgres;

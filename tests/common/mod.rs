@@ -1273,3 +1273,124 @@ pub fn detail_checked(s: &Server, id: &str) -> Value {
     assert_schema(SCHEMA_DETAIL, &v);
     v
 }
+
+// ---------------------------------------------------------------------------------------------
+// A server on a data dir of its own making: no account, no API key (first-run setup), its stdout
+// lines readable and its stderr kept.
+
+/// A `sessiond serve` started on `data_dir` as a new user would start it: nothing bootstrapped,
+/// so it prints a setup link while no account exists. SIGKILLed when dropped. On the PostgreSQL
+/// pass it runs on the data dir's database ([`database_for`]: the one the test's CLI commands on
+/// that data dir used, or the one of the server before it there).
+pub struct FreshServer {
+    child: Option<Child>,
+    pub base: String,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    _database: Option<Arc<postgres::Database>>,
+}
+
+impl FreshServer {
+    pub fn start(data_dir: &Path, log: &str) -> FreshServer {
+        let database = database_for(data_dir);
+        let mut cmd = sessiond_command();
+        cmd.arg("serve")
+            .arg("--bind")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(database_args(data_dir))
+            .env("SESSIOND_LOG", log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn sessiond");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let log = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = stderr.read_to_end(&mut all);
+            all
+        });
+        let mut own = FreshServer {
+            child: Some(child),
+            base: String::new(),
+            lines,
+            stderr: Some(log),
+            _database: database,
+        };
+        let first = own.line();
+        own.base = first
+            .strip_prefix("sessiond listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        own
+    }
+
+    pub fn line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a line on stdout within 30 s")
+    }
+
+    /// The next stdout line that starts with `prefix` (skipping others, such as the data dir).
+    pub fn line_starting(&self, prefix: &str) -> String {
+        loop {
+            let line = self.line();
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    }
+
+    /// The token of the setup link the server printed at start (`…/setup#<token>`, on this
+    /// server's own address).
+    pub fn setup_token(&self) -> String {
+        let line = self.line_starting("no account yet");
+        line.strip_prefix("no account yet: open ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|url| url.split_once("/setup#"))
+            .map(|(base, token)| {
+                assert_eq!(base, self.base, "{line}");
+                token.to_owned()
+            })
+            .unwrap_or_else(|| panic!("unexpected setup line {line:?}"))
+    }
+
+    /// SIGTERM, bounded wait; returns everything written to stderr.
+    pub fn stop(&mut self) -> String {
+        let mut c = self.child.take().expect("running");
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.try_wait().expect("wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("server did not stop within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The pipe is closed now: the reader ends.
+        let log = self.stderr.take().expect("stderr reader").join();
+        String::from_utf8_lossy(&log.expect("stderr reader")).into_owned()
+    }
+}
+
+impl Drop for FreshServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

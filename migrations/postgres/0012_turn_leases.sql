@@ -1,4 +1,4 @@
--- PostgreSQL twin of migrations/0011_turn_leases.sql: the process that runs a session's turn
+-- PostgreSQL twin of migrations/0012_turn_leases.sql: the process that runs a session's turn
 -- (its runner id) and the time (ms since the epoch) until which its lease holds.
 ALTER TABLE sessions ADD COLUMN turn_owner TEXT;
 ALTER TABLE sessions ADD COLUMN turn_lease_until BIGINT;
