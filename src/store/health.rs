@@ -13,8 +13,8 @@
 //! health does not flap between full and ok on a disk that is still full.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock;
@@ -146,6 +146,49 @@ impl Health {
     /// Takes the prober's role back after [`Health::probe_stopped`]; false if another prober has it.
     pub(crate) fn resume_probing(&self) -> bool {
         !self.probing.swap(true, Ordering::SeqCst)
+    }
+}
+
+/// What one probe found out about the store's backend.
+pub(crate) enum Probe {
+    /// It tried (the probe itself records a success).
+    Tried,
+    /// The store closed: nothing is left to probe.
+    Closed,
+}
+
+impl Health {
+    /// Starts the prober: while the store is degraded, every [`PROBE_INTERVAL`], `probe` tries
+    /// the backend. It stops once the store is healthy, or when `probe` finds the store closed.
+    pub(crate) fn spawn_prober(
+        self: &Arc<Self>,
+        name: &str,
+        mut probe: impl FnMut() -> Probe + Send + 'static,
+    ) {
+        let health = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(PROBE_INTERVAL);
+                    if health.is_ok() {
+                        health.probe_stopped();
+                        // A fault recorded between the check and the flag found the flag still
+                        // set and started no prober: look once more, and carry on if it is ours
+                        // to probe.
+                        if health.is_ok() || !health.resume_probing() {
+                            return;
+                        }
+                    }
+                    if let Probe::Closed = probe() {
+                        health.probe_stopped();
+                        return;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            tracing::warn!("cannot start the storage prober; health turns ok with the next write");
+        }
     }
 }
 

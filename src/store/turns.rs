@@ -98,6 +98,14 @@ fn fence(tx: &mut Tx<'_>, f: &Fence, held: &[Event]) -> Result<Option<u64>> {
     Ok(last)
 }
 
+/// A `(pk, id)` row as the session's key.
+fn session_key_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<SessionKey> {
+    Ok(SessionKey {
+        pk: r.get(0)?,
+        id: r.get(1)?,
+    })
+}
+
 impl TurnStore<'_> {
     /// Sessions whose turn was active when the process stopped (crash recovery).
     pub async fn active_turn_sessions(&self) -> Result<Vec<SessionKey>> {
@@ -116,12 +124,7 @@ impl TurnStore<'_> {
                 let mut stmt = c.prepare_cached(
                     "SELECT pk, id FROM sessions WHERE turn_active = 1 AND turn_owner = ?1",
                 )?;
-                let rows = stmt.query_map([owner], |r| {
-                    Ok(SessionKey {
-                        pk: r.get(0)?,
-                        id: r.get(1)?,
-                    })
-                })?;
+                let rows = stmt.query_map([owner], session_key_from_row)?;
                 Ok(rows.collect::<super::sql::Result<Vec<_>>>()?)
             })
             .await
@@ -174,12 +177,7 @@ impl TurnStore<'_> {
                      ORDER BY s.pk LIMIT ?2{lock}"
                 );
                 let mut stmt = tx.conn.prepare_cached(&sql)?;
-                let rows = stmt.query_map(super::sql::params![now, limit], |r| {
-                    Ok(SessionKey {
-                        pk: r.get(0)?,
-                        id: r.get(1)?,
-                    })
-                })?;
+                let rows = stmt.query_map(super::sql::params![now, limit], session_key_from_row)?;
                 Ok(rows.collect::<super::sql::Result<Vec<_>>>()?)
             })
             .await

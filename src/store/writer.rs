@@ -32,7 +32,7 @@ use rusqlite::Connection;
 use super::sql::{Db, Dialect, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
-use super::health::{Health, PROBE_INTERVAL};
+use super::health::{Health, Probe};
 use crate::bus::{Bus, Frame};
 use crate::clock;
 use crate::error::{Error, Result};
@@ -464,46 +464,29 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: 
 /// While the store is degraded, submits a probe write every [`PROBE_INTERVAL`]; its commit (or
 /// any other) turns the store healthy again. Stops once healthy, or when the store closes.
 fn start_prober(health: Arc<Health>, sender: mpsc::WeakSender<Job>) {
-    let spawned = std::thread::Builder::new()
-        .name("sessiond-probe".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(PROBE_INTERVAL);
-                if health.is_ok() {
-                    health.probe_stopped();
-                    // A fault recorded between the check and the flag found the flag still set and
-                    // started no prober: look once more, and carry on if it is ours to probe.
-                    if health.is_ok() || !health.resume_probing() {
-                        return;
-                    }
-                }
-                let Some(sender) = sender.upgrade() else {
-                    health.probe_stopped();
-                    return;
-                };
-                let (job, rx) = make_job(|tx: &mut Tx<'_>| match tx.conn.as_sqlite() {
-                    Some(conn) => rewrite_user_version(conn),
-                    None => Ok(()),
-                });
-                let run = job.run;
-                let job = Job {
-                    run: Box::new(move |tx| JobOutcome {
-                        probe: true,
-                        ..run(tx)
-                    }),
-                    savepoint: job.savepoint,
-                };
-                if sender.blocking_send(job).is_err() {
-                    health.probe_stopped();
-                    return;
-                }
-                drop(sender);
-                let _ = rx.blocking_recv();
-            }
+    health.spawn_prober("sessiond-probe", move || {
+        let Some(sender) = sender.upgrade() else {
+            return Probe::Closed;
+        };
+        let (job, rx) = make_job(|tx: &mut Tx<'_>| match tx.conn.as_sqlite() {
+            Some(conn) => rewrite_user_version(conn),
+            None => Ok(()),
         });
-    if spawned.is_err() {
-        tracing::warn!("cannot start the storage prober; health turns ok with the next write");
-    }
+        let run = job.run;
+        let job = Job {
+            run: Box::new(move |tx| JobOutcome {
+                probe: true,
+                ..run(tx)
+            }),
+            savepoint: job.savepoint,
+        };
+        if sender.blocking_send(job).is_err() {
+            return Probe::Closed;
+        }
+        drop(sender);
+        let _ = rx.blocking_recv();
+        Probe::Tried
+    });
 }
 
 /// A real write that changes nothing: `user_version` (the schema version) rewritten to itself.

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use super::{PoolSettings, Postgres, PostgresError};
 use crate::bus::Bus;
 use crate::error::{Error, Result};
-use crate::store::health::{Health, PROBE_INTERVAL};
+use crate::store::health::{Health, Probe};
 use crate::store::sql::{Db, pg::Session};
 use crate::store::writer::{self, OneWrite, Tx};
 
@@ -217,39 +217,26 @@ impl PgBackend {
     }
 
     /// While the store is degraded, tries a connection and a trivial statement every
-    /// [`PROBE_INTERVAL`]; success turns it healthy again.
+    /// [`PROBE_INTERVAL`](crate::store::health::PROBE_INTERVAL); success turns it healthy again.
     fn probe(&self, health: Arc<Health>) {
         let pool = self.db.pool().clone();
         let handle = self.handle.clone();
-        let spawned = std::thread::Builder::new()
-            .name("sessiond-pg-probe".into())
-            .spawn(move || {
-                loop {
-                    std::thread::sleep(PROBE_INTERVAL);
-                    if health.is_ok() {
-                        health.probe_stopped();
-                        if health.is_ok() || !health.resume_probing() {
-                            return;
-                        }
-                    }
-                    if pool.is_closed() {
-                        health.probe_stopped();
-                        return;
-                    }
-                    let ok = handle.block_on(async {
-                        match pool.get().await {
-                            Ok(c) => c.simple_query("SELECT 1").await.is_ok(),
-                            Err(_) => false,
-                        }
-                    });
-                    if ok {
-                        health.committed();
-                    }
+        let prober = Arc::clone(&health);
+        prober.spawn_prober("sessiond-pg-probe", move || {
+            if pool.is_closed() {
+                return Probe::Closed;
+            }
+            let ok = handle.block_on(async {
+                match pool.get().await {
+                    Ok(c) => c.simple_query("SELECT 1").await.is_ok(),
+                    Err(_) => false,
                 }
             });
-        if spawned.is_err() {
-            tracing::warn!("cannot start the storage prober; health turns ok with the next write");
-        }
+            if ok {
+                health.committed();
+            }
+            Probe::Tried
+        });
     }
 
     /// Whether the database takes writes (not a standby, not read-only).
