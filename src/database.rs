@@ -40,16 +40,12 @@ impl DatabaseUrl {
         }
     }
 
-    /// The URL with its password replaced by `***`, whether it is in the user-info or a
-    /// `password=` option.
+    /// The URL with its secrets replaced by `***`: the user-info's password and the value of a
+    /// `password` or `sslpassword` option (`store::postgres::redact`, the one redaction).
     pub fn shown(&self) -> String {
         #[cfg(feature = "postgres")]
         {
-            let shown = hide_password_option(&crate::store::postgres::redact(self.expose()));
-            match crate::store::postgres::DatabaseUrl::parse(self.expose()) {
-                Ok(url) => url.scrub(&shown),
-                Err(_) => shown,
-            }
+            crate::store::postgres::redact(self.expose())
         }
         #[cfg(not(feature = "postgres"))]
         {
@@ -60,7 +56,14 @@ impl DatabaseUrl {
     /// The URL without its password, to hand to another program that reads the password from
     /// its own place (`PGPASSWORD`, `~/.pgpass`).
     pub fn without_password(&self) -> String {
-        self.shown().replacen(":***@", "@", 1)
+        #[cfg(feature = "postgres")]
+        {
+            crate::store::postgres::without_password(self.expose())
+        }
+        #[cfg(not(feature = "postgres"))]
+        {
+            "***".into()
+        }
     }
 
     /// Where it points, for the start-up lines and the log: `user@host:port/database`, no
@@ -73,40 +76,26 @@ impl DatabaseUrl {
         self.shown()
     }
 
-    /// `text` (a driver's or the store's message) without the URL's password, written or
+    /// `text` (a driver's or the store's message) without the URL's secrets, written or
     /// percent-decoded.
     pub fn scrub(&self, text: &str) -> String {
-        let text = if self.expose().is_empty() {
-            text.to_owned()
-        } else {
-            text.replace(self.expose(), &self.shown())
-        };
         #[cfg(feature = "postgres")]
-        if let Ok(url) = crate::store::postgres::DatabaseUrl::parse(self.expose()) {
-            return url.scrub(&text);
+        {
+            crate::store::postgres::scrub(self.expose(), text)
         }
-        text
+        #[cfg(not(feature = "postgres"))]
+        {
+            if self.expose().is_empty() {
+                text.to_owned()
+            } else {
+                text.replace(self.expose(), "***")
+            }
+        }
     }
 }
 
-/// `url` with the value of a `password=` query option replaced by `***`.
-#[cfg(feature = "postgres")]
-fn hide_password_option(url: &str) -> String {
-    let Some((head, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let options: Vec<String> = query
-        .split('&')
-        .map(|option| match option.split_once('=') {
-            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
-            _ => option.to_owned(),
-        })
-        .collect();
-    format!("{head}?{}", options.join("&"))
-}
-
-/// `text` with the password of every URL in it replaced by `***` (a URL is a run of
-/// non-blank characters with `://` in it).
+/// `text` with the secrets of every URL in it replaced by `***` (a URL is a run of non-blank
+/// characters with `://` in it).
 pub fn hide_url_passwords(text: &str) -> String {
     #[cfg(feature = "postgres")]
     {
@@ -118,7 +107,8 @@ pub fn hide_url_passwords(text: &str) -> String {
             let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
             let word = &rest[..end];
             if word.contains("://") {
-                out.push_str(&hide_password_option(&crate::store::postgres::redact(word)));
+                // Whatever precedes the scheme (a quote) stays as it is.
+                out.push_str(&crate::store::postgres::redact(word));
             } else {
                 out.push_str(word);
             }
@@ -147,7 +137,7 @@ mod tests {
             (
                 "postgresql://app@db.example/sessiond?password=s3cr%21t&connect_timeout=5",
                 "postgresql://app@db.example/sessiond?password=***&connect_timeout=5",
-                "postgresql://app@db.example/sessiond?password=***&connect_timeout=5",
+                "postgresql://app@db.example/sessiond?connect_timeout=5",
             ),
             (
                 "postgresql:///sessiond?host=/run/postgresql",

@@ -102,11 +102,13 @@ impl PgBackend {
         super::fanout::spawn_listener(
             &self.handle,
             config.clone(),
+            self.db.tls(),
             Arc::clone(bus),
             Arc::clone(&self.signals),
             self.stop.subscribe(),
         );
-        let notifier = super::fanout::notifier(&self.handle, config, self.stop.subscribe());
+        let notifier =
+            super::fanout::notifier(&self.handle, config, self.db.tls(), self.stop.subscribe());
         bus.set_relay(super::fanout::relay(notifier.clone()));
         let _ = self.notifier.set(notifier);
     }

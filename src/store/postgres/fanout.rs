@@ -25,7 +25,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+
+use super::tls::Connector;
 
 use crate::bus::{Bus, Frame};
 use crate::store::turns::{SignalHook, TurnSignal};
@@ -162,10 +164,11 @@ fn delta_notices(session: &str, after: u64, step: &Step) -> Vec<String> {
 pub(crate) fn notifier(
     handle: &tokio::runtime::Handle,
     config: tokio_postgres::Config,
+    tls: Connector,
     stop: watch::Receiver<bool>,
 ) -> Notifier {
     let (tx, rx) = mpsc::channel::<String>(RELAY_QUEUE);
-    handle.spawn(send_relayed(config, rx, stop));
+    handle.spawn(send_relayed(config, tls, rx, stop));
     tx
 }
 
@@ -186,6 +189,7 @@ pub(crate) fn relay(notifier: Notifier) -> crate::bus::Relay {
 
 async fn send_relayed(
     config: tokio_postgres::Config,
+    tls: Connector,
     mut rx: mpsc::Receiver<String>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -193,7 +197,7 @@ async fn send_relayed(
         if *stop.borrow() {
             return;
         }
-        let client = match config.connect(NoTls).await {
+        let client = match config.connect(tls.clone()).await {
             Ok((client, connection)) => {
                 tokio::spawn(async move {
                     let _ = connection.await;
@@ -235,15 +239,17 @@ async fn send_relayed(
 pub(crate) fn spawn_listener(
     handle: &tokio::runtime::Handle,
     config: tokio_postgres::Config,
+    tls: Connector,
     bus: Arc<Bus>,
     signals: Arc<OnceLock<SignalHook>>,
     stop: watch::Receiver<bool>,
 ) {
-    handle.spawn(listen(config, bus, signals, stop));
+    handle.spawn(listen(config, tls, bus, signals, stop));
 }
 
 async fn listen(
     config: tokio_postgres::Config,
+    tls: Connector,
     bus: Arc<Bus>,
     signals: Arc<OnceLock<SignalHook>>,
     mut stop: watch::Receiver<bool>,
@@ -252,7 +258,7 @@ async fn listen(
         if *stop.borrow() {
             return;
         }
-        match config.connect(NoTls).await {
+        match config.connect(tls.clone()).await {
             Ok((client, mut connection)) => {
                 let (tx, mut rx) = mpsc::unbounded_channel::<String>();
                 let driver = tokio::spawn(async move {

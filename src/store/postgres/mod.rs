@@ -13,16 +13,18 @@ pub(crate) mod backend;
 pub(crate) mod error;
 pub(crate) mod fanout;
 mod migrate;
+mod tls;
 mod url;
 
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
 
 pub use error::PostgresError;
 pub use migrate::{Migrated, SCHEMA_VERSION, VERSION_TABLE, current_version, migrations};
-pub use url::{DatabaseUrl, is_postgres_url, redact};
+pub use url::{
+    DatabaseUrl, RootCert, SslMode, Tls, is_postgres_url, redact, scrub, without_password,
+};
 
 /// How the pool connects.
 #[derive(Debug, Clone)]
@@ -48,6 +50,7 @@ impl Default for PoolSettings {
 /// An open, migrated PostgreSQL database.
 pub struct Postgres {
     url: DatabaseUrl,
+    tls: tls::Connector,
     pool: Pool,
     migrated: Migrated,
 }
@@ -58,6 +61,10 @@ impl Postgres {
     /// the target without its password.
     pub async fn open(url: &str, settings: &PoolSettings) -> Result<Postgres, PostgresError> {
         let url = DatabaseUrl::parse(url)?;
+        let tls = tls::connector(url.tls()).map_err(|reason| PostgresError::Connect {
+            target: url.target(),
+            reason: url.scrub(&reason),
+        })?;
         let mut config = url.config().clone();
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(settings.connect_timeout);
@@ -65,13 +72,13 @@ impl Postgres {
         config.application_name("sessiond");
 
         // The migrator's connection is its own: the advisory lock belongs to it and goes with it.
-        let mut client = connect(&url, &config).await?;
+        let mut client = connect(&url, &config, &tls).await?;
         let migrated = migrate::migrate(&mut client).await?;
         drop(client);
 
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -85,6 +92,7 @@ impl Postgres {
             .map_err(|e| PostgresError::Query(format!("cannot build the connection pool: {e}")))?;
         let this = Postgres {
             url,
+            tls,
             pool,
             migrated,
         };
@@ -110,6 +118,11 @@ impl Postgres {
         config
     }
 
+    /// TLS as the URL asks, for the connections outside the pool.
+    pub(crate) fn tls(&self) -> tls::Connector {
+        self.tls.clone()
+    }
+
     /// The URL, printable (no password).
     pub fn url(&self) -> &DatabaseUrl {
         &self.url
@@ -124,7 +137,7 @@ impl Postgres {
             };
             PostgresError::Connect {
                 target: self.url.target(),
-                reason: self.url.scrub(&reason),
+                reason: self.url.scrub(&hint(&self.url, &e, reason)),
             }
         })
     }
@@ -140,18 +153,42 @@ impl Postgres {
 async fn connect(
     url: &DatabaseUrl,
     config: &tokio_postgres::Config,
+    tls: &tls::Connector,
 ) -> Result<tokio_postgres::Client, PostgresError> {
-    let (client, connection) = config
-        .connect(NoTls)
-        .await
-        .map_err(|e| PostgresError::Connect {
-            target: url.target(),
-            reason: url.scrub(&error::describe(&e)),
-        })?;
+    let (client, connection) =
+        config
+            .connect(tls.clone())
+            .await
+            .map_err(|e| PostgresError::Connect {
+                target: url.target(),
+                reason: url.scrub(&with_hint(url, &e, error::describe(&e))),
+            })?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %error::describe(&e), "PostgreSQL connection closed");
         }
     });
     Ok(client)
+}
+
+/// A pool error's reason, with [`with_hint`] for a refusal by the server.
+fn hint(url: &DatabaseUrl, e: &deadpool_postgres::PoolError, reason: String) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => with_hint(url, e, reason),
+        _ => reason,
+    }
+}
+
+/// `reason`, and what sessiond's side may have to do with it: a server that refuses a plain
+/// connection (pg_hba.conf's `hostssl` only) says "no encryption", which reads as a server fault.
+fn with_hint(url: &DatabaseUrl, e: &tokio_postgres::Error, reason: String) -> String {
+    let refused =
+        e.code() == Some(&tokio_postgres::error::SqlState::INVALID_AUTHORIZATION_SPECIFICATION);
+    if refused && url.tls().mode == SslMode::Disable {
+        format!(
+            "{reason}; the server may accept only TLS connections, and the URL says sslmode=disable"
+        )
+    } else {
+        reason
+    }
 }
