@@ -290,6 +290,16 @@ impl Server {
         )
     }
 
+    /// Like `start_in`, with changes to the base environment and the server's log (stderr)
+    /// written to `log`: see [`Server::log`].
+    pub fn start_logged_in(data_dir: &Path, env: &[(&str, Option<&str>)], log: &Path) -> Server {
+        let env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+            .collect();
+        Server::spawn_logged(data_dir, Vec::new(), env, Some(log.to_owned()))
+    }
+
     /// The temporary folder the server's data dir (and config file) live in.
     pub fn tmp_dir(&self) -> &Path {
         self.data_dir.parent().expect("data dir has a parent")

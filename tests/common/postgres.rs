@@ -1,6 +1,7 @@
 //! A real PostgreSQL server for tests: a throwaway cluster made with `initdb` in a temporary
 //! directory, started with `pg_ctl -w` on a Unix socket inside that directory (no TCP port, so
-//! nothing to race for), and one database per test.
+//! nothing to race for), and one database per test. The TLS tests have a cluster of their own
+//! that also listens on 127.0.0.1 with TLS only ([`tls_cluster`]).
 //!
 //! The binaries are PostgreSQL's own, found under `/usr/lib/postgresql/<version>/bin` (Debian's
 //! layout; `.ci/run` installs them) or in `$SESSIOND_TEST_PG_BIN`. Without them a test fails when
@@ -35,6 +36,18 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     /// Who runs the server (`None`: the current user).
     owner: Option<(u32, u32)>,
+    /// The port of its socket's name, and of its TCP listener when it has one.
+    port: u16,
+    /// Whether it listens on 127.0.0.1 (TLS only), besides its socket.
+    tcp: bool,
+}
+
+/// What a cluster that takes TLS connections on 127.0.0.1 is started with: its certificate and
+/// key (PEM), and the password its superuser then has (SCRAM over TCP; the socket stays trust).
+pub struct TlsServer<'a> {
+    pub cert: &'a Path,
+    pub key: &'a Path,
+    pub password: &'a str,
 }
 
 /// A database of its own for one test, in a shared [`Cluster`]. Dropped with the test.
@@ -67,7 +80,7 @@ impl Cluster {
         cmd.arg("-h")
             .arg(self.socket_dir())
             .arg("-p")
-            .arg(PORT.to_string())
+            .arg(self.port.to_string())
             .arg("-U")
             .arg(USER)
             .stdin(Stdio::null());
@@ -98,17 +111,28 @@ impl Cluster {
                 _ => format!("%{b:02X}"),
             })
             .collect();
-        format!("postgresql://{USER}@{host}:{PORT}/{name}")
+        format!("postgresql://{USER}@{host}:{}/{name}", self.port)
     }
 
-    fn start() -> Result<Cluster, String> {
+    /// The TCP port on 127.0.0.1 of a cluster started by [`tls_cluster`].
+    pub fn tcp_port(&self) -> Option<u16> {
+        self.tcp.then_some(self.port)
+    }
+
+    fn start(tls: Option<&TlsServer>) -> Result<Cluster, String> {
         let bin = binaries()?;
         let owner = server_owner()?;
         let dir = tempfile::Builder::new()
             .prefix("sessiond-pg-")
             .tempdir()
             .map_err(|e| format!("cannot make a temp dir: {e}"))?;
-        let cluster = Cluster { bin, dir, owner };
+        let mut cluster = Cluster {
+            bin,
+            dir,
+            owner,
+            port: PORT,
+            tcp: tls.is_some(),
+        };
         if let Some((uid, gid)) = owner {
             chown(cluster.dir.path(), uid, gid)?;
         }
@@ -131,20 +155,84 @@ impl Cluster {
                 "--locale=C",
                 "--no-sync",
             ]))?;
-        let options = format!(
-            "-c listen_addresses='' -k {} -p {PORT} -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=200",
-            cluster.socket_dir().display()
-        );
-        run(cluster
-            .server("pg_ctl")
-            .arg("-D")
-            .arg(cluster.data_dir())
-            .arg("-l")
-            .arg(cluster.dir.path().join("server.log"))
-            .args(["-w", "-t", "120", "-s", "-o", &options, "start"]))
-        .map_err(|e| format!("{e}\nserver log:\n{}", cluster.log()))?;
+        if let Some(tls) = tls {
+            cluster.take_tls(tls)?;
+        }
+        // A TCP port is one the system had free a moment ago: should another program take it
+        // first, the server is started again on another.
+        let mut attempts = 0;
+        loop {
+            if cluster.tcp {
+                cluster.port = free_port()?;
+            }
+            let listen = if cluster.tcp {
+                "-c listen_addresses=127.0.0.1 -c ssl=on -c ssl_cert_file=server.crt \
+                 -c ssl_key_file=server.key"
+            } else {
+                "-c listen_addresses=''"
+            };
+            let options = format!(
+                "{listen} -k {} -p {} -c fsync=off -c synchronous_commit=off \
+                 -c full_page_writes=off -c max_connections=200",
+                cluster.socket_dir().display(),
+                cluster.port
+            );
+            let started = run(cluster
+                .server("pg_ctl")
+                .arg("-D")
+                .arg(cluster.data_dir())
+                .arg("-l")
+                .arg(cluster.dir.path().join("server.log"))
+                .args(["-w", "-t", "120", "-s", "-o", &options, "start"]));
+            match started {
+                Ok(_) => break,
+                Err(_)
+                    if cluster.tcp && attempts < 5 && cluster.log().contains("could not bind") =>
+                {
+                    attempts += 1;
+                }
+                Err(e) => return Err(format!("{e}\nserver log:\n{}", cluster.log())),
+            }
+        }
+        if let Some(tls) = tls {
+            let sql = format!(
+                "ALTER USER {USER} PASSWORD '{}'",
+                tls.password.replace('\'', "''")
+            );
+            run(cluster.client("psql").args([
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                "postgres",
+                "-c",
+                &sql,
+            ]))?;
+        }
         Ok(cluster)
+    }
+
+    /// Gives the cluster its certificate and key, and a pg_hba.conf that takes TCP connections
+    /// with TLS only (`hostssl`, SCRAM), and socket connections as before.
+    fn take_tls(&self, tls: &TlsServer) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        for (from, name) in [(tls.cert, "server.crt"), (tls.key, "server.key")] {
+            let to = self.data_dir().join(name);
+            std::fs::copy(from, &to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+            // The server refuses a key that others can read.
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| format!("cannot chmod {}: {e}", to.display()))?;
+            if let Some((uid, gid)) = self.owner {
+                chown(&to, uid, gid)?;
+            }
+        }
+        std::fs::write(
+            self.data_dir().join("pg_hba.conf"),
+            "local all all trust\n\
+             hostssl all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .map_err(|e| format!("cannot write pg_hba.conf: {e}"))
     }
 
     /// The server's log so far (for failure messages).
@@ -286,7 +374,17 @@ extern "C" fn stop_shared_cluster() {
 
 /// A cluster of the caller's own (not shared with other tests), or `None` as for [`database`].
 pub fn own_cluster(test: &str) -> Option<Arc<Cluster>> {
-    match Cluster::start() {
+    started(test, Cluster::start(None))
+}
+
+/// A cluster of the caller's own that also listens on 127.0.0.1 ([`Cluster::tcp_port`]), where
+/// it takes TLS connections only; `None` as for [`database`].
+pub fn tls_cluster(test: &str, tls: &TlsServer) -> Option<Arc<Cluster>> {
+    started(test, Cluster::start(Some(tls)))
+}
+
+fn started(test: &str, cluster: Result<Cluster, String>) -> Option<Arc<Cluster>> {
+    match cluster {
         Ok(c) => Some(Arc::new(c)),
         Err(why) if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) => {
             panic!("the PostgreSQL tests need a PostgreSQL server, which cannot run: {why}")
@@ -396,6 +494,14 @@ fn server_owner() -> Result<Option<(u32, u32)>, String> {
         }
     }
     Err("running as root and there is no `postgres` or `nobody` user to run the server".into())
+}
+
+/// A TCP port of 127.0.0.1 that nothing listened on a moment ago.
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("cannot find a free port: {e}"))
 }
 
 fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), String> {

@@ -181,7 +181,11 @@ fn hint(url: &DatabaseUrl, e: &deadpool_postgres::PoolError, reason: String) -> 
 
 /// `reason`, and what sessiond's side may have to do with it: a server that refuses a plain
 /// connection (pg_hba.conf's `hostssl` only) says "no encryption", which reads as a server fault.
+/// A certificate the TLS check refused is said as the check says it.
 fn with_hint(url: &DatabaseUrl, e: &tokio_postgres::Error, reason: String) -> String {
+    if let Some(refusal) = tls::refusal_in(e) {
+        return format!("the TLS handshake failed: {refusal}");
+    }
     let refused =
         e.code() == Some(&tokio_postgres::error::SqlState::INVALID_AUTHORIZATION_SPECIFICATION);
     if refused && url.tls().mode == SslMode::Disable {

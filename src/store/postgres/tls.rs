@@ -49,7 +49,6 @@ pub(crate) fn connector(tls: &Tls) -> Result<Connector, String> {
     let verifier = Verifier {
         chain,
         host_name: tls.checks_host_name(),
-        mode: tls.mode.as_str(),
         algorithms: provider.signature_verification_algorithms,
     };
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -105,7 +104,6 @@ struct Verifier {
     chain: Option<Chain>,
     /// Whether the certificate must name the host (`verify-full`).
     host_name: bool,
-    mode: &'static str,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
@@ -143,13 +141,12 @@ impl ServerCertVerifier for Verifier {
             ))),
             Err(TlsError::InvalidCertificate(CertificateError::UnknownIssuer)) => {
                 Err(refusal(format!(
-                    "the server's certificate is not signed by {} (sslmode={})",
-                    chain.trusted, self.mode
+                    "the server's certificate is not signed by {}",
+                    chain.trusted
                 )))
             }
             Err(TlsError::InvalidCertificate(e)) => Err(refusal(format!(
-                "the server's certificate was refused (sslmode={}): {e}",
-                self.mode
+                "the server's certificate was refused: {e}"
             ))),
             Err(e) => Err(e),
         }
@@ -187,6 +184,27 @@ fn refusal(message: String) -> TlsError {
 
 #[derive(Debug)]
 struct Refusal(String);
+
+/// The verifier's refusal inside a driver's error, if that is why it failed: rustls shows it in
+/// its debug form, so callers say it in their own words.
+pub(crate) fn refusal_in(e: &tokio_postgres::Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let tls = cause.downcast_ref::<TlsError>().or_else(|| {
+            cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<TlsError>())
+        });
+        if let Some(TlsError::InvalidCertificate(CertificateError::Other(other))) = tls
+            && let Some(refusal) = other.0.downcast_ref::<Refusal>()
+        {
+            return Some(refusal.0.clone());
+        }
+        source = cause.source();
+    }
+    None
+}
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
