@@ -22,10 +22,37 @@ use rustls::{
     SignatureScheme,
 };
 
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
 use super::url::{RootCert, Tls};
 
 /// What connects: TLS as the URL asks (the driver uses it only when `sslmode` is not `disable`).
-pub(crate) type Connector = tokio_postgres_rustls::MakeRustlsConnect;
+#[derive(Clone)]
+pub(crate) struct Connector(tokio_postgres_rustls::MakeRustlsConnect);
+
+impl<S> MakeTlsConnect<S> for Connector
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = <MakeRustlsConnect as MakeTlsConnect<S>>::Stream;
+    type TlsConnect = <MakeRustlsConnect as MakeTlsConnect<S>>::TlsConnect;
+    type Error = <MakeRustlsConnect as MakeTlsConnect<S>>::Error;
+
+    /// The driver asks for a TLS connector for every connection before it knows whether TLS will
+    /// be used, with an empty host name for a Unix socket (where it never is) or an address
+    /// without a name (where the driver refuses the handshake itself). The crate would refuse
+    /// the empty name and with it the connection: any valid name stands in, never used.
+    fn make_tls_connect(&mut self, hostname: &str) -> Result<Self::TlsConnect, Self::Error> {
+        let name = if hostname.is_empty() {
+            "localhost"
+        } else {
+            hostname
+        };
+        MakeTlsConnect::<S>::make_tls_connect(&mut self.0, name)
+    }
+}
 
 /// The connector for `tls`. Fails when the roots cannot be loaded (an unreadable or empty
 /// `sslrootcert`, a system without CA certificates).
@@ -57,7 +84,7 @@ pub(crate) fn connector(tls: &Tls) -> Result<Connector, String> {
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
-    Ok(Connector::new(config))
+    Ok(Connector(MakeRustlsConnect::new(config)))
 }
 
 /// A verifier that trusts only the certificates of the PEM file at `path`.
