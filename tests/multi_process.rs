@@ -217,6 +217,51 @@ fn a_stream_on_one_process_sees_a_turn_run_on_another_and_resumes_on_a_third() {
     assert_eq!(again, expected);
 }
 
+/// Deleting a session on A ends its open streams on every process, as on one process: B's and
+/// C's streams end as A's does, and the session is gone on all three.
+#[test]
+fn deleting_a_session_on_one_process_ends_its_streams_on_every_process() {
+    let Some(d) = Deployment::start(3, &[]) else {
+        return;
+    };
+    let [a, b, c] = &d.servers[..] else {
+        unreachable!()
+    };
+    let id = create(a, "hello");
+    let last = seq(&a.wait_terminal(&id, 1));
+    let streams: Vec<Sse> = [a, b, c]
+        .iter()
+        .map(|s| s.sse(&id, Some(last), None))
+        .collect();
+    for sse in &streams {
+        assert_eq!(sse.status, 200);
+    }
+    // Each stream is live (subscribed, past its backlog) before the delete: a note reaches all.
+    let (status, v) = c.post(
+        &c.sessions_url(&format!("/{id}/note")),
+        &json!({ "note": "n" }),
+    );
+    assert_eq!(status, 200, "{v}");
+    for sse in &streams {
+        let frame = sse
+            .next_frame(Duration::from_secs(20))
+            .expect("the note's frame");
+        assert_eq!(frame.id, Some(last + 1), "{frame:?}");
+    }
+    let (status, v) = a.delete(&a.sessions_url(&format!("/{id}")));
+    assert_eq!(status, 200, "{v}");
+    for (name, sse) in ["A", "B", "C"].iter().zip(&streams) {
+        assert!(
+            sse.ends_within(Duration::from_secs(20)),
+            "{name}'s stream of the deleted session is still open"
+        );
+    }
+    for s in [a, b, c] {
+        let (status, v) = s.get(&s.sessions_url(&format!("/{id}/events")));
+        assert_eq!(status, 404, "{v}");
+    }
+}
+
 /// `messages/wait` posted to A for a follow-up that B's runner takes when its turn ends; an
 /// interrupt posted to C reaches the turn B runs, within a second.
 #[test]

@@ -225,6 +225,9 @@ impl SessionWrites<'_> {
             .write(move |tx| {
                 let key = tx.session_key(&ws, &id)?;
                 tx.delete_session(&key)?;
+                // The other processes end the session's streams once this commits.
+                #[cfg(feature = "postgres")]
+                super::postgres::fanout::announce_deleted(tx.conn, &key.id)?;
                 Ok(key)
             })
             .await

@@ -11,6 +11,10 @@
 //! SSE streams re-read their backlog when a live frame skips a seq (`api/stream.rs`), so a resume
 //! stays exact whichever process committed what.
 //!
+//! A delete sends its own notice in its transaction, and each process ends the deleted session's
+//! streams as the deleting process does; a listener that reconnects ends those of the live
+//! sessions it finds gone.
+//!
 //! Volatile deltas go through the same channel, unstored: the bus relays each delta published
 //! on this process ([`relay`]) to a task that sends it with `pg_notify` on a connection of its
 //! own, in order. PostgreSQL refuses a payload of 8000 bytes or more: a text or reasoning delta
@@ -30,6 +34,7 @@ use tokio_postgres::AsyncMessage;
 use super::tls::Connector;
 
 use crate::bus::{Bus, Frame};
+use crate::store::sql::{Db, Dialect};
 use crate::store::turns::{SignalHook, TurnSignal};
 use crate::timeline::Step;
 
@@ -66,6 +71,9 @@ pub(crate) enum Notice {
         after: u64,
         step: Step,
     },
+    /// `session` was deleted (sent inside the deleting transaction): every process ends its
+    /// streams, as the deleting process does.
+    Deleted { from: String, session: String },
     /// A signal for the turn of `session`, wherever it runs (the process that runs it acts on
     /// it; the others ignore it).
     Turn {
@@ -78,6 +86,28 @@ pub(crate) enum Notice {
 
 /// Notices this process sends outside a transaction (deltas, turn signals), in order.
 pub(crate) type Notifier = mpsc::Sender<String>;
+
+/// Tells the other processes, inside the transaction `db` is in, that `session` is deleted: they
+/// end its streams when (and only if) the delete commits. Nothing to do on SQLite, where one
+/// process serves every stream.
+pub(crate) fn announce_deleted(db: &Db<'_>, session: &str) -> crate::store::sql::Result<()> {
+    if db.dialect() != Dialect::Postgres {
+        return Ok(());
+    }
+    let notice = Notice::Deleted {
+        from: crate::ids::process_id().to_owned(),
+        session: session.to_owned(),
+    };
+    match serde_json::to_string(&notice) {
+        Ok(payload) => db
+            .execute("SELECT pg_notify(?1, ?2)", [CHANNEL, payload.as_str()])
+            .map(|_| ()),
+        Err(e) => {
+            tracing::warn!(error = %e, session, "a deletion notice could not be encoded");
+            Ok(())
+        }
+    }
+}
 
 /// The notice of a signal for a session's turn.
 pub(crate) fn turn_notice(key: &crate::store::SessionKey, signal: TurnSignal) -> Option<String> {
@@ -340,8 +370,13 @@ fn apply(
         match notice {
             Notice::Committed { from, .. }
             | Notice::Delta { from, .. }
+            | Notice::Deleted { from, .. }
             | Notice::Turn { from, .. }
                 if from == me => {}
+            Notice::Deleted { session, .. } => {
+                pending.remove(&session);
+                bus.close_session(&session);
+            }
             Notice::Turn {
                 session,
                 pk,
@@ -391,7 +426,12 @@ async fn catch_up(
                 .await
             {
                 Ok(Some(row)) => row.get::<_, i64>(0) as u64,
-                Ok(None) => continue,
+                // Deleted while nobody listened: its streams end, as its notice would have
+                // ended them.
+                Ok(None) => {
+                    bus.close_session(&session);
+                    continue;
+                }
                 Err(e) => {
                     tracing::debug!(error = %super::error::describe(&e), "cannot read a session's last seq");
                     continue;
