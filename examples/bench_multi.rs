@@ -16,7 +16,10 @@
 //!
 //! PostgreSQL is a throwaway cluster made with `initdb` in a temporary directory (the harness of
 //! the tests, `tests/common/postgres.rs`; its programs from `/usr/lib/postgresql/*/bin` or
-//! `$SESSIOND_TEST_PG_BIN`). The figures are printed, never asserted.
+//! `$SESSIOND_TEST_PG_BIN`), with `fsync` on and `synchronous_commit=off`: commits do not wait
+//! for their flush, as SQLite's default `synchronous=NORMAL` in WAL mode. The figures are
+//! printed, never asserted, with the machine's load average before and after, and how many of
+//! the posted frames each deployment's subscribers read.
 
 #[path = "../tests/common/postgres.rs"]
 mod postgres;
@@ -41,28 +44,28 @@ fn die(what: &str, e: impl std::fmt::Display) -> ! {
     std::process::exit(1)
 }
 
+/// The server binary of this build's profile, built first: `cargo run --example` builds the
+/// example, not the binary, and a binary left from an older build would be measured instead.
 fn binary() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bin = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join("sessiond")))
-        .unwrap_or_else(|| root.join("target/release/sessiond"));
-    if !bin.exists() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let release = std::env::current_exe()
-            .ok()
-            .is_some_and(|e| e.to_string_lossy().contains("/release/"));
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--bin", "sessiond"]).current_dir(root);
-        if release {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().unwrap_or_else(|e| die("cargo build", e));
-        if !status.success() {
-            die("cargo build", status);
-        }
+    let exe = std::env::current_exe().unwrap_or_else(|e| die("current exe", e));
+    let release = exe.to_string_lossy().contains("/release/");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "--bin", "sessiond"])
+        .current_dir(root);
+    if release {
+        cmd.arg("--release");
     }
-    bin
+    let status = cmd.status().unwrap_or_else(|e| die("cargo build", e));
+    if !status.success() {
+        die("cargo build", status);
+    }
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("sessiond"))
+        .filter(|bin| bin.exists())
+        .unwrap_or_else(|| die("sessiond", "no binary beside the example's directory"))
 }
 
 fn cli(bin: &Path, data_dir: &Path, db: Option<&str>) -> Command {
@@ -185,6 +188,10 @@ struct Figures {
     turns_per_s: f64,
     delivery_p99_ms: f64,
     delivery_p50_ms: f64,
+    /// Frames the subscribers read of those posted (notes × subscribers): a lost frame would
+    /// not show in the percentiles.
+    delivered: usize,
+    expected: usize,
 }
 
 async fn measure(bases: &[String], key: &str, quick: bool) -> Figures {
@@ -328,6 +335,8 @@ async fn measure(bases: &[String], key: &str, quick: bool) -> Figures {
         turns_per_s,
         delivery_p99_ms: pct(0.99),
         delivery_p50_ms: pct(0.50),
+        delivered: delays.len(),
+        expected: posted.len() * SUBSCRIBERS,
     }
 }
 
@@ -355,16 +364,18 @@ fn main() {
     println!(
         "bench_multi: {CLIENTS} clients of /stream 5 turns; {SUBSCRIBERS} SSE subscribers of one session"
     );
+    println!("load average before: {}", load_average());
     let sqlite = run(&bin, 1, None, quick);
-    let cluster = postgres::own_cluster("bench_multi")
+    let cluster = postgres::durable_cluster("bench_multi")
         .unwrap_or_else(|| die("PostgreSQL", "no PostgreSQL server can run here"));
     let one = postgres::Cluster::database(&cluster, "bench_multi_one");
     let pg1 = run(&bin, 1, Some(&one.url), quick);
     let three = postgres::Cluster::database(&cluster, "bench_multi_three");
     let pg3 = run(&bin, 3, Some(&three.url), quick);
+    println!("load average after: {}", load_average());
     println!(
-        "{:<26} {:>10} {:>16} {:>16}",
-        "deployment", "turns/s", "SSE p50 (ms)", "SSE p99 (ms)"
+        "{:<26} {:>10} {:>16} {:>16} {:>16}",
+        "deployment", "turns/s", "SSE p50 (ms)", "SSE p99 (ms)", "SSE delivered"
     );
     for (name, f) in [
         ("SQLite, 1 process", &sqlite),
@@ -372,8 +383,11 @@ fn main() {
         ("PostgreSQL, 3 processes", &pg3),
     ] {
         println!(
-            "{name:<26} {:>10.0} {:>16.1} {:>16.1}",
-            f.turns_per_s, f.delivery_p50_ms, f.delivery_p99_ms
+            "{name:<26} {:>10.0} {:>16.1} {:>16.1} {:>16}",
+            f.turns_per_s,
+            f.delivery_p50_ms,
+            f.delivery_p99_ms,
+            format!("{}/{}", f.delivered, f.expected)
         );
     }
     println!(
@@ -382,4 +396,12 @@ fn main() {
         pg3.delivery_p99_ms / pg1.delivery_p99_ms,
         pg1.turns_per_s / sqlite.turns_per_s
     );
+}
+
+/// The machine's load (`/proc/loadavg`: 1, 5 and 15 minutes): the figures depend on what else
+/// runs on it.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }

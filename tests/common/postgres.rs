@@ -119,7 +119,7 @@ impl Cluster {
         self.tcp.then_some(self.port)
     }
 
-    fn start(tls: Option<&TlsServer>) -> Result<Cluster, String> {
+    fn start(tls: Option<&TlsServer>, durable: bool) -> Result<Cluster, String> {
         let bin = binaries()?;
         let owner = server_owner()?;
         let dir = tempfile::Builder::new()
@@ -171,9 +171,16 @@ impl Cluster {
             } else {
                 "-c listen_addresses=''"
             };
+            // Tests need no durability; a benchmark keeps what a crash must not break (fsync,
+            // full pages) and, like SQLite's synchronous=NORMAL, commits without waiting for the
+            // flush.
+            let durability = if durable {
+                "-c synchronous_commit=off"
+            } else {
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            };
             let options = format!(
-                "{listen} -k {} -p {} -c fsync=off -c synchronous_commit=off \
-                 -c full_page_writes=off -c max_connections=200",
+                "{listen} -k {} -p {} {durability} -c max_connections=200",
                 cluster.socket_dir().display(),
                 cluster.port
             );
@@ -374,13 +381,20 @@ extern "C" fn stop_shared_cluster() {
 
 /// A cluster of the caller's own (not shared with other tests), or `None` as for [`database`].
 pub fn own_cluster(test: &str) -> Option<Arc<Cluster>> {
-    started(test, Cluster::start(None))
+    started(test, Cluster::start(None, false))
+}
+
+/// Like [`own_cluster`], with the settings a crash must not break on (`fsync`,
+/// `full_page_writes`): for benchmarks. Commits still return before their flush
+/// (`synchronous_commit=off`), as SQLite's default `synchronous=NORMAL` does in WAL mode.
+pub fn durable_cluster(test: &str) -> Option<Arc<Cluster>> {
+    started(test, Cluster::start(None, true))
 }
 
 /// A cluster of the caller's own that also listens on 127.0.0.1 ([`Cluster::tcp_port`]), where
 /// it takes TLS connections only; `None` as for [`database`].
 pub fn tls_cluster(test: &str, tls: &TlsServer) -> Option<Arc<Cluster>> {
-    started(test, Cluster::start(Some(tls)))
+    started(test, Cluster::start(Some(tls), false))
 }
 
 fn started(test: &str, cluster: Result<Cluster, String>) -> Option<Arc<Cluster>> {
