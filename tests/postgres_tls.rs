@@ -312,8 +312,20 @@ fn verify_full_with_the_right_ca_serves_over_tls_and_shows_no_password() {
         text.contains("localhost"),
         "the log names the database:\n{text}"
     );
+    let start = poll_until("the start-up lines", Duration::from_secs(10), || {
+        let out = s.stdout();
+        out.contains("database: PostgreSQL").then_some(out)
+    });
+    assert!(
+        start.contains(&format!(
+            "database: PostgreSQL sessiond@localhost:{}/{} (sslmode=verify-full)",
+            tls.port(),
+            db.name
+        )),
+        "{start}"
+    );
     assert_no_password(&format!(
-        "{text}\n{health}\n{stdout}\n{stderr}\n{cli_out}\n{cli_err}"
+        "{start}\n{text}\n{health}\n{stdout}\n{stderr}\n{cli_out}\n{cli_err}"
     ));
     // `backup` prints a pg_dump line without the password.
     let (ok, out, err) = sessiond(&data_dir, &db.url, &["backup", "copy.db"]);
@@ -384,20 +396,40 @@ fn verify_ca_checks_the_chain_and_not_the_host_name() {
     );
 }
 
+/// `require` without a CA; the password as a `password=` option this time, which shows nowhere
+/// either.
 #[test]
 fn require_connects_without_a_ca() {
     let Some(tls) = tls() else { return };
     let mut db = postgres::Cluster::database(&tls.cluster, "require");
-    db.url = tls.url(&db, "127.0.0.1", "sslmode=require");
+    db.url = format!(
+        "postgresql://{}@127.0.0.1:{}/{}?sslmode=require&password={PASSWORD_IN_URL}",
+        postgres::USER,
+        tls.port(),
+        db.name
+    );
     let db = Arc::new(db);
     let dir = tempfile::tempdir().expect("tempdir");
     let data_dir = dir.path().join("data");
     share_database(&data_dir, &db);
-    let s = Server::start_in(&data_dir, &[]);
+    let log = dir.path().join("sessiond.log");
+    let s = Server::start_logged_in(&data_dir, &[("SESSIOND_LOG", Some("debug"))], &log);
     let id = s.create_prompt("hello");
     assert_eq!(s.wait_terminal(&id, 0)["event"]["type"], "complete");
     let c = connections(&db);
     assert!(!c.is_empty() && c.iter().all(|&(ssl, _)| ssl), "{c:?}");
+    let (status, health) = s.get(&s.url("/healthz"));
+    assert_eq!(status, 200, "{health}");
+    let start = poll_until("the start-up lines", Duration::from_secs(10), || {
+        let out = s.stdout();
+        out.contains("database: PostgreSQL").then_some(out)
+    });
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert_no_password(&format!("{start}\n{text}\n{health}"));
+    let (ok, out, err) = sessiond(&data_dir, &db.url, &["backup", "copy.db"]);
+    assert!(!ok && err.contains("pg_dump"), "{out}\n{err}");
+    assert!(err.contains("?sslmode=require'"), "{err}");
+    assert_no_password(&format!("{out}\n{err}"));
 }
 
 #[test]

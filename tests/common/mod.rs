@@ -112,6 +112,8 @@ pub struct Server {
     log: Option<PathBuf>,
     /// The server's PostgreSQL database (the PostgreSQL pass), kept across restarts.
     database: Option<Arc<postgres::Database>>,
+    /// What the server printed on stdout (its start-up lines), as it prints it.
+    stdout: Arc<Mutex<String>>,
 }
 
 /// Environment every test server starts with: the plain scripted engine (the tests pin its exact
@@ -374,10 +376,18 @@ impl Server {
                 .unwrap_or_else(|| panic!("unexpected start-up line: {line:?}"))
                 .to_owned();
         };
-        // Keep draining stdout so the child never blocks on a full pipe.
+        // Keep reading stdout so the child never blocks on a full pipe.
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let printed = Arc::clone(&stdout);
         std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = reader.read_to_string(&mut sink);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                printed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_str(&line);
+                line.clear();
+            }
         });
         Server {
             child: Some(child),
@@ -391,7 +401,16 @@ impl Server {
             env,
             log,
             database,
+            stdout,
         }
+    }
+
+    /// The lines the server printed on stdout after `sessiond listening on …` so far.
+    pub fn stdout(&self) -> String {
+        self.stdout
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The `--database` URL the server runs with (the PostgreSQL pass).
@@ -411,6 +430,7 @@ impl Server {
         self.child = fresh.child.take();
         self.base = std::mem::take(&mut fresh.base);
         self.metrics_url = std::mem::take(&mut fresh.metrics_url);
+        self.stdout = Arc::clone(&fresh.stdout);
     }
 
     pub fn kill9(&mut self) {
@@ -448,6 +468,7 @@ impl Server {
         self.child = fresh.child.take();
         self.base = std::mem::take(&mut fresh.base);
         self.metrics_url = std::mem::take(&mut fresh.metrics_url);
+        self.stdout = Arc::clone(&fresh.stdout);
     }
 
     /// The metrics exposition (Prometheus text format).
