@@ -190,7 +190,7 @@ fn make_certificates(dir: &Path) -> Result<(), String> {
 /// most); its exit status's success, stdout and stderr.
 fn sessiond(data_dir: &Path, url: &str, args: &[&str]) -> (bool, String, String) {
     std::fs::create_dir_all(data_dir).expect("data dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sessiond"))
+    let child = Command::new(env!("CARGO_BIN_EXE_sessiond"))
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--database", url])
@@ -256,6 +256,53 @@ fn connections(db: &postgres::Database) -> Vec<(bool, bool)> {
     .collect()
 }
 
+/// A server on `db` (whose URL the test set), with its debug log kept, that has run a turn.
+struct Served {
+    s: Server,
+    db: Arc<postgres::Database>,
+    data_dir: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    fn start(db: postgres::Database) -> Served {
+        let db = Arc::new(db);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data_dir = dir.path().join("data");
+        share_database(&data_dir, &db);
+        let log = dir.path().join("sessiond.log");
+        let s = Server::start_logged_in(&data_dir, &[("SESSIOND_LOG", Some("debug"))], &log);
+        let id = s.create_prompt("hello over TLS");
+        let terminal = s.wait_terminal(&id, 0);
+        assert_eq!(terminal["event"]["type"], "complete", "{terminal}");
+        Served {
+            s,
+            db,
+            data_dir,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// Its start-up lines (up to the database's), its log so far and `/healthz`: none may show
+    /// the password. The pg_dump line `backup` prints instead of a copy, likewise.
+    fn assert_no_password_shown(&self) -> (String, String) {
+        let (status, health) = self.s.get(&self.s.url("/healthz"));
+        assert_eq!(status, 200, "{health}");
+        let start = poll_until("the start-up lines", Duration::from_secs(10), || {
+            let out = self.s.stdout();
+            out.contains("database: PostgreSQL").then_some(out)
+        });
+        let log = std::fs::read_to_string(&self.log).expect("log");
+        assert_no_password(&format!("{start}\n{log}\n{health}"));
+        let (ok, out, err) = sessiond(&self.data_dir, &self.db.url, &["backup", "copy.db"]);
+        assert!(!ok && err.contains("pg_dump"), "{out}\n{err}");
+        assert_no_password(&format!("{out}\n{err}"));
+        (start, err)
+    }
+}
+
 #[test]
 fn verify_full_with_the_right_ca_serves_over_tls_and_shows_no_password() {
     let Some(tls) = tls() else { return };
@@ -266,35 +313,39 @@ fn verify_full_with_the_right_ca_serves_over_tls_and_shows_no_password() {
         "localhost",
         &format!("sslmode=verify-full&sslrootcert={}", ca.display()),
     );
-    let db = Arc::new(db);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data_dir = dir.path().join("data");
-    share_database(&data_dir, &db);
-    let log = dir.path().join("sessiond.log");
-    let s = Server::start_logged_in(&data_dir, &[("SESSIOND_LOG", Some("debug"))], &log);
-
-    let id = s.create_prompt("hello over TLS");
-    let terminal = s.wait_terminal(&id, 0);
-    assert_eq!(terminal["event"]["type"], "complete", "{terminal}");
-    let (status, health) = s.get(&s.url("/healthz"));
-    assert_eq!(status, 200, "{health}");
+    let served = Served::start(db);
     // Every connection is TLS (the server takes no other over TCP), the listener's included.
     let found = poll_until(
         "the pool's and the listener's connections",
         Duration::from_secs(30),
         || {
-            let c = connections(&db);
+            let c = connections(&served.db);
             (c.iter().any(|&(_, listening)| listening) && c.len() >= 2).then_some(c)
         },
     );
     assert!(found.iter().all(|&(ssl, _)| ssl), "{found:?}");
 
-    // The password shows nowhere: the log (debug), /healthz, a CLI's answer and refusal.
-    let (ok, stdout, stderr) = sessiond(&data_dir, &db.url, &["agent", "list"]);
-    assert!(ok, "{stdout}\n{stderr}");
-    let (ok, cli_out, cli_err) = sessiond(
-        &data_dir,
-        &db.url,
+    let (start, _) = served.assert_no_password_shown();
+    assert!(
+        start.contains(&format!(
+            "database: PostgreSQL sessiond@localhost:{}/{} (sslmode=verify-full)",
+            tls.port(),
+            served.db.name
+        )),
+        "{start}"
+    );
+    let log = std::fs::read_to_string(&served.log).expect("log");
+    assert!(
+        log.contains("localhost"),
+        "the log names the database:\n{log}"
+    );
+    // A CLI's answer and refusal, and a 404.
+    let (ok, out, err) = sessiond(&served.data_dir, &served.db.url, &["agent", "list"]);
+    assert!(ok, "{out}\n{err}");
+    assert_no_password(&format!("{out}\n{err}"));
+    let (ok, out, err) = sessiond(
+        &served.data_dir,
+        &served.db.url,
         &[
             "token",
             "create",
@@ -304,33 +355,11 @@ fn verify_full_with_the_right_ca_serves_over_tls_and_shows_no_password() {
             "sessions",
         ],
     );
-    assert!(!ok, "{cli_out}\n{cli_err}");
-    let (status, missing) = s.get(&s.sessions_url("/not-a-session"));
-    assert_eq!(status, 404, "{missing}");
-    let text = std::fs::read_to_string(&log).expect("log");
-    assert!(
-        text.contains("localhost"),
-        "the log names the database:\n{text}"
-    );
-    let start = poll_until("the start-up lines", Duration::from_secs(10), || {
-        let out = s.stdout();
-        out.contains("database: PostgreSQL").then_some(out)
-    });
-    assert!(
-        start.contains(&format!(
-            "database: PostgreSQL sessiond@localhost:{}/{} (sslmode=verify-full)",
-            tls.port(),
-            db.name
-        )),
-        "{start}"
-    );
-    assert_no_password(&format!(
-        "{start}\n{text}\n{health}\n{stdout}\n{stderr}\n{cli_out}\n{cli_err}"
-    ));
-    // `backup` prints a pg_dump line without the password.
-    let (ok, out, err) = sessiond(&data_dir, &db.url, &["backup", "copy.db"]);
-    assert!(!ok && err.contains("pg_dump"), "{out}\n{err}");
+    assert!(!ok, "{out}\n{err}");
     assert_no_password(&format!("{out}\n{err}"));
+    let (status, missing) = served.s.get(&served.s.sessions_url("/not-a-session"));
+    assert_eq!(status, 404, "{missing}");
+    assert_no_password(&missing.to_string());
 }
 
 #[test]
@@ -408,28 +437,11 @@ fn require_connects_without_a_ca() {
         tls.port(),
         db.name
     );
-    let db = Arc::new(db);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data_dir = dir.path().join("data");
-    share_database(&data_dir, &db);
-    let log = dir.path().join("sessiond.log");
-    let s = Server::start_logged_in(&data_dir, &[("SESSIOND_LOG", Some("debug"))], &log);
-    let id = s.create_prompt("hello");
-    assert_eq!(s.wait_terminal(&id, 0)["event"]["type"], "complete");
-    let c = connections(&db);
+    let served = Served::start(db);
+    let c = connections(&served.db);
     assert!(!c.is_empty() && c.iter().all(|&(ssl, _)| ssl), "{c:?}");
-    let (status, health) = s.get(&s.url("/healthz"));
-    assert_eq!(status, 200, "{health}");
-    let start = poll_until("the start-up lines", Duration::from_secs(10), || {
-        let out = s.stdout();
-        out.contains("database: PostgreSQL").then_some(out)
-    });
-    let text = std::fs::read_to_string(&log).expect("log");
-    assert_no_password(&format!("{start}\n{text}\n{health}"));
-    let (ok, out, err) = sessiond(&data_dir, &db.url, &["backup", "copy.db"]);
-    assert!(!ok && err.contains("pg_dump"), "{out}\n{err}");
-    assert!(err.contains("?sslmode=require'"), "{err}");
-    assert_no_password(&format!("{out}\n{err}"));
+    let (_, backup) = served.assert_no_password_shown();
+    assert!(backup.contains("?sslmode=require'"), "{backup}");
 }
 
 #[test]
