@@ -373,6 +373,18 @@ mod tests {
     }
 
     #[test]
+    fn text_holding_nul_is_written_with_the_replacement_character() {
+        let text = |t: &[u8]| {
+            let mut out = BytesMut::new();
+            put_text(&mut out, t);
+            String::from_utf8(out.to_vec()).expect("UTF-8")
+        };
+        assert_eq!(text(b"plain"), "plain");
+        assert_eq!(text(b"\0a\0\0b\0"), "\u{FFFD}a\u{FFFD}\u{FFFD}b\u{FFFD}");
+        assert_eq!(text(b""), "");
+    }
+
+    #[test]
     fn numeric_sums_read_as_integers() {
         // 123456789 = 1·10000² + 2345·10000 + 6789
         let b = numeric_bytes(2, 0, 0, &[1, 2345, 6789]);
