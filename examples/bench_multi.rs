@@ -46,14 +46,24 @@ fn die(what: &str, e: impl std::fmt::Display) -> ! {
 
 /// The server binary of this build's profile, built first: `cargo run --example` builds the
 /// example, not the binary, and a binary left from an older build would be measured instead.
+/// The binary is built with the example, as `cargo run --example` builds, so that both see the
+/// same features (an example's build enables the dev-dependencies' features too): built alone,
+/// it would be built again with other features, and the next `cargo run` again.
 fn binary() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let exe = std::env::current_exe().unwrap_or_else(|e| die("current exe", e));
     let release = exe.to_string_lossy().contains("/release/");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "--bin", "sessiond"])
-        .current_dir(root);
+    cmd.args([
+        "build",
+        "--quiet",
+        "--bin",
+        "sessiond",
+        "--example",
+        "bench_multi",
+    ])
+    .current_dir(root);
     if release {
         cmd.arg("--release");
     }
