@@ -55,6 +55,22 @@ fn binary() -> PathBuf {
     let release = exe.to_string_lossy().contains("/release/");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
+    // What `cargo run` sets for the program it runs would, seen by this build, make it build
+    // again what the outer cargo built (a build script that reads CARGO_MANIFEST_DIR, ring's).
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_MANIFEST_")
+            || name.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&&*name)
+        {
+            cmd.env_remove(&*name);
+        }
+    }
     cmd.args([
         "build",
         "--quiet",
