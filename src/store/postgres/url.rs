@@ -279,11 +279,12 @@ impl<'a> Parts<'a> {
 
 /// `url` with every secret in it replaced by `***`: the password of its user-info and the value
 /// of a `password` or `sslpassword` option (its name in any case, percent-encoded or not). What
-/// is not a URL is shown as `***` whole, since nothing says which part of it is secret.
+/// is not a URL (a path, or libpq's `key=value` form, which sessiond does not take) is shown with
+/// the value of each `password=` and `sslpassword=` keyword replaced.
 pub fn redact(url: &str) -> String {
     match Parts::of(url) {
         Some(parts) => parts.rebuild(|_| Some("***".into())),
-        None => "***".into(),
+        None => keywords(url).0,
     }
 }
 
@@ -292,24 +293,78 @@ pub fn redact(url: &str) -> String {
 pub fn without_password(url: &str) -> String {
     match Parts::of(url) {
         Some(parts) => parts.rebuild(|_| None),
-        None => "***".into(),
+        None => keywords(url).0,
     }
 }
 
 /// `text` with every secret of `url` — as written in it and percent-decoded — replaced by `***`.
 pub fn scrub(url: &str, text: &str) -> String {
-    let Some(parts) = Parts::of(url) else {
-        return if url.is_empty() {
-            text.to_owned()
-        } else {
-            text.replace(url, "***")
-        };
+    let secrets = match Parts::of(url) {
+        Some(parts) => parts.secrets(),
+        None => keywords(url).1,
     };
-    let mut out = text.replace(url, &redact(url));
-    for secret in parts.secrets() {
+    let mut out = if url.is_empty() {
+        text.to_owned()
+    } else {
+        text.replace(url, &redact(url))
+    };
+    for secret in secrets {
         out = out.replace(&secret, "***");
     }
     out
+}
+
+/// libpq's `key=value` form: `text` with the value of each secret keyword replaced by `***`
+/// (quoted or not, blanks around `=` allowed), and those values, longest first.
+fn keywords(text: &str) -> (String, Vec<String>) {
+    let mut out = String::with_capacity(text.len());
+    let mut secrets = Vec::new();
+    let mut rest = text;
+    let mut at_word_start = true;
+    while !rest.is_empty() {
+        let key = SECRET_OPTIONS.iter().rev().find(|k| {
+            at_word_start && rest.len() >= k.len() && rest[..k.len()].eq_ignore_ascii_case(k)
+        });
+        if let Some(key) = key {
+            let after_key = &rest[key.len()..];
+            let eq = after_key.trim_start();
+            if let Some(value) = eq.strip_prefix('=') {
+                let value = value.trim_start();
+                let len = if let Some(quoted) = value.strip_prefix('\'') {
+                    let mut end = quoted.len();
+                    let mut escaped = false;
+                    for (i, c) in quoted.char_indices() {
+                        match c {
+                            '\\' if !escaped => escaped = true,
+                            '\'' if !escaped => {
+                                end = i + 1;
+                                break;
+                            }
+                            _ => escaped = false,
+                        }
+                    }
+                    1 + end
+                } else {
+                    value.find(char::is_whitespace).unwrap_or(value.len())
+                };
+                out.push_str(&rest[..rest.len() - value.len()]);
+                out.push_str("***");
+                let secret = value[..len].trim_matches('\'');
+                if !secret.is_empty() {
+                    secrets.push(secret.to_owned());
+                }
+                rest = &value[len..];
+                at_word_start = false;
+                continue;
+            }
+        }
+        let c = rest.chars().next().unwrap_or(' ');
+        at_word_start = c.is_whitespace();
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    (out, secrets)
 }
 
 impl DatabaseUrl {
@@ -586,7 +641,29 @@ mod tests {
             assert!(!said.contains("s3c"), "{said}");
             assert!(said.contains(shown), "{said}");
         }
-        assert_eq!(redact("not a url with a s3cret"), "***");
+        assert_eq!(redact("/var/lib/sessiond.db"), "/var/lib/sessiond.db");
+        for (conninfo, shown) in [
+            (
+                "host=db password=s3cret user=app",
+                "host=db password=*** user=app",
+            ),
+            (
+                "host=db PassWord = 's3c ret' user=app",
+                "host=db PassWord = *** user=app",
+            ),
+            (
+                "host=db sslpassword='it\\'s' x=1",
+                "host=db sslpassword=*** x=1",
+            ),
+            ("mypassword=visible", "mypassword=visible"),
+        ] {
+            assert_eq!(redact(conninfo), shown, "{conninfo}");
+            assert_eq!(without_password(conninfo), shown, "{conninfo}");
+            assert_eq!(
+                scrub(conninfo, &format!("{conninfo} refused")),
+                format!("{shown} refused")
+            );
+        }
         let url = "postgres://app:s3cr%21t@db.example/x?sslpassword=k3y%20word";
         assert_eq!(
             scrub(
