@@ -21,6 +21,7 @@
 
 pub mod acp;
 pub mod agentex;
+pub mod claims;
 pub mod directory;
 mod error;
 pub mod health;
@@ -281,7 +282,7 @@ impl Store {
     /// Runs `f` inside a write transaction; resolves after COMMIT. On SQLite `f` runs on the
     /// writer thread inside the current batch; on PostgreSQL on a blocking thread, as a
     /// transaction of its own.
-    pub(crate) async fn write<T, F>(&self, f: F) -> Result<T>
+    async fn write<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
