@@ -985,7 +985,7 @@ impl Schedules {
         };
         // Every check is made in the transaction, after the session's rows are in place but
         // before the commit: an error there creates nothing.
-        let advance: ScheduleAdvance = Box::new(move |current: ScheduleRow, now: i64| {
+        let advance: ScheduleAdvance = std::sync::Arc::new(move |current: ScheduleRow, now: i64| {
             Ok(match fire {
                 Fire::Tick { next, .. } => {
                     if current != expected || current.paused {

@@ -113,12 +113,16 @@ pub enum ScheduleCreator {
 }
 
 /// The schedule as a run moves it on, from the row as the transaction reads it and the
-/// transaction's time; an error refuses the run (nothing is created).
-pub type ScheduleAdvance = Box<
-    dyn FnOnce(super::schedules::ScheduleRow, i64) -> Result<super::schedules::ScheduleRow> + Send,
+/// transaction's time; an error refuses the run (nothing is created). Shared, so that a unit of
+/// work run again (PostgreSQL, after a lost lock race) moves the schedule from what it reads then.
+pub type ScheduleAdvance = std::sync::Arc<
+    dyn Fn(super::schedules::ScheduleRow, i64) -> Result<super::schedules::ScheduleRow>
+        + Send
+        + Sync,
 >;
 
 /// What another API family records about a session it opens, in the same transaction.
+#[derive(Clone)]
 pub enum OpenLink {
     /// An agent platform task. With a `name`, a task of that name is found instead of created
     /// (refused when it is another agent's or deployment's; its params replaced when given).
