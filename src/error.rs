@@ -8,9 +8,9 @@
 //! OS errors here): a full disk is `storage_full` (507), any other fault of the database or the
 //! data dir `storage_unavailable` (503); both are the operator's problem and pass once it is
 //! fixed, so clients may retry. A write that kept losing lock races with concurrent transactions
-//! after the store's own retries is `storage_busy` (503, `Retry-After: 1`). A write that lost a race on a uniqueness rule is
-//! [`Error::ConstraintRace`] (409), never a fault. Only what is left (a failed query that is a
-//! bug) is `internal`.
+//! after the store's own retries is `storage_busy` (503, `Retry-After: 1`). A write that lost a
+//! race on a uniqueness rule is [`Error::ConstraintRace`] (409), never a fault. Only what is left
+//! (a failed query that is a bug) is `internal`.
 
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, ResponseError};

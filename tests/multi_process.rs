@@ -470,7 +470,9 @@ fn a_write_that_loses_a_deadlock_runs_again_and_both_commit() {
         return;
     };
     let s = &d.servers[0];
-    let alias = s.url(&format!("/v1/ws/{WS}/agents/root/sessions/default/messages"));
+    let alias = s.url(&format!(
+        "/v1/ws/{WS}/agents/root/sessions/default/messages"
+    ));
     let (status, first) = s.post(&alias, &json!({"prompt": "/reply first"}));
     assert_eq!(status, 200, "{first}");
     let id = first["session"]["sessionId"]
@@ -553,6 +555,10 @@ fn a_write_that_loses_a_deadlock_runs_again_and_both_commit() {
         .filter(|e| etype(e) == "prompt_submitted")
         .map(|e| e["event"]["prompt"].as_str().unwrap_or("").to_owned())
         .collect();
-    assert_eq!(prompts, ["/reply first", "/reply second"], "the message, once");
+    assert_eq!(
+        prompts,
+        ["/reply first", "/reply second"],
+        "the message, once"
+    );
     assert_gapless(&id, &s.history_all(&id));
 }

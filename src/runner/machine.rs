@@ -361,7 +361,12 @@ fn activity(stored: &StoredMachine<'_>) -> Option<String> {
         .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned))
 }
 
-fn moved(m: &MachineState, activity: &str, wake_at: Option<i64>, prompt: Option<String>) -> Option<MachineMove> {
+fn moved(
+    m: &MachineState,
+    activity: &str,
+    wake_at: Option<i64>,
+    prompt: Option<String>,
+) -> Option<MachineMove> {
     Some(MachineMove {
         // A state of strings and maps always serialises.
         state: serde_json::to_value(m).ok()?,
@@ -371,7 +376,12 @@ fn moved(m: &MachineState, activity: &str, wake_at: Option<i64>, prompt: Option<
 }
 
 impl MachineRules for Rules {
-    fn step_starts(&self, stored: StoredMachine<'_>, input: QueueKind, now: i64) -> Option<MachineMove> {
+    fn step_starts(
+        &self,
+        stored: StoredMachine<'_>,
+        input: QueueKind,
+        now: i64,
+    ) -> Option<MachineMove> {
         let mut m = live(&stored)?;
         let paused = matches!(activity(&stored).as_deref(), Some("waiting" | "sleeping"));
         let step = match input {

@@ -18,10 +18,10 @@ use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, T
 use crate::error::{Error, Result};
 use crate::metrics::METRICS;
 use crate::projection;
-use crate::store::projections::TurnStatus;
 use crate::store::claims::{
     ClaimedTurn as Claim, LostTerminal, LostTurn, Settled, TurnTerminal, turn_state,
 };
+use crate::store::projections::TurnStatus;
 use crate::store::turns::{AutoTitle, Fence, TaskEnd, TaskKind};
 use crate::store::{self, QueueKind, SessionKey, Store};
 use crate::timeline::{
@@ -47,7 +47,6 @@ impl Outcome {
         }
     }
 
-    /// The claim met a storage fault (nothing changed): look for the session's work again later.
     /// After a terminal, what the store found queued.
     fn settled(key: SessionKey, s: Settled) -> Outcome {
         Outcome {
@@ -57,6 +56,7 @@ impl Outcome {
         }
     }
 
+    /// The claim met a storage fault (nothing changed): look for the session's work again later.
     fn retry_later(key: SessionKey) -> Outcome {
         Outcome {
             key: Some(key),

@@ -482,7 +482,14 @@ fn settle(tx: &mut Tx<'_>, key: &SessionKey, turn_status: TurnStatus) -> Result<
         .filter(|p| p.not_before > now)
         .map(|p| p.not_before)
         .min();
-    tx.set_turn(key, if more { TurnStatus::Running } else { turn_status })?;
+    tx.set_turn(
+        key,
+        if more {
+            TurnStatus::Running
+        } else {
+            turn_status
+        },
+    )?;
     Ok(Settled { more, next_due })
 }
 

@@ -338,9 +338,11 @@ impl Store {
         match &self.inner.backend {
             Backend::Sqlite(db) => db.writer.write_blocking(f),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.write(&self.inner.bus, &self.inner.health, None, move |tx| {
-                (f.clone())(tx)
-            }),
+            Backend::Postgres(pg) => {
+                pg.write(&self.inner.bus, &self.inner.health, None, move |tx| {
+                    (f.clone())(tx)
+                })
+            }
         }
     }
 

@@ -322,14 +322,7 @@ impl Tx<'_> {
             }
             None => row.tier,
         };
-        let seq = self.append_prompt(
-            workspace_id,
-            key,
-            m,
-            None,
-            InputKind::Message,
-            tier,
-        )?;
+        let seq = self.append_prompt(workspace_id, key, m, None, InputKind::Message, tier)?;
         if !row.turn_active {
             self.set_turn(key, TurnStatus::Running)?;
         } else if m.behavior == Behavior::FollowUp {

@@ -66,10 +66,10 @@ impl From<PostgresError> for Error {
 /// [`Error::StorageBusy`] (503 `storage_busy`).
 pub(crate) const WRITE_ATTEMPTS: u32 = 6;
 
-/// The wait before attempt `attempt + 1`: 5 ms doubling up to 160 ms, each drawn at random from
+/// The wait before attempt `attempt + 1`: 5 ms doubling up to 80 ms, each drawn at random from
 /// its upper half, so that transactions that collided do not collide again in step.
 fn retry_backoff(attempt: u32) -> std::time::Duration {
-    let ceiling = 5u64 << attempt.saturating_sub(1).min(5);
+    let ceiling = 5u64 << attempt.saturating_sub(1).min(4);
     let mut b = [0u8; 8];
     let draw = getrandom::fill(&mut b).map_or(0, |()| u64::from_le_bytes(b));
     std::time::Duration::from_millis(ceiling / 2 + draw % (ceiling / 2 + 1))
@@ -294,5 +294,29 @@ impl PgBackend {
     pub(crate) fn close(&self) {
         self.stop.send_replace(true);
         self.db.pool().close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_waits_are_short_jittered_and_bounded() {
+        let mut seen = std::collections::BTreeSet::new();
+        for attempt in 1..WRITE_ATTEMPTS + 4 {
+            let ceiling = 5u64 << (attempt - 1).min(4);
+            for _ in 0..50 {
+                let ms = retry_backoff(attempt).as_millis() as u64;
+                assert!(
+                    (ceiling / 2..=ceiling).contains(&ms),
+                    "attempt {attempt}: {ms} ms"
+                );
+                seen.insert((attempt, ms));
+            }
+        }
+        assert!(retry_backoff(100) <= std::time::Duration::from_millis(80));
+        // Drawn, not fixed: the later attempts' waits vary.
+        assert!(seen.iter().filter(|(a, _)| *a == 5).count() > 1, "{seen:?}");
     }
 }

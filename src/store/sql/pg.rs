@@ -373,10 +373,7 @@ mod tests {
             class(Some("23505")),
             CrateError::ConstraintRace(_)
         ));
-        assert!(matches!(
-            class(Some("53100")),
-            CrateError::StorageFull(_)
-        ));
+        assert!(matches!(class(Some("53100")), CrateError::StorageFull(_)));
         assert!(matches!(
             class(Some("57P01")),
             CrateError::StorageUnavailable(_)
