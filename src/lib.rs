@@ -17,6 +17,7 @@ pub mod error;
 pub mod hast;
 pub mod ids;
 pub mod metrics;
+pub mod nul;
 pub mod process;
 pub mod projection;
 pub mod request_id;

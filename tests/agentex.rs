@@ -142,6 +142,17 @@ fn json_rpc_errors_have_standard_codes_and_echo_the_id() {
             -32602,
             json!(16),
         ),
+        // U+0000 in any text is refused on every backend (PostgreSQL's text cannot hold it).
+        (
+            r#"{"id": 17, "method": "task/create", "params": {"name": "a\u0000b"}}"#,
+            -32602,
+            json!(17),
+        ),
+        (
+            r#"{"id": 18, "method": "message/send", "params": {"content": {"type": "text", "author": "user", "content": "\u0000"}}}"#,
+            -32602,
+            json!(18),
+        ),
     ] {
         let (status, ct, text) = rpc_raw(&s, &agent, body);
         assert_eq!(status, 200, "{body} -> {status} {text}");
@@ -149,10 +160,38 @@ fn json_rpc_errors_have_standard_codes_and_echo_the_id() {
         assert_eq!(text.matches('\n').count(), 1, "{body}: one line: {text:?}");
         let v: Value = serde_json::from_str(&text).expect("JSON");
         assert_rpc_error(&v, code, &id);
+        if body.contains("u0000") {
+            assert!(
+                text.contains("U+0000"),
+                "{body}: the refusal says why: {text}"
+            );
+        }
     }
     // Nothing was created by any of them.
     let (_, tasks) = s.get(&agentex(&s, &format!("/tasks?agent_id={agent}")));
     assert_eq!(tasks, json!([]));
+}
+
+/// Get-or-create by name under contention: eight calls at once make one task, and every call
+/// answers with it (on PostgreSQL the losers of the name's uniqueness rule find the winner's).
+#[test]
+fn concurrent_task_creates_by_name_make_one_task() {
+    let s = Server::start();
+    let agent = register(&s, "racing");
+    let body = json!({"id": 1, "method": "task/create", "params": {"name": "the-one"}});
+    let answers: Vec<Value> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| rpc(&s, &agent, &body)))
+            .collect();
+        calls.into_iter().map(|c| c.join().expect("call")).collect()
+    });
+    let ids: std::collections::BTreeSet<&str> = answers
+        .iter()
+        .map(|a| a["result"]["id"].as_str().unwrap_or_else(|| panic!("{a}")))
+        .collect();
+    assert_eq!(ids.len(), 1, "{answers:?}");
+    let (_, tasks) = s.get(&agentex(&s, &format!("/tasks?agent_id={agent}")));
+    assert_eq!(tasks.as_array().map(Vec::len), Some(1), "{tasks}");
 }
 
 #[test]

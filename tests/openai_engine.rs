@@ -184,6 +184,35 @@ fn a_reply_streams_as_deltas_and_is_stored_once_complete() {
     }
 }
 
+/// A model that emits U+0000 cannot fail the turn's writes or poison the timeline's later reads
+/// (PostgreSQL's text cannot hold it): it is kept as U+FFFD, on every backend alike.
+#[test]
+fn a_nul_in_the_models_output_is_stored_as_the_replacement_character() {
+    let fake = FakeOpenAi::start();
+    let s = server(&fake, json!({}));
+    fake.push(Reply::Stream {
+        chunks: vec![
+            content_chunk("before\u{0}"),
+            content_chunk("after"),
+            finish_chunk("stop"),
+        ],
+        delay: Duration::from_millis(0),
+        end: End::Done,
+    });
+    let id = create(&s, json!({"prompt": "hi"}));
+    wait_terminals(&s, &id, 1);
+    let events = history(&s, &id);
+    assert_eq!(last_terminal(&events)["type"], "complete");
+    let texts = steps(&events, "text");
+    assert_eq!(texts.len(), 1);
+    assert_eq!(texts[0]["text"], "before\u{FFFD}after");
+    assert_eq!(last_terminal(&events)["result"], "before\u{FFFD}after");
+    // The session's other reads stay whole.
+    let (st, v) = s.get(&s.url(&format!("/v2/sessions/{id}")));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.detail(&id)["turnStatus"], "complete");
+}
+
 #[test]
 fn reasoning_is_stored_before_the_text() {
     let fake = FakeOpenAi::start();

@@ -968,6 +968,73 @@ fn bad_input_is_refused_and_changes_nothing_inv9() {
             Some("archived"),
         ),
     ];
+    // U+0000 in any text: refused on every backend alike (PostgreSQL's text cannot hold it).
+    let nul = "U+0000";
+    cases.extend([
+        case(
+            "create: NUL in the prompt",
+            post.clone(),
+            create.clone(),
+            json!({"prompt": "a\u{0}b"}),
+            400,
+            bad,
+            Some(nul),
+        ),
+        case(
+            "message: NUL in the prompt",
+            post.clone(),
+            msg.clone(),
+            json!({"prompt": "\u{0}", "clientRequestId": new_uuid()}),
+            400,
+            bad,
+            Some(nul),
+        ),
+        case(
+            "note: NUL after an escaped backslash",
+            post.clone(),
+            note.clone(),
+            r#"{"note": "x\\\u0000"}"#,
+            400,
+            bad,
+            Some(nul),
+        ),
+        case(
+            "title: NUL",
+            Method::PATCH,
+            title.clone(),
+            json!({"title": "t\u{0}"}),
+            400,
+            bad,
+            Some(nul),
+        ),
+        case(
+            "child: NUL in a key",
+            post.clone(),
+            child.clone(),
+            json!({"prompt": "x", "metadata\u{0}": 1}),
+            400,
+            bad,
+            Some(nul),
+        ),
+        case(
+            "NUL in a path segment",
+            Method::GET,
+            s.sessions_url(&format!("/{id}%00")),
+            "",
+            400,
+            bad,
+            Some(nul),
+        ),
+        case(
+            "NUL in a query",
+            Method::GET,
+            s.sessions_url("?q=a%00b"),
+            "",
+            400,
+            bad,
+            Some(nul),
+        ),
+    ]);
     for (name, url) in [
         ("create: cwd ../x", create.clone()),
         ("child: cwd ../x", child.clone()),
@@ -984,6 +1051,23 @@ fn bad_input_is_refused_and_changes_nothing_inv9() {
         });
     }
     run_cases(&s, &id, cases);
+}
+
+/// Text that only looks like U+0000 — the six characters `\u0000`, a JSON `"\\u0000"` — is
+/// text like any other: kept verbatim, on every backend.
+#[test]
+fn the_six_characters_backslash_u0000_are_kept_verbatim() {
+    let s = Server::start();
+    let prompt = r"print('\u0000') and C:\u0000\";
+    let id = s.create_prompt(prompt);
+    s.wait_terminal(&id, 1);
+    let events = s.history_all(&id);
+    let submitted = events
+        .iter()
+        .find(|e| e["event"]["type"] == "prompt_submitted")
+        .expect("the prompt");
+    assert_eq!(submitted["event"]["prompt"], prompt);
+    assert_eq!(s.detail(&id)["title"], prompt);
 }
 
 /// Invariant 9: bodies over `limits.max_body_bytes` are 413 `payload_too_large` (with and without

@@ -213,14 +213,25 @@ pub async fn get_or_create(
         engine: target.deployment.map(|d| d.engine.clone()),
         first,
     };
-    let link = OpenLink::AgentexTask {
+    let link = || OpenLink::AgentexTask {
         name: t.name.clone(),
-        params,
-        task_metadata: metadata,
+        params: params.clone(),
+        task_metadata: metadata.clone(),
         agent_id: target.agent.id.clone(),
-        deployment_id,
+        deployment_id: deployment_id.clone(),
     };
-    match sessions.open(actor, input, link).await? {
+    let opened = match sessions.open(actor, input.clone(), link()).await {
+        // Two calls creating one name at once, where writers do not take turns (several
+        // processes on PostgreSQL): the loser of the name's uniqueness rule runs again and
+        // finds the winner's task, as if it had come second.
+        Err(Error::ConstraintRace(_) | Error::Conflict("task_name_taken", _))
+            if t.name.is_some() =>
+        {
+            sessions.open(actor, input, link()).await?
+        }
+        other => other?,
+    };
+    match opened {
         Opened::Found(found) => {
             let found = reload(sessions, found.pk).await?;
             Ok((found, false, None))

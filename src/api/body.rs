@@ -85,14 +85,29 @@ pub fn require_json(req: &HttpRequest) -> Result<()> {
     }
 }
 
-/// A JSON request body's bytes: the type checked (415), then read like [`read_limited`].
+/// A JSON request body's bytes: the type checked (415), then read like [`read_limited`], and
+/// refused when its text holds U+0000 ([`refuse_nul`]).
 pub async fn json_bytes(
     req: &HttpRequest,
     payload: web::Payload,
     limit: usize,
 ) -> Result<web::BytesMut> {
     require_json(req)?;
-    read_limited(req, payload, limit).await
+    let bytes = read_limited(req, payload, limit).await?;
+    refuse_nul(&bytes)?;
+    Ok(bytes)
+}
+
+/// What a request holding U+0000 is told.
+pub const NUL_REFUSED: &str = "text may not contain U+0000 (NUL)";
+
+/// Refuses a JSON text whose strings hold U+0000 (see [`crate::nul`]), before anything is
+/// written, on every backend alike.
+pub fn refuse_nul(json: &[u8]) -> Result<()> {
+    if crate::nul::escaped_in(json) {
+        return Err(Error::invalid(NUL_REFUSED));
+    }
+    Ok(())
 }
 
 /// A JSON body checked against its seed schema, decoded into `T`; the raw value is kept for the

@@ -1,5 +1,6 @@
 //! What every routed request goes through: its request id, its log span, its metrics, and JSON
-//! bodies for errors the framework answers on its own (a path or query that does not decode).
+//! bodies for errors the framework answers on its own (a path or query that does not decode, or
+//! that holds U+0000).
 //!
 //! The request id is the client's `X-Request-Id` when it is a short token, else a new UUIDv7; it
 //! is returned as `X-Request-Id`, names the request's log span (so JSON logs carry it), and is
@@ -20,6 +21,13 @@ use tracing::Instrument;
 use crate::metrics::METRICS;
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Whether the path or query holds a percent-encoded U+0000 (`%00`): refused before routing, as a
+/// body holding one is ([`super::body::refuse_nul`]), so no handler sees it.
+fn nul_in_uri(uri: &actix_web::http::Uri) -> bool {
+    uri.path_and_query()
+        .is_some_and(|pq| pq.as_str().as_bytes().windows(3).any(|w| w == b"%00"))
+}
 
 /// The id of the request being handled on this task, if any.
 pub fn current_request_id() -> Option<String> {
@@ -82,9 +90,15 @@ pub async fn observe(
     let span =
         tracing::info_span!("request", request_id = %id, method = %method, path = %req.path());
     // (The request cannot be kept aside: routing needs it unshared.)
-    let res = crate::request_id::scope(id.clone(), next.call(req).instrument(span.clone()))
-        .await?
-        .map_into_boxed_body();
+    let res = if nul_in_uri(req.uri()) {
+        use actix_web::ResponseError;
+        let refusal = crate::error::Error::invalid(super::body::NUL_REFUSED).error_response();
+        req.into_response(refusal)
+    } else {
+        crate::request_id::scope(id.clone(), next.call(req).instrument(span.clone()))
+            .await?
+            .map_into_boxed_body()
+    };
     let route = res
         .request()
         .match_pattern()

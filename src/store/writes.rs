@@ -299,8 +299,14 @@ impl Tx<'_> {
 
     /// Appends one durable event: next seq, projection counters, and a bus frame after COMMIT.
     pub fn append(&mut self, key: &SessionKey, event: &Event) -> Result<u64> {
-        let body = serde_json::to_string(event)
-            .map_err(|e| Error::Internal(format!("cannot encode event: {e}")))?;
+        let encode = |e: serde_json::Error| Error::Internal(format!("cannot encode event: {e}"));
+        let mut body = serde_json::to_string(event).map_err(encode)?;
+        if crate::nul::escaped_in(body.as_bytes()) {
+            // Only an engine's output can hold one (requests holding it are refused).
+            let mut value: serde_json::Value = serde_json::from_str(&body).map_err(encode)?;
+            crate::nul::replace_in(&mut value);
+            body = value.to_string();
+        }
         self.append_raw(key, event.type_name(), &body, !event.is_input())
     }
 

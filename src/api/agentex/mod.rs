@@ -74,6 +74,7 @@ pub async fn json_body<T: DeserializeOwned>(
 ) -> Result<T> {
     let bytes =
         body::read_limited(req, payload, state.sessions.config().limits.max_body_bytes).await?;
+    body::refuse_nul(&bytes)?;
     let raw: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {

@@ -348,6 +348,9 @@ pub async fn handle(
         deployment: deployment.as_ref(),
     };
     let id = call.id.clone();
+    if let Err(e) = body::refuse_nul(&bytes) {
+        return Ok(answer(&from_error(&id, &e)));
+    }
     let platform = req.app_data::<web::Data<Platform>>().cloned();
     let platform = platform.as_ref().map(|p| p.get_ref());
     if call.method == "message/send" {

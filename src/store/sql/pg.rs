@@ -136,6 +136,23 @@ impl Statement<'_> {
     }
 }
 
+/// Text for a `text` parameter. PostgreSQL's text cannot hold U+0000; requests holding it are
+/// refused and events have it replaced before they get here (see [`crate::nul`]), and any other
+/// text that still holds one is written with U+FFFD in its place rather than failing the write.
+fn put_text(out: &mut BytesMut, t: &[u8]) {
+    if !t.contains(&0) {
+        return out.put_slice(t);
+    }
+    let mut utf8 = [0; 4];
+    let replacement = crate::nul::REPLACEMENT.encode_utf8(&mut utf8).as_bytes();
+    for (i, part) in t.split(|&b| b == 0).enumerate() {
+        if i > 0 {
+            out.put_slice(replacement);
+        }
+        out.put_slice(part);
+    }
+}
+
 fn is_text(ty: &Type) -> bool {
     matches!(
         *ty,
@@ -188,14 +205,14 @@ impl tokio_postgres::types::ToSql for Param<'_> {
                     let i: i64 = std::str::from_utf8(t)?.trim().parse()?;
                     return Param(ValueRef::Integer(i)).to_sql(ty, out);
                 }
-                _ if is_text(ty) => out.put_slice(t),
+                _ if is_text(ty) => put_text(out, t),
                 _ => return Err(mismatch("text").into()),
             },
             ValueRef::Blob(b) => match *ty {
                 Type::BYTEA => out.put_slice(b),
                 _ if is_text(ty) => {
                     std::str::from_utf8(b)?;
-                    out.put_slice(b)
+                    put_text(out, b)
                 }
                 _ => return Err(mismatch("a blob").into()),
             },
@@ -380,6 +397,18 @@ mod tests {
         ));
         assert!(matches!(class(None), CrateError::StorageUnavailable(_)));
         assert!(matches!(class(Some("42P01")), CrateError::Storage(_)));
+    }
+
+    #[test]
+    fn text_holding_nul_is_written_with_the_replacement_character() {
+        let text = |t: &[u8]| {
+            let mut out = BytesMut::new();
+            put_text(&mut out, t);
+            String::from_utf8(out.to_vec()).expect("UTF-8")
+        };
+        assert_eq!(text(b"plain"), "plain");
+        assert_eq!(text(b"\0a\0\0b\0"), "\u{FFFD}a\u{FFFD}\u{FFFD}b\u{FFFD}");
+        assert_eq!(text(b""), "");
     }
 
     #[test]
