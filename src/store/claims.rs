@@ -559,3 +559,115 @@ fn end_lost(
     }
     settle(tx, key, TurnStatus::Interrupted).map(Some)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::Bus;
+    use crate::config::StoreConfig;
+    use crate::store::sql::params;
+    use crate::store::{NewSession, Store};
+
+    /// Rules for sessions without a machine.
+    struct NoMachine;
+
+    impl MachineRules for NoMachine {
+        fn step_starts(&self, _: StoredMachine<'_>, _: QueueKind, _: i64) -> Option<MachineMove> {
+            None
+        }
+
+        fn step_ends(
+            &self,
+            _: StoredMachine<'_>,
+            _: StepEnd,
+            _: Option<&str>,
+            _: Option<i64>,
+            _: i64,
+        ) -> Option<MachineMove> {
+            None
+        }
+
+        fn step_running(&self, _: StoredMachine<'_>) -> bool {
+            false
+        }
+    }
+
+    /// A queued input whose kind, behaviour or tier the store does not know (written by
+    /// something else, or a newer sessiond) fails the claim with an error and changes nothing;
+    /// a known one is claimed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unknown_stored_queue_value_fails_the_claim_and_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(
+            &dir.path().join("store.db"),
+            &StoreConfig::default(),
+            Bus::new(64, 64),
+        )
+        .expect("open store");
+        let key = store
+            .write(|tx| {
+                let ws = tx.ensure_workspace("w", "W")?;
+                let agent: String = tx.conn.query_row(
+                    "SELECT id FROM agents WHERE workspace_id = ?1",
+                    [&ws],
+                    |r| r.get(0),
+                )?;
+                let id = crate::ids::new_id();
+                tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))
+            })
+            .await
+            .expect("insert session");
+        let queue = |kind: &'static str, behavior: &'static str, tier: Option<&'static str>| {
+            let k = key.clone();
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |tx| {
+                        tx.conn
+                            .execute("DELETE FROM pending_inputs WHERE session_pk = ?1", [k.pk])?;
+                        tx.conn.execute(
+                            "INSERT INTO pending_inputs
+                               (session_pk, seq, kind, behavior, tier, text, images, not_before)
+                             VALUES (?1, 1, ?2, ?3, ?4, 'x', NULL, 0)",
+                            params![k.pk, kind, behavior, tier],
+                        )?;
+                        Ok(())
+                    })
+                    .await
+                    .expect("queue an input")
+            }
+        };
+        let lease = || Lease {
+            owner: "test".into(),
+            ms: 60_000,
+        };
+        for (kind, behavior, tier, what) in [
+            ("bogus", "steer", None, "queue kind"),
+            ("message", "sideways", None, "behavior"),
+            ("message", "steer", Some("ultra"), "tier"),
+        ] {
+            queue(kind, behavior, tier).await;
+            let e = store
+                .turns()
+                .claim(&key, lease(), Arc::new(NoMachine))
+                .await
+                .expect_err("an unknown value");
+            assert!(e.to_string().contains(&format!("unknown {what}")), "{e}");
+            let row = store.projections().session_by_pk(key.pk).await;
+            assert!(
+                matches!(row, Ok(Some(r)) if !r.turn_active),
+                "nothing changed"
+            );
+        }
+        queue("message", "steer", Some("economy")).await;
+        let claimed = store
+            .turns()
+            .claim(&key, lease(), Arc::new(NoMachine))
+            .await
+            .expect("claim")
+            .expect("a turn");
+        assert_eq!(claimed.kind, QueueKind::Message);
+        assert_eq!(claimed.tier, Some(Tier::Economy));
+        store.close();
+    }
+}

@@ -113,49 +113,30 @@ impl QueueKind {
     }
 }
 
-/// A stored name the store does not know: the row is refused, not guessed at.
-fn unknown(what: &str, name: &str) -> super::sql::FromSqlError {
-    super::sql::FromSqlError::Other(format!("unknown {what} {name:?}").into())
+/// Enums the database stores as their names: written with `as_str`, read back with `parse`; a
+/// stored name the store does not know fails the read (the row is refused, not guessed at).
+macro_rules! stored_by_name {
+    ($($ty:ty: $what:literal),* $(,)?) => {$(
+        impl super::sql::FromSql for $ty {
+            fn column_result(v: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
+                let name = v.as_str()?;
+                <$ty>::parse(name).ok_or_else(|| {
+                    super::sql::FromSqlError::Other(format!("unknown {} {name:?}", $what).into())
+                })
+            }
+        }
+
+        impl super::sql::ToSql for $ty {
+            fn to_sql(
+                &self,
+            ) -> std::result::Result<super::sql::ToSqlOutput<'_>, super::sql::FromSqlError> {
+                super::sql::ToSql::to_sql(self.as_str())
+            }
+        }
+    )*};
 }
 
-impl super::sql::FromSql for QueueKind {
-    fn column_result(v: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
-        let name = v.as_str()?;
-        QueueKind::parse(name).ok_or_else(|| unknown("queue kind", name))
-    }
-}
-
-impl super::sql::ToSql for QueueKind {
-    fn to_sql(&self) -> std::result::Result<super::sql::ToSqlOutput<'_>, super::sql::FromSqlError> {
-        self.as_str().to_sql()
-    }
-}
-
-impl super::sql::FromSql for Behavior {
-    fn column_result(v: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
-        let name = v.as_str()?;
-        Behavior::parse(name).ok_or_else(|| unknown("behavior", name))
-    }
-}
-
-impl super::sql::ToSql for Behavior {
-    fn to_sql(&self) -> std::result::Result<super::sql::ToSqlOutput<'_>, super::sql::FromSqlError> {
-        self.as_str().to_sql()
-    }
-}
-
-impl super::sql::FromSql for Tier {
-    fn column_result(v: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
-        let name = v.as_str()?;
-        Tier::parse(name).ok_or_else(|| unknown("tier", name))
-    }
-}
-
-impl super::sql::ToSql for Tier {
-    fn to_sql(&self) -> std::result::Result<super::sql::ToSqlOutput<'_>, super::sql::FromSqlError> {
-        self.as_str().to_sql()
-    }
-}
+stored_by_name!(QueueKind: "queue kind", Behavior: "behavior", Tier: "tier");
 
 /// A queued input for the runner.
 #[derive(Debug, Clone)]
