@@ -7,9 +7,10 @@
 //! Storage faults are classified where they arise (by the store, from its backend's result codes;
 //! OS errors here): a full disk is `storage_full` (507), any other fault of the database or the
 //! data dir `storage_unavailable` (503); both are the operator's problem and pass once it is
-//! fixed, so clients may retry. A write that lost a race on a uniqueness rule is
-//! [`Error::ConstraintRace`] (409), never a fault. Only what is left (a failed query that is a
-//! bug) is `internal`.
+//! fixed, so clients may retry. A write that kept losing lock races with concurrent transactions
+//! after the store's own retries is `storage_busy` (503, `Retry-After: 1`). A write that lost a
+//! race on a uniqueness rule is [`Error::ConstraintRace`] (409), never a fault. Only what is left
+//! (a failed query that is a bug) is `internal`.
 
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, ResponseError};
@@ -75,6 +76,11 @@ pub enum Error {
     /// damaged).
     #[error("storage is unavailable: {0}")]
     StorageUnavailable(String),
+    /// A write kept losing lock races with concurrent transactions (a deadlock, a serialization
+    /// failure: PostgreSQL rolled it back each time) after the store ran it again as many times
+    /// as it does. Nothing was written; the same request may succeed at once.
+    #[error("the database is busy with concurrent writes: {0}")]
+    StorageBusy(String),
     /// A write lost a race on a uniqueness rule of the store (two creates with the same key,
     /// e.g. the same `clientRequestId` or slug, committed by another writer first). Not a fault
     /// of the storage: the caller reads what won, or answers 409.
@@ -92,10 +98,14 @@ impl Error {
         Error::InvalidRequest(msg.into())
     }
 
-    /// A fault of the storage itself (full, I/O, read-only) rather than of the request: it passes
-    /// when the operator fixes the machine, so work that met it is retried, not abandoned.
+    /// A fault of the storage itself (full, I/O, read-only, or too busy with concurrent writes)
+    /// rather than of the request: it passes when the operator fixes the machine or the load
+    /// drops, so work that met it is retried, not abandoned.
     pub fn is_storage_fault(&self) -> bool {
-        matches!(self, Error::StorageFull(_) | Error::StorageUnavailable(_))
+        matches!(
+            self,
+            Error::StorageFull(_) | Error::StorageUnavailable(_) | Error::StorageBusy(_)
+        )
     }
 
     /// An OS error met while writing to the data dir or the drive, with what was being done.
@@ -138,6 +148,7 @@ impl Error {
             Error::ConstraintRace(_) => "conflict",
             Error::StorageFull(_) => "storage_full",
             Error::StorageUnavailable(_) => "storage_unavailable",
+            Error::StorageBusy(_) => "storage_busy",
             Error::Storage(_) | Error::Internal(_) => "internal",
         }
     }
@@ -166,7 +177,9 @@ impl ResponseError for Error {
             Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
-            Error::ShuttingDown | Error::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::ShuttingDown | Error::StorageUnavailable(_) | Error::StorageBusy(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Error::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Error::AgentUnavailable(_) => StatusCode::BAD_GATEWAY,
@@ -193,11 +206,15 @@ impl ResponseError for Error {
                 tracing::debug!(error = %detail, "request failed: storage is unavailable");
                 json!({"error": self.code(), "message": "the server's storage is unavailable; nothing was changed, retry later"})
             }
+            Error::StorageBusy(detail) => {
+                tracing::warn!(error = %detail, "write refused: it kept losing lock races");
+                json!({"error": self.code(), "message": "the database is busy with concurrent writes; nothing was changed, retry"})
+            }
             other => json!({"error": other.code(), "message": other.to_string()}),
         };
         let mut res = HttpResponse::build(self.status_code());
         match self {
-            Error::ShuttingDown => {
+            Error::ShuttingDown | Error::StorageBusy(_) => {
                 res.insert_header((header::RETRY_AFTER, "1"));
             }
             // The rest of the body may still be on its way: do not read it, close instead.

@@ -182,6 +182,8 @@ pub struct Metrics {
     pub http_rejected: Family<Counter>,
     pub events_appended: Counter,
     pub commits: Counter,
+    /// Write transactions run again after losing a lock race (PostgreSQL).
+    pub write_retries: Counter,
     pub commit_batch_jobs: Histogram,
     pub commit_failures: Family<Counter>,
     pub turns_active: Gauge,
@@ -207,6 +209,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     http_rejected: Family::new(&["status"], Counter::default),
     events_appended: Counter::default(),
     commits: Counter::default(),
+    write_retries: Counter::default(),
     commit_batch_jobs: Histogram::new(BATCH_BUCKETS),
     commit_failures: Family::new(&["reason"], Counter::default),
     turns_active: Gauge::default(),
@@ -283,6 +286,13 @@ impl Metrics {
             "counter",
             "Write transactions committed by the writer.",
             self.commits.get(),
+        );
+        scalar(
+            &mut out,
+            "sessiond_store_write_retries_total",
+            "counter",
+            "Write transactions run again after losing a lock race with another transaction (PostgreSQL: a deadlock or a serialization failure).",
+            self.write_retries.get(),
         );
         header(
             &mut out,

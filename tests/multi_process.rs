@@ -499,3 +499,111 @@ fn a_sleep_wakes_once_after_its_process_died() {
     let (_, record) = a.get(&a.url(&format!("/v2/sessions/{id}")));
     assert_eq!(record["runner_id"], runner_id(a).as_str(), "{record}");
 }
+
+/// A write that deadlocks with another transaction on the database is rolled back by PostgreSQL
+/// and run again by the store in a new transaction: both end committed, the client is answered
+/// as if nothing happened, and the retry is counted.
+///
+/// The other transaction (a connection of the test's own) holds the default session's row; a
+/// message to the agent's default session takes the agent's row, then waits for the session's;
+/// the other transaction then asks for the agent's row. The store's connection, waiting longest,
+/// finds the deadlock and is chosen to roll back (the test's connection waits a minute before it
+/// would look).
+#[test]
+fn a_write_that_loses_a_deadlock_runs_again_and_both_commit() {
+    let Some(d) = Deployment::start(1, &[]) else {
+        return;
+    };
+    let s = &d.servers[0];
+    let alias = s.url(&format!(
+        "/v1/ws/{WS}/agents/root/sessions/default/messages"
+    ));
+    let (status, first) = s.post(&alias, &json!({"prompt": "/reply first"}));
+    assert_eq!(status, 200, "{first}");
+    let id = first["session"]["sessionId"]
+        .as_str()
+        .or(first["sessionId"].as_str())
+        .expect("the default session")
+        .to_owned();
+    s.wait_runner_idle();
+    let retries_before = s
+        .metric("sessiond_store_write_retries_total")
+        .expect("the retry counter");
+
+    let mut other = ::postgres::Client::connect(&d._db.url, ::postgres::NoTls).expect("connect");
+    let other_pid: i32 = other
+        .query_one("SELECT pg_backend_pid()", &[])
+        .expect("pid")
+        .get(0);
+    other
+        .batch_execute("SET deadlock_timeout = '1min'")
+        .expect("deadlock_timeout");
+    let mut tx = other.transaction().expect("begin");
+    let agent_id: String = tx
+        .query_one(
+            "SELECT agent_id FROM sessions WHERE id = $1 FOR UPDATE",
+            &[&id],
+        )
+        .expect("hold the session's row")
+        .get(0);
+    let (status, second) = std::thread::scope(|scope| {
+        let posted = scope.spawn(|| {
+            into_json(
+                s.http
+                    .post(&alias)
+                    .json(&json!({"prompt": "/reply second"}))
+                    .send()
+                    .expect("POST"),
+            )
+        });
+        until(
+            "the message to wait for the session's row",
+            Duration::from_secs(30),
+            || {
+                let waiting = d._db.rows(&format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE {other_pid} = ANY(pg_blocking_pids(pid))"
+                ));
+                (waiting[0][0].as_deref() != Some("0")).then_some(())
+            },
+        );
+        // The agent's row is the message's: this waits for it, and closes the circle.
+        tx.execute("UPDATE agents SET name = name WHERE id = $1", &[&agent_id])
+            .expect("the agent's row, once the message's transaction is rolled back");
+        tx.execute(
+            "UPDATE sessions SET title = 'written by the other transaction' WHERE id = $1",
+            &[&id],
+        )
+        .expect("update the session");
+        tx.commit().expect("commit the other transaction");
+        posted.join().expect("the message")
+    });
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(
+        second["session"]["sessionId"]
+            .as_str()
+            .or(second["sessionId"].as_str()),
+        Some(id.as_str()),
+        "{second}"
+    );
+    let retries = s
+        .metric("sessiond_store_write_retries_total")
+        .expect("the retry counter");
+    assert!(retries > retries_before, "no write was run again");
+    assert_eq!(
+        s.detail(&id)["title"],
+        "written by the other transaction",
+        "the other transaction's write"
+    );
+    let prompts: Vec<String> = s
+        .history_all(&id)
+        .iter()
+        .filter(|e| etype(e) == "prompt_submitted")
+        .map(|e| e["event"]["prompt"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        prompts,
+        ["/reply first", "/reply second"],
+        "the message, once"
+    );
+    assert_gapless(&id, &s.history_all(&id));
+}

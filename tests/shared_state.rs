@@ -699,7 +699,7 @@ mod on_postgresql {
         let t0 = 1_700_000_000_000;
         let counts = |store: &Store, now: i64| {
             let (tx, rx) = std::sync::mpsc::channel();
-            let judge: LoginJudge = Box::new(move |c: &LoginCounts| {
+            let judge: LoginJudge = std::sync::Arc::new(move |c: &LoginCounts| {
                 let _ = tx.send(*c);
                 None
             });

@@ -220,7 +220,7 @@ pub async fn register(
             registration_metadata: metadata,
         },
         fresh_salt: secret::random_token(16)?,
-        key_hash: Box::new(move |agent_id, salt| {
+        key_hash: std::sync::Arc::new(move |agent_id, salt| {
             secret::token_hash(&keys_for_hash.key(agent_id, salt))
         }),
         principal_context: principal,

@@ -150,7 +150,7 @@ impl LoginLimiter {
         now: i64,
     ) -> Result<Result<Attempt, u64>> {
         let base = self.base;
-        let rules: LoginJudge = Box::new(move |c| judge(base, c, now));
+        let rules: LoginJudge = std::sync::Arc::new(move |c| judge(base, c, now));
         let verdict = self
             .store
             .logins()

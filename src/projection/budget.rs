@@ -7,15 +7,7 @@
 
 #[cfg(test)]
 use crate::error::Error;
-use crate::error::Result;
 pub use crate::store::record::{reached, spent_cents, whole_cents};
-use crate::store::{SessionKey, Tx};
-
-/// `Err(BudgetHit)` when the session's budget is spent (inside a write, so that a message and
-/// the usage that spends the budget cannot pass each other).
-pub fn check(tx: &Tx<'_>, key: &SessionKey) -> Result<()> {
-    tx.check_budget(key)
-}
 
 /// A turn the budget stopped ends `complete` / `failed` with [`Error::BudgetHit`]'s text; this
 /// recognises it (the seed's `complete` event has no field for a code).

@@ -17,11 +17,14 @@
 //! it (`waiting`, `sleeping`) until the answer or the wake continues the same state.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
+use crate::store::QueueKind;
+use crate::store::claims::{MachineMove, MachineRules, Machines, StoredMachine};
 
 const MAX_STATES: usize = 64;
 
@@ -337,14 +340,95 @@ impl MachineState {
     }
 }
 
-/// How the turn of a state ended, from the machine's point of view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepEnd {
-    Completed,
-    Failed,
-    Interrupted,
-    /// `ask` or `sleep`: the same state continues later.
-    Paused,
+pub use crate::store::claims::StepEnd;
+
+/// The machine's rules as the store's turn units apply them to the machine they read (a claim
+/// starts a step, a terminal ends it): the store stores what they answer and knows no machine.
+struct Rules;
+
+/// The stored machine, unless it is unreadable or finished (nothing moves it then).
+fn live(stored: &StoredMachine<'_>) -> Option<MachineState> {
+    serde_json::from_str::<MachineState>(stored.state)
+        .ok()
+        .filter(|m| !m.is_finished())
+}
+
+/// What the machine's projection says it is doing (`running`, `waiting`, `sleeping`, `idle`).
+fn activity(stored: &StoredMachine<'_>) -> Option<String> {
+    stored
+        .projection
+        .and_then(|m| serde_json::from_str::<Value>(m).ok())
+        .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned))
+}
+
+fn moved(
+    m: &MachineState,
+    activity: &str,
+    wake_at: Option<i64>,
+    prompt: Option<String>,
+) -> Option<MachineMove> {
+    Some(MachineMove {
+        // A state of strings and maps always serialises.
+        state: serde_json::to_value(m).ok()?,
+        projection: m.projection(activity, wake_at),
+        prompt,
+    })
+}
+
+impl MachineRules for Rules {
+    fn step_starts(
+        &self,
+        stored: StoredMachine<'_>,
+        input: QueueKind,
+        now: i64,
+    ) -> Option<MachineMove> {
+        let mut m = live(&stored)?;
+        let paused = matches!(activity(&stored).as_deref(), Some("waiting" | "sleeping"));
+        let step = match input {
+            QueueKind::Initial | QueueKind::Machine => true,
+            // A paused Job continues with whatever reaches it first: the answer, the wake, or a
+            // message that answers or wakes it early.
+            QueueKind::Answer | QueueKind::Wake | QueueKind::Message => paused,
+        };
+        if !step {
+            return None;
+        }
+        let prompt = match input {
+            QueueKind::Initial | QueueKind::Machine => m.current_prompt(),
+            _ => None,
+        };
+        m.start_step(now);
+        moved(&m, "running", None, prompt)
+    }
+
+    fn step_ends(
+        &self,
+        stored: StoredMachine<'_>,
+        end: StepEnd,
+        result: Option<&str>,
+        wake_at: Option<i64>,
+        now: i64,
+    ) -> Option<MachineMove> {
+        let mut m = live(&stored)?;
+        let next = m.advance(end, result, now);
+        let activity = match (end, &next) {
+            (_, Some(_)) => "running",
+            (StepEnd::Paused, None) if wake_at.is_some() => "sleeping",
+            (StepEnd::Paused, None) => "waiting",
+            _ => "idle",
+        };
+        moved(&m, activity, wake_at, next)
+    }
+
+    fn step_running(&self, stored: StoredMachine<'_>) -> bool {
+        activity(&stored).as_deref() == Some("running")
+    }
+}
+
+/// The rules every turn unit is given.
+pub(crate) fn rules() -> Machines {
+    static RULES: std::sync::LazyLock<Machines> = std::sync::LazyLock::new(|| Arc::new(Rules));
+    Arc::clone(&RULES)
 }
 
 #[cfg(test)]

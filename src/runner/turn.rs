@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-use super::machine::{MachineState, StepEnd};
+use super::machine::StepEnd;
 use super::{Delivery, Msg, Shared, TurnControl};
 use crate::clock;
 use crate::drive::Drive;
@@ -18,13 +18,15 @@ use crate::engine::{DeltaSink, Engine, InputKind, Origin, SessionOps, TurnEnd, T
 use crate::error::{Error, Result};
 use crate::metrics::METRICS;
 use crate::projection;
+use crate::store::claims::{
+    ClaimedTurn as Claim, LostTerminal, LostTurn, Settled, TurnTerminal, turn_state,
+};
 use crate::store::projections::TurnStatus;
-use crate::store::turns::{AutoTitle, Fence, TaskEnd};
-use crate::store::{self, JsonColumn, SessionKey, Store, Tx};
+use crate::store::turns::{AutoTitle, Fence, TaskEnd, TaskKind};
+use crate::store::{self, QueueKind, SessionKey, Store};
 use crate::timeline::{
-    AgentLoopState, AgentStatus, AttachmentRef, CompleteStatus, ContextWindowUsage, Event, Level,
-    ModelUsage, Step, StoredImageRef, SystemMetadata, Tier, Todo, TurnState, TurnStateStatus,
-    Usage,
+    AgentStatus, CompleteStatus, ContextWindowUsage, Event, Level, ModelUsage, Step,
+    SystemMetadata, Todo, TurnStateStatus, Usage,
 };
 
 /// What the dispatcher needs to know when a turn is over.
@@ -42,6 +44,15 @@ impl Outcome {
             key: Some(key),
             more: false,
             next_due: None,
+        }
+    }
+
+    /// After a terminal, what the store found queued.
+    fn settled(key: SessionKey, s: Settled) -> Outcome {
+        Outcome {
+            key: Some(key),
+            more: s.more,
+            next_due: s.next_due,
         }
     }
 
@@ -98,40 +109,6 @@ where
             }
         }
     }
-}
-
-/// Inputs that come from outside (they are delivered and observed by `/wait`); `wake` and
-/// `machine` are the runner's own.
-fn is_external(kind: &str) -> bool {
-    matches!(kind, "initial" | "message" | "answer")
-}
-
-/// What a claim hands the turn.
-struct Claim {
-    generation: u64,
-    kind: InputKind,
-    initial: bool,
-    text: String,
-    tier: Option<Tier>,
-    cwd: Option<String>,
-    mode: String,
-    resume: Option<Value>,
-    input_seq: Option<u64>,
-    last_seq: u64,
-    steers_waiting: bool,
-    /// The turn runs a state of the session's machine.
-    machine_step: bool,
-    /// The session's agent's engine configuration (JSON).
-    engine_config: String,
-    workspace_id: String,
-    workspace_slug: String,
-    user_id: String,
-    images: Vec<StoredImageRef>,
-    attachments: Vec<AttachmentRef>,
-    /// The session's budget is spent: the turn fails without calling the engine.
-    budget_spent: Option<Error>,
-    /// The request that sent the input (`X-Request-Id`), or a new id for the runner's own.
-    request_id: String,
 }
 
 pub(crate) async fn run(
@@ -193,7 +170,7 @@ async fn run_turn(
         owner: crate::ids::process_id().to_owned(),
         ms: shared.cfg.lease_ms,
     };
-    let claim = match claim(&shared.store, key.clone(), lease).await {
+    let claim = match claim(shared, &key, lease).await {
         Ok(claim) => claim,
         Err(e) if e.is_storage_fault() => {
             tracing::warn!(session = %key.id, error = %e, "cannot start a turn yet; will retry");
@@ -253,8 +230,13 @@ async fn run_turn(
         io.usage.input += estimate_tokens(&claim.text);
     }
     let prompt = claim.text.clone();
+    let initial = claim.kind == QueueKind::Initial;
     let input = TurnInput {
-        kind: claim.kind,
+        kind: match claim.kind {
+            QueueKind::Answer => InputKind::Answer,
+            QueueKind::Wake => InputKind::Wake,
+            QueueKind::Initial | QueueKind::Message | QueueKind::Machine => InputKind::Prompt,
+        },
         text: claim.text,
         input_seq: claim.input_seq,
         resume: claim.resume,
@@ -350,7 +332,7 @@ async fn run_turn(
         }
     };
     // A title is made from a first exchange; an empty reply leaves the excerpt.
-    if claim.initial && completed && !reply.trim().is_empty() {
+    if initial && completed && !reply.trim().is_empty() {
         spawn_title(shared, engine, key, prompt, reply);
     }
     Ok(outcome)
@@ -410,195 +392,14 @@ fn spawn_title(
     });
 }
 
-fn load_machine(row: &store::SessionRow) -> Option<MachineState> {
-    row.machine_state
-        .as_deref()
-        .and_then(|m| serde_json::from_str::<MachineState>(m).ok())
-}
-
-fn machine_activity(row: &store::SessionRow) -> Option<String> {
-    row.machine
-        .as_deref()
-        .and_then(|m| serde_json::from_str::<Value>(m).ok())
-        .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned))
-}
-
-/// Stores the machine state and its projection and appends a `state_machine` event.
-fn save_machine(
-    tx: &mut Tx<'_>,
-    key: &SessionKey,
-    m: &MachineState,
-    activity: &str,
-    wake_at: Option<i64>,
-) -> Result<u64> {
-    let state = serde_json::to_value(m).map_err(|e| Error::Internal(e.to_string()))?;
-    tx.set_json_column(key, JsonColumn::MachineState, Some(&state.to_string()))?;
-    tx.set_json_column(
-        key,
-        JsonColumn::Machine,
-        Some(&m.projection(activity, wake_at).to_string()),
-    )?;
-    tx.append(
-        key,
-        &Event::StateMachine {
-            state_machine: state,
-        },
-    )
-}
-
-async fn claim(store: &Store, key: SessionKey, lease: store::Lease) -> Result<Option<Claim>> {
-    store
-        .write(move |tx| {
-            let Some(input) = tx.next_input(&key)? else {
-                return Ok(None);
-            };
-            let Some(generation) = tx.claim_turn(&key, &lease)? else {
-                return Ok(None);
-            };
-            let request_id = tx
-                .input_request_id(&key, input.seq)?
-                .unwrap_or_else(crate::ids::new_id);
-            tx.remove_input(&key, input.seq)?;
-            let kind = match input.kind.as_str() {
-                "answer" => InputKind::Answer,
-                "wake" => InputKind::Wake,
-                _ => InputKind::Prompt,
-            };
-            if kind != InputKind::Wake {
-                // A message before the wake time wakes the session early.
-                tx.remove_inputs_of_kind(&key, "wake")?;
-            }
-            if is_external(&input.kind) {
-                let attempt_kind = match input.kind.as_str() {
-                    "initial" => "initial_prompt",
-                    "answer" => "answer",
-                    _ => "message",
-                };
-                let attempt = json!({
-                    "attemptId": crate::ids::new_id(),
-                    "throughSeq": input.seq,
-                    "kind": attempt_kind,
-                    "createdAt": tx.now,
-                });
-                tx.set_delivered(&key, input.seq, &attempt.to_string())?;
-            }
-            let resume = match kind {
-                InputKind::Prompt => None,
-                _ => tx
-                    .engine_state(&key)?
-                    .and_then(|s| serde_json::from_str(&s).ok()),
-            };
-            // Media travel on the input's event, not in the queue.
-            let media: Value = if is_external(&input.kind) {
-                tx.event_body(key.pk, input.seq)?
-                    .and_then(|b| serde_json::from_str(&b).ok())
-                    .unwrap_or(Value::Null)
-            } else {
-                Value::Null
-            };
-            let images: Vec<StoredImageRef> =
-                serde_json::from_value(media["images"].clone()).unwrap_or_default();
-            let attachments: Vec<AttachmentRef> =
-                serde_json::from_value(media["attachments"].clone()).unwrap_or_default();
-            let row = tx.session_row(&key)?;
-            let mut text = input.text.clone();
-            let mut machine_step = false;
-            if let Some(mut m) = load_machine(&row).filter(|m| !m.is_finished()) {
-                let paused = matches!(
-                    machine_activity(&row).as_deref(),
-                    Some("waiting" | "sleeping")
-                );
-                machine_step = match input.kind.as_str() {
-                    "initial" | "machine" => true,
-                    // A paused Job continues with whatever reaches it first: the answer, the wake,
-                    // or a message that answers or wakes it early.
-                    "answer" | "wake" | "message" => paused,
-                    _ => false,
-                };
-                if machine_step {
-                    if matches!(input.kind.as_str(), "initial" | "machine") {
-                        text = m.current_prompt().unwrap_or(text);
-                    }
-                    m.start_step(tx.now);
-                    save_machine(tx, &key, &m, "running", None)?;
-                }
-            }
-            let mut messages = Vec::new();
-            if !text.is_empty() {
-                messages.push(json!({"role": "user", "content": text}));
-            }
-            let state = turn_state(
-                TurnStateStatus::Running,
-                &row.mode,
-                AgentStatus::Running,
-                messages,
-                None,
-            );
-            let started = tx.append(&key, &Event::TurnStarted { state })?;
-            // Every turn names its input (the runner's own wakes and machine steps too): that is
-            // the run a turn is on `/v2`.
-            tx.record_input_turn(&key, input.seq, started)?;
-            let budget_spent = projection::budget::check(tx, &key).err();
-            tx.set_turn(&key, TurnStatus::Running)?;
-            tx.refresh_follow_up_queue(&key)?;
-            let steers_waiting = tx
-                .pending_inputs(&key)?
-                .iter()
-                .any(|p| p.kind == "message" && p.behavior == "steer");
-            Ok(Some(Claim {
-                generation,
-                kind,
-                initial: input.kind == "initial",
-                text,
-                // The runner's own inputs (wakes, next states) run with the session's tier.
-                tier: input
-                    .tier
-                    .as_deref()
-                    .or(row.tier.as_deref())
-                    .and_then(Tier::parse),
-                // A cwd set to the drive root is stored as `.`; engines see the root as no cwd.
-                cwd: row.cwd.filter(|c| c != "."),
-                mode: row.mode,
-                resume,
-                input_seq: is_external(&input.kind).then_some(input.seq),
-                last_seq: started,
-                steers_waiting,
-                machine_step,
-                // A pinned engine (a deployment preview's) wins over the agent's.
-                engine_config: tx.turn_engine(key.pk)?.unwrap_or_else(|| "{}".to_owned()),
-                workspace_slug: tx
-                    .workspace_slug(&row.workspace_id)?
-                    .ok_or(Error::NotFound)?,
-                workspace_id: row.workspace_id,
-                user_id: row.user_id,
-                images,
-                attachments,
-                budget_spent,
-                request_id,
-            }))
-        })
+/// Claims a turn for the session's next input (the store's unit, with the machine's rules).
+async fn claim(shared: &Shared, key: &SessionKey, lease: store::Lease) -> Result<Option<Claim>> {
+    shared
+        .store
+        .turns()
+        .claim(key, lease, super::machine::rules())
         .await
 }
-
-pub(crate) fn turn_state(
-    status: TurnStateStatus,
-    mode: &str,
-    agent_status: AgentStatus,
-    messages: Vec<Value>,
-    todos: Option<Vec<Todo>>,
-) -> TurnState {
-    TurnState {
-        status,
-        mode: serde_json::from_str(mode).unwrap_or_else(|_| json!("agent")),
-        agent: AgentLoopState {
-            status: agent_status,
-            messages,
-        },
-        todos,
-        follow_up_queue: None,
-    }
-}
-
 /// Most streamed-but-unstored text kept for an interrupt (the volatile tail's bound).
 const UNSAID_MAX_BYTES: usize = 1 << 20;
 
@@ -606,22 +407,8 @@ fn estimate_tokens(text: &str) -> f64 {
     crate::engine::estimated_tokens(text) as f64
 }
 
-/// Settles every task still running with `status` (`stopped` when the turn ends or is cut off,
-/// `lost` after a crash).
-fn settle_running_tasks(tx: &mut Tx<'_>, key: &SessionKey, status: &str) -> Result<()> {
-    for (id, body) in tx.running_tasks(key)? {
-        let mut task: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({}));
-        task["status"] = json!(status);
-        tx.put_task(key, &id, &task.to_string(), status)?;
-        let mut settlement = json!({ "id": id, "status": status, "settledAt": tx.now });
-        if status == "stopped" {
-            settlement["reason"] = json!("the turn ended before the task finished");
-        }
-        tx.append(key, &Event::TaskSettled { settlement })?;
-    }
-    Ok(())
-}
-
+/// Writes the turn's own terminal: the event its end makes, the runner's usage estimate when the
+/// engine recorded none, the machine's step ended (all in one unit of the store).
 async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Outcome> {
     let Terminal {
         generation,
@@ -637,166 +424,87 @@ async fn finish(store: &Store, key: SessionKey, terminal: Terminal) -> Result<Ou
         held,
     } = terminal;
     usage.total_tokens = usage.input + usage.output;
-    store
-        .write(move |tx| {
-            tx.check_generation(&key, generation)?;
-            append_held(tx, &key, &held)?;
-            append_partial_text(tx, &key, partial)?;
-            settle_running_tasks(tx, &key, "stopped")?;
-            // Engines without a token count get the runner's estimate, marked as one.
-            if !usage_recorded && usage.total_tokens > 0.0 {
-                tx.append(&key, &usage_estimated(RUNNER_ESTIMATE))?;
-                append_usage(tx, &key, &usage_event(&usage), &usage)?;
-            }
-            let (status, agent_status) = match &end {
-                TurnEnd::Complete { .. } => (TurnStateStatus::Completed, AgentStatus::Completed),
-                TurnEnd::Failed { .. } => (TurnStateStatus::Failed, AgentStatus::Failed),
-                TurnEnd::Ask { .. } => (TurnStateStatus::WaitingForHuman, AgentStatus::Waiting),
-                TurnEnd::Sleep { .. } => (TurnStateStatus::Sleeping, AgentStatus::Waiting),
-                TurnEnd::Interrupted => (TurnStateStatus::Interrupted, AgentStatus::Cancelled),
-            };
-            let step_end = match &end {
-                TurnEnd::Complete { .. } => StepEnd::Completed,
-                TurnEnd::Failed { .. } => StepEnd::Failed,
-                TurnEnd::Interrupted => StepEnd::Interrupted,
-                TurnEnd::Ask { .. } | TurnEnd::Sleep { .. } => StepEnd::Paused,
-            };
-            let state = turn_state(status, &mode, agent_status, messages, todos);
-            let (event, turn_status, engine_state, wake_at) = match end {
-                TurnEnd::Complete { result } => (
-                    Event::Complete {
-                        state,
-                        status: CompleteStatus::Completed,
-                        result,
-                        error: None,
-                    },
-                    TurnStatus::Complete,
-                    None,
-                    None,
-                ),
-                TurnEnd::Failed { error } => (
-                    Event::Complete {
-                        state,
-                        status: CompleteStatus::Failed,
-                        result: None,
-                        error: Some(error),
-                    },
-                    TurnStatus::Complete,
-                    None,
-                    None,
-                ),
-                TurnEnd::Ask { questions, resume } => (
-                    Event::Ask { state, questions },
-                    TurnStatus::Ask,
-                    Some(resume.to_string()),
-                    None,
-                ),
-                TurnEnd::Sleep { wake_at, resume } => (
-                    Event::Sleep {
-                        state,
-                        wake_at: wake_at as f64,
-                    },
-                    TurnStatus::Sleep,
-                    Some(resume.to_string()),
-                    Some(wake_at),
-                ),
-                TurnEnd::Interrupted => (
-                    Event::Interrupted { state },
-                    TurnStatus::Interrupted,
-                    None,
-                    None,
-                ),
-            };
-            let seq = tx.append(&key, &event)?;
-            tx.release_turn(&key, engine_state.as_deref(), wake_at)?;
-            if let Some(wake_at) = wake_at {
-                enqueue_internal(tx, &key, seq, "wake", "", wake_at)?;
-            }
-            if machine_step {
-                advance_machine(tx, &key, step_end, last_text.as_deref(), wake_at)?;
-            }
-            settle(tx, key, turn_status)
-        })
-        .await
-}
-
-fn enqueue_internal(
-    tx: &mut Tx<'_>,
-    key: &SessionKey,
-    seq: u64,
-    kind: &str,
-    text: &str,
-    not_before: i64,
-) -> Result<()> {
-    tx.enqueue_input(
-        key,
-        &store::NewInput {
-            seq,
-            kind,
-            behavior: "steer",
-            tier: None,
-            text,
-            images: None,
-            not_before,
-        },
-    )
-}
-
-/// Moves the session's machine after the turn of one of its states; queues the next state.
-fn advance_machine(
-    tx: &mut Tx<'_>,
-    key: &SessionKey,
-    end: StepEnd,
-    result: Option<&str>,
-    wake_at: Option<i64>,
-) -> Result<()> {
-    let row = tx.session_row(key)?;
-    let Some(mut m) = load_machine(&row).filter(|m| !m.is_finished()) else {
-        return Ok(());
+    // Engines without a token count get the runner's estimate, marked as one.
+    let estimate = (!usage_recorded && usage.total_tokens > 0.0)
+        .then(|| (usage_estimated(RUNNER_ESTIMATE), usage_event(&usage), usage));
+    let (status, agent_status) = match &end {
+        TurnEnd::Complete { .. } => (TurnStateStatus::Completed, AgentStatus::Completed),
+        TurnEnd::Failed { .. } => (TurnStateStatus::Failed, AgentStatus::Failed),
+        TurnEnd::Ask { .. } => (TurnStateStatus::WaitingForHuman, AgentStatus::Waiting),
+        TurnEnd::Sleep { .. } => (TurnStateStatus::Sleeping, AgentStatus::Waiting),
+        TurnEnd::Interrupted => (TurnStateStatus::Interrupted, AgentStatus::Cancelled),
     };
-    let next = m.advance(end, result, tx.now);
-    let activity = match (end, &next) {
-        (_, Some(_)) => "running",
-        (StepEnd::Paused, None) if wake_at.is_some() => "sleeping",
-        (StepEnd::Paused, None) => "waiting",
-        _ => "idle",
+    let step_end = match &end {
+        TurnEnd::Complete { .. } => StepEnd::Completed,
+        TurnEnd::Failed { .. } => StepEnd::Failed,
+        TurnEnd::Interrupted => StepEnd::Interrupted,
+        TurnEnd::Ask { .. } | TurnEnd::Sleep { .. } => StepEnd::Paused,
     };
-    let seq = save_machine(tx, key, &m, activity, wake_at)?;
-    if let Some(prompt) = next {
-        enqueue_internal(tx, key, seq, "machine", &prompt, 0)?;
-    }
-    Ok(())
-}
-
-/// After a terminal: the status the session shows and what the dispatcher should do next.
-fn settle(tx: &mut Tx<'_>, key: SessionKey, turn_status: TurnStatus) -> Result<Outcome> {
-    let pending = tx.pending_inputs(&key)?;
-    let now = tx.now;
-    let more = pending.iter().any(|p| p.not_before <= now);
-    let next_due = pending
-        .iter()
-        .filter(|p| p.not_before > now)
-        .map(|p| p.not_before)
-        .min();
-    tx.set_turn(
-        &key,
-        if more {
-            TurnStatus::Running
-        } else {
-            turn_status
+    let state = turn_state(status, &mode, agent_status, messages, todos);
+    let (event, turn_status, engine_state, wake_at) = match end {
+        TurnEnd::Complete { result } => (
+            Event::Complete {
+                state,
+                status: CompleteStatus::Completed,
+                result,
+                error: None,
+            },
+            TurnStatus::Complete,
+            None,
+            None,
+        ),
+        TurnEnd::Failed { error } => (
+            Event::Complete {
+                state,
+                status: CompleteStatus::Failed,
+                result: None,
+                error: Some(error),
+            },
+            TurnStatus::Complete,
+            None,
+            None,
+        ),
+        TurnEnd::Ask { questions, resume } => (
+            Event::Ask { state, questions },
+            TurnStatus::Ask,
+            Some(resume.to_string()),
+            None,
+        ),
+        TurnEnd::Sleep { wake_at, resume } => (
+            Event::Sleep {
+                state,
+                wake_at: wake_at as f64,
+            },
+            TurnStatus::Sleep,
+            Some(resume.to_string()),
+            Some(wake_at),
+        ),
+        TurnEnd::Interrupted => (
+            Event::Interrupted { state },
+            TurnStatus::Interrupted,
+            None,
+            None,
+        ),
+    };
+    let terminal = TurnTerminal {
+        fence: Fence {
+            key: key.clone(),
+            generation,
         },
-    )?;
-    Ok(Outcome {
-        key: Some(key),
-        more,
-        next_due,
-    })
-}
-
-/// Appends a `usage` event and adds `call` to the session's totals.
-fn append_usage(tx: &mut Tx<'_>, key: &SessionKey, event: &Event, call: &Usage) -> Result<u64> {
-    tx.add_usage(key, call)?;
-    tx.append(key, event)
+        held,
+        partial,
+        estimate,
+        event,
+        status: turn_status,
+        engine_state,
+        wake_at,
+        step: machine_step.then_some((step_end, last_text)),
+    };
+    let settled = store
+        .turns()
+        .finish(terminal, super::machine::rules())
+        .await?;
+    Ok(Outcome::settled(key, settled))
 }
 
 const ENGINE_ESTIMATE: &str = "The model endpoint reported no token usage: the usage that follows \
@@ -824,20 +532,6 @@ fn usage_event(usage: &Usage) -> Event {
     }
 }
 
-/// Stores the text an interrupted turn streamed after its last `text` step as one more `text`
-/// step, so that what the reader saw is not lost with the live preview.
-fn append_partial_text(tx: &mut Tx<'_>, key: &SessionKey, partial: String) -> Result<()> {
-    if !partial.is_empty() {
-        tx.append(
-            key,
-            &Event::Step {
-                step: Step::Text { text: partial },
-            },
-        )?;
-    }
-    Ok(())
-}
-
 /// Writes the `interrupted` terminal for a turn that was cut off (`generation` given, with the
 /// text it streamed and did not store) or lost in a crash, with a system event saying why.
 /// Refused (and harmless) when the turn already ended.
@@ -854,7 +548,7 @@ async fn write_lost_turn(
         write_lost_terminal(
             &shared.store,
             key.clone(),
-            generation.map_or(Lost::Any, Lost::Cut),
+            generation.map_or(LostTurn::Any, LostTurn::Cut),
             partial.clone(),
             message,
             code,
@@ -863,86 +557,37 @@ async fn write_lost_turn(
     .await
 }
 
-/// Which turn a lost-turn terminal ends.
-#[derive(Debug, Clone)]
-enum Lost {
-    /// The active turn, if the process with this runner id runs it (a process known to be gone).
-    OwnedBy(String),
-    /// The turn of this generation, cut off by this process.
-    Cut(u64),
-    /// Whatever turn is active (start-up recovery on a database no other process uses).
-    Any,
-    /// The active turn, if its lease ran out before this time (its process is gone).
-    ExpiredBefore(i64),
-}
-
 async fn write_lost_terminal(
     store: &Store,
     key: SessionKey,
-    lost: Lost,
+    turn: LostTurn,
     partial: String,
     message: &'static str,
     code: Option<&'static str>,
 ) -> Result<Outcome> {
-    store
-        .write(move |tx| {
-            let generation = match lost {
-                Lost::Cut(generation) => {
-                    tx.check_generation(&key, generation)?;
-                    Some(generation)
-                }
-                Lost::Any | Lost::ExpiredBefore(_) | Lost::OwnedBy(_) => {
-                    let me = crate::ids::process_id();
-                    let taken = match &lost {
-                        Lost::ExpiredBefore(t) => tx.take_lost_turn(&key, me, Some(*t))?,
-                        Lost::OwnedBy(owner) => tx.take_turn_of(&key, me, owner)?,
-                        _ => tx.take_lost_turn(&key, me, None)?,
-                    };
-                    if !taken {
-                        // Ended meanwhile (by its process, or by another that found it first).
-                        return Ok(Outcome {
-                            key: None,
-                            more: false,
-                            next_due: None,
-                        });
-                    }
-                    None
-                }
-            };
-            let row = tx.session_row(&key)?;
-            append_partial_text(tx, &key, partial)?;
-            settle_running_tasks(
-                tx,
-                &key,
-                if generation.is_some() {
-                    "stopped"
-                } else {
-                    "lost"
-                },
-            )?;
-            tx.append(
-                &key,
-                &Event::System {
-                    level: Level::Warn,
-                    message: message.to_owned(),
-                    metadata: code.map(|c| SystemMetadata { code: c.to_owned() }),
-                },
-            )?;
-            let state = turn_state(
-                TurnStateStatus::Interrupted,
-                &row.mode,
-                AgentStatus::Cancelled,
-                Vec::new(),
-                None,
-            );
-            tx.append(&key, &Event::Interrupted { state })?;
-            tx.release_turn(&key, None, None)?;
-            if machine_activity(&row).as_deref() == Some("running") {
-                advance_machine(tx, &key, StepEnd::Interrupted, None, None)?;
-            }
-            settle(tx, key, TurnStatus::Interrupted)
-        })
-        .await
+    let lost = LostTerminal {
+        key: key.clone(),
+        turn,
+        partial,
+        notice: Event::System {
+            level: Level::Warn,
+            message: message.to_owned(),
+            metadata: code.map(|c| SystemMetadata { code: c.to_owned() }),
+        },
+    };
+    let settled = store
+        .turns()
+        .end_lost(lost, super::machine::rules())
+        .await?;
+    Ok(match settled {
+        Some(settled) => Outcome::settled(key, settled),
+        // Ended meanwhile (by its process, or by another that found it first).
+        None => Outcome {
+            key: None,
+            more: false,
+            next_due: None,
+        },
+    })
 }
 
 pub(crate) async fn force_interrupted(
@@ -979,12 +624,12 @@ pub(crate) async fn recover(
     // Alone on its database, a starting process owns every turn left active; beside other
     // processes only the turns whose lease ran out or whose process is known to be gone, never
     // a live peer's.
-    let mut stale: Vec<(SessionKey, Lost)> = Vec::new();
+    let mut stale: Vec<(SessionKey, LostTurn)> = Vec::new();
     if store.shared_by_processes() {
         let now = clock::now_ms();
         for owner in dead {
             for key in store.turns().turn_sessions_of(owner).await? {
-                stale.push((key, Lost::OwnedBy(owner.clone())));
+                stale.push((key, LostTurn::OwnedBy(owner.clone())));
             }
         }
         for key in store
@@ -992,11 +637,11 @@ pub(crate) async fn recover(
             .expired_turn_sessions(now, RECOVER_BATCH)
             .await?
         {
-            stale.push((key, Lost::ExpiredBefore(now)));
+            stale.push((key, LostTurn::ExpiredBefore(now)));
         }
     } else {
         for key in store.turns().active_turn_sessions().await? {
-            stale.push((key, Lost::Any));
+            stale.push((key, LostTurn::Any));
         }
     }
     for (key, lost) in stale {
@@ -1038,7 +683,7 @@ pub(crate) async fn recover_expired(shared: &Shared) -> Result<Vec<SessionKey>> 
         let outcome = write_lost_terminal(
             store,
             key.clone(),
-            Lost::ExpiredBefore(now),
+            LostTurn::ExpiredBefore(now),
             String::new(),
             "the sessiond process running this turn stopped answering (its lease expired); \
              the turn was interrupted",
@@ -1133,15 +778,6 @@ impl Turn {
             }
         }
     }
-}
-
-/// Appends a turn's held events; the seq of the last one.
-fn append_held(tx: &mut Tx<'_>, key: &SessionKey, held: &[Event]) -> Result<Option<u64>> {
-    let mut last = None;
-    for event in held {
-        last = Some(tx.append(key, event)?);
-    }
-    Ok(last)
 }
 
 /// Whether a turn running here may hold events (see `Turn::can_hold`).
@@ -1420,6 +1056,8 @@ impl TurnIo for Turn {
     /// Starts a background task of this turn (`kind`: tool, subagent or scheduled) and returns
     /// its id (`t1`, `t2`, ...).
     async fn start_task(&mut self, kind: &str, name: &str, label: &str) -> Result<String> {
+        let kind = TaskKind::parse(kind)
+            .ok_or_else(|| Error::Internal(format!("a task cannot be of kind {kind}")))?;
         let held = self.take_held()?;
         let (id, seq) = self
             .store

@@ -985,28 +985,29 @@ impl Schedules {
         };
         // Every check is made in the transaction, after the session's rows are in place but
         // before the commit: an error there creates nothing.
-        let advance: ScheduleAdvance = Box::new(move |current: ScheduleRow, now: i64| {
-            Ok(match fire {
-                Fire::Tick { next, .. } => {
-                    if current != expected || current.paused {
-                        return Err(Error::Conflict(CHANGED, "the schedule changed".into()));
+        let advance: ScheduleAdvance =
+            std::sync::Arc::new(move |current: ScheduleRow, now: i64| {
+                Ok(match fire {
+                    Fire::Tick { next, .. } => {
+                        if current != expected || current.paused {
+                            return Err(Error::Conflict(CHANGED, "the schedule changed".into()));
+                        }
+                        let kept: BTreeSet<i64> = skipped_now.range(now + 1..).copied().collect();
+                        ScheduleRow {
+                            next_due_at: next,
+                            skipped: encode_skipped(&kept),
+                            num_actions: current.num_actions + 1,
+                            last_action_at: Some(now),
+                            ..current
+                        }
                     }
-                    let kept: BTreeSet<i64> = skipped_now.range(now + 1..).copied().collect();
-                    ScheduleRow {
-                        next_due_at: next,
-                        skipped: encode_skipped(&kept),
+                    Fire::Manual { .. } => ScheduleRow {
                         num_actions: current.num_actions + 1,
                         last_action_at: Some(now),
                         ..current
-                    }
-                }
-                Fire::Manual { .. } => ScheduleRow {
-                    num_actions: current.num_actions + 1,
-                    last_action_at: Some(now),
-                    ..current
-                },
-            })
-        });
+                    },
+                })
+            });
         let link = OpenLink::ScheduleRun {
             schedule_id: s.row.id.clone(),
             creator: match creator {

@@ -67,11 +67,7 @@ impl Sessions {
         let plan = Plan {
             agent_id: agent.id.clone(),
             cwd: non_root_str(anchor),
-            tier: input
-                .first
-                .as_ref()
-                .and_then(|f| f.tier)
-                .map(|t| t.as_str().to_owned()),
+            tier: input.first.as_ref().and_then(|f| f.tier),
             created_by: None,
             mode: None,
             bind_default: false,

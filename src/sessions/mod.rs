@@ -346,10 +346,7 @@ impl Sessions {
                 Plan {
                     agent_id: prow.agent_id.clone(),
                     cwd,
-                    tier: input
-                        .tier
-                        .map(|t| t.as_str().to_owned())
-                        .or(prow.tier.clone()),
+                    tier: input.tier.or(prow.tier),
                     created_by: Some(prow.id.clone()),
                     mode: None,
                     bind_default: false,
@@ -382,7 +379,7 @@ impl Sessions {
                 Plan {
                     agent_id: owner.id.clone(),
                     cwd,
-                    tier: input.tier.map(|t| t.as_str().to_owned()),
+                    tier: input.tier,
                     created_by: None,
                     mode: None,
                     bind_default: false,
@@ -515,7 +512,7 @@ impl Sessions {
         let plan = Plan {
             agent_id: agent.id.clone(),
             cwd: non_root_str(anchor),
-            tier: input.tier.map(|t| t.as_str().to_owned()),
+            tier: input.tier,
             created_by: None,
             // R61: default sessions launch in automatic mode.
             mode: Some("\"auto\""),
@@ -757,7 +754,7 @@ impl Sessions {
 struct Plan {
     agent_id: String,
     cwd: Option<String>,
-    tier: Option<String>,
+    tier: Option<Tier>,
     created_by: Option<String>,
     /// `TurnMode` JSON; `None` means `"agent"` (or the machine definition when there is one).
     mode: Option<&'static str>,

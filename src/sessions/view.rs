@@ -5,6 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::store::{SessionRow, StoredEvent};
+use crate::timeline::Tier;
 
 #[derive(Debug, Serialize)]
 pub struct AgentRef<'a> {
@@ -100,7 +101,7 @@ pub fn detail(row: &SessionRow) -> SessionDetail<'_> {
     SessionDetail {
         summary: summary(row),
         workspace_id: &row.workspace_id,
-        tier: row.tier.as_deref(),
+        tier: row.tier.map(Tier::as_str),
         last_delivered_input_seq: row.last_delivered_input_seq,
         delivery_attempt: json_column(&row.delivery_attempt),
         todos: json_column(&row.todos),

@@ -171,9 +171,10 @@ impl Tx<'_> {
 }
 
 /// The hash of the key issued for `(agent_id, salt)`.
-pub type KeyHash = Box<dyn Fn(&str, &str) -> String + Send + Sync>;
+pub type KeyHash = std::sync::Arc<dyn Fn(&str, &str) -> String + Send + Sync>;
 
 /// What registering an agent as an ACP server records.
+#[derive(Clone)]
 pub struct AcpEnrolment {
     pub registration: super::agentex::AgentRegistration,
     /// The salt of a first registration (a re-registration keeps the one it has).

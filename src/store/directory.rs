@@ -18,6 +18,7 @@ pub struct NewAgent {
 }
 
 /// What another API family records about a new agent in the transaction that creates it.
+#[derive(Clone)]
 pub enum AgentLink {
     None,
     /// The agent platform API's registration.

@@ -85,7 +85,8 @@ pub struct LoginWindows {
 
 /// The limiter's verdict on an attempt's counts: `Some(seconds to wait)` holds it back and counts
 /// nothing; `None` lets it through, counted as a failure in the same transaction.
-pub type LoginJudge = Box<dyn FnOnce(&LoginCounts) -> Option<u64> + Send>;
+/// Shared, so that a unit of work run again (PostgreSQL, after a lost lock race) judges again.
+pub type LoginJudge = std::sync::Arc<dyn Fn(&LoginCounts) -> Option<u64> + Send + Sync>;
 
 impl Tx<'_> {
     /// Holds a counter's row for the rest of the transaction (made at zero when missing) and
@@ -406,7 +407,7 @@ mod tests {
     /// Counts the attempt and returns what it was judged on.
     async fn seen(store: &Store, w: SignIn) -> LoginCounts {
         let (tx, rx) = std::sync::mpsc::channel();
-        let judge: LoginJudge = Box::new(move |c| {
+        let judge: LoginJudge = std::sync::Arc::new(move |c| {
             let _ = tx.send(*c);
             None
         });
@@ -444,7 +445,7 @@ mod tests {
             })
         );
         // A refused attempt counts nothing.
-        let refused: LoginJudge = Box::new(|_| Some(7));
+        let refused: LoginJudge = std::sync::Arc::new(|_| Some(7));
         let r = store
             .logins()
             .attempt(who("a", "1", t0 + 6), WINDOWS, refused)

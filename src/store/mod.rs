@@ -12,15 +12,16 @@
 //! * Writes go through `Store::write`: the closure runs on the writer thread inside a savepoint of
 //!   a batch transaction; the caller is answered only after COMMIT (invariant 3). A failing closure
 //!   rolls back its own savepoint and leaves the rest of the batch intact. `Store::write_one`
-//!   takes a job that writes at most once ([`OneWrite`]), which needs no savepoint.
+//!   takes a job that writes at most once ([`OneWrite`]), which needs no savepoint. A job is
+//!   `Clone`: PostgreSQL runs a copy of it again when its transaction lost a lock race.
 //! * Reads go through `Store::read` on a blocking thread with a pooled read-only connection.
 //! * Keyset pagination only; nothing here uses OFFSET.
-//! * `read`, `read_blocking`, `write_one` and `write_blocking` are private to the store; `write`
-//!   is visible to the crate only for the units of work that still compose the runner's own rules
-//!   with typed [`Tx`] methods (listed in `tests/architecture.rs`).
+//! * `read`, `write` and their `_blocking` and `write_one` forms are private to the store: every
+//!   caller outside it names a unit of work by a handle's method (`tests/architecture.rs`).
 
 pub mod acp;
 pub mod agentex;
+pub mod claims;
 pub mod directory;
 mod error;
 pub mod health;
@@ -71,6 +72,10 @@ type Pool = r2d2::Pool<SqliteConnectionManager>;
 type Erased = Box<dyn std::any::Any + Send>;
 type ErasedRead = Box<dyn FnOnce(&sql::Db<'_>) -> Result<Erased> + Send>;
 type ErasedWrite = Box<dyn for<'a, 'b> FnOnce(&'a mut Tx<'b>) -> Result<Erased> + Send>;
+/// A write job that may run more than once (PostgreSQL runs a job again in a new transaction
+/// when it lost a lock race): each run calls a fresh copy of the caller's job.
+#[cfg(feature = "postgres")]
+type ErasedRetryable = Box<dyn for<'a, 'b> Fn(&'a mut Tx<'b>) -> Result<Erased> + Send>;
 
 fn unerase<T: 'static>(value: Erased) -> Result<T> {
     value
@@ -278,19 +283,25 @@ impl Store {
         })
     }
 
-    /// Runs `f` inside a write transaction; resolves after COMMIT. On SQLite `f` runs on the
-    /// writer thread inside the current batch; on PostgreSQL on a blocking thread, as a
-    /// transaction of its own.
-    pub(crate) async fn write<T, F>(&self, f: F) -> Result<T>
+    /// Runs `f` inside a write transaction; resolves after COMMIT. On SQLite `f` runs once, on
+    /// the writer thread inside the current batch; on PostgreSQL on a blocking thread, as a
+    /// transaction of its own, and again (a fresh clone of `f`, in a new transaction) when the
+    /// transaction lost a lock race and was rolled back — which is why a job must be `Clone`:
+    /// what it captures is its input, never a channel or a handle it consumes.
+    async fn write<T, F>(&self, f: F) -> Result<T>
     where
-        F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Clone + Send + 'static,
         T: Send + 'static,
     {
-        let job: ErasedWrite = Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased));
         match &self.inner.backend {
-            Backend::Sqlite(db) => unerase(db.writer.write(job).await?),
+            Backend::Sqlite(db) => {
+                let job: ErasedWrite = Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased));
+                unerase(db.writer.write(job).await?)
+            }
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
+                let job: ErasedRetryable =
+                    Box::new(move |tx| (f.clone())(tx).map(|v| Box::new(v) as Erased));
                 let (pg, inner) = (Arc::clone(pg), Arc::clone(&self.inner));
                 let request_id = crate::request_id::current();
                 unerase(
@@ -304,7 +315,7 @@ impl Store {
     /// halfway, so it runs without a savepoint of its own.
     async fn write_one<T, F>(&self, f: F) -> Result<T>
     where
-        F: FnOnce(OneWrite<'_, '_>) -> Result<T> + Send + 'static,
+        F: FnOnce(OneWrite<'_, '_>) -> Result<T> + Clone + Send + 'static,
         T: Send + 'static,
     {
         match &self.inner.backend {
@@ -321,13 +332,17 @@ impl Store {
     /// Like [`Store::write`], for callers outside an async runtime (CLI, tests).
     fn write_blocking<T, F>(&self, f: F) -> Result<T>
     where
-        F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Clone + Send + 'static,
         T: Send + 'static,
     {
         match &self.inner.backend {
             Backend::Sqlite(db) => db.writer.write_blocking(f),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => pg.write(&self.inner.bus, &self.inner.health, None, f),
+            Backend::Postgres(pg) => {
+                pg.write(&self.inner.bus, &self.inner.health, None, move |tx| {
+                    (f.clone())(tx)
+                })
+            }
         }
     }
 

@@ -5,9 +5,9 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::record::RecordFacts;
-use super::{ImageRow, JsonColumn, ListFilter, SessionKey, SessionRow, Store, Tx};
+use super::{ImageRow, JsonColumn, ListFilter, QueueKind, SessionKey, SessionRow, Store, Tx};
 use crate::error::{Error, Result};
-use crate::timeline::{Event, FollowUpQueueItem, ImageData, StoredImageRef};
+use crate::timeline::{Behavior, Event, FollowUpQueueItem, ImageData, StoredImageRef};
 
 /// What a session list asks for; the store turns `search` into its own full-text query.
 #[derive(Debug, Default, Clone)]
@@ -318,7 +318,9 @@ impl Tx<'_> {
     pub fn refresh_follow_up_queue(&mut self, key: &SessionKey) -> Result<()> {
         let mut queue: Vec<FollowUpQueueItem> = Vec::new();
         for p in self.pending_inputs(key)? {
-            if !((p.kind == "message" || p.kind == "initial") && p.behavior == "follow_up") {
+            if !(matches!(p.kind, QueueKind::Message | QueueKind::Initial)
+                && p.behavior == Behavior::FollowUp)
+            {
                 continue;
             }
             queue.push(FollowUpQueueItem {

@@ -22,7 +22,7 @@ pub struct SessionRow {
     pub archived_at: Option<i64>,
     pub cwd: Option<String>,
     pub created_by_session_id: Option<String>,
-    pub tier: Option<String>,
+    pub tier: Option<crate::timeline::Tier>,
     pub mode: String,
     pub created_at: i64,
     pub updated_at: i64,

@@ -456,7 +456,7 @@ impl ScheduleStore<'_> {
     /// `moved` computes the new row from the expected one and the transaction's time.
     pub async fn advance_if_unchanged<F>(&self, expected: ScheduleRow, moved: F) -> Result<bool>
     where
-        F: FnOnce(ScheduleRow, i64) -> ScheduleRow + Send + 'static,
+        F: FnOnce(ScheduleRow, i64) -> ScheduleRow + Clone + Send + 'static,
     {
         self.store
             .write(move |tx| {

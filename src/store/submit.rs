@@ -74,7 +74,7 @@ pub struct SessionPlan {
     pub cwd: Option<String>,
     /// The session whose tools made this one; checked again in the write (it may be gone).
     pub created_by: Option<String>,
-    pub tier: Option<String>,
+    pub tier: Option<Tier>,
     /// `TurnMode` JSON; `None` is `"agent"` (or the machine's definition when there is one).
     pub mode: Option<String>,
     pub machine: Option<NewMachine>,
@@ -113,12 +113,16 @@ pub enum ScheduleCreator {
 }
 
 /// The schedule as a run moves it on, from the row as the transaction reads it and the
-/// transaction's time; an error refuses the run (nothing is created).
-pub type ScheduleAdvance = Box<
-    dyn FnOnce(super::schedules::ScheduleRow, i64) -> Result<super::schedules::ScheduleRow> + Send,
+/// transaction's time; an error refuses the run (nothing is created). Shared, so that a unit of
+/// work run again (PostgreSQL, after a lost lock race) moves the schedule from what it reads then.
+pub type ScheduleAdvance = std::sync::Arc<
+    dyn Fn(super::schedules::ScheduleRow, i64) -> Result<super::schedules::ScheduleRow>
+        + Send
+        + Sync,
 >;
 
 /// What another API family records about a session it opens, in the same transaction.
+#[derive(Clone)]
 pub enum OpenLink {
     /// An agent platform task. With a `name`, a task of that name is found instead of created
     /// (refused when it is another agent's or deployment's; its params replaced when given).
@@ -233,7 +237,7 @@ impl Tx<'_> {
             title: &plan.title,
             cwd: plan.cwd.as_deref(),
             created_by_session_id: plan.created_by.as_deref(),
-            tier: plan.tier.as_deref(),
+            tier: plan.tier,
             mode: definition.or(plan.mode.as_deref()).unwrap_or("\"agent\""),
             requested_machine: definition,
             source: plan.source,
@@ -296,7 +300,7 @@ impl Tx<'_> {
             first,
             plan.context.as_deref(),
             InputKind::Initial,
-            plan.tier.as_deref(),
+            plan.tier,
         )?;
         Ok((key, seq))
     }
@@ -313,19 +317,12 @@ impl Tx<'_> {
         // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
         let tier = match m.tier {
             Some(t) => {
-                self.set_tier(key, t.as_str())?;
-                Some(t.as_str().to_owned())
+                self.set_tier(key, t)?;
+                Some(t)
             }
-            None => row.tier.clone(),
+            None => row.tier,
         };
-        let seq = self.append_prompt(
-            workspace_id,
-            key,
-            m,
-            None,
-            InputKind::Message,
-            tier.as_deref(),
-        )?;
+        let seq = self.append_prompt(workspace_id, key, m, None, InputKind::Message, tier)?;
         if !row.turn_active {
             self.set_turn(key, TurnStatus::Running)?;
         } else if m.behavior == Behavior::FollowUp {
@@ -343,7 +340,7 @@ impl Tx<'_> {
         p: &NewPrompt,
         context: Option<&str>,
         kind: InputKind,
-        tier: Option<&str>,
+        tier: Option<Tier>,
     ) -> Result<u64> {
         let sender = self.sender_of(workspace_id, &p.author)?;
         let stored = self.store_images(key, &p.images)?;
@@ -369,10 +366,10 @@ impl Tx<'_> {
             &NewInput {
                 seq,
                 kind: match kind {
-                    InputKind::Initial => "initial",
-                    InputKind::Message => "message",
+                    InputKind::Initial => super::QueueKind::Initial,
+                    InputKind::Message => super::QueueKind::Message,
                 },
-                behavior: p.behavior.as_str(),
+                behavior: p.behavior,
                 tier,
                 text: &text,
                 images: None,
@@ -543,9 +540,9 @@ impl Submissions<'_> {
                     &key,
                     &NewInput {
                         seq,
-                        kind: "answer",
-                        behavior: "steer",
-                        tier: row.tier.as_deref(),
+                        kind: super::QueueKind::Answer,
+                        behavior: Behavior::Steer,
+                        tier: row.tier,
                         text: &a.text,
                         images: None,
                         not_before: 0,

@@ -31,6 +31,33 @@ pub enum TurnSignal {
 /// Where a process hands the signals for its turns (set by its runner).
 pub type SignalHook = Box<dyn Fn(SessionKey, TurnSignal) + Send + Sync>;
 
+/// What a background task of a turn is (its `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskKind {
+    Tool,
+    Subagent,
+    Scheduled,
+}
+
+impl TaskKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskKind::Tool => "tool",
+            TaskKind::Subagent => "subagent",
+            TaskKind::Scheduled => "scheduled",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<TaskKind> {
+        match name {
+            "tool" => Some(TaskKind::Tool),
+            "subagent" => Some(TaskKind::Subagent),
+            "scheduled" => Some(TaskKind::Scheduled),
+            _ => None,
+        }
+    }
+}
+
 /// How a background task of a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskEnd {
@@ -78,7 +105,7 @@ pub enum AutoTitle {
 /// What a turn writes, and what the runner reads about the queue.
 #[derive(Clone, Copy)]
 pub struct TurnStore<'a> {
-    store: &'a Store,
+    pub(super) store: &'a Store,
 }
 
 impl Store {
@@ -275,24 +302,24 @@ impl TurnStore<'_> {
             .await
     }
 
-    /// Starts a background task of the turn (`kind`: tool, subagent or scheduled); its id
-    /// (`t1`, `t2`, ...) and the seq of its `task_started`.
+    /// Starts a background task of the turn; its id (`t1`, `t2`, ...) and the seq of its
+    /// `task_started`.
     pub async fn start_task(
         &self,
         f: &Fence,
         held: Vec<Event>,
-        kind: &str,
+        kind: TaskKind,
         name: &str,
         label: &str,
     ) -> Result<(String, u64)> {
         let f = f.clone();
-        let (kind, name, label) = (kind.to_owned(), name.to_owned(), label.to_owned());
+        let (name, label) = (name.to_owned(), label.to_owned());
         self.store
             .write(move |tx| {
                 fence(tx, &f, &held)?;
                 let id = tx.next_task_id(&f.key)?;
                 let task = json!({
-                    "id": id, "kind": kind, "name": name, "label": label,
+                    "id": id, "kind": kind.name(), "name": name, "label": label,
                     "ownerScopeId": format!("turn-{}", f.generation),
                     "status": "running", "startedAt": tx.now,
                 });
@@ -348,7 +375,9 @@ impl TurnStore<'_> {
                 fence(tx, &f, &held)?;
                 let mut texts = Vec::new();
                 for input in tx.pending_inputs(&f.key)? {
-                    if input.kind != "message" || input.behavior != "steer" {
+                    if input.kind != super::QueueKind::Message
+                        || input.behavior != crate::timeline::Behavior::Steer
+                    {
                         continue;
                     }
                     tx.remove_input(&f.key, input.seq)?;

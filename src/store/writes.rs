@@ -5,7 +5,7 @@ use super::sql::{Dialect, OptionalExtension, params};
 use super::Tx;
 use crate::bus::Frame;
 use crate::error::{Error, Result};
-use crate::timeline::Event;
+use crate::timeline::{Behavior, Event, Tier};
 
 /// A session as the writer addresses it: the public id and the compact internal key.
 /// The lease a turn is claimed with: the claiming process's runner id and how long the lease
@@ -30,7 +30,7 @@ pub struct NewSession<'a> {
     pub title: &'a str,
     pub cwd: Option<&'a str>,
     pub created_by_session_id: Option<&'a str>,
-    pub tier: Option<&'a str>,
+    pub tier: Option<Tier>,
     pub mode: &'a str,
     pub requested_machine: Option<&'a str>,
     /// Where the session came from (a Session record's `source`) and who it is attributed to.
@@ -68,12 +68,83 @@ impl<'a> NewSession<'a> {
     }
 }
 
+/// What put an input in the runner's queue (`pending_inputs.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    /// A session's first prompt.
+    Initial,
+    Message,
+    Answer,
+    /// A sleep's wake (the runner's own).
+    Wake,
+    /// The next state of a session's machine (the runner's own).
+    Machine,
+}
+
+impl QueueKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueKind::Initial => "initial",
+            QueueKind::Message => "message",
+            QueueKind::Answer => "answer",
+            QueueKind::Wake => "wake",
+            QueueKind::Machine => "machine",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<QueueKind> {
+        match s {
+            "initial" => Some(QueueKind::Initial),
+            "message" => Some(QueueKind::Message),
+            "answer" => Some(QueueKind::Answer),
+            "wake" => Some(QueueKind::Wake),
+            "machine" => Some(QueueKind::Machine),
+            _ => None,
+        }
+    }
+
+    /// Inputs that come from outside (they are delivered and observed by `/wait`); wakes and
+    /// machine states are the runner's own.
+    pub fn is_external(self) -> bool {
+        matches!(
+            self,
+            QueueKind::Initial | QueueKind::Message | QueueKind::Answer
+        )
+    }
+}
+
+/// Enums the database stores as their names: written with `as_str`, read back with `parse`; a
+/// stored name the store does not know fails the read (the row is refused, not guessed at).
+macro_rules! stored_by_name {
+    ($($ty:ty: $what:literal),* $(,)?) => {$(
+        impl super::sql::FromSql for $ty {
+            fn column_result(v: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
+                let name = v.as_str()?;
+                <$ty>::parse(name).ok_or_else(|| {
+                    super::sql::FromSqlError::Other(format!("unknown {} {name:?}", $what).into())
+                })
+            }
+        }
+
+        impl super::sql::ToSql for $ty {
+            fn to_sql(
+                &self,
+            ) -> std::result::Result<super::sql::ToSqlOutput<'_>, super::sql::FromSqlError> {
+                super::sql::ToSql::to_sql(self.as_str())
+            }
+        }
+    )*};
+}
+
+stored_by_name!(QueueKind: "queue kind", Behavior: "behavior", Tier: "tier");
+
 /// A queued input for the runner.
+#[derive(Debug, Clone)]
 pub struct NewInput<'a> {
     pub seq: u64,
-    pub kind: &'a str,
-    pub behavior: &'a str,
-    pub tier: Option<&'a str>,
+    pub kind: QueueKind,
+    pub behavior: Behavior,
+    pub tier: Option<Tier>,
     pub text: &'a str,
     pub images: Option<&'a str>,
     pub not_before: i64,
@@ -408,7 +479,7 @@ impl Tx<'_> {
             .flatten())
     }
 
-    pub fn set_tier(&mut self, key: &SessionKey, tier: &str) -> Result<()> {
+    pub fn set_tier(&mut self, key: &SessionKey, tier: Tier) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET tier = ?2 WHERE pk = ?1")?
             .execute(params![key.pk, tier])?;
@@ -609,7 +680,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn remove_inputs_of_kind(&mut self, key: &SessionKey, kind: &str) -> Result<()> {
+    pub fn remove_inputs_of_kind(&mut self, key: &SessionKey, kind: QueueKind) -> Result<()> {
         self.conn
             .prepare_cached("DELETE FROM pending_inputs WHERE session_pk = ?1 AND kind = ?2")?
             .execute(params![key.pk, kind])?;
@@ -802,9 +873,9 @@ impl JsonColumn {
 #[derive(Debug, Clone)]
 pub struct PendingInput {
     pub seq: u64,
-    pub kind: String,
-    pub behavior: String,
-    pub tier: Option<String>,
+    pub kind: QueueKind,
+    pub behavior: Behavior,
+    pub tier: Option<Tier>,
     pub text: String,
     pub images: Option<String>,
     pub not_before: i64,

@@ -62,6 +62,19 @@ impl From<PostgresError> for Error {
     }
 }
 
+/// How many times a write that keeps losing lock races runs before its caller is answered
+/// [`Error::StorageBusy`] (503 `storage_busy`).
+pub(crate) const WRITE_ATTEMPTS: u32 = 6;
+
+/// The wait before attempt `attempt + 1`: 5 ms doubling up to 80 ms, each drawn at random from
+/// its upper half, so that transactions that collided do not collide again in step.
+fn retry_backoff(attempt: u32) -> std::time::Duration {
+    let ceiling = 5u64 << attempt.saturating_sub(1).min(4);
+    let mut b = [0u8; 8];
+    let draw = getrandom::fill(&mut b).map_or(0, |()| u64::from_le_bytes(b));
+    std::time::Duration::from_millis(ceiling / 2 + draw % (ceiling / 2 + 1))
+}
+
 impl PgBackend {
     /// Connects, migrates and opens the pool. Callable from any thread, inside a runtime or not.
     pub(crate) fn open(url: &str, settings: &PoolSettings) -> Result<PgBackend> {
@@ -149,15 +162,31 @@ impl PgBackend {
     }
 
     /// Runs a write job as one transaction and, once it committed, publishes its frames
-    /// (blocking).
+    /// (blocking). A transaction that lost a lock race ([`Error::StorageBusy`]: a deadlock or a
+    /// serialization failure, which PostgreSQL rolled back whole) runs again from the start in a
+    /// new one, up to [`WRITE_ATTEMPTS`] times with a short jittered backoff, so that the lock
+    /// order of concurrent units never reaches a caller. Nothing is applied twice: a failed
+    /// attempt left nothing behind, and frames are published only after the COMMIT that
+    /// succeeded.
     pub(crate) fn write<T>(
         &self,
         bus: &Bus,
         health: &Arc<Health>,
         request_id: Option<String>,
-        f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
+        f: impl Fn(&mut Tx<'_>) -> Result<T>,
     ) -> Result<T> {
-        let result = self.transaction(request_id, f);
+        let mut attempt = 1;
+        let result = loop {
+            match self.transaction(request_id.clone(), &f) {
+                Err(Error::StorageBusy(detail)) if attempt < WRITE_ATTEMPTS => {
+                    crate::metrics::METRICS.write_retries.inc();
+                    tracing::debug!(attempt, error = %detail, "a write lost a lock race; running it again");
+                    std::thread::sleep(retry_backoff(attempt));
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        };
         match &result {
             Ok(_) => health.committed(),
             Err(e) => {
@@ -177,9 +206,9 @@ impl PgBackend {
         bus: &Bus,
         health: &Arc<Health>,
         request_id: Option<String>,
-        f: impl FnOnce(OneWrite<'_, '_>) -> Result<T>,
+        f: impl FnOnce(OneWrite<'_, '_>) -> Result<T> + Clone,
     ) -> Result<T> {
-        self.write(bus, health, request_id, |tx| f(OneWrite::new(tx)))
+        self.write(bus, health, request_id, |tx| (f.clone())(OneWrite::new(tx)))
     }
 
     fn transaction<T>(
@@ -267,5 +296,29 @@ impl PgBackend {
     pub(crate) fn close(&self) {
         self.stop.send_replace(true);
         self.db.pool().close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_waits_are_short_jittered_and_bounded() {
+        let mut seen = std::collections::BTreeSet::new();
+        for attempt in 1..WRITE_ATTEMPTS + 4 {
+            let ceiling = 5u64 << (attempt - 1).min(4);
+            for _ in 0..50 {
+                let ms = retry_backoff(attempt).as_millis() as u64;
+                assert!(
+                    (ceiling / 2..=ceiling).contains(&ms),
+                    "attempt {attempt}: {ms} ms"
+                );
+                seen.insert((attempt, ms));
+            }
+        }
+        assert!(retry_backoff(100) <= std::time::Duration::from_millis(80));
+        // Drawn, not fixed: the later attempts' waits vary.
+        assert!(seen.iter().filter(|(a, _)| *a == 5).count() > 1, "{seen:?}");
     }
 }

@@ -331,17 +331,23 @@ fn numeric(b: &[u8]) -> Option<ValueRef<'static>> {
 /// A driver error, classified as the SQLite backend classifies its own.
 pub(crate) fn error(e: tokio_postgres::Error) -> Error {
     let detail = crate::store::postgres::error::describe(&e);
-    let Some(db) = e.as_db_error() else {
+    classify(e.as_db_error().map(|db| db.code().code()), detail)
+}
+
+/// The error of a server's SQLSTATE `code` (`None`: no answer from the server).
+fn classify(code: Option<&str>, detail: String) -> Error {
+    let Some(code) = code else {
         // No answer from the server: the connection is gone or cannot be used.
         return Error::Other(CrateError::StorageUnavailable(detail));
     };
-    let code = db.code().code();
     match code {
         "23505" => Error::Constraint(Constraint::Unique, detail),
         "23503" => Error::Constraint(Constraint::ForeignKey, detail),
         c if c.starts_with("23") => Error::Constraint(Constraint::Other, detail),
-        // A lost race between transactions: nothing was written; trying again may succeed.
-        "40001" | "40P01" => Error::Other(CrateError::ConstraintRace(detail)),
+        // A lost lock race between transactions (a deadlock, a serialization failure): the
+        // server rolled the transaction back, so nothing was written, and the same transaction
+        // run again may well succeed (the PostgreSQL backend does so).
+        "40001" | "40P01" => Error::Other(CrateError::StorageBusy(detail)),
         "53100" => Error::Other(CrateError::StorageFull(detail)),
         c if c.starts_with("08")
             || c.starts_with("57")
@@ -370,6 +376,27 @@ mod tests {
             b.extend(d.to_be_bytes());
         }
         b
+    }
+
+    #[test]
+    fn lost_lock_races_are_busy_not_conflicts_or_faults() {
+        let class = |code: Option<&str>| CrateError::from(classify(code, "detail".into()));
+        for code in ["40P01", "40001"] {
+            let e = class(Some(code));
+            assert!(matches!(e, CrateError::StorageBusy(_)), "{code}: {e:?}");
+            assert_eq!(e.code(), "storage_busy");
+        }
+        assert!(matches!(
+            class(Some("23505")),
+            CrateError::ConstraintRace(_)
+        ));
+        assert!(matches!(class(Some("53100")), CrateError::StorageFull(_)));
+        assert!(matches!(
+            class(Some("57P01")),
+            CrateError::StorageUnavailable(_)
+        ));
+        assert!(matches!(class(None), CrateError::StorageUnavailable(_)));
+        assert!(matches!(class(Some("42P01")), CrateError::Storage(_)));
     }
 
     #[test]

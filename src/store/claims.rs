@@ -1,0 +1,673 @@
+//! A turn's bounds: the claim that starts it and the terminals that end it (its own, or the one
+//! written for a turn that was cut off or lost with its process). Each is one unit of work on the
+//! store's writer, behind [`TurnStore`].
+//!
+//! What these units decide from what they read (the queue, the session row, the running tasks,
+//! the lease) is decided here. The one rule that is not the store's — how a session's state
+//! machine moves — comes in as a [`MachineRules`] the runner implements: the store hands it the
+//! stored machine and writes what it answers, inside the same transaction, without knowing what a
+//! machine is. Everything else the caller decides before the transaction (the terminal event, the
+//! usage estimate, the notice of a lost turn) arrives as data.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::projections::TurnStatus;
+use super::turns::{Fence, TurnStore};
+use super::{Lease, NewInput, QueueKind, SessionKey, SessionRow, Tx};
+use crate::error::{Error, Result};
+use crate::timeline::{
+    AgentStatus, AttachmentRef, Behavior, Event, StoredImageRef, Tier, TurnState, TurnStateStatus,
+    Usage,
+};
+
+/// How the turn of a machine's state ended, from the machine's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepEnd {
+    Completed,
+    Failed,
+    Interrupted,
+    /// `ask` or `sleep`: the same state continues later.
+    Paused,
+}
+
+/// A session's machine as stored: its state (`machine_state`) and its projection (`machine`),
+/// both JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredMachine<'a> {
+    pub state: &'a str,
+    pub projection: Option<&'a str>,
+}
+
+/// A machine moved on: its new state and projection, and the prompt it runs next (at a claim,
+/// the prompt of the state the turn runs; after a step, the next state's, queued as a `machine`
+/// input).
+#[derive(Debug, Clone)]
+pub struct MachineMove {
+    pub state: Value,
+    pub projection: Value,
+    pub prompt: Option<String>,
+}
+
+/// How a session's state machine moves, applied by the turn units to the machine they read
+/// (the runner's rules; the store only stores what they answer). Each answer of `None` leaves the
+/// machine as it is.
+pub trait MachineRules: Send + Sync {
+    /// A turn is claimed for an input of `input`: the machine moved into a running step, if this
+    /// turn runs one.
+    fn step_starts(
+        &self,
+        machine: StoredMachine<'_>,
+        input: QueueKind,
+        now: i64,
+    ) -> Option<MachineMove>;
+
+    /// The turn of a step ended (`wake_at`: it sleeps until then): the machine after it.
+    fn step_ends(
+        &self,
+        machine: StoredMachine<'_>,
+        end: StepEnd,
+        result: Option<&str>,
+        wake_at: Option<i64>,
+        now: i64,
+    ) -> Option<MachineMove>;
+
+    /// Whether a step of the machine is running (a turn lost meanwhile ends it `interrupted`).
+    fn step_running(&self, machine: StoredMachine<'_>) -> bool;
+}
+
+/// The runner's rules, shared by every unit that needs them.
+pub type Machines = Arc<dyn MachineRules>;
+
+/// What a claim hands the turn it started.
+#[derive(Debug, Clone)]
+pub struct ClaimedTurn {
+    pub generation: u64,
+    pub kind: QueueKind,
+    /// The prompt the turn runs (a machine's state's, when it runs one).
+    pub text: String,
+    pub tier: Option<Tier>,
+    /// The working directory, relative to the drive (`None`: its root).
+    pub cwd: Option<String>,
+    /// `TurnMode` JSON.
+    pub mode: String,
+    /// What the engine stored to resume from (an answer or a wake continues the turn it paused).
+    pub resume: Option<Value>,
+    /// The input's seq, for inputs from outside (`/wait` observes them).
+    pub input_seq: Option<u64>,
+    /// The seq of the turn's `turn_started`.
+    pub last_seq: u64,
+    pub steers_waiting: bool,
+    /// The turn runs a state of the session's machine.
+    pub machine_step: bool,
+    /// The engine configuration (JSON) the turn runs with.
+    pub engine_config: String,
+    pub workspace_id: String,
+    pub workspace_slug: String,
+    pub user_id: String,
+    pub images: Vec<StoredImageRef>,
+    pub attachments: Vec<AttachmentRef>,
+    /// The session's budget is spent: the turn fails without calling the engine.
+    pub budget_spent: Option<Error>,
+    /// The request that sent the input (`X-Request-Id`), or a new id for the runner's own.
+    pub request_id: String,
+}
+
+/// A turn's own terminal, as the runner made it.
+#[derive(Debug, Clone)]
+pub struct TurnTerminal {
+    pub fence: Fence,
+    /// Events the engine held for this write.
+    pub held: Vec<Event>,
+    /// Text an interrupted turn streamed and never said durably (stored as one more text step).
+    pub partial: String,
+    /// The runner's usage estimate for a turn whose engine recorded none: the notice that says
+    /// so, the `usage` event and the usage added to the session's totals.
+    pub estimate: Option<(Event, Event, Usage)>,
+    /// The terminal event (`complete`, `ask`, `sleep`, `interrupted`).
+    pub event: Event,
+    pub status: TurnStatus,
+    /// What the engine keeps to resume from (an `ask` or a `sleep`).
+    pub engine_state: Option<String>,
+    /// A `sleep`'s wake time: a `wake` input is queued for it.
+    pub wake_at: Option<i64>,
+    /// The turn ran a machine's state: how the step ended and its result.
+    pub step: Option<(StepEnd, Option<String>)>,
+}
+
+/// Which turn a lost-turn terminal ends.
+#[derive(Debug, Clone)]
+pub enum LostTurn {
+    /// The active turn, if the process with this runner id holds it (a process known to be gone).
+    OwnedBy(String),
+    /// The turn of this generation, cut off by this process.
+    Cut(u64),
+    /// Whatever turn is active (start-up recovery on a database no other process uses).
+    Any,
+    /// The active turn, if its lease ran out before this time (its process is gone).
+    ExpiredBefore(i64),
+}
+
+/// The `interrupted` terminal of a turn that was cut off or lost.
+#[derive(Debug, Clone)]
+pub struct LostTerminal {
+    pub key: SessionKey,
+    pub turn: LostTurn,
+    /// Text a cut-off turn streamed and did not store.
+    pub partial: String,
+    /// The notice that says why (a `system` event), before the terminal.
+    pub notice: Event,
+}
+
+/// Where a session stands after a terminal: what the dispatcher should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    /// Another input may run now.
+    pub more: bool,
+    /// The earliest queued input that may only run later (a sleep's wake).
+    pub next_due: Option<i64>,
+}
+
+/// A turn's state as `turn_started` and the terminals carry it.
+pub fn turn_state(
+    status: TurnStateStatus,
+    mode: &str,
+    agent_status: AgentStatus,
+    messages: Vec<Value>,
+    todos: Option<Vec<crate::timeline::Todo>>,
+) -> TurnState {
+    TurnState {
+        status,
+        mode: serde_json::from_str(mode).unwrap_or_else(|_| json!("agent")),
+        agent: crate::timeline::AgentLoopState {
+            status: agent_status,
+            messages,
+        },
+        todos,
+        follow_up_queue: None,
+    }
+}
+
+impl TurnStore<'_> {
+    /// Claims a turn for the session's oldest input that may run now: takes it off the queue
+    /// (a message or an answer also takes a pending wake: it wakes the session early), marks it
+    /// delivered, starts a step of the session's machine when the input continues one, appends
+    /// `turn_started` and marks the session running. `None` when nothing may run or a turn is
+    /// already active.
+    pub async fn claim(
+        &self,
+        key: &SessionKey,
+        lease: Lease,
+        machines: Machines,
+    ) -> Result<Option<ClaimedTurn>> {
+        let key = key.clone();
+        self.store
+            .write(move |tx| claim(tx, &key, &lease, machines.as_ref()))
+            .await
+    }
+
+    /// Writes a turn's own terminal (fenced by its generation, after its held events): the
+    /// terminal event, the turn released, a sleep's wake queued, the machine moved on, the tasks
+    /// still running stopped.
+    pub async fn finish(&self, terminal: TurnTerminal, machines: Machines) -> Result<Settled> {
+        self.store
+            .write(move |tx| finish(tx, terminal, machines.as_ref()))
+            .await
+    }
+
+    /// Writes the `interrupted` terminal of a turn that was cut off or lost; `None` when that
+    /// turn already ended (by its process, or by another that found it first).
+    pub async fn end_lost(
+        &self,
+        lost: LostTerminal,
+        machines: Machines,
+    ) -> Result<Option<Settled>> {
+        self.store
+            .write(move |tx| end_lost(tx, lost, machines.as_ref()))
+            .await
+    }
+}
+
+/// How the tasks a turn leaves running end: `stopped` when the turn ended or was cut off, `lost`
+/// when its process died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unfinished {
+    Stopped,
+    Lost,
+}
+
+impl Unfinished {
+    fn name(self) -> &'static str {
+        match self {
+            Unfinished::Stopped => "stopped",
+            Unfinished::Lost => "lost",
+        }
+    }
+}
+
+fn stored_machine(row: &SessionRow) -> Option<StoredMachine<'_>> {
+    Some(StoredMachine {
+        state: row.machine_state.as_deref()?,
+        projection: row.machine.as_deref(),
+    })
+}
+
+/// Stores a machine's move: its state and projection, and a `state_machine` event.
+fn save_machine(tx: &mut Tx<'_>, key: &SessionKey, m: &MachineMove) -> Result<u64> {
+    tx.set_json_column(
+        key,
+        super::JsonColumn::MachineState,
+        Some(&m.state.to_string()),
+    )?;
+    tx.set_json_column(
+        key,
+        super::JsonColumn::Machine,
+        Some(&m.projection.to_string()),
+    )?;
+    tx.append(
+        key,
+        &Event::StateMachine {
+            state_machine: m.state.clone(),
+        },
+    )
+}
+
+/// A delivery attempt of an input (`/wait` and the `/v2` record read it).
+fn attempt(seq: u64, kind: QueueKind, now: i64) -> String {
+    let kind = match kind {
+        QueueKind::Initial => "initial_prompt",
+        QueueKind::Answer => "answer",
+        _ => "message",
+    };
+    json!({
+        "attemptId": crate::ids::new_id(),
+        "throughSeq": seq,
+        "kind": kind,
+        "createdAt": now,
+    })
+    .to_string()
+}
+
+fn claim(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    lease: &Lease,
+    machines: &dyn MachineRules,
+) -> Result<Option<ClaimedTurn>> {
+    let Some(input) = tx.next_input(key)? else {
+        return Ok(None);
+    };
+    let Some(generation) = tx.claim_turn(key, lease)? else {
+        return Ok(None);
+    };
+    let request_id = tx
+        .input_request_id(key, input.seq)?
+        .unwrap_or_else(crate::ids::new_id);
+    tx.remove_input(key, input.seq)?;
+    if input.kind != QueueKind::Wake {
+        // A message before the wake time wakes the session early.
+        tx.remove_inputs_of_kind(key, QueueKind::Wake)?;
+    }
+    let external = input.kind.is_external();
+    if external {
+        let attempt = attempt(input.seq, input.kind, tx.now);
+        tx.set_delivered(key, input.seq, &attempt)?;
+    }
+    let resume = match input.kind {
+        QueueKind::Answer | QueueKind::Wake => tx
+            .engine_state(key)?
+            .and_then(|s| serde_json::from_str(&s).ok()),
+        _ => None,
+    };
+    // Media travel on the input's event, not in the queue.
+    let media: Value = if external {
+        tx.event_body(key.pk, input.seq)?
+            .and_then(|b| serde_json::from_str(&b).ok())
+            .unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    };
+    let images: Vec<StoredImageRef> =
+        serde_json::from_value(media["images"].clone()).unwrap_or_default();
+    let attachments: Vec<AttachmentRef> =
+        serde_json::from_value(media["attachments"].clone()).unwrap_or_default();
+    let row = tx.session_row(key)?;
+    let mut text = input.text.clone();
+    let started = stored_machine(&row).and_then(|m| machines.step_starts(m, input.kind, tx.now));
+    let machine_step = started.is_some();
+    if let Some(m) = started {
+        if let Some(prompt) = &m.prompt {
+            text = prompt.clone();
+        }
+        save_machine(tx, key, &m)?;
+    }
+    let mut messages = Vec::new();
+    if !text.is_empty() {
+        messages.push(json!({"role": "user", "content": text}));
+    }
+    let state = turn_state(
+        TurnStateStatus::Running,
+        &row.mode,
+        AgentStatus::Running,
+        messages,
+        None,
+    );
+    let started = tx.append(key, &Event::TurnStarted { state })?;
+    // Every turn names its input (the runner's own wakes and machine steps too): that is the run
+    // a turn is on `/v2`.
+    tx.record_input_turn(key, input.seq, started)?;
+    let budget_spent = tx.check_budget(key).err();
+    tx.set_turn(key, TurnStatus::Running)?;
+    tx.refresh_follow_up_queue(key)?;
+    let steers_waiting = tx
+        .pending_inputs(key)?
+        .iter()
+        .any(|p| p.kind == QueueKind::Message && p.behavior == Behavior::Steer);
+    let engine_config = tx.turn_engine(key.pk)?.unwrap_or_else(|| "{}".to_owned());
+    let workspace_slug = tx
+        .workspace_slug(&row.workspace_id)?
+        .ok_or(Error::NotFound)?;
+    Ok(Some(ClaimedTurn {
+        generation,
+        kind: input.kind,
+        text,
+        // The runner's own inputs (wakes, next states) run with the session's tier.
+        tier: input.tier.or(row.tier),
+        // A cwd set to the drive root is stored as `.`; engines see the root as no cwd.
+        cwd: row.cwd.filter(|c| c != "."),
+        mode: row.mode,
+        resume,
+        input_seq: external.then_some(input.seq),
+        last_seq: started,
+        steers_waiting,
+        machine_step,
+        // A pinned engine (a deployment preview's) wins over the agent's.
+        engine_config,
+        workspace_slug,
+        workspace_id: row.workspace_id,
+        user_id: row.user_id,
+        images,
+        attachments,
+        budget_spent,
+        request_id,
+    }))
+}
+
+/// Settles every task still running.
+fn settle_running_tasks(tx: &mut Tx<'_>, key: &SessionKey, end: Unfinished) -> Result<()> {
+    let status = end.name();
+    for (id, body) in tx.running_tasks(key)? {
+        let mut task: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({}));
+        task["status"] = json!(status);
+        tx.put_task(key, &id, &task.to_string(), status)?;
+        let mut settlement = json!({ "id": id, "status": status, "settledAt": tx.now });
+        if end == Unfinished::Stopped {
+            settlement["reason"] = json!("the turn ended before the task finished");
+        }
+        tx.append(key, &Event::TaskSettled { settlement })?;
+    }
+    Ok(())
+}
+
+/// Stores the text an interrupted turn streamed after its last `text` step as one more `text`
+/// step, so that what the reader saw is not lost with the live preview.
+fn append_partial_text(tx: &mut Tx<'_>, key: &SessionKey, partial: &str) -> Result<()> {
+    if !partial.is_empty() {
+        tx.append(
+            key,
+            &Event::Step {
+                step: crate::timeline::Step::Text {
+                    text: partial.to_owned(),
+                },
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Queues one of the runner's own inputs (a wake, a machine's next state).
+fn enqueue_internal(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    seq: u64,
+    kind: QueueKind,
+    text: &str,
+    not_before: i64,
+) -> Result<()> {
+    tx.enqueue_input(
+        key,
+        &NewInput {
+            seq,
+            kind,
+            behavior: Behavior::Steer,
+            tier: None,
+            text,
+            images: None,
+            not_before,
+        },
+    )
+}
+
+/// Moves the session's machine after the turn of one of its states; queues the next state.
+fn advance_machine(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    machines: &dyn MachineRules,
+    end: StepEnd,
+    result: Option<&str>,
+    wake_at: Option<i64>,
+) -> Result<()> {
+    let row = tx.session_row(key)?;
+    let now = tx.now;
+    let Some(m) =
+        stored_machine(&row).and_then(|m| machines.step_ends(m, end, result, wake_at, now))
+    else {
+        return Ok(());
+    };
+    let seq = save_machine(tx, key, &m)?;
+    if let Some(prompt) = &m.prompt {
+        enqueue_internal(tx, key, seq, QueueKind::Machine, prompt, 0)?;
+    }
+    Ok(())
+}
+
+/// After a terminal: the status the session shows and what the dispatcher should do next.
+fn settle(tx: &mut Tx<'_>, key: &SessionKey, turn_status: TurnStatus) -> Result<Settled> {
+    let pending = tx.pending_inputs(key)?;
+    let now = tx.now;
+    let more = pending.iter().any(|p| p.not_before <= now);
+    let next_due = pending
+        .iter()
+        .filter(|p| p.not_before > now)
+        .map(|p| p.not_before)
+        .min();
+    tx.set_turn(
+        key,
+        if more {
+            TurnStatus::Running
+        } else {
+            turn_status
+        },
+    )?;
+    Ok(Settled { more, next_due })
+}
+
+fn finish(tx: &mut Tx<'_>, t: TurnTerminal, machines: &dyn MachineRules) -> Result<Settled> {
+    let key = &t.fence.key;
+    tx.check_generation(key, t.fence.generation)?;
+    for event in &t.held {
+        tx.append(key, event)?;
+    }
+    append_partial_text(tx, key, &t.partial)?;
+    settle_running_tasks(tx, key, Unfinished::Stopped)?;
+    if let Some((note, usage_event, usage)) = &t.estimate {
+        tx.append(key, note)?;
+        tx.add_usage(key, usage)?;
+        tx.append(key, usage_event)?;
+    }
+    let seq = tx.append(key, &t.event)?;
+    tx.release_turn(key, t.engine_state.as_deref(), t.wake_at)?;
+    if let Some(wake_at) = t.wake_at {
+        enqueue_internal(tx, key, seq, QueueKind::Wake, "", wake_at)?;
+    }
+    if let Some((end, result)) = &t.step {
+        advance_machine(tx, key, machines, *end, result.as_deref(), t.wake_at)?;
+    }
+    settle(tx, key, t.status)
+}
+
+fn end_lost(
+    tx: &mut Tx<'_>,
+    lost: LostTerminal,
+    machines: &dyn MachineRules,
+) -> Result<Option<Settled>> {
+    let key = &lost.key;
+    let tasks = match &lost.turn {
+        LostTurn::Cut(generation) => {
+            tx.check_generation(key, *generation)?;
+            Unfinished::Stopped
+        }
+        other => {
+            let me = crate::ids::process_id();
+            let taken = match other {
+                LostTurn::ExpiredBefore(t) => tx.take_lost_turn(key, me, Some(*t))?,
+                LostTurn::OwnedBy(owner) => tx.take_turn_of(key, me, owner)?,
+                _ => tx.take_lost_turn(key, me, None)?,
+            };
+            if !taken {
+                return Ok(None);
+            }
+            Unfinished::Lost
+        }
+    };
+    let row = tx.session_row(key)?;
+    append_partial_text(tx, key, &lost.partial)?;
+    settle_running_tasks(tx, key, tasks)?;
+    tx.append(key, &lost.notice)?;
+    let state = turn_state(
+        TurnStateStatus::Interrupted,
+        &row.mode,
+        AgentStatus::Cancelled,
+        Vec::new(),
+        None,
+    );
+    tx.append(key, &Event::Interrupted { state })?;
+    tx.release_turn(key, None, None)?;
+    if stored_machine(&row).is_some_and(|m| machines.step_running(m)) {
+        advance_machine(tx, key, machines, StepEnd::Interrupted, None, None)?;
+    }
+    settle(tx, key, TurnStatus::Interrupted).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::Bus;
+    use crate::config::StoreConfig;
+    use crate::store::sql::params;
+    use crate::store::{NewSession, Store};
+
+    /// Rules for sessions without a machine.
+    struct NoMachine;
+
+    impl MachineRules for NoMachine {
+        fn step_starts(&self, _: StoredMachine<'_>, _: QueueKind, _: i64) -> Option<MachineMove> {
+            None
+        }
+
+        fn step_ends(
+            &self,
+            _: StoredMachine<'_>,
+            _: StepEnd,
+            _: Option<&str>,
+            _: Option<i64>,
+            _: i64,
+        ) -> Option<MachineMove> {
+            None
+        }
+
+        fn step_running(&self, _: StoredMachine<'_>) -> bool {
+            false
+        }
+    }
+
+    /// A queued input whose kind, behaviour or tier the store does not know (written by
+    /// something else, or a newer sessiond) fails the claim with an error and changes nothing;
+    /// a known one is claimed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unknown_stored_queue_value_fails_the_claim_and_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(
+            &dir.path().join("store.db"),
+            &StoreConfig::default(),
+            Bus::new(64, 64),
+        )
+        .expect("open store");
+        let key = store
+            .write(|tx| {
+                let ws = tx.ensure_workspace("w", "W")?;
+                let agent: String = tx.conn.query_row(
+                    "SELECT id FROM agents WHERE workspace_id = ?1",
+                    [&ws],
+                    |r| r.get(0),
+                )?;
+                let id = crate::ids::new_id();
+                tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))
+            })
+            .await
+            .expect("insert session");
+        let queue = |kind: &'static str, behavior: &'static str, tier: Option<&'static str>| {
+            let k = key.clone();
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |tx| {
+                        tx.conn
+                            .execute("DELETE FROM pending_inputs WHERE session_pk = ?1", [k.pk])?;
+                        tx.conn.execute(
+                            "INSERT INTO pending_inputs
+                               (session_pk, seq, kind, behavior, tier, text, images, not_before)
+                             VALUES (?1, 1, ?2, ?3, ?4, 'x', NULL, 0)",
+                            params![k.pk, kind, behavior, tier],
+                        )?;
+                        Ok(())
+                    })
+                    .await
+                    .expect("queue an input")
+            }
+        };
+        let lease = || Lease {
+            owner: "test".into(),
+            ms: 60_000,
+        };
+        for (kind, behavior, tier, what) in [
+            ("bogus", "steer", None, "queue kind"),
+            ("message", "sideways", None, "behavior"),
+            ("message", "steer", Some("ultra"), "tier"),
+        ] {
+            queue(kind, behavior, tier).await;
+            let e = store
+                .turns()
+                .claim(&key, lease(), Arc::new(NoMachine))
+                .await
+                .expect_err("an unknown value");
+            assert!(e.to_string().contains(&format!("unknown {what}")), "{e}");
+            let row = store.projections().session_by_pk(key.pk).await;
+            assert!(
+                matches!(row, Ok(Some(r)) if !r.turn_active),
+                "nothing changed"
+            );
+        }
+        queue("message", "steer", Some("economy")).await;
+        let claimed = store
+            .turns()
+            .claim(&key, lease(), Arc::new(NoMachine))
+            .await
+            .expect("claim")
+            .expect("a turn");
+        assert_eq!(claimed.kind, QueueKind::Message);
+        assert_eq!(claimed.tier, Some(Tier::Economy));
+        store.close();
+    }
+}
