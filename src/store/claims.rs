@@ -563,10 +563,7 @@ fn end_lost(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bus::Bus;
-    use crate::config::StoreConfig;
     use crate::store::sql::params;
-    use crate::store::{NewSession, Store};
 
     /// Rules for sessions without a machine.
     struct NoMachine;
@@ -598,25 +595,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unknown_stored_queue_value_fails_the_claim_and_changes_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(
-            &dir.path().join("store.db"),
-            &StoreConfig::default(),
-            Bus::new(64, 64),
-        )
-        .expect("open store");
-        let key = store
-            .write(|tx| {
-                let ws = tx.ensure_workspace("w", "W")?;
-                let agent: String = tx.conn.query_row(
-                    "SELECT id FROM agents WHERE workspace_id = ?1",
-                    [&ws],
-                    |r| r.get(0),
-                )?;
-                let id = crate::ids::new_id();
-                tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))
-            })
-            .await
-            .expect("insert session");
+        let (store, key) = crate::store::writer::tests::store_with_session(dir.path()).await;
         let queue = |kind: &'static str, behavior: &'static str, tier: Option<&'static str>| {
             let k = key.clone();
             let store = store.clone();

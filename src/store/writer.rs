@@ -683,7 +683,7 @@ fn commit_batch(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::StoreConfig;
     use crate::store::{NewSession, SessionKey, Store};
@@ -691,7 +691,8 @@ mod tests {
         AgentLoopState, AgentStatus, CompleteStatus, Event, Sender, TurnState, TurnStateStatus,
     };
 
-    async fn store_with_session(dir: &std::path::Path) -> (Store, SessionKey) {
+    /// A store in `dir` with one bare session (for the store's unit tests).
+    pub(in crate::store) async fn store_with_session(dir: &std::path::Path) -> (Store, SessionKey) {
         let store = Store::open(
             &dir.join("store.db"),
             &StoreConfig::default(),
