@@ -188,4 +188,57 @@ mod tests {
         assert_eq!(found("tea"), ["s2"]);
         assert!(found("walnut").is_empty(), "notes are not prompts");
     }
+
+    /// Both full-text indexes are rebuilt with a prefix index, their rows and rowids kept, and
+    /// a prefix query finds what it found before.
+    #[test]
+    fn search_indexes_get_a_prefix_index_and_keep_their_rows() {
+        let conn = Connection::open_in_memory().unwrap();
+        for (version, sql) in migrations().iter().filter(|(v, _)| *v <= 12) {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", version).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO session_search (rowid, title) VALUES (1, 'Deploy the app'), (7, 'Tea');
+             INSERT INTO session_search_prompts (rowid, prompts) VALUES
+               (4294967298, 'bake a pie'), (30064771073, 'deployment notes');",
+        )
+        .unwrap();
+        migrate(&conn).unwrap();
+        let rows = |sql: &str| -> Vec<(i64, String)> {
+            conn.prepare(sql)
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<std::result::Result<_, _>>()
+                .unwrap()
+        };
+        assert_eq!(
+            rows("SELECT rowid, title FROM session_search ORDER BY rowid"),
+            [(1, "Deploy the app".into()), (7, "Tea".into())]
+        );
+        assert_eq!(
+            rows(
+                "SELECT rowid, prompts FROM session_search_prompts WHERE session_search_prompts MATCH '\"deplo\"*'"
+            ),
+            [(30064771073, "deployment notes".into())]
+        );
+        assert_eq!(
+            rows("SELECT rowid, title FROM session_search WHERE session_search MATCH '\"deplo\"*'"),
+            [(1, "Deploy the app".into())]
+        );
+        for table in ["session_search", "session_search_prompts"] {
+            let sql: String = conn
+                .query_row(
+                    "SELECT sql FROM sqlite_master WHERE name = ?1",
+                    [table],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(
+                sql.contains("prefix = '1 2 3 4 5 6 7 8 9 10 11 12'"),
+                "{sql}"
+            );
+        }
+    }
 }

@@ -137,21 +137,244 @@ pub struct ListFilter {
 /// One page of the list, newest first, plus whether more rows follow.
 ///
 /// Without a search the page walks an index in list order and stops after `limit + 1` rows. With
-/// one, the plan depends on how many sessions match (see [`search_plan`]): few matches are read
-/// from the full-text index, joined and sorted, which costs their number and nothing else; many
-/// are gathered into a set and the list index is walked in order until the page is full, which
-/// stops early because a common word soon fills a page. Both plans give the same rows.
+/// one, few matches (fewer than [`SEARCH_MIN_BOUND`]) are read from the full-text index, joined
+/// and sorted, which costs their number and nothing else. Many are found on SQLite by walking the
+/// list in chunks and asking the full-text index only for the matches within each chunk's range
+/// of keys ([`SearchPlan::InRanges`]): a common word soon fills a page, and each range costs the
+/// matches in it, not all of them. A walk that passes many rows without filling the page falls
+/// back to the choice of [`search_plan`]. PostgreSQL always takes that choice. Every plan gives
+/// the same rows.
 pub fn list_sessions(
     conn: &Db,
     workspace_id: &str,
     user_id: &str,
     f: &ListFilter,
 ) -> Result<(Vec<SessionRow>, bool)> {
-    let plan = match &f.fts_query {
-        Some(q) => Some(search_plan(conn, q, f.limit)?),
-        None => None,
+    let Some(q) = &f.fts_query else {
+        return list_sessions_with(conn, workspace_id, user_id, f, None);
     };
-    list_sessions_with(conn, workspace_id, user_id, f, plan)
+    if conn.dialect() == Dialect::Postgres || !ranges_seek(&search_terms(q)) {
+        let plan = search_plan(conn, q, f.limit)?;
+        return list_sessions_with(conn, workspace_id, user_id, f, Some(plan));
+    }
+    if count_matches(conn, q, SEARCH_MIN_BOUND)? < SEARCH_MIN_BOUND {
+        return list_sessions_with(
+            conn,
+            workspace_id,
+            user_id,
+            f,
+            Some(SearchPlan::FromMatches),
+        );
+    }
+    let sessions = max_session_pk(conn)?;
+    let mut walk = RangeWalk::new(f);
+    let budget = (f.limit as usize + 1) * WALK_BUDGET_PER_ROW;
+    walk.run(conn, workspace_id, f, Some(budget.max(WALK_BUDGET_MIN)))?;
+    if !walk.done && search_plan(conn, q, f.limit)? == SearchPlan::FromMatches {
+        return list_sessions_with(
+            conn,
+            workspace_id,
+            user_id,
+            f,
+            Some(SearchPlan::FromMatches),
+        );
+    }
+    while !walk.done {
+        // Ranges that have covered the whole key space once cost what one read of every match
+        // costs; the rest of the page is then found by the walk over the set of all matches.
+        if walk.span > sessions {
+            let rest = ListFilter {
+                after: walk.after.clone(),
+                limit: (f.limit as usize + 1 - walk.found.len()) as u32,
+                ..f.clone()
+            };
+            let (sql, args) = list_query(
+                conn.dialect(),
+                workspace_id,
+                &rest,
+                Some(SearchPlan::FromList),
+                "s.pk",
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let pks = stmt.query_map(named(&args).as_slice(), |r| r.get::<_, i64>(0))?;
+            for pk in pks {
+                walk.found.push(pk?);
+            }
+            break;
+        }
+        walk.run(conn, workspace_id, f, Some(WALK_BUDGET_MIN))?;
+    }
+    walk.rows(conn, user_id, f.limit)
+}
+
+/// Rows a walk in ranges may pass per row of the page before the plan is reconsidered, and at
+/// least this many in all: a word that has not filled the page by then is not common, and
+/// reading its matches may cost less than walking on.
+const WALK_BUDGET_PER_ROW: usize = 64;
+const WALK_BUDGET_MIN: usize = 4_096;
+/// The first chunk of a walk holds this many rows per row of the page (a word in one session in
+/// eight fills the page in one chunk); each next chunk is twice as long, up to the largest.
+const WALK_FIRST_CHUNK_PER_ROW: usize = 8;
+const WALK_MAX_CHUNK: usize = 8_192;
+/// The prefix lengths the full-text indexes keep (migration 0013): a prefix term of one of these
+/// lengths is one doclist that FTS5 seeks by rowid.
+const PREFIX_INDEX_CHARS: std::ops::RangeInclusive<usize> = 1..=12;
+
+/// Whether every term of an FTS5 query of the query builder is a doclist that FTS5 seeks by
+/// rowid: a plain word always, a prefix when the prefix index holds its length. A longer prefix
+/// is merged from every term that starts with it on each query, however narrow its rowid range.
+fn ranges_seek(terms: &[&str]) -> bool {
+    terms.iter().all(|t| match t.strip_suffix('*') {
+        Some(word) => PREFIX_INDEX_CHARS.contains(&word.trim_matches('"').chars().count()),
+        None => true,
+    })
+}
+
+/// The sessions' largest key: the size of the key space a range walk covers.
+fn max_session_pk(conn: &Db) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT COALESCE(max(pk), 0) FROM sessions")?
+        .query_row([], |r| r.get(0))?)
+}
+
+/// A walk of the list in chunks ([`SearchPlan::InRanges`]), resumable: the matches found so far
+/// in list order and where the walk stands.
+struct RangeWalk {
+    found: Vec<i64>,
+    after: Option<(i64, String)>,
+    chunk: usize,
+    /// The sum of the chunks' key ranges (what the full-text index has been asked to cover).
+    span: i64,
+    done: bool,
+    want: usize,
+}
+
+impl RangeWalk {
+    fn new(f: &ListFilter) -> RangeWalk {
+        let want = f.limit as usize + 1;
+        RangeWalk {
+            found: Vec::new(),
+            after: f.after.clone(),
+            chunk: (want * WALK_FIRST_CHUNK_PER_ROW).clamp(64, WALK_MAX_CHUNK),
+            span: 0,
+            done: false,
+            want,
+        }
+    }
+
+    /// Walks on until the page is full, the list ends or (with a budget) `budget` more rows have
+    /// been passed. Each chunk is read in list order with the page's filters (keys only); the
+    /// full-text index is then asked for the matches with keys between the chunk's least and
+    /// greatest, and the chunk's rows among them are kept in order.
+    fn run(
+        &mut self,
+        conn: &Db,
+        workspace_id: &str,
+        f: &ListFilter,
+        budget: Option<usize>,
+    ) -> Result<()> {
+        let terms = search_terms(f.fts_query.as_deref().unwrap_or_default());
+        let match_sql = matches_in_range(terms.len());
+        let mut passed = 0;
+        while !self.done && budget.is_none_or(|b| passed < b) {
+            let chunk = ListFilter {
+                fts_query: None,
+                after: self.after.clone(),
+                // The list query reads one row past its limit.
+                limit: self.chunk as u32 - 1,
+                ..f.clone()
+            };
+            let (sql, args) = list_query(
+                conn.dialect(),
+                workspace_id,
+                &chunk,
+                None,
+                "s.pk, s.created_at, s.id",
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows: Vec<(i64, i64, String)> = stmt
+                .query_map(named(&args).as_slice(), |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect::<super::sql::Result<_>>()?;
+            passed += rows.len();
+            let (Some(lo), Some(hi)) = (
+                rows.iter().map(|r| r.0).min(),
+                rows.iter().map(|r| r.0).max(),
+            ) else {
+                self.done = true;
+                break;
+            };
+            self.span = self.span.saturating_add(hi - lo + 1);
+            let mut args = term_args(Dialect::Sqlite, &terms);
+            let prompt_key = |pk: i64, low: i64| {
+                pk.checked_mul(super::writes::PROMPT_SEQS)
+                    .and_then(|k| k.checked_add(low))
+                    .unwrap_or(i64::MAX)
+            };
+            args.extend([
+                (":lo".to_owned(), SqlValue::Integer(lo)),
+                (":hi".to_owned(), SqlValue::Integer(hi)),
+                (":plo".to_owned(), SqlValue::Integer(prompt_key(lo, 0))),
+                (
+                    ":phi".to_owned(),
+                    SqlValue::Integer(prompt_key(hi, super::writes::PROMPT_SEQS - 1)),
+                ),
+            ]);
+            let mut stmt = conn.prepare_cached(&match_sql)?;
+            let matches: std::collections::HashSet<i64> = stmt
+                .query_map(named(&args).as_slice(), |r| r.get(0))?
+                .collect::<super::sql::Result<_>>()?;
+            let full = rows.len() == self.chunk;
+            for (pk, at, id) in rows {
+                if matches.contains(&pk) {
+                    self.found.push(pk);
+                    if self.found.len() == self.want {
+                        self.done = true;
+                        break;
+                    }
+                }
+                self.after = Some((at, id));
+            }
+            self.done |= !full;
+            self.chunk = (self.chunk * 2).min(WALK_MAX_CHUNK);
+        }
+        Ok(())
+    }
+
+    /// The page of the matches found, as full rows, and whether more follow.
+    fn rows(self, conn: &Db, user_id: &str, limit: u32) -> Result<(Vec<SessionRow>, bool)> {
+        let more = self.found.len() > limit as usize;
+        let rows = self
+            .found
+            .iter()
+            .take(limit as usize)
+            .map(|pk| session_row_by_pk(conn, *pk, Some(user_id))?.ok_or(Error::NotFound))
+            .collect::<Result<_>>()?;
+        Ok((rows, more))
+    }
+}
+
+/// The sessions (`pk`) between `:lo` and `:hi` in which every term of an FTS5 search
+/// (`:q0`, `:q1`, …) is found, as [`search_matches`] finds them in all sessions: the title
+/// index's rowids are the sessions' keys, the prompt rows' keys of those sessions lie between
+/// `:plo` and `:phi`. FTS5 seeks each term's doclist to the range and stops past it.
+fn matches_in_range(terms: usize) -> String {
+    let term = |i: usize| {
+        format!(
+            "SELECT rowid AS pk FROM session_search
+             WHERE session_search MATCH :q{i} AND rowid BETWEEN :lo AND :hi
+             UNION SELECT rowid >> 32 FROM session_search_prompts
+             WHERE session_search_prompts MATCH :q{i} AND rowid BETWEEN :plo AND :phi"
+        )
+    };
+    match terms {
+        0 | 1 => term(0),
+        n => (0..n)
+            .map(|i| format!("SELECT pk FROM ({}) t{i}", term(i)))
+            .collect::<Vec<_>>()
+            .join(" INTERSECT "),
+    }
 }
 
 /// How a search page finds its rows.
@@ -159,11 +382,15 @@ pub fn list_sessions(
 pub enum SearchPlan {
     /// Read every match from the full-text index, keep the workspace's, sort them.
     FromMatches,
-    /// Walk the list's index newest first and keep the rows that match.
+    /// Walk the list's index newest first and keep the rows found in the set of every match.
     FromList,
+    /// Walk the list's index newest first in chunks and ask the full-text index for the matches
+    /// within each chunk's range of keys (SQLite only; see [`list_sessions`]).
+    InRanges,
 }
 
-/// Picks the cheaper plan for a search page of `limit` rows.
+/// Picks the cheaper of [`SearchPlan::FromMatches`] and [`SearchPlan::FromList`] for a search
+/// page of `limit` rows.
 ///
 /// Reading the matches and sorting them costs their number `m`. Walking the list index costs the
 /// rows it passes before the page is full, about `limit · n / m` for `n` sessions, plus gathering
@@ -172,15 +399,20 @@ pub enum SearchPlan {
 /// `m = √(limit · n)`; so the matches are counted up to that bound (never further) and the side
 /// of it they fall on decides. FTS5 cannot return matches in the list's `(created_at, id)` order
 /// (its rowid is the session's insertion key), so no plan can read only a page of them.
-///
-/// A match is a session, however many of its prompt rows hold the words: the count stops at
-/// `bound` distinct sessions.
 pub fn search_plan(conn: &Db, fts_query: &str, limit: u32) -> Result<SearchPlan> {
-    let sessions: i64 = conn
-        .prepare_cached("SELECT COALESCE(max(pk), 0) FROM sessions")?
-        .query_row([], |r| r.get(0))?;
+    let sessions = max_session_pk(conn)?;
     let bound = ((f64::from(limit) + 1.0) * sessions as f64).sqrt() as i64;
     let bound = bound.clamp(SEARCH_MIN_BOUND, SEARCH_MAX_BOUND);
+    Ok(if count_matches(conn, fts_query, bound)? < bound {
+        SearchPlan::FromMatches
+    } else {
+        SearchPlan::FromList
+    })
+}
+
+/// The number of sessions a search matches, counted up to `bound` (never further). A match is
+/// a session, however many of its prompt rows hold the words.
+fn count_matches(conn: &Db, fts_query: &str, bound: i64) -> Result<i64> {
     let terms = search_terms(fts_query);
     let dialect = conn.dialect();
     let sql = format!(
@@ -189,14 +421,9 @@ pub fn search_plan(conn: &Db, fts_query: &str, limit: u32) -> Result<SearchPlan>
     );
     let mut args = term_args(dialect, &terms);
     args.push((":bound".into(), SqlValue::Integer(bound)));
-    let matches: i64 = conn
+    Ok(conn
         .prepare_cached(&sql)?
-        .query_row(named(&args).as_slice(), |r| r.get(0))?;
-    Ok(if matches < bound {
-        SearchPlan::FromMatches
-    } else {
-        SearchPlan::FromList
-    })
+        .query_row(named(&args).as_slice(), |r| r.get(0))?)
 }
 
 /// Below this many matches a search always reads them all (a few hundred rows cost well under
@@ -292,6 +519,7 @@ fn named<K: AsRef<str>>(args: &[(K, SqlValue)]) -> Vec<(&str, &dyn super::sql::T
 }
 
 /// [`list_sessions`] with the search plan chosen by the caller (tests compare the plans).
+/// [`SearchPlan::InRanges`] walks to the end of the page, however many rows that takes.
 pub fn list_sessions_with(
     conn: &Db,
     workspace_id: &str,
@@ -299,7 +527,13 @@ pub fn list_sessions_with(
     f: &ListFilter,
     plan: Option<SearchPlan>,
 ) -> Result<(Vec<SessionRow>, bool)> {
-    let (sql, args) = list_query(conn.dialect(), workspace_id, user_id, f, plan);
+    if plan == Some(SearchPlan::InRanges) && f.fts_query.is_some() {
+        let mut walk = RangeWalk::new(f);
+        walk.run(conn, workspace_id, f, None)?;
+        return walk.rows(conn, user_id, f.limit);
+    }
+    let (sql, mut args) = list_query(conn.dialect(), workspace_id, f, plan, SESSION_COLUMNS);
+    args.push((":user".into(), SqlValue::Text(user_id.to_owned())));
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows: Vec<SessionRow> = stmt
         .query_map(named(&args).as_slice(), session_from_row)?
@@ -309,19 +543,25 @@ pub fn list_sessions_with(
     Ok((rows, more))
 }
 
-/// The SQL of a list page and its named parameters.
+/// The SQL of a list page (`columns` of `sessions s` and `agents a`, at most `limit + 1` rows)
+/// and its named parameters; [`SESSION_COLUMNS`] also take `:user`. A search is part of the
+/// query with [`SearchPlan::FromMatches`] and [`SearchPlan::FromList`] only.
 fn list_query(
     dialect: Dialect,
     workspace_id: &str,
-    user_id: &str,
     f: &ListFilter,
     plan: Option<SearchPlan>,
+    columns: &str,
 ) -> (String, Vec<(std::borrow::Cow<'static, str>, SqlValue)>) {
-    let terms = f.fts_query.as_deref().map(search_terms).unwrap_or_default();
-    let mut sql = match (&f.fts_query, plan) {
+    let search = match plan {
+        Some(SearchPlan::FromMatches | SearchPlan::FromList) => f.fts_query.as_deref(),
+        _ => None,
+    };
+    let terms = search.map(search_terms).unwrap_or_default();
+    let mut sql = match (search, plan) {
         // SQLite's CROSS JOIN keeps the matches as the outer loop; PostgreSQL plans joins itself.
         (Some(_), Some(SearchPlan::FromMatches)) => format!(
-            "SELECT {SESSION_COLUMNS} FROM ({}) f {} sessions s ON s.pk = f.pk
+            "SELECT {columns} FROM ({}) f {} sessions s ON s.pk = f.pk
              JOIN agents a ON a.id = s.agent_id
              WHERE s.workspace_id = :ws",
             search_matches(dialect, terms.len(), "UNION"),
@@ -331,13 +571,12 @@ fn list_query(
             }
         ),
         _ => format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
+            "SELECT {columns} FROM sessions s JOIN agents a ON a.id = s.agent_id
              WHERE s.workspace_id = :ws"
         ),
     };
     let mut args: Vec<(std::borrow::Cow<'static, str>, SqlValue)> = vec![
         (":ws".into(), SqlValue::Text(workspace_id.to_owned())),
-        (":user".into(), SqlValue::Text(user_id.to_owned())),
         (":limit".into(), SqlValue::Integer(f.limit as i64 + 1)),
     ];
     if !f.include_archived {
@@ -365,8 +604,8 @@ fn list_query(
         args.push((":at".into(), SqlValue::Integer(*at)));
         args.push((":after_id".into(), SqlValue::Text(id.clone())));
     }
-    if f.fts_query.is_some() {
-        if plan != Some(SearchPlan::FromMatches) {
+    if search.is_some() {
+        if plan == Some(SearchPlan::FromList) {
             // The matches are gathered once into a set that each row of the walk is looked up
             // in (a per-row FTS5 probe costs ~100 µs: it rebuilds the query's doclists).
             sql.push_str(&format!(
@@ -938,10 +1177,11 @@ mod tests {
                 loop {
                     let a = list_sessions_with(conn, "w1", "u", &f, Some(SearchPlan::FromMatches))
                         .unwrap();
-                    let b = list_sessions_with(conn, "w1", "u", &f, Some(SearchPlan::FromList))
-                        .unwrap();
-                    assert_eq!(ids(&a.0), ids(&b.0), "{words:?} {f:?}");
-                    assert_eq!(a.1, b.1, "{words:?} {f:?}");
+                    for plan in [SearchPlan::FromList, SearchPlan::InRanges] {
+                        let b = list_sessions_with(conn, "w1", "u", &f, Some(plan)).unwrap();
+                        assert_eq!(ids(&a.0), ids(&b.0), "{plan:?} {words:?} {f:?}");
+                        assert_eq!(a.1, b.1, "{plan:?} {words:?} {f:?}");
+                    }
                     let chosen = list_sessions(conn, "w1", "u", &f).unwrap();
                     assert_eq!(ids(&chosen.0), ids(&a.0));
                     // The same page without the full-text index: sessions whose title and
@@ -976,6 +1216,39 @@ mod tests {
         }
     }
 
+    /// A walk in ranges stopped by its budget and resumed, chunk after chunk, finds the pages
+    /// the matches give; a prefix of a length the prefix index lacks is not walked in ranges.
+    #[test]
+    fn a_walk_in_ranges_resumes_where_its_budget_stopped_it() {
+        let conn = db(3_000);
+        let conn = &Db::sqlite(&conn);
+        let mut most_runs = 0;
+        for words in ["common", "deplo", "common deploy", "zebra filler"] {
+            for f in filters() {
+                let f = ListFilter {
+                    fts_query: Some(fts(words)),
+                    ..f
+                };
+                let want =
+                    list_sessions_with(conn, "w1", "u", &f, Some(SearchPlan::FromMatches)).unwrap();
+                let mut walk = RangeWalk::new(&f);
+                let mut runs = 0;
+                while !walk.done {
+                    walk.run(conn, "w1", &f, Some(1)).unwrap();
+                    runs += 1;
+                }
+                most_runs = most_runs.max(runs);
+                let got = walk.rows(conn, "u", f.limit).unwrap();
+                assert_eq!(ids(&got.0), ids(&want.0), "{words:?} {f:?}");
+                assert_eq!(got.1, want.1, "{words:?} {f:?}");
+            }
+        }
+        assert!(most_runs > 1, "{most_runs}");
+        assert!(ranges_seek(&search_terms(&fts("common deploy"))));
+        assert!(ranges_seek(&search_terms("\"abcdefghijklmn\" \"x\"*")));
+        assert!(!ranges_seek(&search_terms(&fts("abcdefghijklm"))));
+    }
+
     #[test]
     fn a_rare_word_reads_its_matches_and_a_common_one_walks_the_list() {
         let conn = db(3_000);
@@ -995,7 +1268,11 @@ mod tests {
     fn the_first_of_many_prompts_finds_its_session() {
         let conn = db(3_000);
         let conn = &Db::sqlite(&conn);
-        for plan in [SearchPlan::FromMatches, SearchPlan::FromList] {
+        for plan in [
+            SearchPlan::FromMatches,
+            SearchPlan::FromList,
+            SearchPlan::InRanges,
+        ] {
             let f = ListFilter {
                 fts_query: Some(fts("needle 2600")),
                 include_archived: true,
@@ -1046,8 +1323,13 @@ mod tests {
                     after: Some((100, "s000001".into())),
                     ..f.clone()
                 };
-                let (sql, args) =
-                    list_query(Dialect::Sqlite, "w1", "u", &f, Some(SearchPlan::FromList));
+                let (sql, args) = list_query(
+                    Dialect::Sqlite,
+                    "w1",
+                    &f,
+                    Some(SearchPlan::FromList),
+                    "s.pk",
+                );
                 let plan = query_plan(conn, &sql, &args);
                 assert!(!plan.contains("TEMP B-TREE"), "{f:?}\n{plan}");
                 assert!(
@@ -1065,9 +1347,9 @@ mod tests {
         let (sql, args) = list_query(
             Dialect::Sqlite,
             "w1",
-            "u",
             &f,
             Some(SearchPlan::FromMatches),
+            "s.pk",
         );
         let plan = query_plan(conn, &sql, &args);
         assert!(plan.contains("SCAN session_search VIRTUAL TABLE"), "{plan}");

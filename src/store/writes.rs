@@ -151,7 +151,7 @@ pub struct NewInput<'a> {
 }
 
 /// Seqs per session in the prompt index's key space (`session_search_prompts`, migration 0010).
-const PROMPT_SEQS: i64 = 1 << 32;
+pub(crate) const PROMPT_SEQS: i64 = 1 << 32;
 
 /// Bytes of consecutive prompts one search row holds (a longer prompt gets a row of its own):
 /// small enough that re-indexing the row costs little more than the prompt alone, large enough
