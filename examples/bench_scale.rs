@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example bench_scale              # 10 k / 100 k / 1 M sessions (~5-10 min)
 //! cargo run --release --example bench_scale -- --quick   # 10 k / 100 k
+//! SESSIOND_BENCH_BASELINE=/tmp/base/sessiond cargo run --release --example bench_scale
 //! ```
 //!
 //! This is a measuring command, not a test: it prints figures and how they grow, and asserts
@@ -15,7 +16,9 @@
 //! asking, 1 % scheduled, the rest done) and archives 2 %, as a long-lived workspace looks. All
 //! sessions belong to the root agent, the worst case for its activity view. Titles are three
 //! words from a small vocabulary, a unique number, the common word `deploy` in one session in four,
-//! and the rare word `quetzal` in ten of the oldest sessions.
+//! and the rare word `quetzal` in ten of the oldest sessions. Each session also gets one prompt
+//! row in the search index (a direct SQL pass as well: no prompt event is written), with the word
+//! `rollback` in one session in four (others than those with `deploy`).
 //!
 //! For each size the real server runs in a child process on the data dir and one keep-alive
 //! client measures, over HTTP, p50/p99 of: the list's first page, a keyset page from the middle
@@ -23,6 +26,12 @@
 //! 100-event history page, and, as the floor every figure includes, the detail of one session (a
 //! primary-key lookup that does not grow). The last table gives every figure's growth against
 //! the 10,000-session size of the same run.
+//!
+//! With `SESSIOND_BENCH_BASELINE=<another sessiond binary>` each size is measured first with that
+//! binary (`serve`) on a copy of the data dir, then with this build on the data dir itself, and
+//! every table shows both. The copy is brought to the baseline's schema first: a baseline from
+//! before migration 0013 gets its two full-text indexes without the prefix index, rebuilt from the
+//! same rows (the only difference between the two schemas), and schema version 12.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -48,6 +57,11 @@ const TARGET_GROWTH: f64 = 2.0;
 const CHUNK: usize = 5_000;
 const HISTORY_EVENTS: usize = 1_000;
 const COMMON: &str = "deploy";
+/// Two words, the last a prefix: `alpha` is in about one title in eight, so both are in one in
+/// thirty-two.
+const COMMON_PAIR: &str = "alpha deploy";
+/// In the prompt row of one session in four.
+const PROMPT_WORD: &str = "rollback";
 const RARE: &str = "quetzal";
 const RARE_COUNT: usize = 10;
 /// Requests per query and size (fewer when a query is slow: see `MAX_SECS_PER_QUERY`).
@@ -181,6 +195,18 @@ fn grow(seed: &mut Seed, target: usize) -> f64 {
             [history_pk],
         )
         .unwrap_or_else(|e| die("spread sessions", e));
+    // One prompt row per new session, keyed as the store keys a session's first prompt row.
+    raw(&seed.db)
+        .execute(
+            "INSERT INTO session_search_prompts (rowid, prompts)
+             SELECT pk * 4294967296 + 2, 'please look at the ' || CASE pk % 4 WHEN 2 THEN 'rollback'
+                 ELSE 'logs' END || ' of job ' || pk
+             FROM sessions
+             WHERE pk > (SELECT COALESCE(max(rowid) >> 32, 0) FROM session_search_prompts)
+               AND pk <> ?1",
+            [history_pk],
+        )
+        .unwrap_or_else(|e| die("seed prompt rows", e));
     start.elapsed().as_secs_f64()
 }
 
@@ -192,18 +218,38 @@ struct Server {
 }
 
 impl Server {
-    fn start(data_dir: &Path) -> Server {
+    /// This build's server, or with `baseline` that binary's `serve`, on `data_dir`.
+    fn start(data_dir: &Path, baseline: Option<&Path>) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or_else(|e| die("pick port", e));
-        let exe = std::env::current_exe().unwrap_or_else(|e| die("current exe", e));
+        let bind = format!("127.0.0.1:{port}");
         let log = std::fs::File::create(data_dir.with_extension("log"))
             .unwrap_or_else(|e| die("server log", e));
-        let child = Command::new(exe)
-            .arg("--serve")
-            .arg(data_dir)
-            .arg(format!("127.0.0.1:{port}"))
+        let mut cmd = match baseline {
+            Some(bin) => {
+                let mut cmd = Command::new(bin);
+                cmd.env_remove("SESSIOND_CONFIG")
+                    .env_remove("SESSIOND_DATA_DIR")
+                    .env_remove("SESSIOND_BIND")
+                    .env_remove("SESSIOND_DATABASE_URL")
+                    .env("SESSIOND_LOG", "warn")
+                    .arg("serve")
+                    .arg("--bind")
+                    .arg(&bind)
+                    .arg("--data-dir")
+                    .arg(data_dir);
+                cmd
+            }
+            None => {
+                let exe = std::env::current_exe().unwrap_or_else(|e| die("current exe", e));
+                let mut cmd = Command::new(exe);
+                cmd.arg("--serve").arg(data_dir).arg(&bind);
+                cmd
+            }
+        };
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -297,12 +343,14 @@ async fn measure(c: &reqwest::Client, q: &Query) -> Lat {
     lat
 }
 
-const NAMES: [&str; 8] = [
+const NAMES: [&str; 10] = [
     "detail (floor)",
     "list, first page",
     "list, middle keyset page",
     "search, common word",
     "search, rare word",
+    "search, two common words",
+    "search, common prompt word",
     "activity",
     "history page",
     "list, asking bucket",
@@ -358,6 +406,22 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
         },
         Query {
             name: NAMES[5],
+            url: format!("{s}?limit=50&search={}", COMMON_PAIR.replace(' ', "+")),
+            check: |v| match sessions_len(v) {
+                50 => Ok(()),
+                n => Err(format!("{n} sessions, expected 50")),
+            },
+        },
+        Query {
+            name: NAMES[6],
+            url: format!("{s}?limit=50&search={PROMPT_WORD}"),
+            check: |v| match sessions_len(v) {
+                50 => Ok(()),
+                n => Err(format!("{n} sessions, expected 50")),
+            },
+        },
+        Query {
+            name: NAMES[7],
             url: format!("{s}/activity"),
             check: |v| {
                 let owners = v["owners"].as_array().ok_or("no owners")?;
@@ -375,7 +439,7 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
             },
         },
         Query {
-            name: NAMES[6],
+            name: NAMES[8],
             url: format!("{s}/{h}/history?before={}&limit=100", HISTORY_EVENTS / 2),
             check: |v| match v["events"].as_array().map_or(0, Vec::len) {
                 100 => Ok(()),
@@ -383,7 +447,7 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
             },
         },
         Query {
-            name: NAMES[7],
+            name: NAMES[9],
             url: format!("{s}?limit=50&bucket=asking"),
             check: |v| match sessions_len(v) {
                 50 => Ok(()),
@@ -453,7 +517,16 @@ fn main() {
         .build()
         .unwrap_or_else(|e| die("tokio runtime", e));
 
-    let mut results: Vec<(usize, Vec<Lat>)> = Vec::new();
+    let baseline = std::env::var_os("SESSIOND_BENCH_BASELINE").map(PathBuf::from);
+    if let Some(b) = &baseline {
+        println!(
+            "   baseline: {} on a copy of the data dir, measured before this build at each size",
+            b.display()
+        );
+    }
+    let base_dir = tmp.path().join("baseline");
+    // (size, this build's figures, the baseline's)
+    let mut results: Vec<(usize, Vec<Lat>, Option<Vec<Lat>>)> = Vec::new();
     let mut seed = open_seed(&db);
     let api_key = seed.api_key.clone();
     for &size in sizes {
@@ -473,24 +546,38 @@ fn main() {
             bytes as f64 / (1024.0 * 1024.0),
             loadavg()
         );
-        let server = Server::start(&data_dir);
         let c = client(&api_key);
-        let lats = rt.block_on(async {
-            wait_healthy(&c, &server.base).await;
-            let mut lats = Vec::new();
-            for q in qs {
-                let q = Query {
-                    url: q.url.replacen("BASE", &server.base, 1),
-                    ..q
-                };
-                let lat = measure(&c, &q).await;
-                println!("   {:<26} {}", q.name, lat.line());
-                lats.push(lat);
-            }
+        let run = |dir: &Path, bin: Option<&Path>| {
+            let server = Server::start(dir, bin);
+            rt.block_on(async {
+                wait_healthy(&c, &server.base).await;
+                let mut lats = Vec::new();
+                for q in &qs {
+                    let q = Query {
+                        name: q.name,
+                        url: q.url.replacen("BASE", &server.base, 1),
+                        check: q.check,
+                    };
+                    let lat = measure(&c, &q).await;
+                    println!("   {:<26} {}", q.name, lat.line());
+                    lats.push(lat);
+                }
+                lats
+            })
+        };
+        let base = baseline.as_deref().map(|bin| {
+            let secs = baseline_copy(&data_dir, &db, &base_dir);
+            println!(
+                "-- baseline (copy made and brought to its schema in {secs:.1} s; load {}) --",
+                loadavg()
+            );
+            let lats = run(&base_dir, Some(bin));
+            std::fs::remove_dir_all(&base_dir).unwrap_or_else(|e| die("remove baseline copy", e));
+            println!("-- this build (load {}) --", loadavg());
             lats
         });
-        drop(server);
-        results.push((size, lats));
+        let lats = run(&data_dir, None);
+        results.push((size, lats, base));
         seed.store = Store::open(&db, &Default::default(), Bus::new(1024, 1024))
             .unwrap_or_else(|e| die("reopen store", e));
     }
@@ -501,38 +588,105 @@ fn main() {
         "== Growth: p50 / p99 at each size, and the ratio to {} sessions (target: within {TARGET_GROWTH}x) ==",
         thousands(sizes[0] as u64)
     );
-    let (_, base) = &results[0];
     for (i, name) in NAMES.iter().enumerate() {
-        let mut line = format!("   {name:<26}");
-        for (size, lats) in &results {
-            let l = &lats[i];
-            line.push_str(&format!(
-                " | {:>7}: {:>7.2} / {:>7.2} ms",
-                short(*size),
-                l.p(50.0),
-                l.p(99.0)
-            ));
-            if *size != sizes[0] {
+        let figures = |pick: &dyn Fn(&(usize, Vec<Lat>, Option<Vec<Lat>>)) -> Option<&Lat>| {
+            let first = pick(&results[0])?;
+            let mut line = String::new();
+            for r in &results {
+                let l = pick(r)?;
                 line.push_str(&format!(
-                    " ({:.2}x / {:.2}x)",
-                    l.p(50.0) / base[i].p(50.0),
-                    l.p(99.0) / base[i].p(99.0)
+                    " | {:>4}: {:>7.2} / {:>7.2} ms",
+                    short(r.0),
+                    l.p(50.0),
+                    l.p(99.0)
                 ));
+                if r.0 != sizes[0] {
+                    line.push_str(&format!(
+                        " ({:.2}x / {:.2}x)",
+                        l.p(50.0) / first.p(50.0),
+                        l.p(99.0) / first.p(99.0)
+                    ));
+                }
+            }
+            Some(line)
+        };
+        match figures(&|r| r.2.as_ref().map(|b| &b[i])) {
+            Some(base) => {
+                println!("   {name:<26} baseline  {base}");
+                let this = figures(&|r| Some(&r.1[i])).unwrap_or_default();
+                println!("   {:<26} this build{this}", "");
+            }
+            None => {
+                let this = figures(&|r| Some(&r.1[i])).unwrap_or_default();
+                println!("   {name:<26}{this}");
             }
         }
-        println!("{line}");
     }
-    if let Some((_, lats)) = results.iter().find(|(s, _)| *s == 100_000) {
+    if let Some((_, lats, base)) = results.iter().find(|r| r.0 == 100_000) {
         println!();
         println!(
             "   at 100,000: activity p99 {:.2} ms (target < {TARGET_ACTIVITY_P99_MS} ms), search p99 \
-             common {:.2} ms / rare {:.2} ms (target < {TARGET_SEARCH_P99_MS} ms)",
-            lats[5].p(99.0),
+             common {:.2} ms / two words {:.2} ms / prompt word {:.2} ms / rare {:.2} ms \
+             (target < {TARGET_SEARCH_P99_MS} ms){}",
+            lats[7].p(99.0),
             lats[3].p(99.0),
-            lats[4].p(99.0)
+            lats[5].p(99.0),
+            lats[6].p(99.0),
+            lats[4].p(99.0),
+            match base {
+                Some(b) => format!(
+                    "; baseline common {:.2} / two words {:.2} / prompt word {:.2} ms",
+                    b[3].p(99.0),
+                    b[5].p(99.0),
+                    b[6].p(99.0)
+                ),
+                None => String::new(),
+            }
         );
     }
     println!("   load average at end: {}", loadavg());
+}
+
+/// Copies the database (closed, so its WAL is checkpointed) to a data dir of its own for the
+/// baseline binary and brings the copy to that binary's schema: a baseline from before
+/// migration 0013 gets both full-text indexes without the prefix index (rebuilt from their own
+/// rows, as migration 0010 made them) and schema version 12. Returns the seconds it took.
+fn baseline_copy(data_dir: &Path, db: &Path, base_dir: &Path) -> f64 {
+    let start = Instant::now();
+    let _ = std::fs::remove_dir_all(base_dir);
+    std::fs::create_dir_all(base_dir).unwrap_or_else(|e| die("baseline data dir", e));
+    let name = db
+        .strip_prefix(data_dir)
+        .unwrap_or_else(|e| die("database path", e));
+    let copy = base_dir.join(name);
+    for suffix in ["", "-wal"] {
+        let from = PathBuf::from(format!("{}{suffix}", db.display()));
+        if from.exists() {
+            std::fs::copy(&from, format!("{}{suffix}", copy.display()))
+                .unwrap_or_else(|e| die("copy the database", e));
+        }
+    }
+    let c = raw(&copy);
+    let version: i64 = c
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap_or_else(|e| die("schema version", e));
+    if version == 13 {
+        c.execute_batch(
+            "BEGIN;
+             CREATE VIRTUAL TABLE t_old USING fts5 (title, tokenize = 'unicode61 remove_diacritics 2');
+             INSERT INTO t_old (rowid, title) SELECT rowid, title FROM session_search;
+             DROP TABLE session_search;
+             ALTER TABLE t_old RENAME TO session_search;
+             CREATE VIRTUAL TABLE p_old USING fts5 (prompts, tokenize = 'unicode61 remove_diacritics 2');
+             INSERT INTO p_old (rowid, prompts) SELECT rowid, prompts FROM session_search_prompts;
+             DROP TABLE session_search_prompts;
+             ALTER TABLE p_old RENAME TO session_search_prompts;
+             PRAGMA user_version = 12;
+             COMMIT;",
+        )
+        .unwrap_or_else(|e| die("bring the copy to schema 12", e));
+    }
+    start.elapsed().as_secs_f64()
 }
 
 fn short(n: usize) -> String {

@@ -298,33 +298,28 @@ impl RangeWalk {
                 })?
                 .collect::<super::sql::Result<_>>()?;
             passed += rows.len();
-            let (Some(lo), Some(hi)) = (
-                rows.iter().map(|r| r.0).min(),
-                rows.iter().map(|r| r.0).max(),
-            ) else {
+            if rows.is_empty() {
                 self.done = true;
                 break;
-            };
-            self.span = self.span.saturating_add(hi - lo + 1);
-            let mut args = term_args(Dialect::Sqlite, &terms);
-            let prompt_key = |pk: i64, low: i64| {
-                pk.checked_mul(super::writes::PROMPT_SEQS)
-                    .and_then(|k| k.checked_add(low))
-                    .unwrap_or(i64::MAX)
-            };
-            args.extend([
-                (":lo".to_owned(), SqlValue::Integer(lo)),
-                (":hi".to_owned(), SqlValue::Integer(hi)),
-                (":plo".to_owned(), SqlValue::Integer(prompt_key(lo, 0))),
-                (
-                    ":phi".to_owned(),
-                    SqlValue::Integer(prompt_key(hi, super::writes::PROMPT_SEQS - 1)),
-                ),
-            ]);
-            let mut stmt = conn.prepare_cached(&match_sql)?;
-            let matches: std::collections::HashSet<i64> = stmt
-                .query_map(named(&args).as_slice(), |r| r.get(0))?
-                .collect::<super::sql::Result<_>>()?;
+            }
+            let mut matches: std::collections::HashSet<i64> = std::collections::HashSet::new();
+            for (lo, hi) in key_ranges(rows.iter().map(|r| r.0).collect()) {
+                self.span = self.span.saturating_add(hi - lo + 1);
+                let mut args = term_args(Dialect::Sqlite, &terms);
+                args.extend([
+                    (":lo".to_owned(), SqlValue::Integer(lo)),
+                    (":hi".to_owned(), SqlValue::Integer(hi)),
+                    (":plo".to_owned(), SqlValue::Integer(prompt_key(lo, 0))),
+                    (
+                        ":phi".to_owned(),
+                        SqlValue::Integer(prompt_key(hi, super::writes::PROMPT_SEQS - 1)),
+                    ),
+                ]);
+                let mut stmt = conn.prepare_cached(&match_sql)?;
+                for pk in stmt.query_map(named(&args).as_slice(), |r| r.get::<_, i64>(0))? {
+                    matches.insert(pk?);
+                }
+            }
             let full = rows.len() == self.chunk;
             for (pk, at, id) in rows {
                 if matches.contains(&pk) {
@@ -353,6 +348,47 @@ impl RangeWalk {
             .collect::<Result<_>>()?;
         Ok((rows, more))
     }
+}
+
+/// A session's prompt row key with `low` in its low 32 bits, or the largest key when it does not
+/// fit (no prompt row has such a key: see `writes::prompt_search_key`).
+fn prompt_key(pk: i64, low: i64) -> i64 {
+    pk.checked_mul(super::writes::PROMPT_SEQS)
+        .and_then(|k| k.checked_add(low))
+        .unwrap_or(i64::MAX)
+}
+
+/// At most this many key ranges are read for one chunk.
+const MAX_RANGES_PER_CHUNK: usize = 8;
+
+/// The ranges of keys that cover `pks` (a chunk of the list): one from the least to the greatest,
+/// cut at the widest gaps that are wider than the chunk is long (at most
+/// [`MAX_RANGES_PER_CHUNK`] ranges). Keys mostly follow the list's order, so a chunk's keys are
+/// close together, but not always: a session whose clock was ahead or behind, or one created by
+/// another process, sits among keys far from its own, and a single range would span every
+/// session between them.
+fn key_ranges(mut pks: Vec<i64>) -> Vec<(i64, i64)> {
+    pks.sort_unstable();
+    let wide = pks.len() as i64;
+    let mut cuts: Vec<(i64, usize)> = pks
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| w[1] - w[0] > wide)
+        .map(|(i, w)| (w[1] - w[0], i + 1))
+        .collect();
+    cuts.sort_unstable_by(|a, b| b.cmp(a));
+    cuts.truncate(MAX_RANGES_PER_CHUNK - 1);
+    let mut cuts: Vec<usize> = cuts.into_iter().map(|(_, at)| at).collect();
+    cuts.sort_unstable();
+    let mut ranges = Vec::with_capacity(cuts.len() + 1);
+    let mut start = 0;
+    for end in cuts.into_iter().chain(std::iter::once(pks.len())) {
+        if let (Some(lo), Some(hi)) = (pks.get(start), pks.get(end.wrapping_sub(1))) {
+            ranges.push((*lo, *hi));
+        }
+        start = end;
+    }
+    ranges
 }
 
 /// The sessions (`pk`) between `:lo` and `:hi` in which every term of an FTS5 search
@@ -1247,6 +1283,28 @@ mod tests {
         assert!(ranges_seek(&search_terms(&fts("common deploy"))));
         assert!(ranges_seek(&search_terms("\"abcdefghijklmn\" \"x\"*")));
         assert!(!ranges_seek(&search_terms(&fts("abcdefghijklm"))));
+    }
+
+    /// A chunk's keys are read as the ranges they cluster in: a key far from the others gets a
+    /// range of its own rather than stretching one over every key between.
+    #[test]
+    fn a_chunks_keys_are_read_in_the_ranges_they_cluster_in() {
+        assert_eq!(key_ranges(vec![]), []);
+        assert_eq!(key_ranges(vec![7]), [(7, 7)]);
+        assert_eq!(key_ranges(vec![10, 12, 11, 14]), [(10, 14)]);
+        assert_eq!(
+            key_ranges(vec![1, 100_000, 99_998, 99_999, 50_000]),
+            [(1, 1), (50_000, 50_000), (99_998, 100_000)]
+        );
+        // At most eight ranges: the narrowest gaps stay inside a range.
+        let spread: Vec<i64> = (0..20).map(|i| i * 1_000 + i).collect();
+        let ranges = key_ranges(spread.clone());
+        assert_eq!(ranges.len(), MAX_RANGES_PER_CHUNK);
+        assert_eq!(ranges.first().map(|r| r.0), Some(0));
+        assert_eq!(ranges.last().map(|r| r.1), spread.last().copied());
+        for pk in spread {
+            assert!(ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&pk)));
+        }
     }
 
     #[test]
