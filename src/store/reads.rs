@@ -448,18 +448,32 @@ pub fn search_plan(conn: &Db, fts_query: &str, limit: u32) -> Result<SearchPlan>
 
 /// The number of sessions a search matches, counted up to `bound` (never further). A match is
 /// a session, however many of its prompt rows hold the words.
+///
+/// With several terms, SQLite's `INTERSECT` gathers every term's sessions in full before it
+/// yields one, so on SQLite the sessions whose title, or one of whose prompt rows, holds every
+/// term are counted first: FTS5 finds those with one query and stops at `bound`. They are a part
+/// of the matches, so when they reach `bound` the matches do.
 fn count_matches(conn: &Db, fts_query: &str, bound: i64) -> Result<i64> {
     let terms = search_terms(fts_query);
     let dialect = conn.dialect();
-    let sql = format!(
-        "SELECT count(*) FROM (SELECT DISTINCT pk FROM ({}) m LIMIT :bound) d",
-        search_matches(dialect, terms.len(), "UNION ALL")
-    );
-    let mut args = term_args(dialect, &terms);
-    args.push((":bound".into(), SqlValue::Integer(bound)));
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row(named(&args).as_slice(), |r| r.get(0))?)
+    let count = |terms: &[&str]| -> Result<i64> {
+        let sql = format!(
+            "SELECT count(*) FROM (SELECT DISTINCT pk FROM ({}) m LIMIT :bound) d",
+            search_matches(dialect, terms.len(), "UNION ALL")
+        );
+        let mut args = term_args(dialect, terms);
+        args.push((":bound".into(), SqlValue::Integer(bound)));
+        Ok(conn
+            .prepare_cached(&sql)?
+            .query_row(named(&args).as_slice(), |r| r.get(0))?)
+    };
+    if terms.len() > 1 && dialect == Dialect::Sqlite {
+        let within_one_row = count(&[fts_query])?;
+        if within_one_row >= bound {
+            return Ok(within_one_row);
+        }
+    }
+    count(&terms)
 }
 
 /// Below this many matches a search always reads them all (a few hundred rows cost well under
@@ -1318,6 +1332,13 @@ mod tests {
         assert_eq!(plan("deplo"), SearchPlan::FromList);
         // 230 sessions hold "filler" in 39 prompts each: counted once each, they are few.
         assert_eq!(plan("filler"), SearchPlan::FromMatches);
+        assert_eq!(plan("common deploy"), SearchPlan::FromList);
+        // Both words in one row, counted by one query up to the bound; or words in different
+        // rows of a session (its first prompt row and the others), counted in full.
+        let count = |w: &str, bound| count_matches(conn, &fts(w), bound).unwrap();
+        assert_eq!(count("common deploy", 100), 100);
+        assert_eq!(count("zebra filler", 10_000), 230);
+        assert_eq!(count("zebra filler", 100), 100);
     }
 
     /// A session whose only matching prompt row is the first of many is found, once, by both
