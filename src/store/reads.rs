@@ -193,7 +193,7 @@ pub fn list_sessions(
                 workspace_id,
                 &rest,
                 Some(SearchPlan::FromList),
-                "s.pk",
+                ListColumns::Keys,
             );
             let mut stmt = conn.prepare_cached(&sql)?;
             let pks = stmt.query_map(named(&args).as_slice(), |r| r.get::<_, i64>(0))?;
@@ -275,13 +275,19 @@ impl RangeWalk {
     ) -> Result<()> {
         let terms = search_terms(f.fts_query.as_deref().unwrap_or_default());
         let match_sql = matches_in_range(terms.len());
+        let residual = residual_conditions(f);
         let mut passed = 0;
         while !self.done && budget.is_none_or(|b| passed < b) {
+            // The bucket and the agent pick the index walked; whether a session is archived or
+            // some owner's default is asked of the matches only (the same index is walked either
+            // way, and the chunk's rows need no table row of their own).
             let chunk = ListFilter {
                 fts_query: None,
                 after: self.after.clone(),
                 // The list query reads one row past its limit.
                 limit: self.chunk as u32 - 1,
+                include_archived: true,
+                exclude_default: false,
                 ..f.clone()
             };
             let (sql, args) = list_query(
@@ -289,7 +295,7 @@ impl RangeWalk {
                 workspace_id,
                 &chunk,
                 None,
-                "s.pk, s.created_at, s.id",
+                ListColumns::Keys,
             );
             let mut stmt = conn.prepare_cached(&sql)?;
             let rows: Vec<(i64, i64, String)> = stmt
@@ -322,7 +328,14 @@ impl RangeWalk {
             }
             let full = rows.len() == self.chunk;
             for (pk, at, id) in rows {
-                if matches.contains(&pk) {
+                let kept = matches.contains(&pk)
+                    && match &residual {
+                        Some(sql) => conn
+                            .prepare_cached(sql)?
+                            .query_row([pk], |r| r.get::<_, bool>(0))?,
+                        None => true,
+                    };
+                if kept {
                     self.found.push(pk);
                     if self.found.len() == self.want {
                         self.done = true;
@@ -348,6 +361,28 @@ impl RangeWalk {
             .collect::<Result<_>>()?;
         Ok((rows, more))
     }
+}
+
+/// The conditions of `f` that a walk in ranges asks of each match rather than of every row it
+/// passes, as one query of the session's key (`?1`), or `None` when there are none.
+fn residual_conditions(f: &ListFilter) -> Option<String> {
+    let mut conditions = Vec::new();
+    if !f.include_archived {
+        conditions.push(if f.archived_only {
+            "s.archived_at IS NOT NULL"
+        } else {
+            "s.archived_at IS NULL"
+        });
+    }
+    if f.exclude_default {
+        conditions.push("NOT EXISTS (SELECT 1 FROM default_sessions d WHERE d.session_id = s.id)");
+    }
+    (!conditions.is_empty()).then(|| {
+        format!(
+            "SELECT {} FROM sessions s WHERE s.pk = ?1",
+            conditions.join(" AND ")
+        )
+    })
 }
 
 /// A session's prompt row key with `low` in its low 32 bits, or the largest key when it does not
@@ -582,7 +617,7 @@ pub fn list_sessions_with(
         walk.run(conn, workspace_id, f, None)?;
         return walk.rows(conn, user_id, f.limit);
     }
-    let (sql, mut args) = list_query(conn.dialect(), workspace_id, f, plan, SESSION_COLUMNS);
+    let (sql, mut args) = list_query(conn.dialect(), workspace_id, f, plan, ListColumns::Rows);
     args.push((":user".into(), SqlValue::Text(user_id.to_owned())));
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows: Vec<SessionRow> = stmt
@@ -593,16 +628,29 @@ pub fn list_sessions_with(
     Ok((rows, more))
 }
 
-/// The SQL of a list page (`columns` of `sessions s` and `agents a`, at most `limit + 1` rows)
-/// and its named parameters; [`SESSION_COLUMNS`] also take `:user`. A search is part of the
-/// query with [`SearchPlan::FromMatches`] and [`SearchPlan::FromList`] only.
+/// What a list query reads of each row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListColumns {
+    /// [`SESSION_COLUMNS`], which also take `:user`.
+    Rows,
+    /// `s.pk, s.created_at, s.id`: what the list's indexes hold, so that a walk without other
+    /// conditions reads no table row (every session has its agent: a foreign key).
+    Keys,
+}
+
+/// The SQL of a list page (at most `limit + 1` rows) and its named parameters. A search is part
+/// of the query with [`SearchPlan::FromMatches`] and [`SearchPlan::FromList`] only.
 fn list_query(
     dialect: Dialect,
     workspace_id: &str,
     f: &ListFilter,
     plan: Option<SearchPlan>,
-    columns: &str,
+    columns: ListColumns,
 ) -> (String, Vec<(std::borrow::Cow<'static, str>, SqlValue)>) {
+    let (columns, agents) = match columns {
+        ListColumns::Rows => (SESSION_COLUMNS, " JOIN agents a ON a.id = s.agent_id"),
+        ListColumns::Keys => ("s.pk, s.created_at, s.id", ""),
+    };
     let search = match plan {
         Some(SearchPlan::FromMatches | SearchPlan::FromList) => f.fts_query.as_deref(),
         _ => None,
@@ -611,8 +659,7 @@ fn list_query(
     let mut sql = match (search, plan) {
         // SQLite's CROSS JOIN keeps the matches as the outer loop; PostgreSQL plans joins itself.
         (Some(_), Some(SearchPlan::FromMatches)) => format!(
-            "SELECT {columns} FROM ({}) f {} sessions s ON s.pk = f.pk
-             JOIN agents a ON a.id = s.agent_id
+            "SELECT {columns} FROM ({}) f {} sessions s ON s.pk = f.pk{agents}
              WHERE s.workspace_id = :ws",
             search_matches(dialect, terms.len(), "UNION"),
             match dialect {
@@ -620,10 +667,7 @@ fn list_query(
                 Dialect::Postgres => "JOIN",
             }
         ),
-        _ => format!(
-            "SELECT {columns} FROM sessions s JOIN agents a ON a.id = s.agent_id
-             WHERE s.workspace_id = :ws"
-        ),
+        _ => format!("SELECT {columns} FROM sessions s{agents} WHERE s.workspace_id = :ws"),
     };
     let mut args: Vec<(std::borrow::Cow<'static, str>, SqlValue)> = vec![
         (":ws".into(), SqlValue::Text(workspace_id.to_owned())),
@@ -1407,8 +1451,10 @@ mod tests {
                     "w1",
                     &f,
                     Some(SearchPlan::FromList),
-                    "s.pk",
+                    ListColumns::Rows,
                 );
+                let mut args = args;
+                args.push((":user".into(), SqlValue::Text("u".into())));
                 let plan = query_plan(conn, &sql, &args);
                 assert!(!plan.contains("TEMP B-TREE"), "{f:?}\n{plan}");
                 assert!(
@@ -1416,6 +1462,23 @@ mod tests {
                     "{f:?}\n{plan}"
                 );
             }
+            // A walk in ranges reads its chunks' keys from the index alone unless the agent
+            // picks the index (whose rows lack the workspace).
+            let chunk = ListFilter {
+                include_archived: true,
+                exclude_default: false,
+                after: Some((100, "s000001".into())),
+                ..f.clone()
+            };
+            let (sql, args) = list_query(Dialect::Sqlite, "w1", &chunk, None, ListColumns::Keys);
+            let plan = query_plan(conn, &sql, &args);
+            assert!(!plan.contains("TEMP B-TREE"), "{chunk:?}\n{plan}");
+            let covering = if chunk.agent_id.is_some() {
+                "SEARCH s USING INDEX sessions_by_"
+            } else {
+                "SEARCH s USING COVERING INDEX sessions_by_"
+            };
+            assert!(plan.contains(covering), "{chunk:?}\n{plan}");
         }
         // Few matches: read from the full-text index, then sorted (at most the plan's bound).
         let f = ListFilter {
@@ -1428,7 +1491,7 @@ mod tests {
             "w1",
             &f,
             Some(SearchPlan::FromMatches),
-            "s.pk",
+            ListColumns::Keys,
         );
         let plan = query_plan(conn, &sql, &args);
         assert!(plan.contains("SCAN session_search VIRTUAL TABLE"), "{plan}");
