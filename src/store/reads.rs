@@ -166,8 +166,7 @@ pub fn list_sessions(
             Some(SearchPlan::FromMatches),
         );
     }
-    let sessions = max_session_pk(conn)?;
-    let mut walk = RangeWalk::new(f);
+    let mut walk = RangeWalk::new(conn, f)?;
     let budget = (f.limit as usize + 1) * WALK_BUDGET_PER_ROW;
     walk.run(conn, workspace_id, f, Some(budget.max(WALK_BUDGET_MIN)))?;
     if !walk.done && search_plan(conn, q, f.limit)? == SearchPlan::FromMatches {
@@ -182,7 +181,7 @@ pub fn list_sessions(
     while !walk.done {
         // Ranges that have covered the whole key space once cost what one read of every match
         // costs; the rest of the page is then found by the walk over the set of all matches.
-        if walk.span > sessions {
+        if walk.span > walk.keys {
             let rest = ListFilter {
                 after: walk.after.clone(),
                 limit: (f.limit as usize + 1 - walk.found.len()) as u32,
@@ -245,21 +244,27 @@ struct RangeWalk {
     chunk: usize,
     /// The sum of the chunks' key ranges (what the full-text index has been asked to cover).
     span: i64,
+    /// The rows the walk has passed.
+    passed: usize,
+    /// The sessions' largest key: the size of the key space.
+    keys: i64,
     done: bool,
     want: usize,
 }
 
 impl RangeWalk {
-    fn new(f: &ListFilter) -> RangeWalk {
+    fn new(conn: &Db, f: &ListFilter) -> Result<RangeWalk> {
         let want = f.limit as usize + 1;
-        RangeWalk {
+        Ok(RangeWalk {
             found: Vec::new(),
             after: f.after.clone(),
             chunk: (want * WALK_FIRST_CHUNK_PER_ROW).clamp(64, WALK_MAX_CHUNK),
             span: 0,
+            passed: 0,
+            keys: max_session_pk(conn)?,
             done: false,
             want,
-        }
+        })
     }
 
     /// Walks on until the page is full, the list ends or (with a budget) `budget` more rows have
@@ -274,7 +279,6 @@ impl RangeWalk {
         budget: Option<usize>,
     ) -> Result<()> {
         let terms = search_terms(f.fts_query.as_deref().unwrap_or_default());
-        let match_sql = matches_in_range(terms.len());
         let residual = residual_conditions(f);
         let mut passed = 0;
         while !self.done && budget.is_none_or(|b| passed < b) {
@@ -304,27 +308,15 @@ impl RangeWalk {
                 })?
                 .collect::<super::sql::Result<_>>()?;
             passed += rows.len();
+            let passed_now = rows.len();
             if rows.is_empty() {
                 self.done = true;
                 break;
             }
-            let mut matches: std::collections::HashSet<i64> = std::collections::HashSet::new();
-            for (lo, hi) in key_ranges(rows.iter().map(|r| r.0).collect()) {
-                self.span = self.span.saturating_add(hi - lo + 1);
-                let mut args = term_args(Dialect::Sqlite, &terms);
-                args.extend([
-                    (":lo".to_owned(), SqlValue::Integer(lo)),
-                    (":hi".to_owned(), SqlValue::Integer(hi)),
-                    (":plo".to_owned(), SqlValue::Integer(prompt_key(lo, 0))),
-                    (
-                        ":phi".to_owned(),
-                        SqlValue::Integer(prompt_key(hi, super::writes::PROMPT_SEQS - 1)),
-                    ),
-                ]);
-                let mut stmt = conn.prepare_cached(&match_sql)?;
-                for pk in stmt.query_map(named(&args).as_slice(), |r| r.get::<_, i64>(0))? {
-                    matches.insert(pk?);
-                }
+            let mut matches = std::collections::HashSet::new();
+            for range in key_ranges(rows.iter().map(|r| r.0).collect()) {
+                self.span = self.span.saturating_add(range.1 - range.0 + 1);
+                matches.extend(matches_in_range(conn, &terms, range, self.keys)?);
             }
             let full = rows.len() == self.chunk;
             for (pk, at, id) in rows {
@@ -345,7 +337,14 @@ impl RangeWalk {
                 self.after = Some((at, id));
             }
             self.done |= !full;
-            self.chunk = (self.chunk * 2).min(WALK_MAX_CHUNK);
+            self.passed += passed_now;
+            // The next chunk is twice as long, or as long as the density of matches so far says
+            // the rest of the page needs (and a quarter more), if that is less.
+            let needed = match self.found.len() {
+                0 => usize::MAX,
+                found => (self.want - found.min(self.want)) * self.passed * 5 / (found * 4),
+            };
+            self.chunk = (self.chunk * 2).min(needed.max(64)).min(WALK_MAX_CHUNK);
         }
         Ok(())
     }
@@ -426,26 +425,52 @@ fn key_ranges(mut pks: Vec<i64>) -> Vec<(i64, i64)> {
     ranges
 }
 
-/// The sessions (`pk`) between `:lo` and `:hi` in which every term of an FTS5 search
-/// (`:q0`, `:q1`, …) is found, as [`search_matches`] finds them in all sessions: the title
-/// index's rowids are the sessions' keys, the prompt rows' keys of those sessions lie between
-/// `:plo` and `:phi`. FTS5 seeks each term's doclist to the range and stops past it.
-fn matches_in_range(terms: usize) -> String {
-    let term = |i: usize| {
-        format!(
-            "SELECT rowid AS pk FROM session_search
-             WHERE session_search MATCH :q{i} AND rowid BETWEEN :lo AND :hi
-             UNION SELECT rowid >> 32 FROM session_search_prompts
-             WHERE session_search_prompts MATCH :q{i} AND rowid BETWEEN :plo AND :phi"
-        )
+/// The sessions (`pk`) from `lo` to `hi` in which every term of an FTS5 search is found, as
+/// [`search_matches`] finds them in all sessions: per term, the title index's rowids (the
+/// sessions' keys) and the prompt rows' (`lo·2^32 ..= hi·2^32 + 2^32-1`) between them; with
+/// several terms, the sets' intersection. FTS5 seeks each term's doclist to the range and stops
+/// past it, from whichever end of the key space (`keys`) the range is nearer: a seek into a
+/// doclist costs more the further it goes, and a page of the list is mostly the newest sessions.
+fn matches_in_range(
+    conn: &Db,
+    terms: &[&str],
+    (lo, hi): (i64, i64),
+    keys: i64,
+) -> Result<std::collections::HashSet<i64>> {
+    let order = if keys - hi < lo {
+        " ORDER BY rowid DESC"
+    } else {
+        ""
     };
-    match terms {
-        0 | 1 => term(0),
-        n => (0..n)
-            .map(|i| format!("SELECT pk FROM ({}) t{i}", term(i)))
-            .collect::<Vec<_>>()
-            .join(" INTERSECT "),
+    let titles = format!(
+        "SELECT rowid FROM session_search WHERE session_search MATCH ?1 AND rowid BETWEEN ?2 AND ?3{order}"
+    );
+    let prompts = format!(
+        "SELECT rowid >> 32 FROM session_search_prompts
+         WHERE session_search_prompts MATCH ?1 AND rowid BETWEEN ?2 AND ?3{order}"
+    );
+    let (plo, phi) = (
+        prompt_key(lo, 0),
+        prompt_key(hi, super::writes::PROMPT_SEQS - 1),
+    );
+    let mut all: Option<std::collections::HashSet<i64>> = None;
+    for term in terms {
+        let mut found = std::collections::HashSet::new();
+        for (sql, from, to) in [(&titles, lo, hi), (&prompts, plo, phi)] {
+            let mut stmt = conn.prepare_cached(sql)?;
+            for pk in stmt.query_map(params![*term, from, to], |r| r.get::<_, i64>(0))? {
+                let pk = pk?;
+                if all.as_ref().is_none_or(|a| a.contains(&pk)) {
+                    found.insert(pk);
+                }
+            }
+        }
+        if found.is_empty() {
+            return Ok(found);
+        }
+        all = Some(found);
     }
+    Ok(all.unwrap_or_default())
 }
 
 /// How a search page finds its rows.
@@ -613,7 +638,7 @@ pub fn list_sessions_with(
     plan: Option<SearchPlan>,
 ) -> Result<(Vec<SessionRow>, bool)> {
     if plan == Some(SearchPlan::InRanges) && f.fts_query.is_some() {
-        let mut walk = RangeWalk::new(f);
+        let mut walk = RangeWalk::new(conn, f)?;
         walk.run(conn, workspace_id, f, None)?;
         return walk.rows(conn, user_id, f.limit);
     }
@@ -1325,7 +1350,7 @@ mod tests {
                 };
                 let want =
                     list_sessions_with(conn, "w1", "u", &f, Some(SearchPlan::FromMatches)).unwrap();
-                let mut walk = RangeWalk::new(&f);
+                let mut walk = RangeWalk::new(conn, &f).unwrap();
                 let mut runs = 0;
                 while !walk.done {
                     walk.run(conn, "w1", &f, Some(1)).unwrap();
