@@ -1000,7 +1000,9 @@ async fn section_notes(opts: &Opts, base: &str) -> NoteResult {
     }
     let (paced, paced_errors) = notes_paced(target, opts.paced_rate, opts.paced_secs).await;
     let reqwest = runs.pop().unwrap_or_else(|| die("notes", "no reqwest run"));
-    let wire = runs.pop().unwrap_or_else(|| die("notes", "no minimal-client run"));
+    let wire = runs
+        .pop()
+        .unwrap_or_else(|| die("notes", "no minimal-client run"));
     NoteResult {
         wire,
         reqwest,
@@ -1593,13 +1595,21 @@ fn main() {
     }
     table.push((
         format!("POST note p99 @ {NOTE_CLIENTS} clients, closed loop"),
-        format!("{} (p50 {})", ms(notes.wire.lat.p99), ms(notes.wire.lat.p50)),
+        format!(
+            "{} (p50 {})",
+            ms(notes.wire.lat.p99),
+            ms(notes.wire.lat.p50)
+        ),
         format!("< {}", ms(TARGET_NOTE_P99)),
         notes.wire.lat.p99 < TARGET_NOTE_P99 && notes.wire.errors == 0,
     ));
     table.push((
         "  the same with reqwest clients".to_owned(),
-        format!("{} (p50 {})", ms(notes.reqwest.lat.p99), ms(notes.reqwest.lat.p50)),
+        format!(
+            "{} (p50 {})",
+            ms(notes.reqwest.lat.p99),
+            ms(notes.reqwest.lat.p50)
+        ),
         "(for comparison)".to_owned(),
         notes.reqwest.lat.p99 < TARGET_NOTE_P99 && notes.reqwest.errors == 0,
     ));

@@ -46,7 +46,9 @@ impl Wire {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect {addr}: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| format!("nodelay: {e}"))?;
         Ok(Wire {
             stream,
             host: addr.to_string(),
