@@ -16,7 +16,9 @@
 //!    raw rate with what a gap-free `/v2` sequence would add to every event (a column and an
 //!    index), against the plain raw rate.
 //! 2. p50/p99 latency of `POST …/note` with 64 concurrent keep-alive HTTP clients against the real
-//!    server, started in-process on a loopback port.
+//!    server, started in-process on a loopback port: first with the minimal client of
+//!    `support/wire.rs` (the target's figure: it leaves the cores to the server), then with
+//!    reqwest (as measured before it), then paced.
 //! 3. p99 of a 100-event history page (`?before=` and `?cursor=`) on a session holding 1,000,000
 //!    events (100,000 with `--quick`), seeded through the store writer before the server starts.
 //! 4. The cost of a prompt (`prompt_submitted` appended and indexed for search, one `Store::write`

@@ -27,7 +27,9 @@
 //!    `--memory` runs only this section.
 //! 1. Turns completed per second with the scripted engine (`/reply ok`) at 1, 64 and 512
 //!    concurrent sessions (1, 16, 64 with `--quick`): one client per session looping
-//!    `POST …/messages/wait` (each returns when the turn's terminal is durable).
+//!    `POST …/messages/wait` (each returns when the turn's terminal is durable), each on a
+//!    keep-alive connection of its own through the minimal client of `support/wire.rs` (as in
+//!    section 2's posts: the clients share the server's cores).
 //!    Server CPU per thread group and the scheduler state of the writer / HTTP / runner threads
 //!    are sampled during each level, to show where the ceiling is.
 //! 2. Latency from `POST …/messages` to the turn's `complete` frame on the session's SSE stream,
