@@ -16,7 +16,9 @@
 //!    raw rate with what a gap-free `/v2` sequence would add to every event (a column and an
 //!    index), against the plain raw rate.
 //! 2. p50/p99 latency of `POST …/note` with 64 concurrent keep-alive HTTP clients against the real
-//!    server, started in-process on a loopback port.
+//!    server, started in-process on a loopback port: first with the minimal client of
+//!    `support/wire.rs` (the target's figure: it leaves the cores to the server), then with
+//!    reqwest (as measured before it), then paced.
 //! 3. p99 of a 100-event history page (`?before=` and `?cursor=`) on a session holding 1,000,000
 //!    events (100,000 with `--quick`), seeded through the store writer before the server starts.
 //! 4. The cost of a prompt (`prompt_submitted` appended and indexed for search, one `Store::write`
@@ -40,6 +42,8 @@ use sessiond::timeline::{Event, Sender};
 mod report;
 #[path = "support/seed.rs"]
 mod seed;
+#[path = "support/wire.rs"]
+mod wire;
 use report::{flags, loadavg, thousands};
 
 const TARGET_STORE_RATIO: f64 = 0.50;
@@ -729,39 +733,96 @@ async fn get_json(client: &reqwest::Client, url: &str) -> Value {
 // ---------------------------------------------------------------------------------------------
 // 2. POST …/note latency at 64 concurrent clients.
 
-struct NoteResult {
+/// One closed-loop run of the 64 note clients.
+struct ClosedLoop {
     lat: Lat,
     throughput: f64,
     errors: usize,
     first_error: Option<String>,
-    last_event_seq: u64,
-    /// (server, client) CPU seconds during the timed closed-loop run, and its wall time.
+    /// (server, client) CPU seconds during the timed run, and its wall time.
     cpu: Option<(f64, f64)>,
     wall: f64,
+}
+
+struct NoteResult {
+    /// With the minimal client (the figure the target is for), then with reqwest.
+    wire: ClosedLoop,
+    reqwest: ClosedLoop,
+    last_event_seq: u64,
     paced: Lat,
     paced_rate: f64,
     paced_errors: usize,
 }
 
-async fn post_note(client: &reqwest::Client, url: &str, note: String) -> Result<(), String> {
-    let r = client
-        .post(url)
-        .json(&json!({ "note": note }))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = r.status();
-    let body = r.bytes().await.map_err(|e| e.to_string())?;
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
+/// Which HTTP client the note runs use: a minimal keep-alive client (`support/wire.rs`, the
+/// figure the target is for: it leaves the cores to the server) or reqwest (the figure as it was
+/// measured before, for comparison).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClientKind {
+    Wire,
+    Reqwest,
+}
+
+/// Where the notes go: the URL for reqwest, the address and path for the minimal client.
+struct NoteTarget {
+    url: String,
+    addr: std::net::SocketAddr,
+    path: String,
+}
+
+/// One note client's connection.
+enum NoteClient {
+    Wire(wire::Wire),
+    Reqwest(reqwest::Client),
+}
+
+impl NoteClient {
+    async fn open(kind: ClientKind, target: &NoteTarget) -> NoteClient {
+        match kind {
+            ClientKind::Wire => NoteClient::Wire(
+                wire::Wire::connect(target.addr, API_KEY.get().map(String::as_str))
+                    .await
+                    .unwrap_or_else(|e| die("note client", e)),
+            ),
+            ClientKind::Reqwest => NoteClient::Reqwest(http_client()),
+        }
+    }
+
+    async fn post_note(&mut self, target: &NoteTarget, note: String) -> Result<(), String> {
+        let body = serde_json::to_vec(&json!({ "note": note })).map_err(|e| e.to_string())?;
+        match self {
+            NoteClient::Wire(w) => {
+                let r = w.post_json(&target.path, &body).await?;
+                if r.is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("{}: {}", r.status, r.text()))
+                }
+            }
+            NoteClient::Reqwest(client) => {
+                let r = client
+                    .post(&target.url)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = r.status();
+                let body = r.bytes().await.map_err(|e| e.to_string())?;
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
+                }
+            }
+        }
     }
 }
 
 /// Closed loop: every client sends its next note as soon as the previous one is answered.
 async fn notes_closed_loop(
-    url: Arc<String>,
+    target: Arc<NoteTarget>,
+    kind: ClientKind,
     warm: usize,
     n: usize,
 ) -> (
@@ -775,18 +836,23 @@ async fn notes_closed_loop(
     let done = Arc::new(tokio::sync::Barrier::new(NOTE_CLIENTS + 1));
     let mut tasks = Vec::new();
     for c in 0..NOTE_CLIENTS {
-        let (url, barrier, done) = (Arc::clone(&url), Arc::clone(&barrier), Arc::clone(&done));
+        let (target, barrier, done) =
+            (Arc::clone(&target), Arc::clone(&barrier), Arc::clone(&done));
         tasks.push(tokio::spawn(async move {
             // One client (one keep-alive connection) per simulated user.
-            let client = http_client();
+            let mut client = NoteClient::open(kind, &target).await;
             for i in 0..warm {
-                let _ = post_note(&client, &url, format!("warm-up note {c}-{i}")).await;
+                let _ = client
+                    .post_note(&target, format!("warm-up note {c}-{i}"))
+                    .await;
             }
             barrier.wait().await;
             let (mut lat, mut errors, mut first_error) = (Vec::with_capacity(n), 0, None);
             for i in 0..n {
                 let t = Instant::now();
-                let res = post_note(&client, &url, format!("note {c}-{i} from the bench")).await;
+                let res = client
+                    .post_note(&target, format!("note {c}-{i} from the bench"))
+                    .await;
                 lat.push(t.elapsed());
                 if let Err(e) = res {
                     errors += 1;
@@ -820,16 +886,22 @@ async fn notes_closed_loop(
 
 /// Paced: the same 64 clients, each sending at a fixed interval so that the server is far from
 /// saturated; shows the service latency without the queueing of the closed loop.
-async fn notes_paced(url: Arc<String>, total_rate: f64, dur: Duration) -> (Vec<Duration>, usize) {
+async fn notes_paced(
+    target: Arc<NoteTarget>,
+    total_rate: f64,
+    dur: Duration,
+) -> (Vec<Duration>, usize) {
     let period = Duration::from_secs_f64(NOTE_CLIENTS as f64 / total_rate);
     let start = tokio::time::Instant::now() + Duration::from_millis(200);
     let end = start + dur;
     let mut tasks = Vec::new();
     for c in 0..NOTE_CLIENTS {
-        let url = Arc::clone(&url);
+        let target = Arc::clone(&target);
         tasks.push(tokio::spawn(async move {
-            let client = http_client();
-            let _ = post_note(&client, &url, format!("paced warm-up {c}")).await;
+            let mut client = NoteClient::open(ClientKind::Wire, &target).await;
+            let _ = client
+                .post_note(&target, format!("paced warm-up {c}"))
+                .await;
             let first = start + period.mul_f64(c as f64 / NOTE_CLIENTS as f64);
             let mut tick = tokio::time::interval_at(first, period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -840,7 +912,8 @@ async fn notes_paced(url: Arc<String>, total_rate: f64, dur: Duration) -> (Vec<D
                     break;
                 }
                 let t = Instant::now();
-                if post_note(&client, &url, format!("paced note {c}-{i}"))
+                if client
+                    .post_note(&target, format!("paced note {c}-{i}"))
                     .await
                     .is_err()
                 {
@@ -893,30 +966,49 @@ async fn section_notes(opts: &Opts, base: &str) -> NoteResult {
         .as_u64()
         .unwrap_or(0);
 
-    let url = Arc::new(format!("{sessions}/{id}/note"));
+    let addr = base
+        .strip_prefix("http://")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| die("server address", base));
+    let target = Arc::new(NoteTarget {
+        url: format!("{sessions}/{id}/note"),
+        addr,
+        path: format!("/v1/ws/default/agent/sessions/{id}/note"),
+    });
     let (warm, n) = (opts.notes_warmup_per_client, opts.notes_per_client);
-    let (lat, errors, first_error, elapsed, cpu) =
-        notes_closed_loop(Arc::clone(&url), warm, n).await;
-    let timed = lat.len();
+    let mut runs = Vec::new();
+    for kind in [ClientKind::Wire, ClientKind::Reqwest] {
+        let (lat, errors, first_error, elapsed, cpu) =
+            notes_closed_loop(Arc::clone(&target), kind, warm, n).await;
+        let timed = lat.len();
+        runs.push(ClosedLoop {
+            lat: Lat::of(lat),
+            throughput: rate(timed, elapsed),
+            errors,
+            first_error,
+            cpu,
+            wall: elapsed.as_secs_f64(),
+        });
+    }
     let last_event_seq = get_json(&client, &format!("{sessions}/{id}")).await["lastEventSeq"]
         .as_u64()
         .unwrap_or(0);
-    let expected = before_seq + (NOTE_CLIENTS * (n + warm)) as u64;
-    if errors == 0 && last_event_seq < expected {
+    let expected = before_seq + (2 * NOTE_CLIENTS * (n + warm)) as u64;
+    if runs.iter().all(|r| r.errors == 0) && last_event_seq < expected {
         die(
             "notes",
             format!("session has lastEventSeq {last_event_seq}, expected at least {expected}"),
         );
     }
-    let (paced, paced_errors) = notes_paced(url, opts.paced_rate, opts.paced_secs).await;
+    let (paced, paced_errors) = notes_paced(target, opts.paced_rate, opts.paced_secs).await;
+    let reqwest = runs.pop().unwrap_or_else(|| die("notes", "no reqwest run"));
+    let wire = runs
+        .pop()
+        .unwrap_or_else(|| die("notes", "no minimal-client run"));
     NoteResult {
-        lat: Lat::of(lat),
-        throughput: rate(timed, elapsed),
-        errors,
-        first_error,
+        wire,
+        reqwest,
         last_event_seq,
-        cpu,
-        wall: elapsed.as_secs_f64(),
         paced: Lat::of(paced),
         paced_rate: opts.paced_rate,
         paced_errors,
@@ -1406,33 +1498,42 @@ fn main() {
     );
     let t = Instant::now();
     let notes = rt.block_on(section_notes(&opts, &base));
-    println!("   latency   {}", notes.lat.line());
-    println!(
-        "   throughput {} requests ({} notes durable; session lastEventSeq {}), errors {}",
-        fmt_rate(notes.throughput),
-        thousands(notes.lat.n as u64),
-        notes.last_event_seq,
-        notes.errors
-    );
-    if let Some(e) = &notes.first_error {
-        println!("   first error: {e}");
-    }
-    if let Some((server, client)) = notes.cpu {
+    for (name, run) in [
+        ("minimal HTTP/1.1 clients (support/wire.rs)", &notes.wire),
+        ("reqwest clients (as measured before)", &notes.reqwest),
+    ] {
+        println!("   {name}:");
+        println!("   latency   {}", run.lat.line());
         println!(
-            "   CPU during the timed run: server {:.2} cores busy ({:.0} µs CPU per note), bench \
-             clients {:.2} cores ({:.0} µs per request)",
-            server / notes.wall,
-            server * 1e6 / notes.lat.n as f64,
-            client / notes.wall,
-            client * 1e6 / notes.lat.n as f64
+            "   throughput {} requests ({} notes durable), errors {}",
+            fmt_rate(run.throughput),
+            thousands(run.lat.n as u64),
+            run.errors
+        );
+        if let Some(e) = &run.first_error {
+            println!("   first error: {e}");
+        }
+        if let Some((server, client)) = run.cpu {
+            println!(
+                "   CPU during the timed run: server {:.2} cores busy ({:.0} µs CPU per note), \
+                 bench clients {:.2} cores ({:.0} µs per request)",
+                server / run.wall,
+                server * 1e6 / run.lat.n as f64,
+                client / run.wall,
+                client * 1e6 / run.lat.n as f64
+            );
+        }
+        println!(
+            "   closed loop => mean latency ~= {NOTE_CLIENTS} / throughput = {}",
+            ms(Duration::from_secs_f64(
+                NOTE_CLIENTS as f64 / run.throughput.max(1e-9)
+            ))
         );
     }
     println!(
-        "   closed loop => mean latency ~= {NOTE_CLIENTS} / throughput = {}; paced run below \
-         shows the per-request latency when the server is not saturated:",
-        ms(Duration::from_secs_f64(
-            NOTE_CLIENTS as f64 / notes.throughput.max(1e-9)
-        ))
+        "   session lastEventSeq {} after both runs; the paced run below (minimal clients) shows \
+         the per-request latency when the server is not saturated:",
+        notes.last_event_seq
     );
     println!(
         "   paced {} offered, {:.1} s: {} (errors {})",
@@ -1496,9 +1597,23 @@ fn main() {
     }
     table.push((
         format!("POST note p99 @ {NOTE_CLIENTS} clients, closed loop"),
-        format!("{} (p50 {})", ms(notes.lat.p99), ms(notes.lat.p50)),
+        format!(
+            "{} (p50 {})",
+            ms(notes.wire.lat.p99),
+            ms(notes.wire.lat.p50)
+        ),
         format!("< {}", ms(TARGET_NOTE_P99)),
-        notes.lat.p99 < TARGET_NOTE_P99 && notes.errors == 0,
+        notes.wire.lat.p99 < TARGET_NOTE_P99 && notes.wire.errors == 0,
+    ));
+    table.push((
+        "  the same with reqwest clients".to_owned(),
+        format!(
+            "{} (p50 {})",
+            ms(notes.reqwest.lat.p99),
+            ms(notes.reqwest.lat.p50)
+        ),
+        "(for comparison)".to_owned(),
+        notes.reqwest.lat.p99 < TARGET_NOTE_P99 && notes.reqwest.errors == 0,
     ));
     let label = format!("{} events", thousands(seeded.events));
     for (what, lat) in [

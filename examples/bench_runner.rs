@@ -27,7 +27,9 @@
 //!    `--memory` runs only this section.
 //! 1. Turns completed per second with the scripted engine (`/reply ok`) at 1, 64 and 512
 //!    concurrent sessions (1, 16, 64 with `--quick`): one client per session looping
-//!    `POST …/messages/wait` (each returns when the turn's terminal is durable).
+//!    `POST …/messages/wait` (each returns when the turn's terminal is durable), each on a
+//!    keep-alive connection of its own through the minimal client of `support/wire.rs` (as in
+//!    section 2's posts: the clients share the server's cores).
 //!    Server CPU per thread group and the scheduler state of the writer / HTTP / runner threads
 //!    are sampled during each level, to show where the ceiling is.
 //! 2. Latency from `POST …/messages` to the turn's `complete` frame on the session's SSE stream,
@@ -84,6 +86,8 @@ use tokio::task::JoinSet;
 mod report;
 #[path = "support/seed.rs"]
 mod seed;
+#[path = "support/wire.rs"]
+mod wire;
 use report::{Lat, flags, loadavg, thousands};
 
 const WS: &str = "default";
@@ -535,6 +539,10 @@ fn sessions_path(rest: &str) -> String {
 /// than the sources.
 fn locate_binary() -> PathBuf {
     if let Some(p) = option_env!("CARGO_BIN_EXE_sessiond") {
+        return PathBuf::from(p);
+    }
+    // Every section against another build (e.g. the previous release), to compare whole runs.
+    if let Some(p) = std::env::var_os("SESSIOND_BENCH_SERVER") {
         return PathBuf::from(p);
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -1250,9 +1258,22 @@ struct ClientTally {
     first_error: Option<String>,
 }
 
+/// POSTs JSON on a minimal keep-alive connection and returns the parsed body of a 200 answer.
+async fn wire_post_json(conn: &mut wire::Wire, path: &str, body: &Value) -> Result<Value, String> {
+    let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+    let r = conn.post_json(path, &bytes).await?;
+    if r.status != 200 {
+        return Err(format!("{}: {}", r.status, r.text()));
+    }
+    serde_json::from_slice(&r.body).map_err(|e| e.to_string())
+}
+
+/// One session's closed loop of `POST …/messages/wait`, on a connection of its own through the
+/// minimal client (`support/wire.rs`), so that the client's CPU is not taken from the server.
 async fn turn_client(
-    http: reqwest::Client,
-    url: String,
+    addr: SocketAddr,
+    key: String,
+    path: String,
     window: (Instant, Instant),
 ) -> ClientTally {
     let (from, end) = window;
@@ -1262,13 +1283,21 @@ async fn turn_client(
         errors: 0,
         first_error: None,
     };
+    let mut conn = match wire::Wire::connect(addr, Some(&key)).await {
+        Ok(c) => c,
+        Err(e) => {
+            t.errors += 1;
+            t.first_error = Some(e);
+            return t;
+        }
+    };
     while Instant::now() < end {
         let body = json!({
             "prompt": "/reply ok",
             "clientRequestId": uuid::Uuid::new_v4().to_string(),
         });
         let t0 = Instant::now();
-        let result = post_json(&http, &url, &body).await.and_then(|v| {
+        let result = wire_post_json(&mut conn, &path, &body).await.and_then(|v| {
             if terminal_type(&v) == "complete" {
                 Ok(())
             } else {
@@ -1293,12 +1322,8 @@ async fn turn_client(
 
 async fn turns_at(ctx: &Ctx, opts: &Opts, sessions: &[String], n: usize) -> TurnLevel {
     measure_level(ctx, opts, n, |i, window| {
-        let url = format!(
-            "{}{}",
-            ctx.base,
-            sessions_path(&format!("/{}/messages/wait", sessions[i]))
-        );
-        turn_client(ctx.http.clone(), url, window)
+        let path = sessions_path(&format!("/{}/messages/wait", sessions[i]));
+        turn_client(ctx.addr, ctx.key.clone(), path, window)
     })
     .await
 }
@@ -1467,7 +1492,11 @@ async fn sse_client(
             }
         }
     });
-    let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/messages")));
+    let path = sessions_path(&format!("/{id}/messages"));
+    let mut conn = match wire::Wire::connect(ctx.addr, Some(&ctx.key)).await {
+        Ok(c) => c,
+        Err(e) => return (Vec::new(), Vec::new(), 1, Some(e)),
+    };
     let (mut lat, mut ack) = (Vec::new(), Vec::new());
     let (mut errors, mut first_error) = (0u64, None);
     while Instant::now() < end {
@@ -1483,7 +1512,7 @@ async fn sse_client(
             "clientRequestId": uuid::Uuid::new_v4().to_string(),
         });
         let t0 = Instant::now();
-        if let Err(e) = post_json(&ctx.http, &url, &body).await {
+        if let Err(e) = wire_post_json(&mut conn, &path, &body).await {
             errors += 1;
             first_error.get_or_insert(e);
             continue;

@@ -499,3 +499,33 @@ fn json_logs_carry_the_request_id_of_the_response() {
     }
     drop(child);
 }
+
+/// Requests are counted under their route's pattern, never their path (label values stay a
+/// small set however many sessions there are), for the routes of one session as for the rest.
+#[test]
+fn requests_are_counted_under_their_route_pattern() {
+    let s = Server::start();
+    let id = s.create_prompt("/reply ok");
+    let (st, _) = s.post(
+        &s.sessions_url(&format!("/{id}/note")),
+        &json!({"note": "n"}),
+    );
+    assert_eq!(st, 200);
+    let (st, _) = s.get(&s.sessions_url(&format!("/{id}")));
+    assert_eq!(st, 200);
+    let (st, _) = s.get(&s.sessions_url(&format!("/{id}/bogus")));
+    assert_eq!(st, 404);
+    let sessions = "/v1/ws/{workspaceSlug}/agent/sessions";
+    for (route, method, status) in [
+        (format!("{sessions}/{{sessionId}}/note"), "POST", "200"),
+        (format!("{sessions}/{{sessionId}}"), "GET", "200"),
+        (sessions.to_owned(), "POST", "200"),
+    ] {
+        let sample = format!(
+            "sessiond_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}}"
+        );
+        assert_eq!(s.metric(&sample), Some(1.0), "{sample}");
+    }
+    let text = s.metrics();
+    assert!(!text.contains(&id), "a session id in a label: {text}");
+}

@@ -1532,6 +1532,34 @@ fn wrong_method_is_405_with_allow() {
     let resp = s.http.post(s.url("/healthz")).send().expect("POST");
     assert_eq!(resp.status().as_u16(), 405);
     assert_eq!(resp.headers()["allow"], "GET");
+    // The same inside a session's own routes, and a path below a session that no route has is a
+    // JSON 404, as anywhere else.
+    let id = s.create_prompt("/reply ok");
+    for (path, allow) in [
+        ("", "GET, PATCH, DELETE"),
+        ("/note", "POST"),
+        ("/archive", "PUT"),
+        ("/images/img_0", "GET"),
+    ] {
+        let resp = s
+            .http
+            .put(s.sessions_url(&format!("/{id}{path}")))
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .expect("PUT");
+        if allow.contains("PUT") {
+            assert_ne!(resp.status().as_u16(), 405, "{path}");
+            continue;
+        }
+        assert_eq!(resp.status().as_u16(), 405, "{path}");
+        assert_eq!(resp.headers()["allow"], allow, "{path}");
+    }
+    for path in ["/bogus", "/note/extra", "/"] {
+        let (status, v) = s.get(&s.sessions_url(&format!("/{id}{path}")));
+        assert_eq!(status, 404, "{path}: {v}");
+        assert_eq!(v["error"], "not_found", "{path}: {v}");
+    }
 }
 
 /// A second `sessiond serve` on a data dir that is being served is refused, naming the pid of

@@ -123,40 +123,41 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(at("/activity", "GET").route(web::get().to(sessions::activity)))
             .service(at("/wait", "POST").route(web::post().to(sessions::create_wait)))
             .service(at("/attachments/session", "POST").route(web::post().to(uploads::mint)))
+            // One session's routes under a scope of their own: a request matches `{sessionId}`
+            // once and then compares literal suffixes, instead of trying every
+            // `/{sessionId}/...` pattern in turn (routing was a tenth of a note's HTTP work).
             .service(
-                at("/{sessionId}", "GET, PATCH, DELETE")
-                    .route(web::get().to(sessions::detail))
-                    .route(web::patch().to(sessions::set_title))
-                    .route(web::delete().to(sessions::delete)),
-            )
-            .service(at("/{sessionId}/history", "GET").route(web::get().to(sessions::history)))
-            .service(at("/{sessionId}/events", "GET").route(web::get().to(events::events)))
-            .service(
-                at("/{sessionId}/images/{storageId}", "GET").route(web::get().to(sessions::image)),
-            )
-            .service(at("/{sessionId}/messages", "POST").route(web::post().to(sessions::message)))
-            .service(
-                at("/{sessionId}/messages/wait", "POST")
-                    .route(web::post().to(sessions::message_wait)),
-            )
-            .service(at("/{sessionId}/note", "POST").route(web::post().to(sessions::note)))
-            .service(at("/{sessionId}/answer", "POST").route(web::post().to(sessions::answer)))
-            .service(
-                at("/{sessionId}/answer/wait", "POST").route(web::post().to(sessions::answer_wait)),
-            )
-            .service(
-                at("/{sessionId}/interrupt", "POST").route(web::post().to(sessions::interrupt)),
-            )
-            .service(at("/{sessionId}/archive", "PUT").route(web::put().to(sessions::archive)))
-            .service(at("/{sessionId}/read", "PUT").route(web::put().to(sessions::mark_read)))
-            .service(
-                at("/{sessionId}/sessions", "POST").route(web::post().to(sessions::create_child)),
-            )
-            .service(
-                at("/{sessionId}/sessions/wait", "POST")
-                    .route(web::post().to(sessions::create_child_wait)),
-            )
-            .service(at("/{sessionId}/cwd", "POST").route(web::post().to(sessions::move_cwd))),
+                web::scope("/{sessionId}")
+                    .service(
+                        at("", "GET, PATCH, DELETE")
+                            .route(web::get().to(sessions::detail))
+                            .route(web::patch().to(sessions::set_title))
+                            .route(web::delete().to(sessions::delete)),
+                    )
+                    .service(at("/history", "GET").route(web::get().to(sessions::history)))
+                    .service(at("/events", "GET").route(web::get().to(events::events)))
+                    .service(at("/note", "POST").route(web::post().to(sessions::note)))
+                    .service(at("/messages", "POST").route(web::post().to(sessions::message)))
+                    .service(
+                        at("/messages/wait", "POST").route(web::post().to(sessions::message_wait)),
+                    )
+                    .service(at("/answer", "POST").route(web::post().to(sessions::answer)))
+                    .service(
+                        at("/answer/wait", "POST").route(web::post().to(sessions::answer_wait)),
+                    )
+                    .service(at("/interrupt", "POST").route(web::post().to(sessions::interrupt)))
+                    .service(at("/archive", "PUT").route(web::put().to(sessions::archive)))
+                    .service(at("/read", "PUT").route(web::put().to(sessions::mark_read)))
+                    .service(at("/sessions", "POST").route(web::post().to(sessions::create_child)))
+                    .service(
+                        at("/sessions/wait", "POST")
+                            .route(web::post().to(sessions::create_child_wait)),
+                    )
+                    .service(at("/cwd", "POST").route(web::post().to(sessions::move_cwd)))
+                    .service(
+                        at("/images/{storageId}", "GET").route(web::get().to(sessions::image)),
+                    ),
+            ),
     );
     cfg.service(
         web::scope("/v1/ws/{workspaceSlug}/agents")
