@@ -525,8 +525,7 @@ fn main() {
         );
     }
     let base_dir = tmp.path().join("baseline");
-    // (size, this build's figures, the baseline's)
-    let mut results: Vec<(usize, Vec<Lat>, Option<Vec<Lat>>)> = Vec::new();
+    let mut results: Vec<SizeFigures> = Vec::new();
     let mut seed = open_seed(&db);
     let api_key = seed.api_key.clone();
     for &size in sizes {
@@ -589,7 +588,7 @@ fn main() {
         thousands(sizes[0] as u64)
     );
     for (i, name) in NAMES.iter().enumerate() {
-        let figures = |pick: &dyn Fn(&(usize, Vec<Lat>, Option<Vec<Lat>>)) -> Option<&Lat>| {
+        let figures = |pick: &dyn Fn(&SizeFigures) -> Option<&Lat>| {
             let first = pick(&results[0])?;
             let mut line = String::new();
             for r in &results {
@@ -646,6 +645,10 @@ fn main() {
     }
     println!("   load average at end: {}", loadavg());
 }
+
+/// One size's figures: the number of sessions, this build's figures and the baseline's (in the
+/// order of [`NAMES`]).
+type SizeFigures = (usize, Vec<Lat>, Option<Vec<Lat>>);
 
 /// Copies the database (closed, so its WAL is checkpointed) to a data dir of its own for the
 /// baseline binary and brings the copy to that binary's schema: a baseline from before

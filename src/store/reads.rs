@@ -212,7 +212,8 @@ pub fn list_sessions(
 const WALK_BUDGET_PER_ROW: usize = 64;
 const WALK_BUDGET_MIN: usize = 4_096;
 /// The first chunk of a walk holds this many rows per row of the page (a word in one session in
-/// eight fills the page in one chunk); each next chunk is twice as long, up to the largest.
+/// eight fills the page in one chunk); each next chunk is at most twice as long, and no longer
+/// than the matches found so far say the page needs, up to the largest.
 const WALK_FIRST_CHUNK_PER_ROW: usize = 8;
 const WALK_MAX_CHUNK: usize = 8_192;
 /// The prefix lengths the full-text indexes keep (migration 0013): a prefix term of one of these

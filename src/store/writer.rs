@@ -723,7 +723,6 @@ fn commit_batch(
             }
         }
         Err(e) => {
-            let e = Error::from(e);
             if e.is_storage_fault() {
                 tracing::debug!(error = %e, "commit failed; batch rolled back");
             } else {
