@@ -129,6 +129,23 @@ pub struct Tx<'c> {
     pub(crate) request_id: Option<String>,
     /// A [`OneWrite`] job's write succeeded: the job can no longer fail without leaving it behind.
     wrote_once: bool,
+    /// Prompts this job indexes for search, written after the batch's last job (see
+    /// [`QueuedPrompt`]); dropped if the job fails.
+    pub(crate) prompts: Vec<QueuedPrompt>,
+}
+
+/// A prompt to index for search once the batch's jobs have run.
+///
+/// SQLite's full-text tables write what they hold in memory to a segment of their own at every
+/// savepoint of the transaction, and every job but a [`OneWrite`] runs in one: indexing each
+/// prompt inside its job made one segment (and a rewrite of the index's structure record, and
+/// merge work later) per prompt. Indexed after the last job, outside every savepoint, a batch's
+/// prompts make one segment together, in the same transaction as the events that hold them.
+#[derive(Debug)]
+pub(crate) struct QueuedPrompt {
+    pub key: super::SessionKey,
+    pub seq: u64,
+    pub text: String,
 }
 
 impl<'c> Tx<'c> {
@@ -204,8 +221,12 @@ pub(super) fn run_alone<T>(
         job: HashMap::new(),
         request_id,
         wrote_once: false,
+        prompts: Vec::new(),
     };
     let value = f(&mut tx)?;
+    for p in std::mem::take(&mut tx.prompts) {
+        tx.write_prompt_index(&p.key, p.seq, &p.text)?;
+    }
     flush_counters(conn, &tx.job, tx.now)?;
     Ok((value, std::mem::take(&mut tx.published)))
 }
@@ -519,6 +540,39 @@ pub(super) fn flush_counters(
     Ok(())
 }
 
+/// Indexes the batch's prompts for search, in the order their jobs ran (after every job, outside
+/// their savepoints: see [`QueuedPrompt`]). A prompt of a session a later job of the batch
+/// deleted is left out, as the deletion removed the session's other search rows.
+fn index_prompts(
+    db: &Db<'_>,
+    changed: &HashMap<i64, Counters>,
+    committed: &CounterCache,
+    prompts: Vec<QueuedPrompt>,
+) -> Result<()> {
+    if prompts.is_empty() {
+        return Ok(());
+    }
+    let batch = HashMap::new();
+    let mut tx = Tx {
+        conn: db,
+        now: clock::now_ms(),
+        published: Vec::new(),
+        committed,
+        batch: &batch,
+        job: HashMap::new(),
+        request_id: None,
+        wrote_once: false,
+        prompts: Vec::new(),
+    };
+    for p in prompts {
+        if changed.get(&p.key.pk).is_some_and(|c| c.deleted) {
+            continue;
+        }
+        tx.write_prompt_index(&p.key, p.seq, &p.text)?;
+    }
+    Ok(())
+}
+
 /// Answers every job of `jobs` with `e` without running it.
 fn refuse_all(jobs: impl Iterator<Item = Job>, e: &Error) {
     for job in jobs {
@@ -541,6 +595,7 @@ fn commit_batch(
     let mut completions: Vec<Completion> = Vec::with_capacity(batch.len());
     let mut published: Vec<(Arc<str>, Frame)> = Vec::new();
     let mut changed: HashMap<i64, Counters> = HashMap::new();
+    let mut prompts: Vec<QueuedPrompt> = Vec::new();
     let db = Db::sqlite(conn);
     if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
         let e = Error::from(e);
@@ -562,6 +617,7 @@ fn commit_batch(
             job: HashMap::new(),
             request_id: None,
             wrote_once: false,
+            prompts: Vec::new(),
         };
         if job.savepoint
             && let Err(e) = exec_cached(conn, "SAVEPOINT job")
@@ -579,6 +635,7 @@ fn commit_batch(
                     let _ = exec_cached(conn, "RELEASE job");
                 }
                 published.append(&mut tx.published);
+                prompts.append(&mut tx.prompts);
                 let job_counters = std::mem::take(&mut tx.job);
                 drop(tx);
                 changed.extend(job_counters);
@@ -631,7 +688,8 @@ fn commit_batch(
         }
     }
     drop(jobs);
-    let committed = flush_counters(&db, &changed, clock::now_ms())
+    let committed = index_prompts(&db, &changed, counters, prompts)
+        .and_then(|()| Ok(flush_counters(&db, &changed, clock::now_ms())?))
         .and_then(|()| Ok(exec_cached(conn, "COMMIT")?));
     match committed {
         Ok(()) => {
@@ -665,7 +723,6 @@ fn commit_batch(
             }
         }
         Err(e) => {
-            let e = Error::from(e);
             if e.is_storage_fault() {
                 tracing::debug!(error = %e, "commit failed; batch rolled back");
             } else {
@@ -917,6 +974,96 @@ pub(super) mod tests {
             .map(|r| (r.0, r.1))
             .collect();
         assert_eq!(left, [(kept.pk, 1)]);
+        store.close();
+    }
+
+    /// Prompts are indexed after the batch's jobs (see `QueuedPrompt`), yet exactly as if inside
+    /// them: a failed job's prompt is not indexed, a prompt of a session deleted later in the
+    /// batch leaves no row, and prompts from many jobs of concurrent batches are all found.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn prompts_indexed_after_the_jobs_keep_the_jobs_outcome() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let count = |store: Store, word: &'static str| async move {
+            store
+                .read(move |c| {
+                    Ok(c.query_row(
+                        "SELECT count(*) FROM session_search_prompts
+                         WHERE session_search_prompts MATCH ?1",
+                        [word],
+                        |r| r.get::<_, i64>(0),
+                    )?)
+                })
+                .await
+                .expect("count")
+        };
+        // A job that fails after indexing: its savepoint goes, and so does its prompt.
+        let k = key.clone();
+        let failed = store
+            .write(move |tx| -> Result<()> {
+                let seq = tx.append(&k, &note("walrus"))?;
+                tx.index_prompt(&k, seq, "walrus")?;
+                Err(Error::Conflict("refused", "refused after indexing".into()))
+            })
+            .await;
+        assert!(matches!(failed, Err(Error::Conflict(..))), "{failed:?}");
+        assert_eq!(count(store.clone(), "walrus").await, 0);
+        // A session deleted after its prompt was queued: no row is left behind.
+        let (ws, agent) = store
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT workspace_id, agent_id FROM sessions", [], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                    })?,
+                )
+            })
+            .await
+            .expect("session");
+        store
+            .write(move |tx| {
+                let id = crate::ids::new_id();
+                let doomed = tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))?;
+                let seq = tx.append(&doomed, &note("narwhal"))?;
+                tx.index_prompt(&doomed, seq, "narwhal")?;
+                tx.delete_session(&doomed)
+            })
+            .await
+            .expect("index, then delete");
+        assert_eq!(count(store.clone(), "narwhal").await, 0);
+        // Many jobs at once (batches of several): every prompt is found, once.
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..64 {
+            let (store, k) = (store.clone(), key.clone());
+            set.spawn(async move {
+                store
+                    .write(move |tx| {
+                        let prompt = format!("ocelot {i}");
+                        let seq = tx.append(&k, &note(&prompt))?;
+                        tx.index_prompt(&k, seq, &prompt)
+                    })
+                    .await
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            r.expect("task").expect("write");
+        }
+        let rows: Vec<String> = store
+            .read(|c| {
+                let mut stmt = c.prepare("SELECT prompts FROM session_search_prompts")?;
+                let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+                Ok(rows.collect::<crate::store::sql::Result<Vec<String>>>()?)
+            })
+            .await
+            .expect("rows");
+        for i in 0..64 {
+            let want = format!("ocelot {i}");
+            let found = rows
+                .iter()
+                .flat_map(|r| r.split('\n'))
+                .filter(|p| *p == want)
+                .count();
+            assert_eq!(found, 1, "{want} in {rows:?}");
+        }
         store.close();
     }
 

@@ -354,7 +354,29 @@ impl Tx<'_> {
     /// [`prompt_search_key`]); a prompt whose key does not fit (a session pk past 2^31 or a seq
     /// past 2^32, far beyond what one machine writes) is left out of search rather than failing
     /// the write that carries it.
+    ///
+    /// On SQLite the prompt is written after the batch's last job (see
+    /// [`super::writer::QueuedPrompt`]), in the same transaction; on PostgreSQL, where each job is
+    /// a transaction of its own, at once.
     pub fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+        if self.conn.dialect() == Dialect::Postgres {
+            return self.index_prompt_postgres(key, seq, prompt);
+        }
+        self.prompts.push(super::writer::QueuedPrompt {
+            key: key.clone(),
+            seq,
+            text: prompt.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// Writes a prompt's search row now (see [`Tx::index_prompt`]).
+    pub(super) fn write_prompt_index(
+        &mut self,
+        key: &SessionKey,
+        seq: u64,
+        prompt: &str,
+    ) -> Result<()> {
         if self.conn.dialect() == Dialect::Postgres {
             return self.index_prompt_postgres(key, seq, prompt);
         }
