@@ -1009,21 +1009,29 @@ pub(super) mod tests {
         let body = "x".repeat(16 * 1024);
         // Jobs of 25 appends of 16 KiB (~100 pages each) until the log is past the background
         // threshold but short of the writer's: only the checkpointer can copy it.
+        // Writes jobs of 25 appends until at least `bytes` are written; returns what was.
+        let write_until = |bytes: u64| {
+            let (store, key, body) = (store.clone(), key.clone(), body.clone());
+            async move {
+                let mut written = 0u64;
+                while written < bytes {
+                    let (k, b) = (key.clone(), body.clone());
+                    store
+                        .write(move |tx| {
+                            for _ in 0..25 {
+                                tx.append(&k, &note(&b))?;
+                            }
+                            Ok(())
+                        })
+                        .await
+                        .expect("append");
+                    written += 25 * body.len() as u64;
+                }
+                written
+            }
+        };
         let db_before = size(&db);
-        let mut written = 0u64;
-        while written < (BACKGROUND_FRAMES as u64 + 500) * page {
-            let (k, b) = (key.clone(), body.clone());
-            store
-                .write(move |tx| {
-                    for _ in 0..25 {
-                        tx.append(&k, &note(&b))?;
-                    }
-                    Ok(())
-                })
-                .await
-                .expect("append");
-            written += 25 * body.len() as u64;
-        }
+        let written = write_until((BACKGROUND_FRAMES as u64 + 500) * page).await;
         assert!(written < WRITER_FRAMES as u64 * page / 2);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while size(&db) < db_before + written / 2 {
@@ -1036,20 +1044,7 @@ pub(super) mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         // Sustained writes, three times the writer's bound: the log does not follow them.
-        let mut more = 0u64;
-        while more < 3 * WRITER_FRAMES as u64 * page {
-            let (k, b) = (key.clone(), body.clone());
-            store
-                .write(move |tx| {
-                    for _ in 0..25 {
-                        tx.append(&k, &note(&b))?;
-                    }
-                    Ok(())
-                })
-                .await
-                .expect("append");
-            more += 25 * body.len() as u64;
-        }
+        let more = write_until(3 * WRITER_FRAMES as u64 * page).await;
         let bound = (WRITER_FRAMES as u64 + 2 * BACKGROUND_FRAMES as u64) * (page + 24) + 32;
         assert!(
             size(&wal) <= bound,
