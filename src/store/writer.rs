@@ -1007,9 +1007,8 @@ pub(super) mod tests {
             .await
             .expect("page size") as u64;
         let body = "x".repeat(16 * 1024);
-        // Jobs of 25 appends of 16 KiB (~100 pages each) until the log is past the background
-        // threshold but short of the writer's: only the checkpointer can copy it.
-        // Writes jobs of 25 appends until at least `bytes` are written; returns what was.
+        // Writes jobs of 25 appends of 16 KiB (~100 pages each) until at least `bytes` are
+        // written; returns what was.
         let write_until = |bytes: u64| {
             let (store, key, body) = (store.clone(), key.clone(), body.clone());
             async move {
@@ -1030,6 +1029,8 @@ pub(super) mod tests {
                 written
             }
         };
+        // The log past the background threshold but short of the writer's: only the
+        // checkpointer can copy it.
         let db_before = size(&db);
         let written = write_until((BACKGROUND_FRAMES as u64 + 500) * page).await;
         assert!(written < WRITER_FRAMES as u64 * page / 2);
