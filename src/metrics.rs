@@ -186,6 +186,9 @@ pub struct Metrics {
     pub write_retries: Counter,
     pub commit_batch_jobs: Histogram,
     pub commit_failures: Family<Counter>,
+    /// WAL checkpoints, by who ran them (`background`, `writer`).
+    pub checkpoints: Family<Counter>,
+    pub checkpoint_failures: Counter,
     pub turns_active: Gauge,
     pub sessions_waiting_for_slot: Gauge,
     /// Turns whose terminal waits for the storage to take writes again.
@@ -212,6 +215,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     write_retries: Counter::default(),
     commit_batch_jobs: Histogram::new(BATCH_BUCKETS),
     commit_failures: Family::new(&["reason"], Counter::default),
+    checkpoints: Family::new(&["by"], Counter::default),
+    checkpoint_failures: Counter::default(),
     turns_active: Gauge::default(),
     sessions_waiting_for_slot: Gauge::default(),
     turns_awaiting_storage: Gauge::default(),
@@ -307,6 +312,19 @@ impl Metrics {
             "sessiond_store_commit_failures_total",
             "Write batches that failed, by reason (full, unavailable, other).",
             &self.commit_failures,
+        );
+        counters(
+            &mut out,
+            "sessiond_store_checkpoints_total",
+            "Checkpoints of the SQLite write-ahead log, by who ran them: background (the checkpointer thread) or writer (the log had grown long beside a busy writer).",
+            &self.checkpoints,
+        );
+        scalar(
+            &mut out,
+            "sessiond_store_checkpoint_failures_total",
+            "counter",
+            "Checkpoints that failed (the log keeps every write; the next checkpoint copies it).",
+            self.checkpoint_failures.get(),
         );
         scalar(
             &mut out,

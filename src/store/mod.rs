@@ -21,6 +21,7 @@
 
 pub mod acp;
 pub mod agentex;
+mod checkpoint;
 pub mod claims;
 pub mod directory;
 mod error;

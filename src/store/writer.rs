@@ -445,6 +445,14 @@ fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: Shared) {
     let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
     let mut counters = CounterCache::default();
+    // Without it SQLite checkpoints inside the writer's commits, as it would by default.
+    let mut checkpointer = match super::checkpoint::Checkpointer::start(&conn) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "checkpoints stay on the writer thread");
+            None
+        }
+    };
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         // Take what is queued; when the queue runs dry, give the producers one chance to add to
@@ -464,6 +472,9 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: 
             Ok(wrote) => {
                 if wrote {
                     shared.health.committed();
+                    if let Some(c) = checkpointer.as_mut() {
+                        c.after_commit(&conn);
+                    }
                 }
             }
             Err(e) => {
@@ -479,6 +490,8 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: 
             }
         }
     }
+    // The checkpointer's last checkpoint ends before the writer's connection closes.
+    drop(checkpointer);
     tracing::debug!("writer stopped");
 }
 
@@ -974,6 +987,72 @@ pub(super) mod tests {
             .map(|r| (r.0, r.1))
             .collect();
         assert_eq!(left, [(kept.pk, 1)]);
+        store.close();
+    }
+
+    /// Checkpoints run beside the writer (see `store::checkpoint`): a log that grows by more
+    /// than the background threshold is copied into the database by the checkpointer thread,
+    /// with no commit of the writer's doing it, and under sustained writes the log stays within
+    /// the writer's bound while the database takes everything written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
+        use super::super::checkpoint::{BACKGROUND_FRAMES, WRITER_FRAMES};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let db = dir.path().join("store.db");
+        let wal = dir.path().join("store.db-wal");
+        let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let page: u64 = store
+            .read(|c| Ok(c.query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))?))
+            .await
+            .expect("page size") as u64;
+        let body = "x".repeat(16 * 1024);
+        // Writes jobs of 25 appends of 16 KiB (~100 pages each) until at least `bytes` are
+        // written; returns what was.
+        let write_until = |bytes: u64| {
+            let (store, key, body) = (store.clone(), key.clone(), body.clone());
+            async move {
+                let mut written = 0u64;
+                while written < bytes {
+                    let (k, b) = (key.clone(), body.clone());
+                    store
+                        .write(move |tx| {
+                            for _ in 0..25 {
+                                tx.append(&k, &note(&b))?;
+                            }
+                            Ok(())
+                        })
+                        .await
+                        .expect("append");
+                    written += 25 * body.len() as u64;
+                }
+                written
+            }
+        };
+        // The log past the background threshold but short of the writer's: only the
+        // checkpointer can copy it.
+        let db_before = size(&db);
+        let written = write_until((BACKGROUND_FRAMES as u64 + 500) * page).await;
+        assert!(written < WRITER_FRAMES as u64 * page / 2);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while size(&db) < db_before + written / 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no background checkpoint: database {} bytes, log {} bytes",
+                size(&db),
+                size(&wal)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // Sustained writes, three times the writer's bound: the log does not follow them.
+        let more = write_until(3 * WRITER_FRAMES as u64 * page).await;
+        let bound = (WRITER_FRAMES as u64 + 2 * BACKGROUND_FRAMES as u64) * (page + 24) + 32;
+        assert!(
+            size(&wal) <= bound,
+            "log of {} bytes after {more} bytes written (bound {bound})",
+            size(&wal)
+        );
+        assert!(size(&db) >= db_before + written + more / 2, "{}", size(&db));
         store.close();
     }
 
