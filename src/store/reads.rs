@@ -351,14 +351,17 @@ impl RangeWalk {
     }
 
     /// The page of the matches found, as full rows, and whether more follow.
+    ///
+    /// The walk's statements each read the database as it is when they run, so a session deleted
+    /// since the walk found it is left out of the page (it is gone), not an error of the list.
     fn rows(self, conn: &Db, user_id: &str, limit: u32) -> Result<(Vec<SessionRow>, bool)> {
         let more = self.found.len() > limit as usize;
-        let rows = self
-            .found
-            .iter()
-            .take(limit as usize)
-            .map(|pk| session_row_by_pk(conn, *pk, Some(user_id))?.ok_or(Error::NotFound))
-            .collect::<Result<_>>()?;
+        let mut rows = Vec::with_capacity(self.found.len().min(limit as usize));
+        for pk in self.found.iter().take(limit as usize) {
+            if let Some(row) = session_row_by_pk(conn, *pk, Some(user_id))? {
+                rows.push(row);
+            }
+        }
         Ok((rows, more))
     }
 }
@@ -1367,6 +1370,34 @@ mod tests {
         assert!(ranges_seek(&search_terms(&fts("common deploy"))));
         assert!(ranges_seek(&search_terms("\"abcdefghijklmn\" \"x\"*")));
         assert!(!ranges_seek(&search_terms(&fts("abcdefghijklm"))));
+    }
+
+    /// A session deleted between a walk's reads and its page's rows (each statement of a read
+    /// sees the database as it is then) is left out of the page; the list does not fail.
+    #[test]
+    fn a_session_deleted_during_a_walk_is_left_out_of_its_page() {
+        let raw = db(3_000);
+        let conn = &Db::sqlite(&raw);
+        let f = ListFilter {
+            fts_query: Some(fts("common")),
+            limit: 20,
+            ..ListFilter::default()
+        };
+        let mut walk = RangeWalk::new(conn, &f).unwrap();
+        walk.run(conn, "w1", &f, None).unwrap();
+        let gone = walk.found[3];
+        let kept: Vec<i64> = walk
+            .found
+            .iter()
+            .take(20)
+            .copied()
+            .filter(|pk| *pk != gone)
+            .collect();
+        raw.execute("DELETE FROM sessions WHERE pk = ?1", [gone])
+            .unwrap();
+        let (rows, more) = walk.rows(conn, "u", f.limit).unwrap();
+        assert_eq!(rows.iter().map(|r| r.pk).collect::<Vec<_>>(), kept);
+        assert!(more);
     }
 
     /// A chunk's keys are read as the ranges they cluster in: a key far from the others gets a
