@@ -761,6 +761,20 @@ pub(super) mod tests {
         AgentLoopState, AgentStatus, CompleteStatus, Event, Sender, TurnState, TurnStateStatus,
     };
 
+    /// The workspace and agent of the first session of `store` (to create more beside it).
+    async fn workspace_and_agent(store: &Store) -> (String, String) {
+        store
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT workspace_id, agent_id FROM sessions", [], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                    })?,
+                )
+            })
+            .await
+            .expect("session")
+    }
+
     /// A store in `dir` with one bare session (for the store's unit tests).
     pub(in crate::store) async fn store_with_session(dir: &std::path::Path) -> (Store, SessionKey) {
         let store = Store::open(
@@ -907,16 +921,7 @@ pub(super) mod tests {
         use super::super::writes::PROMPT_ROW_BYTES;
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, gone) = store_with_session(dir.path()).await;
-        let (ws, agent) = store
-            .read(|c| {
-                Ok(
-                    c.query_row("SELECT workspace_id, agent_id FROM sessions", [], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-                    })?,
-                )
-            })
-            .await
-            .expect("session");
+        let (ws, agent) = workspace_and_agent(&store).await;
         let g = gone.clone();
         let (kept, first_seqs) = store
             .write(move |tx| {
@@ -1088,16 +1093,7 @@ pub(super) mod tests {
         assert!(matches!(failed, Err(Error::Conflict(..))), "{failed:?}");
         assert_eq!(count(store.clone(), "walrus").await, 0);
         // A session deleted after its prompt was queued: no row is left behind.
-        let (ws, agent) = store
-            .read(|c| {
-                Ok(
-                    c.query_row("SELECT workspace_id, agent_id FROM sessions", [], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-                    })?,
-                )
-            })
-            .await
-            .expect("session");
+        let (ws, agent) = workspace_and_agent(&store).await;
         store
             .write(move |tx| {
                 let id = crate::ids::new_id();
