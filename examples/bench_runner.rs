@@ -43,7 +43,8 @@
 //!    (`…/events`) and on the Task events API stream (`/v2/sessions/{id}/events/stream`, HAST
 //!    envelopes) in alternating rounds, and the ratio of their p99s. Between the rounds the same
 //!    notes go to a session nobody watches: the paced writer's POST p99 with 1,000 subscribers
-//!    is compared with that baseline.
+//!    is compared with that baseline. The paced writer runs on a thread and runtime of its own
+//!    with the minimal client, apart from the tasks reading the 1,000 streams.
 //! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
 //!
 //! 1b. The same turns through the agent platform API (`/agentex` `message/send`, non-streaming,
@@ -1703,6 +1704,51 @@ async fn open_many(
     (ok, failed, first)
 }
 
+/// The paced writer: `notes` notes, one every `gap`, each `(seq, sent, answered)`. It runs on a
+/// thread and runtime of its own with the minimal client, so that the bench's 1,000 reading
+/// subscribers (tasks of the main runtime, as remote clients would not be) do not delay the
+/// reading of its answers: what it measures is the server's answer time.
+async fn paced_notes(
+    addr: SocketAddr,
+    key: String,
+    path: String,
+    notes: usize,
+    gap: Duration,
+) -> Vec<(u64, Instant, Instant)> {
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| die("paced writer's runtime", e));
+        rt.block_on(async move {
+            let mut conn = wire::Wire::connect(addr, Some(&key))
+                .await
+                .unwrap_or_else(|e| die("paced writer's connection", e));
+            let mut ticker = tokio::time::interval(gap);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut posts = Vec::with_capacity(notes);
+            for i in 0..notes {
+                ticker.tick().await;
+                let body = json!({ "note": format!("fan-out note {i}") });
+                let t_send = Instant::now();
+                let v = wire_post_json(&mut conn, &path, &body)
+                    .await
+                    .unwrap_or_else(|e| die("POST note", e));
+                let t_resp = Instant::now();
+                let seq = v["seq"]
+                    .as_u64()
+                    .unwrap_or_else(|| die("POST note", "no seq"));
+                posts.push((seq, t_send, t_resp));
+            }
+            posts
+        })
+    });
+    tokio::task::spawn_blocking(move || thread.join())
+        .await
+        .unwrap_or_else(|e| die("paced writer", e))
+        .unwrap_or_else(|_| die("paced writer", "panicked"))
+}
+
 /// One round: a fresh session, `opts.fan_subscribers` streams of `family` on it, `notes` notes.
 async fn fanout_round(
     ctx: &Ctx,
@@ -1756,30 +1802,11 @@ async fn fanout_round(
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let url = format!("{}{}", ctx.base, sessions_path(&format!("/{id}/note")));
-    let mut sent: HashMap<u64, (Instant, Instant)> = HashMap::new();
-    let mut ticker = tokio::time::interval(gap);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let path = sessions_path(&format!("/{id}/note"));
     let cpu = CpuWindow::start(ctx.pid);
-    for i in 0..notes {
-        ticker.tick().await;
-        let t_send = Instant::now();
-        let r = ctx
-            .http
-            .post(&url)
-            .json(&json!({ "note": format!("fan-out note {i}") }))
-            .send()
-            .await
-            .unwrap_or_else(|e| die("POST note", e));
-        let t_resp = Instant::now();
-        let status = r.status();
-        let v: Value = r.json().await.unwrap_or_else(|e| die("POST note body", e));
-        if status != reqwest::StatusCode::OK {
-            die("POST note", format!("{status}: {v}"));
-        }
-        let seq = v["seq"]
-            .as_u64()
-            .unwrap_or_else(|| die("POST note", "no seq"));
+    let posts = paced_notes(ctx.addr, ctx.key.clone(), path, notes, gap).await;
+    let mut sent: HashMap<u64, (Instant, Instant)> = HashMap::new();
+    for (seq, t_send, t_resp) in posts {
         sent.insert(seq, (t_send, t_resp));
         into.post.push(ms(t_resp - t_send));
     }
