@@ -51,7 +51,9 @@
 //!    on tasks of the root agent) at the same levels, as a ratio to section 1's turns per second.
 //!
 //! Section 3b (reconnects with `Last-Event-ID` to a busy session under fan-out) runs alone with
-//! `--reconnects`.
+//! `--reconnects`. `--streams` (sections 3 and 4) and `--turns` (sections 1 and 2 at 64 sessions)
+//! run alone too, and with `SESSIOND_BENCH_BASELINE=<another sessiond binary>` alternate that
+//! binary and this build (baseline, this, baseline, this), each on a fresh server.
 //!
 //! Section 5 builds the HTTP app in this process over the library and compares `GET` snapshot
 //! throughput through the real authenticated route with a bench-only route that skips the
@@ -136,6 +138,8 @@ struct Opts {
     streams_only: bool,
     /// Run only section 5.
     auth_only: bool,
+    /// Run only the turn path at 64 sessions (sections 1 and 2 at that level).
+    turns_only: bool,
     /// Completed turns at which section 0 reads the server's RSS (the first is the baseline).
     memory_checkpoints: Vec<u64>,
     turn_levels: [usize; 3],
@@ -187,10 +191,15 @@ impl Opts {
                     "--auth",
                     "only section 5 (GET snapshot with a key vs without auth), then stop",
                 ),
+                (
+                    "--turns",
+                    "only the turn path at 64 sessions (section 1's turns/s, section 2's \
+                     message -> terminal back to back and paced), then stop",
+                ),
             ],
         );
         let (quick, memory_only, reconnects_only) = (given[0], given[1], given[2]);
-        let (streams_only, auth_only) = (given[3], given[4]);
+        let (streams_only, auth_only, turns_only) = (given[3], given[4], given[5]);
         if quick {
             Opts {
                 quick,
@@ -198,6 +207,7 @@ impl Opts {
                 reconnects_only,
                 streams_only,
                 auth_only,
+                turns_only,
                 memory_checkpoints: vec![1_000, 10_000],
                 turn_levels: [1, 16, 64],
                 turn_warmup: Duration::from_millis(500),
@@ -225,6 +235,7 @@ impl Opts {
                 reconnects_only,
                 streams_only,
                 auth_only,
+                turns_only,
                 memory_checkpoints: vec![1_000, 10_000, 100_000],
                 turn_levels: [1, 64, 512],
                 turn_warmup: Duration::from_secs(1),
@@ -1855,6 +1866,52 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout, Fanout) {
     (v1, v2, none)
 }
 
+/// `--turns`: turns per second at 64 sessions and message -> terminal at 64 sessions back to back
+/// and paced (sections 1 and 2 at that level), as summary rows.
+async fn turn_path(ctx: &Ctx, opts: &Opts) -> Vec<(String, String, String, String)> {
+    // A database the size of a server that has run a while (section 0a's streamed turns, tens of
+    // MB): the writer's page cache is full, as it would be, and not a fresh file's few pages.
+    let fill = memory_run(ctx, opts, Watch::LongStream).await;
+    println!(
+        "   database grown first by {} streamed turns",
+        thousands(fill.points.last().map_or(0, |p| p.0))
+    );
+    let n = opts.sse_sessions;
+    let sessions = create_sessions(ctx, n).await;
+    let l = turns_at(ctx, opts, &sessions, n).await;
+    println!(
+        "   {n} sessions: {:.0} turns/s; /wait round trip {}\n      {}; errors {}",
+        l.rate(),
+        l.lat.line(),
+        l.cpu.line(),
+        l.errors
+    );
+    let mut rows = vec![(
+        format!("turns/s at {n} sessions"),
+        format!("{:.0}", l.rate()),
+        format!(">= {TARGET_TURNS_AT_64}"),
+        yes_no(l.rate() >= TARGET_TURNS_AT_64 && l.errors == 0).into(),
+    )];
+    for (period, how, target) in [
+        (None, "back to back", TARGET_LOADED_P99_MS),
+        (Some(opts.sse_period), "paced", TARGET_OVERHEAD_P99_MS),
+    ] {
+        let s = sse_latency(ctx, &sessions, opts.sse_warmup, opts.sse_secs, period).await;
+        println!(
+            "   {n} sessions, {how}: message -> terminal {}; errors {}",
+            s.lat.line(),
+            s.errors
+        );
+        rows.push((
+            format!("message -> terminal p50 / p99, {n} sessions {how}"),
+            format!("{:.2} / {:.2} ms", s.lat.p(50.0), s.lat.p(99.0)),
+            format!("p99 < {target} ms"),
+            yes_no(s.lat.p(99.0) < target && s.errors == 0).into(),
+        ));
+    }
+    rows
+}
+
 fn print_fanout(name: &str, fan: &Fanout) {
     println!(
         "   {name}: {} subscribers per round, opened in {:.2} s in all ({} failed{}); {} notes \
@@ -2863,7 +2920,7 @@ fn main() {
         metrics: server.metrics.clone(),
     };
 
-    if opts.streams_only {
+    if opts.streams_only || opts.turns_only {
         // With `SESSIOND_BENCH_BASELINE=<another sessiond binary>`, that binary and this one take
         // turns (baseline, this, baseline, this), each on a fresh server and data dir.
         let baseline = std::env::var_os("SESSIOND_BENCH_BASELINE").map(PathBuf::from);
@@ -2898,16 +2955,21 @@ fn main() {
                 http: http_client(Some(&key)),
                 metrics: server.metrics.clone(),
             };
-            let (fan, idle) = rt.block_on(async {
-                (
-                    section_fanout(&ctx, &opts).await,
-                    section_idle(&ctx, &opts, nofile).await,
-                )
-            });
+            let rows = if opts.turns_only {
+                rt.block_on(turn_path(&ctx, &opts))
+            } else {
+                let (fan, idle) = rt.block_on(async {
+                    (
+                        section_fanout(&ctx, &opts).await,
+                        section_idle(&ctx, &opts, nofile).await,
+                    )
+                });
+                let mut rows = fanout_rows(&fan);
+                rows.push(idle_row(&idle));
+                rows
+            };
             let stopped = server.stop();
             println!("   server stopped ({stopped})");
-            let mut rows = fanout_rows(&fan);
-            rows.push(idle_row(&idle));
             summaries.push((format!("run {}: {label}", i + 1), rows));
         }
         for (label, rows) in &summaries {
