@@ -1868,13 +1868,17 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout, Fanout) {
 
 /// `--turns`: turns per second at 64 sessions and message -> terminal at 64 sessions back to back
 /// and paced (sections 1 and 2 at that level), as summary rows.
-async fn turn_path(ctx: &Ctx, opts: &Opts) -> Vec<(String, String, String, String)> {
+async fn turn_path(ctx: &Ctx, opts: &Opts) -> Vec<Row> {
     // A database the size of a server that has run a while (section 0a's streamed turns, tens of
     // MB): the writer's page cache is full, as it would be, and not a fresh file's few pages.
     let fill = memory_run(ctx, opts, Watch::LongStream).await;
     println!(
-        "   database grown first by {} streamed turns",
-        thousands(fill.points.last().map_or(0, |p| p.0))
+        "   database grown first by {} streamed turns{}",
+        thousands(fill.points.last().map_or(0, |p| p.0)),
+        fill.first_error
+            .as_deref()
+            .map(|e| format!(" (first error: {e})"))
+            .unwrap_or_default()
     );
     let n = opts.sse_sessions;
     let sessions = create_sessions(ctx, n).await;
@@ -1886,28 +1890,20 @@ async fn turn_path(ctx: &Ctx, opts: &Opts) -> Vec<(String, String, String, Strin
         l.cpu.line(),
         l.errors
     );
-    let mut rows = vec![(
-        format!("turns/s at {n} sessions"),
-        format!("{:.0}", l.rate()),
-        format!(">= {TARGET_TURNS_AT_64}"),
-        yes_no(l.rate() >= TARGET_TURNS_AT_64 && l.errors == 0).into(),
-    )];
-    for (period, how, target) in [
-        (None, "back to back", TARGET_LOADED_P99_MS),
-        (Some(opts.sse_period), "paced", TARGET_OVERHEAD_P99_MS),
-    ] {
+    let mut rows = vec![turns_row(&l)];
+    for period in [None, Some(opts.sse_period)] {
         let s = sse_latency(ctx, &sessions, opts.sse_warmup, opts.sse_secs, period).await;
         println!(
-            "   {n} sessions, {how}: message -> terminal {}; errors {}",
+            "   {n} sessions, {}: message -> terminal {}; errors {}",
+            if period.is_some() {
+                "paced"
+            } else {
+                "back to back"
+            },
             s.lat.line(),
             s.errors
         );
-        rows.push((
-            format!("message -> terminal p50 / p99, {n} sessions {how}"),
-            format!("{:.2} / {:.2} ms", s.lat.p(50.0), s.lat.p(99.0)),
-            format!("p99 < {target} ms"),
-            yes_no(s.lat.p(99.0) < target && s.errors == 0).into(),
-        ));
+        rows.extend(latency_rows(&s));
     }
     rows
 }
@@ -2772,6 +2768,46 @@ fn section_auth(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
     auth
 }
 
+/// Turns per second at one level; only the 64-session level has a target.
+fn turns_row(l: &TurnLevel) -> Row {
+    let (target, met) = if l.n == 64 {
+        (
+            format!(">= {TARGET_TURNS_AT_64}"),
+            yes_no(l.rate() >= TARGET_TURNS_AT_64).into(),
+        )
+    } else {
+        ("-".into(), "n/a".into())
+    };
+    (
+        format!("turns/s at {} sessions", l.n),
+        format!("{:.0}", l.rate()),
+        target,
+        met,
+    )
+}
+
+/// Message -> terminal p50 and p99 of a run, back to back or paced (each with its p99 target).
+fn latency_rows(s: &SseLatency) -> [Row; 2] {
+    let (how, target) = match s.period {
+        None => ("back to back", TARGET_LOADED_P99_MS),
+        Some(_) => ("paced", TARGET_OVERHEAD_P99_MS),
+    };
+    [
+        (
+            format!("message -> terminal p50, {} sessions {how}", s.sessions),
+            format!("{:.2} ms", s.lat.p(50.0)),
+            "-".into(),
+            "n/a".into(),
+        ),
+        (
+            format!("message -> terminal p99, {} sessions {how}", s.sessions),
+            format!("{:.2} ms", s.lat.p(99.0)),
+            format!("< {target} ms"),
+            yes_no(s.lat.p(99.0) < target && s.errors == 0).into(),
+        ),
+    ]
+}
+
 fn fanout_rows(fan: &(Fanout, Fanout, Fanout)) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
     let (fan1, fan2, none) = fan;
@@ -3204,22 +3240,7 @@ fn main() {
             ));
         }
     }
-    for l in &levels {
-        let (target, met) = if l.n == 64 {
-            (
-                format!(">= {TARGET_TURNS_AT_64}"),
-                yes_no(l.rate() >= TARGET_TURNS_AT_64).into(),
-            )
-        } else {
-            ("-".into(), "n/a".into())
-        };
-        rows.push((
-            format!("turns/s at {} sessions", l.n),
-            format!("{:.0}", l.rate()),
-            target,
-            met,
-        ));
-    }
+    rows.extend(levels.iter().map(turns_row));
     for (l, v1) in rpc_levels.iter().zip(&levels) {
         rows.push((
             format!("/agentex message/send turns/s / /v1 at {}", l.n),
@@ -3234,23 +3255,8 @@ fn main() {
         "-".into(),
         "n/a".into(),
     ));
-    for (s, how, target) in [
-        (&sse64, "back to back", TARGET_LOADED_P99_MS),
-        (&sse64p, "paced", TARGET_OVERHEAD_P99_MS),
-    ] {
-        rows.push((
-            format!("message -> terminal p50, {} sessions {how}", s.sessions),
-            format!("{:.2} ms", s.lat.p(50.0)),
-            "-".into(),
-            "n/a".into(),
-        ));
-        rows.push((
-            format!("message -> terminal p99, {} sessions {how}", s.sessions),
-            format!("{:.2} ms", s.lat.p(99.0)),
-            format!("< {target} ms"),
-            yes_no(s.lat.p(99.0) < target && s.errors == 0).into(),
-        ));
-    }
+    rows.extend(latency_rows(&sse64));
+    rows.extend(latency_rows(&sse64p));
     rows.extend(fanout_rows(&fan));
     rows.push(idle_row(&idle));
     rows.push(auth_row(&auth));
