@@ -156,6 +156,8 @@ struct StreamState<R> {
     closed: watch::Receiver<bool>,
     /// The backlog already carried an output past the tail's start: the tail is stale.
     tail_settled: bool,
+    /// The seq the client resumed after (events up to it are the client's already).
+    resumed_after: u64,
     /// The stream went live once (a re-read of the backlog does not announce it again).
     live_once: bool,
     ends: Ends,
@@ -190,6 +192,7 @@ pub fn respond<R: Render>(o: Opening<R>) -> HttpResponse {
         expiry_timer: None,
         keepalive: o.keepalive,
         tail_settled: false,
+        resumed_after: o.after,
         live_once: false,
         ends: o.ends,
         render: o.render,
@@ -292,6 +295,39 @@ impl<R: Render> StreamState<R> {
     }
 }
 
+/// Is there an event that settles the volatile tail (an output) with a seq in `(after, upto]`?
+/// Read newest first: the settling output is usually the last event the client has. A failed
+/// read counts as settled: a tail left out loses only deltas whose durable text follows, while a
+/// stale one would show a finished turn's text again.
+async fn settled_between(store: &Store, pk: i64, after: u64, upto: u64) -> bool {
+    let mut before = upto.saturating_add(1);
+    loop {
+        let events = match store
+            .log()
+            .events_before(pk, Some(before), BACKLOG_CHUNK)
+            .await
+        {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(error = %e, "event stream tail check failed; tail left out");
+                return true;
+            }
+        };
+        if events
+            .iter()
+            .any(|e| e.seq > after && bus::settles_tail(&e.event_type))
+        {
+            return true;
+        }
+        match events.first() {
+            Some(oldest) if oldest.seq > after + 1 && events.len() as u32 == BACKLOG_CHUNK => {
+                before = oldest.seq;
+            }
+            _ => return false,
+        }
+    }
+}
+
 async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamState<R>)> {
     loop {
         match st.phase {
@@ -337,6 +373,18 @@ async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamS
                 // The tail belongs after durable output seq `tail_after`; if the backlog already
                 // carried a later output, the tail was settled by it and is stale. Inputs appended
                 // after `tail_after` (a note, a steer) leave it current.
+                if !st.tail_settled
+                    && st.sub.tail_after < st.resumed_after
+                    && !st.sub.tail.is_empty()
+                {
+                    // The client resumed past the tail's start, so the backlog did not read the
+                    // events in between; one of them may be the output that settled the tail
+                    // before this process's bus heard of it (the writer answers before it
+                    // publishes; another process's frames arrive later still).
+                    st.tail_settled =
+                        settled_between(&st.store, st.pk, st.sub.tail_after, st.resumed_after)
+                            .await;
+                }
                 if !st.tail_settled && st.last >= st.sub.tail_after && !st.sub.tail.is_empty() {
                     let tail = std::mem::take(&mut st.sub.tail);
                     let mut out = Out::default();
