@@ -74,6 +74,8 @@ impl SeedStore<'_> {
     }
 
     /// Appends and indexes one prompt as one write job; the job's own time inside the writer.
+    /// The prompt is indexed inside the job, so that the time includes it (the message path
+    /// indexes a batch's prompts after its jobs, with the same statements).
     pub async fn prompt(
         &self,
         key: &SessionKey,
@@ -85,7 +87,7 @@ impl SeedStore<'_> {
             .write(move |tx| {
                 let t = std::time::Instant::now();
                 let seq = tx.append(&key, &event)?;
-                tx.index_prompt(&key, seq, &text)?;
+                tx.write_prompt_index(&key, seq, &text)?;
                 Ok(t.elapsed())
             })
             .await
