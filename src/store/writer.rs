@@ -918,7 +918,7 @@ pub(super) mod tests {
     /// session while another session's stay.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn prompt_rows_stay_bounded_and_leave_with_their_session() {
-        use super::super::writes::PROMPT_ROW_BYTES;
+        use super::super::writes::{PROMPT_ROW_BYTES, PROMPT_ROWS_JOINED};
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, gone) = store_with_session(dir.path()).await;
         let (ws, agent) = workspace_and_agent(&store).await;
@@ -927,19 +927,16 @@ pub(super) mod tests {
             .write(move |tx| {
                 let id = crate::ids::new_id();
                 let kept = tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))?;
-                // Which prompts start a row: the first, and each that does not fit the one before.
+                // Prompts of about 215 bytes: each run of eight (1.7 KiB) becomes one row, keyed
+                // by the run's first prompt.
                 let mut first_seqs = Vec::new();
-                let mut bytes = usize::MAX;
                 for i in 0..40 {
                     let word = if i == 0 { "quince" } else { "plain" };
-                    let prompt = format!("{word} prompt {i} {}", "x".repeat(200));
+                    let prompt = format!("{word} prompt {i:02} {}", "x".repeat(200));
                     let seq = tx.append(&g, &note(&prompt))?;
                     tx.index_prompt(&g, seq, &prompt)?;
-                    if bytes.saturating_add(1 + prompt.len()) > PROMPT_ROW_BYTES {
+                    if i % PROMPT_ROWS_JOINED == 0 {
                         first_seqs.push(seq);
-                        bytes = prompt.len();
-                    } else {
-                        bytes += 1 + prompt.len();
                     }
                 }
                 let seq = tx.append(&kept, &note("quince"))?;
@@ -992,6 +989,62 @@ pub(super) mod tests {
             .map(|r| (r.0, r.1))
             .collect();
         assert_eq!(left, [(kept.pk, 1)]);
+        store.close();
+    }
+
+    /// Many short prompts: each is its own row until runs of one size class are joined (with
+    /// the carry into the next class), so the rows hold every prompt once, in order, each row
+    /// within its bound, a session has a few rows per kilobyte of prompts rather than one per
+    /// prompt, and a word of any prompt finds the one row that holds it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn short_prompts_are_joined_into_few_rows_that_keep_every_prompt_in_order() {
+        use super::super::writes::PROMPT_ROW_BYTES;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let prompts: Vec<String> = (0..1000).map(|i| format!("w{i}")).collect();
+        // In jobs of a few prompts, so that the joins span batches and jobs.
+        for chunk in prompts.chunks(7) {
+            let (k, chunk) = (key.clone(), chunk.to_vec());
+            store
+                .write(move |tx| {
+                    for p in &chunk {
+                        let seq = tx.append(&k, &note(p))?;
+                        tx.index_prompt(&k, seq, p)?;
+                    }
+                    Ok(())
+                })
+                .await
+                .expect("prompts");
+        }
+        let rows: Vec<String> = store
+            .read(|c| {
+                let mut stmt =
+                    c.prepare("SELECT prompts FROM session_search_prompts ORDER BY rowid")?;
+                let rows = stmt.query_map([], |r| r.get(0))?;
+                Ok(rows.collect::<crate::store::sql::Result<Vec<String>>>()?)
+            })
+            .await
+            .expect("rows");
+        let held: Vec<&str> = rows.iter().flat_map(|r| r.split('\n')).collect();
+        assert_eq!(held, prompts, "every prompt once, in order");
+        assert!(rows.iter().all(|r| r.len() <= PROMPT_ROW_BYTES));
+        // 5.9 KB of prompts: rows of 512 B or more, and at most seven of each smaller class.
+        assert!(rows.len() <= 5_900 / 512 + 14, "{} rows", rows.len());
+        for word in ["w0", "w499", "w998", "w999"] {
+            let w = word.to_owned();
+            let found: i64 = store
+                .read(move |c| {
+                    Ok(c.query_row(
+                        "SELECT count(*) FROM session_search_prompts
+                         WHERE session_search_prompts MATCH ?1",
+                        [format!("\"{w}\"")],
+                        |r| r.get(0),
+                    )?)
+                })
+                .await
+                .expect("match");
+            assert_eq!(found, 1, "{word}");
+        }
         store.close();
     }
 

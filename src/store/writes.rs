@@ -153,10 +153,22 @@ pub struct NewInput<'a> {
 /// Seqs per session in the prompt index's key space (`session_search_prompts`, migration 0010).
 pub(crate) const PROMPT_SEQS: i64 = 1 << 32;
 
-/// Bytes of consecutive prompts one search row holds (a longer prompt gets a row of its own):
-/// small enough that re-indexing the row costs little more than the prompt alone, large enough
-/// that a search for a word of most prompts gathers about one row per session, not one per prompt.
+/// Bytes of consecutive prompts one search row holds at most: large enough that a search for a
+/// word of most prompts gathers a few rows per session, not one per prompt.
 pub(crate) const PROMPT_ROW_BYTES: usize = 2048;
+
+/// How many search rows of one size class are joined into one (see [`Tx::write_prompt_index`]).
+pub(crate) const PROMPT_ROWS_JOINED: usize = 8;
+
+/// A search row's size class: rows under 64 bytes, under 512, and the rest. Only rows of one
+/// class are joined, so a row is re-indexed once per class it climbs, never once per prompt.
+pub(crate) fn prompt_row_class(bytes: usize) -> u32 {
+    match bytes {
+        0..64 => 0,
+        64..512 => 1,
+        _ => 2,
+    }
+}
 
 /// The search row that starts with the prompt at `seq` in session `pk`: `pk · 2^32 + seq`, so
 /// that a match names its session (`rowid >> 32`) and a session's rows are one range of rowids.
@@ -344,23 +356,15 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Indexes the prompt of the `prompt_submitted` event at `seq` for search. It joins the
-    /// session's latest search row while that stays within [`PROMPT_ROW_BYTES`], and starts a
-    /// row of its own otherwise: indexing a prompt re-reads at most one bounded row, never the
-    /// session's history, and a search gathers about one row per few kilobytes of prompts, not
-    /// one per prompt.
-    ///
-    /// A row's key packs the session and the seq of its first prompt (see
-    /// [`prompt_search_key`]); a prompt whose key does not fit (a session pk past 2^31 or a seq
-    /// past 2^32, far beyond what one machine writes) is left out of search rather than failing
-    /// the write that carries it.
+    /// Indexes the prompt of the `prompt_submitted` event at `seq` for search, in a row of the
+    /// session's prompt index (see [`Tx::write_prompt_index`] for how rows are kept).
     ///
     /// On SQLite the prompt is written after the batch's last job (see
     /// [`super::writer::QueuedPrompt`]), in the same transaction; on PostgreSQL, where each job is
     /// a transaction of its own, at once.
     pub fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
         if self.conn.dialect() == Dialect::Postgres {
-            return self.index_prompt_postgres(key, seq, prompt);
+            return self.write_prompt_index(key, seq, prompt);
         }
         self.prompts.push(super::writer::QueuedPrompt {
             key: key.clone(),
@@ -371,78 +375,81 @@ impl Tx<'_> {
     }
 
     /// Writes a prompt's search row now (see [`Tx::index_prompt`]).
+    ///
+    /// A full-text index re-reads a row's whole text to change it, so a row that grew by one
+    /// prompt at a time would cost its whole size for every prompt. A prompt therefore gets a
+    /// row of its own, unless it and the session's [`PROMPT_ROWS_JOINED`]` - 1` newest rows are
+    /// all of one [`prompt_row_class`] and fit in [`PROMPT_ROW_BYTES`] together: then they are
+    /// replaced by one row holding them in order, one per line. Like the carry of a counter, a
+    /// prompt's text is re-indexed about twice per class it climbs (a few times its size in
+    /// all), and a session's rows are mostly of the last class, with at most seven of each
+    /// smaller one after them: a search gathers about one row per 0.5–2 KiB of prompts.
+    ///
+    /// A row is keyed by its session and the seq of its first prompt (on SQLite packed into the
+    /// rowid, see [`prompt_search_key`]; on PostgreSQL the key's two columns). A prompt whose key
+    /// does not fit (a session pk past 2^31 or a seq past 2^32, far beyond what one machine
+    /// writes) is left out of search rather than failing the write that carries it.
     pub(super) fn write_prompt_index(
         &mut self,
         key: &SessionKey,
         seq: u64,
         prompt: &str,
     ) -> Result<()> {
-        if self.conn.dialect() == Dialect::Postgres {
-            return self.index_prompt_postgres(key, seq, prompt);
-        }
-        let (Some(first), Some(rowid)) =
-            (prompt_search_key(key.pk, 0), prompt_search_key(key.pk, seq))
-        else {
-            tracing::warn!(
-                session = %key.id,
-                seq,
-                "prompt not indexed for search: its key is out of range"
-            );
-            return Ok(());
+        let postgres = self.conn.dialect() == Dialect::Postgres;
+        // The key range of the session's rows before this prompt, in the dialect's terms.
+        let (lo, row) = if postgres {
+            (0, seq as i64)
+        } else {
+            match (prompt_search_key(key.pk, 0), prompt_search_key(key.pk, seq)) {
+                (Some(lo), Some(row)) => (lo, row),
+                _ => {
+                    tracing::warn!(
+                        session = %key.id,
+                        seq,
+                        "prompt not indexed for search: its key is out of range"
+                    );
+                    return Ok(());
+                }
+            }
         };
-        let latest: Option<(i64, i64)> = self
-            .conn
-            .prepare_cached(
-                "SELECT rowid, octet_length(prompts) FROM session_search_prompts
-                 WHERE rowid BETWEEN ?1 AND ?2 ORDER BY rowid DESC LIMIT 1",
-            )?
-            .query_row(params![first, rowid], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        match latest {
-            Some((row, bytes)) if bytes as usize + 1 + prompt.len() <= PROMPT_ROW_BYTES => {
-                self.conn
-                    .prepare_cached(
-                        "UPDATE session_search_prompts SET prompts = prompts || '\n' || ?2
-                         WHERE rowid = ?1",
-                    )?
-                    .execute(params![row, prompt])?;
+        let sql = PromptRowSql::of(postgres);
+        // The row being written: its key and text. Joining it with the rows before it makes a
+        // row of the next class, which may join the rows before it in turn (the carry).
+        let (mut row, mut text) = (row, prompt.to_owned());
+        loop {
+            let newest: Vec<(i64, i64)> = self
+                .conn
+                .prepare_cached(sql.newest)?
+                .query_map(params![key.pk, lo, row], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<super::sql::Result<_>>()?;
+            let class = prompt_row_class(text.len());
+            let bytes = newest.iter().map(|r| r.1 as usize + 1).sum::<usize>() + text.len();
+            let join = newest.len() == PROMPT_ROWS_JOINED - 1
+                && bytes <= PROMPT_ROW_BYTES
+                && newest
+                    .iter()
+                    .all(|r| prompt_row_class(r.1 as usize) == class);
+            let Some(&(first, _)) = newest.last().filter(|_| join) else {
+                break;
+            };
+            let mut joined = String::with_capacity(bytes);
+            for part in self
+                .conn
+                .prepare_cached(sql.texts)?
+                .query_map(params![key.pk, first, row], |r| r.get::<_, String>(0))?
+            {
+                joined.push_str(&part?);
+                joined.push('\n');
             }
-            _ => {
-                self.conn
-                    .prepare_cached(
-                        "INSERT INTO session_search_prompts (rowid, prompts) VALUES (?1, ?2)",
-                    )?
-                    .execute(params![rowid, prompt])?;
-            }
+            joined.push_str(&text);
+            self.conn
+                .prepare_cached(sql.delete)?
+                .execute(params![key.pk, first, row])?;
+            (row, text) = (first, joined);
         }
-        Ok(())
-    }
-
-    /// [`Tx::index_prompt`] on PostgreSQL, whose prompt rows are keyed by `(session_pk, seq)`.
-    fn index_prompt_postgres(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
-        let latest: Option<(i64, i64)> = self
-            .conn
-            .prepare_cached(
-                "SELECT seq, octet_length(prompts) FROM session_search_prompts
-                 WHERE session_pk = ?1 ORDER BY seq DESC LIMIT 1",
-            )?
-            .query_row([key.pk], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        match latest {
-            Some((row, bytes)) if bytes as usize + 1 + prompt.len() <= PROMPT_ROW_BYTES => {
-                self.conn.execute(
-                    "UPDATE session_search_prompts SET prompts = prompts || '\n' || ?3
-                     WHERE session_pk = ?1 AND seq = ?2",
-                    params![key.pk, row, prompt],
-                )?;
-            }
-            _ => {
-                self.conn.execute(
-                    "INSERT INTO session_search_prompts (session_pk, seq, prompts) VALUES (?1, ?2, ?3)",
-                    params![key.pk, seq as i64, prompt],
-                )?;
-            }
-        }
+        self.conn
+            .prepare_cached(sql.insert)?
+            .execute(params![key.pk, row, text])?;
         Ok(())
     }
 
@@ -1164,5 +1171,54 @@ impl Tx<'_> {
             )?
             .execute(params![id, token_hash, workspace_id, prefix, expires_at, self.now])?;
         Ok(())
+    }
+}
+
+/// The statements of [`Tx::write_prompt_index`] in each dialect. Each takes the session's pk as
+/// `?1` (SQLite's statements leave it unused: their rowids hold it) and a key range `?2 ..< ?3`.
+struct PromptRowSql {
+    /// The newest [`PROMPT_ROWS_JOINED`]` - 1` rows before the key `?3`, newest first: key and
+    /// bytes. The limit is written out: SQLite plans a full-text table's query for its `LIMIT`'s
+    /// value, so a bound limit would have the statement prepared again at every run.
+    newest: &'static str,
+    /// The text of the rows in the range, in order.
+    texts: &'static str,
+    delete: &'static str,
+    /// A row at key `?2` with text `?3`.
+    insert: &'static str,
+}
+
+const _: () = assert!(
+    PROMPT_ROWS_JOINED - 1 == 7,
+    "the LIMIT of `PromptRowSql::newest`"
+);
+
+impl PromptRowSql {
+    fn of(postgres: bool) -> PromptRowSql {
+        if postgres {
+            PromptRowSql {
+                newest: "SELECT seq, octet_length(prompts) FROM session_search_prompts
+                         WHERE session_pk = ?1 AND seq >= ?2 AND seq < ?3
+                         ORDER BY seq DESC LIMIT 7",
+                texts: "SELECT prompts FROM session_search_prompts
+                        WHERE session_pk = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+                delete: "DELETE FROM session_search_prompts
+                         WHERE session_pk = ?1 AND seq >= ?2 AND seq < ?3",
+                insert: "INSERT INTO session_search_prompts (session_pk, seq, prompts)
+                         VALUES (?1, ?2, ?3)",
+            }
+        } else {
+            PromptRowSql {
+                newest: "SELECT rowid, octet_length(prompts) FROM session_search_prompts
+                         WHERE rowid >= ?2 AND rowid < ?3
+                         ORDER BY rowid DESC LIMIT 7",
+                texts: "SELECT prompts FROM session_search_prompts
+                        WHERE rowid >= ?2 AND rowid < ?3 ORDER BY rowid",
+                delete: "DELETE FROM session_search_prompts
+                         WHERE rowid >= ?2 AND rowid < ?3",
+                insert: "INSERT INTO session_search_prompts (rowid, prompts)
+                         VALUES (?2, ?3)",
+            }
+        }
     }
 }
