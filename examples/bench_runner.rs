@@ -1255,12 +1255,32 @@ struct TurnLevel {
     first_error: Option<String>,
     cpu: CpuUse,
     states: Vec<(String, usize, [f64; 3])>,
+    /// The writer's commits and the jobs they held, over the measured window.
+    commits: (f64, f64),
 }
 
 impl TurnLevel {
     fn rate(&self) -> f64 {
         self.turns as f64 / self.secs
     }
+
+    /// The writer's commits per second and jobs per commit over the measured window.
+    fn commits_line(&self) -> String {
+        let (commits, jobs) = self.commits;
+        format!(
+            "writer: {:.0} commits/s, {:.1} jobs per commit",
+            commits / self.secs,
+            if commits > 0.0 { jobs / commits } else { 0.0 }
+        )
+    }
+}
+
+/// The writer's committed batches and the jobs in them so far (`sessiond_store_commit_batch_jobs`).
+async fn commit_totals(ctx: &Ctx) -> (f64, f64) {
+    (
+        metric(ctx, "sessiond_store_commit_batch_jobs_count").await,
+        metric(ctx, "sessiond_store_commit_batch_jobs_sum").await,
+    )
 }
 
 struct ClientTally {
@@ -1357,7 +1377,9 @@ where
     tokio::time::sleep_until(from.into()).await;
     let cpu = CpuWindow::start(ctx.pid);
     let sampler = StateSampler::start(ctx.pid);
+    let commits_before = commit_totals(ctx).await;
     tokio::time::sleep_until(end.into()).await;
+    let commits_after = commit_totals(ctx).await;
     let cpu = cpu.stop();
     let states = sampler.stop();
     let mut level = TurnLevel {
@@ -1369,6 +1391,10 @@ where
         first_error: None,
         cpu,
         states,
+        commits: (
+            commits_after.0 - commits_before.0,
+            commits_after.1 - commits_before.1,
+        ),
     };
     let mut lat = Vec::new();
     while let Some(r) = set.join_next().await {
@@ -1884,11 +1910,12 @@ async fn turn_path(ctx: &Ctx, opts: &Opts) -> Vec<Row> {
     let sessions = create_sessions(ctx, n).await;
     let l = turns_at(ctx, opts, &sessions, n).await;
     println!(
-        "   {n} sessions: {:.0} turns/s; /wait round trip {}\n      {}; errors {}",
+        "   {n} sessions: {:.0} turns/s; /wait round trip {}\n      {}; errors {}\n      {}",
         l.rate(),
         l.lat.line(),
         l.cpu.line(),
-        l.errors
+        l.errors,
+        l.commits_line()
     );
     let mut rows = vec![turns_row(&l)];
     for period in [None, Some(opts.sse_period)] {
@@ -3098,6 +3125,7 @@ fn main() {
                 "                 thread states (sampled every 2 ms): {}",
                 states_line(&l.states)
             );
+            println!("                 {}", l.commits_line());
             levels.push(l);
         }
         println!();
