@@ -18,7 +18,10 @@
 //! words from a small vocabulary, a unique number, the common word `deploy` in one session in four,
 //! and the rare word `quetzal` in ten of the oldest sessions. Each session also gets one prompt
 //! row in the search index (a direct SQL pass as well: no prompt event is written), with the word
-//! `rollback` in one session in four (others than those with `deploy`).
+//! `rollback` in one session in four (others than those with `deploy`). Before the first size,
+//! 100 sessions get a long history of their own: 500 prompts of about 300 bytes each, every one
+//! with the word `hydrant`, appended and indexed through the store's write path as
+//! `POST …/message` indexes them (the rows' layout is the store's, not the bench's).
 //!
 //! For each size the real server runs in a child process on the data dir and one keep-alive
 //! client measures, over HTTP, p50/p99 of: the list's first page, a keyset page from the middle
@@ -64,6 +67,12 @@ const COMMON_PAIR: &str = "alpha deploy";
 const PROMPT_WORD: &str = "rollback";
 const RARE: &str = "quetzal";
 const RARE_COUNT: usize = 10;
+/// Sessions with a long history of prompts, and their prompts: the search index keeps several
+/// rows per such session, and a word in all their prompts is in every one of those rows.
+const LONG_SESSIONS: usize = 100;
+const LONG_PROMPTS: usize = 500;
+/// In every prompt of the long histories, and nowhere else.
+const LONG_WORD: &str = "hydrant";
 /// Requests per query and size (fewer when a query is slow: see `MAX_SECS_PER_QUERY`).
 const REQUESTS: usize = 300;
 const WARMUP: usize = 20;
@@ -144,6 +153,7 @@ fn open_seed(db: &Path) -> Seed {
         .seed()
         .events_blocking(&history, notes)
         .unwrap_or_else(|e| die("seed history session", e));
+    seed_long_histories(&store, db, &ws, &agent, &user);
     Seed {
         store,
         db: db.to_path_buf(),
@@ -153,6 +163,69 @@ fn open_seed(db: &Path) -> Seed {
         api_key,
         history,
         loaded: 0,
+    }
+}
+
+/// [`LONG_SESSIONS`] sessions of [`LONG_PROMPTS`] prompts each, one write job per session, each
+/// prompt appended and indexed as the message path does it. Prints how many search rows they
+/// hold.
+fn seed_long_histories(store: &Store, db: &Path, ws: &str, agent: &str, user: &str) {
+    let start = Instant::now();
+    let sessions = (0..LONG_SESSIONS)
+        .map(|i| bare(ws, agent, user, format!("long history {i}")))
+        .collect();
+    let keys = store
+        .seed()
+        .sessions_blocking(sessions)
+        .unwrap_or_else(|e| die("seed long histories", e));
+    for key in &keys {
+        let prompts = (0..LONG_PROMPTS)
+            .map(|j| {
+                let mut text = format!("step {j}: check the {LONG_WORD} pressure log and report");
+                let mut k = j;
+                while text.len() < 300 {
+                    text.push(' ');
+                    text.push_str(WORDS[k % WORDS.len()]);
+                    k = k / 3 + 7;
+                }
+                (prompt_event(text.clone()), text)
+            })
+            .collect();
+        store
+            .seed()
+            .prompts_blocking(key, prompts)
+            .unwrap_or_else(|e| die("seed long histories", e));
+    }
+    let (lo, hi) = keys.iter().fold((i64::MAX, i64::MIN), |(lo, hi), k| {
+        (lo.min(k.pk), hi.max(k.pk))
+    });
+    let rows: i64 = raw(db)
+        .query_row(
+            "SELECT count(*) FROM session_search_prompts WHERE rowid >> 32 BETWEEN ?1 AND ?2",
+            [lo, hi],
+            |r| r.get(0),
+        )
+        .unwrap_or_else(|e| die("count long histories' rows", e));
+    println!(
+        "   long histories: {LONG_SESSIONS} sessions x {LONG_PROMPTS} prompts of ~300 bytes \
+         seeded in {:.1} s; {} search rows ({:.1} per session)",
+        start.elapsed().as_secs_f64(),
+        thousands(rows as u64),
+        rows as f64 / LONG_SESSIONS as f64
+    );
+}
+
+fn prompt_event(prompt: String) -> Event {
+    Event::PromptSubmitted {
+        prompt,
+        input_kind: sessiond::timeline::InputKind::Message,
+        behavior: sessiond::timeline::Behavior::FollowUp,
+        sender: Sender::User {
+            user_id: "bench".into(),
+        },
+        client_request_id: None,
+        images: Vec::new(),
+        attachments: Vec::new(),
     }
 }
 
@@ -343,7 +416,7 @@ async fn measure(c: &reqwest::Client, q: &Query) -> Lat {
     lat
 }
 
-const NAMES: [&str; 10] = [
+const NAMES: [&str; 11] = [
     "detail (floor)",
     "list, first page",
     "list, middle keyset page",
@@ -354,6 +427,7 @@ const NAMES: [&str; 10] = [
     "activity",
     "history page",
     "list, asking bucket",
+    "search, long-history word",
 ];
 
 fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
@@ -449,6 +523,14 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
         Query {
             name: NAMES[9],
             url: format!("{s}?limit=50&bucket=asking"),
+            check: |v| match sessions_len(v) {
+                50 => Ok(()),
+                n => Err(format!("{n} sessions, expected 50")),
+            },
+        },
+        Query {
+            name: NAMES[10],
+            url: format!("{s}?limit=50&search={LONG_WORD}"),
             check: |v| match sessions_len(v) {
                 50 => Ok(()),
                 n => Err(format!("{n} sessions, expected 50")),
@@ -625,19 +707,22 @@ fn main() {
         println!();
         println!(
             "   at 100,000: activity p99 {:.2} ms (target < {TARGET_ACTIVITY_P99_MS} ms), search p99 \
-             common {:.2} ms / two words {:.2} ms / prompt word {:.2} ms / rare {:.2} ms \
-             (target < {TARGET_SEARCH_P99_MS} ms){}",
+             common {:.2} ms / two words {:.2} ms / prompt word {:.2} ms / rare {:.2} ms / \
+             long-history word {:.2} ms (target < {TARGET_SEARCH_P99_MS} ms){}",
             lats[7].p(99.0),
             lats[3].p(99.0),
             lats[5].p(99.0),
             lats[6].p(99.0),
             lats[4].p(99.0),
+            lats[10].p(99.0),
             match base {
                 Some(b) => format!(
-                    "; baseline common {:.2} / two words {:.2} / prompt word {:.2} ms",
+                    "; baseline common {:.2} / two words {:.2} / prompt word {:.2} / \
+                     long-history word {:.2} ms",
                     b[3].p(99.0),
                     b[5].p(99.0),
-                    b[6].p(99.0)
+                    b[6].p(99.0),
+                    b[10].p(99.0)
                 ),
                 None => String::new(),
             }
