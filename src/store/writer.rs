@@ -913,39 +913,69 @@ pub(super) mod tests {
         store.close();
     }
 
-    /// A session's prompts fill bounded search rows, each keyed by its first prompt's seq; a
-    /// word of the first prompt is still found after many more, and the rows leave with the
-    /// session while another session's stay.
+    /// A session's prompts fill bounded search rows of a kilobyte or more, each keyed by its
+    /// first prompt's seq; a word of the first prompt is still found after many more, and the
+    /// rows leave with the session while another session's stay.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn prompt_rows_stay_bounded_and_leave_with_their_session() {
-        use super::super::writes::{PROMPT_ROW_BYTES, PROMPT_ROWS_JOINED};
+        use super::super::writes::{PROMPT_CLASS_ENDS, PROMPT_ROW_BYTES};
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, gone) = store_with_session(dir.path()).await;
         let (ws, agent) = workspace_and_agent(&store).await;
         let g = gone.clone();
-        let (kept, first_seqs) = store
+        let (kept, seqs) = store
             .write(move |tx| {
                 let id = crate::ids::new_id();
                 let kept = tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))?;
-                // Prompts of about 215 bytes: each run of eight (1.7 KiB) becomes one row, keyed
-                // by the run's first prompt.
-                let mut first_seqs = Vec::new();
+                // Prompts of about 300 bytes, a middle class's size: runs of them are joined
+                // into rows of the next class, and those into sealed rows of over 1 KiB.
+                let mut seqs = Vec::new();
                 for i in 0..40 {
                     let word = if i == 0 { "quince" } else { "plain" };
-                    let prompt = format!("{word} prompt {i:02} {}", "x".repeat(200));
+                    let prompt = format!("{word} prompt {i:02} {}", "x".repeat(285));
                     let seq = tx.append(&g, &note(&prompt))?;
                     tx.index_prompt(&g, seq, &prompt)?;
-                    if i % PROMPT_ROWS_JOINED == 0 {
-                        first_seqs.push(seq);
-                    }
+                    seqs.push(seq);
                 }
                 let seq = tx.append(&kept, &note("quince"))?;
                 tx.index_prompt(&kept, seq, "quince")?;
-                Ok((kept, first_seqs))
+                Ok((kept, seqs))
             })
             .await
             .expect("prompts");
-        assert!(first_seqs.len() > 3, "{first_seqs:?}");
+        let texts: Vec<(i64, String)> = store
+            .read(|c| {
+                let mut stmt =
+                    c.prepare("SELECT rowid, prompts FROM session_search_prompts ORDER BY rowid")?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                Ok(rows.collect::<crate::store::sql::Result<Vec<_>>>()?)
+            })
+            .await
+            .expect("prompt rows");
+        // Each row is keyed by the seq of the first prompt it holds.
+        let mut first_seqs = Vec::new();
+        for (rowid, text) in texts.iter().filter(|r| r.0 >> 32 == gone.pk) {
+            let i: usize = text
+                .split(' ')
+                .nth(2)
+                .and_then(|n| n.parse().ok())
+                .expect("a prompt's number");
+            assert_eq!((rowid & 0xffff_ffff) as u64, seqs[i], "{text:.40}");
+            first_seqs.push(seqs[i]);
+        }
+        let sealed = PROMPT_CLASS_ENDS[PROMPT_CLASS_ENDS.len() - 1];
+        let bytes: usize = texts
+            .iter()
+            .filter(|r| r.0 >> 32 == gone.pk)
+            .map(|r| r.1.len())
+            .sum();
+        assert!(
+            first_seqs.len() <= bytes / sealed + 7 + 7 + 1,
+            "{} rows of {bytes} bytes",
+            first_seqs.len()
+        );
+        assert!(first_seqs.len() < seqs.len() / 3, "{first_seqs:?}");
+        assert!(texts.iter().all(|r| r.1.len() <= PROMPT_ROW_BYTES));
         let rows = |store: Store, sql: &'static str| async move {
             store
                 .read(move |c| {
@@ -961,17 +991,6 @@ pub(super) mod tests {
         const QUINCE: &str = "SELECT rowid >> 32, rowid & 4294967295, octet_length(prompts)
                               FROM session_search_prompts
                               WHERE session_search_prompts MATCH 'quince' ORDER BY rowid";
-        let all = rows(store.clone(), ALL).await;
-        let of_gone: Vec<_> = all.iter().filter(|r| r.0 == gone.pk).collect();
-        assert_eq!(
-            of_gone.iter().map(|r| r.1 as u64).collect::<Vec<_>>(),
-            first_seqs,
-            "each row keyed by its first prompt"
-        );
-        assert!(
-            of_gone.iter().all(|r| r.2 as usize <= PROMPT_ROW_BYTES),
-            "{of_gone:?}"
-        );
         let quince: Vec<(i64, i64)> = rows(store.clone(), QUINCE)
             .await
             .into_iter()
@@ -998,7 +1017,7 @@ pub(super) mod tests {
     /// prompt, and a word of any prompt finds the one row that holds it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn short_prompts_are_joined_into_few_rows_that_keep_every_prompt_in_order() {
-        use super::super::writes::PROMPT_ROW_BYTES;
+        use super::super::writes::{PROMPT_CLASS_ENDS, PROMPT_ROW_BYTES};
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, key) = store_with_session(dir.path()).await;
         let prompts: Vec<String> = (0..1000).map(|i| format!("w{i}")).collect();
@@ -1028,9 +1047,15 @@ pub(super) mod tests {
         let held: Vec<&str> = rows.iter().flat_map(|r| r.split('\n')).collect();
         assert_eq!(held, prompts, "every prompt once, in order");
         assert!(rows.iter().all(|r| r.len() <= PROMPT_ROW_BYTES));
-        // Rows of 512 B or more, and at most seven of each smaller class.
+        // Sealed rows of the last class's end or more, and at most seven of each of the two
+        // smaller classes and one of the third.
+        let sealed = PROMPT_CLASS_ENDS[PROMPT_CLASS_ENDS.len() - 1];
         let bytes: usize = prompts.iter().map(|p| p.len() + 1).sum();
-        assert!(rows.len() <= bytes / 512 + 14, "{} rows", rows.len());
+        assert!(
+            rows.len() <= bytes / sealed + 7 + 7 + 1,
+            "{} rows",
+            rows.len()
+        );
         for word in ["w0", "w499", "w998", "w999"] {
             let w = word.to_owned();
             let found: i64 = store

@@ -157,17 +157,30 @@ pub(crate) const PROMPT_SEQS: i64 = 1 << 32;
 /// word of most prompts gathers a few rows per session, not one per prompt.
 pub(crate) const PROMPT_ROW_BYTES: usize = 2048;
 
-/// How many search rows of one size class are joined into one (see [`Tx::write_prompt_index`]).
+/// How many search rows of one size class are joined into one at most (see
+/// [`Tx::write_prompt_index`]).
 pub(crate) const PROMPT_ROWS_JOINED: usize = 8;
 
-/// A search row's size class: rows under 64 bytes, under 512, and the rest. Only rows of one
-/// class are joined, so a row is re-indexed once per class it climbs, never once per prompt.
-pub(crate) fn prompt_row_class(bytes: usize) -> u32 {
-    match bytes {
-        0..64 => 0,
-        64..512 => 1,
-        _ => 2,
-    }
+/// Where the search rows' size classes end: a row is of the first class whose end it is under,
+/// and a row of the last end or more is sealed (never joined again). A run of one class's rows
+/// is joined as soon as it reaches its class's end, so the row it makes is of a higher class;
+/// and as each of the two rows that cross an end is under it, a join makes at most twice the
+/// last end (with the runs' newlines), which fits in [`PROMPT_ROW_BYTES`].
+pub(crate) const PROMPT_CLASS_ENDS: [usize; 3] = [64, 512, 1020];
+
+const _: () = assert!(
+    2 * (PROMPT_CLASS_ENDS[2] - 1) + PROMPT_ROWS_JOINED - 1 <= PROMPT_ROW_BYTES,
+    "a join of the last class fits in a row"
+);
+
+/// A search row's size class (an index of [`PROMPT_CLASS_ENDS`], or its length for a sealed
+/// row). Only rows of one class are joined, so a prompt is re-indexed once per class it climbs,
+/// never once per prompt after it.
+pub(crate) fn prompt_row_class(bytes: usize) -> usize {
+    PROMPT_CLASS_ENDS
+        .iter()
+        .position(|&end| bytes < end)
+        .unwrap_or(PROMPT_CLASS_ENDS.len())
 }
 
 /// The search row that starts with the prompt at `seq` in session `pk`: `pk · 2^32 + seq`, so
@@ -378,12 +391,14 @@ impl Tx<'_> {
     ///
     /// A full-text index re-reads a row's whole text to change it, so a row that grew by one
     /// prompt at a time would cost its whole size for every prompt. A prompt therefore gets a
-    /// row of its own, unless it and the session's [`PROMPT_ROWS_JOINED`]` - 1` newest rows are
-    /// all of one [`prompt_row_class`] and fit in [`PROMPT_ROW_BYTES`] together: then they are
-    /// replaced by one row holding them in order, one per line. Like the carry of a counter, a
-    /// prompt's text is re-indexed about twice per class it climbs (a few times its size in
-    /// all), and a session's rows are mostly of the last class, with at most seven of each
-    /// smaller one after them: a search gathers about one row per 0.5–2 KiB of prompts.
+    /// row of its own, and the session's newest rows of its [`prompt_row_class`] are joined with
+    /// it into one row (holding them in order, one per line) as soon as they reach that class's
+    /// end ([`PROMPT_CLASS_ENDS`]) or number [`PROMPT_ROWS_JOINED`]. Like the carry of a counter,
+    /// the joined row may join the rows of its own class before it in turn. A prompt's text is
+    /// thus re-indexed about twice per class it climbs (a few times its size in all), and a
+    /// session's rows are sealed rows of 1–2 KiB with a few smaller ones after them (at most
+    /// seven of each of the two smaller classes and one of the third): a search gathers about
+    /// one row per 1–2 KiB of prompts, whatever their length.
     ///
     /// A row is keyed by its session and the seq of its first prompt (on SQLite packed into the
     /// rowid, see [`prompt_search_key`]; on PostgreSQL the key's two columns). A prompt whose key
@@ -414,22 +429,32 @@ impl Tx<'_> {
         };
         let sql = PromptRowSql::of(postgres);
         // The row being written: its key and text. Joining it with the rows before it makes a
-        // row of the next class, which may join the rows before it in turn (the carry).
+        // row of a higher class, which may join the rows before it in turn (the carry).
         let (mut row, mut text) = (row, prompt.to_owned());
         loop {
+            let class = prompt_row_class(text.len());
+            let Some(&end) = PROMPT_CLASS_ENDS.get(class) else {
+                break;
+            };
             let newest: Vec<(i64, i64)> = self
                 .conn
                 .prepare_cached(sql.newest)?
                 .query_map(params![key.pk, lo, row], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<super::sql::Result<_>>()?;
-            let class = prompt_row_class(text.len());
-            let bytes = newest.iter().map(|r| r.1 as usize + 1).sum::<usize>() + text.len();
-            let join = newest.len() == PROMPT_ROWS_JOINED - 1
-                && bytes <= PROMPT_ROW_BYTES
-                && newest
-                    .iter()
-                    .all(|r| prompt_row_class(r.1 as usize) == class);
-            let Some(&(first, _)) = newest.last().filter(|_| join) else {
+            // Walk back over the newest rows of this class until the run reaches its end.
+            let (mut bytes, mut first) = (text.len(), None);
+            for (i, &(at, len)) in newest.iter().enumerate() {
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                if prompt_row_class(len) != class {
+                    break;
+                }
+                bytes = bytes.saturating_add(len + 1);
+                if bytes >= end || i + 2 == PROMPT_ROWS_JOINED {
+                    first = Some(at);
+                    break;
+                }
+            }
+            let Some(first) = first.filter(|_| bytes <= PROMPT_ROW_BYTES) else {
                 break;
             };
             let mut joined = String::with_capacity(bytes);
