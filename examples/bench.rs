@@ -1159,26 +1159,12 @@ fn prompt_text(i: usize, tag: &str) -> String {
     )
 }
 
-fn prompt_event(prompt: String) -> Event {
-    Event::PromptSubmitted {
-        prompt,
-        input_kind: sessiond::timeline::InputKind::Message,
-        behavior: sessiond::timeline::Behavior::FollowUp,
-        sender: Sender::User {
-            user_id: "bench".into(),
-        },
-        client_request_id: None,
-        images: Vec::new(),
-        attachments: Vec::new(),
-    }
-}
-
 /// Appends and indexes prompts `from..from + n` in one write job, as the message path does each.
 fn seed_prompts(store: &Store, key: &SessionKey, from: usize, n: usize, tag: &str) {
     let prompts = (from..from + n)
         .map(|i| {
             let text = prompt_text(i, if i == 0 { tag } else { "" });
-            (prompt_event(text.clone()), text)
+            (seed::prompt_event(text.clone()), text)
         })
         .collect();
     store
@@ -1228,7 +1214,7 @@ fn section_prompts(opts: &Opts, rt: &tokio::runtime::Runtime) -> PromptResult {
                     let text = prompt_text(i, "");
                     let job = store
                         .seed()
-                        .prompt(key, prompt_event(text.clone()), text)
+                        .prompt(key, seed::prompt_event(text.clone()), text)
                         .await
                         .unwrap_or_else(|e| die("prompt", e));
                     lats[k].1.push(t.elapsed());

@@ -188,7 +188,7 @@ fn seed_long_histories(store: &Store, db: &Path, ws: &str, agent: &str, user: &s
                     text.push_str(WORDS[k % WORDS.len()]);
                     k = k / 3 + 7;
                 }
-                (prompt_event(text.clone()), text)
+                (seed::prompt_event(text.clone()), text)
             })
             .collect();
         store
@@ -213,20 +213,6 @@ fn seed_long_histories(store: &Store, db: &Path, ws: &str, agent: &str, user: &s
         thousands(rows as u64),
         rows as f64 / LONG_SESSIONS as f64
     );
-}
-
-fn prompt_event(prompt: String) -> Event {
-    Event::PromptSubmitted {
-        prompt,
-        input_kind: sessiond::timeline::InputKind::Message,
-        behavior: sessiond::timeline::Behavior::FollowUp,
-        sender: Sender::User {
-            user_id: "bench".into(),
-        },
-        client_request_id: None,
-        images: Vec::new(),
-        attachments: Vec::new(),
-    }
 }
 
 fn bare(ws: &str, agent: &str, user: &str, title: String) -> BareSession {

@@ -88,3 +88,18 @@ pub async fn wait_healthy(c: &reqwest::Client, base: &str, limit: Duration) -> R
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A user's `prompt_submitted` message, as `POST …/message` appends it.
+pub fn prompt_event(prompt: String) -> sessiond::timeline::Event {
+    sessiond::timeline::Event::PromptSubmitted {
+        prompt,
+        input_kind: sessiond::timeline::InputKind::Message,
+        behavior: sessiond::timeline::Behavior::FollowUp,
+        sender: sessiond::timeline::Sender::User {
+            user_id: "bench".into(),
+        },
+        client_request_id: None,
+        images: Vec::new(),
+        attachments: Vec::new(),
+    }
+}
