@@ -20,8 +20,10 @@
 //! row in the search index (a direct SQL pass as well: no prompt event is written), with the word
 //! `rollback` in one session in four (others than those with `deploy`). Before the first size,
 //! 100 sessions get a long history of their own: 500 prompts of about 300 bytes each, every one
-//! with the word `hydrant`, appended and indexed through the store's write path as
-//! `POST …/message` indexes them (the rows' layout is the store's, not the bench's).
+//! with the word `hydrant`; and 100 more get 500 prompts of mixed lengths (10 to 600 bytes, short
+//! answers between longer requests), every one with the word `culvert`. Both are appended and
+//! indexed through the store's write path as `POST …/message` indexes them (the rows' layout is
+//! the store's, not the bench's).
 //!
 //! For each size the real server runs in a child process on the data dir and one keep-alive
 //! client measures, over HTTP, p50/p99 of: the list's first page, a keyset page from the middle
@@ -73,6 +75,10 @@ const LONG_SESSIONS: usize = 100;
 const LONG_PROMPTS: usize = 500;
 /// In every prompt of the long histories, and nowhere else.
 const LONG_WORD: &str = "hydrant";
+/// In every prompt of as many long histories of mixed lengths (short answers between longer
+/// requests, as in a conversation: the cycle of [`MIXED_LENGTHS`]), and nowhere else.
+const MIXED_WORD: &str = "culvert";
+const MIXED_LENGTHS: [usize; 9] = [300, 25, 300, 12, 600, 40, 300, 3, 150];
 /// Requests per query and size (fewer when a query is slow: see `MAX_SECS_PER_QUERY`).
 const REQUESTS: usize = 300;
 const WARMUP: usize = 20;
@@ -153,7 +159,9 @@ fn open_seed(db: &Path) -> Seed {
         .seed()
         .events_blocking(&history, notes)
         .unwrap_or_else(|e| die("seed history session", e));
-    seed_long_histories(&store, db, &ws, &agent, &user);
+    let owner = (ws.as_str(), agent.as_str(), user.as_str());
+    seed_long_histories(&store, db, owner, LONG_WORD, &[300]);
+    seed_long_histories(&store, db, owner, MIXED_WORD, &MIXED_LENGTHS);
     Seed {
         store,
         db: db.to_path_buf(),
@@ -166,10 +174,16 @@ fn open_seed(db: &Path) -> Seed {
     }
 }
 
-/// [`LONG_SESSIONS`] sessions of [`LONG_PROMPTS`] prompts each, one write job per session, each
-/// prompt appended and indexed as the message path does it. Prints how many search rows they
-/// hold.
-fn seed_long_histories(store: &Store, db: &Path, ws: &str, agent: &str, user: &str) {
+/// [`LONG_SESSIONS`] sessions of [`LONG_PROMPTS`] prompts each, their lengths the cycle of
+/// `lengths`, each holding `word`; one write job per session, each prompt appended and indexed
+/// as the message path does it. Prints how many search rows they hold.
+fn seed_long_histories(
+    store: &Store,
+    db: &Path,
+    (ws, agent, user): (&str, &str, &str),
+    word: &str,
+    lengths: &[usize],
+) {
     let start = Instant::now();
     let sessions = (0..LONG_SESSIONS)
         .map(|i| bare(ws, agent, user, format!("long history {i}")))
@@ -181,9 +195,14 @@ fn seed_long_histories(store: &Store, db: &Path, ws: &str, agent: &str, user: &s
     for key in &keys {
         let prompts = (0..LONG_PROMPTS)
             .map(|j| {
-                let mut text = format!("step {j}: check the {LONG_WORD} pressure log and report");
+                let len = lengths[j % lengths.len()];
+                let mut text = if len >= 100 {
+                    format!("step {j}: check the {word} pressure log and report")
+                } else {
+                    format!("{word} {j}")
+                };
                 let mut k = j;
-                while text.len() < 300 {
+                while text.len() < len {
                     text.push(' ');
                     text.push_str(WORDS[k % WORDS.len()]);
                     k = k / 3 + 7;
@@ -206,9 +225,11 @@ fn seed_long_histories(store: &Store, db: &Path, ws: &str, agent: &str, user: &s
             |r| r.get(0),
         )
         .unwrap_or_else(|e| die("count long histories' rows", e));
+    let lengths: Vec<String> = lengths.iter().map(usize::to_string).collect();
     println!(
-        "   long histories: {LONG_SESSIONS} sessions x {LONG_PROMPTS} prompts of ~300 bytes \
-         seeded in {:.1} s; {} search rows ({:.1} per session)",
+        "   long histories with `{word}`: {LONG_SESSIONS} sessions x {LONG_PROMPTS} prompts of \
+         {} bytes seeded in {:.1} s; {} search rows ({:.1} per session)",
+        lengths.join(", "),
         start.elapsed().as_secs_f64(),
         thousands(rows as u64),
         rows as f64 / LONG_SESSIONS as f64
@@ -402,7 +423,7 @@ async fn measure(c: &reqwest::Client, q: &Query) -> Lat {
     lat
 }
 
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 12] = [
     "detail (floor)",
     "list, first page",
     "list, middle keyset page",
@@ -414,6 +435,7 @@ const NAMES: [&str; 11] = [
     "history page",
     "list, asking bucket",
     "search, long-history word",
+    "search, mixed-history word",
 ];
 
 fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
@@ -517,6 +539,14 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
         Query {
             name: NAMES[10],
             url: format!("{s}?limit=50&search={LONG_WORD}"),
+            check: |v| match sessions_len(v) {
+                50 => Ok(()),
+                n => Err(format!("{n} sessions, expected 50")),
+            },
+        },
+        Query {
+            name: NAMES[11],
+            url: format!("{s}?limit=50&search={MIXED_WORD}"),
             check: |v| match sessions_len(v) {
                 50 => Ok(()),
                 n => Err(format!("{n} sessions, expected 50")),
@@ -694,21 +724,23 @@ fn main() {
         println!(
             "   at 100,000: activity p99 {:.2} ms (target < {TARGET_ACTIVITY_P99_MS} ms), search p99 \
              common {:.2} ms / two words {:.2} ms / prompt word {:.2} ms / rare {:.2} ms / \
-             long-history word {:.2} ms (target < {TARGET_SEARCH_P99_MS} ms){}",
+             long-history word {:.2} ms / mixed-history word {:.2} ms (target < {TARGET_SEARCH_P99_MS} ms){}",
             lats[7].p(99.0),
             lats[3].p(99.0),
             lats[5].p(99.0),
             lats[6].p(99.0),
             lats[4].p(99.0),
             lats[10].p(99.0),
+            lats[11].p(99.0),
             match base {
                 Some(b) => format!(
                     "; baseline common {:.2} / two words {:.2} / prompt word {:.2} / \
-                     long-history word {:.2} ms",
+                     long-history word {:.2} / mixed-history word {:.2} ms",
                     b[3].p(99.0),
                     b[5].p(99.0),
                     b[6].p(99.0),
-                    b[10].p(99.0)
+                    b[10].p(99.0),
+                    b[11].p(99.0)
                 ),
                 None => String::new(),
             }

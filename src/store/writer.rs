@@ -1017,11 +1017,33 @@ pub(super) mod tests {
     /// prompt, and a word of any prompt finds the one row that holds it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn short_prompts_are_joined_into_few_rows_that_keep_every_prompt_in_order() {
+        let prompts: Vec<String> = (0..1000).map(|i| format!("w{i}")).collect();
+        assert_prompt_rows(prompts, &["w0", "w499", "w998", "w999"]).await;
+    }
+
+    /// Prompts of mixed lengths, short ones between long ones as in a conversation: the short
+    /// ones join the runs of the long ones, so the rows are as few as for prompts of one length.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn prompts_of_mixed_lengths_are_joined_into_few_rows() {
+        let lengths: [usize; 9] = [300, 25, 300, 12, 600, 40, 300, 3, 150];
+        let prompts: Vec<String> = (0..600)
+            .map(|i| {
+                let word = format!("m{i}");
+                let pad = lengths[i % lengths.len()].saturating_sub(word.len() + 1);
+                format!("{word} {}", "y".repeat(pad))
+            })
+            .collect();
+        assert_prompt_rows(prompts, &["m0", "m301", "m598", "m599"]).await;
+    }
+
+    /// Writes `prompts` to one session in jobs of seven (so that the joins span batches and
+    /// jobs) and checks its search rows: every prompt once, in order, each row within its bound;
+    /// at most the sealed rows the prompts fill and fifteen smaller ones after them; and each of
+    /// `words` (a word of one prompt) found in exactly one row.
+    async fn assert_prompt_rows(prompts: Vec<String>, words: &[&str]) {
         use super::super::writes::{PROMPT_CLASS_ENDS, PROMPT_ROW_BYTES};
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, key) = store_with_session(dir.path()).await;
-        let prompts: Vec<String> = (0..1000).map(|i| format!("w{i}")).collect();
-        // In jobs of a few prompts, so that the joins span batches and jobs.
         for chunk in prompts.chunks(7) {
             let (k, chunk) = (key.clone(), chunk.to_vec());
             store
@@ -1047,17 +1069,15 @@ pub(super) mod tests {
         let held: Vec<&str> = rows.iter().flat_map(|r| r.split('\n')).collect();
         assert_eq!(held, prompts, "every prompt once, in order");
         assert!(rows.iter().all(|r| r.len() <= PROMPT_ROW_BYTES));
-        // Sealed rows of the last class's end or more, and at most seven of each of the two
-        // smaller classes and one of the third.
         let sealed = PROMPT_CLASS_ENDS[PROMPT_CLASS_ENDS.len() - 1];
         let bytes: usize = prompts.iter().map(|p| p.len() + 1).sum();
         assert!(
             rows.len() <= bytes / sealed + 7 + 7 + 1,
-            "{} rows",
+            "{} rows of {bytes} bytes",
             rows.len()
         );
-        for word in ["w0", "w499", "w998", "w999"] {
-            let w = word.to_owned();
+        for word in words {
+            let w = (*word).to_owned();
             let found: i64 = store
                 .read(move |c| {
                     Ok(c.query_row(

@@ -162,10 +162,11 @@ pub(crate) const PROMPT_ROW_BYTES: usize = 2048;
 pub(crate) const PROMPT_ROWS_JOINED: usize = 8;
 
 /// Where the search rows' size classes end: a row is of the first class whose end it is under,
-/// and a row of the last end or more is sealed (never joined again). A run of one class's rows
-/// is joined as soon as it reaches its class's end, so the row it makes is of a higher class;
-/// and as each of the two rows that cross an end is under it, a join makes at most twice the
-/// last end (with the runs' newlines), which fits in [`PROMPT_ROW_BYTES`].
+/// and a row of the last end or more is sealed (never joined again). A run of rows no larger
+/// than its newest row's class is joined as soon as it reaches that class's end, so the row it
+/// makes is of a higher class; and as each of the two rows that cross an end is under it, such
+/// a join makes at most twice the last end (with the run's newlines), which fits in
+/// [`PROMPT_ROW_BYTES`].
 pub(crate) const PROMPT_CLASS_ENDS: [usize; 3] = [64, 512, 1020];
 
 const _: () = assert!(
@@ -174,13 +175,50 @@ const _: () = assert!(
 );
 
 /// A search row's size class (an index of [`PROMPT_CLASS_ENDS`], or its length for a sealed
-/// row). Only rows of one class are joined, so a prompt is re-indexed once per class it climbs,
-/// never once per prompt after it.
+/// row). A row only joins rows of its class or smaller ones, so a prompt is re-indexed about
+/// once per class it climbs, never once per prompt after it.
 pub(crate) fn prompt_row_class(bytes: usize) -> usize {
     PROMPT_CLASS_ENDS
         .iter()
         .position(|&end| bytes < end)
         .unwrap_or(PROMPT_CLASS_ENDS.len())
+}
+
+/// Which of a session's newest search rows (`newest`: key and bytes, newest first) the row being
+/// written (`bytes` long, of `class`, not sealed) joins: the key of the oldest row joined and the
+/// joined row's bytes, or `None` when it stays a row of its own.
+///
+/// The run walks back over rows of its class or a smaller one (never a larger one: re-indexing
+/// it would cost more than the row being written) and is joined as soon as it reaches the
+/// class's end, or numbers [`PROMPT_ROWS_JOINED`] rows all of its class. Once joined, it also
+/// takes the smaller rows just before it while they fit, so that a short prompt left between
+/// longer ones joins the next run instead of staying a row of its own.
+fn prompt_run(newest: &[(i64, i64)], bytes: usize, class: usize) -> Option<(i64, usize)> {
+    let end = *PROMPT_CLASS_ENDS.get(class)?;
+    let len = |row: &(i64, i64)| usize::try_from(row.1).unwrap_or(usize::MAX);
+    let (mut bytes, mut same, mut joined) = (bytes, true, None);
+    for (i, row) in newest.iter().enumerate() {
+        let (row_class, rows) = (prompt_row_class(len(row)), i + 2);
+        match joined {
+            None if row_class <= class => {
+                bytes = bytes.saturating_add(len(row) + 1);
+                same &= row_class == class;
+                if bytes >= end || (same && rows == PROMPT_ROWS_JOINED) {
+                    joined = Some(row.0);
+                }
+            }
+            Some(_)
+                if row_class < class
+                    && rows <= PROMPT_ROWS_JOINED
+                    && bytes.saturating_add(len(row) + 1) <= PROMPT_ROW_BYTES =>
+            {
+                bytes += len(row) + 1;
+                joined = Some(row.0);
+            }
+            _ => break,
+        }
+    }
+    Some((joined?, bytes)).filter(|(_, bytes)| *bytes <= PROMPT_ROW_BYTES)
 }
 
 /// The search row that starts with the prompt at `seq` in session `pk`: `pk · 2^32 + seq`, so
@@ -391,14 +429,13 @@ impl Tx<'_> {
     ///
     /// A full-text index re-reads a row's whole text to change it, so a row that grew by one
     /// prompt at a time would cost its whole size for every prompt. A prompt therefore gets a
-    /// row of its own, and the session's newest rows of its [`prompt_row_class`] are joined with
-    /// it into one row (holding them in order, one per line) as soon as they reach that class's
-    /// end ([`PROMPT_CLASS_ENDS`]) or number [`PROMPT_ROWS_JOINED`]. Like the carry of a counter,
-    /// the joined row may join the rows of its own class before it in turn. A prompt's text is
-    /// thus re-indexed about twice per class it climbs (a few times its size in all), and a
-    /// session's rows are sealed rows of 1–2 KiB with a few smaller ones after them (at most
-    /// seven of each of the two smaller classes and one of the third): a search gathers about
-    /// one row per 1–2 KiB of prompts, whatever their length.
+    /// row of its own, and the session's newest rows of its [`prompt_row_class`] or smaller are
+    /// joined with it into one row (holding them in order, one per line) as soon as they reach
+    /// that class's end ([`PROMPT_CLASS_ENDS`]; see [`prompt_run`]). Like the carry of a
+    /// counter, the joined row may join the rows before it in turn. A prompt's text is thus
+    /// re-indexed about twice per class it climbs (a few times its size in all), and a session's
+    /// rows are mostly sealed rows of 1–2 KiB with a few smaller ones after them: a search
+    /// gathers about one row per 1–2 KiB of prompts, whatever their lengths and their mix.
     ///
     /// A row is keyed by its session and the seq of its first prompt (on SQLite packed into the
     /// rowid, see [`prompt_search_key`]; on PostgreSQL the key's two columns). A prompt whose key
@@ -433,28 +470,15 @@ impl Tx<'_> {
         let (mut row, mut text) = (row, prompt.to_owned());
         loop {
             let class = prompt_row_class(text.len());
-            let Some(&end) = PROMPT_CLASS_ENDS.get(class) else {
+            if class == PROMPT_CLASS_ENDS.len() {
                 break;
-            };
+            }
             let newest: Vec<(i64, i64)> = self
                 .conn
                 .prepare_cached(sql.newest)?
                 .query_map(params![key.pk, lo, row], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<super::sql::Result<_>>()?;
-            // Walk back over the newest rows of this class until the run reaches its end.
-            let (mut bytes, mut first) = (text.len(), None);
-            for (i, &(at, len)) in newest.iter().enumerate() {
-                let len = usize::try_from(len).unwrap_or(usize::MAX);
-                if prompt_row_class(len) != class {
-                    break;
-                }
-                bytes = bytes.saturating_add(len + 1);
-                if bytes >= end || i + 2 == PROMPT_ROWS_JOINED {
-                    first = Some(at);
-                    break;
-                }
-            }
-            let Some(first) = first.filter(|_| bytes <= PROMPT_ROW_BYTES) else {
+            let Some((first, bytes)) = prompt_run(&newest, text.len(), class) else {
                 break;
             };
             let mut joined = String::with_capacity(bytes);
@@ -1245,5 +1269,51 @@ impl PromptRowSql {
                          VALUES (?2, ?3)",
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{prompt_row_class, prompt_run};
+
+    /// The run a row of `bytes` joins among `newest` (lengths, newest first; keyed 1, 2, …).
+    fn run(bytes: usize, newest: &[i64]) -> Option<(i64, usize)> {
+        let rows: Vec<(i64, i64)> = newest
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| (i as i64 + 1, len))
+            .collect();
+        prompt_run(&rows, bytes, prompt_row_class(bytes))
+    }
+
+    #[test]
+    fn a_run_is_joined_when_it_reaches_its_class_end() {
+        // Two prompts of 300 bytes make a row of the next class; two of those a sealed one.
+        assert_eq!(run(300, &[300]), Some((1, 601)));
+        assert_eq!(run(601, &[601]), Some((1, 1203)));
+        assert_eq!(run(300, &[]), None);
+        // Under the end and fewer than eight: each stays a row of its own.
+        assert_eq!(run(100, &[100, 100, 100]), None);
+        // Eight rows of one class are joined even under its end.
+        assert_eq!(run(3, &[3; 7]), Some((7, 31)));
+        assert_eq!(run(3, &[3; 6]), None);
+        // A sealed row joins nothing.
+        assert_eq!(run(1100, &[300]), None);
+    }
+
+    #[test]
+    fn a_run_takes_smaller_rows_but_never_a_larger_one() {
+        // A short prompt never re-indexes the longer row before it.
+        assert_eq!(run(20, &[300]), None);
+        assert_eq!(run(300, &[700]), None);
+        // Smaller rows count towards the end...
+        assert_eq!(run(300, &[20, 300]), Some((2, 622)));
+        // ...and once the run is joined, the smaller rows just before it go with it.
+        assert_eq!(run(601, &[20, 700, 30, 40]), Some((4, 1395)));
+        // Eight mixed rows under the end stay apart (eight is for rows of one class).
+        assert_eq!(run(100, &[3; 7]), None);
+        // Not past the row's bound.
+        assert_eq!(run(1000, &[1000, 40, 40, 40]), Some((2, 2042)));
+        assert_eq!(run(1000, &[1000, 60]), Some((1, 2001)));
     }
 }
