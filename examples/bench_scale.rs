@@ -392,6 +392,14 @@ fn sessions_len(v: &Value) -> usize {
     v["sessions"].as_array().map_or(0, Vec::len)
 }
 
+/// A list or search answer that fills its page of 50 sessions.
+fn full_page(v: &Value) -> Result<(), String> {
+    match sessions_len(v) {
+        50 => Ok(()),
+        n => Err(format!("{n} sessions, expected 50")),
+    }
+}
+
 async fn measure(c: &reqwest::Client, q: &Query) -> Lat {
     let first = get_json(c, &q.url).await;
     if let Err(e) = (q.check)(&first) {
@@ -456,26 +464,17 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
         Query {
             name: NAMES[1],
             url: format!("{s}?limit=50"),
-            check: |v| match sessions_len(v) {
-                50 => Ok(()),
-                n => Err(format!("{n} sessions, expected 50")),
-            },
+            check: full_page,
         },
         Query {
             name: NAMES[2],
             url: format!("{s}?limit=50&cursor={middle_cursor}"),
-            check: |v| match sessions_len(v) {
-                50 => Ok(()),
-                n => Err(format!("{n} sessions, expected 50")),
-            },
+            check: full_page,
         },
         Query {
             name: NAMES[3],
             url: format!("{s}?limit=50&search={COMMON}"),
-            check: |v| match sessions_len(v) {
-                50 => Ok(()),
-                n => Err(format!("{n} sessions, expected 50")),
-            },
+            check: full_page,
         },
         Query {
             name: NAMES[4],
@@ -489,18 +488,12 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
         Query {
             name: NAMES[5],
             url: format!("{s}?limit=50&search={}", COMMON_PAIR.replace(' ', "+")),
-            check: |v| match sessions_len(v) {
-                50 => Ok(()),
-                n => Err(format!("{n} sessions, expected 50")),
-            },
+            check: full_page,
         },
         Query {
             name: NAMES[6],
             url: format!("{s}?limit=50&search={PROMPT_WORD}"),
-            check: |v| match sessions_len(v) {
-                50 => Ok(()),
-                n => Err(format!("{n} sessions, expected 50")),
-            },
+            check: full_page,
         },
         Query {
             name: NAMES[7],
@@ -531,26 +524,17 @@ fn queries(base: &str, seed: &Seed, middle_cursor: &str) -> Vec<Query> {
         Query {
             name: NAMES[9],
             url: format!("{s}?limit=50&bucket=asking"),
-            check: |v| match sessions_len(v) {
-                50 => Ok(()),
-                n => Err(format!("{n} sessions, expected 50")),
-            },
+            check: full_page,
         },
         Query {
             name: NAMES[10],
             url: format!("{s}?limit=50&search={LONG_WORD}"),
-            check: |v| match sessions_len(v) {
-                50 => Ok(()),
-                n => Err(format!("{n} sessions, expected 50")),
-            },
+            check: full_page,
         },
         Query {
             name: NAMES[11],
             url: format!("{s}?limit=50&search={MIXED_WORD}"),
-            check: |v| match sessions_len(v) {
-                50 => Ok(()),
-                n => Err(format!("{n} sessions, expected 50")),
-            },
+            check: full_page,
         },
     ]
 }

@@ -952,9 +952,10 @@ pub(super) mod tests {
             })
             .await
             .expect("prompt rows");
+        let of_gone: Vec<&(i64, String)> = texts.iter().filter(|r| r.0 >> 32 == gone.pk).collect();
         // Each row is keyed by the seq of the first prompt it holds.
         let mut first_seqs = Vec::new();
-        for (rowid, text) in texts.iter().filter(|r| r.0 >> 32 == gone.pk) {
+        for (rowid, text) in &of_gone {
             let i: usize = text
                 .split(' ')
                 .nth(2)
@@ -964,11 +965,7 @@ pub(super) mod tests {
             first_seqs.push(seqs[i]);
         }
         let sealed = PROMPT_CLASS_ENDS[PROMPT_CLASS_ENDS.len() - 1];
-        let bytes: usize = texts
-            .iter()
-            .filter(|r| r.0 >> 32 == gone.pk)
-            .map(|r| r.1.len())
-            .sum();
+        let bytes: usize = of_gone.iter().map(|r| r.1.len()).sum();
         assert!(
             first_seqs.len() <= bytes / sealed + 7 + 7 + 1,
             "{} rows of {bytes} bytes",

@@ -185,7 +185,7 @@ pub(crate) fn prompt_row_class(bytes: usize) -> usize {
 }
 
 /// Which of a session's newest search rows (`newest`: key and bytes, newest first) the row being
-/// written (`bytes` long, of `class`, not sealed) joins: the key of the oldest row joined and the
+/// written (`bytes` long) joins: the key of the oldest row joined and the
 /// joined row's bytes, or `None` when it stays a row of its own.
 ///
 /// The run walks back over rows of its class or a smaller one (never a larger one: re-indexing
@@ -193,7 +193,8 @@ pub(crate) fn prompt_row_class(bytes: usize) -> usize {
 /// class's end, or numbers [`PROMPT_ROWS_JOINED`] rows all of its class. Once joined, it also
 /// takes the smaller rows just before it while they fit, so that a short prompt left between
 /// longer ones joins the next run instead of staying a row of its own.
-fn prompt_run(newest: &[(i64, i64)], bytes: usize, class: usize) -> Option<(i64, usize)> {
+fn prompt_run(newest: &[(i64, i64)], bytes: usize) -> Option<(i64, usize)> {
+    let class = prompt_row_class(bytes);
     let end = *PROMPT_CLASS_ENDS.get(class)?;
     let len = |row: &(i64, i64)| usize::try_from(row.1).unwrap_or(usize::MAX);
     let (mut bytes, mut same, mut joined) = (bytes, true, None);
@@ -469,8 +470,8 @@ impl Tx<'_> {
         // row of a higher class, which may join the rows before it in turn (the carry).
         let (mut row, mut text) = (row, prompt.to_owned());
         loop {
-            let class = prompt_row_class(text.len());
-            if class == PROMPT_CLASS_ENDS.len() {
+            // A sealed row joins nothing: no need to read the rows before it.
+            if prompt_row_class(text.len()) == PROMPT_CLASS_ENDS.len() {
                 break;
             }
             let newest: Vec<(i64, i64)> = self
@@ -478,7 +479,7 @@ impl Tx<'_> {
                 .prepare_cached(sql.newest)?
                 .query_map(params![key.pk, lo, row], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<super::sql::Result<_>>()?;
-            let Some((first, bytes)) = prompt_run(&newest, text.len(), class) else {
+            let Some((first, bytes)) = prompt_run(&newest, text.len()) else {
                 break;
             };
             let mut joined = String::with_capacity(bytes);
@@ -1274,7 +1275,7 @@ impl PromptRowSql {
 
 #[cfg(test)]
 mod tests {
-    use super::{prompt_row_class, prompt_run};
+    use super::prompt_run;
 
     /// The run a row of `bytes` joins among `newest` (lengths, newest first; keyed 1, 2, …).
     fn run(bytes: usize, newest: &[i64]) -> Option<(i64, usize)> {
@@ -1283,7 +1284,7 @@ mod tests {
             .enumerate()
             .map(|(i, &len)| (i as i64 + 1, len))
             .collect();
-        prompt_run(&rows, bytes, prompt_row_class(bytes))
+        prompt_run(&rows, bytes)
     }
 
     #[test]
