@@ -44,7 +44,10 @@
 //!    envelopes) in alternating rounds, and the ratio of their p99s. Between the rounds the same
 //!    notes go to a session nobody watches: the paced writer's POST p99 with 1,000 subscribers
 //!    is compared with that baseline. The paced writer runs on a thread and runtime of its own
-//!    with the minimal client, apart from the tasks reading the 1,000 streams.
+//!    with the minimal client, apart from the tasks reading the 1,000 streams. Then the same
+//!    paced writer and subscribers run against the control (`support/control.rs`, a fan-out
+//!    server of the fewest parts in a process of its own), with subscribers and without: what
+//!    sharing these cores with 1,000 subscribers costs a paced writer of any server.
 //! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
 //!
 //! 1b. The same turns through the agent platform API (`/agentex` `message/send`, non-streaming,
@@ -85,6 +88,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
+#[path = "support/control.rs"]
+mod control;
 #[path = "support/report.rs"]
 mod report;
 #[path = "support/seed.rs"]
@@ -1711,14 +1716,15 @@ impl Fanout {
 }
 
 async fn open_many(
-    ctx: &Ctx,
+    addr: SocketAddr,
+    key: &str,
     paths: Vec<String>,
     parallelism: usize,
 ) -> (Vec<RawSse>, usize, Option<String>) {
     let sem = Arc::new(Semaphore::new(parallelism));
     let mut set = JoinSet::new();
     for path in paths {
-        let (sem, addr, key) = (Arc::clone(&sem), ctx.addr, ctx.key.clone());
+        let (sem, key) = (Arc::clone(&sem), key.to_owned());
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
             RawSse::open(addr, &path, &key).await
@@ -1797,10 +1803,47 @@ async fn fanout_round(
 ) {
     let id = create_sessions(ctx, 1).await.remove(0);
     let since = last_event_seq(ctx, &id).await;
+    let round = Round {
+        target: Target {
+            addr: ctx.addr,
+            key: ctx.key.clone(),
+            pid: ctx.pid,
+        },
+        streams: vec![family.path(&id, since); subscribers],
+        notes_path: sessions_path(&format!("/{id}/note")),
+        seq_of: match family {
+            Family::V1 => |id| Family::V1.seq_of(id),
+            Family::V2 => |id| Family::V2.seq_of(id),
+        },
+    };
+    measure_round(&round, notes, gap, into).await;
+}
+
+/// The server a round measures.
+struct Target {
+    addr: SocketAddr,
+    key: String,
+    pid: u32,
+}
+
+/// What one fan-out round opens and posts to, on sessiond or on the control.
+struct Round {
+    target: Target,
+    /// One path per subscriber.
+    streams: Vec<String>,
+    notes_path: String,
+    /// The note a frame id belongs to.
+    seq_of: fn(u64) -> u64,
+}
+
+/// Opens the round's streams, posts `notes` notes one every `gap` from the paced writer, and
+/// adds the receipts and the POST times to `into`.
+async fn measure_round(round: &Round, notes: usize, gap: Duration, into: &mut Fanout) {
+    let Target { addr, ref key, pid } = round.target;
+    let seq_of = round.seq_of;
     let t = Instant::now();
-    let paths = vec![family.path(&id, since); subscribers];
     let (streams, open_failures, first_open_error) =
-        open_many(ctx, paths, CONNECT_PARALLELISM).await;
+        open_many(addr, key, round.streams.clone(), CONNECT_PARALLELISM).await;
     into.connect_secs += t.elapsed().as_secs_f64();
     into.subscribers = into.subscribers.max(streams.len());
     into.open_failures += open_failures;
@@ -1822,7 +1865,7 @@ async fn fanout_round(
                         Some(t) => {
                             for f in frames.drain(..) {
                                 if let Some(id) = f.id {
-                                    got.entry(family.seq_of(id)).or_insert(t);
+                                    got.entry(seq_of(id)).or_insert(t);
                                 }
                             }
                         }
@@ -1839,9 +1882,8 @@ async fn fanout_round(
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let path = sessions_path(&format!("/{id}/note"));
-    let cpu = CpuWindow::start(ctx.pid);
-    let posts = paced_notes(ctx.addr, ctx.key.clone(), path, notes, gap).await;
+    let cpu = CpuWindow::start(pid);
+    let posts = paced_notes(addr, key.clone(), round.notes_path.clone(), notes, gap).await;
     let mut sent: HashMap<u64, (Instant, Instant)> = HashMap::new();
     for (seq, t_send, t_resp) in posts {
         sent.insert(seq, (t_send, t_resp));
@@ -1890,6 +1932,41 @@ async fn fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout, Fanout) {
         fanout_round(ctx, Family::V1, 0, per_round, gap, &mut none).await;
     }
     (v1, v2, none)
+}
+
+/// The fan-out section's samples: sessiond's two stream families, its paced writer with nobody
+/// watching, and the same paced writer against the control (see `support/control.rs`) with as
+/// many subscribers and with none.
+struct FanoutRun {
+    v1: Fanout,
+    v2: Fanout,
+    none: Fanout,
+    control: Fanout,
+    control_none: Fanout,
+}
+
+/// The paced writer and the subscribers of [`fanout`] against the control, in alternating
+/// rounds with subscribers and without.
+async fn control_fanout(opts: &Opts) -> (Fanout, Fanout) {
+    let control = control::ControlProc::start().unwrap_or_else(|e| die("fan-out control", e));
+    let (mut with, mut none) = (Fanout::default(), Fanout::default());
+    let per_round = opts.fan_notes.div_ceil(FAN_ROUNDS);
+    for _ in 0..FAN_ROUNDS {
+        for (subscribers, into) in [(opts.fan_subscribers, &mut with), (0, &mut none)] {
+            let round = Round {
+                target: Target {
+                    addr: control.addr,
+                    key: String::new(),
+                    pid: control.pid,
+                },
+                streams: vec!["/stream".to_owned(); subscribers],
+                notes_path: "/note".to_owned(),
+                seq_of: |id| id,
+            };
+            measure_round(&round, per_round, opts.fan_gap, into).await;
+        }
+    }
+    (with, none)
 }
 
 /// `--turns`: turns per second at 64 sessions and message -> terminal at 64 sessions back to back
@@ -2189,7 +2266,13 @@ async fn stalled_subscribers(ctx: &Ctx, n: usize, notes: usize) -> Stalled {
     let _ = stop_tx.send(true);
     while readers.join_next().await.is_some() {}
     let stalled_path = sessions_path(&format!("/{stalled_id}/events"));
-    let (stalled_streams, _, _) = open_many(ctx, vec![stalled_path; n], CONNECT_PARALLELISM).await;
+    let (stalled_streams, _, _) = open_many(
+        ctx.addr,
+        &ctx.key,
+        vec![stalled_path; n],
+        CONNECT_PARALLELISM,
+    )
+    .await;
     let before = metric(ctx, "sessiond_sse_lagged_total").await;
     let stalled = post_notes(ctx, stalled_id, notes).await;
     let after = metric(ctx, "sessiond_sse_lagged_total").await;
@@ -2257,7 +2340,8 @@ async fn idle_streams(ctx: &Ctx, opts: &Opts, nofile: u64) -> Idle {
     let fds_before = fd_count(ctx.pid);
     let threads_before = thread_count(ctx.pid);
     let t = Instant::now();
-    let (streams, failed, first_error) = open_many(ctx, paths, IDLE_CONNECT_PARALLELISM).await;
+    let (streams, failed, first_error) =
+        open_many(ctx.addr, &ctx.key, paths, IDLE_CONNECT_PARALLELISM).await;
     let connect_secs = t.elapsed().as_secs_f64();
     let threads_peak = thread_count(ctx.pid);
     tokio::time::sleep(opts.idle_settle).await;
@@ -2668,7 +2752,7 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
 
 type Row = (String, String, String, String);
 
-async fn section_fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout, Fanout) {
+async fn section_fanout(ctx: &Ctx, opts: &Opts) -> FanoutRun {
     println!(
         "== 3. Fan-out: POST …/note to one session with {} SSE subscribers ({} notes, one \
          every {} ms), Sessions API stream and Task events API stream in alternating rounds \
@@ -2691,9 +2775,29 @@ async fn section_fanout(ctx: &Ctx, opts: &Opts) -> (Fanout, Fanout, Fanout) {
         "   /v2 p99 / /v1 p99 (commit -> delivery): {:.2}",
         fan.1.p99() / fan.0.p99()
     );
+    let (control, control_none) = control_fanout(opts).await;
+    println!(
+        "   the control: the same paced writer and subscribers against a server of the fewest \
+         parts in a process of its own (tokio with 2 workers, one task per connection and per \
+         subscriber, a broadcast channel; no storage, no HTTP framework), in alternating rounds \
+         with subscribers and without:"
+    );
+    print_fanout("control", &control);
+    println!(
+        "   the control without subscribers: {} notes, POST p50 {:.2} ms, p99 {:.2} ms",
+        control_none.notes,
+        Lat::of(control_none.post.clone()).p(50.0),
+        Lat::of(control_none.post.clone()).p(99.0)
+    );
     println!();
-
-    fan
+    let (v1, v2, none) = fan;
+    FanoutRun {
+        v1,
+        v2,
+        none,
+        control,
+        control_none,
+    }
 }
 
 async fn section_idle(ctx: &Ctx, opts: &Opts, nofile: u64) -> Idle {
@@ -2835,9 +2939,9 @@ fn latency_rows(s: &SseLatency) -> [Row; 2] {
     ]
 }
 
-fn fanout_rows(fan: &(Fanout, Fanout, Fanout)) -> Vec<Row> {
+fn fanout_rows(fan: &FanoutRun) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
-    let (fan1, fan2, none) = fan;
+    let (fan1, fan2, none) = (&fan.v1, &fan.v2, &fan.none);
     for (f, name) in [(fan1, "/v1"), (fan2, "/v2")] {
         // Measured from the request's start: the POST was sent, committed, and the frame arrived.
         let from_send = Lat::of(f.from_send.clone()).p(99.0);
@@ -2864,6 +2968,19 @@ fn fanout_rows(fan: &(Fanout, Fanout, Fanout)) -> Vec<Row> {
             yes_no(with / alone <= TARGET_PACED_WRITER_RATIO).into(),
         ));
     }
+    let (with, alone) = (
+        Lat::of(fan.control.post.clone()).p(99.0),
+        Lat::of(fan.control_none.post.clone()).p(99.0),
+    );
+    rows.push((
+        format!(
+            "  the same on the control, {} subscribers / none",
+            fan.control.subscribers
+        ),
+        format!("{with:.2} / {alone:.2} ms = {:.2}", with / alone),
+        "(the machine)".into(),
+        "n/a".into(),
+    ));
     rows.push((
         "fan-out p99 /v2 / /v1 (same run)".into(),
         format!("{:.2}", fan2.p99() / fan1.p99()),
@@ -2917,6 +3034,9 @@ fn yes_no(met: bool) -> &'static str {
 }
 
 fn main() {
+    if std::env::var_os(control::CONTROL_ENV).is_some() {
+        control::serve();
+    }
     let opts = Opts::parse();
     let started = Instant::now();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
