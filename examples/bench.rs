@@ -311,7 +311,9 @@ fn raw_same_shape(dir: &Path, rows: usize, body: &str, writers: usize, shared: b
     raw_inserts(dir, rows, body, false, shape)
 }
 
-fn raw_inserts(dir: &Path, rows: usize, body: &str, hast: bool, shape: RawShape) -> f64 {
+/// A fresh WAL database in `dir` with the raw baselines' `events` table (and, with `hast`, the
+/// HAST sequence column and its index), with the store's pragmas.
+fn open_raw_db(dir: &Path, hast: bool) -> Connection {
     let path = dir.join("raw.db");
     let conn = Connection::open(&path).unwrap_or_else(|e| die("open raw db", e));
     conn.busy_timeout(Duration::from_secs(10)).ok();
@@ -343,7 +345,15 @@ fn raw_inserts(dir: &Path, rows: usize, body: &str, hast: bool, shape: RawShape)
          ) WITHOUT ROWID;"
     })
     .unwrap_or_else(|e| die("raw schema", e));
-    let now = 1_700_000_000_000i64;
+    conn
+}
+
+/// A raw insert's `created_at` (any fixed time: the baselines do not read it).
+const RAW_NOW: i64 = 1_700_000_000_000;
+
+fn raw_inserts(dir: &Path, rows: usize, body: &str, hast: bool, shape: RawShape) -> f64 {
+    let conn = open_raw_db(dir, hast);
+    let now = RAW_NOW;
     let start = Instant::now();
     let mut seqs = vec![0i64; shape.sessions.max(1)];
     let mut done = 0usize;
@@ -383,6 +393,97 @@ fn raw_inserts(dir: &Path, rows: usize, body: &str, hast: bool, shape: RawShape)
         .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
         .unwrap_or_else(|e| die("raw count", e));
     assert_eq!(n as usize, rows, "raw baseline row count");
+    r
+}
+
+/// One insert for [`bare_group_commit`]'s writer: the session, and where to answer its seq.
+type BareJob = (usize, tokio::sync::oneshot::Sender<i64>);
+
+/// The least any store that answers each caller after its commit must do, with the store's own
+/// plumbing and nothing else: `writers` tokio tasks each send one insert at a time over a bounded
+/// channel to a writer thread, which takes what is queued, inserts it in one transaction
+/// (prepared statement, pre-encoded body, seqs counted in memory), commits, and answers each
+/// caller through a oneshot, as `Store::write_one` is answered. No event encoding, projection
+/// row, bus frames or savepoints. Returns inserts/s.
+fn bare_group_commit(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    total: usize,
+    body: &str,
+    writers: usize,
+    shared: bool,
+) -> f64 {
+    let conn = open_raw_db(dir, false);
+    let sessions = if shared { 1 } else { writers };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<BareJob>(4096);
+    let body = body.to_owned();
+    let writer = std::thread::spawn(move || {
+        let mut seqs = vec![0i64; sessions];
+        let mut batch: Vec<BareJob> = Vec::with_capacity(512);
+        while let Some(first) = rx.blocking_recv() {
+            batch.push(first);
+            // As the store's writer: when the queue runs dry, one yield to the producers.
+            let mut yielded = false;
+            while batch.len() < 512 {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) if !yielded => {
+                        yielded = true;
+                        std::thread::yield_now();
+                    }
+                    Err(_) => break,
+                }
+            }
+            conn.execute_batch("BEGIN IMMEDIATE")
+                .unwrap_or_else(|e| die("bare begin", e));
+            let mut answers = Vec::with_capacity(batch.len());
+            {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "INSERT INTO events (session_pk, seq, type, body, created_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )
+                    .unwrap_or_else(|e| die("bare prepare", e));
+                for (session, answer) in batch.drain(..) {
+                    seqs[session] += 1;
+                    let (pk, seq) = (session as i64 + 1, seqs[session]);
+                    stmt.execute(params![pk, seq, "note_submitted", body, RAW_NOW])
+                        .unwrap_or_else(|e| die("bare insert", e));
+                    answers.push((answer, seq));
+                }
+            }
+            conn.execute_batch("COMMIT")
+                .unwrap_or_else(|e| die("bare commit", e));
+            for (answer, seq) in answers {
+                let _ = answer.send(seq);
+            }
+        }
+    });
+    let start = Instant::now();
+    rt.block_on(async {
+        let mut tasks = Vec::with_capacity(writers);
+        for w in 0..writers {
+            let n = total / writers + usize::from(w < total % writers);
+            let (tx, session) = (tx.clone(), if shared { 0 } else { w });
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..n {
+                    let (answer, answered) = tokio::sync::oneshot::channel();
+                    tx.send((session, answer))
+                        .await
+                        .unwrap_or_else(|e| die("bare send", e));
+                    answered.await.unwrap_or_else(|e| die("bare answer", e));
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap_or_else(|e| die("bare writer task", e));
+        }
+    });
+    let r = rate(total, start.elapsed());
+    drop(tx);
+    writer
+        .join()
+        .unwrap_or_else(|_| die("bare writer", "panicked"));
     r
 }
 
@@ -533,6 +634,9 @@ struct AppendRow {
     /// Raw inserts of the shape of the `own` and the `shared` runs ([`raw_same_shape`]).
     raw_own: f64,
     raw_shared: f64,
+    /// The same appends through [`bare_group_commit`], own sessions and one shared.
+    bare_own: f64,
+    bare_shared: f64,
     own: StoreRun,
     shared: StoreRun,
 }
@@ -589,6 +693,7 @@ fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> 
         let (mut raws, mut owns, mut shareds, mut savepoints) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut raw_owns, mut raw_shareds) = (Vec::new(), Vec::new());
+        let (mut bare_owns, mut bare_shareds) = (Vec::new(), Vec::new());
         for rep in 0..opts.raw_reps.max(opts.store_reps) {
             if rep < opts.raw_reps {
                 let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
@@ -609,6 +714,17 @@ fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> 
                     writers,
                     true,
                 ));
+                for (shared, into) in [(false, &mut bare_owns), (true, &mut bare_shareds)] {
+                    let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
+                    into.push(bare_group_commit(
+                        rt,
+                        tmp.path(),
+                        opts.appends,
+                        &body,
+                        writers,
+                        shared,
+                    ));
+                }
             }
             if rep < opts.store_reps {
                 owns.push(store_appends(rt, writers, opts.appends, false, false));
@@ -618,6 +734,7 @@ fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> 
         }
         let raw = median(raws);
         let (raw_own, raw_shared) = (median(raw_owns), median(raw_shareds));
+        let (bare_own, bare_shared) = (median(bare_owns), median(bare_shareds));
         let (own, shared) = (combine(owns), combine(shareds));
         let (own_lat, shared_lat) = (Lat::of(own.lat.clone()), Lat::of(shared.lat.clone()));
         let savepoint = combine(savepoints);
@@ -647,37 +764,45 @@ fn section_appends(opts: &Opts, rt: &tokio::runtime::Runtime) -> Vec<AppendRow> 
             raw,
             raw_own,
             raw_shared,
+            bare_own,
+            bare_shared,
             own,
             shared,
         });
     }
     println!();
     println!(
-        "   The same appends against raw inserts of their own shape: at most as many rows per \
-         commit as there are writers (each has one append in flight), spread over as many \
-         sessions as the run's (own) or one (shared), median of {} runs.",
+        "   The same appends against raw inserts of their own shape (at most as many rows per \
+         commit as there are writers, each having one append in flight, over as many sessions \
+         as the run's, own, or one, shared) and against a bare group commit (the same callers, \
+         channel, writer thread, transaction per batch and oneshot answers as the store, \
+         inserting a pre-encoded row and nothing else), median of {} runs; ratio = store / bare.",
         opts.raw_reps
     );
     println!(
-        "   {:>7}  {:>18}  {:>13} {:>6}  {:>18}  {:>13} {:>6}",
+        "   {:>7}  {:>14} {:>12} {:>12} {:>6}  {:>14} {:>12} {:>12} {:>6}",
         "writers",
         "raw, own shape",
+        "bare, own",
         "own ev/s",
         "ratio",
-        "raw, shared shape",
+        "raw, shared",
+        "bare, shared",
         "shared ev/s",
         "ratio"
     );
     for row in &rows {
         println!(
-            "   {:>7}  {:>18}  {:>13} {:>5.1}%  {:>18}  {:>13} {:>5.1}%",
+            "   {:>7}  {:>14} {:>12} {:>12} {:>5.1}%  {:>14} {:>12} {:>12} {:>5.1}%",
             row.writers,
             fmt_rate(row.raw_own),
+            fmt_rate(row.bare_own),
             fmt_rate(row.own.rate),
-            100.0 * row.own.rate / row.raw_own,
+            100.0 * row.own.rate / row.bare_own,
             fmt_rate(row.raw_shared),
+            fmt_rate(row.bare_shared),
             fmt_rate(row.shared.rate),
-            100.0 * row.shared.rate / row.raw_shared,
+            100.0 * row.shared.rate / row.bare_shared,
         );
     }
     // What numbering `/v2` (HAST) events without gaps would cost every append: the count of HAST
@@ -1651,19 +1776,27 @@ fn main() {
     );
     let mut table: Vec<(String, String, String, bool)> = Vec::new();
     for row in &appends {
-        for (layout, run, shape) in [
-            ("own sessions", &row.own, row.raw_own),
-            ("shared session", &row.shared, row.raw_shared),
+        for (layout, run, shape, bare) in [
+            ("own sessions", &row.own, row.raw_own, row.bare_own),
+            (
+                "shared session",
+                &row.shared,
+                row.raw_shared,
+                row.bare_shared,
+            ),
         ] {
             let ratio = run.rate / row.raw;
             table.push((
                 format!("store appends, {:>2} writers, {layout}", row.writers),
                 format!(
-                    "{} = {:.1}% of raw {} ({:.0}% of raw of its shape)",
+                    "{} = {:.1}% of raw {} ({:.0}% of raw of its shape; bare group commit {} = \
+                     {:.1}% of raw)",
                     fmt_rate(run.rate),
                     ratio * 100.0,
                     fmt_rate(row.raw),
-                    100.0 * run.rate / shape
+                    100.0 * run.rate / shape,
+                    fmt_rate(bare),
+                    100.0 * bare / row.raw
                 ),
                 format!(">= {:.0}% of raw", TARGET_STORE_RATIO * 100.0),
                 ratio >= TARGET_STORE_RATIO,
