@@ -422,18 +422,7 @@ fn bare_group_commit(
         let mut batch: Vec<BareJob> = Vec::with_capacity(512);
         while let Some(first) = rx.blocking_recv() {
             batch.push(first);
-            // As the store's writer: when the queue runs dry, one yield to the producers.
-            let mut yielded = false;
-            while batch.len() < 512 {
-                match rx.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) if !yielded => {
-                        yielded = true;
-                        std::thread::yield_now();
-                    }
-                    Err(_) => break,
-                }
-            }
+            store::take_queued(&mut rx, &mut batch, 512);
             conn.execute_batch("BEGIN IMMEDIATE")
                 .unwrap_or_else(|e| die("bare begin", e));
             let mut answers = Vec::with_capacity(batch.len());

@@ -61,7 +61,7 @@ pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
 pub use turns::{SignalHook, TurnSignal};
-pub use writer::{OneWrite, Tx};
+pub use writer::{OneWrite, Tx, take_queued};
 pub use writes::*;
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;

@@ -455,19 +455,7 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: 
     };
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
-        // Take what is queued; when the queue runs dry, give the producers one chance to add to
-        // this batch before paying for a commit.
-        let mut yielded = false;
-        while batch.len() < max_batch {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) if !yielded => {
-                    yielded = true;
-                    std::thread::yield_now();
-                }
-                Err(_) => break,
-            }
-        }
+        take_queued(&mut rx, &mut batch, max_batch);
         match commit_batch(&conn, &mut batch, &shared.bus, &mut counters) {
             Ok(wrote) => {
                 if wrote {
@@ -493,6 +481,23 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: 
     // The checkpointer's last checkpoint ends before the writer's connection closes.
     drop(checkpointer);
     tracing::debug!("writer stopped");
+}
+
+/// Adds to `batch` (up to `max` in all) what is queued behind its first job. When the queue runs
+/// dry, the producers get one chance (a yield of this thread) to add to the batch before it pays
+/// for a commit. Public for the benchmark's bare group commit, which batches by the same rule.
+pub fn take_queued<T>(rx: &mut mpsc::Receiver<T>, batch: &mut Vec<T>, max: usize) {
+    let mut yielded = false;
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) if !yielded => {
+                yielded = true;
+                std::thread::yield_now();
+            }
+            Err(_) => break,
+        }
+    }
 }
 
 /// While the store is degraded, submits a probe write every [`PROBE_INTERVAL`]; its commit (or
