@@ -4,8 +4,9 @@
 //!
 //! It is what every fan-out server must do and nothing more: tokio with two workers (sessiond
 //! runs two HTTP workers on this machine), one task per connection, a request read by its head
-//! and `Content-Length`, the answer written, then one frame of the size of sessiond's note frame
-//! sent through a `broadcast` channel to one task per subscriber, each writing it to its socket.
+//! and `Content-Length`, the answer written, then one frame of about the size of sessiond's
+//! note frame sent through a `broadcast` channel to one task per subscriber, each writing it to
+//! its socket.
 //! No storage, no HTTP framework, no authentication: whatever it costs a paced writer to share
 //! the cores with 1,000 subscribers here, sessiond cannot cost less.
 //!
@@ -176,7 +177,7 @@ async fn stream(mut socket: TcpStream, mut frames: broadcast::Receiver<Arc<[u8]>
     }
 }
 
-/// A frame of the size of sessiond's `note_submitted` frame on the Sessions API stream.
+/// A frame of about the size of sessiond's `note_submitted` frame on the Sessions API stream.
 fn frame(n: u64) -> Vec<u8> {
     format!(
         "id: {n}\nevent: event\ndata: {{\"seq\":{n},\"event\":{{\"type\":\"note_submitted\",\
