@@ -1360,16 +1360,8 @@ fn prompt_text(i: usize, tag: &str) -> String {
 
 /// Appends and indexes prompts `from..from + n` in one write job, as the message path does each.
 fn seed_prompts(store: &Store, key: &SessionKey, from: usize, n: usize, tag: &str) {
-    let prompts = (from..from + n)
-        .map(|i| {
-            let text = prompt_text(i, if i == 0 { tag } else { "" });
-            (seed::prompt_event(text.clone()), text)
-        })
-        .collect();
-    store
-        .seed()
-        .prompts_blocking(key, prompts)
-        .unwrap_or_else(|e| die("seed prompts", e));
+    let texts = (from..from + n).map(|i| prompt_text(i, if i == 0 { tag } else { "" }));
+    seed::write_prompts(store, key, texts).unwrap_or_else(|e| die("seed prompts", e));
 }
 
 struct PromptResult {

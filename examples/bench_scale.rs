@@ -193,27 +193,22 @@ fn seed_long_histories(
         .sessions_blocking(sessions)
         .unwrap_or_else(|e| die("seed long histories", e));
     for key in &keys {
-        let prompts = (0..LONG_PROMPTS)
-            .map(|j| {
-                let len = lengths[j % lengths.len()];
-                let mut text = if len >= 100 {
-                    format!("step {j}: check the {word} pressure log and report")
-                } else {
-                    format!("{word} {j}")
-                };
-                let mut k = j;
-                while text.len() < len {
-                    text.push(' ');
-                    text.push_str(WORDS[k % WORDS.len()]);
-                    k = k / 3 + 7;
-                }
-                (seed::prompt_event(text.clone()), text)
-            })
-            .collect();
-        store
-            .seed()
-            .prompts_blocking(key, prompts)
-            .unwrap_or_else(|e| die("seed long histories", e));
+        let texts = (0..LONG_PROMPTS).map(|j| {
+            let len = lengths[j % lengths.len()];
+            let mut text = if len >= 100 {
+                format!("step {j}: check the {word} pressure log and report")
+            } else {
+                format!("{word} {j}")
+            };
+            let mut k = j;
+            while text.len() < len {
+                text.push(' ');
+                text.push_str(WORDS[k % WORDS.len()]);
+                k = k / 3 + 7;
+            }
+            text
+        });
+        seed::write_prompts(store, key, texts).unwrap_or_else(|e| die("seed long histories", e));
     }
     let (lo, hi) = keys.iter().fold((i64::MAX, i64::MIN), |(lo, hi), k| {
         (lo.min(k.pk), hi.max(k.pk))

@@ -89,6 +89,20 @@ pub async fn wait_healthy(c: &reqwest::Client, base: &str, limit: Duration) -> R
     }
 }
 
+/// Appends and indexes `texts` as prompts of one session, in one write job (the rows they make
+/// are the store's own: `POST …/message` writes each with the same statements).
+pub fn write_prompts(
+    store: &Store,
+    key: &sessiond::store::SessionKey,
+    texts: impl IntoIterator<Item = String>,
+) -> sessiond::error::Result<()> {
+    let prompts = texts
+        .into_iter()
+        .map(|text| (prompt_event(text.clone()), text))
+        .collect();
+    store.seed().prompts_blocking(key, prompts)
+}
+
 /// A user's `prompt_submitted` message, as `POST …/message` appends it.
 pub fn prompt_event(prompt: String) -> sessiond::timeline::Event {
     sessiond::timeline::Event::PromptSubmitted {
