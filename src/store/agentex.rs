@@ -1216,7 +1216,38 @@ pub(super) fn agentex_events(
     Ok(rows.collect::<super::sql::Result<_>>()?)
 }
 
+/// A counter a workspace can see: it counts that workspace's work and nobody else's.
+#[derive(Debug, Clone, Copy)]
+enum WorkspaceCounter {
+    /// `sequence_id` of AgentEx events.
+    AgentexEvent,
+}
+
+impl WorkspaceCounter {
+    fn name(self) -> &'static str {
+        match self {
+            WorkspaceCounter::AgentexEvent => "agentex_event",
+        }
+    }
+}
+
 impl Tx<'_> {
+    /// The next value of a counter of the workspace that holds session `session_pk`: 1 for the
+    /// first, then one more each time, never reused. The upsert locks the counter's row until
+    /// this transaction ends, so concurrent writers (PostgreSQL processes) draw distinct values.
+    fn next_in_workspace_of(&mut self, session_pk: i64, counter: WorkspaceCounter) -> Result<i64> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "INSERT INTO workspace_counters (workspace_id, name, value)
+                 SELECT workspace_id, ?2, 1 FROM sessions WHERE pk = ?1
+                 ON CONFLICT (workspace_id, name)
+                 DO UPDATE SET value = workspace_counters.value + 1
+                 RETURNING value",
+            )?
+            .query_row(params![session_pk, counter.name()], |r| r.get(0))?)
+    }
+
     /// Records an event sent to a task; `seq` is the timeline input it delivered, if any.
     pub fn insert_agentex_event(
         &mut self,
@@ -1226,23 +1257,22 @@ impl Tx<'_> {
         content: Option<&str>,
     ) -> Result<EventRow> {
         let id = crate::ids::new_id();
-        let sequence_id: i64 = self
-            .conn
+        let sequence_id = self.next_in_workspace_of(key.pk, WorkspaceCounter::AgentexEvent)?;
+        self.conn
             .prepare_cached(
-                "INSERT INTO agentex_events (id, session_pk, agent_id, seq, content, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING sequence_id",
+                "INSERT INTO agentex_events
+                    (id, session_pk, agent_id, seq, content, created_at, sequence_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
-            .query_row(
-                params![
-                    id,
-                    key.pk,
-                    agent_id,
-                    seq.map(|s| s as i64),
-                    content,
-                    self.now
-                ],
-                |r| r.get(0),
-            )?;
+            .execute(params![
+                id,
+                key.pk,
+                agent_id,
+                seq.map(|s| s as i64),
+                content,
+                self.now,
+                sequence_id
+            ])?;
         Ok(EventRow {
             sequence_id,
             id,

@@ -241,4 +241,52 @@ mod tests {
             );
         }
     }
+
+    /// Events recorded before sequence ids were per workspace are numbered 1, 2, … within their
+    /// workspace in the order they were recorded, and each workspace's counter goes on from its
+    /// last one.
+    #[test]
+    fn agentex_event_sequence_ids_are_numbered_per_workspace() {
+        let conn = Connection::open_in_memory().unwrap();
+        for (version, sql) in migrations().iter().filter(|(v, _)| *v <= 13) {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", version).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO workspaces (id, slug, name, created_at) VALUES ('w1', 'w1', 'W1', 0),
+                 ('w2', 'w2', 'W2', 0), ('w3', 'w3', 'W3', 0);
+             INSERT INTO agents (id, workspace_id, slug, name, created_at)
+             VALUES ('a1', 'w1', 'a', 'A', 0), ('a2', 'w2', 'a', 'A', 0);
+             INSERT INTO sessions (pk, id, workspace_id, agent_id, user_id, title, title_origin,
+                 title_status, turn_status, bucket, created_at, updated_at)
+             VALUES (1, 's1', 'w1', 'a1', 'u', 't', 'manual', 'complete', 'idle', 'done', 0, 0),
+                    (2, 's2', 'w2', 'a2', 'u', 't', 'manual', 'complete', 'idle', 'done', 0, 0),
+                    (3, 's3', 'w1', 'a1', 'u', 't', 'manual', 'complete', 'idle', 'done', 0, 0);
+             INSERT INTO agentex_events (sequence_id, id, session_pk, agent_id, created_at) VALUES
+               (10, 'e1', 1, 'a1', 0), (11, 'e2', 2, 'a2', 0), (12, 'e3', 3, 'a1', 0),
+               (13, 'e4', 2, 'a2', 0), (14, 'e5', 1, 'a1', 0);",
+        )
+        .unwrap();
+        migrate(&conn).unwrap();
+        let numbered: Vec<(String, i64)> = conn
+            .prepare("SELECT id, sequence_id FROM agentex_events ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        let expected = [("e1", 1), ("e2", 1), ("e3", 2), ("e4", 2), ("e5", 3)];
+        assert_eq!(
+            numbered,
+            expected.map(|(id, n)| (id.to_owned(), n)).to_vec()
+        );
+        let counters: Vec<(String, i64)> = conn
+            .prepare("SELECT workspace_id, value FROM workspace_counters ORDER BY workspace_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(counters, [("w1".to_owned(), 3), ("w2".to_owned(), 2)]);
+    }
 }
