@@ -198,13 +198,36 @@ pub async fn register(
         Err(Error::AgentNotFound) => None,
         Err(e) => return Err(e),
     };
-    if let (Some(id), Some(found)) = (&r.agent_id, &existing)
-        && *id != found.id
-    {
-        return Err(Error::Conflict(
-            "agent_exists",
-            format!("agent_id: the agent named {:?} has another id", r.name),
+    if confined_to(actor).is_some() && existing.is_none() {
+        return Err(Error::Forbidden(
+            "an agent key registers only its own agent again (by its name)".into(),
         ));
+    }
+    match (&r.agent_id, &existing) {
+        (Some(id), Some(found)) if *id != found.id => {
+            return Err(Error::Conflict(
+                "agent_exists",
+                format!("agent_id: the agent named {:?} has another id", r.name),
+            ));
+        }
+        // A new name with an id: the id must be an agent of this workspace (it then has another
+        // name: a conflict). Another workspace's id answers exactly as a made-up one.
+        (Some(id), None) => {
+            return match agent_view::find(sessions, actor, AgentKey::Id(id)).await {
+                Ok(other) => Err(Error::Conflict(
+                    "agent_exists",
+                    format!(
+                        "agent_id: {id} is the agent named {:?}, not {:?}",
+                        other.slug, r.name
+                    ),
+                )),
+                Err(Error::AgentNotFound) => Err(Error::invalid(format!(
+                    "agent_id: no agent {id} in this workspace (leave it out to register a new agent)"
+                ))),
+                Err(e) => Err(e),
+            };
+        }
+        _ => {}
     }
     if r.name == agents::ROOT_SLUG {
         return Err(Error::Conflict(

@@ -21,7 +21,9 @@ use crate::store::directory::AgentLink;
 pub const ACP_TYPE: &str = "sync";
 
 /// The agent a request names, in the actor's workspace (404 `agent_not_found` otherwise, also for
-/// another workspace's agent).
+/// another workspace's agent). A registered agent calling back with its key finds only itself:
+/// every other agent answers as one that does not exist, so nothing reached through an agent
+/// (its schedules, deployments, state) is there for another agent's key.
 pub async fn find(
     sessions: &Sessions,
     actor: &Actor,
@@ -32,12 +34,16 @@ pub async fn find(
     {
         return Err(Error::AgentNotFound);
     }
-    sessions
+    let agent = sessions
         .store()
         .agentex()
         .agent(&actor.workspace_id, key)
         .await?
-        .ok_or(Error::AgentNotFound)
+        .ok_or(Error::AgentNotFound)?;
+    match super::acp::confined_to(actor) {
+        Some(own) if own != agent.id => Err(Error::AgentNotFound),
+        _ => Ok(agent),
+    }
 }
 
 pub async fn list(

@@ -265,6 +265,7 @@ async fn apply_span(
     span: &mut SpanRow,
     body: &Map<String, Value>,
 ) -> Result<()> {
+    let (parent_before, trace_before) = (span.parent_id.clone(), span.trace_id.clone());
     for (k, v) in body {
         match k.as_str() {
             "id" => {}
@@ -302,7 +303,34 @@ async fn apply_span(
     {
         return Err(Error::invalid("end_time: before start_time"));
     }
+    if span.parent_id != parent_before || span.trace_id != trace_before {
+        check_parent(sessions, actor, span).await?;
+    }
     Ok(())
+}
+
+/// A span's parent, when the caller can see it, is of the same trace and is not the span itself.
+///
+/// A parent the caller cannot see (none yet, another workspace's, another agent's for an agent
+/// key) is taken as a forward reference, all three alike so that nothing is learnt from the
+/// answer: span ids are the workspace's own, and the official SDK writes each span when it ends
+/// (`AGENTEX_TRACING_SKIP_AGENTEX_SPAN_START`, its default), so children arrive before their
+/// parent.
+async fn check_parent(sessions: &Sessions, actor: &Actor, child: &SpanRow) -> Result<()> {
+    let Some(parent_id) = child.parent_id.as_deref() else {
+        return Ok(());
+    };
+    if parent_id == child.id {
+        return Err(Error::invalid("parent_id: a span cannot be its own parent"));
+    }
+    match span(sessions, actor, parent_id).await {
+        Ok(parent) if parent.trace_id != child.trace_id => Err(Error::invalid(format!(
+            "parent_id: span {parent_id} is of another trace ({})",
+            parent.trace_id
+        ))),
+        Ok(_) | Err(Error::NotFound) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// A new span (`id` is generated when not given; 409 when it is taken).

@@ -177,6 +177,11 @@ pub async fn logout(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
 
 /// `GET /auth/me`: the signed-in user and their workspaces (or the key's workspace).
 pub async fn me(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse> {
+    // An agent key alone is known but speaks for an agent, not a person: 403 as on every route
+    // outside its agent's own objects (and 401 when it is no key at all).
+    if let Some(actor) = crate::api::agentex::acp::callback_actor(&state, &req).await {
+        actor?;
+    }
     match credential(&state, &req).await? {
         Principal::Browser { user_id } => {
             let user = state

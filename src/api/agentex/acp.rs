@@ -1,5 +1,6 @@
 //! Registered ACP servers at the HTTP edge: `POST /agents/register` with its own credential
-//! rules, and which routes an issued agent key may call back.
+//! rules, and the actor of a callback made with an issued agent key (what that key may call is
+//! `agent_keys`' table).
 //!
 //! Registration needs a credential of the workspace. The SDK sends none of its own (its
 //! `AGENT_API_KEY`, if any, is an agent key), so an API key is accepted as `Authorization:
@@ -8,11 +9,11 @@
 //! (`http://key:sk_…@127.0.0.1:8080/agentex`). Without one, only a request from a loopback
 //! address gets in, and only when `[policy]` `acp_register_from_loopback` is on.
 
-use actix_web::http::Method;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use base64::Engine as _;
 
+use super::agent_keys::{self, Reach};
 use super::json_body;
 use crate::agentex::acp::{self, Platform, RegisterAgent};
 use crate::agentex::agents as agent_view;
@@ -48,7 +49,13 @@ fn api_key(req: &HttpRequest) -> Result<Option<String>> {
     Err(Error::Unauthorized)
 }
 
+/// Who registers: an API key's holder; else an agent calling with its issued key (it may only
+/// register itself again, as the SDK does at every start once it has a key); else, when
+/// `[policy]` allows it, the loopback owner.
 async fn registrant(state: &AppState, req: &HttpRequest) -> Result<Actor> {
+    if let Some(actor) = callback_actor(state, req).await {
+        return actor;
+    }
     if let Some(key) = api_key(req)? {
         let principal = Principal::Key(state.auth.key(&key).await?);
         let Principal::Key(k) = &principal else {
@@ -85,27 +92,6 @@ pub async fn register(
     Ok(HttpResponse::Ok().json(out))
 }
 
-/// Whether an agent key may call this route: the records of its own tasks (messages, states,
-/// spans, trackers, events, a task by id or name) and agents by id or name — not lists of tasks
-/// or agents, not RPC, deployments or registration.
-pub fn agent_may_call(method: &Method, path: &str) -> bool {
-    let Some(rest) = path.strip_prefix("/agentex/") else {
-        return false;
-    };
-    let first = rest.split('/').next().unwrap_or_default();
-    match first {
-        "messages" | "states" | "spans" | "tracker" | "events" => true,
-        "tasks" => rest.starts_with("tasks/") && rest.len() > "tasks/".len(),
-        "agents" => {
-            *method == Method::GET
-                && rest.starts_with("agents/")
-                && !rest.ends_with("/rpc")
-                && !rest.contains("/deployments")
-        }
-        _ => false,
-    }
-}
-
 /// The actor of a callback carrying an issued key, if the request has one and no other
 /// credential (`Authorization` wins when both are sent).
 pub async fn callback_actor(state: &AppState, req: &HttpRequest) -> Option<Result<Actor>> {
@@ -117,36 +103,15 @@ pub async fn callback_actor(state: &AppState, req: &HttpRequest) -> Option<Resul
         async {
             let key = key.to_str().map_err(|_| Error::Unauthorized)?;
             let actor = acp::callback_actor(&state.sessions, key).await?;
-            if !agent_may_call(req.method(), req.path()) {
+            if agent_keys::reach(req.method(), req.path()) == Reach::Forbidden {
                 return Err(Error::Forbidden(
-                    "an agent key may only read and write its own tasks' records".into(),
+                    "an agent key reaches only its own agent's tasks and records \
+                     (see the README's table of what an agent key may call)"
+                        .into(),
                 ));
             }
             Ok(actor)
         }
         .await,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn agent_keys_reach_only_their_records() {
-        let get = Method::GET;
-        let post = Method::POST;
-        assert!(agent_may_call(&post, "/agentex/messages"));
-        assert!(agent_may_call(&post, "/agentex/messages/batch"));
-        assert!(agent_may_call(&post, "/agentex/states"));
-        assert!(agent_may_call(&Method::PUT, "/agentex/tracker/t1"));
-        assert!(agent_may_call(&get, "/agentex/tasks/t1"));
-        assert!(agent_may_call(&get, "/agentex/agents/a1"));
-        assert!(!agent_may_call(&get, "/agentex/tasks"));
-        assert!(!agent_may_call(&get, "/agentex/agents"));
-        assert!(!agent_may_call(&post, "/agentex/agents/a1/rpc"));
-        assert!(!agent_may_call(&post, "/agentex/agents/register"));
-        assert!(!agent_may_call(&Method::DELETE, "/agentex/agents/a1"));
-        assert!(!agent_may_call(&get, "/v1/ws/default/sessions"));
-    }
 }

@@ -9,6 +9,7 @@
 //! contract's page-numbered list parameters ([`ListParams`]).
 
 pub mod acp;
+pub mod agent_keys;
 mod agents;
 mod deployments;
 mod events;
