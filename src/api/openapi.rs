@@ -51,6 +51,8 @@ pub enum Answer {
     Events,
     /// `text/event-stream` of HAST Event v2 envelopes.
     HastEvents,
+    /// `text/event-stream` of an AgentEx task's updates.
+    TaskUpdates,
     /// The stored image's own type.
     Image,
     /// A JSON-RPC response (this schema), as one line of JSON, or NDJSON lines when streamed.
@@ -416,6 +418,22 @@ fn ax_task_update() -> Value {
     json!({"type": "object", "properties": {"merge_params": open_or_null(), "task_metadata": open_or_null()}})
 }
 
+/// One `data:` of an AgentEx task's stream: `connected`, a `TaskMessageUpdate`, `task_updated` or
+/// `error`.
+fn ax_task_stream_item() -> Value {
+    let index = json!({"type": ["integer", "null"]});
+    let parent = json!({"anyOf": [ax_message(), {"type": "null"}]});
+    json!({"oneOf": [
+        object(&["type", "taskId"], json!({"type": {"const": "connected"}, "taskId": {"type": "string"}})),
+        object(&["type", "content"], json!({"type": {"const": "start"}, "index": index, "content": {"type": "object", "required": ["type"]}, "parent_task_message": parent})),
+        object(&["type", "delta"], json!({"type": {"const": "delta"}, "index": index, "delta": {"type": "object", "required": ["type"]}, "parent_task_message": parent})),
+        object(&["type", "content"], json!({"type": {"const": "full"}, "index": index, "content": {"type": "object", "required": ["type"]}, "parent_task_message": parent})),
+        object(&["type"], json!({"type": {"const": "done"}, "index": index, "parent_task_message": parent})),
+        object(&["type", "task"], json!({"type": {"const": "task_updated"}, "task": ax_task()})),
+        object(&["type", "message"], json!({"type": {"const": "error"}, "message": {"type": "string"}}))
+    ]})
+}
+
 fn ax_rpc_request() -> Value {
     object(
         &["method", "params"],
@@ -463,11 +481,11 @@ pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("get" p("/tasks/name/{task_name}"), "agentexGetTaskByName", "One task by name", READ, Body::None, one(ax_task)),
         op!("put" p("/tasks/name/{task_name}"), "agentexUpdateTaskByName", "Merge params, replace task_metadata", WRITE, Body::Json(ax_task_update), one(ax_task)),
         op!("delete" p("/tasks/name/{task_name}"), "agentexDeleteTaskByName", "Stop and delete a task (its session)", WRITE, Body::None, one(ax_deleted)),
-        op!("get" p("/tasks/name/{task_name}/stream"), "agentexStreamTaskByName", "A task's updates as Server-Sent Events", READ, Body::None, Answer::Events),
+        op!("get" p("/tasks/name/{task_name}/stream"), "agentexStreamTaskByName", "A task's updates as Server-Sent Events", READ, Body::None, Answer::TaskUpdates),
         op!("get" p("/tasks/{task_id}"), "agentexGetTask", "One task", READ, Body::None, one(ax_task)),
         op!("put" p("/tasks/{task_id}"), "agentexUpdateTask", "Merge params, replace task_metadata", WRITE, Body::Json(ax_task_update), one(ax_task)),
         op!("delete" p("/tasks/{task_id}"), "agentexDeleteTask", "Stop and delete a task (its session)", WRITE, Body::None, one(ax_deleted)),
-        op!("get" p("/tasks/{task_id}/stream"), "agentexStreamTask", "A task's updates as Server-Sent Events", READ, Body::None, Answer::Events),
+        op!("get" p("/tasks/{task_id}/stream"), "agentexStreamTask", "A task's updates as Server-Sent Events", READ, Body::None, Answer::TaskUpdates),
         op!("post" p("/tasks/{task_id}/interrupt"), "agentexInterruptTask", "Stop the running turn (cooperative); the task stays open", WRITE, Body::None, one(ax_task)),
         op!("post" p("/tasks/{task_id}/cancel"), "agentexCancelTask", "Stop the turn and close the task: CANCELED", WRITE, Body::Json(ax_reason), one(ax_task)),
         op!("post" p("/tasks/{task_id}/complete"), "agentexCompleteTask", "Close the task: COMPLETED", WRITE, Body::Json(ax_reason), one(ax_task)),
@@ -739,6 +757,27 @@ fn seed_schema(name: &str) -> Option<Value> {
     Some(v)
 }
 
+/// A `text/event-stream` response whose every event fits `event` (an OpenAPI 3.1 document has no
+/// `itemSchema`, so the media type's `schema` describes one event: `{event, data, id?, retry?}`
+/// as an SSE parser reads it, `event` being `message` when the frame names none).
+fn event_stream(description: &str, event: Value) -> Value {
+    let mut schema = json!({"type": "object", "required": ["event", "data"]});
+    if let (Some(out), Some(more)) = (schema.as_object_mut(), event.as_object()) {
+        out.extend(more.clone());
+    }
+    json!({"description": description, "content": {"text/event-stream": {"schema": schema}}})
+}
+
+/// A string holding JSON that fits `schema` (an event's `data`).
+fn json_text(schema: Value) -> Value {
+    json!({"type": "string", "contentMediaType": "application/json", "contentSchema": schema})
+}
+
+/// The `id:` of a durable event: its sequence number.
+fn seq_id() -> Value {
+    json!({"type": "string", "pattern": "^[1-9][0-9]*$"})
+}
+
 fn component(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
 }
@@ -839,15 +878,38 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
             );
         }
         Answer::Events => {
+            let name = format!("{stem}.response");
+            let data = seed_schema(&format!("{name}.json")).map_or(json!({}), |s| {
+                schemas.insert(name.clone(), s);
+                component(&name)
+            });
             responses.insert(
                 "200".into(),
-                json!({"description": "Server-Sent Events: `id: <seq>` and `data: {\"seq\",\"event\"}` for durable events, `data: {\"event\"}` for live progress", "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
+                event_stream(
+                    "Server-Sent Events: `id: <seq>` and `data: {\"seq\",\"event\"}` for durable events, `data: {\"event\"}` for live progress",
+                    json!({"properties": {"event": {"const": "message"}, "id": seq_id(), "data": json_text(data)}}),
+                ),
             );
         }
         Answer::HastEvents => {
             responses.insert(
                 "200".into(),
-                json!({"description": "Server-Sent Events: `id: <sequence>` (durable events only), `event: <type>`, `data: <HAST envelope>`; with snapshots=true also `event: session/snapshot` frames without `id:`", "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
+                event_stream(
+                    "Server-Sent Events: `id: <sequence>` (durable events only), `event: <type>`, `data: <HAST envelope>`; with snapshots=true also `event: session/snapshot` frames without `id:`",
+                    json!({"oneOf": [
+                        {"properties": {"event": {"const": "session/snapshot"}, "data": json_text(component("SessionRecord"))}},
+                        {"properties": {"event": {"type": "string", "not": {"const": "session/snapshot"}}, "id": seq_id(), "data": json_text(component("HastEnvelope"))}}
+                    ]}),
+                ),
+            );
+        }
+        Answer::TaskUpdates => {
+            responses.insert(
+                "200".into(),
+                event_stream(
+                    "Server-Sent Events, each `data: <JSON>` without `event:` or `id:`: `connected` first, then the task's message updates (`start`, `delta`, `full`, `done`), `task_updated` when its status changes and `error` when it is deleted; the stream ends after a final status",
+                    json!({"properties": {"event": {"const": "message"}, "data": json_text(ax_task_stream_item())}}),
+                ),
             );
         }
         Answer::Image => {
