@@ -326,7 +326,9 @@ fn init_logging(format: LogFormat, default_level: &str) {
         filter = filter.with_target("actix_http::h1::dispatcher", LevelFilter::OFF);
     }
     // The filter decides alone: the layer below it passes every level it is handed.
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colours_on_stderr());
     let registry = tracing_subscriber::registry().with(filter);
     let _ = match format {
         LogFormat::Text => registry.with(layer).try_init(),
@@ -335,6 +337,15 @@ fn init_logging(format: LogFormat, default_level: &str) {
     if let Some(e) = refused {
         tracing::warn!("SESSIOND_LOG is not a log filter ({e}); logging at {default_level}");
     }
+}
+
+/// Whether what goes to stderr may be coloured: only for a terminal, and never with `NO_COLOR`
+/// set to anything but empty (<https://no-color.org>). A log sent to a file or a pipe (a service
+/// manager, `2> log`) holds no escape codes; clap decides the same way for its own messages.
+fn colours_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
 }
 
 /// A filter that lets everything at `level` and above through (`level` is one of ours).

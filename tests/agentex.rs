@@ -56,13 +56,21 @@ fn rpc(s: &Server, agent_id: &str, body: &Value) -> Value {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "one line of JSON: {text:?}");
     assert!(text.ends_with('\n'));
-    serde_json::from_str(lines[0]).expect("JSON line")
+    let v: Value = serde_json::from_str(lines[0]).expect("JSON line");
+    assert_one_outcome(&v);
+    v
+}
+
+/// JSON-RPC 2.0: a response has `result` (success) or `error` (failure), never both.
+fn assert_one_outcome(v: &Value) {
+    let has = |k: &str| v.get(k).is_some();
+    assert!(has("result") != has("error"), "result or error: {v}");
 }
 
 fn assert_rpc_error(v: &Value, code: i64, id: &Value) {
     assert_eq!(v["jsonrpc"], "2.0", "{v}");
     assert_eq!(&v["id"], id, "{v}");
-    assert_eq!(v["result"], Value::Null, "{v}");
+    assert!(v.get("result").is_none(), "an error has no result: {v}");
     assert_eq!(v["error"]["code"], code, "{v}");
     assert!(
         v["error"]["message"]
@@ -170,6 +178,192 @@ fn json_rpc_errors_have_standard_codes_and_echo_the_id() {
     // Nothing was created by any of them.
     let (_, tasks) = s.get(&agentex(&s, &format!("/tasks?agent_id={agent}")));
     assert_eq!(tasks, json!([]));
+}
+
+/// A notification (`"jsonrpc": "2.0"`, no `id`) is carried out and gets no answer: 204, no body,
+/// its errors included. A request object that is broken is still answered, and the official
+/// client's default body (neither `jsonrpc` nor `id`) is answered with `"id": null`.
+#[test]
+fn notifications_are_carried_out_and_not_answered() {
+    let s = Server::start();
+    let agent = register(&s, "quiet");
+    let task_named = |name: &str| s.get(&agentex(&s, &format!("/tasks/name/{name}")));
+    for body in [
+        json!({"jsonrpc": "2.0", "method": "task/create", "params": {"name": "heard"}}),
+        // Errors are not answered either.
+        json!({"jsonrpc": "2.0", "method": "task/delete", "params": {}}),
+        json!({"jsonrpc": "2.0", "method": "task/create", "params": [1]}),
+        json!({"jsonrpc": "2.0", "method": "task/create", "params": {"nme": "typo"}}),
+        json!({"jsonrpc": "2.0", "method": "task/cancel", "params": {"task_name": "nobody"}}),
+    ] {
+        let (status, ct, text) = rpc_raw(&s, &agent, &body.to_string());
+        assert_eq!(
+            (status, ct.as_str(), text.as_str()),
+            (204, "", ""),
+            "{body}"
+        );
+    }
+    let (status, task) = task_named("heard");
+    assert_eq!(status, 200, "the notification created its task: {task}");
+    let task = task["id"].as_str().expect("id").to_owned();
+    // A message sent as a notification is delivered; its turn runs with nobody waiting.
+    let send = json!({"jsonrpc": "2.0", "method": "message/send", "params": {
+        "task_id": task,
+        "content": {"type": "text", "author": "user", "content": "/reply heard you"}}});
+    let (status, _, text) = rpc_raw(&s, &agent, &send.to_string());
+    assert_eq!((status, text.as_str()), (204, ""));
+    poll_until("the agent's reply", Duration::from_secs(30), || {
+        let (_, messages) = s.get(&agentex(&s, &format!("/messages?task_id={task}")));
+        messages
+            .as_array()?
+            .iter()
+            .any(|m| m["content"]["content"] == "heard you")
+            .then_some(())
+    });
+    // `id: null` is a request, not a notification; so is a body without `jsonrpc`.
+    for (body, name) in [
+        (
+            json!({"jsonrpc": "2.0", "id": null, "method": "task/create", "params": {"name": "asked"}}),
+            "asked",
+        ),
+        (
+            json!({"method": "task/create", "params": {"name": "plain"}}),
+            "plain",
+        ),
+    ] {
+        let v = rpc(&s, &agent, &body);
+        assert_eq!(v["id"], Value::Null, "{v}");
+        assert_eq!(v["result"]["name"], name, "{v}");
+        assert_eq!(task_named(name).0, 200);
+    }
+    // A broken request object is answered, with `"id": null`.
+    for (body, code) in [
+        (r#"{"jsonrpc": "2.0", "method": 5, "params": {}}"#, -32600),
+        (r#"{"jsonrpc": "2.0", "method": "task/create""#, -32700),
+    ] {
+        let (status, _, text) = rpc_raw(&s, &agent, body);
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&text).expect("JSON");
+        assert_rpc_error(&v, code, &Value::Null);
+    }
+}
+
+/// A streamed `message/send` whose turn fails ends with an error line: `error`, no `result`.
+#[test]
+fn a_failed_turn_ends_a_stream_with_an_error_line() {
+    let s = Server::start();
+    let agent = register(&s, "failing-lines");
+    let body = json!({"id": 9, "method": "message/send", "params": {"stream": true,
+        "content": {"type": "text", "author": "user", "content": "/fail the model is down"}}});
+    let (status, ct, text) = rpc_raw(&s, &agent, &body.to_string());
+    assert_eq!(status, 200, "{text}");
+    assert!(ct.starts_with("application/x-ndjson"), "{ct}");
+    let lines: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    lines.iter().for_each(assert_one_outcome);
+    let last = lines.last().expect("an answer");
+    assert_rpc_error(last, -32000, &json!(9));
+    assert_eq!(last["error"]["data"]["code"], "turn_failed", "{last}");
+}
+
+/// Every `/agentex` route that reads a body refuses one that does not say it is JSON (415, the
+/// rule of every family), the RPC included, and changes nothing; a body-less call needs no type.
+#[test]
+fn agentex_bodies_need_a_json_content_type() {
+    let s = Server::start();
+    let agent = register(&s, "typed");
+    let created = rpc(
+        &s,
+        &agent,
+        &json!({"id": 1, "method": "task/create", "params": {"name": "typed-task"}}),
+    );
+    let task = created["result"]["id"].as_str().expect("id").to_owned();
+    let send = |method: reqwest::Method, path: &str, ct: Option<&str>, body: &str| {
+        let mut req = s
+            .http
+            .request(method, agentex(&s, path))
+            .body(body.to_owned());
+        if let Some(ct) = ct {
+            req = req.header("content-type", ct);
+        }
+        common::into_json(req.send().expect("send"))
+    };
+    let post = reqwest::Method::POST;
+    let routes = [
+        (
+            post.clone(),
+            format!("/agents/{agent}/rpc"),
+            json!({"id": 2, "method": "task/create", "params": {"name": "untyped"}}),
+        ),
+        (
+            post.clone(),
+            "/agents/name/typed/rpc".to_owned(),
+            json!({"id": 3, "method": "task/create", "params": {"name": "untyped-by-name"}}),
+        ),
+        (
+            reqwest::Method::PUT,
+            format!("/tasks/{task}"),
+            json!({"task_metadata": {"changed": true}}),
+        ),
+        (
+            post.clone(),
+            "/messages".to_owned(),
+            json!({"task_id": task, "content": {"type": "text", "author": "agent", "content": "x"}}),
+        ),
+        (
+            post.clone(),
+            "/agents/register-build".to_owned(),
+            json!({"name": "untyped-agent", "description": "typed"}),
+        ),
+        // Last: the task is final afterwards.
+        (
+            post.clone(),
+            format!("/tasks/{task}/cancel"),
+            json!({"reason": "typed wrong"}),
+        ),
+    ];
+    for (method, path, body) in &routes {
+        for ct in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let (status, v) = send(method.clone(), path, ct, &body.to_string());
+            assert_eq!(status, 415, "{method} {path} as {ct:?}: {v}");
+            assert_eq!(v["error"], "unsupported_media_type", "{v}");
+        }
+    }
+    // Nothing changed.
+    assert_eq!(s.get(&agentex(&s, "/tasks/name/untyped")).0, 404);
+    assert_eq!(s.get(&agentex(&s, "/tasks/name/untyped-by-name")).0, 404);
+    assert_eq!(s.get(&agentex(&s, "/agents/name/untyped-agent")).0, 404);
+    let (_, t) = s.get(&agentex(&s, &format!("/tasks/{task}")));
+    assert_eq!(t["status"], "RUNNING", "{t}");
+    assert_eq!(t["task_metadata"].get("changed"), None, "{t}");
+    let (_, messages) = s.get(&agentex(&s, &format!("/messages?task_id={task}")));
+    assert_eq!(messages, json!([]));
+    // An optional body may be left out, with or without a type; a JSON type with a body is fine.
+    let (status, v) = send(post.clone(), &format!("/tasks/{task}/interrupt"), None, "");
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = send(
+        post.clone(),
+        &format!("/tasks/{task}/interrupt"),
+        Some("application/json"),
+        "",
+    );
+    assert_eq!(status, 200, "{v}");
+    for (method, path, body) in &routes {
+        let (status, v) = send(
+            method.clone(),
+            path,
+            Some("application/json; charset=utf-8"),
+            &body.to_string(),
+        );
+        assert_eq!(status, 200, "{method} {path}: {v}");
+    }
 }
 
 /// Get-or-create by name under contention: eight calls at once make one task, and every call
@@ -450,6 +644,7 @@ fn rpc_answers_keep_the_connection_alive_and_stream_ndjson() {
         }
         let v: Value = serde_json::from_str(&line).expect("each line is JSON");
         assert_eq!((v["jsonrpc"].as_str(), &v["id"]), (Some("2.0"), &json!(5)));
+        assert!(v.get("error").is_none(), "{v}");
         let u = &v["result"];
         kinds.push(u["type"].as_str().expect("type").to_owned());
         if let Some(d) = u["delta"]["text_delta"].as_str() {

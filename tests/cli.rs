@@ -1206,3 +1206,117 @@ mod database_url {
         assert!(!missing.exists());
     }
 }
+
+/// Runs the binary with stdout and stderr written to files; returns its exit code and both
+/// files' bytes.
+fn run_to_files(mut cmd: Command, dir: &Path) -> (Option<i32>, Vec<u8>, Vec<u8>) {
+    let out = dir.join("stdout");
+    let err = dir.join("stderr");
+    cmd.stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap());
+    let mut child = cmd.spawn().expect("spawn sessiond");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the command did not end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (
+        status.code(),
+        std::fs::read(&out).unwrap(),
+        std::fs::read(&err).unwrap(),
+    )
+}
+
+/// Output that is not a terminal holds no colour escapes (ESC, 0x1b): log lines and messages of
+/// CLI commands and the server's log, written to files, with and without `NO_COLOR`.
+#[test]
+fn output_to_a_file_holds_no_colour_escapes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = prepared_data_dir(tmp.path());
+    let runs: [(&[&str], &str, &[&str]); 5] = [
+        // Log lines (migrations at `info`), then the command's result.
+        (&["token", "list"], "info", &["applied migration"]),
+        // A command's error, with a warning logged before it.
+        (
+            &[
+                "token",
+                "create",
+                "--user",
+                "nobody@example.com",
+                "--scope",
+                "sessions",
+            ],
+            "warn,nonsense=x=y",
+            &[
+                "SESSIOND_LOG is not a log filter",
+                "no user nobody@example.com",
+            ],
+        ),
+        // clap's own messages: an unknown flag, and help.
+        (
+            &["token", "list", "--no-such-flag"],
+            "warn",
+            &["--no-such-flag"],
+        ),
+        (&["token", "--help"], "warn", &["Usage"]),
+        // A configuration error.
+        (
+            &["token", "list", "--config", "/nonexistent/sessiond.toml"],
+            "warn",
+            &["sessiond.toml"],
+        ),
+    ];
+    for no_color in [None, Some("1")] {
+        for (args, log, expected) in runs {
+            let mut cmd = sessiond_command();
+            cmd.env("SESSIOND_LOG", log).args(args).arg("--data-dir");
+            if log == "info" {
+                // A data dir whose database is made now: its migrations are logged.
+                let fresh = tempfile::tempdir_in(tmp.path()).unwrap().keep();
+                cmd.arg(fresh);
+            } else {
+                cmd.arg(&dir);
+            }
+            match no_color {
+                Some(v) => cmd.env("NO_COLOR", v),
+                None => cmd.env_remove("NO_COLOR"),
+            };
+            let (code, out, err) = run_to_files(cmd, tmp.path());
+            let all = [out.as_slice(), err.as_slice()].concat();
+            let text = String::from_utf8_lossy(&all);
+            assert!(
+                expected.iter().all(|e| text.contains(e)),
+                "{args:?} (exit {code:?}) says {expected:?}: {text}"
+            );
+            assert!(
+                !all.contains(&0x1b),
+                "{args:?} with NO_COLOR={no_color:?} wrote an escape: {text:?}"
+            );
+        }
+    }
+    // The server's log, with a request logged.
+    for no_color in [None, Some("1")] {
+        let s = Server::start_logged(
+            None,
+            &[
+                ("SESSIOND_LOG", Some("info,sessiond::access=debug")),
+                ("NO_COLOR", no_color),
+            ],
+        );
+        assert_eq!(s.get(&s.url("/healthz")).0, 200);
+        let log = poll_until("the server's log", Duration::from_secs(10), || {
+            let log = s.log();
+            log.contains("/healthz").then_some(log)
+        });
+        assert!(
+            !log.as_bytes().contains(&0x1b),
+            "NO_COLOR={no_color:?}: {log:?}"
+        );
+    }
+}

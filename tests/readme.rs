@@ -81,6 +81,22 @@ fn commands(block: &str) -> Vec<String> {
     out
 }
 
+/// The demo engine's reply as the Quick start quotes it: the ```text block after the sentence
+/// that introduces it.
+fn quoted_reply() -> String {
+    let intro = "The demo engine's reply, as `jq` prints it:";
+    let after = README
+        .split_once(intro)
+        .unwrap_or_else(|| panic!("README: no {intro:?}"))
+        .1;
+    let block = after
+        .split_once("```text\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .expect("README: the quoted reply's block")
+        .0;
+    block.to_owned()
+}
+
 /// Fails with a clear message when a tool the walk-through needs is missing.
 fn require(tool: &str) {
     let found = Command::new("sh")
@@ -450,6 +466,11 @@ fn every_readme_command_runs_as_written_or_has_its_check() {
             assert!(
                 out.lines().any(|l| l == "echo: hello"),
                 "the reply is printed: {out}"
+            );
+            let quoted = quoted_reply();
+            assert!(
+                out.contains(&format!("{quoted}\n")),
+                "the README quotes the reply the demo engine gave:\n{quoted}\n---\n{out}"
             );
             let types: Vec<Value> = out
                 .lines()

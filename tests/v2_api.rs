@@ -939,6 +939,40 @@ fn tools_todos_tasks_and_written_files() {
     check_runs(&evs);
 }
 
+/// `usage.updated` and the record's `tokens.model` name the model the endpoint said answered
+/// (the fake names itself `fake` in every chunk), not the one asked for (`fake-model`): live on
+/// the stream, in the list, and in the record.
+#[test]
+fn usage_names_the_model_the_endpoint_reported() {
+    let fake = FakeOpenAi::start();
+    let s = Server::start_with_config(&format!(
+        "[policy]\nmodel_endpoints = [{:?}]\n",
+        fake.base_url
+    ));
+    let (status, agent) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": "model", "engine": fake.engine(json!({}))}),
+    );
+    assert_eq!(status, 201, "{agent}");
+    fake.hold_streams();
+    fake.push(text_reply("first", (10, 2, 0)));
+    let r = create_v2(&s, json!({"prompt": "hi", "harness": "openai"}));
+    let id = r["id"].as_str().unwrap().to_owned();
+    assert_eq!(r["tokens"]["model"], "", "no model answered yet");
+    let live = stream(&s, &id, "?after=0", None);
+    fake.release();
+    let frames = read_runs(&live, 1);
+    let usage = frames
+        .iter()
+        .find(|f| f.event.as_deref() == Some("usage.updated"))
+        .expect("a usage.updated frame");
+    assert_eq!(usage.data["data"]["model"], "fake", "{}", usage.data);
+    assert_eq!(fake.chats()[0].body["model"], "fake-model");
+    let evs = wait_runs(&s, &id, 1);
+    assert_eq!(data_of(&evs, "usage.updated")["model"], "fake");
+    assert_eq!(record(&s, &id)["tokens"]["model"], "fake");
+}
+
 #[test]
 fn the_budget_ends_the_run_and_refuses_messages_until_raised() {
     let fake = FakeOpenAi::start();

@@ -444,15 +444,21 @@ fn ax_rpc_request() -> Value {
     )
 }
 
-/// A JSON-RPC 2.0 response (errors included: they are HTTP 200 too).
+/// A JSON-RPC 2.0 response (errors included: they are HTTP 200 too): `result` on success,
+/// `error` on failure, never both.
 fn ax_rpc_response() -> Value {
-    object(
+    let mut v = object(
         &["jsonrpc", "id"],
         json!({
             "jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}, "result": {},
-            "error": {"type": ["object", "null"], "required": ["code", "message"], "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}
+            "error": {"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "data": {}}}
         }),
-    )
+    );
+    v["oneOf"] = json!([
+        {"required": ["result"], "not": {"required": ["error"]}},
+        {"required": ["error"], "not": {"required": ["result"]}}
+    ]);
+    v
 }
 
 /// The agent platform API (seed 003), at `/agentex`: the routes the official `agentex-client`
@@ -925,6 +931,10 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
                     "application/json": {"schema": schema()},
                     "application/x-ndjson": {"schema": {"type": "string"}}
                 }}),
+            );
+            responses.insert(
+                "204".into(),
+                json!({"description": "A notification (`\"jsonrpc\": \"2.0\"` without `id`): carried out, no JSON-RPC response"}),
             );
         }
         Answer::NotImplemented => {

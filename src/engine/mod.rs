@@ -299,6 +299,16 @@ pub fn estimated_tokens(text: &str) -> u64 {
     text.chars().count().div_ceil(4) as u64
 }
 
+/// The model that last answered a session's model engine, as its endpoint named it, from the
+/// engine's memo (see [`TurnIo::memo`]): `answered`, else the `model` the engine asked for (a memo
+/// of a turn whose call has not answered yet). The Session record's `tokens.model` shows it, and
+/// `/v2`'s `usage.updated` when its usage event names no model.
+pub fn answered_model(memo: &Value) -> Option<&str> {
+    memo.get("answered")
+        .or_else(|| memo.get("model"))
+        .and_then(Value::as_str)
+}
+
 /// The supported tier closest to `requested` (ties go to the cheaper one); `requested` itself when
 /// `supported` is empty or contains it.
 pub fn nearest_tier(requested: Tier, supported: &[Tier]) -> Tier {

@@ -50,10 +50,15 @@ impl Run {
     }
 }
 
-/// What the projection remembers between timeline events: the run that is open, if any.
+/// What the projection remembers between timeline events: the run that is open, if any; and
+/// what the caller told it of the session.
 #[derive(Debug, Clone, Default)]
 pub struct Projection {
     run: Option<Run>,
+    /// The model that last answered the session (looked up by the caller:
+    /// [`super::read::answered_model`]), named by `usage.updated` when its usage event names
+    /// none (the seed's `usageByModel` only has room for a few providers).
+    answered: String,
 }
 
 fn run_id(sid: &str, n: u64) -> String {
@@ -173,6 +178,11 @@ impl Out<'_> {
 }
 
 impl Projection {
+    /// Sets the model `usage.updated` names when its usage event names none.
+    pub fn set_answered_model(&mut self, model: String) {
+        self.answered = model;
+    }
+
     /// The HAST events of timeline event `seq` (its stored JSON `event`), in order. `start` is the
     /// input of a `turn_started` (looked up by the caller: [`super::read::run_start`]).
     pub fn apply(
@@ -392,7 +402,7 @@ impl Projection {
                 let model = event
                     .pointer("/usageByModel/0/model")
                     .and_then(Value::as_str)
-                    .unwrap_or("");
+                    .unwrap_or(&self.answered);
                 let window = event
                     .get("effectiveContextWindow")
                     .and_then(Value::as_f64)

@@ -44,6 +44,29 @@ pub async fn run_starts(
     Ok(as_run_starts(store.log().turn_inputs_of(pk, events).await?))
 }
 
+/// The model that last answered the session, as its engine's memo keeps it (empty when none did).
+pub async fn answered_model(store: &Store, pk: i64) -> Result<String> {
+    let memo = store.projections().engine_memo(pk).await?;
+    Ok(memo
+        .and_then(|m| serde_json::from_str::<Value>(&m).ok())
+        .and_then(|m| crate::engine::answered_model(&m).map(str::to_owned))
+        .unwrap_or_default())
+}
+
+/// Tells `projection` the session's [`answered_model`] when `events` hold a usage event (whose
+/// `usage.updated` may need it).
+pub async fn know_model(
+    store: &Store,
+    pk: i64,
+    projection: &mut Projection,
+    events: &[StoredEvent],
+) -> Result<()> {
+    if events.iter().any(|e| e.event_type == "usage") {
+        projection.set_answered_model(answered_model(store, pk).await?);
+    }
+    Ok(())
+}
+
 /// Applies stored events to `projection`; returns their HAST events.
 pub fn apply_stored(
     projection: &mut Projection,
@@ -109,6 +132,7 @@ pub async fn page(
             return Ok((out, false));
         };
         cursor = last.seq;
+        know_model(store, pk, &mut projection, &events).await?;
         out.extend(
             apply_stored(&mut projection, sid, &events, &as_run_starts(starts))
                 .into_iter()

@@ -111,7 +111,7 @@ fn lifecycle(row: &SessionRow, facts: &RecordFacts) -> Lifecycle {
 fn tokens(totals: &Usage, memo: Option<&str>) -> Value {
     let model = memo
         .and_then(|m| serde_json::from_str::<Value>(m).ok())
-        .and_then(|m| m.get("model").and_then(Value::as_str).map(str::to_owned))
+        .and_then(|m| crate::engine::answered_model(&m).map(str::to_owned))
         .unwrap_or_default();
     let n = |v: f64| v.max(0.0).round() as u64;
     json!({

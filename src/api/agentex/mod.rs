@@ -66,16 +66,16 @@ pub async fn agent_by_name(state: &AppState, actor: &Actor, name: &str) -> Resul
 }
 
 /// A JSON request body within `limits.max_body_bytes`, decoded into `T` (400 naming the field
-/// that does not fit). An empty body reads as `{}`, since the contract's bodies are often
-/// optional.
+/// that does not fit). A body must say it is JSON (415, the rule of every family:
+/// [`body::json_bytes`]); an empty body reads as `{}` with or without a type, since the
+/// contract's bodies are often optional (the official client sends `application/json` even then).
 pub async fn json_body<T: DeserializeOwned>(
     state: &AppState,
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T> {
     let bytes =
-        body::read_limited(req, payload, state.sessions.config().limits.max_body_bytes).await?;
-    body::refuse_nul(&bytes)?;
+        body::json_bytes(req, payload, state.sessions.config().limits.max_body_bytes).await?;
     let raw: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {

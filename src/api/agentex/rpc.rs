@@ -9,13 +9,22 @@
 //! | `task/cancel` | `Task`, `CANCELED` |
 //! | `task/interrupt` | `Task` (the turn stops at its next step) |
 //!
-//! Once the agent named by the path exists, every answer is HTTP 200 with a JSON-RPC response:
-//! errors are error objects with the standard codes (-32700 parse error, -32600 invalid request,
-//! -32601 unknown method, -32602 invalid params, -32603 internal error) or -32000 for what the
-//! task's state refuses (a final task, a failed turn), `data.code` carrying sessiond's error code,
-//! and the request's `id` echoed. `message/send` answers while the turn runs: blank lines keep the
+//! Once the agent named by the path exists, every answer is HTTP 200 with a JSON-RPC 2.0
+//! response: a success has `result` and no `error`, an error has `error` and no `result`. Errors
+//! are error objects with the standard codes (-32700 parse error, -32600 invalid request, -32601
+//! unknown method, -32602 invalid params, -32603 internal error) or -32000 for what the task's
+//! state refuses (a final task, a failed turn), `data.code` carrying sessiond's error code, and
+//! the request's `id` echoed. `message/send` answers while the turn runs: blank lines keep the
 //! connection alive (clients skip them) until the answer's line. Every line is compact JSON with
 //! U+2028, U+2029 and U+0085 escaped, since line readers split on them.
+//!
+//! A notification (`"jsonrpc": "2.0"` and no `id` member) is carried out and answered `204 No
+//! Content` with no body, its errors included, as JSON-RPC 2.0 says a server must not reply to
+//! one (HTTP transports of JSON-RPC answer 204; the official client reads an empty 204 without
+//! failing). A request object the server cannot make sense of (a parse error, an invalid request)
+//! is still answered, since it cannot be known to be a notification. A body without `jsonrpc` is
+//! what the official client and the SDK send by default, with no `id` either, and they read the
+//! answer's `result`: it is not a JSON-RPC 2.0 notification and is answered with `"id": null`.
 
 use std::time::Duration;
 
@@ -107,13 +116,14 @@ fn result(id: &Value, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
+/// An error response: `error` and no `result` member (JSON-RPC 2.0: it must not exist).
 fn error(id: &Value, code: i64, message: impl Into<String>, data: Value) -> Value {
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "result": null,
-        "error": {"code": code, "message": message.into(), "data": data},
-    })
+    let mut error = json!({"code": code, "message": message.into()});
+    // `data` may be omitted; an empty one says nothing.
+    if !data.is_null() {
+        error["data"] = data;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": error})
 }
 
 /// A core error as a JSON-RPC error object.
@@ -156,14 +166,17 @@ fn answer(v: &Value) -> HttpResponse {
         .body(line(v))
 }
 
-/// A request that passed the envelope checks.
+/// A request object that passed the envelope checks.
 struct Call {
     id: Value,
     method: String,
-    params: Value,
+    params: Option<Value>,
+    /// `"jsonrpc": "2.0"` without an `id` member: carried out, never answered.
+    notification: bool,
 }
 
-/// The JSON-RPC 2.0 envelope, or the error response it deserves.
+/// A JSON-RPC 2.0 request object, or the error response it deserves (always sent: a body that is
+/// not a valid request object cannot be known to be a notification).
 fn envelope(bytes: &[u8]) -> std::result::Result<Call, Value> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| {
         error(
@@ -181,7 +194,9 @@ fn envelope(bytes: &[u8]) -> std::result::Result<Call, Value> {
             Value::Null,
         ));
     };
-    let id = obj.remove("id").unwrap_or(Value::Null);
+    let id_member = obj.remove("id");
+    let has_id = id_member.is_some();
+    let id = id_member.unwrap_or(Value::Null);
     if !(id.is_null() || id.is_string() || id.is_i64() || id.is_u64()) {
         return Err(error(
             &Value::Null,
@@ -190,9 +205,9 @@ fn envelope(bytes: &[u8]) -> std::result::Result<Call, Value> {
             Value::Null,
         ));
     }
-    match obj.remove("jsonrpc") {
-        None => {}
-        Some(Value::String(v)) if v == "2.0" => {}
+    let versioned = match obj.remove("jsonrpc") {
+        None => false,
+        Some(Value::String(v)) if v == "2.0" => true,
         Some(_) => {
             return Err(error(
                 &id,
@@ -201,7 +216,7 @@ fn envelope(bytes: &[u8]) -> std::result::Result<Call, Value> {
                 Value::Null,
             ));
         }
-    }
+    };
     let method = match obj.remove("method") {
         Some(Value::String(m)) => m,
         _ => {
@@ -221,37 +236,45 @@ fn envelope(bytes: &[u8]) -> std::result::Result<Call, Value> {
             Value::Null,
         ));
     }
-    if !METHODS.contains(&method.as_str()) {
+    Ok(Call {
+        id,
+        method,
+        params: obj.remove("params"),
+        notification: versioned && !has_id,
+    })
+}
+
+/// The call's method and params checked: its params, or the error response (which a
+/// notification does not get).
+fn checked_params(call: &Call) -> std::result::Result<&Value, Value> {
+    let id = &call.id;
+    if !METHODS.contains(&call.method.as_str()) {
         return Err(error(
-            &id,
+            id,
             METHOD_NOT_FOUND,
             format!(
-                "method not found: {method:?} is not one of {}",
+                "method not found: {:?} is not one of {}",
+                call.method,
                 METHODS.join(", ")
             ),
             Value::Null,
         ));
     }
-    let params = match obj.remove("params") {
-        Some(p @ Value::Object(_)) => p,
-        Some(_) => {
-            return Err(error(
-                &id,
-                INVALID_PARAMS,
-                "invalid params: params must be an object",
-                Value::Null,
-            ));
-        }
-        None => {
-            return Err(error(
-                &id,
-                INVALID_PARAMS,
-                "invalid params: params is required",
-                Value::Null,
-            ));
-        }
-    };
-    Ok(Call { id, method, params })
+    match &call.params {
+        Some(p @ Value::Object(_)) => Ok(p),
+        Some(_) => Err(error(
+            id,
+            INVALID_PARAMS,
+            "invalid params: params must be an object",
+            Value::Null,
+        )),
+        None => Err(error(
+            id,
+            INVALID_PARAMS,
+            "invalid params: params is required",
+            Value::Null,
+        )),
+    }
 }
 
 #[derive(Deserialize)]
@@ -328,7 +351,8 @@ fn prompt(state: &AppState, content: &Value) -> Result<Prompt> {
     Ok(Prompt { text, attachments })
 }
 
-/// Runs one call against an agent (and, for a preview, a deployment's engine).
+/// Runs one call against an agent (and, for a preview, a deployment's engine). The body must be
+/// JSON (415, as on every route), checked before anything is read.
 pub async fn handle(
     state: web::Data<AppState>,
     actor: Actor,
@@ -337,36 +361,56 @@ pub async fn handle(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
+    body::require_json(&req)?;
     let bytes =
         body::read_limited(&req, payload, state.sessions.config().limits.max_body_bytes).await?;
     let call = match envelope(&bytes) {
         Ok(call) => call,
         Err(response) => return Ok(answer(&response)),
     };
+    let id = call.id.clone();
+    let params = match checked_params(&call) {
+        Ok(params) => params,
+        Err(_) if call.notification => return Ok(unanswered()),
+        Err(response) => return Ok(answer(&response)),
+    };
     let target = Target {
         agent: &agent,
         deployment: deployment.as_ref(),
     };
-    let id = call.id.clone();
     if let Err(e) = body::refuse_nul(&bytes) {
-        return Ok(answer(&from_error(&id, &e)));
+        return Ok(reply(&call, from_error(&id, &e)));
     }
     let platform = req.app_data::<web::Data<Platform>>().cloned();
     let platform = platform.as_ref().map(|p| p.get_ref());
     if call.method == "message/send" {
-        return Ok(
-            match start_message(&state, &actor, target, &call.params, platform).await {
-                Ok((follower, streaming)) => stream_answer(follower, id, streaming),
-                Err(e) => answer(&from_error(&id, &e)),
-            },
-        );
+        let started = start_message(&state, &actor, target, params, platform).await;
+        return Ok(match started {
+            // The message is delivered; nobody waits for the turn it causes.
+            Ok(_) if call.notification => unanswered(),
+            Ok((follower, streaming)) => stream_answer(follower, id, streaming),
+            Err(e) => reply(&call, from_error(&id, &e)),
+        });
     }
-    Ok(answer(
-        &match call_method(&state, &actor, target, &call, platform).await {
-            Ok(v) => result(&id, v),
-            Err(e) => from_error(&id, &e),
-        },
-    ))
+    let response = match call_method(&state, &actor, target, &call.method, params, platform).await {
+        Ok(v) => result(&id, v),
+        Err(e) => from_error(&id, &e),
+    };
+    Ok(reply(&call, response))
+}
+
+/// `response`, unless the call was a notification.
+fn reply(call: &Call, response: Value) -> HttpResponse {
+    if call.notification {
+        unanswered()
+    } else {
+        answer(&response)
+    }
+}
+
+/// What a notification gets: no JSON-RPC response at all.
+fn unanswered() -> HttpResponse {
+    HttpResponse::NoContent().finish()
 }
 
 /// Every method but `message/send`: one result. An async ACP agent is told of its task's
@@ -375,13 +419,14 @@ async fn call_method(
     state: &AppState,
     actor: &Actor,
     target: Target<'_>,
-    call: &Call,
+    method: &str,
+    raw: &Value,
     platform: Option<&Platform>,
 ) -> Result<Value> {
     let sessions = &state.sessions;
-    match call.method.as_str() {
+    match method {
         "task/create" => {
-            let p: CreateTaskParams = params(&call.params)?;
+            let p: CreateTaskParams = params(raw)?;
             let t = NewTask {
                 name: p.name,
                 params: p.params,
@@ -396,7 +441,7 @@ async fn call_method(
             Ok(tasks::view(&task, true, None))
         }
         "task/cancel" => {
-            let p: TaskParams = params(&call.params)?;
+            let p: TaskParams = params(raw)?;
             let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
             let was_open = !tasks::is_final(&task);
             let task =
@@ -407,13 +452,13 @@ async fn call_method(
             Ok(tasks::view(&task, true, None))
         }
         "task/interrupt" => {
-            let p: TaskParams = params(&call.params)?;
+            let p: TaskParams = params(raw)?;
             let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
             let task = tasks::interrupt(sessions, actor, &task).await?;
             Ok(tasks::view(&task, true, None))
         }
         "event/send" => {
-            let p: SendEventParams = params(&call.params)?;
+            let p: SendEventParams = params(raw)?;
             let content = match p.content {
                 Some(mut c) if !c.is_null() => {
                     let d = prompt(state, &c)?;
@@ -624,9 +669,17 @@ mod tests {
         assert_eq!(l.lines().count(), 1);
     }
 
+    /// The error response a body gets: from the envelope, else from its method and params.
+    fn refusal(body: &str) -> Value {
+        match envelope(body.as_bytes()) {
+            Err(response) => response,
+            Ok(call) => checked_params(&call).expect_err("an error"),
+        }
+    }
+
     #[test]
     fn envelope_errors_have_the_standard_codes() {
-        let code = |body: &str| envelope(body.as_bytes()).err().unwrap()["error"]["code"].clone();
+        let code = |body: &str| refusal(body)["error"]["code"].clone();
         assert_eq!(code("{"), json!(PARSE_ERROR));
         assert_eq!(code("[1]"), json!(INVALID_REQUEST));
         assert_eq!(
@@ -645,13 +698,32 @@ mod tests {
             code(r#"{"id": 1, "method": "task/create"}"#),
             json!(INVALID_PARAMS)
         );
-        let err = envelope(br#"{"id": "x", "method": "nope", "params": {}}"#)
-            .err()
-            .unwrap();
+        let err = refusal(r#"{"id": "x", "method": "nope", "params": {}}"#);
         assert_eq!(err["id"], "x");
-        assert!(
-            envelope(br#"{"id": 7, "jsonrpc": "2.0", "method": "task/create", "params": {}}"#)
-                .is_ok()
-        );
+        // An error response has no `result` member, and no empty `data`.
+        assert!(err.get("result").is_none(), "{err}");
+        assert!(err["error"].get("data").is_none(), "{err}");
+        let ok = envelope(br#"{"id": 7, "jsonrpc": "2.0", "method": "task/create", "params": {}}"#)
+            .expect("a request");
+        assert!(!ok.notification);
+        assert!(checked_params(&ok).is_ok());
+        let ok = result(&json!(7), json!({"id": "t"}));
+        assert!(ok.get("error").is_none(), "{ok}");
+    }
+
+    #[test]
+    fn only_a_versioned_request_without_an_id_is_a_notification() {
+        let notification = |body: &str| envelope(body.as_bytes()).expect("a request").notification;
+        assert!(notification(
+            r#"{"jsonrpc": "2.0", "method": "task/create", "params": {}}"#
+        ));
+        assert!(!notification(
+            r#"{"jsonrpc": "2.0", "id": null, "method": "task/create", "params": {}}"#
+        ));
+        assert!(!notification(
+            r#"{"jsonrpc": "2.0", "id": 0, "method": "task/create", "params": {}}"#
+        ));
+        // The official client's default body: no `jsonrpc`, no `id`; it reads the answer.
+        assert!(!notification(r#"{"method": "task/create", "params": {}}"#));
     }
 }

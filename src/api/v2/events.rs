@@ -190,6 +190,7 @@ impl Render for Hast {
     async fn stored(&mut self, events: Vec<StoredEvent>) -> Result<Bytes> {
         let starts = read::run_starts(&self.store, self.pk, &events).await?;
         let projection = Arc::make_mut(&mut self.projection);
+        read::know_model(&self.store, self.pk, projection, &events).await?;
         let hast = read::apply_stored(projection, &self.stamp.session_id, &events, &starts);
         let mut out = String::new();
         for e in hast
@@ -229,6 +230,9 @@ impl Render for Hast {
                     None
                 };
                 let mut after = (*self.projection).clone();
+                if &*frame.event_type == "usage" {
+                    after.set_answered_model(read::answered_model(&self.store, self.pk).await?);
+                }
                 let events = after.apply(
                     &self.stamp.session_id,
                     seq,

@@ -385,6 +385,22 @@ impl OpenAiEngine {
         Ok(())
     }
 
+    /// Keeps the name of the model that answered in the memo, beside the one asked for, when it
+    /// changed (an endpoint names the same model on every call: one write per session, mostly).
+    async fn note_answered(&self, io: &mut dyn TurnIo, asked: &str, answered: &str) -> Result<()> {
+        let memo = io.memo().await?;
+        if memo
+            .as_ref()
+            .and_then(|m| m.get("answered"))
+            .and_then(Value::as_str)
+            != Some(answered)
+        {
+            io.set_memo(json!({ "model": asked, "answered": answered }))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Calls the model, retrying what can be retried. A call whose attempt failed after deltas
     /// went out live says so first (`partial_text_void`), so live clients drop that text. An
     /// endpoint that cannot stream with tools is asked again without streaming, and remembered.
@@ -733,12 +749,19 @@ impl OpenAiEngine {
             // here (`budget_hit`) without losing what it answered.
             match reply.usage {
                 Some(raw) => {
-                    self.record_usage(io, &model, raw, system_tokens, false)
-                        .await?
+                    self.record_usage(
+                        io,
+                        &model,
+                        reply.model.as_deref(),
+                        raw,
+                        system_tokens,
+                        false,
+                    )
+                    .await?
                 }
                 None => {
                     let raw = estimate_usage(&body, &reply);
-                    self.record_usage(io, &model, raw, system_tokens, true)
+                    self.record_usage(io, &model, reply.model.as_deref(), raw, system_tokens, true)
                         .await?;
                 }
             }
@@ -796,33 +819,54 @@ impl OpenAiEngine {
         }
         match partial.usage {
             Some(raw) => {
-                self.record_usage(io, model, raw, system_tokens, false)
-                    .await
+                self.record_usage(
+                    io,
+                    model,
+                    partial.model.as_deref(),
+                    raw,
+                    system_tokens,
+                    false,
+                )
+                .await
             }
             None => {
                 let raw = estimate_usage(body, partial);
-                self.record_usage(io, model, raw, system_tokens, true).await
+                self.record_usage(
+                    io,
+                    model,
+                    partial.model.as_deref(),
+                    raw,
+                    system_tokens,
+                    true,
+                )
+                .await
             }
         }
     }
 
     /// Writes one call's usage, measured or (`estimated`) made up from the text because the
-    /// endpoint reported none: priced with the price table, attributed to a provider where the
-    /// seed has a name for it, against the configured context window.
+    /// endpoint reported none: priced with the price table (by the name asked for, the one the
+    /// table is written with), attributed to a provider where the seed has a name for it, against
+    /// the configured context window. The model that answered is the one the endpoint `reported`
+    /// (else the one asked for): the usage names it, and the memo keeps it first, for the
+    /// Session record and for usage events that cannot name it (see [`super::answered_model`]).
     async fn record_usage(
         &self,
         io: &mut dyn TurnIo,
         model: &str,
+        reported: Option<&str>,
         raw: RawUsage,
         system_tokens: f64,
         estimated: bool,
     ) -> Result<()> {
+        let answered = reported.unwrap_or(model);
+        self.note_answered(io, model, answered).await?;
         let usage = self.usage_of(model, raw);
         let by_model = self
             .provider
             .map(|p| {
                 vec![ModelUsage {
-                    model: model.to_owned(),
+                    model: answered.to_owned(),
                     transport: ModelTransport {
                         provider: p.to_owned(),
                         billing: "metered".to_owned(),

@@ -48,6 +48,9 @@ pub struct Reply {
     pub tool_calls: Vec<ToolCall>,
     pub usage: Option<RawUsage>,
     pub finish_reason: Option<String>,
+    /// The model the endpoint says answered (its `model` field), which may name the one asked
+    /// for more precisely (a dated version) or another one (a router, a server with one model).
+    pub model: Option<String>,
 }
 
 impl Reply {
@@ -284,6 +287,7 @@ fn whole_reply(body: &str, sink: &mut dyn DeltaSink) -> Result<Reply, CallError>
     let chunk = serde_json::json!({
         "choices": [{"delta": delta, "finish_reason": value.pointer("/choices/0/finish_reason")}],
         "usage": value.get("usage"),
+        "model": value.get("model"),
     });
     let mut acc = Accumulator::default();
     acc.apply(&chunk, sink);
@@ -427,6 +431,9 @@ impl SseParser {
     }
 }
 
+/// The longest model name kept from an answer.
+const MAX_MODEL_CHARS: usize = 200;
+
 #[derive(Default)]
 struct Accumulator {
     reply: Reply,
@@ -472,6 +479,16 @@ impl Accumulator {
 
     fn apply(&mut self, chunk: &Value, sink: &mut dyn DeltaSink) {
         self.events += 1;
+        if let Some(model) = chunk
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            && self.reply.model.as_deref() != Some(model)
+        {
+            // A name, not a document: an endpoint's odd answer is cut short.
+            self.reply.model = Some(model.chars().take(MAX_MODEL_CHARS).collect());
+        }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let n = |p: &str| usage.pointer(p).and_then(Value::as_u64).unwrap_or(0);
             self.reply.usage = Some(RawUsage {
@@ -605,7 +622,7 @@ mod tests {
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"read_file","arguments":"{\"pa"}}]}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"list_dir","arguments":"{}"}}]}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":\"x\"}"}}]},"finish_reason":"tool_calls"}]}"#,
-            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+            r#"{"model":"m-1","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}"#,
         ];
         for c in chunks {
             acc.apply(&serde_json::from_str(c).unwrap(), &mut sink);
@@ -615,6 +632,11 @@ mod tests {
         assert_eq!(reply.tool_calls[0].arguments, "{\"path\":\"x\"}");
         assert_eq!(reply.tool_calls[1].name, "list_dir");
         assert_eq!(reply.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            reply.model.as_deref(),
+            Some("m-1"),
+            "the chunk that named it"
+        );
         assert_eq!(
             reply.usage,
             Some(RawUsage {
@@ -656,7 +678,13 @@ mod tests {
         assert_eq!(reply.tool_calls[0].name, "list_dir");
         assert_eq!(reply.tool_calls[0].id, "c1");
         assert_eq!(reply.usage.map(|u| u.prompt), Some(7));
+        assert_eq!(reply.model, None, "the body named no model");
         assert_eq!(sink.0.len(), 2, "one reasoning and one text delta");
+        let named = r#"{"model":"gpt-x-2025","choices":[{"message":{"content":"hi"}}]}"#;
+        assert_eq!(
+            whole_reply(named, &mut sink).unwrap().model.as_deref(),
+            Some("gpt-x-2025")
+        );
         assert!(whole_reply("{", &mut sink).is_err());
     }
 }

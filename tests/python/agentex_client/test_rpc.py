@@ -4,6 +4,7 @@ event/send, task/cancel and task/interrupt; tasks are sessions of the Sessions A
 import threading
 
 import agentex
+from agentex import Agentex
 import pytest
 
 from conftest import WORKSPACE, agent, raw, text, unique, wait_for
@@ -257,3 +258,31 @@ def test_rpc_errors_carry_the_standard_codes(client):
     assert r.error["code"] == -32602
     with pytest.raises(agentex.NotFoundError):
         client.agents.rpc(a.id + "0", method="task/create", params={})
+
+
+def test_a_notification_is_carried_out_and_answered_204_without_a_body(server, client):
+    """`jsonrpc="2.0"` without `id` is a JSON-RPC 2.0 notification: no response object. The
+    client as users construct it (without strict validation) reads the empty 204 as ""."""
+    a = agent(client)
+    name = unique("notified")
+    plain = Agentex(api_key=server.key, base_url=server.url("/agentex"), max_retries=0)
+    try:
+        assert plain.agents.rpc(a.id, method="task/create", params={"name": name}, jsonrpc="2.0") == ""
+        r = plain.agents.with_raw_response.rpc_by_name(a.name, method="task/delete", params={}, jsonrpc="2.0")
+        assert r.status_code == 204 and r.http_response.content == b"", "an error is not answered either"
+    finally:
+        plain.close()
+    assert client.tasks.retrieve_by_name(name).name == name
+    # The client's default body (no `jsonrpc`, no `id`) is a call: it is answered.
+    r = client.agents.rpc(a.id, method="task/create", params={"name": name})
+    assert r.id is None and r.error is None and r.result.name == name
+
+
+def test_a_body_that_is_not_json_is_refused_415(client):
+    a = agent(client)
+    name = unique("untyped")
+    with pytest.raises(agentex.APIStatusError) as e:
+        client.agents.rpc(a.id, method="task/create", params={"name": name}, extra_headers={"Content-Type": "text/plain"})
+    assert e.value.status_code == 415 and e.value.body["error"] == "unsupported_media_type"
+    with pytest.raises(agentex.NotFoundError):
+        client.tasks.retrieve_by_name(name)

@@ -74,9 +74,17 @@ def test_update_merges_params_and_replaces_metadata(client):
 
 def test_final_statuses(server, client):
     a = agent(client)
-    for method, status in [("cancel", "CANCELED"), ("complete", "COMPLETED"), ("fail", "FAILED"), ("terminate", "TERMINATED"), ("timeout", "TIMED_OUT")]:
+    finals = [
+        (client.tasks.cancel, "CANCELED"),
+        (client.tasks.complete, "COMPLETED"),
+        (client.tasks.fail, "FAILED"),
+        (client.tasks.terminate, "TERMINATED"),
+        (client.tasks.timeout, "TIMED_OUT"),
+    ]
+    for finish, status in finals:
+        method = finish.__name__
         t = create(client, a)
-        done = getattr(client.tasks, method)(t.id, reason=f"because {method}")
+        done = finish(t.id, reason=f"because {method}")
         assert done.status == status and done.status_reason == f"because {method}"
         with pytest.raises(agentex.ConflictError):
             client.tasks.complete(t.id)
