@@ -759,9 +759,10 @@ fn cancelling_a_waiting_session_ends_it_at_once() {
             &s.sessions_url(&format!("/{id}/answer")),
             &json!({"answer": "x"}),
         );
+        // A cancelled task takes no input, an answer included: the refusal says so.
         assert_eq!(
             (status, v["error"].as_str()),
-            (409, Some("not_asking")),
+            (409, Some("task_closed")),
             "{body}"
         );
         let history = s.history_all(&id);
@@ -854,7 +855,11 @@ fn tasks_are_session_records_with_the_credentials_provenance() {
             "content": {"type": "text", "author": "user", "content": "still there?"}}}),
     );
     assert_rpc_error(&refused, -32000, &json!(5));
-    assert_eq!(refused["error"]["data"]["code"], "task_closed", "{refused}");
+    // The reason is the handoff: the code every family answers it with.
+    assert_eq!(
+        refused["error"]["data"]["code"], "session_closed",
+        "{refused}"
+    );
     let (_, listed) = s.get(&agentex(&s, "/tasks?status=COMPLETED"));
     assert!(
         listed

@@ -12,7 +12,9 @@
 //! | the session was closed (handed off to another on `/v2`) | `COMPLETED`, final, the reason naming its successor |
 //!
 //! A final status stops the task's work for good (`Sessions::stop`: the running turn is
-//! interrupted and queued inputs are dropped) and the task accepts no new messages or events.
+//! interrupted and queued inputs are dropped) and the task accepts no new messages or events:
+//! `task_closed` on every family, `session_closed` for a handoff (the one rule of
+//! `store::intake`, checked in the transaction that would take the input).
 //! A failed turn does not fail the task: the failure is the answer to the message that caused it.
 //! Deleting a task deletes its session; `DELETED` is never shown.
 
@@ -172,21 +174,6 @@ fn check_target(t: &TaskRow, target: Target<'_>) -> Result<()> {
     t.check_owner(&target.agent.id, target.deployment.map(|d| d.id.as_str()))
 }
 
-/// A final task takes no new turns.
-fn check_open(t: &TaskRow) -> Result<()> {
-    match final_status(t) {
-        Some(s) => Err(Error::Conflict(
-            "task_closed",
-            format!(
-                "task {} is {} and accepts no new messages or events",
-                t.id,
-                s.name()
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
 /// `task/create`: get-or-create by name. An existing task of that name is returned as it is,
 /// except that `params`, when given, replace its params (`task_metadata` only applies at
 /// creation). Without a name every call opens a new task, with the id `id`. `first` is a message
@@ -324,8 +311,8 @@ impl Destination {
     }
 }
 
-/// The task a `message/send` names (it must be open to new messages), or a new one: no task
-/// named, or a name no task has.
+/// The task a `message/send` names, or a new one: no task named, or a name no task has. Whether
+/// the task takes the message is decided where it is written (`store::intake`).
 pub async fn destination(
     sessions: &Sessions,
     actor: &Actor,
@@ -344,7 +331,6 @@ pub async fn destination(
     match existing {
         Some(t) => {
             check_target(&t, target)?;
-            check_open(&t)?;
             Ok(Destination::Existing(Box::new(t)))
         }
         None => Ok(Destination::New(crate::ids::new_id())),
@@ -436,7 +422,6 @@ pub async fn send_event(
     content: Option<(Value, Prompt)>,
 ) -> Result<EventRow> {
     let task = resolve(sessions, actor, target, r).await?;
-    check_open(&task)?;
     let agent_id = task.agent_id.clone();
     match content {
         Some((raw, d)) => {

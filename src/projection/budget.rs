@@ -2,8 +2,8 @@
 //!
 //! Cost is what the usage events price (the engine's price table, in US dollars), summed in the
 //! session's usage totals. The cap is checked after every model call (the call that reaches it
-//! ends its turn with `budget_hit`), before a turn starts, and before a message or an answer is
-//! accepted (409 `budget_hit` until the budget is raised).
+//! ends its turn with `budget_hit`), before a turn starts, and before any input is taken (the
+//! rule of `store::intake`: `budget_hit` on every family until the budget is raised).
 
 #[cfg(test)]
 use crate::error::Error;

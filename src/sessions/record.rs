@@ -16,7 +16,8 @@
 //! | last turn interrupted | `stopped` | `interrupted` | `idle` | `stopped` |
 //! | asleep until a wake | `scheduled` | null | `idle` | `scheduled` |
 //!
-//! A closed session (handed off) has `session_state` `closed` whatever its last turn did.
+//! A session closed for good (handed off, or its task given a final status) has `session_state`
+//! `closed` whatever its last turn did; `prompting` says whether it takes input and why not.
 
 use serde_json::{Value, json};
 
@@ -102,10 +103,33 @@ fn lifecycle(row: &SessionRow, facts: &RecordFacts) -> Lifecycle {
             },
         }
     };
-    if facts.closed_at.is_some() {
+    if facts.closure().is_some_and(|c| c.is_final()) {
         l.session_state = "closed";
     }
     l
+}
+
+/// `prompting`: whether the session takes input, by the rule every input consults
+/// (`store::intake`). A closing for good is the seed's `closed`; a spent budget has no
+/// `blocked_reason` of the seed's. `code` (not in the seed, whose object is open) is the code an
+/// input is refused with on every family.
+fn prompting(facts: &RecordFacts) -> Value {
+    match facts.closure() {
+        None => json!({
+            "enabled": true,
+            "blocked_reason": null,
+            "detail": null,
+            "surface_name": null,
+            "code": null,
+        }),
+        Some(c) => json!({
+            "enabled": false,
+            "blocked_reason": if c.is_final() { Some("closed") } else { None },
+            "detail": c.detail(),
+            "surface_name": null,
+            "code": c.code(),
+        }),
+    }
 }
 
 fn tokens(totals: &Usage, memo: Option<&str>) -> Value {
@@ -135,33 +159,12 @@ pub fn record(row: &SessionRow, facts: &RecordFacts, harness: &str) -> Value {
         .unwrap_or_default();
     let spent = budget::spent_cents(facts.usage_totals.as_deref());
     let cents = budget::whole_cents(spent);
-    let over_budget = budget::reached(facts.budget_cents, facts.usage_totals.as_deref());
     let metadata: Value = facts
         .metadata
         .as_deref()
         .and_then(|m| serde_json::from_str(m).ok())
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
-    let prompting = if facts.closed_at.is_some() {
-        json!({
-            "enabled": false,
-            "blocked_reason": "closed",
-            "detail": facts.handed_off_to.as_ref().map(|s| format!("handed off to session {s}")),
-            "surface_name": null,
-        })
-    } else if over_budget {
-        json!({
-            "enabled": false,
-            "blocked_reason": null,
-            "detail": format!(
-                "budget_hit: the session has spent its budget of {} cents; raise budget.cents to continue",
-                facts.budget_cents
-            ),
-            "surface_name": null,
-        })
-    } else {
-        json!({"enabled": true, "blocked_reason": null, "detail": null, "surface_name": null})
-    };
     let (parent_kind, parent_id) = match (&facts.parent_kind, &facts.parent_session_id) {
         (Some(kind), Some(id)) => (Some(kind.as_str()), Some(id.as_str())),
         // A Sessions API child session: started by that session, with no lineage kind.
@@ -186,7 +189,7 @@ pub fn record(row: &SessionRow, facts: &RecordFacts, harness: &str) -> Value {
             "run": l.run,
             "status": row.bucket,
         },
-        "prompting": prompting,
+        "prompting": prompting(facts),
         "stopped": {
             "at": if l.stopped { time(facts.stopped_at) } else { Value::Null },
             "by": null,

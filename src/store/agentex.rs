@@ -1941,11 +1941,15 @@ impl AgentexStore<'_> {
             .await
     }
 
-    /// An event without content (nothing is delivered to the task).
+    /// An event without content (nothing is delivered to the task), while the task takes input
+    /// (`store::intake`).
     pub async fn record_event(&self, key: SessionKey, agent_id: &str) -> Result<EventRow> {
         let agent_id = agent_id.to_owned();
         self.store
-            .write(move |tx| tx.insert_agentex_event(&key, &agent_id, None, None))
+            .write(move |tx| {
+                tx.takes_input(&key)?;
+                tx.insert_agentex_event(&key, &agent_id, None, None)
+            })
             .await
     }
 

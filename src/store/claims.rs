@@ -298,6 +298,10 @@ fn claim(
     let Some(input) = tx.next_input(key)? else {
         return Ok(None);
     };
+    // A session closed for good runs no more turns, whatever is queued (`store::intake`).
+    if tx.drop_work_if_closed(key)? {
+        return Ok(None);
+    }
     let Some(generation) = tx.claim_turn(key, lease)? else {
         return Ok(None);
     };

@@ -1,6 +1,6 @@
 //! The facts a session's record (the `/v2` Session) is made of beyond its projection row:
-//! provenance, metadata, budget, lineage, closing and stopping (migration 0004), and the events
-//! the record and the HAST projection look up by position.
+//! provenance, metadata, budget, lineage, closing and stopping (migration 0004), a task's final
+//! status, and the events the record and the HAST projection look up by position.
 
 use super::sql::{Db, Dialect, OptionalExtension, params};
 
@@ -21,6 +21,9 @@ pub struct RecordFacts {
     pub parent_session_id: Option<String>,
     pub closed_at: Option<i64>,
     pub handed_off_to: Option<String>,
+    /// The task's final status and its reason (the agent platform API's cancel, complete, …).
+    pub final_status: Option<super::agentex::FinalStatus>,
+    pub status_reason: Option<String>,
     pub stopped_at: Option<i64>,
     pub stopped_by: Option<String>,
     /// JSON `Usage`: the sum of the session's usage events.
@@ -55,7 +58,8 @@ fn fact_columns(d: Dialect) -> String {
         "s.pk, s.source, s.attribution_type, s.attribution_id, s.metadata,
          s.budget_cents, s.parent_kind, s.parent_session_id, s.closed_at, s.handed_off_to,
          s.stopped_at, s.stopped_by, s.usage_totals, s.engine_memo, a.engine,
-         {}, t.seq, t.type, {}, {}, {}, s.last_message_at, l.created_at",
+         {}, t.seq, t.type, {}, {}, {}, s.last_message_at, l.created_at, k.status,
+         k.status_reason",
         d.json_text("f.body", "prompt"),
         d.json_text("t.body", "status"),
         d.json_text("t.body", "error"),
@@ -66,7 +70,8 @@ fn fact_columns(d: Dialect) -> String {
 const FACT_JOINS: &str = "FROM sessions s JOIN agents a ON a.id = s.agent_id
     LEFT JOIN events f ON f.session_pk = s.pk AND f.seq = 1
     LEFT JOIN events t ON t.session_pk = s.pk AND t.seq = s.last_terminal_seq
-    LEFT JOIN events l ON l.session_pk = s.pk AND l.seq = s.last_event_seq";
+    LEFT JOIN events l ON l.session_pk = s.pk AND l.seq = s.last_event_seq
+    LEFT JOIN agentex_tasks k ON k.session_pk = s.pk";
 
 fn facts_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<RecordFacts> {
     let terminal_seq: Option<i64> = r.get(16)?;
@@ -82,6 +87,8 @@ fn facts_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<RecordFacts> {
         parent_session_id: r.get(7)?,
         closed_at: r.get(8)?,
         handed_off_to: r.get(9)?,
+        final_status: r.get(23)?,
+        status_reason: r.get(24)?,
         stopped_at: r.get(10)?,
         stopped_by: r.get(11)?,
         usage_totals: r.get(12)?,
@@ -249,21 +256,27 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn is_closed(&self, key: &SessionKey) -> Result<bool> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT closed_at IS NOT NULL FROM sessions WHERE pk = ?1")?
-            .query_row([key.pk], |r| r.get(0))
-            .optional()?
-            .unwrap_or(false))
-    }
-
     /// Records an interrupt request: when, and who asked.
     pub fn set_stopped(&mut self, key: &SessionKey, by: &str) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET stopped_at = ?2, stopped_by = ?3 WHERE pk = ?1")?
             .execute(params![key.pk, self.now, by])?;
         Ok(())
+    }
+}
+
+impl RecordFacts {
+    /// Why the session takes no input, by the one rule every input consults
+    /// ([`super::intake::closure`]).
+    pub fn closure(&self) -> Option<super::intake::Closure> {
+        super::intake::closure(&super::intake::IntakeFacts {
+            final_status: self.final_status,
+            status_reason: self.status_reason.as_deref(),
+            closed: self.closed_at.is_some(),
+            handed_off_to: self.handed_off_to.as_deref(),
+            budget_cents: self.budget_cents,
+            usage_totals: self.usage_totals.as_deref(),
+        })
     }
 }
 

@@ -271,6 +271,7 @@ impl SessionWrites<'_> {
                 .store
                 .write_one(move |w| {
                     let key = w.tx().session_key(&n.workspace_id, &n.session_id)?;
+                    w.tx().takes_input(&key)?;
                     let sender = w.tx().sender_of(&n.workspace_id, &n.author)?;
                     let event = Event::NoteSubmitted {
                         note: n.note,
@@ -291,6 +292,7 @@ impl SessionWrites<'_> {
                     return Ok(seq);
                 }
                 let key = tx.session_key(&n.workspace_id, &n.session_id)?;
+                tx.takes_input(&key)?;
                 let sender = tx.sender_of(&n.workspace_id, &n.author)?;
                 let images = tx.store_images(&key, &n.images)?;
                 let seq = tx.append(
@@ -424,6 +426,8 @@ impl SessionWrites<'_> {
         self.store
             .write(move |tx| {
                 let key = tx.session_key(&ws, &id)?;
+                // Ordered with the inputs that race it by the session's row (`store::intake`).
+                tx.lock(super::RowLock::Session(key.pk))?;
                 let row = tx.session_row(&key)?;
                 if !row.turn_active && row.machine_state != plan.machine_read {
                     return Ok(None);

@@ -212,14 +212,6 @@ impl Tx<'_> {
         }
     }
 
-    /// A message or an answer may reach the session: it is open and within its budget.
-    pub fn accepts_prompts(&self, key: &SessionKey) -> Result<()> {
-        if self.is_closed(key)? {
-            return Err(Error::SessionClosed);
-        }
-        self.check_budget(key)
-    }
-
     /// Inserts a session's row (with its machine, if any) and its `session_created` event.
     pub fn insert_session_row(
         &mut self,
@@ -312,7 +304,7 @@ impl Tx<'_> {
         key: &SessionKey,
         m: &NewPrompt,
     ) -> Result<(u64, bool)> {
-        self.accepts_prompts(key)?;
+        self.takes_input(key)?;
         let row = self.session_row(key)?;
         // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
         let tier = match m.tier {
@@ -518,11 +510,12 @@ impl Submissions<'_> {
                     return Ok((Submission::replayed(key, seq), None));
                 }
                 let key = tx.session_key(&ws, &id)?;
+                // A session that takes no input says why, asking or not.
+                tx.takes_input(&key)?;
                 let row = tx.session_row(&key)?;
                 if row.turn_status != TurnStatus::Ask.name() || row.turn_active {
                     return Err(Error::NotAsking);
                 }
-                tx.accepts_prompts(&key)?;
                 let sender = tx.sender_of(&ws, &a.author)?;
                 let stored = tx.store_images(&key, &a.images)?;
                 let seq = tx.append(
