@@ -28,6 +28,7 @@ mod error;
 pub mod health;
 pub mod identity;
 pub mod inputs;
+pub mod langgraph;
 mod log;
 pub mod logins;
 mod migrate;
