@@ -363,6 +363,15 @@ impl Objects {
                 Some(json!({"task_metadata": {"seen": true}}))
             }
             ("PUT", "/tracker/{tracker_id}") => Some(json!({"status": "processing"})),
+            (
+                "POST",
+                "/checkpoints/list" | "/checkpoints/get-tuple" | "/checkpoints/delete-thread",
+            ) => Some(json!({"thread_id": task})),
+            ("POST", "/checkpoints/put") => Some(json!({"thread_id": task,
+                "checkpoint_id": "1f0-0001", "checkpoint": {"v": 4}, "metadata": {}})),
+            ("POST", "/checkpoints/put-writes") => Some(json!({"thread_id": task,
+                "checkpoint_id": "1f0-0001", "writes": [{"task_id": "t", "idx": 0,
+                "channel": "c", "blob": "eA=="}]})),
             _ => Some(json!({})),
         };
         (format!("{path}{query}"), body)

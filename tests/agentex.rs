@@ -466,12 +466,9 @@ fn http_errors_around_the_rpc() {
 fn unsupported_operations_answer_501_after_the_credential_check() {
     let s = Server::start();
     for (method, path) in [
-        ("POST", "/checkpoints/list"),
-        ("POST", "/checkpoints/put"),
         ("GET", "/deployment-history"),
         ("GET", "/deployment-history/x"),
         ("POST", "/agent_api_keys/webhook-trigger"),
-        ("GET", "/tasks/x/query/state"),
     ] {
         let url = agentex(&s, path);
         let req = |c: &reqwest::blocking::Client| match method {

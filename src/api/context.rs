@@ -124,11 +124,20 @@ fn origin_of(url: &str) -> Option<(&str, &str)> {
     (!scheme.is_empty() && !authority.is_empty()).then_some((scheme, authority))
 }
 
-/// What a request needs: reads may use read-only keys; the upload mint needs `files:write`.
+/// Reads that the agent platform API sends as POST (their parameters are a JSON body).
+const POSTED_READS: [&str; 2] = [
+    "/agentex/checkpoints/list",
+    "/agentex/checkpoints/get-tuple",
+];
+
+/// What a request needs: reads (and the POSTed reads) may use read-only keys; the upload mint
+/// needs `files:write`.
 fn capability(req: &HttpRequest) -> Capability {
     if req.path().ends_with("/agent/sessions/attachments/session") {
         Capability::FilesWrite
-    } else if matches!(*req.method(), Method::GET | Method::HEAD) {
+    } else if matches!(*req.method(), Method::GET | Method::HEAD)
+        || POSTED_READS.contains(&req.path())
+    {
         Capability::SessionsRead
     } else {
         Capability::Sessions

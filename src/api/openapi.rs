@@ -57,6 +57,8 @@ pub enum Answer {
     Image,
     /// A JSON-RPC response (this schema), as one line of JSON, or NDJSON lines when streamed.
     Rpc(fn() -> Value),
+    /// No body, with this status (204).
+    Empty(u16),
     /// 501: an operation of a wire contract that sessiond does not carry out. Tagged
     /// `not-implemented`, so that a fuzzer can leave these out.
     NotImplemented,
@@ -461,6 +463,94 @@ fn ax_rpc_response() -> Value {
     v
 }
 
+fn ax_query_answer() -> Value {
+    object(
+        &["task_id", "query", "result"],
+        json!({"task_id": {"type": "string"}, "query": {"type": "string"}, "result": {}}),
+    )
+}
+
+/// A checkpoint's place: its thread (a task's id), namespace and id.
+fn ax_checkpoint_ref() -> Value {
+    object(
+        &["thread_id", "checkpoint_ns", "checkpoint_id"],
+        json!({"thread_id": {"type": "string"}, "checkpoint_ns": {"type": "string"}, "checkpoint_id": {"type": "string"}}),
+    )
+}
+
+fn ax_checkpoint() -> Value {
+    let mut v = ax_checkpoint_ref();
+    if let Some(required) = v["required"].as_array_mut() {
+        required.extend([json!("checkpoint"), json!("metadata")]);
+    }
+    v["properties"]["parent_checkpoint_id"] = json!({"type": ["string", "null"]});
+    v["properties"]["checkpoint"] = json!({"type": "object"});
+    v["properties"]["metadata"] = json!({"type": "object"});
+    v
+}
+
+/// A channel's blob: `blob` is base64, null for an `empty` channel.
+fn ax_checkpoint_blob() -> Value {
+    object(
+        &["channel", "version", "type"],
+        json!({"channel": {"type": "string"}, "version": {"type": "string"}, "type": {"type": "string"}, "blob": {"type": ["string", "null"], "contentEncoding": "base64"}}),
+    )
+}
+
+fn ax_checkpoint_tuple_or_null() -> Value {
+    let mut v = ax_checkpoint();
+    v["properties"]["blobs"] = list_of(ax_checkpoint_blob());
+    v["properties"]["pending_writes"] = list_of(object(
+        &["task_id", "idx", "channel"],
+        json!({"task_id": {"type": "string"}, "idx": {"type": "integer"}, "channel": {"type": "string"}, "type": {"type": ["string", "null"]}, "blob": {"type": ["string", "null"], "contentEncoding": "base64"}}),
+    ));
+    json!({"oneOf": [v, {"type": "null"}]})
+}
+
+fn ax_checkpoint_list_request() -> Value {
+    object(
+        &["thread_id"],
+        json!({
+            "thread_id": {"type": "string"}, "checkpoint_ns": {"type": ["string", "null"]},
+            "before_checkpoint_id": {"type": ["string", "null"]}, "filter_metadata": open_or_null(),
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000}
+        }),
+    )
+}
+
+fn ax_checkpoint_get_request() -> Value {
+    object(
+        &["thread_id"],
+        json!({"thread_id": {"type": "string"}, "checkpoint_ns": {"type": "string"}, "checkpoint_id": {"type": ["string", "null"]}}),
+    )
+}
+
+fn ax_checkpoint_put_request() -> Value {
+    object(
+        &["thread_id", "checkpoint_id", "checkpoint"],
+        json!({
+            "thread_id": {"type": "string"}, "checkpoint_ns": {"type": "string"},
+            "checkpoint_id": {"type": "string"}, "parent_checkpoint_id": {"type": ["string", "null"]},
+            "checkpoint": {"type": "object"}, "metadata": {"type": "object"},
+            "blobs": {"type": "array", "maxItems": 1000, "items": ax_checkpoint_blob()}
+        }),
+    )
+}
+
+fn ax_checkpoint_writes_request() -> Value {
+    object(
+        &["thread_id", "checkpoint_id", "writes"],
+        json!({
+            "thread_id": {"type": "string"}, "checkpoint_ns": {"type": "string"},
+            "checkpoint_id": {"type": "string"}, "upsert": {"type": "boolean"},
+            "writes": {"type": "array", "maxItems": 1000, "items": object(
+                &["task_id", "idx", "channel", "blob"],
+                json!({"task_id": {"type": "string"}, "idx": {"type": "integer"}, "channel": {"type": "string"}, "type": {"type": ["string", "null"]}, "blob": {"type": "string", "contentEncoding": "base64"}, "task_path": {"type": "string"}}),
+            )}
+        }),
+    )
+}
+
 /// The agent platform API (seed 003), at `/agentex`: the routes the official `agentex-client`
 /// calls, in the credential's workspace.
 pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
@@ -498,7 +588,7 @@ pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("post" p("/tasks/{task_id}/fail"), "agentexFailTask", "Close the task: FAILED", WRITE, Body::Json(ax_reason), one(ax_task)),
         op!("post" p("/tasks/{task_id}/terminate"), "agentexTerminateTask", "Close the task: TERMINATED", WRITE, Body::Json(ax_reason), one(ax_task)),
         op!("post" p("/tasks/{task_id}/timeout"), "agentexTimeoutTask", "Close the task: TIMED_OUT", WRITE, Body::Json(ax_reason), one(ax_task)),
-        op!("get" p("/tasks/{task_id}/query/{query_name}"), "agentexQueryTask", "Workflow queries: not offered", READ, Body::None, NI),
+        op!("get" p("/tasks/{task_id}/query/{query_name}"), "agentexQueryTask", "A named question about a task: get_status/status (its Task.status), get_state/state/current_state (its agent's state or null); another name is 400", READ, Body::None, one(ax_query_answer)),
         op!("get" p("/messages"), "agentexListMessages", "A task's messages, read from its timeline (task_id required)", READ, Body::None, J(200, || list_of(ax_message()))),
         op!("post" p("/messages"), "agentexCreateMessage", "Add a message to a task's timeline (IN_PROGRESS: an agent message its updates complete)", WRITE, Body::Json(ax_message_spec), one(ax_message)),
         op!("get" p("/messages/paginated"), "agentexPaginatedMessages", "A task's messages by cursor and direction", READ, Body::None,
@@ -529,11 +619,16 @@ pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("get" p("/tracker/{tracker_id}"), "agentexGetTracker", "One tracker", READ, Body::None, one(ax_tracker)),
         op!("put" p("/tracker/{tracker_id}"), "agentexUpdateTracker", "Move a tracker (last processed event, status)", WRITE,
             Body::Json(|| json!({"type": "object", "properties": {"last_processed_event_id": {"type": ["string", "null"]}, "status": {"type": ["string", "null"]}, "status_reason": {"type": ["string", "null"]}}})), one(ax_tracker)),
-        op!("post" p("/checkpoints/list"), "agentexListCheckpoints", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
-        op!("post" p("/checkpoints/delete-thread"), "agentexDeleteCheckpointThread", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
-        op!("post" p("/checkpoints/get-tuple"), "agentexGetCheckpointTuple", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
-        op!("post" p("/checkpoints/put"), "agentexPutCheckpoint", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
-        op!("post" p("/checkpoints/put-writes"), "agentexPutCheckpointWrites", "LangGraph checkpoints: not offered", WRITE, Body::None, NI),
+        op!("post" p("/checkpoints/list"), "agentexListCheckpoints", "A thread's (task's) LangGraph checkpoints, newest first (one namespace or all, before a checkpoint, metadata containment; limit ≤ 1000, default 100)", READ,
+            Body::Json(ax_checkpoint_list_request), J(200, || list_of(ax_checkpoint()))),
+        op!("post" p("/checkpoints/get-tuple"), "agentexGetCheckpointTuple", "A checkpoint by id, else the thread's newest in the namespace, with its blobs and pending writes; null when there is none", READ,
+            Body::Json(ax_checkpoint_get_request), J(200, ax_checkpoint_tuple_or_null)),
+        op!("post" p("/checkpoints/put"), "agentexPutCheckpoint", "Store a checkpoint (replacing one with its id) and its channels' blobs", WRITE,
+            Body::Json(ax_checkpoint_put_request), J(200, ax_checkpoint_ref)),
+        op!("post" p("/checkpoints/put-writes"), "agentexPutCheckpointWrites", "Store a checkpoint's pending writes, once per (task_id, idx) (upsert: replace)", WRITE,
+            Body::Json(ax_checkpoint_writes_request), Answer::Empty(204)),
+        op!("post" p("/checkpoints/delete-thread"), "agentexDeleteCheckpointThread", "Delete a thread's checkpoints, blobs and writes (the task stays)", WRITE,
+            Body::Json(|| object(&["thread_id"], json!({"thread_id": {"type": "string"}}))), Answer::Empty(204)),
         op!("get" p("/deployment-history"), "agentexDeploymentHistory", "Deployment history: not offered (see an agent's deployments)", READ, Body::None, NI),
         op!("get" p("/deployment-history/{deployment_id}"), "agentexDeploymentHistoryEntry", "Deployment history: not offered", READ, Body::None, NI),
         op!("post" p("/agent_api_keys/webhook-trigger"), "agentexWebhookTrigger", "Webhook triggers: not offered (call the RPC routes with an API key)", WRITE, Body::None, NI),
@@ -936,6 +1031,9 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
                 "204".into(),
                 json!({"description": "A notification (`\"jsonrpc\": \"2.0\"` without `id`): carried out, no JSON-RPC response"}),
             );
+        }
+        Answer::Empty(status) => {
+            responses.insert(status.to_string(), json!({"description": "Done; no body"}));
         }
         Answer::NotImplemented => {
             responses.insert(

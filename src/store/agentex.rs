@@ -67,7 +67,7 @@ pub struct Page {
 /// describes it): every key of `filter` is present under the path `base` with a value that
 /// contains the filter's value — objects recursively, other values by equality. Paths and values
 /// are bound parameters (in the order of the conditions' `?`), never SQL text.
-fn containment(
+pub(super) fn containment(
     dialect: Dialect,
     column: &str,
     base: &[String],

@@ -29,6 +29,7 @@ pub mod health;
 pub mod identity;
 pub mod inputs;
 pub mod intake;
+pub mod langgraph;
 mod log;
 pub mod logins;
 mod migrate;

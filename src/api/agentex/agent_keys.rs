@@ -1,8 +1,8 @@
 //! What an issued agent key (`x-agent-api-key`) may call: one row per `/agentex` route.
 //!
 //! A registered ACP server calls back with the key it was issued. That key acts for one agent:
-//! it reaches that agent's own objects (the agent itself, its tasks and their records, its
-//! schedules to read) and nothing else. Two walls hold it, and both are needed:
+//! it reaches that agent's own objects (the agent itself, its tasks and their records and
+//! LangGraph checkpoints, its schedules to read) and nothing else. Two walls hold it, and both are needed:
 //!
 //! * this table, consulted before a handler runs: a route marked [`Reach::Forbidden`] answers 403
 //!   for an agent key whatever it names (lists across agents, RPC, deployments, management), and
@@ -129,11 +129,11 @@ pub const ROUTES: &[(Method, &str, Reach)] = {
             Forbidden,
         ),
         (Method::POST, "/agent_api_keys/webhook-trigger", Forbidden),
-        (Method::POST, "/checkpoints/list", Forbidden),
-        (Method::POST, "/checkpoints/get-tuple", Forbidden),
-        (Method::POST, "/checkpoints/put", Forbidden),
-        (Method::POST, "/checkpoints/put-writes", Forbidden),
-        (Method::POST, "/checkpoints/delete-thread", Forbidden),
+        (Method::POST, "/checkpoints/list", Own),
+        (Method::POST, "/checkpoints/get-tuple", Own),
+        (Method::POST, "/checkpoints/put", Own),
+        (Method::POST, "/checkpoints/put-writes", Own),
+        (Method::POST, "/checkpoints/delete-thread", Own),
         (Method::GET, "/deployment-history", Forbidden),
         (
             Method::GET,
@@ -234,6 +234,12 @@ mod tests {
         assert_eq!(reach(&get, "/agentex/tasks/t1"), Reach::Own);
         assert_eq!(reach(&get, "/agentex/tasks/name/x"), Reach::Own);
         assert_eq!(reach(&get, "/agentex/agents/a1"), Reach::Own);
+        assert_eq!(reach(&post, "/agentex/checkpoints/put"), Reach::Own);
+        assert_eq!(reach(&get, "/agentex/checkpoints/put"), Reach::Forbidden);
+        assert_eq!(
+            reach(&get, "/agentex/tasks/t1/query/get_status"),
+            Reach::Own
+        );
         assert_eq!(reach(&get, "/agentex/agents/a1/schedules"), Reach::Own);
         assert_eq!(
             reach(&post, "/agentex/agents/a1/schedules"),

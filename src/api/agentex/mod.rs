@@ -11,6 +11,7 @@
 pub mod acp;
 pub mod agent_keys;
 mod agents;
+mod checkpoints;
 mod deployments;
 mod events;
 mod messages;
@@ -18,6 +19,7 @@ mod rpc;
 mod schedules;
 mod spans;
 mod states;
+mod task_query;
 mod tasks;
 mod tracker;
 mod unsupported;
@@ -46,11 +48,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .configure(deployments::routes)
             .configure(schedules::routes)
             .configure(tasks::routes)
+            .configure(task_query::routes)
             .configure(messages::routes)
             .configure(events::routes)
             .configure(states::routes)
             .configure(spans::routes)
             .configure(tracker::routes)
+            .configure(checkpoints::routes)
             .configure(unsupported::routes),
     );
 }

@@ -7,25 +7,12 @@ use super::at;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
 
-const CHECKPOINTS: &str = "LangGraph checkpoints are not kept by sessiond: an agent's \
-    conversation and state live in its task's timeline (GET /messages, /states)";
 const DEPLOYMENT_HISTORY: &str = "deployment history (the git builds of agent pods) is not kept \
     by sessiond: list an agent's engine versions with GET /agents/{agent_id}/deployments";
 const WEBHOOKS: &str = "webhook triggers are not offered by sessiond: call the RPC routes with \
     an API key (`sessiond token create`) instead";
-const WORKFLOW_QUERY: &str = "tasks are not Temporal workflows in sessiond; read a task's state \
-    with GET /tasks/{task_id}, /messages and /states";
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    for path in [
-        "/checkpoints/list",
-        "/checkpoints/delete-thread",
-        "/checkpoints/get-tuple",
-        "/checkpoints/put",
-        "/checkpoints/put-writes",
-    ] {
-        cfg.service(at(path, "POST").route(web::post().to(|_: Actor| answer(CHECKPOINTS))));
-    }
     cfg.service(
         at("/deployment-history", "GET")
             .route(web::get().to(|_: Actor| answer(DEPLOYMENT_HISTORY))),
@@ -37,10 +24,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         at("/agent_api_keys/webhook-trigger", "POST")
             .route(web::post().to(|_: Actor| answer(WEBHOOKS))),
-    )
-    .service(
-        at("/tasks/{task_id}/query/{query_name}", "GET")
-            .route(web::get().to(|_: Actor| answer(WORKFLOW_QUERY))),
     );
 }
 

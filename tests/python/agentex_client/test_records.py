@@ -196,12 +196,6 @@ def expect_501(call):
 
 def test_operations_sessiond_does_not_carry_out_answer_501(client, conversation):
     _, t = conversation
-    expect_501(lambda: client.checkpoints.list(thread_id="t"))
-    expect_501(lambda: client.checkpoints.get_tuple(thread_id="t"))
-    expect_501(lambda: client.checkpoints.put(checkpoint={}, checkpoint_id="c", thread_id="t"))
-    expect_501(lambda: client.checkpoints.put_writes(checkpoint_id="c", thread_id="t", writes=[]))
-    expect_501(lambda: client.checkpoints.delete_thread(thread_id="t"))
     expect_501(lambda: client.deployment_history.list())
     expect_501(lambda: client.deployment_history.retrieve("d"))
     expect_501(lambda: client.webhooks.create_webhook_trigger(agent_name="a", forward_path="x", name="n"))
-    expect_501(lambda: client.tasks.query_workflow("state", task_id=t.id))
