@@ -26,6 +26,10 @@ pub enum Error {
     NotFound,
     #[error("a valid credential is required")]
     Unauthorized,
+    /// A webhook delivery without a signature, with one that verifies against no trigger of its
+    /// URL, or signed too long ago (401, `invalid_signature`).
+    #[error("{0}")]
+    SignatureRefused(String),
     #[error("agent not found")]
     AgentNotFound,
     #[error("the agent has no default session")]
@@ -126,6 +130,7 @@ impl Error {
             Error::InvalidRequest(_) => "invalid_request",
             Error::NotFound => "not_found",
             Error::Unauthorized => "unauthorized",
+            Error::SignatureRefused(_) => "invalid_signature",
             Error::AgentNotFound => "agent_not_found",
             Error::NoDefaultSession => "no_default_session",
             Error::IdempotencyConflict => "idempotency_conflict",
@@ -158,7 +163,7 @@ impl ResponseError for Error {
     fn status_code(&self) -> StatusCode {
         match self {
             Error::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Unauthorized | Error::SignatureRefused(_) => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::NotFound | Error::AgentNotFound | Error::NoDefaultSession => {
                 StatusCode::NOT_FOUND

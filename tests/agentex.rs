@@ -463,29 +463,6 @@ fn http_errors_around_the_rpc() {
 }
 
 #[test]
-fn unsupported_operations_answer_501_after_the_credential_check() {
-    let s = Server::start();
-    for (method, path) in [
-        ("GET", "/deployment-history"),
-        ("GET", "/deployment-history/x"),
-        ("POST", "/agent_api_keys/webhook-trigger"),
-    ] {
-        let url = agentex(&s, path);
-        let req = |c: &reqwest::blocking::Client| match method {
-            "GET" => c.get(&url),
-            "PUT" => c.put(&url).json(&json!({})),
-            _ => c.post(&url).json(&json!({})),
-        };
-        let res = req(&reqwest::blocking::Client::new()).send().expect("send");
-        assert_eq!(res.status().as_u16(), 401, "{method} {path}");
-        let (status, v) = common::into_json(req(&s.http).send().expect("send"));
-        assert_eq!(status, 501, "{method} {path}: {v}");
-        assert_eq!(v["error"], "not_implemented");
-        assert!(v["message"].as_str().is_some_and(|m| m.len() > 20), "{v}");
-    }
-}
-
-#[test]
 fn conflicts_tell_retrying_clients_not_to() {
     let s = Server::start();
     let res = s

@@ -10,7 +10,8 @@
 //! `dist/sessiond.service` document, and their `user create` the walk-through's. A command line
 //! this file does not know fails the test: a new README command comes with its check.
 //!
-//! The walk-through needs `bash`, `curl` and `jq` (`.ci/run` installs them).
+//! The walk-through needs `bash`, `curl` and `jq` (`.ci/run` installs them), the webhook example
+//! `openssl` too.
 
 mod common;
 
@@ -240,6 +241,36 @@ fn run_walkthrough(cwd: &Path, base: &str, block: &str) -> (String, String, Stri
     (stdout.clone(), value("KEY"), value("ID"))
 }
 
+/// The webhook trigger example, run as written with the walk-through's `KEY` (only the URL is
+/// this test's): it registers an agent and its GitHub trigger, signs a delivery with `openssl`
+/// and sends it, which must start a task.
+fn run_webhook_example(cwd: &Path, base: &str, key: &str, block: &str) {
+    let script = format!("set -euo pipefail\n{}", block.replace(README_URL, base));
+    let mut cmd = Command::new("bash");
+    cmd.current_dir(cwd).args(["-c", &script]).env("KEY", key);
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the README's webhook example failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // curl prints each answer without a newline: the delivery's is the last JSON value.
+    let answer: Value = serde_json::Deserializer::from_str(&stdout)
+        .into_iter::<Value>()
+        .map_while(Result::ok)
+        .last()
+        .unwrap_or_else(|| panic!("no answer from the delivery: {stdout}"));
+    assert_eq!(
+        answer["created"], true,
+        "the delivery started a task: {stdout}"
+    );
+    assert_eq!(
+        answer["task_name"], "webhook:github:1c4e1f0a-7a51-4bd5-9b2e-2f1fa4c6b6d1",
+        "{stdout}"
+    );
+}
+
 /// The SSE command, run as written: it replays the timeline, then shows a message's reply as it
 /// streams. Ended by this test (killing its process group), as a person ends it with Ctrl-C.
 fn run_sse_command(
@@ -444,6 +475,7 @@ fn every_readme_command_runs_as_written_or_has_its_check() {
     require("bash");
     require("curl");
     require("jq");
+    require("openssl");
     let blocks = sh_blocks();
     assert!(!blocks.is_empty(), "no sh blocks in the README");
     let tmp = tempfile::tempdir().unwrap();
@@ -490,6 +522,18 @@ fn every_readme_command_runs_as_written_or_has_its_check() {
                 );
             }
             walked = Some((key, id));
+            ran.extend(cmds);
+            continue;
+        }
+        if cmds
+            .iter()
+            .any(|c| c.contains("/agentex/agent_api_keys/webhook-trigger"))
+        {
+            let (key, _) = walked
+                .as_ref()
+                .expect("the webhook example comes after the walk-through");
+            let s = server.as_ref().expect("a server");
+            run_webhook_example(tmp.path(), &s.base, key, block);
             ran.extend(cmds);
             continue;
         }

@@ -87,6 +87,16 @@ impl AgentKeys {
         }
     }
 
+    /// A [`secret::Sealer`] for `purpose`, keyed by `HMAC-SHA256(secret, purpose)`: secrets sealed
+    /// for one purpose do not open for another, and none opens without the data dir's secret.
+    pub fn sealer(&self, purpose: &str) -> secret::Sealer {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.secret)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(b"sessiond sealing key\n");
+        mac.update(purpose.as_bytes());
+        secret::Sealer::new(&mac.finalize().into_bytes().into())
+    }
+
     /// The key of `agent_id` with `salt`.
     pub fn key(&self, agent_id: &str, salt: &str) -> String {
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.secret)

@@ -8,13 +8,15 @@
 //! engine without promoting it (the tasks it opens are pinned to that engine). `docker_image`,
 //! `helm_release_name` and `sgp_deploy_id` are kept as labels; sessiond runs no images. A
 //! deployment is `Ready` from the start, and has no `acp_url` (sessiond calls no agent server).
+//! Every change (created, promoted, deleted) is recorded in the agent's deployment history by the
+//! unit of work that makes it, with the actor as its author (`super::deployment_history`).
 
 use serde_json::{Map, Value, json};
 
 use super::view;
 use crate::agents;
 use crate::error::{Error, Result};
-use crate::sessions::Sessions;
+use crate::sessions::{Actor, Sessions};
 use crate::store::agentex::{
     AgentexAgentRow, DeploymentRow, DeploymentSpec, Direction, Page, SortKey,
 };
@@ -55,6 +57,7 @@ fn check_label(field: &str, v: &str, max: usize) -> Result<()> {
 
 pub async fn create(
     sessions: &Sessions,
+    actor: &Actor,
     agent: &AgentexAgentRow,
     d: NewDeploymentIn,
 ) -> Result<DeploymentRow> {
@@ -82,14 +85,17 @@ pub async fn create(
     sessions
         .store()
         .agentex()
-        .create_deployment(DeploymentSpec {
-            agent_id: agent.id.clone(),
-            docker_image: d.docker_image,
-            helm_release_name: d.helm_release_name,
-            sgp_deploy_id: d.sgp_deploy_id,
-            registration_metadata: metadata,
-            engine,
-        })
+        .create_deployment(
+            DeploymentSpec {
+                agent_id: agent.id.clone(),
+                docker_image: d.docker_image,
+                helm_release_name: d.helm_release_name,
+                sgp_deploy_id: d.sgp_deploy_id,
+                registration_metadata: metadata,
+                engine,
+            },
+            super::deployment_history::author(actor),
+        )
         .await
 }
 
@@ -117,11 +123,16 @@ pub async fn list(
 }
 
 /// Deletes a deployment that is not in production (409 for the production one).
-pub async fn delete(sessions: &Sessions, agent: &AgentexAgentRow, id: &str) -> Result<()> {
+pub async fn delete(
+    sessions: &Sessions,
+    actor: &Actor,
+    agent: &AgentexAgentRow,
+    id: &str,
+) -> Result<()> {
     sessions
         .store()
         .agentex()
-        .delete_deployment(&agent.id, id)
+        .delete_deployment(&agent.id, id, super::deployment_history::author(actor))
         .await
 }
 
@@ -129,6 +140,7 @@ pub async fn delete(sessions: &Sessions, agent: &AgentexAgentRow, id: &str) -> R
 /// transaction, after checking the engine against the policy in force now.
 pub async fn promote(
     sessions: &Sessions,
+    actor: &Actor,
     agent: &AgentexAgentRow,
     id: &str,
 ) -> Result<DeploymentRow> {
@@ -138,6 +150,11 @@ pub async fn promote(
     sessions
         .store()
         .agentex()
-        .promote_deployment(&agent.id, &d.id, &engine)
+        .promote_deployment(
+            &agent.id,
+            &d.id,
+            &engine,
+            super::deployment_history::author(actor),
+        )
         .await
 }

@@ -2,15 +2,16 @@
 //!
 //! Its agents are sessiond's agents (`Agent.id` is the agent's id, `name` its slug), its tasks are
 //! sessions, and its task messages are the sessions' timeline events read as messages. What those
-//! objects carry beyond the core (registrations, deployments, task names and params, events,
-//! states, spans, trackers, LangGraph checkpoints) lives in the `agentex_*` tables, written in the
-//! same transactions as the timeline events they belong with. The HTTP handlers are in
-//! `api::agentex`.
+//! objects carry beyond the core (registrations, deployments and their history, task names and
+//! params, events, states, spans, trackers, LangGraph checkpoints, webhook triggers) lives in the
+//! `agentex_*` tables, written in the same transactions as the timeline events they belong with.
+//! The HTTP handlers are in `api::agentex`.
 
 pub mod acp;
 pub mod agents;
 pub mod checkpoints;
 pub mod content;
+pub mod deployment_history;
 pub mod deployments;
 pub mod messages;
 pub mod queries;
@@ -18,6 +19,7 @@ pub mod records;
 pub mod tasks;
 pub mod updates;
 pub mod view;
+pub mod webhooks;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;

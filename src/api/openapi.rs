@@ -38,6 +38,9 @@ pub enum Access {
     Signed,
     /// An upload grant's token, and nothing else.
     UploadToken,
+    /// No credential: the request's GitHub or Slack signature, checked against the webhook
+    /// triggers of its URL.
+    WebhookSignature,
 }
 
 /// What a successful answer carries.
@@ -436,6 +439,76 @@ fn ax_task_stream_item() -> Value {
     ]})
 }
 
+fn ax_deployment_history() -> Value {
+    object(
+        &[
+            "id",
+            "agent_id",
+            "author_email",
+            "author_name",
+            "branch_name",
+            "build_timestamp",
+            "commit_hash",
+            "deployment_timestamp",
+        ],
+        json!({
+            "id": {"type": "string"}, "agent_id": {"type": "string"},
+            "author_email": {"type": "string", "description": "the user's e-mail address (empty for an app or an unknown author)"},
+            "author_name": {"type": "string", "description": "the user's e-mail address or the app's name (`unknown` before sessiond kept history)"},
+            "branch_name": {"enum": ["created", "promoted", "deleted"], "description": "the change"},
+            "commit_hash": {"type": "string", "description": "the deployment's id"},
+            "build_timestamp": date_time(), "deployment_timestamp": date_time(),
+            "deployment_id": {"type": "string"}, "change": {"enum": ["created", "promoted", "deleted"]},
+            "docker_image": {"type": "string"}, "author_id": {"type": ["string", "null"]},
+            "key_id": {"type": ["string", "null"]}
+        }),
+    )
+}
+
+fn ax_webhook_trigger_request() -> Value {
+    json!({
+        "type": "object", "required": ["agent_name", "forward_path", "name"], "additionalProperties": false,
+        "properties": {
+            "agent_name": {"type": "string"},
+            "forward_path": {"type": "string", "description": "path segments of a-z, A-Z, 0-9, '-', '_', '.', '~' joined by '/'"},
+            "name": {"type": "string", "description": "what deliveries are matched on: the repository's full_name (github), the app's api_app_id (slack)"},
+            "source": {"enum": ["github", "slack"], "default": "github"},
+            "secret": {"type": ["string", "null"], "minLength": 16, "description": "required for slack; made when omitted for github"},
+            "base_url": {"type": ["string", "null"], "description": "the agent platform API's public URL for webhook_url (default: public_url or the bound address, with /agentex)"}
+        }
+    })
+}
+
+fn ax_webhook_trigger() -> Value {
+    object(
+        &[
+            "key_id",
+            "agent_name",
+            "source",
+            "name",
+            "secret",
+            "webhook_path",
+        ],
+        json!({
+            "key_id": {"type": "string"}, "agent_name": {"type": "string"},
+            "source": {"enum": ["github", "slack"]}, "name": {"type": "string"},
+            "secret": {"type": "string", "description": "shown this once"},
+            "webhook_path": {"type": "string"}, "webhook_url": {"type": ["string", "null"]}
+        }),
+    )
+}
+
+fn ax_webhook_delivery() -> Value {
+    json!({
+        "type": "object",
+        "description": "the task the delivery started (or found, for a redelivery); Slack's url_verification: its challenge; GitHub's ping: ok",
+        "properties": {
+            "task_id": {"type": "string"}, "task_name": {"type": ["string", "null"]}, "created": {"type": "boolean"},
+            "challenge": {"type": "string"}, "ok": {"type": "boolean"}, "event": {"type": "string"}
+        }
+    })
+}
+
 fn ax_rpc_request() -> Value {
     object(
         &["method", "params"],
@@ -555,7 +628,7 @@ fn ax_checkpoint_writes_request() -> Value {
 /// calls, in the credential's workspace.
 pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
     let p = |rest: &str| -> &'static str { format!("/agentex{rest}").leak() };
-    use Answer::{Json as J, NotImplemented as NI};
+    use Answer::Json as J;
     let one = |f: fn() -> Value| J(200, f);
     vec![
         op!("get" p("/agents"), "agentexListAgents", "Agents (task_id filter; order_by, order_direction; page_number from 1)", READ, Body::None, J(200, || list_of(ax_agent()))),
@@ -629,9 +702,10 @@ pub static AGENTEX: LazyLock<Vec<Op>> = LazyLock::new(|| {
             Body::Json(ax_checkpoint_writes_request), Answer::Empty(204)),
         op!("post" p("/checkpoints/delete-thread"), "agentexDeleteCheckpointThread", "Delete a thread's checkpoints, blobs and writes (the task stays)", WRITE,
             Body::Json(|| object(&["thread_id"], json!({"thread_id": {"type": "string"}}))), Answer::Empty(204)),
-        op!("get" p("/deployment-history"), "agentexDeploymentHistory", "Deployment history: not offered (see an agent's deployments)", READ, Body::None, NI),
-        op!("get" p("/deployment-history/{deployment_id}"), "agentexDeploymentHistoryEntry", "Deployment history: not offered", READ, Body::None, NI),
-        op!("post" p("/agent_api_keys/webhook-trigger"), "agentexWebhookTrigger", "Webhook triggers: not offered (call the RPC routes with an API key)", WRITE, Body::None, NI),
+        op!("get" p("/deployment-history"), "agentexDeploymentHistory", "Every change to an agent's deployments (created, promoted, deleted), with who and when; agent_id or agent_name, pages", READ, Body::None, J(200, || list_of(ax_deployment_history()))),
+        op!("get" p("/deployment-history/{deployment_id}"), "agentexDeploymentHistoryEntry", "One change of the deployment history", READ, Body::None, one(ax_deployment_history)),
+        op!("post" p("/agent_api_keys/webhook-trigger"), "agentexWebhookTrigger", "Register a GitHub or Slack signing secret for an agent: the forward URL, and the secret shown once", WRITE, Body::Json(ax_webhook_trigger_request), one(ax_webhook_trigger)),
+        op!("post" p("/agents/forward/name/{agent_name}/{path}"), "agentexWebhookDelivery", "A GitHub or Slack delivery to a webhook trigger (its signature is its credential): starts a task of the agent with the payload", Access::WebhookSignature, Body::Json(|| json!({"type": "object"})), J(200, ax_webhook_delivery)),
     ]
 });
 
@@ -697,6 +771,63 @@ fn task_query(op_id: &str) -> Vec<Value> {
             q("after", uint(), "Events with a greater sequence"),
             q("limit", limit(), "Events per page"),
         ],
+        "agentexDeploymentHistory" => vec![
+            q(
+                "agent_id",
+                json!({"type": "string"}),
+                "The agent (or agent_name; one of them)",
+            ),
+            q(
+                "agent_name",
+                json!({"type": "string"}),
+                "The agent, by name",
+            ),
+            q(
+                "limit",
+                json!({"type": "integer", "minimum": 1, "maximum": super::agentex::PAGE_MAX}),
+                "Rows per page (default 50)",
+            ),
+            q(
+                "page_number",
+                json!({"type": "integer", "minimum": 1}),
+                "From 1",
+            ),
+            q(
+                "order_by",
+                json!({"enum": ["deployment_timestamp", "build_timestamp"]}),
+                "The change's time (default) or the deployment's creation",
+            ),
+            q(
+                "order_direction",
+                json!({"enum": ["asc", "desc"]}),
+                "Newest first by default",
+            ),
+        ],
+        "agentexWebhookDelivery" => {
+            let h = |name: &str, what: &str| json!({"name": name, "in": "header", "required": false, "description": what, "schema": {"type": "string"}});
+            vec![
+                h(
+                    "X-Hub-Signature-256",
+                    "GitHub: sha256= and the HMAC-SHA256 of the body, hex",
+                ),
+                h(
+                    "X-GitHub-Event",
+                    "GitHub: the event (issues, issue_comment, push, pull_request, ping, ...)",
+                ),
+                h(
+                    "X-GitHub-Delivery",
+                    "GitHub: the delivery's id (a redelivery finds the task it started)",
+                ),
+                h(
+                    "X-Slack-Signature",
+                    "Slack: v0= and the HMAC-SHA256 of v0:{timestamp}:{body}, hex",
+                ),
+                h(
+                    "X-Slack-Request-Timestamp",
+                    "Slack: seconds since the epoch, within five minutes of now",
+                ),
+            ]
+        }
         "v2StreamEvents" => vec![
             q(
                 "after",
@@ -892,6 +1023,7 @@ fn security(access: Access) -> Value {
         Access::Public => json!([]),
         Access::Scope(_) | Access::Signed => json!([{"apiKey": []}, {"browserSession": []}]),
         Access::UploadToken => json!([{"uploadToken": []}]),
+        Access::WebhookSignature => json!([]),
     }
 }
 
@@ -929,6 +1061,11 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
     });
     if let Access::Scope(scope) = op.access {
         o["x-sessiond-scope"] = json!(scope);
+    }
+    if op.access == Access::WebhookSignature {
+        o["x-sessiond-signature"] = json!(
+            "X-Hub-Signature-256 (GitHub), or X-Slack-Signature with X-Slack-Request-Timestamp (Slack)"
+        );
     }
     if let Some(p) = o["parameters"].as_array_mut() {
         p.extend(task_query(op.id));
@@ -1234,8 +1371,10 @@ mod tests {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned();
+            // A tail parameter's pattern (`{path:.*}`) is documented as the parameter.
+            let documented = pattern.replace(":.*}", "}");
             for m in allow.split(',') {
-                registered.insert((m.trim().to_lowercase(), pattern.clone()));
+                registered.insert((m.trim().to_lowercase(), documented.clone()));
             }
         }
         let documented: BTreeSet<(String, String)> = operations()

@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::runner::machine::{self, MachineState};
 use crate::runner::{Delivery, Runner};
 use crate::store::inputs::Retry;
+use crate::store::record::WebhookFacts;
 use crate::store::sessions::{Author, NewImage, NewNote, SessionChange};
 use crate::store::submit::{InputLink, Linked, NewMachine, NewPrompt, SessionPlan};
 use crate::store::{self, SessionKey, Store};
@@ -68,6 +69,23 @@ pub enum Channel {
     /// A request from this machine without a credential that `[policy]` lets in (an ACP server
     /// registering, `acp_register_from_loopback`).
     Loopback,
+    /// A signed webhook delivery (GitHub, Slack) to a trigger of the agent, acting as the
+    /// trigger's creator. Its session's record says where the delivery came from.
+    Webhook(Box<WebhookOrigin>),
+}
+
+/// What a Session record shows of the webhook delivery that started it (seed 004's provenance:
+/// `source` `mention`, `webhook_type`, `webhook_id`, `attribution`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookOrigin {
+    /// `github.issue`, `slack.app_mention`, …; `None` for an event the seed has no name for.
+    pub webhook_type: Option<&'static str>,
+    /// The delivery's own id (GitHub's `X-GitHub-Delivery`, Slack's `event_id`).
+    pub webhook_id: Option<String>,
+    /// `github_user` or `slack_user`, with the account's id, when the delivery names one.
+    pub attribution: Option<(&'static str, String)>,
+    /// The GitHub account (`id`, `login`, `type`, `avatar_url`), as the record's JSON.
+    pub attribution_user: Option<String>,
 }
 
 /// Fields shared by every input that carries media and a retry key.
@@ -774,6 +792,12 @@ fn provenance(actor: &Actor) -> (&'static str, Option<&'static str>, Option<&str
         // A registered agent calling back with the key it was issued.
         Channel::Agent { agent_id } => ("api", Some("api_key"), Some(agent_id)),
         Channel::Loopback => ("api", None, Some(&actor.user_id)),
+        // A GitHub or Slack event: the seed's trigger for sessions an account's activity
+        // starts is `mention` (the event itself is `webhook_type`).
+        Channel::Webhook(origin) => match &origin.attribution {
+            Some((kind, id)) => ("mention", Some(*kind), Some(id)),
+            None => ("mention", None, None),
+        },
     }
 }
 
@@ -825,6 +849,14 @@ fn session_plan(
         source,
         attribution_type,
         attribution_id: attribution_id.map(str::to_owned),
+        webhook: match &actor.channel {
+            Channel::Webhook(origin) => Some(WebhookFacts {
+                webhook_type: origin.webhook_type.map(str::to_owned),
+                webhook_id: origin.webhook_id.clone(),
+                attribution_user: origin.attribution_user.clone(),
+            }),
+            _ => None,
+        },
         bind_default: plan.bind_default,
         ..SessionPlan::default()
     }

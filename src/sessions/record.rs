@@ -1,9 +1,10 @@
 //! The Session record (seed 004): one session as the `/v2` family shows it, in `GET
 //! /v2/sessions/{id}`, the list, and the event stream's `session/snapshot` frames alike.
 //!
-//! Everything is derived from the projection row, the facts of migration 0004 and the newest
-//! terminal event; nothing here is stored twice. How sessiond's states map onto the record's
-//! lifecycle fields (where the seed leaves them open):
+//! Everything is derived from the projection row, the facts of migration 0004 (with a webhook
+//! delivery's provenance, migration 0016) and the newest terminal event; nothing here is stored
+//! twice. How sessiond's states map onto the record's lifecycle fields (where the seed leaves them
+//! open):
 //!
 //! | sessiond | `status` | `exit_status` | `session_state` | `surface.run` |
 //! |---|---|---|---|---|
@@ -211,7 +212,12 @@ pub fn record(row: &SessionRow, facts: &RecordFacts, harness: &str) -> Value {
         "attribution": {
             "type": facts.attribution_type,
             "id": facts.attribution_id,
-            "user": null,
+            "user": facts
+                .webhook
+                .attribution_user
+                .as_deref()
+                .and_then(|u| serde_json::from_str::<Value>(u).ok())
+                .unwrap_or(Value::Null),
         },
         "last_activity_at": time(facts.last_event_at),
         "last_message_at": time(facts.last_message_at),
@@ -224,8 +230,8 @@ pub fn record(row: &SessionRow, facts: &RecordFacts, harness: &str) -> Value {
         "output_prs": null,
         "sandbox_id": null,
         "session_key": null,
-        "webhook_id": null,
-        "webhook_type": null,
+        "webhook_id": facts.webhook.webhook_id,
+        "webhook_type": facts.webhook.webhook_type,
         // Not in the seed's record (which allows other members): the runner id of the sessiond
         // process that runs, or last ran, the session's turn (`/healthz` names each process's).
         "runner_id": row.turn_owner,

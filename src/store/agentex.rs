@@ -8,6 +8,7 @@
 use super::sql::{Db, Dialect, OptionalExtension, Value as SqlValue, params, params_from_iter};
 use serde_json::{Map, Value};
 
+use super::deployment_history::{ChangeAuthor, DeploymentChange};
 use super::{SessionKey, Tx};
 use crate::error::{Error, Result};
 
@@ -39,6 +40,10 @@ pub enum SortKey {
     PromotedAt,
     StartTime,
     EndTime,
+    /// A deployment history row's time of change.
+    DeploymentTimestamp,
+    /// A deployment history row's deployment's creation.
+    BuildTimestamp,
 }
 
 impl SortKey {
@@ -52,6 +57,8 @@ impl SortKey {
             SortKey::PromotedAt => "promoted_at",
             SortKey::StartTime => "start_time",
             SortKey::EndTime => "end_time",
+            SortKey::DeploymentTimestamp => "deployment_timestamp",
+            SortKey::BuildTimestamp => "build_timestamp",
         }
     }
 }
@@ -180,13 +187,13 @@ fn push_page(sql: &mut String, args: &mut Vec<SqlValue>, page: Page) {
 
 /// A page-numbered list: a SELECT scoped by its first condition, narrowed by filters, then
 /// ordered (ties broken by a unique column) and cut to one page.
-struct List {
+pub(super) struct List {
     sql: String,
     args: Vec<SqlValue>,
 }
 
 impl List {
-    fn new(select: &str, scope: &str, value: &str) -> List {
+    pub(super) fn new(select: &str, scope: &str, value: &str) -> List {
         List {
             sql: format!("{select} WHERE {scope} = ?"),
             args: vec![SqlValue::Text(value.to_owned())],
@@ -220,7 +227,7 @@ impl List {
         Ok(())
     }
 
-    fn run<T>(
+    pub(super) fn run<T>(
         mut self,
         conn: &Db,
         order: &str,
@@ -458,7 +465,12 @@ pub struct NewDeployment<'a> {
 }
 
 impl Tx<'_> {
-    pub(super) fn insert_deployment(&mut self, d: &NewDeployment<'_>) -> Result<DeploymentRow> {
+    /// Inserts a deployment and its `created` history row.
+    pub(super) fn insert_deployment(
+        &mut self,
+        d: &NewDeployment<'_>,
+        author: &ChangeAuthor,
+    ) -> Result<DeploymentRow> {
         self.conn
             .prepare_cached(
                 "INSERT INTO agentex_deployments (id, agent_id, docker_image, helm_release_name,
@@ -475,15 +487,19 @@ impl Tx<'_> {
                 d.engine,
                 self.now
             ])?;
-        deployment(self.conn, d.agent_id, d.id)?.ok_or(Error::NotFound)
+        let row = deployment(self.conn, d.agent_id, d.id)?.ok_or(Error::NotFound)?;
+        self.record_deployment_change(&row, DeploymentChange::Created, author)?;
+        Ok(row)
     }
 
-    /// Makes `deployment_id` the agent's one production deployment and its engine the agent's.
+    /// Makes `deployment_id` the agent's one production deployment and its engine the agent's,
+    /// with its `promoted` history row.
     pub(super) fn promote_deployment(
         &mut self,
         agent_id: &str,
         deployment_id: &str,
         engine: &str,
+        author: &ChangeAuthor,
     ) -> Result<DeploymentRow> {
         let c = self.conn;
         c.prepare_cached(
@@ -511,11 +527,18 @@ impl Tx<'_> {
         .execute(params![agent_id, deployment_id, self.now])?;
         c.prepare_cached("UPDATE agents SET engine = ?2 WHERE id = ?1")?
             .execute([agent_id, engine])?;
-        deployment(c, agent_id, deployment_id)?.ok_or(Error::NotFound)
+        let row = deployment(c, agent_id, deployment_id)?.ok_or(Error::NotFound)?;
+        self.record_deployment_change(&row, DeploymentChange::Promoted, author)?;
+        Ok(row)
     }
 
-    /// Deletes a deployment that is not in production.
-    pub(super) fn delete_deployment(&mut self, agent_id: &str, deployment_id: &str) -> Result<()> {
+    /// Deletes a deployment that is not in production, with its `deleted` history row.
+    pub(super) fn delete_deployment(
+        &mut self,
+        agent_id: &str,
+        deployment_id: &str,
+        author: &ChangeAuthor,
+    ) -> Result<()> {
         let row = deployment(self.conn, agent_id, deployment_id)?.ok_or(Error::NotFound)?;
         if row.is_production {
             return Err(Error::Conflict(
@@ -526,7 +549,7 @@ impl Tx<'_> {
         self.conn
             .prepare_cached("DELETE FROM agentex_deployments WHERE id = ?1")?
             .execute([deployment_id])?;
-        Ok(())
+        self.record_deployment_change(&row, DeploymentChange::Deleted, author)
     }
 }
 
@@ -1787,28 +1810,38 @@ impl AgentexStore<'_> {
             .await
     }
 
-    pub async fn create_deployment(&self, d: DeploymentSpec) -> Result<DeploymentRow> {
+    /// Creates a deployment, recording the change in its history (by `author`, now).
+    pub async fn create_deployment(
+        &self,
+        d: DeploymentSpec,
+        author: ChangeAuthor,
+    ) -> Result<DeploymentRow> {
         self.store
             .write(move |tx| {
-                tx.insert_deployment(&NewDeployment {
-                    id: &crate::ids::new_id(),
-                    agent_id: &d.agent_id,
-                    docker_image: &d.docker_image,
-                    helm_release_name: d.helm_release_name.as_deref(),
-                    sgp_deploy_id: d.sgp_deploy_id.as_deref(),
-                    registration_metadata: &d.registration_metadata,
-                    engine: &d.engine,
-                })
+                tx.insert_deployment(
+                    &NewDeployment {
+                        id: &crate::ids::new_id(),
+                        agent_id: &d.agent_id,
+                        docker_image: &d.docker_image,
+                        helm_release_name: d.helm_release_name.as_deref(),
+                        sgp_deploy_id: d.sgp_deploy_id.as_deref(),
+                        registration_metadata: &d.registration_metadata,
+                        engine: &d.engine,
+                    },
+                    &author,
+                )
             })
             .await
     }
 
-    /// Makes a deployment the agent's only production deployment and its engine the agent's.
+    /// Makes a deployment the agent's only production deployment and its engine the agent's,
+    /// recording the change in its history.
     pub async fn promote_deployment(
         &self,
         agent_id: &str,
         deployment_id: &str,
         engine: &str,
+        author: ChangeAuthor,
     ) -> Result<DeploymentRow> {
         let (agent_id, id, engine) = (
             agent_id.to_owned(),
@@ -1816,14 +1849,20 @@ impl AgentexStore<'_> {
             engine.to_owned(),
         );
         self.store
-            .write(move |tx| tx.promote_deployment(&agent_id, &id, &engine))
+            .write(move |tx| tx.promote_deployment(&agent_id, &id, &engine, &author))
             .await
     }
 
-    pub async fn delete_deployment(&self, agent_id: &str, deployment_id: &str) -> Result<()> {
+    /// Deletes a deployment, recording the change in its history.
+    pub async fn delete_deployment(
+        &self,
+        agent_id: &str,
+        deployment_id: &str,
+        author: ChangeAuthor,
+    ) -> Result<()> {
         let (agent_id, id) = (agent_id.to_owned(), deployment_id.to_owned());
         self.store
-            .write(move |tx| tx.delete_deployment(&agent_id, &id))
+            .write(move |tx| tx.delete_deployment(&agent_id, &id, &author))
             .await
     }
 

@@ -23,6 +23,7 @@ pub mod acp;
 pub mod agentex;
 mod checkpoint;
 pub mod claims;
+pub mod deployment_history;
 pub mod directory;
 mod error;
 pub mod health;
@@ -44,6 +45,7 @@ pub mod sessions;
 pub mod sql;
 pub mod submit;
 pub mod turns;
+pub mod webhooks;
 mod writer;
 pub mod writes;
 

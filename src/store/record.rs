@@ -1,6 +1,7 @@
 //! The facts a session's record (the `/v2` Session) is made of beyond its projection row:
-//! provenance, metadata, budget, lineage, closing and stopping (migration 0004), a task's final
-//! status, and the events the record and the HAST projection look up by position.
+//! provenance, metadata, budget, lineage, closing and stopping (migration 0004; a webhook
+//! delivery's provenance, 0016), a task's final status, and the events the record and the HAST
+//! projection look up by position.
 
 use super::sql::{Db, Dialect, OptionalExtension, params};
 
@@ -38,6 +39,17 @@ pub struct RecordFacts {
     pub last_message_at: Option<i64>,
     /// When the newest event was written.
     pub last_event_at: Option<i64>,
+    /// The webhook delivery that started the session (migration 0016).
+    pub webhook: WebhookFacts,
+}
+
+/// A session's webhook provenance (migration 0016): the delivery's event as the record names it
+/// (`webhook_type`), its id, and the account that caused it (`attribution.user`, JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebhookFacts {
+    pub webhook_type: Option<String>,
+    pub webhook_id: Option<String>,
+    pub attribution_user: Option<String>,
 }
 
 /// The newest terminal event of a session.
@@ -59,7 +71,7 @@ fn fact_columns(d: Dialect) -> String {
          s.budget_cents, s.parent_kind, s.parent_session_id, s.closed_at, s.handed_off_to,
          s.stopped_at, s.stopped_by, s.usage_totals, s.engine_memo, a.engine,
          {}, t.seq, t.type, {}, {}, {}, s.last_message_at, l.created_at, k.status,
-         k.status_reason",
+         k.status_reason, s.webhook_type, s.webhook_id, s.attribution_user",
         d.json_text("f.body", "prompt"),
         d.json_text("t.body", "status"),
         d.json_text("t.body", "error"),
@@ -107,6 +119,11 @@ fn facts_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<RecordFacts> {
         },
         last_message_at: r.get(21)?,
         last_event_at: r.get(22)?,
+        webhook: WebhookFacts {
+            webhook_type: r.get(25)?,
+            webhook_id: r.get(26)?,
+            attribution_user: r.get(27)?,
+        },
     })
 }
 
@@ -205,6 +222,22 @@ pub struct NewRecordFacts<'a> {
 }
 
 impl Tx<'_> {
+    /// Records the webhook delivery that started a session (in the transaction that creates it).
+    pub fn set_webhook_facts(&mut self, key: &SessionKey, w: &WebhookFacts) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET webhook_type = ?2, webhook_id = ?3, attribution_user = ?4
+                 WHERE pk = ?1",
+            )?
+            .execute(params![
+                key.pk,
+                w.webhook_type,
+                w.webhook_id,
+                w.attribution_user
+            ])?;
+        Ok(())
+    }
+
     pub fn set_record_facts(&mut self, key: &SessionKey, f: &NewRecordFacts<'_>) -> Result<()> {
         self.conn
             .prepare_cached(

@@ -82,6 +82,9 @@ pub struct SessionPlan {
     pub source: &'static str,
     pub attribution_type: Option<&'static str>,
     pub attribution_id: Option<String>,
+    /// The webhook delivery that started the session, if one did (the record's `webhook_type`,
+    /// `webhook_id` and `attribution.user`).
+    pub webhook: Option<super::record::WebhookFacts>,
     /// Bind the new session as the agent's default (a first default-alias message).
     pub bind_default: bool,
     /// Record facts: metadata (JSON object), a budget (0: none), the session it comes from.
@@ -236,6 +239,9 @@ impl Tx<'_> {
             attribution_type: plan.attribution_type,
             attribution_id: plan.attribution_id.as_deref(),
         })?;
+        if let Some(w) = &plan.webhook {
+            self.set_webhook_facts(&key, w)?;
+        }
         if let Some(m) = &plan.machine {
             self.set_json_column(&key, super::JsonColumn::MachineState, Some(&m.state))?;
             self.set_json_column(&key, super::JsonColumn::Machine, Some(&m.projection))?;

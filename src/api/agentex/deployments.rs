@@ -64,6 +64,7 @@ async fn create(
     let b: CreateBody = json_body(&state, &req, payload).await?;
     let d = deployments::create(
         &state.sessions,
+        &actor,
         &agent,
         NewDeploymentIn {
             docker_image: b.docker_image,
@@ -104,7 +105,7 @@ async fn delete(
     path: DeploymentPath,
 ) -> Result<HttpResponse> {
     let agent = agent_by_id(&state, &actor, &path.0).await?;
-    deployments::delete(&state.sessions, &agent, &path.1).await?;
+    deployments::delete(&state.sessions, &actor, &agent, &path.1).await?;
     Ok(deleted(
         &path.1,
         format!("Deployment '{}' deleted successfully", path.1),
@@ -117,7 +118,7 @@ async fn promote(
     path: DeploymentPath,
 ) -> Result<HttpResponse> {
     let agent = agent_by_id(&state, &actor, &path.0).await?;
-    let d = deployments::promote(&state.sessions, &agent, &path.1).await?;
+    let d = deployments::promote(&state.sessions, &actor, &agent, &path.1).await?;
     Ok(HttpResponse::Ok().json(deployments::view(&d)))
 }
 

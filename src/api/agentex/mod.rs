@@ -12,8 +12,10 @@ pub mod acp;
 pub mod agent_keys;
 mod agents;
 mod checkpoints;
+mod deployment_history;
 mod deployments;
 mod events;
+mod forward;
 mod messages;
 mod rpc;
 mod schedules;
@@ -22,7 +24,7 @@ mod states;
 mod task_query;
 mod tasks;
 mod tracker;
-mod unsupported;
+mod webhook_trigger;
 
 pub use rpc::METHODS as RPC_METHODS;
 
@@ -44,6 +46,7 @@ pub const PAGE_MAX: u32 = 1000;
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/agentex")
+            .configure(forward::routes)
             .configure(agents::routes)
             .configure(deployments::routes)
             .configure(schedules::routes)
@@ -55,7 +58,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .configure(spans::routes)
             .configure(tracker::routes)
             .configure(checkpoints::routes)
-            .configure(unsupported::routes),
+            .configure(deployment_history::routes)
+            .configure(webhook_trigger::routes),
     );
 }
 

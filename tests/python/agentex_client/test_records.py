@@ -1,5 +1,5 @@
 """Messages (added, streamed and revised), states, spans and trackers through the official
-client, and the client operations sessiond answers 501."""
+client."""
 
 import datetime
 import json
@@ -185,17 +185,3 @@ def test_trackers(client, conversation):
     with pytest.raises(agentex.NotFoundError):
         client.tracker.retrieve("01a230e0-0000-7000-8000-000000000000")
     wait_for(lambda: any(m.content.content == "echo: tick" for m in client.messages.list(task_id=t.id)), what="the event's turn")
-
-
-def expect_501(call):
-    with pytest.raises(agentex.APIStatusError) as e:
-        call()
-    assert e.value.status_code == 501
-    assert e.value.body["error"] == "not_implemented" and e.value.body["message"]
-
-
-def test_operations_sessiond_does_not_carry_out_answer_501(client, conversation):
-    _, t = conversation
-    expect_501(lambda: client.deployment_history.list())
-    expect_501(lambda: client.deployment_history.retrieve("d"))
-    expect_501(lambda: client.webhooks.create_webhook_trigger(agent_name="a", forward_path="x", name="n"))
