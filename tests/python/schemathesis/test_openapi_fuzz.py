@@ -100,7 +100,6 @@ def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_document(t
                 "content_type_conformance",
                 "response_schema_conformance",
             ]),
-            "--exclude-tag", "not-implemented",
             "--phases", "examples,coverage,fuzzing,stateful",
             "--max-time", str(BUDGET),
             "--max-examples", "40",
