@@ -20,7 +20,7 @@ mod fake_acp;
 
 use std::collections::BTreeSet;
 
-use common::{Server, cli, http_builder, new_uuid};
+use common::{Server, http_builder, new_uuid};
 use reqwest::blocking::Client;
 use serde_json::{Value, json};
 
@@ -411,38 +411,7 @@ fn world() -> World {
 
 /// An API key (scope `sessions`) of a member of a second workspace.
 fn other_workspace_key(s: &Server) -> String {
-    cli(&s.data_dir, &["workspace", "create", OTHER_WS], None);
-    cli(
-        &s.data_dir,
-        &[
-            "user",
-            "create",
-            "--email",
-            "other@test.local",
-            "--password-stdin",
-            "--workspace",
-            OTHER_WS,
-            "--role",
-            "member",
-        ],
-        Some("another-password-123\n"),
-    );
-    cli(
-        &s.data_dir,
-        &[
-            "token",
-            "create",
-            "--user",
-            "other@test.local",
-            "--workspace",
-            OTHER_WS,
-            "--name",
-            "other",
-            "--scope",
-            "sessions",
-        ],
-        None,
-    )
+    common::workspace_member_key(&s.data_dir, OTHER_WS, "member")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ mod hast;
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use common::{Server, WS, assert_known_events, assert_schema, cli, poll_until};
+use common::{Server, WS, assert_known_events, assert_schema, poll_until};
 // What `hast` reads from its parent.
 use common::{Sse, SseFrame, SseItem};
 use serde_json::{Value, json};
@@ -1104,38 +1104,7 @@ fn updates_revise_messages_by_appending_to_the_timeline() {
     assert_eq!(still["content"]["content"], "one!");
 
     // Another workspace does not see the message at all.
-    cli(&s.data_dir, &["workspace", "create", "elsewhere"], None);
-    cli(
-        &s.data_dir,
-        &[
-            "user",
-            "create",
-            "--email",
-            "else@test.local",
-            "--password-stdin",
-            "--workspace",
-            "elsewhere",
-            "--role",
-            "member",
-        ],
-        Some("another-password-123\n"),
-    );
-    let key = cli(
-        &s.data_dir,
-        &[
-            "token",
-            "create",
-            "--user",
-            "else@test.local",
-            "--workspace",
-            "elsewhere",
-            "--name",
-            "else",
-            "--scope",
-            "sessions",
-        ],
-        None,
-    );
+    let key = common::workspace_member_key(&s.data_dir, "elsewhere", "member");
     let stranger = reqwest::blocking::Client::new();
     let res = stranger
         .put(agentex(&s, &msg))

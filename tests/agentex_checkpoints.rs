@@ -287,38 +287,7 @@ fn checkpoints_follow_langgraphs_checkpointer_contract() {
 
 /// Another workspace key's.
 fn stranger(s: &Server) -> reqwest::blocking::Client {
-    cli(&s.data_dir, &["workspace", "create", "elsewhere"], None);
-    cli(
-        &s.data_dir,
-        &[
-            "user",
-            "create",
-            "--email",
-            "else@test.local",
-            "--password-stdin",
-            "--workspace",
-            "elsewhere",
-            "--role",
-            "owner",
-        ],
-        Some("another-password-123\n"),
-    );
-    let key = cli(
-        &s.data_dir,
-        &[
-            "token",
-            "create",
-            "--user",
-            "else@test.local",
-            "--workspace",
-            "elsewhere",
-            "--name",
-            "else",
-            "--scope",
-            "sessions",
-        ],
-        None,
-    );
+    let key = common::workspace_member_key(&s.data_dir, "elsewhere", "owner");
     with_header("authorization", &format!("Bearer {key}"))
 }
 

@@ -564,36 +564,7 @@ fn credentials_scopes_and_workspaces_are_enforced() {
 
     // Another workspace sees nothing of this one's agents or schedules, and this one nothing of
     // its own.
-    cli(dir, &["workspace", "create", "other"], None);
-    cli(
-        dir,
-        &[
-            "user",
-            "create",
-            "--email",
-            "stranger@test.local",
-            "--password-stdin",
-            "--workspace",
-            "other",
-            "--role",
-            "owner",
-        ],
-        Some("stranger-password-1\n"),
-    );
-    let stranger = cli(
-        dir,
-        &[
-            "token",
-            "create",
-            "--user",
-            "stranger@test.local",
-            "--workspace",
-            "other",
-            "--scope",
-            "sessions",
-        ],
-        None,
-    );
+    let stranger = common::workspace_member_key(dir, "other", "owner");
     let stranger = http_as(&stranger);
     for url in [
         list.clone(),

@@ -145,36 +145,7 @@ fn issue_payload(repo: &str, title: &str) -> String {
 /// The key and HTTP client of a second workspace's owner.
 fn other_workspace(s: &Server) -> reqwest::blocking::Client {
     let dir = s.data_dir.as_path();
-    cli(dir, &["workspace", "create", "other"], None);
-    cli(
-        dir,
-        &[
-            "user",
-            "create",
-            "--email",
-            "stranger@test.local",
-            "--password-stdin",
-            "--workspace",
-            "other",
-            "--role",
-            "owner",
-        ],
-        Some("stranger-password-1\n"),
-    );
-    let key = cli(
-        dir,
-        &[
-            "token",
-            "create",
-            "--user",
-            "stranger@test.local",
-            "--workspace",
-            "other",
-            "--scope",
-            "sessions",
-        ],
-        None,
-    );
+    let key = common::workspace_member_key(dir, "other", "owner");
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::AUTHORIZATION,

@@ -1088,6 +1088,44 @@ pub fn cli(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
         .to_owned()
 }
 
+/// A second workspace `slug` with one person of `role` in it (made with the CLI on the server's
+/// data dir), and that person's API key with the `sessions` scope: what isolation tests act as.
+pub fn workspace_member_key(data_dir: &Path, slug: &str, role: &str) -> String {
+    let email = format!("{role}@{slug}.test.local");
+    cli(data_dir, &["workspace", "create", slug], None);
+    cli(
+        data_dir,
+        &[
+            "user",
+            "create",
+            "--email",
+            &email,
+            "--password-stdin",
+            "--workspace",
+            slug,
+            "--role",
+            role,
+        ],
+        Some("another-password-123\n"),
+    );
+    cli(
+        data_dir,
+        &[
+            "token",
+            "create",
+            "--user",
+            &email,
+            "--workspace",
+            slug,
+            "--name",
+            slug,
+            "--scope",
+            "sessions",
+        ],
+        None,
+    )
+}
+
 /// Runs `cmd` to completion, killing it (and failing) if it takes longer than `timeout`.
 pub fn run_bounded(mut cmd: Command, timeout: Duration) -> std::process::Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
