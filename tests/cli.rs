@@ -1215,17 +1215,7 @@ fn run_to_files(mut cmd: Command, dir: &Path) -> (Option<i32>, Vec<u8>, Vec<u8>)
     cmd.stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&err).unwrap());
     let mut child = cmd.spawn().expect("spawn sessiond");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the command did not end");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_bounded(&mut child, Duration::from_secs(60), &format!("{cmd:?}"));
     (
         status.code(),
         std::fs::read(&out).unwrap(),

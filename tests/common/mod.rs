@@ -1127,6 +1127,22 @@ pub fn workspace_member_key(data_dir: &Path, slug: &str, role: &str) -> String {
 }
 
 /// Runs `cmd` to completion, killing it (and failing) if it takes longer than `timeout`.
+/// Waits for `child` to exit, killing it (and failing, naming `what`) if it runs past `timeout`.
+pub fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("command did not finish within {timeout:?}: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn run_bounded(mut cmd: Command, timeout: Duration) -> std::process::Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn command");
@@ -1142,18 +1158,7 @@ pub fn run_bounded(mut cmd: Command, timeout: Duration) -> std::process::Output 
         let _ = err.read_to_end(&mut b);
         b
     });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("command did not finish within {timeout:?}: {cmd:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_bounded(&mut child, timeout, &format!("{cmd:?}"));
     std::process::Output {
         status,
         stdout: out_t.join().unwrap_or_default(),
