@@ -499,6 +499,9 @@ fn usage_the_server_does_not_report_is_estimated_from_the_text_priced_and_marked
         json!({
             "prices": {"smollm2": {"input": 1.0, "output": 2.0}},
             "contextWindow": 2048,
+            // Greedy decoding: the order-of-magnitude check below compares the estimate with
+            // llama.cpp's count for one reply, which must not be a sampled run of emoji.
+            "temperature": 0,
         }),
     ) else {
         return;
@@ -549,7 +552,7 @@ fn usage_the_server_does_not_report_is_estimated_from_the_text_priced_and_marked
         "priced with the table: {usage}"
     );
     assert_eq!(n(usage, "/effectiveContextWindow"), 2048.0);
-    // The estimate is of the order of llama.cpp's own count (4 characters a token is rough).
+    // The estimate is of the order of llama.cpp's own count (4 bytes a token is rough).
     let t = timings(&chats[0]);
     for (estimated, counted) in [
         (input, n(&t, "/prompt_n") + n(&t, "/cache_n").max(0.0)),

@@ -293,10 +293,13 @@ impl Engines {
     }
 }
 
-/// Tokens in `text` when nothing measured them: about 4 characters a token, rounded up (the usual
-/// rule of thumb for English with OpenAI-style tokenizers). Estimates are marked as such.
+/// Tokens in `text` when nothing measured them: about 4 bytes of UTF-8 a token, rounded up. For
+/// English that is the usual rule of thumb of 4 characters a token; counting bytes rather than
+/// characters keeps the estimate of the same order for text byte-level tokenizers split finer
+/// (an emoji is 4 bytes and 2 to 4 tokens, a CJK character 3 bytes and 1 or 2 tokens), where a
+/// count of characters would be several times too low. Estimates are marked as such.
 pub fn estimated_tokens(text: &str) -> u64 {
-    text.chars().count().div_ceil(4) as u64
+    text.len().div_ceil(4) as u64
 }
 
 /// The model that last answered a session's model engine, as its endpoint named it, from the
@@ -332,6 +335,16 @@ pub fn nearest_tier(requested: Tier, supported: &[Tier]) -> Tier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn estimates_count_bytes_so_emoji_and_cjk_are_not_undercounted() {
+        assert_eq!(estimated_tokens(""), 0);
+        assert_eq!(estimated_tokens("Four words right here."), 6);
+        // Four emoji: a byte-level tokenizer spends 2 to 4 tokens on each.
+        assert_eq!(estimated_tokens("👋😊🙂👍"), 4);
+        // Six CJK characters, 3 bytes each: 1 or 2 tokens each.
+        assert_eq!(estimated_tokens("你好，世界！"), 5);
+    }
 
     #[test]
     fn nearest_tier_prefers_the_closest_then_the_cheaper() {
