@@ -8,16 +8,13 @@ pub mod api;
 pub mod auth;
 pub mod bus;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod database;
 pub mod drive;
 pub mod engine;
 pub mod error;
 pub mod hast;
-pub mod ids;
 pub mod metrics;
-pub mod nul;
 pub mod process;
 pub mod projection;
 pub mod request_id;
@@ -27,9 +24,10 @@ pub mod secret;
 pub mod server;
 pub mod sessions;
 pub mod store;
-pub mod timeline;
 pub mod tls;
 pub mod uploads;
 pub mod web;
 
 pub use error::{Error, Result};
+// The vocabulary lives in its own crate; its modules keep their paths here (`crate::timeline`).
+pub use sessiond_model::{clock, ids, nul, timeline};
