@@ -1,8 +1,7 @@
-//! The one error type of sessiond and its mapping to HTTP.
+//! The core's error type: what went wrong, with a stable code clients switch on.
 //!
-//! Every fallible operation in the core returns [`Error`]; the HTTP layer turns it into a status and
-//! a JSON body here and nowhere else. Bodies are `{"error": "<code>", "message": "..."}` except where
-//! a seed fixes the exact shape (`invalid_cwd` carries `reason`, `no_default_session` is bare).
+//! Every fallible operation in the core returns [`Error`]. It knows nothing of HTTP: the HTTP
+//! layer turns it into a status, headers and a JSON body in `api::error` and nowhere else.
 //!
 //! Storage faults are classified where they arise (by the store, from its backend's result codes;
 //! OS errors here): a full disk is `storage_full` (507), any other fault of the database or the
@@ -11,10 +10,6 @@
 //! after the store's own retries is `storage_busy` (503, `Retry-After: 1`). A write that lost a
 //! race on a uniqueness rule is [`Error::ConstraintRace`] (409), never a fault. Only what is left
 //! (a failed query that is a bug) is `internal`.
-
-use actix_web::http::{StatusCode, header};
-use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -156,89 +151,5 @@ impl Error {
             Error::StorageBusy(_) => "storage_busy",
             Error::Storage(_) | Error::Internal(_) => "internal",
         }
-    }
-}
-
-impl ResponseError for Error {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            Error::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Error::Unauthorized | Error::SignatureRefused(_) => StatusCode::UNAUTHORIZED,
-            Error::Forbidden(_) => StatusCode::FORBIDDEN,
-            Error::NotFound | Error::AgentNotFound | Error::NoDefaultSession => {
-                StatusCode::NOT_FOUND
-            }
-            Error::IdempotencyConflict
-            | Error::NotAsking
-            | Error::BudgetHit { .. }
-            | Error::SessionClosed
-            | Error::CwdConflict
-            | Error::StaleTurn
-            | Error::Exists
-            | Error::ConstraintRace(_)
-            | Error::Conflict(..) => StatusCode::CONFLICT,
-            Error::InvalidCwd(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Error::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
-            Error::ShuttingDown | Error::StorageUnavailable(_) | Error::StorageBusy(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            Error::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
-            Error::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
-            Error::AgentUnavailable(_) => StatusCode::BAD_GATEWAY,
-            Error::Storage(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        let body = match self {
-            // Seed-defined bodies keep their exact shape (closed schemas).
-            Error::InvalidCwd(reason) => json!({"error": "invalid_cwd", "reason": reason}),
-            Error::NoDefaultSession => json!({"error": "no_default_session"}),
-            Error::Storage(detail) | Error::Internal(detail) => {
-                // Details go to the log, never to the client.
-                tracing::error!(error = %detail, "request failed");
-                json!({"error": self.code(), "message": "internal error"})
-            }
-            Error::StorageFull(detail) => {
-                // The store's health logs the change of state once; each refusal is detail.
-                tracing::debug!(error = %detail, "write refused: storage is full");
-                json!({"error": self.code(), "message": "the server's storage is full; nothing was changed, retry once space is freed"})
-            }
-            Error::StorageUnavailable(detail) => {
-                tracing::debug!(error = %detail, "request failed: storage is unavailable");
-                json!({"error": self.code(), "message": "the server's storage is unavailable; nothing was changed, retry later"})
-            }
-            Error::StorageBusy(detail) => {
-                tracing::warn!(error = %detail, "write refused: it kept losing lock races");
-                json!({"error": self.code(), "message": "the database is busy with concurrent writes; nothing was changed, retry"})
-            }
-            other => json!({"error": other.code(), "message": other.to_string()}),
-        };
-        let mut res = HttpResponse::build(self.status_code());
-        match self {
-            Error::ShuttingDown | Error::StorageBusy(_) => {
-                res.insert_header((header::RETRY_AFTER, "1"));
-            }
-            // The rest of the body may still be on its way: do not read it, close instead.
-            Error::RequestTimeout(_) => {
-                res.insert_header((header::CONNECTION, "close"));
-            }
-            Error::StorageFull(_) | Error::StorageUnavailable(_) => {
-                res.insert_header((header::RETRY_AFTER, "5"));
-            }
-            _ => {}
-        }
-        if matches!(self, Error::Unauthorized) {
-            res.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"sessiond\""));
-        }
-        if self.status_code() == StatusCode::CONFLICT {
-            // The same request conflicts again: clients that retry 409s (the official AgentEx
-            // client does) are told not to.
-            res.insert_header(("x-should-retry", "false"));
-        }
-        res.json(body)
     }
 }

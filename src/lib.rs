@@ -26,7 +26,6 @@ pub mod sessions;
 pub mod store;
 pub mod tls;
 pub mod uploads;
-pub mod web;
 
 pub use error::{Error, Result};
 // The vocabulary lives in its own crate; its modules keep their paths here (`crate::timeline`).

@@ -437,3 +437,56 @@ fn the_port_check_sees_closures_connections_and_sql_types() {
         "{code}"
     );
 }
+
+/// Only the HTTP layer (`api/`) and the wiring that starts it (`server.rs`) name actix: the core,
+/// the store, the engines and the runner know nothing of HTTP, and the core's `Error` is mapped to
+/// a status in `api/error.rs` alone. String literals do not count (`cli.rs` names actix's log
+/// targets to quiet them).
+#[test]
+fn only_the_http_layer_names_actix() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() >= 100, "src/ moved: {} files", files.len());
+    let wrong: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("api")) && !f.ends_with("server.rs"))
+        .filter(|f| {
+            let text = without_strings(&code(&std::fs::read_to_string(f).unwrap()));
+            ["actix_web", "actix_http", "actix_server", "actix_service"]
+                .iter()
+                .any(|w| has_word(&text, w))
+        })
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "outside the HTTP layer, these name actix: {wrong:?}"
+    );
+}
+
+/// `code` with the insides of its one-line string literals blanked (`"actix_http"` → `""`).
+fn without_strings(code: &str) -> String {
+    code.lines()
+        .map(|line| {
+            let mut out = String::new();
+            let mut quoted = false;
+            let mut escaped = false;
+            for c in line.chars() {
+                if quoted && !escaped && c == '\\' {
+                    escaped = true;
+                    continue;
+                }
+                if c == '"' && !escaped {
+                    quoted = !quoted;
+                    out.push(c);
+                } else if !quoted {
+                    out.push(c);
+                }
+                escaped = false;
+            }
+            out
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -6,12 +6,14 @@ mod auth;
 pub mod body;
 pub mod connection;
 pub mod context;
+mod error;
 mod events;
 pub mod middleware;
 pub mod openapi;
 pub mod schema;
 mod sessions;
 pub mod stream;
+mod ui;
 mod uploads;
 mod v2;
 
@@ -204,9 +206,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 /// The API plus the embedded UI at `/` and `/ui/...`; anything else is a JSON 404.
 pub fn routes_with_ui(cfg: &mut web::ServiceConfig) {
     routes(cfg);
-    cfg.route("/", web::get().to(crate::web::asset));
-    cfg.route("/setup", web::get().to(crate::web::asset));
-    cfg.route("/login", web::get().to(crate::web::asset));
-    cfg.route("/ui/{path:.*}", web::get().to(crate::web::asset));
+    cfg.route("/", web::get().to(ui::asset));
+    cfg.route("/setup", web::get().to(ui::asset));
+    cfg.route("/login", web::get().to(ui::asset));
+    cfg.route("/ui/{path:.*}", web::get().to(ui::asset));
     cfg.default_service(web::route().to(no_route));
 }
