@@ -45,7 +45,6 @@ const DEFAULT_MESSAGE: &str =
 const DEFAULT_MESSAGE_WAIT: &str =
     "POST_v1_ws__workspaceSlug__agents__agentSlug__sessions_default_messages_wait.response.json";
 
-const TERMINALS: [&str; 4] = ["complete", "ask", "interrupted", "sleep"];
 /// Long enough that nothing in a test races it, short enough that a hung turn fails fast.
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -104,18 +103,6 @@ fn history(s: &Server, id: &str) -> Vec<Value> {
     let events = s.history_all(id);
     check_events(&events);
     events
-}
-
-fn seq(e: &Value) -> u64 {
-    e["seq"].as_u64().expect("seq")
-}
-
-fn etype(e: &Value) -> &str {
-    e["event"]["type"].as_str().unwrap_or("?")
-}
-
-fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| etype(e) == t).collect()
 }
 
 /// Waits for the first event of one of `types` with `seq > from`.

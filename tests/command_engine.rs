@@ -84,14 +84,6 @@ fn history(s: &Server, id: &str) -> Vec<Value> {
     history_checked(s, id, 7)
 }
 
-fn etype(e: &Value) -> &str {
-    e["event"]["type"].as_str().unwrap_or("?")
-}
-
-fn seq(e: &Value) -> u64 {
-    e["seq"].as_u64().expect("seq")
-}
-
 /// The step events (`event.step`) after `from`.
 fn steps(events: &[Value], from: u64) -> Vec<Value> {
     events
@@ -108,7 +100,7 @@ fn step_types(steps: &[Value]) -> Vec<&str> {
         .collect()
 }
 
-fn of_type<'a>(events: &'a [Value], from: u64, t: &str) -> Vec<&'a Value> {
+fn of_type_after<'a>(events: &'a [Value], from: u64, t: &str) -> Vec<&'a Value> {
     events
         .iter()
         .filter(|e| seq(e) > from && etype(e) == t)
@@ -240,7 +232,7 @@ fn claude_stream_becomes_the_timeline_and_later_turns_resume_its_session() {
     );
 
     // TodoWrite is the session's todo list.
-    let todos = of_type(&events, 0, "todos");
+    let todos = of_type_after(&events, 0, "todos");
     assert_eq!(todos.len(), 1);
     assert_eq!(
         todos[0]["event"]["todos"],
@@ -252,7 +244,7 @@ fn claude_stream_becomes_the_timeline_and_later_turns_resume_its_session() {
     assert_eq!(detail_checked(&s, &id)["todos"], todos[0]["event"]["todos"]);
 
     // The result's measured usage and cost, once (no estimate besides it).
-    let usage = of_type(&events, 0, "usage");
+    let usage = of_type_after(&events, 0, "usage");
     assert_eq!(usage.len(), 1, "{usage:#?}");
     let u = &usage[0]["event"];
     assert_eq!(u["turnUsage"]["input"], 40.0);
@@ -417,7 +409,7 @@ fn codex_exec_stream_becomes_the_timeline_and_the_thread_resumes() {
     assert_eq!(st[6]["output"][0]["text"], "add notes/count.txt");
 
     // Each change of the todo list, in order.
-    let todos: Vec<&Value> = of_type(&events, 0, "todos")
+    let todos: Vec<&Value> = of_type_after(&events, 0, "todos")
         .iter()
         .map(|e| &e["event"]["todos"])
         .collect();
@@ -431,7 +423,7 @@ fn codex_exec_stream_becomes_the_timeline_and_the_thread_resumes() {
     assert_eq!(todos[2][1]["status"], "completed");
 
     // Codex counts cached input inside input_tokens; sessiond's input is the uncached part.
-    let usage = of_type(&events, 0, "usage");
+    let usage = of_type_after(&events, 0, "usage");
     assert_eq!(usage.len(), 1);
     let u = &usage[0]["event"]["turnUsage"];
     assert_eq!(
@@ -492,12 +484,12 @@ fn generic_protocol_maps_each_line_type_and_takes_the_prompt_as_the_last_argumen
             json!({"type": "text", "text": "There are 3 files."}),
         ]
     );
-    let todos = of_type(&events, 0, "todos");
+    let todos = of_type_after(&events, 0, "todos");
     assert_eq!(
         todos[0]["event"]["todos"],
         json!([{"id": "t1", "content": "Count files", "status": "in_progress"}])
     );
-    let usage = of_type(&events, 0, "usage");
+    let usage = of_type_after(&events, 0, "usage");
     assert_eq!(usage.len(), 1);
     let u = &usage[0]["event"]["turnUsage"];
     assert_eq!(
@@ -609,7 +601,7 @@ fn interrupt_stops_the_whole_process_group_at_once_r47() {
         "{events:#?}"
     );
     // The ask the CLI printed before it was stopped does not outlive the interrupt.
-    assert!(of_type(&events, 0, "ask").is_empty());
+    assert!(of_type_after(&events, 0, "ask").is_empty());
 }
 
 #[test]
@@ -702,8 +694,8 @@ fn a_steer_during_a_run_runs_the_cli_again_in_the_same_turn_r25() {
 
     // One turn, two runs: the second resumes the CLI session with the steer as its prompt.
     let events = history(&s, &id);
-    assert_eq!(of_type(&events, 0, "turn_started").len(), 1);
-    assert_eq!(of_type(&events, 0, "complete").len(), 1);
+    assert_eq!(of_type_after(&events, 0, "turn_started").len(), 1);
+    assert_eq!(of_type_after(&events, 0, "complete").len(), 1);
     assert_eq!(read(&dir, "run-2.stdin"), "include hidden files too");
     assert!(read(&dir, "run-2.env").contains("SESSIOND_INPUT_KIND=steer\n"));
     let args = args_of(&dir, 2);
@@ -712,7 +704,7 @@ fn a_steer_during_a_run_runs_the_cli_again_in_the_same_turn_r25() {
         ["--resume", "9d3c7a52-5f0e-4c41-b7de-claude000001"]
     );
     // Both runs' measured usage is the turn's (no estimate mixed in).
-    let usage = of_type(&events, 0, "usage");
+    let usage = of_type_after(&events, 0, "usage");
     assert_eq!(usage.len(), 2);
     assert_eq!(usage[1]["event"]["turnUsage"]["input"], 40.0 + 8.0);
     assert_eq!(usage[1]["event"]["turnUsage"]["output"], 95.0 + 12.0);
@@ -870,17 +862,17 @@ fn generic_programs_run_background_tasks_and_sleep() {
     let t = wait_terminal(&s, &id, 0);
     assert_eq!(etype(&t), "sleep", "{t:#}");
     let events = history(&s, &id);
-    let started = of_type(&events, 0, "task_started");
+    let started = of_type_after(&events, 0, "task_started");
     assert_eq!(started.len(), 1);
     let task = &started[0]["event"]["task"];
     assert_eq!(task["id"], "t1", "sessiond gives the task its own id");
     assert_eq!(task["name"], "cargo build");
     assert_eq!(task["label"], "building the project");
     assert_eq!(task["kind"], "tool");
-    let output = of_type(&events, 0, "task_output");
+    let output = of_type_after(&events, 0, "task_output");
     assert_eq!(output.len(), 1);
     assert_eq!(output[0]["event"]["chunk"], "compiling sessiond\n");
-    let settled = of_type(&events, 0, "task_settled");
+    let settled = of_type_after(&events, 0, "task_settled");
     assert_eq!(settled[0]["event"]["settlement"]["result"], "built in 1 s");
     assert_eq!(settled[0]["event"]["settlement"]["status"], "completed");
     assert!(

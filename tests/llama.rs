@@ -125,7 +125,7 @@ fn wait_first_delta(sse: &Sse) {
     }
 }
 
-fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+fn inner_of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
     events
         .iter()
         .map(|e| &e["event"])
@@ -134,7 +134,7 @@ fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
 }
 
 fn texts(events: &[Value]) -> Vec<String> {
-    of_type(events, "step")
+    inner_of_type(events, "step")
         .into_iter()
         .filter(|e| e["step"]["type"] == "text")
         .filter_map(|e| e["step"]["text"].as_str().map(str::to_owned))
@@ -205,13 +205,13 @@ fn streamed_turns_record_the_servers_usage_and_a_follow_up_carries_the_conversat
         [first.reply_text()],
         "the text stored is the text streamed"
     );
-    let usage = of_type(&events, "usage");
+    let usage = inner_of_type(&events, "usage");
     assert_eq!(usage.len(), 1);
     assert_usage_is_the_servers(usage[0], &first.reported_usage().expect("usage reported"));
     assert!(
-        of_type(&events, "system").is_empty(),
+        inner_of_type(&events, "system").is_empty(),
         "no retries, no estimates: {:?}",
-        of_type(&events, "system")
+        inner_of_type(&events, "system")
     );
 
     message(&r.s, &id, "And now say goodbye.");
@@ -229,7 +229,7 @@ fn streamed_turns_record_the_servers_usage_and_a_follow_up_carries_the_conversat
             ("user".to_owned(), "And now say goodbye.".to_owned()),
         ]
     );
-    let usage = of_type(&events, "usage");
+    let usage = inner_of_type(&events, "usage");
     assert_usage_is_the_servers(
         usage[1],
         &chats[1].reported_usage().expect("usage reported"),
@@ -268,7 +268,7 @@ fn six_concurrent_sessions_all_get_their_text() {
     for id in &ids {
         let events = terminals(&r.s, id, 1);
         assert_completed_with_text(&events);
-        let usage = of_type(&events, "usage");
+        let usage = inner_of_type(&events, "usage");
         assert_eq!(usage.len(), 1, "{id}: {:?}", event_types(&events));
         assert!(usage[0]["turnUsage"]["output"].as_f64().unwrap_or(0.0) >= 1.0);
     }
@@ -322,7 +322,7 @@ fn an_interrupt_closes_the_request_and_the_server_stops_generating() {
     );
     // What streamed before the interrupt is kept, and its usage is an estimate marked as one.
     assert!(!texts(&events).is_empty(), "{:?}", event_types(&events));
-    let marks: Vec<&Value> = of_type(&events, "system")
+    let marks: Vec<&Value> = inner_of_type(&events, "system")
         .into_iter()
         .filter(|e| e["metadata"]["code"] == "usage_estimated")
         .collect();
@@ -369,11 +369,11 @@ fn tools_are_offered_without_breaking_the_turn() {
         "the turn did not break: {last}"
     );
     assert!(
-        of_type(&events, "system")
+        inner_of_type(&events, "system")
             .iter()
             .all(|e| !e["message"].as_str().unwrap_or("").contains("retrying")),
         "no retries: {:?}",
-        of_type(&events, "system")
+        inner_of_type(&events, "system")
     );
     // Every reply reached its end: the HTTP body's last chunk, or the stream's `[DONE]` (sessiond
     // may hang up once it has read that, before the chunked terminator arrives).
@@ -534,7 +534,11 @@ fn usage_the_server_does_not_report_is_estimated_from_the_text_priced_and_marked
         usage["type"], "usage",
         "the marker comes right before its usage"
     );
-    assert_eq!(of_type(&events, "usage").len(), 1, "no second estimate");
+    assert_eq!(
+        inner_of_type(&events, "usage").len(),
+        1,
+        "no second estimate"
+    );
     let n = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_f64).unwrap_or(-1.0);
     let reply = chats[0].reply_text();
     assert_eq!(
@@ -609,7 +613,7 @@ fn a_server_that_cannot_stream_with_tools_is_asked_without_streaming_and_remembe
         assert!(response.complete && response.start_line.contains("200"));
         assert!(response.json()["choices"].is_array(), "a whole reply");
     }
-    let system = of_type(&events, "system");
+    let system = inner_of_type(&events, "system");
     assert_eq!(system.len(), 1, "one notice, no retries: {system:?}");
     assert!(
         system[0]["message"]
@@ -618,7 +622,7 @@ fn a_server_that_cannot_stream_with_tools_is_asked_without_streaming_and_remembe
             .contains("without streaming")
     );
     // Usage is what llama.cpp reported for the whole reply.
-    let usage = of_type(&events, "usage");
+    let usage = inner_of_type(&events, "usage");
     assert_usage_is_the_servers(usage[0], &chats[1].reported_usage().expect("usage"));
     // Text the model gave is stored as it gave it.
     let text = chats

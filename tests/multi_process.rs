@@ -53,14 +53,6 @@ impl Deployment {
     }
 }
 
-fn seq(e: &Value) -> u64 {
-    e["seq"].as_u64().expect("seq")
-}
-
-fn etype(e: &Value) -> &str {
-    e["event"]["type"].as_str().unwrap_or("")
-}
-
 fn create(s: &Server, prompt: &str) -> String {
     let v = s.create(json!({ "prompt": prompt }));
     assert_schema(CREATE, &v);

@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 
 const EVENTS_SCHEMA: &str =
     "GET_v1_ws__workspaceSlug__agent_sessions__sessionId__events.response.json";
-const TERMINALS: [&str; 4] = ["complete", "ask", "interrupted", "sleep"];
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers

@@ -17,8 +17,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 
-const TERMINALS: [&str; 4] = ["complete", "ask", "interrupted", "sleep"];
-
 const CREATE_RESPONSE: &str = "POST_v1_ws__workspaceSlug__agent_sessions.response.json";
 const DETAIL: &str = "GET_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json";
 const LIST: &str = "GET_v1_ws__workspaceSlug__agent_sessions.response.json";
@@ -40,14 +38,6 @@ const ANSWER_WAIT_RESPONSE: &str =
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-fn etype(e: &Value) -> &str {
-    e["event"]["type"].as_str().unwrap_or("")
-}
-
-fn seq(e: &Value) -> u64 {
-    e["seq"].as_u64().expect("seq")
-}
 
 fn is_terminal(e: &Value) -> bool {
     TERMINALS.contains(&etype(e))
@@ -72,10 +62,6 @@ fn texts(events: &[Value]) -> Vec<String> {
 
 fn count(events: &[Value], ty: &str) -> usize {
     events.iter().filter(|e| etype(e) == ty).count()
-}
-
-fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| etype(e) == ty).collect()
 }
 
 /// Invariant 2: seqs are exactly 1..=N.

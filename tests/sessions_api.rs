@@ -29,7 +29,6 @@ const READ: &str = "PUT_v1_ws__workspaceSlug__agent_sessions__sessionId__read.re
 const DELETE: &str = "DELETE_v1_ws__workspaceSlug__agent_sessions__sessionId_.response.json";
 const ACTIVITY: &str = "GET_v1_ws__workspaceSlug__agent_sessions_activity.response.json";
 
-const TERMINALS: [&str; 4] = ["complete", "ask", "interrupted", "sleep"];
 /// Long enough that nothing in a test races it, short enough that a hung turn fails fast.
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -131,20 +130,8 @@ fn history(s: &Server, id: &str) -> Vec<Value> {
     }
 }
 
-fn seq(e: &Value) -> u64 {
-    e["seq"].as_u64().expect("seq")
-}
-
-fn etype(e: &Value) -> &str {
-    e["event"]["type"].as_str().unwrap_or("?")
-}
-
 fn after(events: &[Value], from: u64) -> Vec<Value> {
     events.iter().filter(|e| seq(e) > from).cloned().collect()
-}
-
-fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| etype(e) == t).collect()
 }
 
 /// The text of every durable `step` `text` event.

@@ -1468,3 +1468,24 @@ impl Drop for FreshServer {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stored events as the Sessions API returns them (`{seq, event: {type, ...}, ...}`).
+
+/// The event types that end a turn.
+pub const TERMINALS: [&str; 4] = ["complete", "ask", "interrupted", "sleep"];
+
+/// A stored event's `seq`.
+pub fn seq(e: &Value) -> u64 {
+    e["seq"].as_u64().expect("seq")
+}
+
+/// A stored event's `event.type` (`?` when it has none).
+pub fn etype(e: &Value) -> &str {
+    e["event"]["type"].as_str().unwrap_or("?")
+}
+
+/// The stored events of type `t`.
+pub fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| etype(e) == t).collect()
+}
