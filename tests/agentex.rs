@@ -1099,6 +1099,23 @@ fn updates_revise_messages_by_appending_to_the_timeline() {
         &json!({"task_id": task, "content": {"type": "text", "author": "user", "content": "x"}, "streaming_status": "IN_PROGRESS"}),
     );
     assert_eq!(status, 400, "{v}");
+    // A batch is added whole or not at all: the agent's first message is not kept when the
+    // second, a user's, attaches a file the drive does not have.
+    let (status, v) = s.post(
+        &agentex(&s, "/messages/batch"),
+        &json!({"task_id": task, "contents": [
+            agent_text("kept?"),
+            {"type": "text", "author": "user", "content": "see the file",
+             "attachments": [{"file_id": "missing.txt", "name": "missing.txt", "size": 3, "type": "text/plain"}]},
+        ]}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("contents/1/attachments/0/path")),
+        "{v}"
+    );
     assert_eq!(s.history_all(&task).len(), before, "nothing was written");
     let (_, still) = s.get(&agentex(&s, &format!("/messages/{a}")));
     assert_eq!(still["content"]["content"], "one!");

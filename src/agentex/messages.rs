@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::content::{self, ContentIn};
 use super::tasks;
 use crate::error::{Error, Result};
-use crate::sessions::{Actor, InputCommon, Sessions};
+use crate::sessions::{Actor, BatchMessage, InputCommon, Sessions};
 use crate::store::agentex::{
     Direction, MessageFilter, MessageKind, MessageRow, Page, TaskKey, TaskRow,
 };
@@ -308,6 +308,37 @@ pub async fn create(
             .ok_or(Error::Internal("no message appended".into()))?
     };
     get(sessions, actor, &content::message_id(&t.id, seq)).await
+}
+
+/// Adds a batch of checked messages to a task, in one transaction: all of them or none. The
+/// messages as the task lists them, in order.
+pub async fn create_batch(
+    sessions: &Sessions,
+    actor: &Actor,
+    task_id: &str,
+    field: &str,
+    batch: Vec<NewMessage>,
+) -> Result<Vec<Value>> {
+    let t = task(sessions, actor, task_id).await?;
+    let batch = batch
+        .into_iter()
+        .map(|m| {
+            if m.author == "user" {
+                BatchMessage::Note {
+                    text: m.text,
+                    attachments: m.attachments,
+                }
+            } else {
+                BatchMessage::Agent(m.text)
+            }
+        })
+        .collect();
+    let seqs = sessions.post_messages(actor, &t.id, field, batch).await?;
+    let mut out = Vec::with_capacity(seqs.len());
+    for seq in seqs {
+        out.push(get(sessions, actor, &content::message_id(&t.id, seq)).await?);
+    }
+    Ok(out)
 }
 
 /// Checks an agent's text for a message it streams or revises: text content from the agent,

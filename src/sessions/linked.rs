@@ -8,14 +8,24 @@
 //! get-or-creates make one session), and may run with a pinned engine configuration.
 
 use super::{
-    Actor, MessageIn, Plan, Sessions, Submitted, agents, excerpt, images, new_prompt, non_root_str,
-    sender_id, session_plan,
+    Actor, InputCommon, MessageIn, Plan, Sessions, Submitted, agents, excerpt, images, new_prompt,
+    non_root_str, sender_id, session_plan,
 };
 use crate::error::{Error, Result};
 use crate::runner::machine::MachineState;
 use crate::store::agentex::TaskRow;
-use crate::store::sessions::{IdleMachine, MessageLink, StopLink, StopPlan};
+use crate::store::sessions::{IdleMachine, MessageLink, PostedMessage, StopLink, StopPlan};
 use crate::store::submit::{Open, OpenLink, Opening};
+
+/// A message of a batch [`Sessions::post_messages`] adds: a note from the caller (with the
+/// drive files it attaches) or the agent's own text.
+pub enum BatchMessage {
+    Note {
+        text: String,
+        attachments: Vec<crate::timeline::AttachmentRef>,
+    },
+    Agent(String),
+}
 
 /// A session to open for an agent.
 #[derive(Debug, Clone)]
@@ -151,6 +161,41 @@ impl Sessions {
         Err(Error::Internal(
             "the session's machine kept moving while it was being stopped".into(),
         ))
+    }
+
+    /// Adds a batch of notes and agent messages to a session in one transaction: every note's
+    /// attachments are checked first (an error names `{field}/{i}/attachments/…`), and a refusal
+    /// of any message leaves the session as it was.
+    pub async fn post_messages(
+        &self,
+        actor: &Actor,
+        session_id: &str,
+        field: &str,
+        messages: Vec<BatchMessage>,
+    ) -> Result<Vec<u64>> {
+        let mut posted = Vec::with_capacity(messages.len());
+        for (i, m) in messages.into_iter().enumerate() {
+            posted.push(match m {
+                BatchMessage::Note { text, attachments } => {
+                    let mut common = InputCommon {
+                        attachments,
+                        ..Default::default()
+                    };
+                    self.check_attachments(actor, &mut common)
+                        .map_err(|e| Error::invalid(format!("{field}/{i}/{e}")))?;
+                    PostedMessage::Note {
+                        note: text,
+                        author: super::author_of(actor, &common),
+                        attachments: common.attachments,
+                    }
+                }
+                BatchMessage::Agent(text) => PostedMessage::Agent(text),
+            });
+        }
+        self.store
+            .sessions()
+            .post_messages(&actor.workspace_id, session_id, posted)
+            .await
     }
 
     /// Appends agent messages written outside the runner, in one transaction, with what `link`

@@ -32,7 +32,7 @@ use crate::store::{self, SessionKey, Store};
 use crate::timeline::{AttachmentRef, Behavior, Sender, Tier};
 
 pub use images::ImageIn;
-pub use linked::{OpenIn, Opened};
+pub use linked::{BatchMessage, OpenIn, Opened};
 pub use query::{AgentActivity, HistoryQuery, ListQuery};
 pub use wait::WaitOutcome;
 

@@ -90,6 +90,18 @@ pub struct NewNote {
     pub attachments: Vec<AttachmentRef>,
 }
 
+/// One message of a batch added to a session from outside the runner: a person's or an app's
+/// note, or the agent's own text.
+#[derive(Debug, Clone)]
+pub enum PostedMessage {
+    Note {
+        note: String,
+        author: Author,
+        attachments: Vec<AttachmentRef>,
+    },
+    Agent(String),
+}
+
 impl Tx<'_> {
     /// The sender an input is recorded with (see [`Author`]).
     pub fn sender_of(&self, workspace_id: &str, author: &Author) -> Result<Sender> {
@@ -307,6 +319,51 @@ impl SessionWrites<'_> {
                 )?;
                 tx.remember(n.retry.as_ref(), &key, seq)?;
                 Ok(seq)
+            })
+            .await
+    }
+
+    /// Appends a batch of notes and agent messages in one transaction: all of them or, when one
+    /// is refused (the session takes no input, an author's source session is missing), none.
+    /// Their seqs, in order.
+    pub async fn post_messages(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+        messages: Vec<PostedMessage>,
+    ) -> Result<Vec<u64>> {
+        let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
+        self.store
+            .write(move |tx| {
+                let key = tx.session_key(&ws, &id)?;
+                if messages
+                    .iter()
+                    .any(|m| matches!(m, PostedMessage::Note { .. }))
+                {
+                    tx.takes_input(&key)?;
+                }
+                let mut seqs = Vec::with_capacity(messages.len());
+                for m in messages {
+                    let event = match m {
+                        PostedMessage::Note {
+                            note,
+                            author,
+                            attachments,
+                        } => Event::NoteSubmitted {
+                            note,
+                            sender: tx.sender_of(&ws, &author)?,
+                            client_request_id: None,
+                            images: Vec::new(),
+                            attachments,
+                        },
+                        PostedMessage::Agent(message) => Event::AgentMessage {
+                            message,
+                            created_at: clock::rfc3339(tx.now),
+                        },
+                    };
+                    seqs.push(tx.append(&key, &event)?);
+                }
+                Ok(seqs)
             })
             .await
     }

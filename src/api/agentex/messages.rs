@@ -147,7 +147,7 @@ struct BatchBody {
     created_at: Option<String>,
 }
 
-/// `POST /messages/batch`: every message is checked before the first is added.
+/// `POST /messages/batch`: every message is checked, then all are added in one transaction.
 async fn create_batch(
     state: web::Data<AppState>,
     actor: Actor,
@@ -167,10 +167,8 @@ async fn create_batch(
         .enumerate()
         .map(|(i, c)| messages::check_new(&format!("contents/{i}"), c, max))
         .collect::<Result<Vec<_>>>()?;
-    let mut out = Vec::with_capacity(checked.len());
-    for m in checked {
-        out.push(messages::create(&state.sessions, &actor, &b.task_id, m).await?);
-    }
+    let out =
+        messages::create_batch(&state.sessions, &actor, &b.task_id, "contents", checked).await?;
     Ok(HttpResponse::Ok().json(out))
 }
 
