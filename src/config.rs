@@ -137,6 +137,9 @@ pub struct Limits {
     /// The longest a JSON request body may take to arrive, and the longest an upload may pause;
     /// then the request is answered 408.
     pub body_timeout_ms: u64,
+    /// Largest archive `POST /v1/ws/{slug}/import` accepts (an import holds the archive whole
+    /// while it checks every member before writing anything).
+    pub max_archive_bytes: usize,
 }
 
 /// What agents may do on this machine. Any credential with the `sessions` scope may configure
@@ -247,6 +250,7 @@ impl Default for Limits {
             browser_session_ms: DEFAULT_BROWSER_SESSION_MS,
             login_delay_ms: 1000,
             body_timeout_ms: 30_000,
+            max_archive_bytes: 256 * 1024 * 1024,
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod agentex;
 pub mod agents;
 pub mod api;
+pub mod archives;
 pub mod auth;
 pub mod bus;
 pub mod cli;

@@ -241,7 +241,7 @@ fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
 /// The engine of agents that do not choose one: the configured one (`SESSIOND_ENGINE` or the
 /// config file's `[engine]`, already merged into `cfg.engine` and checked), else `openai` when the
 /// OpenAI variables are set, else the scripted demo engine that says how to configure a model.
-fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
+pub(crate) fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
     if let Some(json) = &cfg.engine {
         return match EngineConfig::parse(&json.to_string())
             .map_err(|e| format!("engine: {}", engine_problem(&e)))?

@@ -2,6 +2,7 @@
 
 mod agentex;
 mod agents;
+mod archives;
 mod auth;
 pub mod body;
 pub mod connection;
@@ -156,6 +157,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                             .route(web::post().to(sessions::create_child_wait)),
                     )
                     .service(at("/cwd", "POST").route(web::post().to(sessions::move_cwd)))
+                    .service(at("/export", "GET").route(web::get().to(archives::export_session)))
                     .service(
                         at("/images/{storageId}", "GET").route(web::get().to(sessions::image)),
                     ),
@@ -191,6 +193,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 at("/{agentSlug}/sessions/default/messages/wait", "POST")
                     .route(web::post().to(agents::default_message_wait)),
             ),
+    );
+    // Whole-workspace archives (owners only).
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}/export", "GET").route(web::get().to(archives::export_workspace)),
+    );
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}/import", "POST").route(web::post().to(archives::import)),
     );
     cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.

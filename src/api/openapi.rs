@@ -58,6 +58,8 @@ pub enum Answer {
     TaskUpdates,
     /// The stored image's own type.
     Image,
+    /// A portable archive (`application/x-tar`), streamed.
+    Tar,
     /// A JSON-RPC response (this schema), as one line of JSON, or NDJSON lines when streamed.
     Rpc(fn() -> Value),
     /// No body, with this status (204).
@@ -87,6 +89,8 @@ pub enum Body {
     Json(fn() -> Value),
     /// Raw bytes of any type (uploads).
     Bytes,
+    /// A portable archive (`application/x-tar`).
+    Tar,
 }
 
 const WS: &str = "/v1/ws/{workspaceSlug}";
@@ -954,6 +958,26 @@ pub static AGENTEX_SCHEDULES: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+fn import_report_schema() -> Value {
+    let ids = || json!({"type": "array", "items": {"type": "string"}});
+    object(
+        &["imported", "unchanged", "filesWritten", "filesPresent"],
+        json!({"imported": ids(), "unchanged": ids(), "filesWritten": ids(), "filesPresent": ids()}),
+    )
+}
+
+/// Portable archives (sessiond's extension of the Sessions API).
+pub static ARCHIVES: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" format!("{WS}/agent/sessions/{{sessionId}}/export").leak(), "exportSession",
+            "One session as a portable archive (409 session_busy while a turn runs)", READ, Body::None, Answer::Tar),
+        op!("get" format!("{WS}/export").leak(), "exportWorkspace",
+            "Every session of the workspace at rest, or of one agent (?agent=SLUG), as one archive (owners only)", READ, Body::None, Answer::Tar),
+        op!("post" format!("{WS}/import").leak(), "importArchive",
+            "Import an archive: idempotent by its ids; a changed member, an id of another workspace or a drive path holding other bytes refuses it whole (owners only)", WRITE, Body::Tar, Answer::Json(200, import_report_schema)),
+    ]
+});
+
 /// Every family's operations, in the document's order.
 pub fn operations() -> Vec<Op> {
     [
@@ -962,6 +986,7 @@ pub fn operations() -> Vec<Op> {
         &*SESSIONS,
         &*AGENTS,
         &*UPLOADS,
+        &*ARCHIVES,
         &*TASK_EVENTS,
         &*AGENTEX,
         &*AGENTEX_SCHEDULES,
@@ -1091,6 +1116,9 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
         Body::Bytes => {
             o["requestBody"] = json!({"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}});
         }
+        Body::Tar => {
+            o["requestBody"] = json!({"required": true, "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}});
+        }
     }
     let mut responses = Map::new();
     if matches!(op.answer, Answer::NotImplemented) {
@@ -1148,6 +1176,12 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
                     "Server-Sent Events, each `data: <JSON>` without `event:` or `id:`: `connected` first, then the task's message updates (`start`, `delta`, `full`, `done`), `task_updated` when its status changes and `error` when it is deleted; the stream ends after a final status",
                     json!({"properties": {"event": {"const": "message"}, "data": json_text(ax_task_stream_item())}}),
                 ),
+            );
+        }
+        Answer::Tar => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "A portable archive: a tar file of the sessions' events.jsonl, session.json, record.json, usage.json and store.json, their images and attached drive files, and manifest.json (last) with every member's SHA-256", "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}),
             );
         }
         Answer::Image => {
