@@ -18,6 +18,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod archives;
+mod retention;
 
 use crate::config::{Config, DatabaseUrl, LogFormat};
 use crate::database::hide_url_passwords;
@@ -121,6 +122,16 @@ enum Command {
         workspace: String,
         /// The archive (made by `sessiond export` or an export route).
         file: PathBuf,
+    },
+    /// List the sessions each workspace's retention policy would remove now (the server's
+    /// sweeper removes them).
+    Retention {
+        /// Only this workspace.
+        #[arg(long)]
+        workspace: Option<String>,
+        /// List only (required: removal is the running server's).
+        #[arg(long, required = true)]
+        dry_run: bool,
     },
 }
 
@@ -395,6 +406,7 @@ fn needs_data_dir(command: &Command, postgres: bool) -> bool {
         _ if !postgres => true,
         // The drive holds the files sessions attach.
         Command::Workspace { .. } | Command::Export { .. } | Command::Import { .. } => true,
+        Command::Retention { .. } => false,
         Command::Agent { action } => {
             matches!(
                 action,
@@ -507,6 +519,7 @@ fn run_command(cfg: &Config, command: &Command) -> Result<(), String> {
             output,
         ),
         Command::Import { workspace, file } => archives::import(cfg, workspace, file),
+        Command::Retention { workspace, .. } => retention::dry_run(cfg, workspace.as_deref()),
     }
 }
 

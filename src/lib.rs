@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod process;
 pub mod projection;
 pub mod request_id;
+pub mod retention;
 pub mod runner;
 pub mod schedules;
 pub mod secret;

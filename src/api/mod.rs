@@ -11,6 +11,7 @@ mod error;
 mod events;
 pub mod middleware;
 pub mod openapi;
+mod retention;
 pub mod schema;
 mod sessions;
 pub mod stream;
@@ -159,6 +160,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(at("/cwd", "POST").route(web::post().to(sessions::move_cwd)))
                     .service(at("/export", "GET").route(web::get().to(archives::export_session)))
                     .service(
+                        at("/pin", "GET, PUT")
+                            .route(web::get().to(retention::get_pin))
+                            .route(web::put().to(retention::put_pin)),
+                    )
+                    .service(
                         at("/images/{storageId}", "GET").route(web::get().to(sessions::image)),
                     ),
             ),
@@ -200,6 +206,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     );
     cfg.service(
         at("/v1/ws/{workspaceSlug}/import", "POST").route(web::post().to(archives::import)),
+    );
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}/retention", "GET, PUT")
+            .route(web::get().to(retention::get_policy))
+            .route(web::put().to(retention::put_policy)),
+    );
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}/retention/preview", "GET")
+            .route(web::get().to(retention::preview)),
     );
     cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.

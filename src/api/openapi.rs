@@ -978,6 +978,38 @@ pub static ARCHIVES: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+fn retention_policy_schema() -> Value {
+    object(
+        &["enabled", "idleDays", "keepLatest", "action"],
+        json!({
+            "enabled": {"type": "boolean"},
+            "idleDays": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 36500},
+            "keepLatest": {"type": ["integer", "null"], "minimum": 1, "maximum": 1000000},
+            "action": {"enum": ["delete", "archive"]}
+        }),
+    )
+}
+
+fn pin_schema() -> Value {
+    object(&["pinned"], json!({"pinned": {"type": "boolean"}}))
+}
+
+/// Retention policies and pins (sessiond's extension of the Sessions API).
+pub static RETENTION: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" format!("{WS}/retention").leak(), "getRetention", "The workspace's retention policy", READ, Body::None, Answer::Json(200, retention_policy_schema)),
+        op!("put" format!("{WS}/retention").leak(), "setRetention",
+            "Set the retention policy (owners only): remove sessions idle for more than idleDays, keeping the newest keepLatest of each agent; action delete, or archive (to a file) then delete; both rules null remove the policy",
+            WRITE, Body::Json(|| json!({"type": "object", "properties": {
+                "idleDays": {"type": ["number", "null"]}, "keepLatest": {"type": ["integer", "null"]}, "action": {"enum": ["delete", "archive"]}
+            }, "additionalProperties": false})), Answer::Json(200, retention_policy_schema)),
+        op!("get" format!("{WS}/retention/preview").leak(), "previewRetention", "The sessions the policy removes now (a dry run)", READ, Body::None,
+            Answer::Json(200, || object(&["policy", "sessions"], json!({"policy": retention_policy_schema(), "sessions": list_of(object(&["id", "agent", "title", "updatedAt"], json!({"id": {"type": "string"}, "agent": {"type": "string"}, "title": {"type": "string"}, "updatedAt": {"type": "integer"}})))})))),
+        op!("get" format!("{WS}/agent/sessions/{{sessionId}}/pin").leak(), "getPin", "Whether the session is pinned (kept from every retention policy)", READ, Body::None, Answer::Json(200, pin_schema)),
+        op!("put" format!("{WS}/agent/sessions/{{sessionId}}/pin").leak(), "setPin", "Pin or unpin the session: a pinned session is never removed by retention", WRITE, Body::Json(pin_schema), Answer::Json(200, pin_schema)),
+    ]
+});
+
 /// Every family's operations, in the document's order.
 pub fn operations() -> Vec<Op> {
     [
@@ -987,6 +1019,7 @@ pub fn operations() -> Vec<Op> {
         &*AGENTS,
         &*UPLOADS,
         &*ARCHIVES,
+        &*RETENTION,
         &*TASK_EVENTS,
         &*AGENTEX,
         &*AGENTEX_SCHEDULES,

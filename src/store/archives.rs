@@ -1,7 +1,7 @@
-//! Portable archives and retention as the store sees them: a session's stored facts read whole
-//! (its row's columns, its images, which turn took which input, its background tasks), one
-//! session written back from an archive in one transaction with its ids, seqs and timestamps as
-//! they were, and the candidates a retention sweep considers.
+//! Portable archives as the store sees them: a session's stored facts read whole (its row's
+//! columns, its images, which turn took which input, its background tasks), and one session
+//! written back from an archive in one transaction with its ids, seqs and timestamps as they
+//! were.
 //!
 //! A session's row is carried as its columns by name (both backends have the same columns, see
 //! `migrations/postgres/0001_init.sql`), less what belongs to the server it lived on: its
@@ -15,7 +15,7 @@ use super::{SessionKey, Tx};
 use crate::error::{Error, Result};
 
 /// The session row's integer columns an archive carries (`NOT NULL` ones marked `true`).
-pub const INT_COLUMNS: [(&str, bool); 15] = [
+pub const INT_COLUMNS: [(&str, bool); 16] = [
     ("archived_at", false),
     ("created_at", true),
     ("updated_at", true),
@@ -31,6 +31,8 @@ pub const INT_COLUMNS: [(&str, bool); 15] = [
     ("last_terminal_seq", true),
     ("last_message_at", false),
     ("turn_active", true),
+    // Archives made before pins existed have none: 0.
+    ("pinned", false),
 ];
 
 /// The session row's text columns an archive carries (`NOT NULL` ones marked `true`).
@@ -156,17 +158,6 @@ pub enum IdPlace {
     Free,
     ThisWorkspace,
     OtherWorkspace,
-}
-
-/// A session a retention sweep may remove: not its agent's default, no turn running, nothing
-/// queued, not pinned.
-#[derive(Debug, Clone)]
-pub struct RetentionCandidate {
-    pub id: String,
-    pub agent_slug: String,
-    pub title: String,
-    /// When the session last changed (its row's `updated_at`), in epoch milliseconds.
-    pub updated_at: i64,
 }
 
 fn json_of(v: SqlValue) -> Json {
@@ -324,6 +315,11 @@ impl Tx<'_> {
             // A turn cannot be running on a server that never ran it.
             values.push(if name == "turn_active" {
                 SqlValue::Integer(0)
+            } else if name == "pinned" {
+                column_value(name, true, false, cols.get(name)).map(|v| match v {
+                    SqlValue::Null => SqlValue::Integer(0),
+                    v => v,
+                })?
             } else {
                 column_value(name, true, required, cols.get(name))?
             });
@@ -521,40 +517,6 @@ impl ArchiveStore<'_> {
         let ws = workspace_id.to_owned();
         self.store
             .write(move |tx| tx.import_session(&ws, &session))
-            .await
-    }
-
-    /// The sessions of the workspace a retention policy may remove, oldest change first, at most
-    /// `limit`: not an agent's default session, no turn running, no input queued, not pinned.
-    pub async fn retention_candidates(
-        &self,
-        workspace_id: &str,
-        limit: u32,
-    ) -> Result<Vec<RetentionCandidate>> {
-        let ws = workspace_id.to_owned();
-        self.store
-            .read(move |c| {
-                let rows = c
-                    .prepare_cached(
-                        "SELECT s.id, a.slug, s.title, s.updated_at
-                         FROM sessions s JOIN agents a ON a.id = s.agent_id
-                         WHERE s.workspace_id = ?1 AND s.turn_active = 0
-                           AND NOT EXISTS (SELECT 1 FROM default_sessions d WHERE d.session_id = s.id)
-                           AND NOT EXISTS (SELECT 1 FROM pending_inputs p WHERE p.session_pk = s.pk)
-                         ORDER BY s.updated_at, s.id
-                         LIMIT ?2",
-                    )?
-                    .query_map(params![ws, i64::from(limit)], |r| {
-                        Ok(RetentionCandidate {
-                            id: r.get(0)?,
-                            agent_slug: r.get(1)?,
-                            title: r.get(2)?,
-                            updated_at: r.get(3)?,
-                        })
-                    })?
-                    .collect::<super::sql::Result<Vec<_>>>()?;
-                Ok(rows)
-            })
             .await
     }
 }

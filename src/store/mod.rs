@@ -40,6 +40,7 @@ pub mod postgres;
 pub mod projections;
 pub mod reads;
 pub mod record;
+pub mod retention;
 pub mod schedules;
 pub mod seed;
 pub mod sessions;
