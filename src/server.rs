@@ -568,8 +568,8 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         });
         server.await.map_err(|e| format!("server error: {e}"))
     });
-    // HTTP is down: stop firing schedules and sweeping, stop turns (they write their terminals), then flush
-    // the writer.
+    // HTTP is down: stop firing schedules and sweeping, stop turns (they write their
+    // terminals), then flush the writer.
     runner_rt.block_on(scheduler.stop());
     runner_rt.block_on(sweeper.stop());
     runner_rt.block_on(runner.shutdown());
