@@ -77,10 +77,20 @@ const AT_REST: &str = "s.turn_active = 0 AND s.pinned = 0
     AND NOT EXISTS (SELECT 1 FROM default_sessions d WHERE d.session_id = s.id)
     AND NOT EXISTS (SELECT 1 FROM pending_inputs p WHERE p.session_pk = s.pk)";
 
-/// Sessions of the agent newer than `(updated_at, id)`: the session is among its agent's newest
-/// `keep_latest` while fewer than that many are newer.
-const NEWER: &str = "(SELECT COUNT(*) FROM sessions n WHERE n.agent_id = s.agent_id
-    AND (n.updated_at > s.updated_at OR (n.updated_at = s.updated_at AND n.id > s.id)))";
+/// Whether at least `?3` sessions of the agent changed after `(updated_at, id)`: the session is
+/// outside its agent's newest `keep_latest`. Bounded by `?3` rows however many the agent has
+/// (the agent's index reads its newest first, and those are the newer ones).
+const OUTSIDE_NEWEST: &str = "EXISTS (SELECT 1 FROM sessions n WHERE n.agent_id = s.agent_id
+    AND (n.updated_at > s.updated_at OR (n.updated_at = s.updated_at AND n.id > s.id))
+    LIMIT 1 OFFSET ?3 - 1)";
+
+/// The keep rule of `p` as SQL (true when it is off) and its count (`?3`).
+fn keep_rule(p: &RetentionPolicy) -> (&'static str, i64) {
+    match p.keep_latest {
+        Some(k) if k > 0 => (OUTSIDE_NEWEST, k),
+        _ => ("?3 = 0", 0),
+    }
+}
 
 fn policy_of(r: &super::sql::Row<'_>, at: usize) -> super::sql::Result<RetentionPolicy> {
     Ok(RetentionPolicy {
@@ -102,11 +112,11 @@ fn candidates(
     }
     // A rule that is off never stops a session: the oldest time after now, no count.
     let before = p.idle_ms.map_or(i64::MAX, |ms| now.saturating_sub(ms));
-    let keep = p.keep_latest.unwrap_or(0);
+    let (keep_sql, keep) = keep_rule(p);
     let sql = format!(
         "SELECT s.id, a.slug, s.title, s.updated_at
          FROM sessions s JOIN agents a ON a.id = s.agent_id
-         WHERE s.workspace_id = ?1 AND s.updated_at < ?2 AND {AT_REST} AND {NEWER} >= ?3
+         WHERE s.workspace_id = ?1 AND s.updated_at < ?2 AND {AT_REST} AND {keep_sql}
          ORDER BY s.updated_at, s.id
          LIMIT ?4"
     );
@@ -140,15 +150,15 @@ impl Tx<'_> {
             Err(e) => return Err(e),
         };
         self.lock(RowLock::Session(key.pk))?;
+        let (keep_sql, keep) = keep_rule(p);
         let sql = format!(
             "SELECT 1 FROM sessions s WHERE s.pk = ?1 AND s.updated_at = ?2 AND {AT_REST}
-               AND {NEWER} >= ?3"
+               AND {keep_sql}"
         );
-        let removable = self.conn.prepare_cached(&sql)?.exists(params![
-            key.pk,
-            updated_at,
-            p.keep_latest.unwrap_or(0)
-        ])?;
+        let removable = self
+            .conn
+            .prepare_cached(&sql)?
+            .exists(params![key.pk, updated_at, keep])?;
         if !removable {
             return Ok(None);
         }
