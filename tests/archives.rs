@@ -181,6 +181,11 @@ fn assert_same(from: &Server, to: &Server, ids: &[&str]) {
 fn a_session_round_trips_onto_another_server_and_a_second_import_changes_nothing() {
     let a = Server::start();
     let (first, _) = populate(&a);
+    let (status, _) = a.put(
+        &a.sessions_url(&format!("/{first}/pin")),
+        &json!({"pinned": true}),
+    );
+    assert_eq!(status, 200);
     let archive = get_archive(&a, &a.sessions_url(&format!("/{first}/export")));
 
     // The members: the timeline exactly as history shows it, the views, the image and the file,
@@ -245,6 +250,9 @@ fn a_session_round_trips_onto_another_server_and_a_second_import_changes_nothing
         .to_owned();
     let (status, _, png) = b.get_bytes(&b.sessions_url(&format!("/{first}/images/{storage_id}")));
     assert_eq!((status, png.as_slice()), (200, PNG));
+    // Its pin comes along, so retention keeps it there too.
+    let (status, pinned) = b.get(&b.sessions_url(&format!("/{first}/pin")));
+    assert_eq!((status, pinned), (200, json!({"pinned": true})));
     // Its prompts are searchable where it was imported.
     let (status, found) = b.get(&b.sessions_url("?search=zebra"));
     assert_eq!(status, 200);

@@ -87,10 +87,8 @@ pub enum Body {
     None,
     Seed,
     Json(fn() -> Value),
-    /// Raw bytes of any type (uploads).
+    /// Raw bytes of any type (uploads, archives).
     Bytes,
-    /// A portable archive (`application/x-tar`).
-    Tar,
 }
 
 const WS: &str = "/v1/ws/{workspaceSlug}";
@@ -974,7 +972,7 @@ pub static ARCHIVES: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("get" format!("{WS}/export").leak(), "exportWorkspace",
             "Every session of the workspace at rest, or of one agent (?agent=SLUG), as one archive (owners only)", READ, Body::None, Answer::Tar),
         op!("post" format!("{WS}/import").leak(), "importArchive",
-            "Import an archive: idempotent by its ids; a changed member, an id of another workspace or a drive path holding other bytes refuses it whole (owners only)", WRITE, Body::Tar, Answer::Json(200, import_report_schema)),
+            "Import an archive (the tar file an export made, sent as it is): idempotent by its ids; a changed member, an id of another workspace or a drive path holding other bytes refuses it whole (owners only)", WRITE, Body::Bytes, Answer::Json(200, import_report_schema)),
     ]
 });
 
@@ -1148,9 +1146,6 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
         }
         Body::Bytes => {
             o["requestBody"] = json!({"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}});
-        }
-        Body::Tar => {
-            o["requestBody"] = json!({"required": true, "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}});
         }
     }
     let mut responses = Map::new();
