@@ -119,7 +119,7 @@ impl Retention {
             for c in &removable {
                 let gone = self
                     .sessions
-                    .delete_for_retention(&row.workspace_id, &c.id, c.updated_at, &row.policy)
+                    .delete_for_retention(&row.workspace_id, c, &row.policy)
                     .await?;
                 if gone {
                     removed += 1;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::*;
 use serde_json::{Value, json};
 
-/// A sweep every 100 ms.
-const FAST: &str = "[retention]\nsweep_interval_ms = 100\n";
+/// A sweep every 100 ms, in steps of one session.
+const FAST: &str = "[retention]\nsweep_interval_ms = 100\nbatch = 1\n";
 /// No sweep during a test.
 const NEVER: &str = "[retention]\nsweep_interval_ms = 86400000\n";
 /// About 0.4 s, in days.

@@ -758,18 +758,18 @@ impl Sessions {
     /// Removes a session a retention policy removes, as [`Sessions::delete`] does (the same
     /// store steps, the runner told, its streams ended), but only while the policy still removes
     /// it, checked in the deleting transaction: never once a turn was claimed, an input queued,
-    /// a pin or a default pointer set, or anything changed since `updated_at`. Whether it did.
+    /// a pin or a default pointer set, or anything changed since the candidate was read.
+    /// Whether it did.
     pub async fn delete_for_retention(
         &self,
         workspace_id: &str,
-        session_id: &str,
-        updated_at: i64,
+        candidate: &store::retention::RetentionCandidate,
         policy: &store::retention::RetentionPolicy,
     ) -> Result<bool> {
         let Some(key) = self
             .store
             .retention()
-            .delete_if_removable(workspace_id, session_id, updated_at, policy)
+            .delete_if_removable(workspace_id, candidate, policy)
             .await?
         else {
             return Ok(false);

@@ -70,6 +70,8 @@ pub struct RetentionCandidate {
     pub title: String,
     /// When the session last changed (its row's `updated_at`), epoch milliseconds.
     pub updated_at: i64,
+    /// Its newest event when it was read: a removal finds it unchanged or leaves it.
+    pub last_event_seq: u64,
 }
 
 /// Whether a session is exempt from every policy right now, and what a policy compares.
@@ -114,7 +116,7 @@ fn candidates(
     let before = p.idle_ms.map_or(i64::MAX, |ms| now.saturating_sub(ms));
     let (keep_sql, keep) = keep_rule(p);
     let sql = format!(
-        "SELECT s.id, a.slug, s.title, s.updated_at
+        "SELECT s.id, a.slug, s.title, s.updated_at, s.last_event_seq
          FROM sessions s JOIN agents a ON a.id = s.agent_id
          WHERE s.workspace_id = ?1 AND s.updated_at < ?2 AND {AT_REST} AND {keep_sql}
          ORDER BY s.updated_at, s.id
@@ -128,6 +130,7 @@ fn candidates(
                 agent_slug: r.get(1)?,
                 title: r.get(2)?,
                 updated_at: r.get(3)?,
+                last_event_seq: r.get::<_, i64>(4)? as u64,
             })
         })?
         .collect::<super::sql::Result<Vec<_>>>()?;
@@ -136,20 +139,26 @@ fn candidates(
 
 impl Tx<'_> {
     /// Deletes the session only while the policy still removes it: at rest, unpinned, not a
-    /// default, unchanged since `updated_at`, outside its agent's newest `keep_latest`.
+    /// default, unchanged since it was read (its row's `updated_at`, and its newest event, which
+    /// an append earlier in the same batch has not written to the row yet), outside its agent's
+    /// newest `keep_latest`.
     fn delete_if_removable(
         &mut self,
         workspace_id: &str,
-        session_id: &str,
-        updated_at: i64,
+        c: &RetentionCandidate,
         p: &RetentionPolicy,
     ) -> Result<Option<SessionKey>> {
+        let (session_id, updated_at) = (c.id.as_str(), c.updated_at);
         let key = match self.session_key(workspace_id, session_id) {
             Ok(key) => key,
             Err(Error::NotFound) => return Ok(None),
             Err(e) => return Err(e),
         };
         self.lock(RowLock::Session(key.pk))?;
+        let newest = self.counters(key.pk)?.map(|n| n.last_event_seq);
+        if newest != Some(c.last_event_seq) {
+            return Ok(None);
+        }
         let (keep_sql, keep) = keep_rule(p);
         let sql = format!(
             "SELECT 1 FROM sessions s WHERE s.pk = ?1 AND s.updated_at = ?2 AND {AT_REST}
@@ -304,13 +313,12 @@ impl RetentionStore<'_> {
     pub async fn delete_if_removable(
         &self,
         workspace_id: &str,
-        session_id: &str,
-        updated_at: i64,
+        c: &RetentionCandidate,
         p: &RetentionPolicy,
     ) -> Result<Option<SessionKey>> {
-        let (ws, id, p) = (workspace_id.to_owned(), session_id.to_owned(), p.clone());
+        let (ws, c, p) = (workspace_id.to_owned(), c.clone(), p.clone());
         self.store
-            .write(move |tx| tx.delete_if_removable(&ws, &id, updated_at, &p))
+            .write(move |tx| tx.delete_if_removable(&ws, &c, &p))
             .await
     }
 }
