@@ -341,14 +341,21 @@ impl Archives {
         // The timeline, page by page, and the files its events attach.
         let mut lines = Vec::new();
         let mut attached = Vec::new();
+        // Up to the last event the stored facts know of: an event appended since they were read
+        // belongs to a later export.
+        let last = stored
+            .columns
+            .get("last_event_seq")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         let mut cursor = 0;
-        loop {
+        while cursor < last {
             let page = self
                 .store
                 .log()
                 .events_after(pk, cursor, EVENT_PAGE)
                 .await?;
-            for e in &page {
+            for e in page.iter().take_while(|e| e.seq <= last) {
                 lines.extend_from_slice(crate::sessions::view::entry_json(e).as_bytes());
                 lines.push(b'\n');
                 attached.extend(attached_paths(&e.body));
