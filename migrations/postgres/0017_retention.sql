@@ -1,4 +1,4 @@
--- Retention, for PostgreSQL: the twin of migrations/0023_retention.sql.
+-- Retention, for PostgreSQL: the twin of migrations/0017_retention.sql.
 
 -- 1: never removed by a retention sweep (`PUT …/agent/sessions/{id}/pin`).
 ALTER TABLE sessions ADD COLUMN pinned BIGINT NOT NULL DEFAULT 0;

@@ -1,4 +1,4 @@
-//! Retention as the store sees it (migration 0023): a workspace's policy, a session's pin, the
+//! Retention as the store sees it (migration 0017): a workspace's policy, a session's pin, the
 //! sessions a sweep may remove now, and the removal of one of them only while it still may be.
 //!
 //! A session is never a candidate while it is pinned, is its agent's default session, has a turn
