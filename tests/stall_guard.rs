@@ -1,0 +1,90 @@
+//! The runner's stall guard: a turn with no progress for `runner.stall_timeout_ms` ends failed
+//! with a `system` notice coded `stalled`, and the session takes new work afterwards.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+const CONFIG: &str = "[runner]\nstall_timeout_ms = 1000\n";
+
+#[test]
+fn a_hung_turn_ends_failed_stalled_and_the_session_runs_again() {
+    let s = Server::start_with_config(CONFIG);
+    let id = s.create_prompt("/reply before\n/hang");
+    let end = s.wait_for_event(&id, &TERMINALS, 0, Duration::from_secs(30));
+    assert_eq!(etype(&end), "complete", "{end}");
+    assert_eq!(end["event"]["status"], "failed", "{end}");
+    let error = end["event"]["error"].as_str().unwrap_or("");
+    assert!(error.starts_with("stalled"), "{end}");
+
+    let events = s.history_all(&id);
+    let notices: Vec<_> = of_type(&events, "system")
+        .into_iter()
+        .filter(|e| e["event"]["metadata"]["code"] == "stalled")
+        .collect();
+    assert_eq!(notices.len(), 1, "{events:#?}");
+    assert!(
+        seq(notices[0]) < seq(&end),
+        "the notice comes before the terminal"
+    );
+    // The text streamed before the hang stays.
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"]["step"]["text"] == "before"),
+        "{events:#?}"
+    );
+
+    // The session is not left running: a new message runs a new turn.
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "/reply again"}),
+    );
+    assert!(status == 200 || status == 202, "{status} {v}");
+    let next = s.wait_for_event(&id, &TERMINALS, seq(&end) + 1, Duration::from_secs(30));
+    assert_eq!(next["event"]["status"], "completed", "{next}");
+}
+
+#[test]
+fn a_slow_turn_that_keeps_streaming_is_not_stalled() {
+    let s = Server::start_with_config(CONFIG);
+    // Six deltas 400 ms apart: 2.4 s in all, longer than the timeout, with progress throughout.
+    let id = s.create_prompt("/slow 400\n/stream 6");
+    let end = s.wait_for_event(&id, &TERMINALS, 0, Duration::from_secs(30));
+    assert_eq!(end["event"]["status"], "completed", "{end}");
+    let events = s.history_all(&id);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["event"]["metadata"]["code"] == "stalled"),
+        "{events:#?}"
+    );
+}
+
+#[test]
+fn an_interrupt_still_ends_a_hung_turn_interrupted() {
+    let s = Server::start_with_config("[runner]\nstall_timeout_ms = 60000\n");
+    let id = s.create_prompt("/hang");
+    s.wait_for_event(
+        &id,
+        &["session_created", "user_message"],
+        0,
+        Duration::from_secs(10),
+    );
+    let mut ended = None;
+    for _ in 0..200 {
+        let (status, _) = s.post(&s.sessions_url(&format!("/{id}/interrupt")), &json!({}));
+        assert!(status < 500);
+        let events = s.history_all(&id);
+        if let Some(e) = events.iter().find(|e| TERMINALS.contains(&etype(e))) {
+            ended = Some(e.clone());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let end = ended.expect("the hung turn ends on interrupt");
+    assert_eq!(etype(&end), "interrupted", "{end}");
+}
