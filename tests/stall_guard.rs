@@ -2,10 +2,13 @@
 //! with a `system` notice coded `stalled`, and the session takes new work afterwards.
 
 mod common;
+#[path = "common/fake_acp.rs"]
+mod fake_acp;
 
 use std::time::Duration;
 
 use common::*;
+use fake_acp::*;
 use serde_json::json;
 
 const CONFIG: &str = "[runner]\nstall_timeout_ms = 1000\n";
@@ -87,4 +90,36 @@ fn an_interrupt_still_ends_a_hung_turn_interrupted() {
     }
     let end = ended.expect("the hung turn ends on interrupt");
     assert_eq!(etype(&end), "interrupted", "{end}");
+}
+
+#[test]
+fn an_acp_agent_that_goes_silent_mid_message_is_stalled() {
+    let fake = FakeAcp::start();
+    let s = Server::start_with_config(
+        "[policy]\nacp_hosts = [\"127.0.0.1\"]\n[runner]\nstall_timeout_ms = 1000\n",
+    );
+    let slug = format!("acp-{}", &new_uuid()[..8]);
+    // The engine's own idle timeout is a minute away: only the stall guard ends this turn.
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": slug, "engine": fake.engine("sync", 60_000)}),
+    );
+    assert_eq!(status, 201, "{v}");
+    let cwd = v["anchor"].as_str().expect("anchor").to_owned();
+    fake.push(Reply::Lines {
+        lines: vec![delta("thinking")],
+        delay: Duration::ZERO,
+        end: End::Stall,
+    });
+    let v = s.create(json!({"prompt": "go", "cwd": cwd}));
+    let id = v["session"]["sessionId"].as_str().expect("sessionId");
+    let end = s.wait_for_event(id, &TERMINALS, 0, Duration::from_secs(30));
+    assert_eq!(end["event"]["status"], "failed", "{end}");
+    assert!(
+        end["event"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("stalled"),
+        "{end}"
+    );
 }
