@@ -2,6 +2,7 @@
 //! with a `system` notice coded `stalled`, and the session takes new work afterwards.
 
 mod common;
+#[allow(dead_code)]
 #[path = "common/fake_acp.rs"]
 mod fake_acp;
 
