@@ -107,6 +107,9 @@ pub struct RunnerConfig {
     pub wait_deadline_ms: u64,
     /// Interval of `heartbeat` events while a turn has background tasks running.
     pub heartbeat_ms: u64,
+    /// How long a running turn may go without progress (an event, a streamed delta, a heartbeat)
+    /// before the stall guard ends it `failed` (reason `stalled`), whatever its engine.
+    pub stall_timeout_ms: u64,
     /// With several processes on one database (PostgreSQL): how long a turn's lease lasts
     /// unless its process renews it. A process that dies mid-turn is noticed this long after its
     /// last renewal, and another process ends its turns.
@@ -248,6 +251,7 @@ impl Default for RunnerConfig {
             interrupt_grace_ms: 5000,
             wait_deadline_ms: 30_000,
             heartbeat_ms: 5_000,
+            stall_timeout_ms: 600_000,
             lease_ms: 10_000,
             lease_renew_ms: 2_000,
         }
