@@ -900,15 +900,17 @@ fn deployments_made_before_the_history_get_their_rows() {
         &json!({}),
     );
     assert_eq!(status, 200, "{promoted}");
-    // The database as it was before migration 0016, which the restart applies again.
+    // The database as it was before migration 0016, which the restart applies again: every
+    // migration from 0016 on is undone, the newest first (a new migration adds its undo here).
     s.stop();
-    let undo = "DROP TABLE agentex_deployment_history; DROP TABLE agentex_webhook_triggers; \
+    let undo = "DROP TABLE retention_policies; ALTER TABLE sessions DROP COLUMN pinned; \
+                DROP TABLE agentex_deployment_history; DROP TABLE agentex_webhook_triggers; \
                 ALTER TABLE sessions DROP COLUMN webhook_type; \
                 ALTER TABLE sessions DROP COLUMN webhook_id; \
                 ALTER TABLE sessions DROP COLUMN attribution_user;";
     match s.database_url() {
         Some(_) => s.db_execute(&format!(
-            "{undo} DELETE FROM schema_migrations WHERE version = 16;"
+            "{undo} DELETE FROM schema_migrations WHERE version >= 16;"
         )),
         None => s.db_execute(&format!("{undo} PRAGMA user_version = 15;")),
     }
