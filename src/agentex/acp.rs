@@ -24,10 +24,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use super::{agents as agent_view, records, tasks};
+use super::agents::{self as agent_view, acp_config};
+use super::confinement::confined_to;
+use super::{records, tasks};
 use crate::agents;
+use crate::engine::TurnInput;
 use crate::engine::acp::{self as engine, AcpConfig, AcpPlatform, AcpTurn, AcpType};
-use crate::engine::{EngineConfig, TurnInput};
 use crate::error::{Error, Result};
 use crate::secret;
 use crate::sessions::{Actor, Sessions};
@@ -306,19 +308,6 @@ pub async fn register(
     Ok((agent, keys.key(&agent_id, &salt)))
 }
 
-/// The ACP configuration of an agent whose engine is one.
-pub fn acp_config(agent: &AgentexAgentRow) -> Option<AcpConfig> {
-    match EngineConfig::parse(&agent.engine) {
-        Ok(Some(EngineConfig::Acp(c))) => Some(c),
-        _ => None,
-    }
-}
-
-/// Whether an agent is an async ACP server (it hears of its tasks' creation and cancellation).
-pub fn is_async(agent: &AgentexAgentRow) -> bool {
-    acp_config(agent).is_some_and(|c| c.acp_type == AcpType::Async)
-}
-
 /// The agent platform as the `acp` engine sees it.
 pub struct Platform {
     sessions: Sessions,
@@ -478,14 +467,6 @@ pub async fn loopback_actor(sessions: &Sessions) -> Result<Actor> {
         sender: crate::timeline::Sender::User { user_id },
         channel: crate::sessions::Channel::Loopback,
     })
-}
-
-/// The agent an actor is confined to: a registered agent calling back sees only its own tasks.
-pub fn confined_to(actor: &Actor) -> Option<&str> {
-    match &actor.channel {
-        crate::sessions::Channel::Agent { agent_id } => Some(agent_id),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

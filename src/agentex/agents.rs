@@ -13,6 +13,7 @@ use super::view;
 use crate::agents::{self, AgentSpec};
 use crate::config::Policy;
 use crate::engine::EngineConfig;
+use crate::engine::acp::{AcpConfig, AcpType};
 use crate::error::{Error, Result};
 use crate::sessions::{Actor, Sessions};
 use crate::store::agentex::{AgentFilter, AgentKey, AgentRegistration, AgentexAgentRow};
@@ -40,7 +41,7 @@ pub async fn find(
         .agent(&actor.workspace_id, key)
         .await?
         .ok_or(Error::AgentNotFound)?;
-    match super::acp::confined_to(actor) {
+    match super::confinement::confined_to(actor) {
         Some(own) if own != agent.id => Err(Error::AgentNotFound),
         _ => Ok(agent),
     }
@@ -73,7 +74,7 @@ pub fn view(a: &AgentexAgentRow, policy: &Policy) -> Value {
         "id": a.id,
         "name": a.slug,
         "description": a.description,
-        "acp_type": super::acp::acp_config(a).map_or(ACP_TYPE, |c| c.acp_type.as_str()),
+        "acp_type": acp_config(a).map_or(ACP_TYPE, |c| c.acp_type.as_str()),
         "created_at": view::time(a.created_at),
         "updated_at": view::time(a.updated_at),
         "agent_input_type": a.agent_input_type,
@@ -171,4 +172,17 @@ pub async fn delete(sessions: &Sessions, actor: &Actor, key: AgentKey<'_>) -> Re
     let agent = find(sessions, actor, key).await?;
     agents::delete(sessions.store(), &actor.workspace_id, &agent.slug).await?;
     Ok(agent.id)
+}
+
+/// The ACP configuration of an agent whose engine is one.
+pub fn acp_config(agent: &AgentexAgentRow) -> Option<AcpConfig> {
+    match EngineConfig::parse(&agent.engine) {
+        Ok(Some(EngineConfig::Acp(c))) => Some(c),
+        _ => None,
+    }
+}
+
+/// Whether an agent is an async ACP server (it hears of its tasks' creation and cancellation).
+pub fn is_async(agent: &AgentexAgentRow) -> bool {
+    acp_config(agent).is_some_and(|c| c.acp_type == AcpType::Async)
 }

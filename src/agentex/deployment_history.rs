@@ -61,7 +61,7 @@ pub fn view(h: &DeploymentHistoryRow) -> Value {
 /// The history is the workspace's operators' record: an agent calling back with its key reads
 /// none of it (403).
 fn refuse_agent_key(actor: &Actor) -> Result<()> {
-    match super::acp::confined_to(actor) {
+    match super::confinement::confined_to(actor) {
         Some(_) => Err(Error::Forbidden(
             "an agent key cannot read deployment history".into(),
         )),

@@ -10,6 +10,7 @@
 pub mod acp;
 pub mod agents;
 pub mod checkpoints;
+pub mod confinement;
 pub mod content;
 pub mod deployment_history;
 pub mod deployments;

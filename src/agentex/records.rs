@@ -28,7 +28,7 @@ pub fn event_view(e: &EventRow) -> Value {
 /// A registered agent calling back with its key reaches only its own tasks' records: a record of
 /// another task (or of none) is not there for it.
 async fn confine(sessions: &Sessions, actor: &Actor, task_id: Option<&str>) -> Result<()> {
-    if super::acp::confined_to(actor).is_none() {
+    if super::confinement::confined_to(actor).is_none() {
         return Ok(());
     }
     let id = task_id.ok_or(Error::NotFound)?;
@@ -39,7 +39,7 @@ async fn confine(sessions: &Sessions, actor: &Actor, task_id: Option<&str>) -> R
 
 /// A list for an agent calling back must name one of its tasks.
 async fn confine_list(sessions: &Sessions, actor: &Actor, filter: &RecordFilter) -> Result<()> {
-    if super::acp::confined_to(actor).is_none() {
+    if super::confinement::confined_to(actor).is_none() {
         return Ok(());
     }
     let id = filter
@@ -149,7 +149,7 @@ pub async fn update_state(
     id: &str,
     doc: Map<String, Value>,
 ) -> Result<StateRow> {
-    if super::acp::confined_to(actor).is_some() {
+    if super::confinement::confined_to(actor).is_some() {
         state(sessions, actor, id).await?;
     }
     let doc = Value::Object(doc).to_string();
@@ -162,7 +162,7 @@ pub async fn update_state(
 
 /// Deletes a state; returns it as it was.
 pub async fn delete_state(sessions: &Sessions, actor: &Actor, id: &str) -> Result<StateRow> {
-    if super::acp::confined_to(actor).is_some() {
+    if super::confinement::confined_to(actor).is_some() {
         state(sessions, actor, id).await?;
     }
     sessions

@@ -115,7 +115,7 @@ pub async fn find(sessions: &Sessions, actor: &Actor, key: TaskKey<'_>) -> Resul
         .await?
         .ok_or(Error::NotFound)?;
     // A registered agent calling back sees only its own tasks (others are not there for it).
-    match super::acp::confined_to(actor) {
+    match super::confinement::confined_to(actor) {
         Some(agent) if agent != task.agent_id => Err(Error::NotFound),
         _ => Ok(task),
     }

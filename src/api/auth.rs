@@ -179,7 +179,7 @@ pub async fn logout(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
 pub async fn me(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse> {
     // An agent key alone is known but speaks for an agent, not a person: 403 as on every route
     // outside its agent's own objects (and 401 when it is no key at all).
-    if let Some(actor) = crate::api::agentex::acp::callback_actor(&state, &req).await {
+    if let Some(actor) = super::agent_key::callback_actor(&state.sessions, &req).await {
         actor?;
     }
     match credential(&state, &req).await? {

@@ -156,7 +156,7 @@ impl FromRequest for Actor {
                 .ok_or_else(|| Error::Internal("app state missing".into()))?
                 .clone();
             // A registered ACP server calling back with the key it was issued.
-            if let Some(actor) = crate::api::agentex::acp::callback_actor(&state, &req).await {
+            if let Some(actor) = super::agent_key::callback_actor(&state.sessions, &req).await {
                 return actor;
             }
             let principal = credential(&state, &req).await?;

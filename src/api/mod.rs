@@ -1,5 +1,6 @@
 //! The HTTP surface: routes of every API family, mapped onto thin handlers.
 
+mod agent_key;
 mod agentex;
 mod agents;
 mod archives;

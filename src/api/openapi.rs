@@ -14,12 +14,7 @@ use actix_web::HttpResponse;
 use rust_embed::RustEmbed;
 use serde_json::{Map, Value, json};
 
-/// The Sessions API's seed schemas (`schemas/sessions/`): the request schemas checked on every body
-/// ([`super::schema`]) and the responses this document describes. One embed, so the bytes are in the
-/// binary once.
-#[derive(RustEmbed)]
-#[folder = "schemas/sessions/"]
-pub(crate) struct SessionSchemas;
+use super::schema::SessionSchemas;
 
 /// The agent platform API's response schemas, transcribed from seed 003 (`schemas/agentex/`).
 #[derive(RustEmbed)]

@@ -9,14 +9,21 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use boon::{Compiler, ErrorKind, SchemaIndex, Schemas, ValidationError};
+use rust_embed::RustEmbed;
 use serde_json::Value;
 
-use super::openapi::SessionSchemas as Embedded;
 use crate::error::{Error, Result};
+
+/// The Sessions API's seed schemas (`schemas/sessions/`): the request schemas checked on every body
+/// (here) and the responses the OpenAPI document describes. One embed, so the bytes are in the
+/// binary once.
+#[derive(RustEmbed)]
+#[folder = "schemas/sessions/"]
+pub(crate) struct SessionSchemas;
 
 /// The names of the embedded request schemas (`*.request.json`).
 fn request_schemas() -> impl Iterator<Item = std::borrow::Cow<'static, str>> {
-    Embedded::iter().filter(|name| name.ends_with(".request.json"))
+    SessionSchemas::iter().filter(|name| name.ends_with(".request.json"))
 }
 
 /// Every request schema, compiled once, by file name.
@@ -32,7 +39,7 @@ static COMPILED: LazyLock<Compiled> = LazyLock::new(|| {
     let mut names = Vec::new();
     for name in request_schemas() {
         let parsed =
-            Embedded::get(&name).and_then(|f| serde_json::from_slice::<Value>(&f.data).ok());
+            SessionSchemas::get(&name).and_then(|f| serde_json::from_slice::<Value>(&f.data).ok());
         match parsed {
             Some(doc) => match compiler.add_resource(&url(&name), doc) {
                 Ok(()) => names.push(name),

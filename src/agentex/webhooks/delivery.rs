@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 
 use super::signature::{self, SignatureHeaders, Signed};
 use super::{SEALING_PURPOSE, webhook_path};
-use crate::agentex::acp::{self, Platform};
+use crate::agentex::acp::Platform;
 use crate::agentex::agents as agent_view;
 use crate::agentex::tasks::{self, Destination, NewTask, Prompt, Target};
 use crate::error::{Error, Result};
@@ -333,7 +333,7 @@ async fn start(
         attachments: Vec::new(),
     };
     let name = task.name.clone();
-    if acp::is_async(&agent) {
+    if crate::agentex::agents::is_async(&agent) {
         let id = crate::ids::new_id();
         let (row, created, _) =
             tasks::get_or_create(sessions, actor, target, task, None, id).await?;

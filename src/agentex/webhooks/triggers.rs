@@ -120,7 +120,7 @@ pub async fn create(
     t: NewTriggerIn,
     default_base: String,
 ) -> Result<Value> {
-    if crate::agentex::acp::confined_to(actor).is_some() {
+    if crate::agentex::confinement::confined_to(actor).is_some() {
         return Err(Error::Forbidden(
             "an agent key cannot register webhook triggers".into(),
         ));

@@ -13,17 +13,14 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use base64::Engine as _;
 
-use super::agent_keys::{self, Reach};
 use super::json_body;
 use crate::agentex::acp::{self, Platform, RegisterAgent};
 use crate::agentex::agents as agent_view;
+use crate::api::agent_key::callback_actor;
 use crate::api::context::AppState;
 use crate::auth::{Capability, Principal};
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-
-/// The header an agent sends its issued key in (calls both ways).
-pub const AGENT_KEY_HEADER: &str = "x-agent-api-key";
 
 /// The API key of a registration request: `Bearer`, or `Basic` with the key as password.
 fn api_key(req: &HttpRequest) -> Result<Option<String>> {
@@ -53,7 +50,7 @@ fn api_key(req: &HttpRequest) -> Result<Option<String>> {
 /// register itself again, as the SDK does at every start once it has a key); else, when
 /// `[policy]` allows it, the loopback owner.
 async fn registrant(state: &AppState, req: &HttpRequest) -> Result<Actor> {
-    if let Some(actor) = callback_actor(state, req).await {
+    if let Some(actor) = callback_actor(&state.sessions, req).await {
         return actor;
     }
     if let Some(key) = api_key(req)? {
@@ -90,28 +87,4 @@ pub async fn register(
     let mut out = agent_view::view(&agent, &state.sessions.config().policy);
     out["agent_api_key"] = key.into();
     Ok(HttpResponse::Ok().json(out))
-}
-
-/// The actor of a callback carrying an issued key, if the request has one and no other
-/// credential (`Authorization` wins when both are sent).
-pub async fn callback_actor(state: &AppState, req: &HttpRequest) -> Option<Result<Actor>> {
-    if req.headers().contains_key(header::AUTHORIZATION) {
-        return None;
-    }
-    let key = req.headers().get(AGENT_KEY_HEADER)?;
-    Some(
-        async {
-            let key = key.to_str().map_err(|_| Error::Unauthorized)?;
-            let actor = acp::callback_actor(&state.sessions, key).await?;
-            if agent_keys::reach(req.method(), req.path()) == Reach::Forbidden {
-                return Err(Error::Forbidden(
-                    "an agent key reaches only its own agent's tasks and records \
-                     (see the README's table of what an agent key may call)"
-                        .into(),
-                ));
-            }
-            Ok(actor)
-        }
-        .await,
-    )
 }

@@ -35,7 +35,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{agent_by_id, agent_by_name};
-use crate::agentex::acp::{self, Platform};
+use crate::agentex::acp::Platform;
+use crate::agentex::agents::is_async;
 use crate::agentex::content;
 use crate::agentex::tasks::{self, Destination, NewTask, Prompt, Target, TaskRef};
 use crate::agentex::updates::{Follower, Item, Scope};
@@ -529,7 +530,7 @@ async fn start_message(
     // Twice at most: a task of the new name may appear between looking and creating.
     for _ in 0..2 {
         let to = match tasks::destination(sessions, actor, target, &r).await? {
-            Destination::New(id) if platform.is_some() && acp::is_async(target.agent) => {
+            Destination::New(id) if platform.is_some() && is_async(target.agent) => {
                 let t = NewTask {
                     name: r.name.clone(),
                     params: p.task_params.clone(),

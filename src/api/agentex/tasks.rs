@@ -261,7 +261,7 @@ async fn finish(
     let t = tasks::finish(&state.sessions, &actor, &t, status, why, true).await?;
     // An async ACP agent hears of a cancel it did not make itself.
     if status == FinalStatus::Canceled
-        && crate::agentex::acp::confined_to(&actor).is_none()
+        && crate::agentex::confinement::confined_to(&actor).is_none()
         && let Some(platform) = req.app_data::<web::Data<crate::agentex::acp::Platform>>()
     {
         let agent = tasks::agent_of(&state.sessions, &actor, &t).await?;
