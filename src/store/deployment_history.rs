@@ -5,7 +5,7 @@
 //! its deployment; the rows of an agent go with the agent.
 
 use super::Tx;
-use super::agentex::{DeploymentRow, Direction, List, Page, SortKey};
+use super::listing::{Direction, List, Page, SortKey};
 use super::sql::{Db, OptionalExtension, params};
 use crate::error::Result;
 
@@ -116,11 +116,20 @@ fn page(
     List::new(&select, "h.agent_id", agent_id).run(conn, order, "h.id", direction, page, from_row)
 }
 
+/// The deployment a change is about, as its history row keeps it (the row outlives the
+/// deployment).
+pub(super) struct ChangedDeployment<'a> {
+    pub agent_id: &'a str,
+    pub id: &'a str,
+    pub docker_image: &'a str,
+    pub created_at: i64,
+}
+
 impl Tx<'_> {
     /// Records a change of `d` by `author`, now (in the transaction of the change).
     pub(super) fn record_deployment_change(
         &mut self,
-        d: &DeploymentRow,
+        d: ChangedDeployment<'_>,
         change: DeploymentChange,
         author: &ChangeAuthor,
     ) -> Result<()> {

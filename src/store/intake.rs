@@ -62,12 +62,31 @@ pub fn closure(f: &IntakeFacts<'_>) -> Option<Closure> {
             successor: f.handed_off_to.unwrap_or_default().to_owned(),
         });
     }
-    if super::record::reached(f.budget_cents, f.usage_totals) {
+    if reached(f.budget_cents, f.usage_totals) {
         return Some(Closure::BudgetSpent {
             cents: f.budget_cents,
         });
     }
     None
+}
+
+/// Cents spent according to a session's usage totals (JSON `Usage`).
+pub fn spent_cents(usage_totals: Option<&str>) -> f64 {
+    usage_totals
+        .and_then(|t| serde_json::from_str::<crate::timeline::Usage>(t).ok())
+        .map(|u| (u.cost.total * 100.0).max(0.0))
+        .unwrap_or(0.0)
+}
+
+/// Whole cents spent: what a record reports. `spent >= budget` and `whole(spent) >= budget` agree
+/// for a whole-cent budget.
+pub fn whole_cents(spent: f64) -> u64 {
+    spent.floor() as u64
+}
+
+/// The cap is set and reached.
+pub fn reached(budget_cents: u64, usage_totals: Option<&str>) -> bool {
+    budget_cents > 0 && spent_cents(usage_totals) >= budget_cents as f64
 }
 
 impl Closure {
@@ -181,7 +200,7 @@ impl Tx<'_> {
         }
         self.refresh_follow_up_queue(key)?;
         if matches!(row.turn_status.as_str(), "running" | "sleep") {
-            self.set_turn(key, super::projections::TurnStatus::Interrupted)?;
+            self.set_turn(key, super::turn_status::TurnStatus::Interrupted)?;
         }
         Ok(true)
     }

@@ -217,7 +217,7 @@ fn list(conn: &Db, session_pk: i64, f: &CheckpointFilter) -> Result<Vec<Checkpoi
         args.push(SqlValue::Text(before.clone()));
     }
     if let Some(filter) = &f.metadata {
-        for cond in super::agentex::containment(conn.dialect(), "metadata", &[], filter, &mut args)?
+        for cond in super::listing::containment(conn.dialect(), "metadata", &[], filter, &mut args)?
         {
             sql.push_str(" AND ");
             sql.push_str(&cond);

@@ -150,7 +150,7 @@ mod tests {
             .unwrap()
             .collect::<std::result::Result<_, _>>()
             .unwrap();
-        let key = |pk, seq| super::super::writes::prompt_search_key(pk, seq).unwrap();
+        let key = |pk, seq| super::super::prompt_rows::prompt_search_key(pk, seq).unwrap();
         assert_eq!(
             rows,
             [

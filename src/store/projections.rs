@@ -5,6 +5,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::record::RecordFacts;
+pub use super::turn_status::TurnStatus;
 use super::{ImageRow, JsonColumn, ListFilter, QueueKind, SessionKey, SessionRow, Store, Tx};
 use crate::error::{Error, Result};
 use crate::timeline::{Behavior, Event, FollowUpQueueItem, ImageData, StoredImageRef};
@@ -220,39 +221,6 @@ impl ProjectionReads<'_> {
     /// What the session's engine remembers between turns.
     pub async fn engine_memo(&self, pk: i64) -> Result<Option<String>> {
         self.store.read(move |c| super::engine_memo(c, pk)).await
-    }
-}
-
-/// A session's turn as its row shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TurnStatus {
-    Running,
-    Ask,
-    Sleep,
-    Complete,
-    Interrupted,
-}
-
-impl TurnStatus {
-    pub fn name(self) -> &'static str {
-        match self {
-            TurnStatus::Running => "running",
-            TurnStatus::Ask => "ask",
-            TurnStatus::Sleep => "sleep",
-            TurnStatus::Complete => "complete",
-            TurnStatus::Interrupted => "interrupted",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<TurnStatus> {
-        match name {
-            "running" => Some(TurnStatus::Running),
-            "ask" => Some(TurnStatus::Ask),
-            "sleep" => Some(TurnStatus::Sleep),
-            "complete" => Some(TurnStatus::Complete),
-            "interrupted" => Some(TurnStatus::Interrupted),
-            _ => None,
-        }
     }
 }
 

@@ -389,9 +389,9 @@ fn residual_conditions(f: &ListFilter) -> Option<String> {
 }
 
 /// A session's prompt row key with `low` in its low 32 bits, or the largest key when it does not
-/// fit (no prompt row has such a key: see `writes::prompt_search_key`).
+/// fit (no prompt row has such a key: see `prompt_rows::prompt_search_key`).
 fn prompt_key(pk: i64, low: i64) -> i64 {
-    pk.checked_mul(super::writes::PROMPT_SEQS)
+    pk.checked_mul(super::prompt_rows::PROMPT_SEQS)
         .and_then(|k| k.checked_add(low))
         .unwrap_or(i64::MAX)
 }
@@ -455,7 +455,7 @@ fn matches_in_range(
     );
     let (plo, phi) = (
         prompt_key(lo, 0),
-        prompt_key(hi, super::writes::PROMPT_SEQS - 1),
+        prompt_key(hi, super::prompt_rows::PROMPT_SEQS - 1),
     );
     let mut all: Option<std::collections::HashSet<i64>> = None;
     for term in terms {
@@ -552,7 +552,7 @@ const SEARCH_MAX_BOUND: i64 = 20_000;
 /// term's sessions are those whose title or one of whose prompt rows (a few consecutive prompts,
 /// see `Tx::index_prompt`) match it, and the terms' sets are intersected. The title index's rowid
 /// is the session's pk, a prompt row's rowid holds it above its low 32 bits
-/// (`writes::prompt_search_key`). With one term, `union` is `UNION` for distinct sessions,
+/// (`prompt_rows::prompt_search_key`). With one term, `union` is `UNION` for distinct sessions,
 /// `UNION ALL` where the consumer removes duplicates itself (an intersection is always distinct).
 ///
 /// On PostgreSQL the same sets come from the `tsvector` columns of both tables (keyed by
@@ -1208,7 +1208,7 @@ mod tests {
             .unwrap();
         for i in 1..=n {
             for (k, prompt) in prompts(i).iter().enumerate() {
-                let rowid = super::super::writes::prompt_search_key(i, k as u64 + 1).unwrap();
+                let rowid = super::super::prompt_rows::prompt_search_key(i, k as u64 + 1).unwrap();
                 insert.execute(rusqlite::params![rowid, prompt]).unwrap();
             }
         }

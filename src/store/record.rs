@@ -313,24 +313,7 @@ impl RecordFacts {
     }
 }
 
-/// Cents spent according to a session's usage totals (JSON `Usage`).
-pub fn spent_cents(usage_totals: Option<&str>) -> f64 {
-    usage_totals
-        .and_then(|t| serde_json::from_str::<crate::timeline::Usage>(t).ok())
-        .map(|u| (u.cost.total * 100.0).max(0.0))
-        .unwrap_or(0.0)
-}
-
-/// Whole cents spent: what a record reports. `spent >= budget` and `whole(spent) >= budget` agree
-/// for a whole-cent budget.
-pub fn whole_cents(spent: f64) -> u64 {
-    spent.floor() as u64
-}
-
-/// The cap is set and reached.
-pub fn reached(budget_cents: u64, usage_totals: Option<&str>) -> bool {
-    budget_cents > 0 && spent_cents(usage_totals) >= budget_cents as f64
-}
+pub use super::intake::{reached, spent_cents, whole_cents};
 
 impl Tx<'_> {
     /// `Err(BudgetHit)` when the session's budget is spent, read inside the write so that a

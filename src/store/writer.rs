@@ -269,7 +269,7 @@ impl<'c> OneWrite<'_, 'c> {
     /// Appends one durable event whose type updates no projection column (an `INSERT` and the
     /// writer's in-memory counters); other types are refused before anything is written.
     pub fn append(self, key: &super::SessionKey, event: &crate::timeline::Event) -> Result<u64> {
-        if super::writes::updates_milestone(event.type_name()) {
+        if updates_milestone(event.type_name()) {
             return Err(Error::Internal(format!(
                 "a {} event is more than one write",
                 event.type_name()
@@ -279,6 +279,13 @@ impl<'c> OneWrite<'_, 'c> {
         self.tx.wrote_once = true;
         Ok(seq)
     }
+}
+
+/// Whether appending an event of this type also updates a projection column of the session row
+/// (so that the append is two statements, not one).
+fn updates_milestone(event_type: &str) -> bool {
+    crate::timeline::is_terminal_type(event_type)
+        || matches!(event_type, "prompt_submitted" | "answer_submitted")
 }
 
 pub struct WriterHandle {
@@ -923,7 +930,7 @@ pub(super) mod tests {
     /// rows leave with the session while another session's stay.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn prompt_rows_stay_bounded_and_leave_with_their_session() {
-        use super::super::writes::{PROMPT_CLASS_ENDS, PROMPT_ROW_BYTES};
+        use super::super::prompt_rows::{PROMPT_CLASS_ENDS, PROMPT_ROW_BYTES};
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, gone) = store_with_session(dir.path()).await;
         let (ws, agent) = workspace_and_agent(&store).await;
@@ -1043,7 +1050,7 @@ pub(super) mod tests {
     /// at most the sealed rows the prompts fill and fifteen smaller ones after them; and each of
     /// `words` (a word of one prompt) found in exactly one row.
     async fn assert_prompt_rows(prompts: Vec<String>, words: &[&str]) {
-        use super::super::writes::{PROMPT_CLASS_ENDS, PROMPT_ROW_BYTES};
+        use super::super::prompt_rows::{PROMPT_CLASS_ENDS, PROMPT_ROW_BYTES};
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, key) = store_with_session(dir.path()).await;
         for chunk in prompts.chunks(7) {

@@ -1,5 +1,9 @@
 //! Everything the writer thread does to the database, as methods on [`Tx`].
 
+use super::prompt_rows::{
+    PROMPT_CLASS_ENDS, PROMPT_ROWS_JOINED, PROMPT_SEQS, prompt_row_class, prompt_run,
+    prompt_search_key,
+};
 use super::sql::{Dialect, OptionalExtension, params};
 
 use super::Tx;
@@ -148,88 +152,6 @@ pub struct NewInput<'a> {
     pub text: &'a str,
     pub images: Option<&'a str>,
     pub not_before: i64,
-}
-
-/// Seqs per session in the prompt index's key space (`session_search_prompts`, migration 0010).
-pub(crate) const PROMPT_SEQS: i64 = 1 << 32;
-
-/// Bytes of consecutive prompts one search row holds at most: large enough that a search for a
-/// word of most prompts gathers a few rows per session, not one per prompt.
-pub(crate) const PROMPT_ROW_BYTES: usize = 2048;
-
-/// How many search rows of one size class are joined into one at most (see
-/// [`Tx::write_prompt_index`]).
-pub(crate) const PROMPT_ROWS_JOINED: usize = 8;
-
-/// Where the search rows' size classes end: a row is of the first class whose end it is under,
-/// and a row of the last end or more is sealed (never joined again). A run of rows no larger
-/// than its newest row's class is joined as soon as it reaches that class's end, so the row it
-/// makes is of a higher class; and as each of the two rows that cross an end is under it, such
-/// a join makes at most twice the last end (with the run's newlines), which fits in
-/// [`PROMPT_ROW_BYTES`].
-pub(crate) const PROMPT_CLASS_ENDS: [usize; 3] = [64, 512, 1020];
-
-const _: () = assert!(
-    2 * (PROMPT_CLASS_ENDS[2] - 1) + PROMPT_ROWS_JOINED - 1 <= PROMPT_ROW_BYTES,
-    "a join of the last class fits in a row"
-);
-
-/// A search row's size class (an index of [`PROMPT_CLASS_ENDS`], or its length for a sealed
-/// row). A row only joins rows of its class or smaller ones, so a prompt is re-indexed about
-/// once per class it climbs, never once per prompt after it.
-pub(crate) fn prompt_row_class(bytes: usize) -> usize {
-    PROMPT_CLASS_ENDS
-        .iter()
-        .position(|&end| bytes < end)
-        .unwrap_or(PROMPT_CLASS_ENDS.len())
-}
-
-/// Which of a session's newest search rows (`newest`: key and bytes, newest first) the row being
-/// written (`bytes` long) joins: the key of the oldest row joined and the
-/// joined row's bytes, or `None` when it stays a row of its own.
-///
-/// The run walks back over rows of its class or a smaller one (never a larger one: re-indexing
-/// it would cost more than the row being written) and is joined as soon as it reaches the
-/// class's end, or numbers [`PROMPT_ROWS_JOINED`] rows all of its class. Once joined, it also
-/// takes the smaller rows just before it while they fit, so that a short prompt left between
-/// longer ones joins the next run instead of staying a row of its own.
-fn prompt_run(newest: &[(i64, i64)], bytes: usize) -> Option<(i64, usize)> {
-    let class = prompt_row_class(bytes);
-    let end = *PROMPT_CLASS_ENDS.get(class)?;
-    let len = |row: &(i64, i64)| usize::try_from(row.1).unwrap_or(usize::MAX);
-    let (mut bytes, mut same, mut joined) = (bytes, true, None);
-    for (i, row) in newest.iter().enumerate() {
-        let (row_class, rows) = (prompt_row_class(len(row)), i + 2);
-        match joined {
-            None if row_class <= class => {
-                bytes = bytes.saturating_add(len(row) + 1);
-                same &= row_class == class;
-                if bytes >= end || (same && rows == PROMPT_ROWS_JOINED) {
-                    joined = Some(row.0);
-                }
-            }
-            Some(_)
-                if row_class < class
-                    && rows <= PROMPT_ROWS_JOINED
-                    && bytes.saturating_add(len(row) + 1) <= PROMPT_ROW_BYTES =>
-            {
-                bytes += len(row) + 1;
-                joined = Some(row.0);
-            }
-            _ => break,
-        }
-    }
-    Some((joined?, bytes)).filter(|(_, bytes)| *bytes <= PROMPT_ROW_BYTES)
-}
-
-/// The search row that starts with the prompt at `seq` in session `pk`: `pk · 2^32 + seq`, so
-/// that a match names its session (`rowid >> 32`) and a session's rows are one range of rowids.
-/// `None` when the pair does not fit in the key.
-pub(crate) fn prompt_search_key(pk: i64, seq: u64) -> Option<i64> {
-    let seq = i64::try_from(seq).ok().filter(|s| *s < PROMPT_SEQS)?;
-    (0..i64::MAX / PROMPT_SEQS)
-        .contains(&pk)
-        .then(|| pk * PROMPT_SEQS + seq)
 }
 
 /// The workspace that exists from the first start.
@@ -393,7 +315,7 @@ impl Tx<'_> {
     }
 
     /// Keeps the projection columns that follow rare events (terminals, prompts and answers, see
-    /// [`updates_milestone`]) in step with the timeline, so that reading a session's state never
+    /// `writer::updates_milestone`) in step with the timeline, so that reading a session's state never
     /// scans its history.
     fn note_milestone(&mut self, key: &SessionKey, event_type: &str, seq: u64) -> Result<()> {
         if crate::timeline::is_terminal_type(event_type) {
@@ -920,13 +842,6 @@ impl Tx<'_> {
         }
         Ok(row)
     }
-}
-
-/// Whether appending an event of this type also updates a projection column of the session row
-/// (so that the append is two statements, not one).
-pub(crate) fn updates_milestone(event_type: &str) -> bool {
-    crate::timeline::is_terminal_type(event_type)
-        || matches!(event_type, "prompt_submitted" | "answer_submitted")
 }
 
 /// Projection columns that hold JSON documents.
