@@ -490,3 +490,144 @@ fn without_strings(code: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// The module paths (`a::b`) a file's code names through `crate::`, `super::` and `self::`
+/// paths, grouped imports expanded (`crate::a::{b, c::d}` names `a::b` and `a::c::d`).
+fn named_paths(code: &str, me: &[String]) -> Vec<Vec<String>> {
+    fn segments(s: &str) -> (Vec<String>, &str) {
+        let mut out = Vec::new();
+        let mut rest = s;
+        loop {
+            let id = ident_at(rest);
+            if id.is_empty() {
+                break;
+            }
+            out.push(id.to_owned());
+            rest = &rest[id.len()..];
+            match rest.strip_prefix("::") {
+                Some(r) if !r.starts_with('{') => rest = r,
+                Some(r) => return (out, r),
+                None => break,
+            }
+        }
+        (out, rest)
+    }
+    /// The entries of a `{…}` group (whose text starts after the `{`), each split at its top level.
+    fn group_entries(group: &str) -> Vec<&str> {
+        let (mut depth, mut start, mut out) = (0, 0, Vec::new());
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    out.push(&group[start..i]);
+                    return out;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    out.push(&group[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+    fn expand(base: Vec<String>, text: &str, out: &mut Vec<Vec<String>>) {
+        let (mut segs, rest) = segments(text.trim_start());
+        let mut path = base;
+        path.append(&mut segs);
+        match rest
+            .strip_prefix('{')
+            .or_else(|| text.contains("::{").then_some(rest))
+        {
+            Some(group) if text.trim_start().len() > rest.len() || rest.starts_with('{') => {
+                for entry in group_entries(group) {
+                    let entry = entry.trim();
+                    if entry == "self" {
+                        out.push(path.clone());
+                    } else if !entry.is_empty() {
+                        expand(path.clone(), entry, out);
+                    }
+                }
+            }
+            _ => out.push(path),
+        }
+    }
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("crate::") {
+        if code[..i].ends_with('$')
+            || code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        expand(Vec::new(), &code[i + "crate::".len()..], &mut out);
+    }
+    for (i, _) in code.match_indices("super::") {
+        if code[..i].ends_with("super::")
+            || code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let mut rest = &code[i..];
+        let mut base = me.to_vec();
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        expand(base, rest, &mut out);
+    }
+    for (i, _) in code.match_indices("self::") {
+        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        expand(me.to_vec(), &code[i + "self::".len()..], &mut out);
+    }
+    out
+}
+
+/// Which file names which: each file by its module path, each edge to the file that holds the
+/// longest prefix of a named path.
+fn file_graph() -> Graph {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: BTreeMap<Vec<String>, PathBuf> = files
+        .into_iter()
+        .map(|f| (module_path(f.strip_prefix(&src).unwrap()), f))
+        .collect();
+    let mut graph = Graph::new();
+    for (me, file) in &modules {
+        let text = std::fs::read_to_string(file).unwrap();
+        let deps = graph.entry(me.join("::")).or_default();
+        for path in named_paths(&without_strings(&code(&text)), me) {
+            let target = (0..=path.len())
+                .rev()
+                .map(|n| &path[..n])
+                .find(|p| modules.contains_key(*p));
+            if let Some(t) = target.filter(|t| *t != me.as_slice()) {
+                deps.insert(t.join("::"));
+            }
+        }
+    }
+    graph
+}
+
+/// No two files name each other, directly or around a circle: a circle of files is one unit that
+/// cannot be read, tested or moved to a crate of its own in parts.
+#[test]
+fn the_file_graph_has_no_circle() {
+    let graph = file_graph();
+    for (from, to) in [
+        ("runner::turn", "store"),
+        ("api::agentex::acp", "api::agent_key"),
+    ] {
+        assert!(
+            graph.get(from).is_some_and(|d| d.contains(to)),
+            "the reader misses the known edge {from} -> {to}:\n{}",
+            show(&graph)
+        );
+    }
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("import circle between files: {}", cycle.join(" -> "));
+    }
+}
