@@ -317,38 +317,7 @@ fn agent_and_workspace_exports_hold_their_sessions_and_need_an_owner() {
     assert!(d.to_string().contains(&second), "{d}");
 
     // A member (not an owner) of the workspace reads one session's archive, not the whole.
-    let email = "member@default.test.local";
-    cli(
-        &a.data_dir,
-        &[
-            "user",
-            "create",
-            "--email",
-            email,
-            "--password-stdin",
-            "--workspace",
-            WS,
-            "--role",
-            "member",
-        ],
-        Some("another-password-123\n"),
-    );
-    let member = cli(
-        &a.data_dir,
-        &[
-            "token",
-            "create",
-            "--user",
-            email,
-            "--workspace",
-            WS,
-            "--name",
-            "m",
-            "--scope",
-            "sessions",
-        ],
-        None,
-    );
+    let member = member_key(&a.data_dir, WS, "member");
     let as_member = |url: &str| {
         let resp = http_builder()
             .build()

@@ -296,38 +296,7 @@ fn bad_policies_and_pins_are_refused_and_only_owners_set_a_policy() {
     assert_eq!(status, 404);
 
     // A member reads the policy and pins, but does not set the policy.
-    let email = "member@default.test.local";
-    cli(
-        &s.data_dir,
-        &[
-            "user",
-            "create",
-            "--email",
-            email,
-            "--password-stdin",
-            "--workspace",
-            WS,
-            "--role",
-            "member",
-        ],
-        Some("another-password-123\n"),
-    );
-    let member = cli(
-        &s.data_dir,
-        &[
-            "token",
-            "create",
-            "--user",
-            email,
-            "--workspace",
-            WS,
-            "--name",
-            "m",
-            "--scope",
-            "sessions",
-        ],
-        None,
-    );
+    let member = member_key(&s.data_dir, WS, "member");
     let client = http_builder().build().unwrap();
     let resp = client
         .put(ws_url(&s, "/retention"))

@@ -1091,8 +1091,14 @@ pub fn cli(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
 /// A second workspace `slug` with one person of `role` in it (made with the CLI on the server's
 /// data dir), and that person's API key with the `sessions` scope: what isolation tests act as.
 pub fn workspace_member_key(data_dir: &Path, slug: &str, role: &str) -> String {
-    let email = format!("{role}@{slug}.test.local");
     cli(data_dir, &["workspace", "create", slug], None);
+    member_key(data_dir, slug, role)
+}
+
+/// A person of `role` added to the existing workspace `slug` (with the CLI on the server's data
+/// dir, as `<role>@<slug>.test.local`), and that person's API key with the `sessions` scope.
+pub fn member_key(data_dir: &Path, slug: &str, role: &str) -> String {
+    let email = format!("{role}@{slug}.test.local");
     cli(
         data_dir,
         &[
