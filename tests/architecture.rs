@@ -536,11 +536,8 @@ fn named_paths(code: &str, me: &[String]) -> Vec<Vec<String>> {
         let (mut segs, rest) = segments(text.trim_start());
         let mut path = base;
         path.append(&mut segs);
-        match rest
-            .strip_prefix('{')
-            .or_else(|| text.contains("::{").then_some(rest))
-        {
-            Some(group) if text.trim_start().len() > rest.len() || rest.starts_with('{') => {
+        match rest.strip_prefix('{') {
+            Some(group) => {
                 for entry in group_entries(group) {
                     let entry = entry.trim();
                     if entry == "self" {
