@@ -455,6 +455,12 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     runner.attach_sessions(Arc::new(sessions.clone()));
     let schedules = Schedules::new(sessions.clone());
     let scheduler = Scheduler::start(schedules.clone(), runner_rt.handle());
+    let deliverer = crate::outbound::deliver::start(
+        store.clone(),
+        Arc::clone(&cfg),
+        agent_keys.sealer(crate::outbound::subscriptions::SEALING_PURPOSE),
+        runner_rt.handle(),
+    );
     let schedules = web::Data::new(schedules);
     let platform = Arc::new(crate::agentex::acp::Platform::new(
         sessions.clone(),
@@ -563,6 +569,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     // HTTP is down: stop firing schedules, stop turns (they write their terminals), then flush
     // the writer.
     runner_rt.block_on(scheduler.stop());
+    runner_rt.block_on(deliverer.stop());
     runner_rt.block_on(runner.shutdown());
     store.close();
     runner_rt.shutdown_timeout(std::time::Duration::from_secs(2));

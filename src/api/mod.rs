@@ -16,6 +16,7 @@ pub mod stream;
 mod ui;
 mod uploads;
 mod v2;
+mod webhooks;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Resource, web};
@@ -193,6 +194,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             ),
     );
     cfg.configure(v2::routes);
+    cfg.configure(webhooks::routes);
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(
         at(

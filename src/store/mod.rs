@@ -34,6 +34,7 @@ pub mod langgraph;
 mod log;
 pub mod logins;
 mod migrate;
+pub mod outbound;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod projections;
