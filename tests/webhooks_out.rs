@@ -3,6 +3,8 @@
 //! Webhooks reference library) and records what it got, when, and what it answered.
 
 mod common;
+#[path = "common/fake_openai.rs"]
+mod fake_openai;
 #[path = "common/venv.rs"]
 mod venv;
 
@@ -13,14 +15,20 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{OWNER_EMAIL, Server, WS, cli, http_builder, into_json, poll_until};
+use fake_openai::{End, FakeOpenAi, Reply, content_chunk, tool_reply, usage_chunk};
 use serde_json::{Value, json};
 
 /// Short times, so that retries, give-ups and disabling happen within a test.
-fn config(extra: &str) -> String {
+fn config(webhooks: &str) -> String {
+    config_with("", webhooks)
+}
+
+/// [`config`] with more `[policy]` lines.
+fn config_with(policy: &str, webhooks: &str) -> String {
     format!(
-        "[policy]\nwebhook_hosts = [\"*\", \"127.0.0.1\"]\n\
+        "[policy]\nwebhook_hosts = [\"*\", \"127.0.0.1\"]\n{policy}\
          [webhooks]\npoll_ms = 50\nbackoff_initial_ms = 200\nbackoff_max_ms = 5000\n\
-         timeout_ms = 2000\n{extra}"
+         timeout_ms = 2000\n{webhooks}"
     )
 }
 
@@ -290,6 +298,85 @@ fn every_event_kind_is_delivered_signed_and_verified() {
             .filter(|e| body_of(e)["data"]["sessionId"] == after.as_str())
             .all(|e| e["signatures"] == 1 && e["verified"] == true)
     );
+}
+
+#[test]
+fn a_spent_budget_and_a_schedule_tick_are_delivered() {
+    let receiver = Receiver::start();
+    let fake = FakeOpenAi::start();
+    let s = Server::start_with_config(&config_with(
+        &format!("model_endpoints = [{:?}]\n", fake.base_url),
+        "",
+    ));
+    let sub = subscribe(
+        &s,
+        json!({"url": receiver.url("/hook"), "eventTypes": ["budget_hit", "schedule.fired"]}),
+    );
+    receiver.control(json!({"secrets": [sub["secret"]]}));
+
+    // $10,000 per million tokens: the first call (150 tokens) spends the 100-cent budget.
+    let engine =
+        fake.engine(json!({"prices": {"fake-model": {"input": 10000.0, "output": 10000.0}}}));
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": "priced", "engine": engine}),
+    );
+    assert_eq!(status, 201, "{v}");
+    let Reply::Stream { mut chunks, .. } = tool_reply(&[("t1", "list_dir", json!({}))]) else {
+        unreachable!("tool_reply streams")
+    };
+    chunks.insert(0, content_chunk("Let me look."));
+    *chunks.last_mut().expect("the usage chunk") = usage_chunk((100, 50, 0));
+    fake.push(Reply::Stream {
+        chunks,
+        delay: Duration::ZERO,
+        end: End::Done,
+    });
+    let (status, r) = s.post(
+        &s.url("/v2/sessions"),
+        &json!({"prompt": "go", "harness": "openai", "budget": {"cents": 100}}),
+    );
+    assert_eq!(status, 201, "{r}");
+    let spent = r["id"].as_str().unwrap().to_owned();
+    let log = receiver.wait_for("budget_hit", |log| !delivered(log, "budget_hit").is_empty());
+    let hit = body_of(&delivered(&log, "budget_hit")[0]);
+    assert_eq!(hit["data"]["sessionId"], spent.as_str());
+    assert_eq!(hit["data"]["status"], "failed");
+    assert!(
+        hit["data"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("budget_hit")
+    );
+
+    // A schedule's tick.
+    let (status, agent) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": "reporter", "name": "reporter"}),
+    );
+    assert_eq!(status, 201, "{agent}");
+    let agent_id = agent["id"].as_str().unwrap();
+    let (status, schedule) = s.post(
+        &s.url(&format!("/agentex/agents/{agent_id}/schedules")),
+        &json!({"name": "hourly", "interval_seconds": 3600, "initial_input": {"content": "/reply tick"}}),
+    );
+    assert_eq!(status, 200, "{schedule}");
+    let schedule_id = schedule["id"].as_str().unwrap();
+    let (status, v) = s.post_raw(
+        &s.url(&format!(
+            "/agentex/agents/{agent_id}/schedules/{schedule_id}/trigger"
+        )),
+        "",
+    );
+    assert_eq!(status, 200, "{v}");
+    let log = receiver.wait_for("schedule.fired", |log| {
+        !delivered(log, "schedule.fired").is_empty()
+    });
+    let fired = body_of(&delivered(&log, "schedule.fired")[0]);
+    assert_eq!(fired["data"]["scheduleId"], schedule_id);
+    assert_eq!(fired["data"]["agent"], "reporter");
+    assert!(fired["data"]["sessionId"].is_string());
+    assert!(log.iter().all(|e| e["verified"] == true));
 }
 
 #[test]
