@@ -592,6 +592,34 @@ fn private_addresses_are_refused() {
 }
 
 #[test]
+fn the_policy_is_checked_again_at_every_delivery() {
+    let receiver = Receiver::start();
+    let mut s = Server::start_with_config(&config(""));
+    let sub = subscribe(
+        &s,
+        json!({"url": receiver.url("/hook"), "eventTypes": ["run.completed"]}),
+    );
+    receiver.control(json!({"secrets": [sub["secret"]]}));
+    // The operator stops listing the receiver's loopback address: `*` alone never reaches it.
+    s.stop();
+    let file = s.data_dir.parent().expect("tmp").join("sessiond.toml");
+    let narrowed = config("").replace("[\"*\", \"127.0.0.1\"]", "[\"*\"]");
+    std::fs::write(&file, narrowed).expect("rewrite the config file");
+    s.restart();
+    let session = s.create_prompt("/reply unheard");
+    s.wait_terminal(&session, 0);
+    let sub_id = sub["id"].as_str().unwrap();
+    let rows = wait_log(&s, sub_id, "a refused attempt", |rows| {
+        rows.first()
+            .is_some_and(|r| r["attempts"].as_u64() >= Some(1))
+    });
+    let error = rows[0]["lastError"].as_str().unwrap();
+    assert!(error.contains("internal address"), "{}", rows[0]);
+    assert_eq!(rows[0]["lastStatus"], Value::Null);
+    assert!(receiver.log().is_empty(), "nothing reached the receiver");
+}
+
+#[test]
 fn bad_input_is_refused_and_changes_nothing() {
     let s = Server::start_with_config(&config(""));
     let session = s.create_prompt("/reply x");
