@@ -542,6 +542,40 @@ fn a_kill_between_commit_and_delivery_delivers_once_after_restart() {
 }
 
 #[test]
+fn processes_sharing_a_database_send_each_message_once() {
+    // Its own PostgreSQL database on both passes (several processes need one).
+    let Some(db) = common::postgres::database("webhooks_out_shared") else {
+        return;
+    };
+    let db = std::sync::Arc::new(db);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().join("data");
+    common::share_database(&data_dir, &db);
+    let file = dir.path().join("sessiond.toml");
+    std::fs::write(&file, config("")).expect("config file");
+    let args = ["--config", file.to_str().unwrap()];
+    let servers: Vec<Server> = (0..2).map(|_| Server::start_in(&data_dir, &args)).collect();
+    let sub = subscribe(&servers[0], json!({"url": receiver.url("/hook")}));
+    receiver.control(json!({"secrets": [sub["secret"]]}));
+    for i in 0..10 {
+        let s = &servers[i % 2];
+        let id = s.create_prompt(&format!("/reply {i}"));
+        s.wait_terminal(&id, 0);
+    }
+    // Ten sessions: ten session.created and ten run.completed, each sent by one process once.
+    let log = receiver.wait_for("twenty messages", |log| {
+        log.iter().filter(|e| e["answered"] == 204).count() >= 20
+    });
+    let mut ids: Vec<&str> = log.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 20, "{log:?}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 20, "a message was sent twice: {log:?}");
+    assert!(log.iter().all(|e| e["verified"] == true));
+}
+
+#[test]
 fn a_slow_receiver_does_not_slow_turns() {
     let receiver = Receiver::start();
     let s = Server::start_with_config(&config("concurrency = 1\n"));
