@@ -900,15 +900,18 @@ fn deployments_made_before_the_history_get_their_rows() {
         &json!({}),
     );
     assert_eq!(status, 200, "{promoted}");
-    // The database as it was before migration 0016, which the restart applies again.
+    // The database as it was before migration 0016, which the restart applies again (with the
+    // later ones: 0018's outbound webhook tables).
     s.stop();
-    let undo = "DROP TABLE agentex_deployment_history; DROP TABLE agentex_webhook_triggers; \
+    let undo = "DROP TABLE webhook_attempts; DROP TABLE webhook_deliveries; \
+                DROP TABLE webhook_subscriptions; \
+                DROP TABLE agentex_deployment_history; DROP TABLE agentex_webhook_triggers; \
                 ALTER TABLE sessions DROP COLUMN webhook_type; \
                 ALTER TABLE sessions DROP COLUMN webhook_id; \
                 ALTER TABLE sessions DROP COLUMN attribution_user;";
     match s.database_url() {
         Some(_) => s.db_execute(&format!(
-            "{undo} DELETE FROM schema_migrations WHERE version = 16;"
+            "{undo} DELETE FROM schema_migrations WHERE version >= 16;"
         )),
         None => s.db_execute(&format!("{undo} PRAGMA user_version = 15;")),
     }
