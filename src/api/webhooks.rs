@@ -110,14 +110,11 @@ async fn get(state: web::Data<AppState>, actor: Actor, path: WebhookPath) -> Res
     Ok(HttpResponse::Ok().json(v))
 }
 
-/// A nullable string field of a change: absent (unchanged), `null` (removed) or a string.
-fn nullable(raw: &Value, name: &str) -> Result<Option<Option<String>>> {
-    match raw.get(name) {
-        None => Ok(None),
-        Some(Value::Null) => Ok(Some(None)),
-        Some(Value::String(s)) => Ok(Some(Some(s.clone()))),
-        Some(_) => Err(Error::invalid(format!("{name}: a string or null"))),
-    }
+/// A filter of a change: absent (unchanged), `null` (removed) or a string.
+fn nullable<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
@@ -131,13 +128,10 @@ struct ChangeBody {
     event_types: Option<Vec<String>>,
     #[serde(default)]
     enabled: Option<bool>,
-    // Read from the raw body, where `null` removes the filter.
-    #[serde(default)]
-    #[allow(dead_code)]
-    agent: Option<Value>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    session_id: Option<Value>,
+    #[serde(default, deserialize_with = "nullable")]
+    agent: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    session_id: Option<Option<String>>,
 }
 
 async fn change(
@@ -153,8 +147,8 @@ async fn change(
         url: b.url,
         description: b.description,
         event_types: b.event_types,
-        agent: nullable(&raw, "agent")?,
-        session_id: nullable(&raw, "sessionId")?,
+        agent: b.agent,
+        session_id: b.session_id,
         enabled: b.enabled,
     };
     let v = subscriptions::change(

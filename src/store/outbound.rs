@@ -28,6 +28,9 @@ pub const EVENT_KINDS: [&str; 8] = [
 /// whole text is one read of the session away.
 const TEXT_MAX_CHARS: usize = 4096;
 
+/// Bytes of an `ask`'s questions (as JSON) an `input.requested` message carries at most.
+const QUESTIONS_MAX_BYTES: usize = 16 * 1024;
+
 /// A subscription to record; its secret is already sealed (with `id` as the seal's context).
 #[derive(Clone)]
 pub struct NewSubscription {
@@ -348,7 +351,11 @@ fn terminal_data(event_type: &str, body: &str, seq: u64) -> Value {
                 data["error"] = json!(clipped(e));
             }
         }
-        "ask" => data["questions"] = v["questions"].clone(),
+        // Questions are short; should they not be, the message says so rather than grow.
+        "ask" if v["questions"].to_string().len() <= QUESTIONS_MAX_BYTES => {
+            data["questions"] = v["questions"].clone();
+        }
+        "ask" => data["questionsOmitted"] = json!(true),
         _ => {}
     }
     data
@@ -655,27 +662,13 @@ impl Tx<'_> {
 
     fn record_attempt(&mut self, o: &AttemptOutcome) -> Result<()> {
         let status = o.status.map(i64::from);
-        self.conn
-            .prepare_cached(
-                "INSERT INTO webhook_attempts (delivery_id, attempt, started_at, status,
-                    latency_ms, error)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (delivery_id, attempt) DO NOTHING",
-            )?
-            .execute(params![
-                o.delivery_id,
-                o.attempt,
-                o.started_at,
-                status,
-                o.latency_ms,
-                o.error
-            ])?;
         let (state, next) = match (&o.error, o.next_attempt_at) {
             (None, _) => ("delivered", o.started_at),
             (Some(_), Some(next)) => ("pending", next),
             (Some(_), None) => ("failed", o.started_at),
         };
-        self.conn
+        let n = self
+            .conn
             .prepare_cached(
                 "UPDATE webhook_deliveries SET state = ?2, attempts = ?3, next_attempt_at = ?4,
                     lease_until = NULL, last_status = ?5, last_error = ?6, last_latency_ms = ?7,
@@ -693,6 +686,25 @@ impl Tx<'_> {
                 o.latency_ms,
                 o.started_at,
                 self.now
+            ])?;
+        if n == 0 {
+            // Its subscription was removed while the attempt was under way.
+            return Ok(());
+        }
+        self.conn
+            .prepare_cached(
+                "INSERT INTO webhook_attempts (delivery_id, attempt, started_at, status,
+                    latency_ms, error)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (delivery_id, attempt) DO NOTHING",
+            )?
+            .execute(params![
+                o.delivery_id,
+                o.attempt,
+                o.started_at,
+                status,
+                o.latency_ms,
+                o.error
             ])?;
         if o.error.is_none() {
             self.conn
