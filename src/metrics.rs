@@ -204,6 +204,8 @@ pub struct Metrics {
     pub logins_throttled: Counter,
     /// Connections refused because the process is near its open-files limit.
     pub connections_refused: Counter,
+    /// Outbound webhook attempts, by outcome (`delivered`, `retrying`, `failed`).
+    pub webhook_attempts: Family<Counter>,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -228,6 +230,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     sse_backlog_rereads: Counter::default(),
     logins_throttled: Counter::default(),
     connections_refused: Counter::default(),
+    webhook_attempts: Family::new(&["outcome"], Counter::default),
 });
 
 /// Values sampled at scrape time.
@@ -422,6 +425,12 @@ impl Metrics {
             "counter",
             "Connections answered 503 because the process is near its open-files limit.",
             self.connections_refused.get(),
+        );
+        counters(
+            &mut out,
+            "sessiond_webhook_attempts_total",
+            "Outbound webhook attempts made by this process, by outcome: delivered (a 2xx answer), retrying (failed, tried again later), failed (failed, retries run out).",
+            &self.webhook_attempts,
         );
         out
     }

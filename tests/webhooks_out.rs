@@ -435,8 +435,14 @@ fn a_receiver_that_fails_gets_retries_with_growing_gaps() {
     let waited = log[before + 1]["at"].as_f64().unwrap() - log[before]["at"].as_f64().unwrap();
     assert!(waited >= 1.9, "Retry-After: 2 was not honoured ({waited}s)");
     // The subscription recovered: it is not failing.
-    let (_, got) = s.get(&hooks(&s, &format!("/{sub_id}")));
-    assert_eq!(got["failingSince"], Value::Null, "{got}");
+    poll_until("the success recorded", Duration::from_secs(10), || {
+        let (_, got) = s.get(&hooks(&s, &format!("/{sub_id}")));
+        got["failingSince"].is_null().then_some(())
+    });
+    // The attempts are counted.
+    let retrying = s.metric("sessiond_webhook_attempts_total{outcome=\"retrying\"}");
+    let delivered = s.metric("sessiond_webhook_attempts_total{outcome=\"delivered\"}");
+    assert_eq!((retrying, delivered), (Some(5.0), Some(2.0)));
 }
 
 #[test]

@@ -156,6 +156,15 @@ impl Deliverer {
             let next = crate::clock::now_ms() + delay as i64;
             (next <= d.retry_from + w.retry_for_ms as i64).then_some(next)
         });
+        let outcome = match (&error, next_attempt_at) {
+            (None, _) => "delivered",
+            (Some(_), Some(_)) => "retrying",
+            (Some(_), None) => "failed",
+        };
+        crate::metrics::METRICS
+            .webhook_attempts
+            .with(&[outcome])
+            .inc();
         if let Some(e) = &error {
             tracing::info!(
                 webhook_id = %d.id, subscription = %d.subscription_id, attempt, error = %e,
