@@ -28,7 +28,7 @@ pub struct AgentSpec {
 /// Engine kinds an agent may name.
 pub const ENGINE_KINDS: [&str; 4] = ["scripted", "openai", "command", "acp"];
 
-fn check_slug(slug: &str) -> Result<()> {
+pub(crate) fn check_slug(slug: &str) -> Result<()> {
     let ok = !slug.is_empty()
         && slug.len() <= 63
         && slug

@@ -17,6 +17,9 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+mod archives;
+mod retention;
+
 use crate::config::{Config, DatabaseUrl, LogFormat};
 use crate::database::hide_url_passwords;
 
@@ -94,6 +97,41 @@ enum Command {
     App {
         #[command(subcommand)]
         action: AppAction,
+    },
+    /// Write sessions to a portable archive (a tar file): one session, an agent's or the whole
+    /// workspace's (works whether or not the server is running).
+    Export {
+        /// The workspace the sessions belong to.
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        /// Export this session only.
+        #[arg(long, conflicts_with = "agent")]
+        session: Option<String>,
+        /// Export this agent's sessions only (its slug).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Destination file; it must not exist yet.
+        #[arg(long, short)]
+        output: PathBuf,
+    },
+    /// Import a portable archive into a workspace: sessions it holds already are left as they
+    /// are; a changed member refuses the whole archive.
+    Import {
+        /// The workspace to import into.
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        /// The archive (made by `sessiond export` or an export route).
+        file: PathBuf,
+    },
+    /// List the sessions each workspace's retention policy would remove now (the server's
+    /// sweeper removes them).
+    Retention {
+        /// Only this workspace.
+        #[arg(long)]
+        workspace: Option<String>,
+        /// List only (required: removal is the running server's).
+        #[arg(long, required = true)]
+        dry_run: bool,
     },
 }
 
@@ -366,7 +404,9 @@ fn needs_data_dir(command: &Command, postgres: bool) -> bool {
     match command {
         Command::Serve { .. } => false,
         _ if !postgres => true,
-        Command::Workspace { .. } => true,
+        // The drive holds the files sessions attach.
+        Command::Workspace { .. } | Command::Export { .. } | Command::Import { .. } => true,
+        Command::Retention { .. } => false,
         Command::Agent { action } => {
             matches!(
                 action,
@@ -464,6 +504,22 @@ fn run_command(cfg: &Config, command: &Command) -> Result<(), String> {
         Command::Workspace { action } => identity_command(cfg, IdentityAction::Workspace(action)),
         Command::Token { action } => identity_command(cfg, IdentityAction::Token(action)),
         Command::App { action } => identity_command(cfg, IdentityAction::App(action)),
+        Command::Export {
+            workspace,
+            session,
+            agent,
+            output,
+        } => archives::export(
+            cfg,
+            workspace,
+            archives::Selection {
+                session: session.as_deref(),
+                agent: agent.as_deref(),
+            },
+            output,
+        ),
+        Command::Import { workspace, file } => archives::import(cfg, workspace, file),
+        Command::Retention { workspace, .. } => retention::dry_run(cfg, workspace.as_deref()),
     }
 }
 

@@ -30,6 +30,7 @@ pub struct Config {
     pub stream: StreamConfig,
     pub schedules: SchedulesConfig,
     pub webhooks: WebhooksConfig,
+    pub retention: RetentionConfig,
     /// The engine of agents that do not choose one (`{kind = "openai", ...}`, same keys as an
     /// agent's `engine` JSON). Unset: `openai` when OPENAI_BASE_URL or OPENAI_API_KEY is set,
     /// else the scripted demo engine. `SESSIOND_ENGINE` overrides it.
@@ -107,6 +108,9 @@ pub struct RunnerConfig {
     pub wait_deadline_ms: u64,
     /// Interval of `heartbeat` events while a turn has background tasks running.
     pub heartbeat_ms: u64,
+    /// How long a running turn may go without progress (an event, a streamed delta, a heartbeat)
+    /// before the stall guard ends it `failed` (reason `stalled`), whatever its engine.
+    pub stall_timeout_ms: u64,
     /// With several processes on one database (PostgreSQL): how long a turn's lease lasts
     /// unless its process renews it. A process that dies mid-turn is noticed this long after its
     /// last renewal, and another process ends its turns.
@@ -138,6 +142,9 @@ pub struct Limits {
     /// The longest a JSON request body may take to arrive, and the longest an upload may pause;
     /// then the request is answered 408.
     pub body_timeout_ms: u64,
+    /// Largest archive `POST /v1/ws/{slug}/import` accepts (an import holds the archive whole
+    /// while it checks every member before writing anything).
+    pub max_archive_bytes: usize,
 }
 
 /// What agents may do on this machine. Any credential with the `sessions` scope may configure
@@ -247,6 +254,20 @@ pub struct SchedulesConfig {
     pub min_interval_seconds: u32,
 }
 
+/// The retention sweeper: how often it applies the workspaces' policies (set per workspace with
+/// `PUT /v1/ws/{slug}/retention`) and how much it removes per step.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Time between sweeps.
+    pub sweep_interval_ms: u64,
+    /// Sessions read and removed per step of a sweep (each removal is a transaction of its own).
+    pub batch: u32,
+    /// Where the `archive` action writes its archives, one folder per workspace. Unset:
+    /// `<data dir>/retention`.
+    pub archive_dir: Option<PathBuf>,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamConfig {
@@ -272,6 +293,7 @@ impl Default for Config {
             stream: StreamConfig::default(),
             schedules: SchedulesConfig::default(),
             webhooks: WebhooksConfig::default(),
+            retention: RetentionConfig::default(),
             engine: None,
             policy: Policy::default(),
             metrics: MetricsConfig::default(),
@@ -298,6 +320,7 @@ impl Default for RunnerConfig {
             interrupt_grace_ms: 5000,
             wait_deadline_ms: 30_000,
             heartbeat_ms: 5_000,
+            stall_timeout_ms: 600_000,
             lease_ms: 10_000,
             lease_renew_ms: 2_000,
         }
@@ -316,6 +339,7 @@ impl Default for Limits {
             browser_session_ms: DEFAULT_BROWSER_SESSION_MS,
             login_delay_ms: 1000,
             body_timeout_ms: 30_000,
+            max_archive_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -326,6 +350,25 @@ impl Default for SchedulesConfig {
             max_per_agent: 100,
             min_interval_seconds: 60,
         }
+    }
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            sweep_interval_ms: 60_000,
+            batch: 100,
+            archive_dir: None,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// Where a workspace's retention archives go.
+    pub fn archive_dir(&self, data_dir: &std::path::Path) -> PathBuf {
+        self.archive_dir
+            .clone()
+            .unwrap_or_else(|| data_dir.join("retention"))
     }
 }
 
@@ -412,6 +455,12 @@ impl Config {
                  backoff_max_ms at least backoff_initial_ms"
                     .into(),
             );
+        }
+        if !(50..=86_400_000).contains(&self.retention.sweep_interval_ms) {
+            return Err("retention.sweep_interval_ms must be between 50 and 86400000".into());
+        }
+        if !(1..=10_000).contains(&self.retention.batch) {
+            return Err("retention.batch must be between 1 and 10000".into());
         }
         if !(1..=10_000).contains(&self.schedules.max_per_agent) {
             return Err("schedules.max_per_agent must be between 1 and 10000".into());

@@ -5,6 +5,7 @@
 pub mod agentex;
 pub mod agents;
 pub mod api;
+pub mod archives;
 pub mod auth;
 pub mod bus;
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod outbound;
 pub mod process;
 pub mod projection;
 pub mod request_id;
+pub mod retention;
 pub mod runner;
 pub mod schedules;
 pub mod secret;

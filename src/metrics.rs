@@ -206,6 +206,12 @@ pub struct Metrics {
     pub connections_refused: Counter,
     /// Outbound webhook attempts, by outcome (`delivered`, `retrying`, `failed`).
     pub webhook_attempts: Family<Counter>,
+    /// Retention sweeps finished.
+    pub retention_sweeps: Counter,
+    /// Sessions a retention policy removed, by action (`delete`, `archive`).
+    pub retention_removed: Family<Counter>,
+    /// Retention sweeps that failed (the next one tries again).
+    pub retention_failures: Counter,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -231,6 +237,9 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     logins_throttled: Counter::default(),
     connections_refused: Counter::default(),
     webhook_attempts: Family::new(&["outcome"], Counter::default),
+    retention_sweeps: Counter::default(),
+    retention_removed: Family::new(&["action"], Counter::default),
+    retention_failures: Counter::default(),
 });
 
 /// Values sampled at scrape time.
@@ -328,6 +337,26 @@ impl Metrics {
             "counter",
             "Checkpoints that failed (the log keeps every write; the next checkpoint copies it).",
             self.checkpoint_failures.get(),
+        );
+        scalar(
+            &mut out,
+            "sessiond_retention_sweeps_total",
+            "counter",
+            "Retention sweeps finished (each applies every workspace's retention policy).",
+            self.retention_sweeps.get(),
+        );
+        counters(
+            &mut out,
+            "sessiond_retention_sessions_removed_total",
+            "Sessions a retention policy removed, by action: delete, or archive (written to an archive file, then deleted).",
+            &self.retention_removed,
+        );
+        scalar(
+            &mut out,
+            "sessiond_retention_failures_total",
+            "counter",
+            "Retention sweeps that failed part-way (the next one tries again).",
+            self.retention_failures.get(),
         );
         scalar(
             &mut out,

@@ -241,7 +241,7 @@ fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
 /// The engine of agents that do not choose one: the configured one (`SESSIOND_ENGINE` or the
 /// config file's `[engine]`, already merged into `cfg.engine` and checked), else `openai` when the
 /// OpenAI variables are set, else the scripted demo engine that says how to configure a model.
-fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
+pub(crate) fn default_engine(cfg: &Config) -> Result<Arc<dyn Engine>, String> {
     if let Some(json) = &cfg.engine {
         return match EngineConfig::parse(&json.to_string())
             .map_err(|e| format!("engine: {}", engine_problem(&e)))?
@@ -461,6 +461,14 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         agent_keys.sealer(crate::outbound::subscriptions::SEALING_PURPOSE),
         runner_rt.handle(),
     );
+    let sweeper = crate::retention::Sweeper::start(
+        crate::retention::Retention::new(
+            sessions.clone(),
+            cfg.data_dir.clone(),
+            cfg.retention.clone(),
+        ),
+        runner_rt.handle(),
+    );
     let schedules = web::Data::new(schedules);
     let platform = Arc::new(crate::agentex::acp::Platform::new(
         sessions.clone(),
@@ -566,10 +574,11 @@ pub fn serve(cfg: Config) -> Result<(), String> {
         });
         server.await.map_err(|e| format!("server error: {e}"))
     });
-    // HTTP is down: stop firing schedules, stop turns (they write their terminals), then flush
-    // the writer.
+    // HTTP is down: stop firing schedules and sweeping, stop turns (they write their
+    // terminals), then flush the writer.
     runner_rt.block_on(scheduler.stop());
     runner_rt.block_on(deliverer.stop());
+    runner_rt.block_on(sweeper.stop());
     runner_rt.block_on(runner.shutdown());
     store.close();
     runner_rt.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -2,6 +2,7 @@
 
 mod agentex;
 mod agents;
+mod archives;
 mod auth;
 pub mod body;
 pub mod connection;
@@ -10,6 +11,7 @@ mod error;
 mod events;
 pub mod middleware;
 pub mod openapi;
+mod retention;
 pub mod schema;
 mod sessions;
 pub mod stream;
@@ -157,6 +159,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                             .route(web::post().to(sessions::create_child_wait)),
                     )
                     .service(at("/cwd", "POST").route(web::post().to(sessions::move_cwd)))
+                    .service(at("/export", "GET").route(web::get().to(archives::export_session)))
+                    .service(
+                        at("/pin", "GET, PUT")
+                            .route(web::get().to(retention::get_pin))
+                            .route(web::put().to(retention::put_pin)),
+                    )
                     .service(
                         at("/images/{storageId}", "GET").route(web::get().to(sessions::image)),
                     ),
@@ -192,6 +200,22 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 at("/{agentSlug}/sessions/default/messages/wait", "POST")
                     .route(web::post().to(agents::default_message_wait)),
             ),
+    );
+    // Whole-workspace archives (owners only).
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}/export", "GET").route(web::get().to(archives::export_workspace)),
+    );
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}/import", "POST").route(web::post().to(archives::import)),
+    );
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}/retention", "GET, PUT")
+            .route(web::get().to(retention::get_policy))
+            .route(web::put().to(retention::put_policy)),
+    );
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}/retention/preview", "GET")
+            .route(web::get().to(retention::preview)),
     );
     cfg.configure(v2::routes);
     cfg.configure(webhooks::routes);

@@ -58,6 +58,8 @@ pub enum Answer {
     TaskUpdates,
     /// The stored image's own type.
     Image,
+    /// A portable archive (`application/x-tar`), streamed.
+    Tar,
     /// A JSON-RPC response (this schema), as one line of JSON, or NDJSON lines when streamed.
     Rpc(fn() -> Value),
     /// No body, with this status (204).
@@ -85,7 +87,7 @@ pub enum Body {
     None,
     Seed,
     Json(fn() -> Value),
-    /// Raw bytes of any type (uploads).
+    /// Raw bytes of any type (uploads, archives).
     Bytes,
 }
 
@@ -1031,6 +1033,58 @@ pub static WEBHOOKS: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+fn import_report_schema() -> Value {
+    let ids = || json!({"type": "array", "items": {"type": "string"}});
+    object(
+        &["imported", "unchanged", "filesWritten", "filesPresent"],
+        json!({"imported": ids(), "unchanged": ids(), "filesWritten": ids(), "filesPresent": ids()}),
+    )
+}
+
+/// Portable archives (sessiond's extension of the Sessions API).
+pub static ARCHIVES: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" format!("{WS}/agent/sessions/{{sessionId}}/export").leak(), "exportSession",
+            "One session as a portable archive (409 session_busy while a turn runs)", READ, Body::None, Answer::Tar),
+        op!("get" format!("{WS}/export").leak(), "exportWorkspace",
+            "Every session of the workspace at rest, or of one agent (?agent=SLUG), as one archive (owners only)", READ, Body::None, Answer::Tar),
+        op!("post" format!("{WS}/import").leak(), "importArchive",
+            "Import an archive (the tar file an export made, sent as it is): idempotent by its ids; a changed member, an id of another workspace or a drive path holding other bytes refuses it whole (owners only)", WRITE, Body::Bytes, Answer::Json(200, import_report_schema)),
+    ]
+});
+
+fn retention_policy_schema() -> Value {
+    object(
+        &["enabled", "idleDays", "keepLatest", "action"],
+        json!({
+            "enabled": {"type": "boolean"},
+            "idleDays": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 36500},
+            "keepLatest": {"type": ["integer", "null"], "minimum": 1, "maximum": 1000000},
+            "action": {"enum": ["delete", "archive"]}
+        }),
+    )
+}
+
+fn pin_schema() -> Value {
+    object(&["pinned"], json!({"pinned": {"type": "boolean"}}))
+}
+
+/// Retention policies and pins (sessiond's extension of the Sessions API).
+pub static RETENTION: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" format!("{WS}/retention").leak(), "getRetention", "The workspace's retention policy", READ, Body::None, Answer::Json(200, retention_policy_schema)),
+        op!("put" format!("{WS}/retention").leak(), "setRetention",
+            "Set the retention policy (owners only): remove sessions idle for more than idleDays, keeping the newest keepLatest of each agent; action delete, or archive (to a file) then delete; both rules null remove the policy",
+            WRITE, Body::Json(|| json!({"type": "object", "properties": {
+                "idleDays": {"type": ["number", "null"]}, "keepLatest": {"type": ["integer", "null"]}, "action": {"enum": ["delete", "archive"]}
+            }, "additionalProperties": false})), Answer::Json(200, retention_policy_schema)),
+        op!("get" format!("{WS}/retention/preview").leak(), "previewRetention", "The sessions the policy removes now (a dry run)", READ, Body::None,
+            Answer::Json(200, || object(&["policy", "sessions"], json!({"policy": retention_policy_schema(), "sessions": list_of(object(&["id", "agent", "title", "updatedAt"], json!({"id": {"type": "string"}, "agent": {"type": "string"}, "title": {"type": "string"}, "updatedAt": {"type": "integer"}})))})))),
+        op!("get" format!("{WS}/agent/sessions/{{sessionId}}/pin").leak(), "getPin", "Whether the session is pinned (kept from every retention policy)", READ, Body::None, Answer::Json(200, pin_schema)),
+        op!("put" format!("{WS}/agent/sessions/{{sessionId}}/pin").leak(), "setPin", "Pin or unpin the session: a pinned session is never removed by retention", WRITE, Body::Json(pin_schema), Answer::Json(200, pin_schema)),
+    ]
+});
+
 /// Every family's operations, in the document's order.
 pub fn operations() -> Vec<Op> {
     [
@@ -1040,6 +1094,8 @@ pub fn operations() -> Vec<Op> {
         &*AGENTS,
         &*WEBHOOKS,
         &*UPLOADS,
+        &*ARCHIVES,
+        &*RETENTION,
         &*TASK_EVENTS,
         &*AGENTEX,
         &*AGENTEX_SCHEDULES,
@@ -1226,6 +1282,12 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
                     "Server-Sent Events, each `data: <JSON>` without `event:` or `id:`: `connected` first, then the task's message updates (`start`, `delta`, `full`, `done`), `task_updated` when its status changes and `error` when it is deleted; the stream ends after a final status",
                     json!({"properties": {"event": {"const": "message"}, "data": json_text(ax_task_stream_item())}}),
                 ),
+            );
+        }
+        Answer::Tar => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "A portable archive: a tar file of the sessions' events.jsonl, session.json, record.json, usage.json and store.json, their images and attached drive files, and manifest.json (last) with every member's SHA-256", "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}),
             );
         }
         Answer::Image => {

@@ -16,6 +16,7 @@
 //! | `/title TEXT` | after the first turn, the automatic title is TEXT (`/title !fail` makes title generation fail) |
 //! | `/await_steer` | waits (at most a minute) until a steer message reaches the turn, so a script can be steered at a known step |
 //! | `/await_follow_up` | waits (at most a minute) until a follow-up message is queued behind the turn |
+//! | `/hang` | waits until interrupted, making no progress (what the runner's stall guard ends) |
 //!
 //! A prompt whose first line is not a directive is answered `echo: <prompt>`; other plain lines in
 //! a script are replied as they are. A steer message that reaches a running turn is run after the
@@ -65,7 +66,7 @@ struct Continuation {
 }
 
 fn is_directive(line: &str) -> bool {
-    const NAMES: [&str; 12] = [
+    const NAMES: [&str; 13] = [
         "reply",
         "stream",
         "slow",
@@ -78,6 +79,7 @@ fn is_directive(line: &str) -> bool {
         "title",
         "await_steer",
         "await_follow_up",
+        "hang",
     ];
     line.strip_prefix('/')
         .map(|rest| {
@@ -237,6 +239,17 @@ impl Engine for ScriptedEngine {
                         last_text = Some(text);
                     }
                     "slow" => slow_ms = arg.parse().unwrap_or(0).min(600_000),
+                    "hang" => {
+                        // No event, no delta, no heartbeat: only an interrupt (or the stall
+                        // guard, which drops the turn) ends it.
+                        let mut cancel = io.cancel_watch();
+                        while !*cancel.borrow_and_update() {
+                            if cancel.changed().await.is_err() {
+                                break;
+                            }
+                        }
+                        return Ok(TurnEnd::Interrupted);
+                    }
                     "await_steer" | "await_follow_up" => {
                         let until = std::time::Instant::now() + AWAIT_STEER_LIMIT;
                         let steer = name == "await_steer";

@@ -94,12 +94,31 @@ pub(crate) struct TurnControl {
     /// arrive and has not been stored yet. An interrupted turn writes it as its last `text` step,
     /// so the partial reply stays in the timeline whichever engine streamed it.
     pub unsaid: std::sync::Mutex<String>,
+    /// When the turn last made progress (an event, a delta, a heartbeat), in milliseconds since
+    /// [`TurnControl::epoch`]: what the stall guard watches.
+    pub progress_ms: AtomicU64,
+    /// The origin of `progress_ms`.
+    pub epoch: std::time::Instant,
 }
 
 impl TurnControl {
     /// Takes the unsaid text (leaving it empty).
     pub fn take_unsaid(&self) -> String {
         std::mem::take(&mut *self.unsaid.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Records that the turn made progress now.
+    pub fn progressed(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.progress_ms.store(now, Ordering::SeqCst);
+    }
+
+    /// How long the turn has gone without progress.
+    pub fn idle_for(&self) -> std::time::Duration {
+        let last = self.progress_ms.load(Ordering::SeqCst);
+        self.epoch
+            .elapsed()
+            .saturating_sub(std::time::Duration::from_millis(last))
     }
 }
 
@@ -504,6 +523,8 @@ impl Dispatcher {
             follow_up_pending: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             unsaid: std::sync::Mutex::new(String::new()),
+            progress_ms: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         });
         let pk = key.pk;
         let task = tokio::spawn(turn::run(

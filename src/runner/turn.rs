@@ -248,9 +248,22 @@ async fn run_turn(
     let engine = shared.engines.for_config(&claim.engine_config);
     // From here on the session is this turn's: whatever happens, it ends with a terminal.
     METRICS.engine_calls.with(&[engine.name()]).inc();
+    control.progressed();
+    let stall_after = Duration::from_millis(shared.cfg.stall_timeout_ms.max(MIN_STALL_MS));
     let run = match claim.budget_spent {
         Some(spent) => Err(spent),
-        None => run_engine(engine.as_ref(), &mut io, input).await,
+        None => {
+            let stalled = tokio::select! {
+                run = run_engine(engine.as_ref(), &mut io, input) => Ok(run),
+                idle = stall_guard(control, stall_after) => Err(idle),
+            };
+            match stalled {
+                Ok(run) => run,
+                // The engine future is dropped here: whatever it waited on (a model call, an
+                // agent process, a hung script) is abandoned, and the turn ends failed.
+                Err(idle) => stalled_end(&mut io, engine.name(), idle).await,
+            }
+        }
     };
     let end = match run {
         Ok(end) => end,
@@ -336,6 +349,39 @@ async fn run_turn(
         spawn_title(shared, engine, key, prompt, reply);
     }
     Ok(outcome)
+}
+
+/// The shortest stall timeout honoured, so a misconfigured zero cannot fail every turn at once.
+const MIN_STALL_MS: u64 = 1_000;
+
+/// Resolves once the turn has gone `after` without progress (see [`TurnControl::progressed`]:
+/// an event written or held, a streamed delta, a heartbeat), with how long it went.
+async fn stall_guard(control: &TurnControl, after: Duration) -> Duration {
+    loop {
+        let idle = control.idle_for();
+        if idle >= after {
+            return idle;
+        }
+        tokio::time::sleep(after - idle).await;
+    }
+}
+
+/// The end of a turn the stall guard stopped: a `system` notice coded `stalled`, then `failed`.
+async fn stalled_end(io: &mut Turn, engine: &str, idle: Duration) -> Result<TurnEnd> {
+    let message = format!(
+        "stalled: the {engine} engine made no progress for {} s; the turn was stopped",
+        idle.as_secs()
+    );
+    tracing::warn!(session = %io.key.id, engine, idle_ms = idle.as_millis() as u64, "turn stalled");
+    io.emit(Event::System {
+        level: Level::Error,
+        message: message.clone(),
+        metadata: Some(SystemMetadata {
+            code: "stalled".to_owned(),
+        }),
+    })
+    .await?;
+    Ok(TurnEnd::Failed { error: message })
 }
 
 /// Runs the engine on the claimed turn (the tier clamped to one it honours first).
@@ -790,6 +836,7 @@ impl DeltaSink for Turn {
     /// Broadcasts volatile progress (a delta); never stored, except the text of an interrupted
     /// turn (see `TurnControl::unsaid`).
     fn delta(&mut self, step: Step) {
+        self.control.progressed();
         if !self.held.is_empty() && self.held_error.is_none() {
             // A delta follows what the turn has emitted: write the held events first.
             tokio::task::block_in_place(|| {
@@ -981,6 +1028,7 @@ impl TurnIo for Turn {
 
     /// Appends a durable event unless this turn has lost its session.
     async fn emit(&mut self, event: Event) -> Result<u64> {
+        self.control.progressed();
         let held = self.take_held()?;
         let text = matches!(
             event,
@@ -1005,6 +1053,7 @@ impl TurnIo for Turn {
     /// round-trip to the store fewer. A delta or a pause writes held events first, so nothing
     /// the engine does later is seen before them.
     async fn hold(&mut self, event: Event) -> Result<()> {
+        self.control.progressed();
         if let Some(e) = self.held_error.take() {
             return Err(e);
         }

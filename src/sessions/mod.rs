@@ -755,6 +755,30 @@ impl Sessions {
             .await
     }
 
+    /// Removes a session a retention policy removes, as [`Sessions::delete`] does (the same
+    /// store steps, the runner told, its streams ended), but only while the policy still removes
+    /// it, checked in the deleting transaction: never once a turn was claimed, an input queued,
+    /// a pin or a default pointer set, or anything changed since the candidate was read.
+    /// Whether it did.
+    pub async fn delete_for_retention(
+        &self,
+        workspace_id: &str,
+        candidate: &store::retention::RetentionCandidate,
+        policy: &store::retention::RetentionPolicy,
+    ) -> Result<bool> {
+        let Some(key) = self
+            .store
+            .retention()
+            .delete_if_removable(workspace_id, candidate, policy)
+            .await?
+        else {
+            return Ok(false);
+        };
+        self.runner.session_deleted(key.pk);
+        self.store.bus().close_session(&key.id);
+        Ok(true)
+    }
+
     /// Stops the session's work and removes it permanently.
     pub async fn delete(&self, actor: &Actor, session_id: &str) -> Result<()> {
         let key = self

@@ -10,7 +10,9 @@ use serde_json::{Map, Value};
 
 use super::deployment_history::{ChangeAuthor, DeploymentChange};
 use super::{SessionKey, Tx};
+use crate::clock;
 use crate::error::{Error, Result};
+use crate::timeline::{Event, Level};
 
 /// Ascending or descending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1185,6 +1187,45 @@ impl Tx<'_> {
                 in_progress
             ])?;
         Ok(())
+    }
+
+    /// Closes every agent message of the session still being written (its latest revision
+    /// `IN_PROGRESS`): each gets a last revision, the content it holds again, marked done. A
+    /// turn that failed or was interrupted calls this, so an agent that died mid-message leaves
+    /// no message open forever.
+    pub fn close_open_messages(&mut self, key: &SessionKey) -> Result<usize> {
+        let open: Vec<(u64, u64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT v.message_seq, v.revision_seq FROM agentex_message_revisions v
+                 WHERE v.session_pk = ?1 AND v.in_progress = 1
+                   AND v.revision_seq = (SELECT MAX(w.revision_seq)
+                       FROM agentex_message_revisions w
+                       WHERE w.session_pk = v.session_pk AND w.message_seq = v.message_seq)
+                 ORDER BY v.message_seq",
+            )?
+            .query_map(params![key.pk], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+            })?
+            .collect::<std::result::Result<_, _>>()?;
+        for &(message, latest) in &open {
+            let body = super::event_body(self.conn, key.pk, latest)?;
+            let event = match body.and_then(|b| serde_json::from_str::<Event>(&b).ok()) {
+                Some(Event::AgentMessage { message, .. }) => Event::AgentMessage {
+                    message,
+                    created_at: clock::rfc3339(self.now),
+                },
+                Some(event @ Event::Step { .. }) => event,
+                _ => Event::System {
+                    level: Level::Info,
+                    message: "The agent's message was closed without text: its turn ended".into(),
+                    metadata: None,
+                },
+            };
+            let revision = self.append(key, &event)?;
+            self.revise_message(key, message, revision, false)?;
+        }
+        Ok(open.len())
     }
 }
 

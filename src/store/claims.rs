@@ -18,8 +18,8 @@ use super::turns::{Fence, TurnStore};
 use super::{Lease, NewInput, QueueKind, SessionKey, SessionRow, Tx};
 use crate::error::{Error, Result};
 use crate::timeline::{
-    AgentStatus, AttachmentRef, Behavior, Event, StoredImageRef, Tier, TurnState, TurnStateStatus,
-    Usage,
+    AgentStatus, AttachmentRef, Behavior, CompleteStatus, Event, StoredImageRef, Tier, TurnState,
+    TurnStateStatus, Usage,
 };
 
 /// How the turn of a machine's state ended, from the machine's point of view.
@@ -510,6 +510,9 @@ fn finish(tx: &mut Tx<'_>, t: TurnTerminal, machines: &dyn MachineRules) -> Resu
         tx.add_usage(key, usage)?;
         tx.append(key, usage_event)?;
     }
+    if ends_badly(&t.event) {
+        tx.close_open_messages(key)?;
+    }
     let seq = tx.append(key, &t.event)?;
     tx.release_turn(key, t.engine_state.as_deref(), t.wake_at)?;
     if let Some(wake_at) = t.wake_at {
@@ -519,6 +522,19 @@ fn finish(tx: &mut Tx<'_>, t: TurnTerminal, machines: &dyn MachineRules) -> Resu
         advance_machine(tx, key, machines, *end, result.as_deref(), t.wake_at)?;
     }
     settle(tx, key, t.status)
+}
+
+/// Whether a terminal ends its turn failed or interrupted: the agent's messages still open then
+/// will not be finished by it (`Tx::close_open_messages`).
+fn ends_badly(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::Interrupted { .. }
+            | Event::Complete {
+                status: CompleteStatus::Failed,
+                ..
+            }
+    )
 }
 
 fn end_lost(
@@ -549,6 +565,7 @@ fn end_lost(
     append_partial_text(tx, key, &lost.partial)?;
     settle_running_tasks(tx, key, tasks)?;
     tx.append(key, &lost.notice)?;
+    tx.close_open_messages(key)?;
     let state = turn_state(
         TurnStateStatus::Interrupted,
         &row.mode,

@@ -21,6 +21,7 @@
 
 pub mod acp;
 pub mod agentex;
+pub mod archives;
 mod checkpoint;
 pub mod claims;
 pub mod deployment_history;
@@ -40,6 +41,7 @@ pub mod postgres;
 pub mod projections;
 pub mod reads;
 pub mod record;
+pub mod retention;
 pub mod schedules;
 pub mod seed;
 pub mod sessions;
