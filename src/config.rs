@@ -29,6 +29,7 @@ pub struct Config {
     pub limits: Limits,
     pub stream: StreamConfig,
     pub schedules: SchedulesConfig,
+    pub webhooks: WebhooksConfig,
     pub retention: RetentionConfig,
     /// The engine of agents that do not choose one (`{kind = "openai", ...}`, same keys as an
     /// agent's `engine` JSON). Unset: `openai` when OPENAI_BASE_URL or OPENAI_API_KEY is set,
@@ -173,6 +174,73 @@ pub struct Policy {
     /// Whether an ACP server on this machine may register without a credential (a request from a
     /// loopback address, into the `default` workspace). Off: registration needs an API key.
     pub acp_register_from_loopback: bool,
+    /// Hosts outbound webhooks may call, as `host` (any port) or `host:port`; `*` stands for
+    /// every host whose addresses are public. Internal addresses (loopback, private, link-local)
+    /// are called only when listed by name or address, never through `*`. Empty: no webhook
+    /// subscription can be made.
+    pub webhook_hosts: Vec<String>,
+}
+
+/// Whether a `[policy]` host list (`acp_hosts`, `webhook_hosts`) names the URL's host (any port)
+/// or its `host:port` (IPv6 hosts in brackets). `*` is not looked at here: what it allows is the
+/// caller's rule.
+pub fn host_listed(entries: &[String], url: &str) -> bool {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let Some(host) = parsed.host_str().map(str::to_ascii_lowercase) else {
+        return false;
+    };
+    let with_port = match parsed.port_or_known_default() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.clone(),
+    };
+    entries.iter().any(|entry| {
+        let entry = entry.trim().to_ascii_lowercase();
+        entry == host || entry == with_port
+    })
+}
+
+/// Outbound webhooks (`/v1/ws/{ws}/webhooks`): how deliveries are attempted and retried.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// How long a message is retried after it was written before it is given up (`failed`).
+    pub retry_for_ms: u64,
+    /// The first retry's delay; each one after doubles it (with jitter) up to `backoff_max_ms`.
+    pub backoff_initial_ms: u64,
+    pub backoff_max_ms: u64,
+    /// A subscription whose deliveries have failed for this long without a success is disabled.
+    pub disable_after_ms: u64,
+    /// Whole-call limit of one attempt (connect, send, answer).
+    pub timeout_ms: u64,
+    /// Bytes of a receiver's answer read at most (the rest is dropped).
+    pub max_response_bytes: usize,
+    /// How often the outbox is looked at for messages written by this or another process.
+    pub poll_ms: u64,
+    /// Attempts in flight at once.
+    pub concurrency: usize,
+    /// How long a rotated-out secret still signs deliveries when a rotation names no overlap.
+    pub rotation_overlap_ms: u64,
+    /// Most subscriptions one workspace may have.
+    pub max_per_workspace: u32,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        WebhooksConfig {
+            retry_for_ms: 24 * 3_600_000,
+            backoff_initial_ms: 5_000,
+            backoff_max_ms: 3_600_000,
+            disable_after_ms: 5 * 24 * 3_600_000,
+            timeout_ms: 10_000,
+            max_response_bytes: 16 * 1024,
+            poll_ms: 1_000,
+            concurrency: 16,
+            rotation_overlap_ms: 24 * 3_600_000,
+            max_per_workspace: 100,
+        }
+    }
 }
 
 /// Agent run schedules (`/agentex/agents/{id}/schedules`).
@@ -224,6 +292,7 @@ impl Default for Config {
             limits: Limits::default(),
             stream: StreamConfig::default(),
             schedules: SchedulesConfig::default(),
+            webhooks: WebhooksConfig::default(),
             retention: RetentionConfig::default(),
             engine: None,
             policy: Policy::default(),
@@ -370,6 +439,22 @@ impl Config {
         }
         if self.stream.keepalive_ms == 0 {
             return Err("stream.keepalive_ms must be at least 1".into());
+        }
+        let w = &self.webhooks;
+        if w.backoff_initial_ms == 0
+            || w.backoff_max_ms < w.backoff_initial_ms
+            || w.timeout_ms == 0
+            || w.poll_ms == 0
+            || w.concurrency == 0
+            || w.max_response_bytes == 0
+            || w.max_per_workspace == 0
+        {
+            return Err(
+                "webhooks: backoff_initial_ms, timeout_ms, poll_ms, concurrency, \
+                 max_response_bytes and max_per_workspace must be at least 1, and \
+                 backoff_max_ms at least backoff_initial_ms"
+                    .into(),
+            );
         }
         if !(50..=86_400_000).contains(&self.retention.sweep_interval_ms) {
             return Err("retention.sweep_interval_ms must be between 50 and 86400000".into());

@@ -204,6 +204,8 @@ pub struct Metrics {
     pub logins_throttled: Counter,
     /// Connections refused because the process is near its open-files limit.
     pub connections_refused: Counter,
+    /// Outbound webhook attempts, by outcome (`delivered`, `retrying`, `failed`).
+    pub webhook_attempts: Family<Counter>,
     /// Retention sweeps finished.
     pub retention_sweeps: Counter,
     /// Sessions a retention policy removed, by action (`delete`, `archive`).
@@ -234,6 +236,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     sse_backlog_rereads: Counter::default(),
     logins_throttled: Counter::default(),
     connections_refused: Counter::default(),
+    webhook_attempts: Family::new(&["outcome"], Counter::default),
     retention_sweeps: Counter::default(),
     retention_removed: Family::new(&["action"], Counter::default),
     retention_failures: Counter::default(),
@@ -451,6 +454,12 @@ impl Metrics {
             "counter",
             "Connections answered 503 because the process is near its open-files limit.",
             self.connections_refused.get(),
+        );
+        counters(
+            &mut out,
+            "sessiond_webhook_attempts_total",
+            "Outbound webhook attempts made by this process, by outcome: delivered (a 2xx answer), retrying (failed, tried again later), failed (failed, retries run out).",
+            &self.webhook_attempts,
         );
         out
     }

@@ -455,6 +455,12 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     runner.attach_sessions(Arc::new(sessions.clone()));
     let schedules = Schedules::new(sessions.clone());
     let scheduler = Scheduler::start(schedules.clone(), runner_rt.handle());
+    let deliverer = crate::outbound::deliver::start(
+        store.clone(),
+        Arc::clone(&cfg),
+        agent_keys.sealer(crate::outbound::subscriptions::SEALING_PURPOSE),
+        runner_rt.handle(),
+    );
     let sweeper = crate::retention::Sweeper::start(
         crate::retention::Retention::new(
             sessions.clone(),
@@ -571,6 +577,7 @@ pub fn serve(cfg: Config) -> Result<(), String> {
     // HTTP is down: stop firing schedules and sweeping, stop turns (they write their
     // terminals), then flush the writer.
     runner_rt.block_on(scheduler.stop());
+    runner_rt.block_on(deliverer.stop());
     runner_rt.block_on(sweeper.stop());
     runner_rt.block_on(runner.shutdown());
     store.close();

@@ -7,6 +7,7 @@ import { loginPage, setupPage, fatalPage } from './auth.js';
 import { listView } from './list.js';
 import { sessionView } from './session.js';
 import { agentsView, agentView } from './agents.js';
+import { webhooksView } from './webhooks.js';
 import { newSessionView } from './newsession.js';
 
 const app = document.getElementById('app');
@@ -221,7 +222,8 @@ function renderNav(routeName, slug) {
   const item = (href, ic, label, active) => h('a', { class: `nav-item${active ? ' active' : ''}`, href, 'aria-current': active ? 'page' : null }, icon(ic), h('span', { text: label }));
   nav.replaceChildren(
     item(wsHref(state.ws, '/sessions'), 'inbox', 'Sessions', routeName === 'list' || routeName === 'session'),
-    item(wsHref(state.ws, '/agents'), 'bot', 'All agents', routeName === 'agents'));
+    item(wsHref(state.ws, '/agents'), 'bot', 'All agents', routeName === 'agents'),
+    item(wsHref(state.ws, '/webhooks'), 'send', 'Webhooks', routeName === 'webhooks'));
   agentNav.replaceChildren(...state.agents.map((a) => item(wsHref(state.ws, `/agents/${encodeURIComponent(a.slug)}`), 'message', a.name, routeName === 'agent' && slug === a.slug)));
 }
 
@@ -286,6 +288,7 @@ async function route() {
   else if (rest[0] === 'agents' && rest[1]) [name, arg] = ['agent', rest[1]];
   else if (rest[0] === 'agents') name = 'agents';
   else if (rest[0] === 'new') name = 'new';
+  else if (rest[0] === 'webhooks') name = 'webhooks';
   else if (rest[0] !== 'sessions' && rest.length) {
     history.replaceState(null, '', `/${wsHref(ws, '/sessions')}`);
   }
@@ -298,9 +301,11 @@ async function route() {
     agents: () => agentsView(ctx),
     agent: () => agentView(ctx, arg),
     new: () => newSessionView(ctx, params),
+    webhooks: () => webhooksView(ctx),
   }[name]();
   state.view = view;
-  document.title = { list: 'Sessions', agents: 'Agents', new: 'New session' }[name] ? `${{ list: 'Sessions', agents: 'Agents', new: 'New session' }[name]} · sessiond` : 'sessiond';
+  const titles = { list: 'Sessions', agents: 'Agents', new: 'New session', webhooks: 'Webhooks' };
+  document.title = titles[name] ? `${titles[name]} · sessiond` : 'sessiond';
   const main = state.shell.main;
   main.className = `main main-${name}`;
   main.replaceChildren(view.el);

@@ -57,6 +57,10 @@ fn browser() -> Ui {
 const TESTS: &[(&str, fn())] = &[
     ("setup_then_logout_and_login", setup_then_logout_and_login),
     (
+        "webhooks_are_managed_from_the_console",
+        webhooks_are_managed_from_the_console,
+    ),
+    (
         "a_new_session_streams_its_reply",
         a_new_session_streams_its_reply,
     ),
@@ -1131,6 +1135,66 @@ fn a_failed_attempts_live_text_is_dropped_and_estimated_usage_says_so() {
 
 /// Browser errors that point at the UI itself: script errors and CSP violations. (Failed requests
 /// that a test provokes on purpose, such as a refused login, are expected.)
+fn webhooks_are_managed_from_the_console() {
+    let b = browser();
+    let s = Server::start_with_config("[policy]\nwebhook_hosts = [\"127.0.0.1\"]\n");
+    let hook = "http://127.0.0.1:9/hook";
+    login(&b, &s);
+    b.goto(&s.url(&format!("/#/w/{WS}/webhooks")));
+    b.find(".webhooks-view");
+    // A refused URL says why, in the dialog, and adds nothing.
+    b.click_css("#webhook-add");
+    b.type_into("#webhook-url", "http://10.0.0.1/hook");
+    b.click_css("dialog .dialog-actions button[type=submit]");
+    b.wait_js(
+        "the refusal shown",
+        "const e = document.querySelector('dialog .form-error'); return e && !e.hidden && e.textContent.includes('policy.webhook_hosts');",
+        WAIT,
+    );
+    b.click_css("dialog .dialog-actions button[type=button]");
+    // Added, its secret is shown this once.
+    b.click_css("#webhook-add");
+    b.type_into("#webhook-url", hook);
+    b.click_css("dialog input[value='run.failed']");
+    b.click_css("dialog .dialog-actions button[type=submit]");
+    let secret = b.wait_js(
+        "the secret shown once",
+        "const e = document.querySelector('.webhook-secret'); return e && e.value.startsWith('whsec_') ? e.value : null;",
+        WAIT,
+    );
+    b.click_css("dialog .dialog-actions button[type=submit]");
+    b.wait_js(
+        "the webhook listed",
+        &format!("return [...document.querySelectorAll('.webhook-card')].some(c => c.querySelector('.webhook-url')?.textContent === '{hook}' && c.textContent.includes('run.failed') && c.textContent.includes('Enabled'));"),
+        WAIT,
+    );
+    let (status, list) = s.get(&s.url(&format!("/v1/ws/{WS}/webhooks")));
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["webhooks"][0]["url"], hook);
+    assert_eq!(list["webhooks"][0]["eventTypes"], json!(["run.failed"]));
+    assert!(!list.to_string().contains(secret.as_str().unwrap()));
+    // Disabled from its card, and its (empty) delivery log opened.
+    b.click_css(".webhook-card button[data-action='Disable']");
+    b.wait_js(
+        "the webhook disabled",
+        "return document.querySelector('.webhook-card')?.textContent.includes('Disabled');",
+        WAIT,
+    );
+    let (_, one) = s.get(&s.url(&format!(
+        "/v1/ws/{WS}/webhooks/{}",
+        list["webhooks"][0]["id"].as_str().unwrap()
+    )));
+    assert_eq!(one["enabled"], false, "{one}");
+    b.click_css(".webhook-card button[data-action='Delivery log']");
+    b.wait_js(
+        "the delivery log",
+        "const t = document.querySelector('.delivery-log'); return t && !t.hidden && t.textContent.includes('No deliveries yet');",
+        WAIT,
+    );
+    b.screenshot("webhooks");
+    assert!(ui_errors(&b).is_empty(), "{:?}", ui_errors(&b));
+}
+
 fn ui_errors(b: &Browser) -> Vec<String> {
     b.console_errors()
         .into_iter()

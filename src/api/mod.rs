@@ -19,6 +19,7 @@ pub mod stream;
 mod ui;
 mod uploads;
 mod v2;
+mod webhooks;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Resource, web};
@@ -218,6 +219,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(retention::preview)),
     );
     cfg.configure(v2::routes);
+    cfg.configure(webhooks::routes);
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(
         at(

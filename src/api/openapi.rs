@@ -951,6 +951,83 @@ pub static AGENTEX_SCHEDULES: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+fn webhook_schema() -> Value {
+    object(
+        &[
+            "id",
+            "url",
+            "description",
+            "eventTypes",
+            "agent",
+            "sessionId",
+            "enabled",
+            "createdAt",
+        ],
+        json!({
+            "id": {"type": "string"}, "url": {"type": "string"}, "description": {"type": "string"},
+            "eventTypes": {"type": "array", "items": {"enum": crate::store::outbound::EVENT_KINDS}},
+            "agent": {"type": ["string", "null"]}, "sessionId": {"type": ["string", "null"]},
+            "enabled": {"type": "boolean"}, "disabledAt": date_time_or_null(),
+            "disabledReason": {"type": ["string", "null"]}, "failingSince": date_time_or_null(),
+            "previousSecretValidUntil": date_time_or_null(),
+            "createdAt": date_time(), "updatedAt": date_time(),
+            "secret": {"type": "string", "pattern": "^whsec_", "description": "Only in the answers of creation and rotation"}
+        }),
+    )
+}
+
+fn webhook_spec_schema() -> Value {
+    json!({
+        "type": "object", "additionalProperties": false,
+        "properties": {
+            "url": {"type": "string"}, "description": {"type": "string"},
+            "eventTypes": {"type": "array", "items": {"enum": crate::store::outbound::EVENT_KINDS}},
+            "agent": {"type": ["string", "null"]}, "sessionId": {"type": ["string", "null"]},
+            "enabled": {"type": "boolean"}
+        }
+    })
+}
+
+fn webhook_delivery_schema() -> Value {
+    object(
+        &["id", "eventType", "state", "attempts", "createdAt"],
+        json!({
+            "id": {"type": "string", "description": "The webhook-id every attempt carries"},
+            "eventType": {"type": "string"}, "state": {"enum": ["pending", "delivered", "failed"]},
+            "attempts": {"type": "integer"}, "nextAttemptAt": date_time_or_null(),
+            "lastStatus": {"type": ["integer", "null"]}, "lastError": {"type": ["string", "null"]},
+            "lastLatencyMs": {"type": ["integer", "null"]}, "lastAttemptAt": date_time_or_null(),
+            "deliveredAt": date_time_or_null(), "createdAt": date_time(),
+            "payload": {"type": "object"},
+            "attemptLog": list_of(object(&["attempt", "startedAt", "latencyMs"], json!({
+                "attempt": {"type": "integer"}, "startedAt": date_time(),
+                "status": {"type": ["integer", "null"]}, "latencyMs": {"type": "integer"},
+                "error": {"type": ["string", "null"]}
+            })))
+        }),
+    )
+}
+
+/// Outbound webhooks: a workspace's subscriptions and their delivery logs.
+pub static WEBHOOKS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("{WS}/webhooks{rest}").leak() };
+    vec![
+        op!("get" p(""), "listWebhooks", "The workspace's webhook subscriptions", READ, Body::None,
+            Answer::Json(200, || object(&["webhooks"], json!({"webhooks": list_of(webhook_schema())})))),
+        op!("post" p(""), "createWebhook", "Subscribe an endpoint (url required) to events; answers its whsec_ secret, shown this once", WRITE, Body::Json(webhook_spec_schema), Answer::Json(201, webhook_schema)),
+        op!("get" p("/{webhookId}"), "getWebhook", "One subscription", READ, Body::None, Answer::Json(200, webhook_schema)),
+        op!("patch" p("/{webhookId}"), "updateWebhook", "Change a subscription's URL, filters or description; enable or disable it", WRITE, Body::Json(webhook_spec_schema), Answer::Json(200, webhook_schema)),
+        op!("delete" p("/{webhookId}"), "deleteWebhook", "Remove a subscription with its outbox and log", WRITE, Body::None, Answer::Empty(204)),
+        op!("post" p("/{webhookId}/rotate"), "rotateWebhookSecret", "A new secret, shown this once; the old one also signs for overlapMs", WRITE,
+            Body::Json(|| json!({"type": "object", "additionalProperties": false, "properties": {"overlapMs": {"type": "integer", "minimum": 0}}})),
+            Answer::Json(200, webhook_schema)),
+        op!("get" p("/{webhookId}/deliveries"), "listWebhookDeliveries", "The delivery log, newest first (limit, before)", READ, Body::None,
+            Answer::Json(200, || object(&["deliveries"], json!({"deliveries": list_of(webhook_delivery_schema()), "nextBefore": {"type": ["string", "null"]}})))),
+        op!("get" p("/{webhookId}/deliveries/{deliveryId}"), "getWebhookDelivery", "One message: its payload and every attempt", READ, Body::None, Answer::Json(200, webhook_delivery_schema)),
+        op!("post" p("/{webhookId}/deliveries/{deliveryId}/redeliver"), "redeliverWebhook", "Send a message again now, with the same webhook-id", WRITE, Body::None, Answer::Json(202, webhook_delivery_schema)),
+    ]
+});
+
 fn import_report_schema() -> Value {
     let ids = || json!({"type": "array", "items": {"type": "string"}});
     object(
@@ -1010,6 +1087,7 @@ pub fn operations() -> Vec<Op> {
         &*AUTH,
         &*SESSIONS,
         &*AGENTS,
+        &*WEBHOOKS,
         &*UPLOADS,
         &*ARCHIVES,
         &*RETENTION,

@@ -36,6 +36,7 @@ mod listing;
 mod log;
 pub mod logins;
 mod migrate;
+pub mod outbound;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod projections;

@@ -326,6 +326,7 @@ impl Tx<'_> {
                 run.trigger_type.name(),
                 self.now
             ])?;
+        self.outbox_schedule_fired(key, &run.schedule_id, run.fire_time)?;
         Ok(())
     }
 }

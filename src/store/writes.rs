@@ -258,6 +258,7 @@ impl Tx<'_> {
         self.conn
             .prepare_cached(insert_title)?
             .execute(params![pk, s.title])?;
+        self.outbox_session_created(s.workspace_id, s.agent_id, s.id)?;
         Ok(SessionKey {
             pk,
             id: s.id.to_owned(),
@@ -309,6 +310,7 @@ impl Tx<'_> {
             .execute(params![key.pk, seq, event_type, body, self.now])?;
         let seq = seq as u64;
         self.note_milestone(key, event_type, seq)?;
+        self.outbox_event(key, event_type, body, seq)?;
         let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
         self.publish(&key.id, Frame::durable(seq, event_type, data, self.now));
         Ok(seq)
@@ -526,6 +528,7 @@ impl Tx<'_> {
 
     /// Permanently removes a session, its timeline, inputs, images, markers and default binding.
     pub fn delete_session(&mut self, key: &SessionKey) -> Result<()> {
+        self.outbox_session_deleted(key)?;
         let c = self.conn;
         c.execute("DELETE FROM events WHERE session_pk = ?1", [key.pk])?;
         c.execute("DELETE FROM pending_inputs WHERE session_pk = ?1", [key.pk])?;

@@ -125,17 +125,7 @@ fn authority(url: &str) -> Option<String> {
 
 /// Whether `policy.acp_hosts` names the URL's host (any port) or its `host:port`.
 pub fn host_permitted(url: &str, policy: &Policy) -> bool {
-    let Ok(parsed) = reqwest::Url::parse(url) else {
-        return false;
-    };
-    let Some(host) = parsed.host_str().map(str::to_ascii_lowercase) else {
-        return false;
-    };
-    let with_port = authority(url).unwrap_or_default();
-    policy.acp_hosts.iter().any(|entry| {
-        let entry = entry.trim().to_ascii_lowercase();
-        entry == host || entry == with_port
-    })
+    crate::config::host_listed(&policy.acp_hosts, url)
 }
 
 /// What an agent is sent with a call about one of its tasks.
