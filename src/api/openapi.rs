@@ -131,6 +131,14 @@ pub static SESSIONS: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("post" p("/{sessionId}/answer"), "answer", "Answer the session's question", WRITE, Body::Seed, S),
         op!("post" p("/{sessionId}/answer/wait"), "answerAndWait", "Answer, waiting for the next terminal", WRITE, Body::Seed, S),
         op!("post" p("/{sessionId}/interrupt"), "interrupt", "Stop the running turn", WRITE, Body::None, S),
+        op!("post" p("/{sessionId}/fork"), "forkSession", "A new session whose conversation is this one's up to event atSeq (an extension)", WRITE,
+            Body::Json(|| fork_body("atSeq")),
+            Answer::Json(201, || json!({"type": "object", "required": ["session", "snapshot", "history", "forkedFrom"], "properties": {
+                "session": {"type": "object"}, "snapshot": {"type": "object"}, "history": {"type": "object"},
+                "forkedFrom": {"type": "object", "required": ["sessionId", "atSeq"], "properties": {
+                    "sessionId": {"type": "string"}, "atSeq": {"type": "integer", "minimum": 1}}},
+                "inputSeq": {"type": "integer", "description": "The seq of the first message, when one was given"},
+                "delivery": {"enum": ["accepted", "queued"]}}}))),
         op!("put" p("/{sessionId}/archive"), "archive", "Archive or restore", WRITE, Body::Seed, S),
         op!("put" p("/{sessionId}/read"), "markRead", "Move the read marker", WRITE, Body::Seed, S),
         op!("post" p("/{sessionId}/sessions"), "createChild", "A child session (inherits cwd and tier)", WRITE, Body::Seed, S),
@@ -746,12 +754,51 @@ pub static TASK_EVENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
             Answer::Json(200, || json!({"type": "object", "required": ["session_id", "delivery", "sequence"], "properties": {
                 "session_id": {"type": "string"}, "delivery": {"type": "string"},
                 "sequence": {"type": "integer", "minimum": 0, "description": "The first HAST sequence of the message"}}}))),
+        op!("post" "/v2/sessions/{sessionId}/fork", "v2ForkSession", "A new session whose conversation is this one's up to timeline event at_seq; its parent is {kind: fork, session_id, at_seq}", WRITE,
+            Body::Json(|| fork_body("at_seq")),
+            Answer::Json(201, record_ref)),
         op!("get" "/v2/sessions/{sessionId}/events", "v2ListEvents", "Durable HAST events with sequence > after, in order (after, limit)", READ, Body::None,
             Answer::Json(200, || json!({"type": "object", "required": ["events", "has_more"], "properties": {
                 "events": {"type": "array", "items": component("HastEnvelope")}, "has_more": {"type": "boolean"}}}))),
         op!("get" "/v2/sessions/{sessionId}/events/stream", "v2StreamEvents", "HAST envelopes as Server-Sent Events (after or Last-Event-ID; snapshots=true adds session/snapshot frames)", READ, Body::None, Answer::HastEvents),
     ]
 });
+
+/// A fork's body: the parent's event to fork at (`field`) and a first message for the fork.
+fn fork_body(field: &str) -> Value {
+    json!({"type": "object", "required": [field], "additionalProperties": false, "properties": {
+        field: {"type": "integer", "minimum": 1, "description": "The seq of the event the copied timeline ends with"},
+        "prompt": {"type": "string", "minLength": 1, "description": "A message the fork runs at once"}}})
+}
+
+/// The Session record with sessiond's lineage extension: `parent.kind` `fork` and the fork point
+/// `parent.at_seq`.
+fn with_fork_lineage(mut record: Value) -> Value {
+    fn add_fork(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::Array(e)) = m.get_mut("enum")
+                    && e.iter().any(|x| x == "resume")
+                {
+                    e.push(json!("fork"));
+                }
+                m.values_mut().for_each(add_fork);
+            }
+            Value::Array(a) => a.iter_mut().for_each(add_fork),
+            _ => {}
+        }
+    }
+    if let Some(kind) = record.pointer_mut("/properties/parent/properties/kind") {
+        add_fork(kind);
+    }
+    if let Some(Value::Object(props)) = record.pointer_mut("/properties/parent/properties") {
+        props.insert(
+            "at_seq".into(),
+            json!({"type": "integer", "minimum": 1, "description": "A fork's fork point: the parent's event its timeline was copied up to (kind fork only)"}),
+        );
+    }
+    record
+}
 
 /// The query parameters of the Task events API's reads (the Sessions API's come from its seed).
 fn task_query(op_id: &str) -> Vec<Value> {
@@ -1206,11 +1253,11 @@ pub fn document() -> Value {
     );
     schemas.insert(
         "SessionRecord".into(),
-        task_schema(
+        with_fork_lineage(task_schema(
             include_str!("../../schemas/session-record.json"),
             "/properties/harness/enum",
             crate::api::v2::HARNESSES.to_vec(),
-        ),
+        )),
     );
     schemas.insert(
         "HastEnvelope".into(),

@@ -3,6 +3,7 @@
 //! Each write is one store job that appends its events and updates the projection in the same
 //! transaction (invariant 1); the runner hears of new inputs only after COMMIT.
 
+mod fork;
 mod images;
 pub mod lineage;
 mod linked;
@@ -31,6 +32,7 @@ use crate::store::submit::{InputLink, Linked, NewMachine, NewPrompt, SessionPlan
 use crate::store::{self, SessionKey, Store};
 use crate::timeline::{AttachmentRef, Behavior, Sender, Tier};
 
+pub use fork::{ForkIn, ForkOut};
 pub use images::ImageIn;
 pub use linked::{BatchMessage, OpenIn, Opened};
 pub use query::{AgentActivity, HistoryQuery, ListQuery};
@@ -448,6 +450,9 @@ impl Sessions {
                     facts.as_ref().and_then(|f| f.last_terminal.as_ref()),
                 ))
             }
+            lineage::ParentKind::Fork => Err(Error::invalid(
+                "parent/kind: a fork is made with the session's fork route",
+            )),
         }
     }
 

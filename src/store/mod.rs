@@ -26,6 +26,7 @@ pub mod claims;
 pub mod deployment_history;
 pub mod directory;
 mod error;
+pub mod fork;
 pub mod health;
 pub mod identity;
 pub mod inputs;

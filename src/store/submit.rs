@@ -20,6 +20,9 @@ pub enum ParentKind {
     /// Closes the parent in the transaction that creates its successor.
     Handoff,
     Resume,
+    /// A copy of the parent's timeline up to one of its events (`store::fork`); made only by the
+    /// fork routes, never named in a create.
+    Fork,
 }
 
 impl ParentKind {
@@ -37,6 +40,7 @@ impl ParentKind {
             ParentKind::Continuation => "continuation",
             ParentKind::Handoff => "handoff",
             ParentKind::Resume => "resume",
+            ParentKind::Fork => "fork",
         }
     }
 }
@@ -382,7 +386,7 @@ impl Tx<'_> {
 /// Submissions of inputs, each one unit of work.
 #[derive(Clone, Copy)]
 pub struct Submissions<'a> {
-    store: &'a Store,
+    pub(super) store: &'a Store,
 }
 
 impl Store {
