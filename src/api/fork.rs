@@ -9,6 +9,7 @@ use serde_json::json;
 use super::body;
 use super::context::AppState;
 use crate::error::{Error, Result};
+use crate::sessions::busy::BusyPolicy;
 use crate::sessions::{Actor, ForkIn, HistoryQuery, InputCommon, MessageIn, view};
 use crate::timeline::Behavior;
 
@@ -46,6 +47,7 @@ pub fn first_message(state: &AppState, prompt: Option<String>) -> Result<Option<
         tier: None,
         behavior: Behavior::Steer,
         common: InputCommon::default(),
+        busy: BusyPolicy::Enqueue,
     }))
 }
 

@@ -522,7 +522,8 @@ fn ax_rpc_request() -> Value {
         &["method", "params"],
         json!({
             "jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]},
-            "method": {"enum": crate::api::agentex::RPC_METHODS}, "params": {"type": "object"}
+            "method": {"enum": crate::api::agentex::RPC_METHODS},
+            "params": {"type": "object", "description": "The method's parameters; `message/send` also takes sessiond's `if_busy` (`enqueue`, `interrupt` or `reject`: what the message does while the task's turn is running)"}
         }),
     )
 }
@@ -750,7 +751,8 @@ pub static TASK_EVENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
             Answer::Json(200, record_ref)),
         op!("post" "/v2/sessions/{sessionId}/messages", "v2SendMessage", "A message, or the answer when the session asked", WRITE,
             Body::Json(|| json!({"type": "object", "required": ["prompt"], "additionalProperties": false, "properties": {
-                "prompt": {"type": "string", "minLength": 1}, "behavior": {"enum": ["steer", "follow_up"]}}})),
+                "prompt": {"type": "string", "minLength": 1}, "behavior": {"enum": ["steer", "follow_up"]},
+                "if_busy": busy_policy()}})),
             Answer::Json(200, || json!({"type": "object", "required": ["session_id", "delivery", "sequence"], "properties": {
                 "session_id": {"type": "string"}, "delivery": {"type": "string"},
                 "sequence": {"type": "integer", "minimum": 0, "description": "The first HAST sequence of the message"}}}))),
@@ -763,6 +765,24 @@ pub static TASK_EVENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("get" "/v2/sessions/{sessionId}/events/stream", "v2StreamEvents", "HAST envelopes as Server-Sent Events (after or Last-Event-ID; snapshots=true adds session/snapshot frames)", READ, Body::None, Answer::HastEvents),
     ]
 });
+
+/// sessiond's busy policy of a message (`sessions::busy`).
+fn busy_policy() -> Value {
+    json!({"enum": crate::sessions::busy::BUSY_POLICIES, "default": "enqueue",
+        "description": "What the message does while the session's turn is running: enqueue (delivered as its behavior says), interrupt (the turn is stopped, then this message runs), reject (409 session_busy, nothing written)"})
+}
+
+/// The Sessions API's message bodies (the seed's schemas) with the busy policy as `ifBusy`, an
+/// extra field seed 000 permits.
+fn with_busy_policy(schemas: &mut Map<String, Value>) {
+    for (name, schema) in schemas.iter_mut() {
+        if (name.ends_with("messages.request") || name.ends_with("messages_wait.request"))
+            && let Some(Value::Object(props)) = schema.get_mut("properties")
+        {
+            props.insert("ifBusy".into(), busy_policy());
+        }
+    }
+}
 
 /// A fork's body: the parent's event to fork at (`field`) and a first message for the fork.
 fn fork_body(field: &str) -> Value {
@@ -1278,6 +1298,7 @@ pub fn document() -> Value {
         let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
         entry[op.method] = item;
     }
+    with_busy_policy(&mut schemas);
     json!({
         "openapi": "3.1.0",
         "info": {

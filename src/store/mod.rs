@@ -21,6 +21,7 @@
 
 pub mod acp;
 pub mod agentex;
+pub mod busy;
 mod checkpoint;
 pub mod claims;
 pub mod deployment_history;
