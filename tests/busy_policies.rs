@@ -377,3 +377,29 @@ fn the_openapi_document_names_the_busy_policy_of_each_family() {
     let rpc = doc["paths"]["/agentex/agents/{agent_id}/rpc"]["post"].to_string();
     assert!(rpc.contains("if_busy"), "{rpc}");
 }
+
+#[test]
+fn an_agents_default_session_takes_the_busy_policy_too() {
+    let s = Server::start();
+    let url = s.url(&format!(
+        "/v1/ws/{WS}/agents/root/sessions/default/messages"
+    ));
+    let (status, v) = s.post(&url, &json!({"prompt": HOLD_FOR_STEER}));
+    assert_eq!(status, 200, "{v}");
+    let id = v["session"]["sessionId"].as_str().expect("id").to_owned();
+    s.wait_for_event(&id, &["step"], 1, WAIT);
+    let before = s.history_all(&id);
+    let (status, v) = s.post(&url, &json!({"prompt": "/reply no", "ifBusy": "reject"}));
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["error"], "session_busy");
+    assert_eq!(s.history_all(&id), before, "nothing written");
+    let (status, v) = s.post(
+        &url,
+        &json!({"prompt": "/reply instead", "ifBusy": "interrupt"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["sessionId"], json!(id));
+    let end = s.wait_terminal(&id, seq(&before[before.len() - 1]));
+    assert_eq!(etype(&end), "interrupted", "{end}");
+    assert_eq!(completed(&s, &id, seq(&end) + 1).1, "instead");
+}

@@ -181,6 +181,20 @@ fn v2_fork_records_its_lineage_and_waits_for_a_message() {
     assert_fork_record(&s, &again);
     assert_eq!(again["parent"]["at_seq"], json!(at));
 
+    // Its HAST events show the fork notice as a warning coded `forked`.
+    let (status, page) = s.get(&v2(&s, &format!("/{fork}/events?limit=500")));
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "warning"
+                && e["data"]["code"] == "forked"
+                && e["data"]["message"].as_str().unwrap().contains(&parent)),
+        "{page:#}"
+    );
+
     // The /v2 message family runs the fork's first turn on the copied conversation.
     let (status, v) = s.post(
         &v2(&s, &format!("/{fork}/messages")),
@@ -297,6 +311,31 @@ fn bad_fork_points_are_refused_and_write_nothing() {
         .send()
         .expect("POST");
     assert_eq!(res.status().as_u16(), 404);
+    // No credential: 401; a read-only one: 403.
+    let reader = cli(
+        &s.data_dir,
+        &[
+            "token",
+            "create",
+            "--user",
+            OWNER_EMAIL,
+            "--scope",
+            "sessions:read",
+        ],
+        None,
+    );
+    for (key, want) in [(None, 401), (Some(reader.trim()), 403)] {
+        for (url, body) in [
+            (fork_url(&s, &parent), json!({"atSeq": 1})),
+            (v2(&s, &format!("/{parent}/fork")), json!({"at_seq": 1})),
+        ] {
+            let mut req = reqwest::blocking::Client::new().post(url).json(&body);
+            if let Some(k) = key {
+                req = req.bearer_auth(k);
+            }
+            assert_eq!(req.send().expect("POST").status().as_u16(), want);
+        }
+    }
     assert_eq!(session_ids(&s), sessions, "no session was made");
     assert_eq!(s.history_all(&parent).len() as u64, last, "nothing written");
 }
