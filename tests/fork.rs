@@ -5,12 +5,15 @@
 //! the lineage, and a bad fork point is a 4xx that writes nothing.
 
 mod common;
+#[path = "common/fake_openai.rs"]
+mod fake_openai;
 #[path = "common/hast.rs"]
 mod hast;
 
 use std::time::Duration;
 
 use common::*;
+use fake_openai::*;
 use hast::*;
 use serde_json::{Value, json};
 
@@ -382,4 +385,60 @@ fn a_fork_inside_the_running_turn_is_busy() {
     );
     assert_eq!(status, 200);
     assert_eq!(etype(&s.wait_terminal(&parent, started)), "complete");
+}
+
+#[test]
+fn a_model_engine_is_sent_the_forked_conversation_and_nothing_after_it() {
+    let fake = FakeOpenAi::start();
+    let s = Server::start_with_config(&format!(
+        "[policy]\nmodel_endpoints = [{:?}]\n",
+        fake.base_url
+    ));
+    let (status, v) = s.post(
+        &s.url(&format!("/v1/ws/{WS}/agents")),
+        &json!({"slug": "model", "engine": fake.engine(json!({}))}),
+    );
+    assert_eq!(status, 201, "{v}");
+    fake.push(text_reply("answer one", (1, 1, 0)));
+    let (status, r) = s.post(
+        &v2(&s, ""),
+        &json!({"prompt": "question one", "harness": "openai"}),
+    );
+    assert_eq!(status, 201, "{r}");
+    let parent = r["id"].as_str().unwrap().to_owned();
+    s.wait_terminal(&parent, 1);
+    fake.push(text_reply("answer two", (1, 1, 0)));
+    let at = seq(&turn(&s, &parent, "question two"));
+    fake.push(text_reply("answer three", (1, 1, 0)));
+    turn(&s, &parent, "question three");
+
+    fake.push(text_reply("answer four", (1, 1, 0)));
+    let (status, v) = s.post(
+        &fork_url(&s, &parent),
+        &json!({"atSeq": at, "prompt": "question four"}),
+    );
+    assert_eq!(status, 201, "{v}");
+    let fork = v["session"]["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(result(&s.wait_terminal(&fork, at + 2)), "answer four");
+
+    let chats = fake.chat_requests();
+    let sent = chats.last().expect("the fork's model call");
+    let said: Vec<(String, String)> =
+        roles_and_contents(sent.body["messages"].as_array().expect("messages"))
+            .into_iter()
+            .filter(|(role, _)| role == "user" || role == "assistant")
+            .collect();
+    let pair = |r: &str, c: &str| (r.to_owned(), c.to_owned());
+    assert_eq!(
+        said,
+        [
+            pair("user", "question one"),
+            pair("assistant", "answer one"),
+            pair("user", "question two"),
+            pair("assistant", "answer two"),
+            pair("user", "question four"),
+        ],
+        "{}",
+        sent.body
+    );
 }
