@@ -442,3 +442,25 @@ fn a_model_engine_is_sent_the_forked_conversation_and_nothing_after_it() {
         sent.body
     );
 }
+
+#[test]
+fn a_fork_at_a_question_takes_a_message_not_an_answer() {
+    let s = Server::start();
+    let parent = s.create_prompt("/ask Which one? | left | right");
+    let asked = s.wait_terminal(&parent, 1);
+    assert_eq!(etype(&asked), "ask");
+    let (status, v) = s.post(&fork_url(&s, &parent), &json!({"atSeq": seq(&asked)}));
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(v["snapshot"]["turnStatus"], "complete");
+    let fork = v["session"]["sessionId"].as_str().unwrap().to_owned();
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{fork}/answer")),
+        &json!({"answer": "left"}),
+    );
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["error"], "not_asking");
+    let seen = result(&turn(&s, &fork, "/recall"));
+    assert!(seen.contains("[user] /ask Which one?"), "{seen}");
+    // The parent still asks.
+    assert_eq!(s.detail(&parent)["turnStatus"], "ask");
+}
