@@ -785,6 +785,7 @@ async fn turn(
                 tier: None,
                 behavior: Behavior::Steer,
                 common: InputCommon::default(),
+                busy: sessiond::sessions::busy::BusyPolicy::Enqueue,
             },
         )
         .await

@@ -278,6 +278,8 @@ pub async fn resolve(
 pub struct Prompt {
     pub text: String,
     pub attachments: Vec<AttachmentRef>,
+    /// What the message does when the task's turn is running (`message/send`'s `if_busy`).
+    pub busy: crate::sessions::busy::BusyPolicy,
 }
 
 impl Prompt {
@@ -291,6 +293,7 @@ impl Prompt {
                 attachments: self.attachments,
                 ..Default::default()
             },
+            busy: self.busy,
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod connection;
 pub mod context;
 mod error;
 mod events;
+mod fork;
 pub mod middleware;
 pub mod openapi;
 mod retention;
@@ -152,6 +153,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                         at("/answer/wait", "POST").route(web::post().to(sessions::answer_wait)),
                     )
                     .service(at("/interrupt", "POST").route(web::post().to(sessions::interrupt)))
+                    .service(at("/fork", "POST").route(web::post().to(fork::fork)))
                     .service(at("/archive", "PUT").route(web::put().to(sessions::archive)))
                     .service(at("/read", "PUT").route(web::put().to(sessions::mark_read)))
                     .service(at("/sessions", "POST").route(web::post().to(sessions::create_child)))

@@ -128,6 +128,14 @@ pub static SESSIONS: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("post" p("/{sessionId}/answer"), "answer", "Answer the session's question", WRITE, Body::Seed, S),
         op!("post" p("/{sessionId}/answer/wait"), "answerAndWait", "Answer, waiting for the next terminal", WRITE, Body::Seed, S),
         op!("post" p("/{sessionId}/interrupt"), "interrupt", "Stop the running turn", WRITE, Body::None, S),
+        op!("post" p("/{sessionId}/fork"), "forkSession", "A new session whose conversation is this one's up to event atSeq (an extension)", WRITE,
+            Body::Json(|| fork_body("atSeq")),
+            Answer::Json(201, || json!({"type": "object", "required": ["session", "snapshot", "history", "forkedFrom"], "properties": {
+                "session": {"type": "object"}, "snapshot": {"type": "object"}, "history": {"type": "object"},
+                "forkedFrom": {"type": "object", "required": ["sessionId", "atSeq"], "properties": {
+                    "sessionId": {"type": "string"}, "atSeq": {"type": "integer", "minimum": 1}}},
+                "inputSeq": {"type": "integer", "description": "The seq of the first message, when one was given"},
+                "delivery": {"enum": ["accepted", "queued"]}}}))),
         op!("put" p("/{sessionId}/archive"), "archive", "Archive or restore", WRITE, Body::Seed, S),
         op!("put" p("/{sessionId}/read"), "markRead", "Move the read marker", WRITE, Body::Seed, S),
         op!("post" p("/{sessionId}/sessions"), "createChild", "A child session (inherits cwd and tier)", WRITE, Body::Seed, S),
@@ -511,7 +519,8 @@ fn ax_rpc_request() -> Value {
         &["method", "params"],
         json!({
             "jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]},
-            "method": {"enum": crate::api::agentex::RPC_METHODS}, "params": {"type": "object"}
+            "method": {"enum": crate::api::agentex::RPC_METHODS},
+            "params": {"type": "object", "description": "The method's parameters; `message/send` also takes sessiond's `if_busy` (`enqueue`, `interrupt` or `reject`: what the message does while the task's turn is running)"}
         }),
     )
 }
@@ -739,16 +748,74 @@ pub static TASK_EVENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
             Answer::Json(200, record_ref)),
         op!("post" "/v2/sessions/{sessionId}/messages", "v2SendMessage", "A message, or the answer when the session asked", WRITE,
             Body::Json(|| json!({"type": "object", "required": ["prompt"], "additionalProperties": false, "properties": {
-                "prompt": {"type": "string", "minLength": 1}, "behavior": {"enum": ["steer", "follow_up"]}}})),
+                "prompt": {"type": "string", "minLength": 1}, "behavior": {"enum": ["steer", "follow_up"]},
+                "if_busy": busy_policy()}})),
             Answer::Json(200, || json!({"type": "object", "required": ["session_id", "delivery", "sequence"], "properties": {
                 "session_id": {"type": "string"}, "delivery": {"type": "string"},
                 "sequence": {"type": "integer", "minimum": 0, "description": "The first HAST sequence of the message"}}}))),
+        op!("post" "/v2/sessions/{sessionId}/fork", "v2ForkSession", "A new session whose conversation is this one's up to timeline event at_seq; its parent is {kind: fork, session_id, at_seq}", WRITE,
+            Body::Json(|| fork_body("at_seq")),
+            Answer::Json(201, record_ref)),
         op!("get" "/v2/sessions/{sessionId}/events", "v2ListEvents", "Durable HAST events with sequence > after, in order (after, limit)", READ, Body::None,
             Answer::Json(200, || json!({"type": "object", "required": ["events", "has_more"], "properties": {
                 "events": {"type": "array", "items": component("HastEnvelope")}, "has_more": {"type": "boolean"}}}))),
         op!("get" "/v2/sessions/{sessionId}/events/stream", "v2StreamEvents", "HAST envelopes as Server-Sent Events (after or Last-Event-ID; snapshots=true adds session/snapshot frames)", READ, Body::None, Answer::HastEvents),
     ]
 });
+
+/// sessiond's busy policy of a message (`sessions::busy`).
+fn busy_policy() -> Value {
+    json!({"enum": crate::sessions::busy::BUSY_POLICIES, "default": "enqueue",
+        "description": "What the message does while the session's turn is running: enqueue (delivered as its behavior says), interrupt (the turn is stopped, then this message runs), reject (409 session_busy, nothing written)"})
+}
+
+/// The Sessions API's message bodies (the seed's schemas) with the busy policy as `ifBusy`, an
+/// extra field seed 000 permits.
+fn with_busy_policy(schemas: &mut Map<String, Value>) {
+    for (name, schema) in schemas.iter_mut() {
+        if (name.ends_with("messages.request") || name.ends_with("messages_wait.request"))
+            && let Some(Value::Object(props)) = schema.get_mut("properties")
+        {
+            props.insert("ifBusy".into(), busy_policy());
+        }
+    }
+}
+
+/// A fork's body: the parent's event to fork at (`field`) and a first message for the fork.
+fn fork_body(field: &str) -> Value {
+    json!({"type": "object", "required": [field], "additionalProperties": false, "properties": {
+        field: {"type": "integer", "minimum": 1, "description": "The seq of the event the copied timeline ends with"},
+        "prompt": {"type": "string", "minLength": 1, "description": "A message the fork runs at once"}}})
+}
+
+/// The Session record with sessiond's lineage extension: `parent.kind` `fork` and the fork point
+/// `parent.at_seq`.
+fn with_fork_lineage(mut record: Value) -> Value {
+    fn add_fork(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::Array(e)) = m.get_mut("enum")
+                    && e.iter().any(|x| x == "resume")
+                {
+                    e.push(json!("fork"));
+                }
+                m.values_mut().for_each(add_fork);
+            }
+            Value::Array(a) => a.iter_mut().for_each(add_fork),
+            _ => {}
+        }
+    }
+    if let Some(kind) = record.pointer_mut("/properties/parent/properties/kind") {
+        add_fork(kind);
+    }
+    if let Some(Value::Object(props)) = record.pointer_mut("/properties/parent/properties") {
+        props.insert(
+            "at_seq".into(),
+            json!({"type": "integer", "minimum": 1, "description": "A fork's fork point: the parent's event its timeline was copied up to (kind fork only)"}),
+        );
+    }
+    record
+}
 
 /// The query parameters of the Task events API's reads (the Sessions API's come from its seed).
 fn task_query(op_id: &str) -> Vec<Value> {
@@ -1341,11 +1408,11 @@ pub fn document() -> Value {
     );
     schemas.insert(
         "SessionRecord".into(),
-        task_schema(
+        with_fork_lineage(task_schema(
             include_str!("../../schemas/session-record.json"),
             "/properties/harness/enum",
             crate::api::v2::HARNESSES.to_vec(),
-        ),
+        )),
     );
     schemas.insert(
         "HastEnvelope".into(),
@@ -1366,6 +1433,7 @@ pub fn document() -> Value {
         let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
         entry[op.method] = item;
     }
+    with_busy_policy(&mut schemas);
     json!({
         "openapi": "3.1.0",
         "info": {

@@ -81,6 +81,8 @@ pub struct MessageBody {
     tier: Option<Tier>,
     behavior: Option<Behavior>,
     source_session_id: Option<String>,
+    /// sessiond's busy policy (an extra field seed 000 permits): `enqueue`, `interrupt`, `reject`.
+    if_busy: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -440,6 +442,7 @@ pub fn message_input(
             b.source_session_id,
             fp,
         )?,
+        busy: sessions::busy::parse("ifBusy", b.if_busy.as_deref())?,
     })
 }
 

@@ -17,6 +17,7 @@
 //! | `/await_steer` | waits (at most a minute) until a steer message reaches the turn, so a script can be steered at a known step |
 //! | `/await_follow_up` | waits (at most a minute) until a follow-up message is queued behind the turn |
 //! | `/hang` | waits until interrupted, making no progress (what the runner's stall guard ends) |
+//! | `/recall` | replies with the conversation of earlier turns as a model engine is given it (`TurnIo::conversation`), one `[role] text` line per message |
 //!
 //! A prompt whose first line is not a directive is answered `echo: <prompt>`; other plain lines in
 //! a script are replied as they are. A steer message that reaches a running turn is run after the
@@ -57,6 +58,35 @@ start `sessiond serve` with OPENAI_API_KEY set (or OPENAI_BASE_URL for a local s
 Ollama, and OPENAI_MODEL to pick the model), or give the agent an engine; see \"Engines\" in the \
 README.)";
 
+/// How much of the earlier conversation `/recall` asks for (characters of JSON).
+const RECALL_CHARS: usize = 200_000;
+
+/// `/recall`'s reply: each message of a conversation as `[role] text` (text parts joined).
+fn recall(messages: &[serde_json::Value]) -> String {
+    use serde_json::Value;
+    let lines: Vec<String> = messages
+        .iter()
+        .map(|m| {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("?");
+            let text = match m.get("content") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                _ => String::new(),
+            };
+            format!("[{role}] {text}")
+        })
+        .collect();
+    if lines.is_empty() {
+        "(no earlier conversation)".to_owned()
+    } else {
+        lines.join("\n")
+    }
+}
+
 /// What survives an `ask` or a `sleep`.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -66,7 +96,7 @@ struct Continuation {
 }
 
 fn is_directive(line: &str) -> bool {
-    const NAMES: [&str; 13] = [
+    const NAMES: [&str; 14] = [
         "reply",
         "stream",
         "slow",
@@ -80,6 +110,7 @@ fn is_directive(line: &str) -> bool {
         "await_steer",
         "await_follow_up",
         "hang",
+        "recall",
     ];
     line.strip_prefix('/')
         .map(|rest| {
@@ -231,6 +262,18 @@ impl Engine for ScriptedEngine {
                             text.push_str(&delta);
                             io.delta(Step::TextDelta { delta });
                         }
+                        io.hold(Event::Step {
+                            step: Step::Text { text: text.clone() },
+                        })
+                        .await?;
+                        io.say(&text);
+                        last_text = Some(text);
+                    }
+                    "recall" => {
+                        let text = recall(&io.conversation(RECALL_CHARS).await?);
+                        io.delta(Step::TextDelta {
+                            delta: text.clone(),
+                        });
                         io.hold(Event::Step {
                             step: Step::Text { text: text.clone() },
                         })

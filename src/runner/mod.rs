@@ -54,6 +54,11 @@ enum Msg {
     Interrupt {
         key: SessionKey,
     },
+    /// Interrupt the session's turn only while it is still the turn of this generation.
+    InterruptTurn {
+        key: SessionKey,
+        generation: u64,
+    },
     ForceStop {
         pk: i64,
         generation: u64,
@@ -280,6 +285,14 @@ impl Runner {
         let _ = self.tx.send(Msg::Interrupt { key });
     }
 
+    /// Interrupts the session's turn of `generation` (a busy policy's `interrupt`): a turn that
+    /// has ended meanwhile is not followed into the next one. A turn another process runs gets
+    /// the interrupt signal.
+    pub fn interrupt_turn(&self, key: SessionKey, generation: u64) {
+        self.shared.store.signal_turn(&key, TurnSignal::Interrupt);
+        let _ = self.tx.send(Msg::InterruptTurn { key, generation });
+    }
+
     pub fn session_deleted(&self, pk: i64) {
         let _ = self.tx.send(Msg::Deleted { pk });
     }
@@ -348,6 +361,18 @@ impl Dispatcher {
                 ack,
             } => self.deliver(key, follow_up, ack),
             Msg::Interrupt { key } => self.interrupt(&key),
+            Msg::InterruptTurn { key, generation } => {
+                let current = self
+                    .active
+                    .get(&key.pk)
+                    .map(|a| a.control.generation.load(Ordering::SeqCst));
+                // A turn still claiming (generation 0 here) is a later one: the turn asked for
+                // stored its generation right after its claim, before the message's transaction
+                // (which saw that claim) was even answered.
+                if current == Some(generation) {
+                    self.interrupt(&key);
+                }
+            }
             Msg::Signal { key, signal } => match signal {
                 TurnSignal::Interrupt => self.interrupt(&key),
                 TurnSignal::Steer | TurnSignal::FollowUp => {

@@ -981,6 +981,7 @@ impl Schedules {
                 tier: None,
                 behavior: Behavior::Steer,
                 common: InputCommon::default(),
+                busy: crate::sessions::busy::BusyPolicy::Enqueue,
             }),
         };
         // Every check is made in the transaction, after the session's rows are in place but

@@ -3,6 +3,8 @@
 //! Each write is one store job that appends its events and updates the projection in the same
 //! transaction (invariant 1); the runner hears of new inputs only after COMMIT.
 
+pub mod busy;
+mod fork;
 mod images;
 pub mod lineage;
 mod linked;
@@ -31,6 +33,7 @@ use crate::store::submit::{InputLink, Linked, NewMachine, NewPrompt, SessionPlan
 use crate::store::{self, SessionKey, Store};
 use crate::timeline::{AttachmentRef, Behavior, Sender, Tier};
 
+pub use fork::{ForkIn, ForkOut};
 pub use images::ImageIn;
 pub use linked::{BatchMessage, OpenIn, Opened};
 pub use query::{AgentActivity, HistoryQuery, ListQuery};
@@ -129,6 +132,8 @@ pub struct MessageIn {
     pub tier: Option<Tier>,
     pub behavior: Behavior,
     pub common: InputCommon,
+    /// What the message does when the session's turn is running (`busy`).
+    pub busy: busy::BusyPolicy,
 }
 
 /// The result of submitting an input.
@@ -201,6 +206,7 @@ fn new_prompt(
         tier,
         images,
         attachments: common.attachments,
+        when_busy: busy::BusyPolicy::Enqueue,
     }
 }
 
@@ -448,6 +454,9 @@ impl Sessions {
                     facts.as_ref().and_then(|f| f.last_terminal.as_ref()),
                 ))
             }
+            lineage::ParentKind::Fork => Err(Error::invalid(
+                "parent/kind: a fork is made with the session's fork route",
+            )),
         }
     }
 
@@ -479,9 +488,12 @@ impl Sessions {
         }
         let images = images::decode_all(&input.common.images)?;
         self.check_attachments(actor, &mut input.common)?;
-        let follow_up = input.behavior == Behavior::FollowUp;
+        let policy = input.busy;
+        // An interrupting message runs after the turn it stops.
+        let follow_up =
+            input.behavior == Behavior::FollowUp || policy == busy::BusyPolicy::Interrupt;
         let retry = retry_of(actor, &input.common);
-        let m = new_prompt(
+        let mut m = new_prompt(
             actor,
             input.prompt,
             input.behavior,
@@ -489,6 +501,7 @@ impl Sessions {
             input.common,
             images,
         );
+        m.when_busy = policy;
         let (sub, linked) = match self
             .store
             .submit()
@@ -501,11 +514,11 @@ impl Sessions {
                 return Ok((self.replayed_submission(key, seq).await?, None));
             }
         };
-        Ok((
-            self.submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
-                .await?,
-            linked,
-        ))
+        let submitted = self
+            .submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
+            .await?;
+        self.after_busy(&submitted, sub.stops);
+        Ok((submitted, linked))
     }
 
     /// Posts to an agent's default session (R57, R62): the first message creates and binds it in
@@ -526,7 +539,9 @@ impl Sessions {
         let images = images::decode_all(&input.common.images)?;
         self.check_attachments(actor, &mut input.common)?;
         let anchor = self.drive(actor).make_dir(&agent.anchor)?;
-        let follow_up = input.behavior == Behavior::FollowUp;
+        let policy = input.busy;
+        let follow_up =
+            input.behavior == Behavior::FollowUp || policy == busy::BusyPolicy::Interrupt;
         let plan = Plan {
             agent_id: agent.id.clone(),
             cwd: non_root_str(anchor),
@@ -539,7 +554,7 @@ impl Sessions {
         let mut plan = session_plan(actor, plan, excerpt(&input.prompt), None);
         plan.agent_first_message = agent_first_message;
         let retry = retry_of(actor, &input.common);
-        let m = new_prompt(
+        let mut m = new_prompt(
             actor,
             input.prompt,
             input.behavior,
@@ -547,6 +562,7 @@ impl Sessions {
             input.common,
             images,
         );
+        m.when_busy = policy;
         let sub = match self.store.submit().default_message(plan, m).await {
             Ok(sub) => sub,
             Err(e) => {
@@ -555,11 +571,11 @@ impl Sessions {
                 return Ok((self.replayed_submission(key, seq).await?, created));
             }
         };
-        Ok((
-            self.submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
-                .await?,
-            sub.created,
-        ))
+        let submitted = self
+            .submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
+            .await?;
+        self.after_busy(&submitted, sub.stops);
+        Ok((submitted, sub.created))
     }
 
     /// Whether `seq` is the session's first prompt (the retried call created the session).

@@ -149,6 +149,20 @@ fn tokens(totals: &Usage, memo: Option<&str>) -> Value {
     })
 }
 
+/// The record's `parent`. A fork (an extension of the seed's kinds) also says where it forked:
+/// `at_seq`, the parent's event its timeline was copied up to.
+fn parent(kind: Option<&str>, id: Option<&str>, fork_seq: Option<u64>) -> Value {
+    let mut parent = json!({
+        "kind": kind,
+        "session_id": id,
+        "replayed_from_session_id": if kind == Some("resume") { id } else { None },
+    });
+    if kind == Some("fork") {
+        parent["at_seq"] = json!(fork_seq);
+    }
+    parent
+}
+
 /// The Session record of `row`; `harness` is what its agent's engine is (see
 /// [`crate::engine::Engine::harness`]).
 pub fn record(row: &SessionRow, facts: &RecordFacts, harness: &str) -> Value {
@@ -204,11 +218,7 @@ pub fn record(row: &SessionRow, facts: &RecordFacts, harness: &str) -> Value {
             "cents": facts.budget_cents,
             "source": if facts.budget_cents > 0 { "run" } else { "system" },
         },
-        "parent": {
-            "kind": parent_kind,
-            "session_id": parent_id,
-            "replayed_from_session_id": if parent_kind == Some("resume") { parent_id } else { None },
-        },
+        "parent": parent(parent_kind, parent_id, facts.fork_seq),
         "attribution": {
             "type": facts.attribution_type,
             "id": facts.attribution_id,

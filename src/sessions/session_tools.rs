@@ -62,6 +62,7 @@ impl SessionOps for Sessions {
                         source_session_id: Some(origin.session_id.clone()),
                         ..InputCommon::default()
                     },
+                    busy: super::busy::BusyPolicy::Enqueue,
                 },
             )
             .await?;

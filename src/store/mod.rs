@@ -22,11 +22,13 @@
 pub mod acp;
 pub mod agentex;
 pub mod archives;
+pub mod busy;
 mod checkpoint;
 pub mod claims;
 pub mod deployment_history;
 pub mod directory;
 mod error;
+pub mod fork;
 pub mod health;
 pub mod identity;
 pub mod inputs;

@@ -20,6 +20,8 @@ pub struct RecordFacts {
     pub budget_cents: u64,
     pub parent_kind: Option<String>,
     pub parent_session_id: Option<String>,
+    /// A fork's fork point: the parent's event its copied timeline ends with.
+    pub fork_seq: Option<u64>,
     pub closed_at: Option<i64>,
     pub handed_off_to: Option<String>,
     /// The task's final status and its reason (the agent platform API's cancel, complete, …).
@@ -71,11 +73,15 @@ fn fact_columns(d: Dialect) -> String {
          s.budget_cents, s.parent_kind, s.parent_session_id, s.closed_at, s.handed_off_to,
          s.stopped_at, s.stopped_by, s.usage_totals, s.engine_memo, a.engine,
          {}, t.seq, t.type, {}, {}, {}, s.last_message_at, l.created_at, k.status,
-         k.status_reason, s.webhook_type, s.webhook_id, s.attribution_user",
+         k.status_reason, s.webhook_type, s.webhook_id, s.attribution_user,
+         (SELECT max(e.seq) FROM events e WHERE s.parent_kind = 'fork' AND e.session_pk = s.pk
+            AND e.type = 'system' AND {} = '{}')",
         d.json_text("f.body", "prompt"),
         d.json_text("t.body", "status"),
         d.json_text("t.body", "error"),
         d.json_text("t.body", "result"),
+        d.json_text("e.body", "metadata.code"),
+        crate::timeline::SystemMetadata::FORKED,
     )
 }
 
@@ -124,6 +130,10 @@ fn facts_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<RecordFacts> {
             webhook_id: r.get(26)?,
             attribution_user: r.get(27)?,
         },
+        // The fork's `forked` notice follows the last event it copied.
+        fork_seq: r
+            .get::<_, Option<i64>>(28)?
+            .map(|notice| notice.saturating_sub(1).max(0) as u64),
     })
 }
 

@@ -20,6 +20,9 @@ pub enum ParentKind {
     /// Closes the parent in the transaction that creates its successor.
     Handoff,
     Resume,
+    /// A copy of the parent's timeline up to one of its events (`store::fork`); made only by the
+    /// fork routes, never named in a create.
+    Fork,
 }
 
 impl ParentKind {
@@ -37,6 +40,7 @@ impl ParentKind {
             ParentKind::Continuation => "continuation",
             ParentKind::Handoff => "handoff",
             ParentKind::Resume => "resume",
+            ParentKind::Fork => "fork",
         }
     }
 }
@@ -52,6 +56,8 @@ pub struct NewPrompt {
     pub retry: Option<Retry>,
     pub images: Vec<NewImage>,
     pub attachments: Vec<AttachmentRef>,
+    /// What a message does when the session's turn is running (`store::busy`).
+    pub when_busy: super::busy::WhenBusy,
 }
 
 /// A session's machine as it starts: its state and the projection of it, JSON.
@@ -172,6 +178,8 @@ pub struct Submission {
     pub active: bool,
     /// The input made the session (a default-alias post that created it).
     pub created: bool,
+    /// The generation of the running turn this input asked to stop (busy policy `interrupt`).
+    pub stops: Option<u64>,
 }
 
 impl Submission {
@@ -182,6 +190,7 @@ impl Submission {
             fresh: false,
             active: false,
             created: false,
+            stops: None,
         }
     }
 }
@@ -303,15 +312,22 @@ impl Tx<'_> {
         Ok((key, seq))
     }
 
-    /// Appends a message to an existing session; its seq and whether a turn was running.
+    /// Appends a message to an existing session; its seq, whether a turn was running and, when
+    /// the message asked to stop that turn, the turn's generation.
     pub fn add_message(
         &mut self,
         workspace_id: &str,
         key: &SessionKey,
         m: &NewPrompt,
-    ) -> Result<(u64, bool)> {
+    ) -> Result<(u64, bool, Option<u64>)> {
         self.takes_input(key)?;
         let row = self.session_row(key)?;
+        let (instead, stops) = self.when_busy(key, &row, m.when_busy)?;
+        let instead = instead.map(|behavior| NewPrompt {
+            behavior,
+            ..m.clone()
+        });
+        let m = instead.as_ref().unwrap_or(m);
         // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
         let tier = match m.tier {
             Some(t) => {
@@ -326,7 +342,7 @@ impl Tx<'_> {
         } else if m.behavior == Behavior::FollowUp {
             self.refresh_follow_up_queue(key)?;
         }
-        Ok((seq, row.turn_active))
+        Ok((seq, row.turn_active, stops))
     }
 
     /// Appends `prompt_submitted`, indexes the prompt, queues it for the runner (after
@@ -382,7 +398,7 @@ impl Tx<'_> {
 /// Submissions of inputs, each one unit of work.
 #[derive(Clone, Copy)]
 pub struct Submissions<'a> {
-    store: &'a Store,
+    pub(super) store: &'a Store,
 }
 
 impl Store {
@@ -422,6 +438,7 @@ impl Submissions<'_> {
                     fresh: true,
                     active: false,
                     created: true,
+                    stops: None,
                 })
             })
             .await
@@ -445,7 +462,7 @@ impl Submissions<'_> {
                     return Ok((Submission::replayed(key, seq), None));
                 }
                 let key = tx.session_key(&ws, &id)?;
-                let (seq, active) = tx.add_message(&ws, &key, &m)?;
+                let (seq, active, stops) = tx.add_message(&ws, &key, &m)?;
                 let linked = tx.link_input(&key, seq, &link)?;
                 Ok((
                     Submission {
@@ -454,6 +471,7 @@ impl Submissions<'_> {
                         fresh: true,
                         active,
                         created: false,
+                        stops,
                     },
                     Some(linked),
                 ))
@@ -477,13 +495,14 @@ impl Submissions<'_> {
                 tx.lock(super::RowLock::Agent(&plan.agent_id))?;
                 if let Some(sid) = tx.default_session(&plan.agent_id)? {
                     let key = tx.session_key(&plan.workspace_id, &sid)?;
-                    let (seq, active) = tx.add_message(&plan.workspace_id, &key, &m)?;
+                    let (seq, active, stops) = tx.add_message(&plan.workspace_id, &key, &m)?;
                     return Ok(Submission {
                         key,
                         seq,
                         fresh: true,
                         active,
                         created: false,
+                        stops,
                     });
                 }
                 let (key, seq) = tx.insert_new_session(&plan, &m)?;
@@ -493,6 +512,7 @@ impl Submissions<'_> {
                     fresh: true,
                     active: false,
                     created: true,
+                    stops: None,
                 })
             })
             .await
@@ -557,6 +577,7 @@ impl Submissions<'_> {
                         fresh: true,
                         active: false,
                         created: false,
+                        stops: None,
                     },
                     Some(linked),
                 ))

@@ -827,7 +827,7 @@ fn validator_for_value(key: &str, schema: &Value) -> &'static jsonschema::Valida
 
 /// The `metadata.code` values of `system` events sessiond adds to the seed's (README, "System
 /// event codes"): the seed schemas are widened by exactly these.
-pub const SYSTEM_CODE_EXTENSIONS: [&str; 2] = ["usage_estimated", "partial_text_void"];
+pub const SYSTEM_CODE_EXTENSIONS: [&str; 3] = ["usage_estimated", "partial_text_void", "forked"];
 
 /// Adds [`SYSTEM_CODE_EXTENSIONS`] to every enum of system event codes in `schema`.
 fn widen_system_codes(schema: &mut Value) {

@@ -338,6 +338,9 @@ impl SystemMetadata {
     /// What streamed live since the last durable event (text, reasoning) is void: the attempt
     /// that produced it failed and the call is made again. An extension of the seed's codes.
     pub const PARTIAL_TEXT_VOID: &'static str = "partial_text_void";
+    /// The session is a fork: the events before this notice are its parent's up to the fork
+    /// point (this notice's seq minus one). An extension of the seed's codes.
+    pub const FORKED: &'static str = "forked";
 
     pub fn code(code: &str) -> Option<SystemMetadata> {
         Some(SystemMetadata {

@@ -331,6 +331,7 @@ async fn start(
     let prompt = Prompt {
         text,
         attachments: Vec::new(),
+        busy: crate::sessions::busy::BusyPolicy::Enqueue,
     };
     let name = task.name.clone();
     if crate::agentex::agents::is_async(&agent) {

@@ -44,6 +44,7 @@ use crate::api::body;
 use crate::api::context::AppState;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
+use crate::sessions::busy::{self, BusyPolicy};
 use crate::store::agentex::{AgentexAgentRow, DeploymentRow, FinalStatus, TaskRow};
 
 const PARSE_ERROR: i64 = -32700;
@@ -319,6 +320,9 @@ struct SendMessageParams {
     task_name: Option<String>,
     #[serde(default)]
     task_params: Option<Map<String, Value>>,
+    /// sessiond's busy policy: `enqueue` (the default), `interrupt` or `reject`.
+    #[serde(default)]
+    if_busy: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -349,7 +353,11 @@ fn prompt(state: &AppState, content: &Value) -> Result<Prompt> {
             "params/content: longer than {max} characters"
         )));
     }
-    Ok(Prompt { text, attachments })
+    Ok(Prompt {
+        text,
+        attachments,
+        busy: BusyPolicy::Enqueue,
+    })
 }
 
 /// Runs one call against an agent (and, for a preview, a deployment's engine). The body must be
@@ -521,7 +529,8 @@ async fn start_message(
 ) -> Result<(Follower, bool)> {
     let sessions = &state.sessions;
     let p: SendMessageParams = params(raw)?;
-    let d = prompt(state, &p.content)?;
+    let mut d = prompt(state, &p.content)?;
+    d.busy = busy::parse("params/if_busy", p.if_busy.as_deref())?;
     let r = TaskRef {
         id: p.task_id,
         name: p.task_name,

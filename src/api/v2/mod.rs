@@ -5,6 +5,7 @@
 //! and streams need `sessions:read`, writes `sessions`.
 
 mod events;
+mod fork;
 mod sessions;
 
 use actix_web::web;
@@ -27,6 +28,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::patch().to(sessions::patch)),
             )
             .service(at("/{sessionId}/messages", "POST").route(web::post().to(sessions::message)))
+            .service(at("/{sessionId}/fork", "POST").route(web::post().to(fork::fork)))
             .service(at("/{sessionId}/events", "GET").route(web::get().to(events::list)))
             .service(at("/{sessionId}/events/stream", "GET").route(web::get().to(events::stream))),
     );

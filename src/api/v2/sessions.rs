@@ -61,6 +61,8 @@ struct PatchBody {
 struct MessageBody {
     prompt: String,
     behavior: Option<Behavior>,
+    /// sessiond's busy policy: `enqueue` (the default), `interrupt` or `reject`.
+    if_busy: Option<String>,
 }
 
 /// A bounded JSON body decoded into `T` (unknown fields refused).
@@ -260,6 +262,7 @@ pub async fn message(
 ) -> Result<HttpResponse> {
     let b: MessageBody = body_of(&state, &req, payload).await?;
     check_prompt(&state, &b.prompt)?;
+    let busy = crate::sessions::busy::parse("if_busy", b.if_busy.as_deref())?;
     let row = state.sessions.detail_row(&actor, &path).await?;
     let asking = row.turn_status == "ask" && !row.turn_active;
     let answered = if asking {
@@ -284,6 +287,7 @@ pub async fn message(
                 tier: None,
                 behavior: b.behavior.unwrap_or(Behavior::Steer),
                 common: InputCommon::default(),
+                busy,
             };
             state.sessions.message(&actor, &row.id, input).await?
         }
