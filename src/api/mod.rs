@@ -11,6 +11,7 @@ mod events;
 pub mod middleware;
 pub mod openapi;
 pub mod schema;
+mod session_state;
 mod sessions;
 pub mod stream;
 mod ui;
