@@ -6,6 +6,7 @@ import * as api from './api.js';
 import { Timeline, isTerminal, todoList } from './timeline.js';
 import { createComposer } from './composer.js';
 import { stateBadge, stateWord } from './state.js';
+import { detailPanels, inWorkspace, loadExtras } from './details.js';
 
 const BUCKET_WORDS = { asking: 'Asking', running: 'Running', scheduled: 'Scheduled', done: 'Done' };
 /** Why a session takes no input, by the code every API family refuses an input with. */
@@ -421,9 +422,9 @@ export class SessionPane {
       closed.code === 'budget_hit' && h('button', { type: 'button', class: 'btn btn-primary sm raise-budget', onclick: () => this.raiseBudget() }, 'Raise the budget'));
   }
 
-  /** Raises the budget of the session (`PATCH /v2/sessions/{id}`), which opens it again. */
-  async raiseBudget() {
-    const v2 = { headers: { 'X-Sessiond-Workspace': this.ctx.ws } };
+  /** Changes the budget of the session (`PATCH /v2/sessions/{id}`): a raised one opens it again. */
+  async raiseBudget(title = 'Raise the budget') {
+    const v2 = inWorkspace(this.ctx.ws);
     const path = `/v2/sessions/${encodeURIComponent(this.id)}`;
     let record = null;
     try {
@@ -436,7 +437,7 @@ export class SessionPane {
     // The server checks the value (and says what is wrong with it), not the browser.
     const input = h('input', { class: 'input', type: 'number', step: 'any', value: String(Math.max(spent * 2, spent + 100)), 'aria-label': 'New budget in cents', required: true });
     const res = await openDialog({
-      title: 'Raise the budget',
+      title,
       body: [
         h('p', { class: 'muted', text: `Spent ${spent} cents of a budget of ${record.budget?.cents ?? 0} cents. A budget of 0 lifts the cap.` }),
         h('label', { class: 'field' }, h('span', { class: 'field-label', text: 'New budget (cents)' }), input),
@@ -719,7 +720,21 @@ export function sessionView(ctx, id) {
 
   const side = sidePanel(root, aside, detailsBtn, 'Details', 'Show details', 'Hide details');
 
-  const renderAsideNow = () => renderAside(side.content, pane, related);
+  // The `/v2` record and the AgentEx task, read again whenever the detail is.
+  let extras = null;
+  let extrasFor = null;
+  async function refreshExtras() {
+    extrasFor = pane.detail;
+    const got = await loadExtras(ctx.ws, id);
+    if (extrasFor !== pane.detail && extras) return;
+    extras = got;
+    renderAsideSoon();
+  }
+  const renderAsideNow = () => {
+    renderAside(side.content, pane, related);
+    if (!pane.detail) return;
+    side.content.append(...detailPanels(ctx, pane, extras, derive(pane.entries, pane.detail), () => pane.raiseBudget('Change the budget')));
+  };
   const renderAsideLater = debounce(renderAsideNow, 60);
   const renderAsideSoon = () => (side.content.firstChild ? renderAsideLater() : renderAsideNow());
 
@@ -747,6 +762,7 @@ export function sessionView(ctx, id) {
     renderRelated();
     renderAsideSoon();
     if (!loadedRelated) loadRelated();
+    if (extrasFor !== d) refreshExtras();
   }
 
   let loadedRelated = false;

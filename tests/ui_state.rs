@@ -45,6 +45,10 @@ const TESTS: &[(&str, fn())] = &[
         "void_text_stays_struck_until_the_answer_replaces_it",
         void_text_stays_struck_until_the_answer_replaces_it,
     ),
+    (
+        "the_details_show_cost_budget_lineage_task_and_raw_events",
+        the_details_show_cost_budget_lineage_task_and_raw_events,
+    ),
 ];
 
 fn main() -> std::process::ExitCode {
@@ -680,5 +684,179 @@ fn void_text_stays_struck_until_the_answer_replaces_it() {
         &[],
     );
     assert_eq!(texts, json!(["Hello.", "The whole answer."]));
+    assert!(ui_errors(&b).is_empty(), "{:?}", ui_errors(&b));
+}
+
+/// The text of the `dd` after the `dt` saying `label` in the panel titled `panel`.
+fn panel_value(b: &webdriver::Browser, panel: &str, label: &str) -> Value {
+    b.exec(
+        "const p = [...document.querySelectorAll('.session-aside .panel')].find(e => e.querySelector('.panel-title')?.textContent === arguments[0]); \
+         const dt = p && [...p.querySelectorAll('dt')].find(e => e.textContent === arguments[1]); return dt ? dt.nextElementSibling.textContent : null;",
+        &[json!(panel), json!(label)],
+    )
+}
+
+fn wait_panel_value(b: &webdriver::Browser, panel: &str, label: &str, want: &str) {
+    b.wait_for(&format!("{panel} / {label} = {want}"), WAIT, || {
+        (panel_value(b, panel, label).as_str() == Some(want)).then_some(())
+    });
+}
+
+fn the_details_show_cost_budget_lineage_task_and_raw_events() {
+    let fake = FakeOpenAi::start();
+    let s = priced_server(&fake);
+    // A session that spent 20 cents (/v1), with a budget and metadata set on /v2.
+    fake.push(text_reply("that was costly", (10, 10, 0)));
+    let (status, v) = s.post(
+        &s.url(&format!(
+            "/v1/ws/{WS}/agents/{PRICED}/sessions/default/messages"
+        )),
+        &json!({"prompt": "spend"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let id = id_of(&v);
+    s.wait_terminal(&id, 1);
+    let request = new_uuid();
+    fake.push(text_reply("more", (1, 1, 0)));
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "and more", "clientRequestId": request}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let input_seq = v["inputSeq"].as_u64().unwrap_or(0);
+    s.wait_terminal(&id, input_seq.max(1));
+    let (status, r) = s.patch(
+        &s.url(&format!("/v2/sessions/{id}")),
+        &json!({"budget": {"cents": 5000}, "metadata": {"ticket": "T-42"}}),
+    );
+    assert_eq!(status, 200, "{r}");
+    // A continuation of it on /v2.
+    fake.push(text_reply("continued", (1, 1, 0)));
+    let (status, v) = s.post(
+        &s.url("/v2/sessions"),
+        &json!({"prompt": "go on", "parent": {"kind": "continuation", "session_id": id}}),
+    );
+    assert_eq!(status, 201, "{v}");
+    let child = v["id"].as_str().expect("id").to_owned();
+    s.wait_terminal(&child, 1);
+    let (_, record) = s.get(&s.url(&format!("/v2/sessions/{id}")));
+    let spent = record["cost"]["total"].as_u64().expect("cents");
+    assert!(spent >= 20, "{record}");
+
+    let b = browser();
+    login(&b, &s);
+    open_session(&b, &s, &id);
+    wait_panel_value(&b, "Cost and budget", "Budget", "5000 ¢ ($50.00)Change");
+    assert_eq!(
+        panel_value(&b, "Cost and budget", "Cost"),
+        json!(format!("{spent} ¢ (${:.2})", spent as f64 / 100.0))
+    );
+    let tokens = format!(
+        "{} / {}",
+        record["tokens"]["input"], record["tokens"]["output"]
+    );
+    assert_eq!(
+        panel_value(&b, "Cost and budget", "Tokens in / out"),
+        json!(tokens)
+    );
+    assert_eq!(panel_value(&b, "Metadata", "ticket"), json!("T-42"));
+    assert_eq!(panel_value(&b, "Provenance", "Source"), record["source"]);
+    let (_, task) = s.get(&s.url(&format!("/agentex/tasks/{id}")));
+    assert_eq!(panel_value(&b, "Task", "Status"), task["status"]);
+    b.screenshot("details-panels");
+
+    // The budget changes from the details; bad input shows the server's error, changes nothing.
+    b.exec(
+        "[...document.querySelectorAll('.session-aside .budget-line button')].find(e => e.textContent === 'Change').click();",
+        &[],
+    );
+    b.find("dialog input[type=number]");
+    b.exec(
+        "document.querySelector('dialog input[type=number]').value = '99999999999';",
+        &[],
+    );
+    b.click_css("dialog button[type=submit]");
+    b.wait_js(
+        "the server's error",
+        "const e = document.querySelector('dialog .form-error'); return e && !e.hidden && e.textContent.toLowerCase().includes('budget');",
+        WAIT,
+    );
+    let (_, r) = s.get(&s.url(&format!("/v2/sessions/{id}")));
+    assert_eq!(r["budget"]["cents"], 5000, "{r}");
+    b.exec(
+        "document.querySelector('dialog input[type=number]').value = '7000';",
+        &[],
+    );
+    b.click_css("dialog button[type=submit]");
+    wait_panel_value(&b, "Cost and budget", "Budget", "7000 ¢ ($70.00)Change");
+    let (_, r) = s.get(&s.url(&format!("/v2/sessions/{id}")));
+    assert_eq!(r["budget"]["cents"], 7000, "{r}");
+
+    // Every event as the Sessions API serves it, with each input's request id.
+    b.exec("document.querySelector('.raw-events').open = true;", &[]);
+    b.wait_js(
+        "the input's request id",
+        &format!(
+            "return [...document.querySelectorAll('.raw-list .raw-btn')].some(e => e.textContent.includes({}));",
+            json!(request)
+        ),
+        WAIT,
+    );
+    let history = s.history_all(&id);
+    let prompt = history
+        .iter()
+        .find(|e| e["event"]["clientRequestId"] == request.as_str())
+        .expect("the stored input");
+    let seq = prompt["seq"].as_u64().expect("seq");
+    b.exec(
+        "document.querySelector(`.raw-list .raw-btn[data-seq='${arguments[0]}']`).click();",
+        &[json!(seq)],
+    );
+    let raw = b.wait_js(
+        "the raw event",
+        "return document.querySelector('dialog [data-kind=raw-event] pre')?.textContent;",
+        WAIT,
+    );
+    let raw: Value = serde_json::from_str(raw.as_str().unwrap_or("")).expect("JSON");
+    assert_eq!(raw["seq"], prompt["seq"]);
+    assert_eq!(raw["event"], prompt["event"]);
+    b.screenshot("details-raw-event");
+    b.click_css("dialog button[type=submit]");
+    b.wait_js(
+        "the dialog closed",
+        "return !document.querySelector('dialog');",
+        WAIT,
+    );
+
+    // "Copy as curl": the detail's command works as printed, with an API key.
+    let command = b.exec(
+        "return document.querySelector('.curls pre')?.textContent;",
+        &[],
+    );
+    let command = command.as_str().expect("a curl command").to_owned();
+    assert!(command.contains("$SESSIOND_KEY"), "{command}");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&command)
+        .env("SESSIOND_KEY", &s.token)
+        .output()
+        .expect("run curl");
+    assert!(out.status.success(), "{command}: {out:?}");
+    let detail: Value = serde_json::from_slice(&out.stdout).expect("JSON from curl");
+    assert_eq!(detail["id"], id.as_str());
+    assert_eq!(detail["state"], "done");
+
+    // Lineage links the continuation to its parent.
+    open_session(&b, &s, &child);
+    b.wait_js(
+        "the parent link",
+        &format!(
+            "const p = [...document.querySelectorAll('.session-aside .panel')].find(e => e.querySelector('.panel-title')?.textContent === 'Lineage'); \
+             return p && [...p.querySelectorAll('dt')].some(e => e.textContent === 'Parent (continuation)') && p.querySelector('a')?.getAttribute('href').endsWith({});",
+            json!(id)
+        ),
+        WAIT,
+    );
+    b.screenshot("details-lineage");
     assert!(ui_errors(&b).is_empty(), "{:?}", ui_errors(&b));
 }

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::body::Query;
 use crate::error::{Error, Result};
 use crate::sessions::state::{self, Standing, State};
+use crate::store::intake::Closure;
 
 /// What a list or detail request asks of the state extension.
 #[derive(Debug, Default)]
@@ -41,7 +42,8 @@ pub fn state_query(q: &Query) -> Result<StateQuery> {
 }
 
 /// Adds `state` and `stateReason` (when there is one) to a summary; with `detail`, also
-/// `inputClosed` `{code, message}` when the session takes no input.
+/// `inputClosed` `{code, message, successorId?}` when the session takes no input (the successor
+/// of a handoff).
 pub fn put_state(session: &mut Value, s: &Standing, detail: bool) {
     let Some(obj) = session.as_object_mut() else {
         return;
@@ -51,10 +53,11 @@ pub fn put_state(session: &mut Value, s: &Standing, detail: bool) {
         obj.insert("stateReason".into(), json!(reason));
     }
     if detail && let Some(c) = &s.input_closed {
-        obj.insert(
-            "inputClosed".into(),
-            json!({"code": c.code(), "message": state::closed_words(c)}),
-        );
+        let mut closed = json!({"code": c.code(), "message": state::closed_words(c)});
+        if let Closure::HandedOff { successor } = c {
+            closed["successorId"] = json!(successor);
+        }
+        obj.insert("inputClosed".into(), closed);
     }
 }
 
@@ -105,6 +108,7 @@ pub fn widen_response(op_id: &str, mut schema: Value) -> Value {
                 "properties": {
                     "code": {"enum": ["task_closed", "session_closed", "budget_hit"]},
                     "message": {"type": "string"},
+                    "successorId": {"type": "string"},
                 },
                 "description": "sessiond's extension (include=state): why the session takes no input",
             });
