@@ -399,6 +399,16 @@ fn every_state_reads_the_same_in_the_api_and_the_console() {
     );
     assert_eq!(count(&b, ".input-closed .raise-budget"), 0);
     b.screenshot("states-closed-session");
+    // At a phone's width the notice stays on screen, above the composer.
+    b.set_viewport(375, 812);
+    b.wait_js(
+        "the notice within 375 px",
+        "const r = document.querySelector('.input-closed').getBoundingClientRect(); const c = document.querySelector('.composer').getBoundingClientRect(); \
+         return innerWidth <= 375 && r.width > 0 && r.left >= 0 && r.right <= innerWidth && r.bottom <= c.top;",
+        WAIT,
+    );
+    b.screenshot("states-closed-phone");
+    b.set_viewport(DESKTOP.0, DESKTOP.1);
 
     open_session(&b, &s, &cancelled);
     wait_header(&b, "Cancelled");

@@ -263,6 +263,101 @@ mod tests {
         assert_eq!(State::parse("Failed"), None);
     }
 
+    fn row(turn_status: &str, turn_active: bool) -> SessionRow {
+        SessionRow {
+            pk: 1,
+            id: "s".into(),
+            workspace_id: "w".into(),
+            agent_id: "a".into(),
+            agent_name: "A".into(),
+            user_id: "u".into(),
+            title: String::new(),
+            title_origin: "excerpt".into(),
+            title_status: "complete".into(),
+            turn_status: turn_status.into(),
+            bucket: "done".into(),
+            archived_at: None,
+            cwd: None,
+            created_by_session_id: None,
+            tier: None,
+            mode: String::new(),
+            created_at: 0,
+            updated_at: 0,
+            last_event_seq: 0,
+            last_output_seq: 0,
+            last_delivered_input_seq: 0,
+            delivery_attempt: None,
+            todos: None,
+            follow_up_queue: None,
+            requested_machine: None,
+            machine_state: None,
+            machine: None,
+            turn_active,
+            last_read_seq: 0,
+            is_default: false,
+            turn_owner: None,
+        }
+    }
+
+    fn ended(event_type: &str, status: Option<&str>) -> RecordFacts {
+        RecordFacts {
+            last_terminal: Some(crate::store::LastTerminal {
+                seq: 3,
+                event_type: event_type.into(),
+                status: status.map(str::to_owned),
+                error: Some("boom".into()),
+                result: None,
+            }),
+            ..RecordFacts::default()
+        }
+    }
+
+    #[test]
+    fn a_running_turn_wins_then_a_closing_then_the_last_turn() {
+        let mut closed = ended("complete", Some("failed"));
+        closed.closed_at = Some(1);
+        closed.handed_off_to = Some("next".into());
+        // A turn that runs is what happens now, closed or not.
+        assert_eq!(
+            standing(&row("running", true), &closed).state,
+            State::Running
+        );
+        // A queued input of a session closed for good never runs: closed, not running.
+        let s = standing(&row("running", false), &closed);
+        assert_eq!(s.state, State::Closed);
+        assert!(s.reason.is_some_and(|r| r.contains("next")));
+        let mut cancelled = ended("complete", Some("completed"));
+        cancelled.final_status = Some(FinalStatus::Terminated);
+        assert_eq!(
+            standing(&row("complete", false), &cancelled).state,
+            State::Cancelled
+        );
+        // A spent budget wins over the last turn, which completed.
+        let mut spent = ended("complete", Some("completed"));
+        spent.budget_cents = 10;
+        spent.usage_totals = Some(
+            r#"{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,
+                "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0.5}}"#
+                .into(),
+        );
+        let s = standing(&row("complete", false), &spent);
+        assert_eq!(s.state, State::OverBudget);
+        assert!(s.input_closed.is_some());
+        // Otherwise the last terminal says it.
+        let failed = standing(&row("complete", false), &ended("complete", Some("failed")));
+        assert_eq!(
+            (failed.state, failed.reason.as_deref()),
+            (State::Failed, Some("boom"))
+        );
+        for (t, st) in [
+            ("ask", State::Asking),
+            ("sleep", State::Sleeping),
+            ("interrupted", State::Interrupted),
+        ] {
+            assert_eq!(standing(&row(t, false), &ended(t, None)).state, st);
+        }
+    }
+
     #[test]
     fn attention_stands_for_asking_failed_and_over_budget() {
         assert_eq!(
