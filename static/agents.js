@@ -91,7 +91,7 @@ export function agentView(ctx, slug) {
     add(clear(sub), [
       h('span', { class: 'chip-link', title: slug === 'root' ? ROOT_AGENT_ABOUT : null }, icon('folder'), h('span', { class: 'mono', text: agent?.anchor || 'whole drive' })),
       h('span', { class: 'chip-link' }, icon('message'), pane.id ? 'Default chat' : 'No chat yet'),
-      pane.detail && statusBadge(pane.detail, pane.status())]);
+      pane.detail && statusBadge(pane.detail, pane.conn)]);
   }
 
   let lastStatus = null;

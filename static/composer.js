@@ -337,6 +337,10 @@ export function createComposer(opts) {
       sendBtn.disabled = on;
       attachBtn.disabled = on;
     },
+    /** Stop needs the server: it waits while the page cannot reach it. */
+    setStopDisabled(on) {
+      stopBtn.disabled = on;
+    },
     showError,
   };
 }

@@ -3,10 +3,13 @@
 
 import { h, add, clear, icon, relTime, fullTime, debounce } from './dom.js';
 import * as api from './api.js';
-import { bucketBadge } from './session.js';
+import { stateBadge, stateIcon } from './state.js';
 
 const BUCKETS = ['asking', 'running', 'scheduled', 'done'];
-const TAB_WORDS = { all: 'All', asking: 'Asking', running: 'Running', scheduled: 'Scheduled', done: 'Done' };
+// Tabs that filter by the server's state rather than by bucket (`state=attention|failed`).
+const STATE_TABS = ['attention', 'failed'];
+const TABS = ['all', 'attention', ...BUCKETS, 'failed'];
+const TAB_WORDS = { all: 'All', attention: 'Needs attention', asking: 'Asking', running: 'Running', scheduled: 'Scheduled', done: 'Done', failed: 'Failed' };
 const PAGE = 20;
 const POLL_MS = 4000;
 
@@ -18,9 +21,9 @@ export function sessionRow(ctx, s) {
     m && h('span', { class: 'row-job' }, icon('layers'), `${m.definitionName || 'Job'} · ${m.progress?.completed ?? 0}/${m.progress?.total ?? 0}${m.currentState ? ` · ${m.currentState}` : ''}`),
     s.createdBySessionId && h('span', { class: 'row-child' }, icon('branch'), 'Child session'),
   ];
-  return h('li', { class: `session-item${s.unread ? ' unread' : ''}`, dataset: { id: s.id, bucket: s.bucket } },
+  return h('li', { class: `session-item${s.unread ? ' unread' : ''}`, dataset: { id: s.id, bucket: s.bucket, state: s.state || 'unknown' } },
     h('a', { class: 'session-row', href: ctx.href(`/s/${encodeURIComponent(s.id)}`) },
-      h('span', { class: `row-status status-${s.bucket}`, 'aria-hidden': 'true' }, icon({ asking: 'help', running: 'play', scheduled: 'clock', done: 'checkCircle' }[s.bucket] || 'circle')),
+      h('span', { class: `row-status status-${s.state || 'unknown'}`, 'aria-hidden': 'true' }, stateIcon(s.state)),
       h('span', { class: 'row-main' },
         h('span', { class: 'row-title' },
           s.unread && h('span', { class: 'unread-dot', role: 'img', 'aria-label': 'Unread' }),
@@ -28,7 +31,7 @@ export function sessionRow(ctx, s) {
           s.titleStatus === 'generating' && h('span', { class: 'muted small', text: ' · naming…' })),
         h('span', { class: 'row-sub' }, sub)),
       h('span', { class: 'row-side' },
-        bucketBadge(s.bucket, 'sm'),
+        stateBadge(s.state, 'sm', s.stateReason),
         h('time', { class: 'row-time', datetime: new Date(s.updatedAt).toISOString(), title: fullTime(s.updatedAt), text: relTime(s.updatedAt) }))));
 }
 
@@ -58,7 +61,7 @@ export function listView(ctx, params) {
 
   const tabBtns = {};
   const counts = {};
-  const tabs = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Buckets' }, ['all', ...BUCKETS].map((t) => {
+  const tabs = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Buckets' }, TABS.map((t) => {
     counts[t] = h('span', { class: 'count', hidden: true });
     const b = h('button', {
       type: 'button', role: 'tab', class: 'tab', id: `tab-${t}`, dataset: { tab: t }, 'aria-selected': String(t === state.tab), tabindex: t === state.tab ? 0 : -1,
@@ -68,7 +71,7 @@ export function listView(ctx, params) {
     return b;
   }));
   tabs.addEventListener('keydown', (e) => {
-    const order = ['all', ...BUCKETS];
+    const order = TABS;
     const i = order.indexOf(state.tab);
     let next = null;
     if (e.key === 'ArrowRight') next = order[(i + 1) % order.length];
@@ -108,9 +111,10 @@ export function listView(ctx, params) {
     history.replaceState(null, '', `#/w/${encodeURIComponent(ctx.ws)}/sessions${qs ? `?${qs}` : ''}`);
   }
 
-  function query(bucket, cursor, limit = PAGE) {
-    const q = new URLSearchParams({ limit: String(limit) });
-    if (bucket && bucket !== 'all') q.set('bucket', bucket);
+  function query(tab, cursor, limit = PAGE) {
+    const q = new URLSearchParams({ limit: String(limit), include: 'state' });
+    if (STATE_TABS.includes(tab)) q.set('state', tab);
+    else if (tab && tab !== 'all') q.set('bucket', tab);
     if (state.q) q.set('search', state.q);
     if (state.agent) q.set('agentId', state.agent);
     if (state.archived) q.set('archived', 'only');
@@ -133,7 +137,7 @@ export function listView(ctx, params) {
   // steal the keyboard focus from a row.
   const rows = new Map();
   function rowFor(s) {
-    const key = JSON.stringify([s.title, s.titleStatus, s.bucket, s.unread, s.cwd, s.agent?.name, s.machine, s.createdBySessionId, relTime(s.updatedAt)]);
+    const key = JSON.stringify([s.title, s.titleStatus, s.bucket, s.state, s.stateReason, s.unread, s.cwd, s.agent?.name, s.machine, s.createdBySessionId, relTime(s.updatedAt)]);
     const cached = rows.get(s.id);
     if (cached && cached.key === key) return cached.el;
     const el = sessionRow(ctx, s);
@@ -178,7 +182,7 @@ export function listView(ctx, params) {
   }
 
   async function loadCounts() {
-    await Promise.all(BUCKETS.map(async (b) => {
+    await Promise.all([...BUCKETS, ...STATE_TABS].map(async (b) => {
       try {
         const page = await api.get(query(b, null, PAGE));
         const n = page.sessions.length;

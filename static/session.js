@@ -5,24 +5,34 @@ import { h, add, icon, iconButton, menuButton, clear, relTime, fullTime, fmtToke
 import * as api from './api.js';
 import { Timeline, isTerminal, todoList } from './timeline.js';
 import { createComposer } from './composer.js';
+import { stateBadge, stateWord } from './state.js';
+import { detailPanels, inWorkspace, loadExtras } from './details.js';
 
 const BUCKET_WORDS = { asking: 'Asking', running: 'Running', scheduled: 'Scheduled', done: 'Done' };
-const STATUS_WORDS = { running: 'Running', complete: 'Done', ask: 'Waiting for an answer', interrupted: 'Interrupted', sleep: 'Sleeping' };
+/** Why a session takes no input, by the code every API family refuses an input with. */
+const CLOSED_TITLES = { budget_hit: 'The budget is spent', session_closed: 'This session was handed off', task_closed: 'The task is closed' };
+/** The detail with the server's state (`state`, `stateReason`, `inputClosed`). */
+const WITH_STATE = '?include=state';
 const INPUTS = new Set(['prompt_submitted', 'answer_submitted']);
 
 export function bucketBadge(bucket, extra = '') {
   return h('span', { class: `badge badge-${bucket} ${extra}`.trim() }, h('span', { class: 'badge-dot', 'aria-hidden': 'true' }), BUCKET_WORDS[bucket] || bucket);
 }
 
+/** Whether the page has lost the event stream, so that it cannot know the session's state. */
+export function offline(conn) {
+  return conn === 'reconnecting' || conn === 'gone';
+}
+
 /**
- * The badge of one open session: its bucket, except that a finished session says how its last
- * turn ended when that was not a plain completion (interrupted, failed), as its details do.
+ * The badge of one open session: its state as the server derives it, as its details say it; or
+ * Unknown while the page has lost the stream.
  */
-export function statusBadge(detail, status) {
-  if (detail.bucket === 'done' && status === 'interrupted') {
-    return h('span', { class: 'badge badge-done badge-interrupted' }, h('span', { class: 'badge-dot', 'aria-hidden': 'true' }), 'Interrupted');
-  }
-  return bucketBadge(detail.bucket);
+export function statusBadge(detail, conn) {
+  if (offline(conn)) return stateBadge('unknown', '', 'The connection to sessiond is lost: the state is not known until it is back.');
+  // Until the server has said it (a create response's snapshot has none), no badge.
+  if (!detail.state) return null;
+  return stateBadge(detail.state, '', detail.stateReason);
 }
 
 /** The turn status as the latest events tell it, or null when the loaded page does not say. */
@@ -130,7 +140,8 @@ export class SessionPane {
       onSubmit: (p) => this.submit(p),
       onInterrupt: () => this.interrupt(),
     });
-    this.el = h('div', { class: 'pane' }, this.banner, this.scroller, this.jumpBtn, this.composer.el);
+    this.closedBox = h('div', { class: 'input-closed', role: 'status', hidden: true });
+    this.el = h('div', { class: 'pane' }, this.banner, this.scroller, this.jumpBtn, this.closedBox, this.composer.el);
     // Files dropped anywhere on the pane go to the composer.
     const hasFiles = (e) => [...(e.dataTransfer?.types || [])].includes('Files');
     this.el.addEventListener('dragover', (e) => {
@@ -190,7 +201,7 @@ export class SessionPane {
         page = { events: initial.history?.events || [] };
       } else {
         const [detail, hist] = await Promise.all([
-          api.get(api.sessionPath(this.ctx.ws, id)),
+          api.get(api.sessionPath(this.ctx.ws, id, WITH_STATE)),
           api.get(api.sessionPath(this.ctx.ws, id, '/history?before=0&limit=100')),
         ]);
         this.detail = detail;
@@ -208,6 +219,8 @@ export class SessionPane {
       this.stuck = true;
       this.scrollToEnd(false);
       this.connect();
+      // A create response's snapshot has no state: the server says it.
+      if (!this.detail?.state) this.refreshDetail();
     } catch (err) {
       if (this.closed) return;
       this.setConn('idle');
@@ -240,9 +253,13 @@ export class SessionPane {
     es.onopen = () => {
       if (this.es !== es) return;
       this.retryMs = 1000;
-      // The server replays the volatile tail of a running turn on every (re)connect.
-      this.timeline.clearLive();
+      // The server replays the volatile tail of a running turn on every (re)connect. Text seen
+      // before a lost connection stays, struck, until the server confirms or replaces it.
+      if (offline(this.conn)) this.timeline.voidLive('The connection was lost while this streamed: sessiond has not confirmed it.', true);
+      else this.timeline.clearLive();
       this.setConn('open');
+      // What changed while the page was away (a restart ends the turn) is read afresh.
+      this.refreshDetail();
     };
     es.onmessage = (m) => {
       if (this.es === es) this.onFrame(m.data);
@@ -265,7 +282,7 @@ export class SessionPane {
     const delay = Math.min(this.retryMs || 1000, 15000);
     this.retryMs = delay * 2;
     try {
-      await api.get(api.sessionPath(this.ctx.ws, this.id));
+      await api.get(api.sessionPath(this.ctx.ws, this.id, WITH_STATE));
     } catch (err) {
       if (err.status === 404) {
         this.setConn('gone');
@@ -282,7 +299,8 @@ export class SessionPane {
     const b = this.banner;
     b.className = `conn-banner conn-${state}`;
     if (state === 'reconnecting') {
-      b.replaceChildren(h('span', { class: 'spinner sm', 'aria-hidden': 'true' }), h('span', { text: 'Connection lost. Reconnecting…' }));
+      b.replaceChildren(h('span', { class: 'spinner sm', 'aria-hidden': 'true' }),
+        h('span', { text: 'Connection lost: state unknown. Reconnecting…' }));
       b.hidden = false;
     } else if (state === 'gone') {
       b.replaceChildren(icon('alert'), h('span', { text: 'This session no longer exists.' }));
@@ -290,6 +308,8 @@ export class SessionPane {
     } else {
       b.hidden = true;
     }
+    this.timeline?.setStale(offline(state));
+    this.afterChange();
   }
 
   onFrame(data) {
@@ -310,11 +330,20 @@ export class SessionPane {
     const entry = { seq: frame.seq, event: ev, createdAt: Date.now() };
     this.entries.push(entry);
     this.project(ev);
-    // A failed attempt's streamed text is void: the retry streams the answer afresh.
-    if (ev.type === 'system' && ev.metadata?.code === 'partial_text_void') this.timeline.clearLive();
-    if (ev.type === 'step' && ev.step?.type === 'text') this.timeline.clearLiveText();
+    // A failed attempt's streamed text is void: it stays, struck with the server's reason, while
+    // the retry streams the answer afresh, until the durable answer replaces it.
+    if (ev.type === 'system' && ev.metadata?.code === 'partial_text_void') this.timeline.voidLive(ev.message || 'The text streamed so far is void.');
+    if (ev.type === 'system' && ev.metadata?.code === 'runner_exited') this.timeline.explainVoid(ev.message || 'sessiond stopped while this turn was running.');
+    if (ev.type === 'step' && ev.step?.type === 'text') {
+      this.timeline.clearLiveText();
+      this.timeline.clearVoid();
+    }
     if (ev.type === 'step' && ev.step?.type === 'reasoning') this.timeline.clearLiveReasoning();
-    if (isTerminal(ev.type)) this.timeline.clearLive();
+    if (INPUTS.has(ev.type)) this.timeline.clearVoid();
+    if (isTerminal(ev.type)) {
+      this.timeline.clearLive();
+      this.timeline.settleVoid();
+    }
     this.timeline.append(entry);
     if (['turn_started', 'prompt_submitted', 'answer_submitted', 'state_machine', 'todos', 'follow_up_queue', 'interrupt_requested'].includes(ev.type) || isTerminal(ev.type)) {
       this.refreshDetailSoon();
@@ -343,7 +372,7 @@ export class SessionPane {
   async refreshDetail() {
     if (!this.id || this.closed) return;
     try {
-      const d = await api.get(api.sessionPath(this.ctx.ws, this.id));
+      const d = await api.get(api.sessionPath(this.ctx.ws, this.id, WITH_STATE));
       if (this.closed || d.id !== this.id) return;
       this.detail = d;
       this.afterChange();
@@ -360,11 +389,66 @@ export class SessionPane {
     if (!this.timeline) return;
     const status = this.status();
     const running = status === 'running';
-    this.timeline.setWorking(running && this.conn !== 'reconnecting');
-    this.timeline.activateAsk(status === 'ask');
+    const away = offline(this.conn);
+    const closed = this.detail?.inputClosed || null;
+    this.timeline.setWorking(running && !away);
+    this.timeline.activateAsk(status === 'ask' && !away && !closed);
     this.composer.setRunning(running);
+    // Controls that need the server wait for it; input waits for a session that takes it.
+    this.composer.setDisabled(away || Boolean(closed));
+    this.composer.setStopDisabled(away);
+    this.renderClosed(closed);
     this.maybeMarkRead();
     this.opts.onUpdate?.(this);
+  }
+
+  /** Why the session takes no input, above the disabled composer (the budget can be raised). */
+  renderClosed(closed) {
+    const box = this.closedBox;
+    const key = closed ? `${closed.code} ${closed.message}` : '';
+    if (box.dataset.key === key) return;
+    box.dataset.key = key;
+    box.hidden = !closed;
+    if (!closed) {
+      box.replaceChildren();
+      return;
+    }
+    const msg = closed.message || '';
+    box.dataset.code = closed.code;
+    box.replaceChildren(icon(closed.code === 'budget_hit' ? 'alert' : 'archive'),
+      h('div', { class: 'input-closed-text' },
+        h('strong', { text: CLOSED_TITLES[closed.code] || 'This session takes no more input' }),
+        h('span', { class: 'small', text: msg ? msg[0].toUpperCase() + msg.slice(1) : '' })),
+      closed.code === 'budget_hit' && h('button', { type: 'button', class: 'btn btn-primary sm raise-budget', onclick: () => this.raiseBudget() }, 'Raise the budget'));
+  }
+
+  /** Changes the budget of the session (`PATCH /v2/sessions/{id}`): a raised one opens it again. */
+  async raiseBudget(title = 'Raise the budget') {
+    const v2 = inWorkspace(this.ctx.ws);
+    const path = `/v2/sessions/${encodeURIComponent(this.id)}`;
+    let record = null;
+    try {
+      record = await api.get(path, v2);
+    } catch (err) {
+      toast(api.describeError(err), 'error');
+      return;
+    }
+    const spent = record.cost?.total ?? 0;
+    // The server checks the value (and says what is wrong with it), not the browser.
+    const input = h('input', { class: 'input', type: 'number', step: 'any', value: String(Math.max(spent * 2, spent + 100)), 'aria-label': 'New budget in cents', required: true });
+    const res = await openDialog({
+      title,
+      body: [
+        h('p', { class: 'muted', text: `Spent ${spent} cents of a budget of ${record.budget?.cents ?? 0} cents. A budget of 0 lifts the cap.` }),
+        h('label', { class: 'field' }, h('span', { class: 'field-label', text: 'New budget (cents)' }), input),
+      ],
+      submitLabel: 'Save budget',
+      submit: () => api.patch(path, { budget: { cents: Number(input.value) } }, v2),
+    });
+    if (res) {
+      toast('Budget saved');
+      this.refreshDetail();
+    }
   }
 
   // -------------------------------------------------------------------------------------------
@@ -563,7 +647,8 @@ export function renderAside(aside, pane, extra) {
   aside.append(usagePanel(der.usage, pane.olderCursor != null));
   if (extra) aside.append(extra);
   aside.append(panel('Details', 'help', h('dl', { class: 'kv' },
-    h('dt', { text: 'Status' }), h('dd', { text: STATUS_WORDS[pane.status()] || pane.status() }),
+    h('dt', { text: 'Status' }), h('dd', { text: offline(pane.conn) ? stateWord('unknown') : stateWord(d.state) }),
+    !offline(pane.conn) && d.stateReason && [h('dt', { text: 'Why' }), h('dd', { class: 'small', text: d.stateReason })],
     h('dt', { text: 'Folder' }), h('dd', { class: 'mono', text: (d.cwd && d.cwd !== '.') ? d.cwd : 'Drive root' }),
     h('dt', { text: 'Tier' }), h('dd', { text: d.tier || 'Auto' }),
     h('dt', { text: 'Created' }), h('dd', { text: fullTime(d.createdAt), title: String(d.createdAt) }),
@@ -635,7 +720,21 @@ export function sessionView(ctx, id) {
 
   const side = sidePanel(root, aside, detailsBtn, 'Details', 'Show details', 'Hide details');
 
-  const renderAsideNow = () => renderAside(side.content, pane, related);
+  // The `/v2` record and the AgentEx task, read again whenever the detail is.
+  let extras = null;
+  let extrasFor = null;
+  async function refreshExtras() {
+    extrasFor = pane.detail;
+    const got = await loadExtras(ctx.ws, id);
+    if (extrasFor !== pane.detail && extras) return;
+    extras = got;
+    renderAsideSoon();
+  }
+  const renderAsideNow = () => {
+    renderAside(side.content, pane, related);
+    if (!pane.detail) return;
+    side.content.append(...detailPanels(ctx, pane, extras, derive(pane.entries, pane.detail), () => pane.raiseBudget('Change the budget')));
+  };
   const renderAsideLater = debounce(renderAsideNow, 60);
   const renderAsideSoon = () => (side.content.firstChild ? renderAsideLater() : renderAsideNow());
 
@@ -647,7 +746,7 @@ export function sessionView(ctx, id) {
     document.title = `${title} · sessiond`;
     const agentSlug = ctx.agents.find((a) => a.id === d.agent?.id)?.slug;
     add(clear(meta), [
-      statusBadge(d, pane.status()),
+      statusBadge(d, pane.conn),
       d.archivedAt ? h('span', { class: 'badge badge-archived' }, icon('archive'), 'Archived') : null,
       d.agent && (agentSlug
         ? h('a', { class: 'chip-link', href: ctx.href(`/agents/${encodeURIComponent(agentSlug)}`) }, icon('bot'), d.agent.name)
@@ -655,12 +754,15 @@ export function sessionView(ctx, id) {
       h('button', { type: 'button', class: 'chip-link', title: 'Move to another folder', onclick: () => moveCwd() }, icon('folder'), h('span', { class: 'mono', text: (d.cwd && d.cwd !== '.') ? d.cwd : 'drive root' })),
       d.machine && h('span', { class: 'chip-link' }, icon('layers'), `${d.machine.definitionName || 'Job'} · ${d.machine.progress?.completed ?? 0}/${d.machine.progress?.total ?? 0}`),
       d.createdBySessionId && h('a', { class: 'chip-link', href: ctx.href(`/s/${encodeURIComponent(d.createdBySessionId)}`) }, icon('branch'), `Started by ${parent?.title ? `“${parent.title}”` : 'another session'}`)]);
+    // Acting on the session needs the server: the buttons wait while the stream is lost.
+    for (const b of actions.querySelectorAll('button')) if (b !== detailsBtn) b.disabled = offline(pane.conn);
     archiveBtn.replaceChildren(icon(d.archivedAt ? 'restore' : 'archive'));
     archiveBtn.setAttribute('aria-label', d.archivedAt ? 'Restore from archive' : 'Archive');
     archiveBtn.title = d.archivedAt ? 'Restore from archive' : 'Archive';
     renderRelated();
     renderAsideSoon();
     if (!loadedRelated) loadRelated();
+    if (extrasFor !== d) refreshExtras();
   }
 
   let loadedRelated = false;
@@ -671,7 +773,7 @@ export function sessionView(ctx, id) {
       if (d.createdBySessionId && !parent) {
         parent = await api.get(api.sessionPath(ctx.ws, d.createdBySessionId)).catch(() => ({ title: null, missing: true }));
       }
-      const q = new URLSearchParams({ limit: '100' });
+      const q = new URLSearchParams({ limit: '100', include: 'state' });
       if (d.agent?.id) q.set('agentId', d.agent.id);
       const page = await api.get(api.sessionsPath(ctx.ws, `?${q}`));
       children = (page.sessions || []).filter((s) => s.createdBySessionId === id);
@@ -690,7 +792,7 @@ export function sessionView(ctx, id) {
         h('a', { href: ctx.href(`/s/${encodeURIComponent(d.createdBySessionId)}`), text: parent?.missing ? 'a deleted session' : (parent?.title || 'its parent session') })),
       children.length > 0 && h('ul', { class: 'related-list' }, children.map((c) => h('li', null,
         h('a', { href: ctx.href(`/s/${encodeURIComponent(c.id)}`) }, icon('branch'), h('span', { text: c.title || 'Untitled session' })),
-        bucketBadge(c.bucket, 'sm'))))));
+        stateBadge(c.state, 'sm', c.stateReason))))));
   }
 
   async function rename() {

@@ -43,6 +43,10 @@ export class Timeline {
     this.el.append(this.list, this.liveBox);
     this.liveText = '';
     this.liveReasoning = '';
+    // Streamed text that is not (or not yet) part of the answer, shown struck with the reason
+    // until a durable result replaces it.
+    this.voidText = '';
+    this.voidReason = '';
     this.working = false;
     this.liveRaf = 0;
     this.reset();
@@ -82,6 +86,7 @@ export class Timeline {
     if (step.type === 'text_delta' && typeof step.delta === 'string') this.liveText += step.delta;
     else if (step.type === 'reasoning_delta' && typeof step.delta === 'string') this.liveReasoning += step.delta;
     else return;
+    if (this.voidUnconfirmed && this.voidText && this.liveText.startsWith(this.voidText)) this.clearVoid();
     this.paintSoon();
   }
 
@@ -101,6 +106,53 @@ export class Timeline {
     this.liveText = '';
     this.liveReasoning = '';
     this.paintSoon();
+  }
+
+  /**
+   * Marks the live text void (`reason` says why): it stays on screen, struck, until
+   * [`clearVoid`] (a durable `text` step replaced it) or [`settleVoid`] (the turn ended).
+   */
+  voidLive(reason, unconfirmed = false) {
+    if (this.liveText) this.voidText = this.liveText;
+    if (this.voidText) this.voidReason = reason;
+    // Text the page only lost sight of is confirmed when the server streams it again.
+    this.voidUnconfirmed = unconfirmed;
+    this.liveText = '';
+    this.liveReasoning = '';
+    this.paintSoon();
+  }
+
+  /** A better reason for the void text there is (a restart's notice), if any is shown. */
+  explainVoid(reason) {
+    if (!this.voidText) return;
+    this.voidReason = reason;
+    this.paintSoon();
+  }
+
+  /** While the stream is lost the live text is dimmed: the page cannot vouch for it. */
+  setStale(on) {
+    this.liveBox.classList.toggle('stale', on);
+  }
+
+  clearVoid() {
+    if (!this.voidText) return;
+    this.voidText = '';
+    this.voidReason = '';
+    this.paintSoon();
+  }
+
+  /** The turn ended without replacing the void text: it stays in the timeline, struck. */
+  settleVoid() {
+    if (!this.voidText) return;
+    this.header(this.list);
+    this.list.append(this.voidEl());
+    this.clearVoid();
+  }
+
+  voidEl() {
+    return h('div', { class: 'msg msg-agent void', dataset: { kind: 'void-text' } },
+      h('p', { class: 'void-reason small', dataset: { kind: 'void-reason' } }, icon('alert'), h('span', { text: this.voidReason })),
+      h('del', { class: 'void-body', text: this.voidText }));
   }
 
   setWorking(on) {
@@ -124,8 +176,10 @@ export class Timeline {
     box.replaceChildren();
     const hasText = this.liveText.length > 0;
     const hasReasoning = this.liveReasoning.length > 0;
+    const hasVoid = this.voidText.length > 0;
+    if ((hasText || hasReasoning || hasVoid) && this.needHeader) box.append(this.agentHeader());
+    if (hasVoid) box.append(this.voidEl());
     if (hasText || hasReasoning) {
-      if (this.needHeader) box.append(this.agentHeader());
       if (hasReasoning) {
         box.append(h('details', { class: 'reasoning live', open: true },
           h('summary', null, icon('sparkles'), h('span', { text: 'Thinking…' })),

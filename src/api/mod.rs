@@ -15,6 +15,7 @@ pub mod middleware;
 pub mod openapi;
 mod retention;
 pub mod schema;
+mod session_state;
 mod sessions;
 pub mod stream;
 mod ui;

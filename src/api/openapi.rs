@@ -111,7 +111,7 @@ pub static SESSIONS: LazyLock<Vec<Op>> = LazyLock::new(|| {
     let a = |rest: &str| -> &'static str { format!("{WS}/agents/{{agentSlug}}{rest}").leak() };
     use Answer::Seed as S;
     vec![
-        op!("get" p(""), "listSessions", "List sessions (bucket, search, archived, agent, keyset cursor)", READ, Body::None, S),
+        op!("get" p(""), "listSessions", "List sessions (bucket, search, archived, agent, state, keyset cursor)", READ, Body::None, S),
         op!("post" p(""), "createSession", "Create a session with its first prompt", WRITE, Body::Seed, S),
         op!("get" p("/activity"), "activity", "Every agent's prioritised recent sessions and default chat", READ, Body::None, S),
         op!("post" p("/wait"), "createSessionAndWait", "Create a session and wait for its first terminal", WRITE, Body::Seed, S),
@@ -1265,6 +1265,7 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
     }
     if let Some(p) = o["parameters"].as_array_mut() {
         p.extend(task_query(op.id));
+        p.extend(super::session_state::openapi_params(op.id));
     }
     if matches!(op.answer, Answer::Events | Answer::HastEvents)
         && let Some(p) = o["parameters"].as_array_mut()
@@ -1296,6 +1297,7 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
         Answer::Seed => {
             let name = format!("{stem}.response");
             let schema = seed_schema(&format!("{name}.json")).map(|s| {
+                let s = super::session_state::widen_response(op.id, s);
                 schemas.insert(name.clone(), s);
                 component(&name)
             });

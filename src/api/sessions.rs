@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::body::{self, Query};
 use super::context::AppState;
+use super::session_state;
 use crate::error::{Error, Result};
 use crate::runner::Delivery;
 use crate::sessions::{
@@ -133,6 +134,10 @@ fn json_response(body: String) -> HttpResponse {
 
 pub fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| Error::Internal(format!("cannot encode response: {e}")))
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value> {
+    serde_json::to_value(v).map_err(|e| Error::Internal(format!("cannot encode response: {e}")))
 }
 
 fn check_text(field: &str, text: &str, max_chars: usize) -> Result<()> {
@@ -360,23 +365,48 @@ pub async fn list(
         Some(_) => return Err(Error::invalid("excludeDefault: must be true when present")),
     };
     let limit = q.limit("limit", 20, limits.list_page_max)?;
-    let (rows, next) = state
-        .sessions
-        .list(
-            &actor,
-            ListQuery {
-                cursor,
-                limit,
-                search,
-                bucket,
-                archived_only,
-                include_archived: false,
-                agent_id,
-                exclude_default,
-            },
-        )
-        .await?;
-    let sessions: Vec<_> = rows.iter().map(view::summary).collect();
+    let sq = session_state::state_query(&q)?;
+    let list = ListQuery {
+        cursor,
+        limit,
+        search,
+        bucket,
+        archived_only,
+        include_archived: false,
+        agent_id,
+        exclude_default,
+    };
+    let (rows, next) = match &sq.filter {
+        Some(states) => state.sessions.list_in_states(&actor, list, states).await?,
+        None => {
+            let (rows, next) = state.sessions.list(&actor, list).await?;
+            if !sq.include {
+                let sessions: Vec<_> = rows.iter().map(view::summary).collect();
+                let mut body = json!({ "sessions": sessions });
+                if let Some(next) = next {
+                    body["nextCursor"] = json!(next);
+                }
+                return Ok(HttpResponse::Ok().json(body));
+            }
+            let mut standings = state.sessions.standings(&rows).await?;
+            let rows = rows
+                .into_iter()
+                .filter_map(|r| {
+                    let s = standings.remove(&r.pk)?;
+                    Some((r, s))
+                })
+                .collect();
+            (rows, next)
+        }
+    };
+    let sessions: Vec<Value> = rows
+        .iter()
+        .map(|(row, s)| {
+            let mut v = to_value(&view::summary(row))?;
+            session_state::put_state(&mut v, s, false);
+            Ok(v)
+        })
+        .collect::<Result<_>>()?;
     let mut body = json!({ "sessions": sessions });
     if let Some(next) = next {
         body["nextCursor"] = json!(next);
@@ -388,9 +418,17 @@ pub async fn detail(
     state: web::Data<AppState>,
     actor: Actor,
     path: web::Path<(String, String)>,
+    req: HttpRequest,
 ) -> Result<HttpResponse> {
+    let sq = session_state::state_query(&Query::parse(&req)?)?;
     let row = state.sessions.detail_row(&actor, &path.1).await?;
-    Ok(json_response(to_json(&view::detail(&row))?))
+    if !sq.include {
+        return Ok(json_response(to_json(&view::detail(&row))?));
+    }
+    let standing = state.sessions.standing(&row).await?;
+    let mut v = to_value(&view::detail(&row))?;
+    session_state::put_state(&mut v, &standing, true);
+    Ok(HttpResponse::Ok().json(v))
 }
 
 /// Parses `cursor` / `before` / `limit` (S7); both cursors together are refused (R32).

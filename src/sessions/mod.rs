@@ -11,6 +11,7 @@ mod linked;
 mod query;
 pub mod record;
 mod session_tools;
+pub mod state;
 pub mod view;
 mod wait;
 

@@ -32,7 +32,7 @@ pub enum HistoryQuery {
 }
 
 /// The list cursor is opaque to clients: base64url of `created_at:id` of the last row served.
-fn encode_cursor(row: &SessionRow) -> String {
+pub(super) fn encode_cursor(row: &SessionRow) -> String {
     URL_SAFE_NO_PAD.encode(format!("{}:{}", row.created_at, row.id))
 }
 

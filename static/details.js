@@ -1,0 +1,151 @@
+// The session's details beyond its timeline: cost and budget, metadata, provenance and lineage
+// from the `/v2` Session record, the AgentEx task's status and params, every loaded event as the
+// Sessions API's JSON, and "copy as curl" for the session's routes. Everything is read through
+// the documented HTTP routes, with the workspace named in X-Sessiond-Workspace where the path
+// carries none.
+
+import { h, icon, openDialog, toast } from './dom.js';
+import * as api from './api.js';
+
+function panel(title, ic, ...body) {
+  return h('section', { class: 'panel' }, h('h3', { class: 'panel-title' }, icon(ic), title), ...body);
+}
+
+function kv(rows) {
+  return h('dl', { class: 'kv' }, rows.filter(Boolean).map(([k, v]) => [h('dt', { text: k }), v instanceof Node ? h('dd', null, v) : h('dd', { text: String(v) })]));
+}
+
+/** Options naming the workspace of a request whose path carries none (`/v2`, `/agentex`). */
+export function inWorkspace(ws) {
+  return { headers: { 'X-Sessiond-Workspace': ws } };
+}
+
+/** The `/v2` record and the AgentEx task of a session (null where there is none). */
+export async function loadExtras(ws, id) {
+  const opts = inWorkspace(ws);
+  const [record, task] = await Promise.all([
+    api.get(`/v2/sessions/${encodeURIComponent(id)}`, opts).catch(() => null),
+    api.get(`/agentex/tasks/${encodeURIComponent(id)}`, opts).catch(() => null),
+  ]);
+  return { record, task };
+}
+
+/** Copies `text`, or selects it in `el` where the clipboard is not allowed. */
+async function copy(text, el) {
+  try {
+    await navigator.clipboard.writeText(text);
+    toast('Copied');
+  } catch {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const sel = getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+    toast('Selected: copy it with your keyboard');
+  }
+}
+
+function codeBlock(text, label) {
+  const pre = h('pre', { class: 'code-block mono small', tabindex: 0, text });
+  return h('div', { class: 'code-wrap' }, pre,
+    h('button', { type: 'button', class: 'btn btn-ghost sm copy-btn', 'aria-label': `Copy ${label}`, onclick: () => copy(text, pre) }, icon('file'), 'Copy'));
+}
+
+/** `curl` for one of the session's routes (the key from the environment, never the page's). */
+export function curl(method, path, body) {
+  const url = `${location.origin}${path}`;
+  const parts = [`curl -sS${method === 'GET' ? '' : ` -X ${method}`} '${url}'`, '-H "Authorization: Bearer $SESSIOND_KEY"'];
+  if (body !== undefined) parts.push("-H 'Content-Type: application/json'", `-d '${JSON.stringify(body).replaceAll("'", "'\\''")}'`);
+  return parts.join(' \\\n  ');
+}
+
+/** The Sessions API JSON of one event, in a dialog, with a curl that reads it. */
+export function showRawEvent(ws, id, entry) {
+  const json = JSON.stringify(entry, null, 2);
+  const path = api.sessionPath(ws, id, `/history?cursor=${Math.max(0, entry.seq - 1)}&limit=1`);
+  openDialog({
+    title: `Event ${entry.seq}: ${entry.event?.type || 'unknown'}`,
+    body: [
+      h('p', { class: 'muted small', text: 'As the Sessions API serves it (a HistoryEntry).' }),
+      h('div', { dataset: { kind: 'raw-event' } }, codeBlock(json, 'event JSON')),
+      h('p', { class: 'muted small', text: 'Read it again:' }),
+      codeBlock(curl('GET', path), 'curl'),
+    ],
+    submitLabel: 'Close',
+    cancelLabel: 'Back',
+  });
+}
+
+function cents(n) {
+  return `${n} ¢ ($${(n / 100).toFixed(2)})`;
+}
+
+/**
+ * The panels of a session's details: `record` and `task` from [`loadExtras`], `derived` what the
+ * loaded events tell (whether usage was estimated), `onBudget` opens the budget dialog.
+ */
+export function detailPanels(ctx, pane, extras, derived, onBudget) {
+  const d = pane.detail;
+  const { record, task } = extras || {};
+  const out = [];
+  const link = (sid, text) => h('a', { href: ctx.href(`/s/${encodeURIComponent(sid)}`), text: text || sid });
+  if (record) {
+    const est = derived?.usage?.estimated;
+    const budget = record.budget?.cents || 0;
+    out.push(panel('Cost and budget', 'sparkles', kv([
+      ['Cost', `${est ? '≈ ' : ''}${cents(record.cost?.total ?? 0)}${est ? ' (estimated)' : ''}`],
+      ['Tokens in / out', `${record.tokens?.input ?? 0} / ${record.tokens?.output ?? 0}`],
+      record.tokens?.model && ['Model', record.tokens.model],
+      ['Budget', h('span', { class: 'budget-line' }, h('span', { dataset: { kind: 'budget' }, text: budget > 0 ? cents(budget) : 'No cap' }),
+        h('button', { type: 'button', class: 'btn btn-ghost sm', onclick: () => onBudget() }, 'Change'))],
+    ])));
+    const meta = Object.entries(record.metadata || {});
+    out.push(panel('Metadata', 'list', meta.length
+      ? kv(meta.map(([k, v]) => [k, v]))
+      : h('p', { class: 'muted small', text: 'None.' })));
+    const attr = record.attribution || {};
+    out.push(panel('Provenance', 'user', kv([
+      ['Source', record.source || 'api'],
+      attr.type && ['Attribution', `${attr.type}${attr.id ? `: ${attr.id}` : ''}`],
+      attr.user && ['Caused by', typeof attr.user === 'object' ? (attr.user.login || attr.user.name || attr.user.id || JSON.stringify(attr.user)) : String(attr.user)],
+      record.webhook_type && ['Webhook', `${record.webhook_type}${record.webhook_id ? ` (${record.webhook_id})` : ''}`],
+      ['Harness', record.harness],
+      record.runner_id && ['Runner', record.runner_id],
+    ])));
+    const parent = record.parent || {};
+    const successor = d?.inputClosed?.successorId;
+    if (parent.session_id || successor) {
+      out.push(panel('Lineage', 'branch', kv([
+        parent.session_id && [parent.kind ? `Parent (${parent.kind})` : 'Parent', link(parent.session_id)],
+        successor && ['Handed off to', link(successor)],
+      ])));
+    }
+  }
+  if (task) {
+    const params = task.params && Object.keys(task.params).length ? JSON.stringify(task.params, null, 2) : null;
+    out.push(panel('Task', 'layers', kv([
+      ['Status', task.status || '—'],
+      task.status_reason && ['Reason', task.status_reason],
+      task.name && ['Name', task.name],
+    ]), params ? codeBlock(params, 'task params') : h('p', { class: 'muted small', text: 'No params.' })));
+  }
+  // Every loaded event, newest first, each viewable as JSON; and each input's request ids.
+  const entries = pane.entries.slice(-200).reverse();
+  out.push(panel('Events', 'terminal',
+    h('details', { class: 'raw-events' },
+      h('summary', { text: `${pane.entries.length} loaded events (raw JSON)` }),
+      h('ul', { class: 'raw-list' }, entries.map((e) => h('li', null,
+        h('button', { type: 'button', class: 'btn btn-ghost sm raw-btn', dataset: { seq: e.seq }, onclick: () => showRawEvent(ctx.ws, pane.id, e) },
+          h('span', { class: 'mono', text: `#${e.seq}` }), ' ', e.event?.type || 'unknown',
+          e.event?.clientRequestId ? h('span', { class: 'muted small mono', text: ` · request ${e.event.clientRequestId}` }) : null)))))));
+  const id = pane.id;
+  out.push(panel('API', 'external',
+    h('p', { class: 'muted small', text: 'This session through the API (set SESSIOND_KEY to an API key):' }),
+    h('div', { class: 'curls' },
+      codeBlock(curl('GET', api.sessionPath(ctx.ws, id, '?include=state')), 'the detail curl'),
+      codeBlock(curl('GET', api.sessionPath(ctx.ws, id, '/history?before=0&limit=100')), 'the history curl'),
+      codeBlock(curl('GET', api.sessionPath(ctx.ws, id, '/events?since=0')), 'the events curl'),
+      codeBlock(curl('POST', api.sessionPath(ctx.ws, id, '/messages'), { prompt: 'Hello' }), 'the message curl'),
+      codeBlock(curl('GET', `/v2/sessions/${encodeURIComponent(id)}`), 'the record curl'))));
+  return out;
+}
