@@ -8,6 +8,7 @@ pub mod connection;
 pub mod context;
 mod error;
 mod events;
+mod keys;
 pub mod middleware;
 pub mod openapi;
 pub mod schema;
@@ -191,6 +192,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 at("/{agentSlug}/sessions/default/messages/wait", "POST")
                     .route(web::post().to(agents::default_message_wait)),
             ),
+    );
+    cfg.service(
+        web::scope("/v1/ws/{workspaceSlug}/keys")
+            .service(
+                at("", "GET, POST")
+                    .route(web::get().to(keys::list))
+                    .route(web::post().to(keys::create)),
+            )
+            .service(at("/{keyId}", "DELETE").route(web::delete().to(keys::revoke))),
     );
     cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.

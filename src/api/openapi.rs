@@ -179,6 +179,37 @@ pub static AGENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+fn key_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "name", "kind", "workspaceSlug", "scopes", "createdAt", "revoked"],
+        "properties": {
+            "id": {"type": "string"}, "name": {"type": "string"},
+            "kind": {"enum": ["user", "app"]},
+            "userId": {"type": ["string", "null"]}, "appId": {"type": ["string", "null"]},
+            "workspaceSlug": {"type": "string"},
+            "scopes": {"type": "array", "items": {"type": "string"}},
+            "createdAt": {"type": "string"}, "lastUsedAt": {"type": ["string", "null"]},
+            "revoked": {"type": "boolean"},
+            "key": {"type": "string", "description": "The secret: in the create answer only"}
+        }
+    })
+}
+
+/// A workspace's API keys, managed by its owners (members: 403).
+pub static KEYS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("{WS}/keys{rest}").leak() };
+    vec![
+        op!("get" p(""), "listKeys", "The workspace's API keys with their last use (owners only; never a secret)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["keys"], "properties": {"keys": {"type": "array", "items": key_schema()}}}))),
+        op!("post" p(""), "createKey", "Create a personal API key (owners only); the secret is in this answer only", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["name", "scopes"], "additionalProperties": false, "properties": {"name": {"type": "string"}, "scopes": {"type": "array", "items": {"type": "string"}}}})),
+            Answer::Json(201, key_schema)),
+        op!("delete" p("/{keyId}"), "revokeKey", "Revoke a key at once, for new requests and open streams (owners only)", WRITE, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["revoked"], "properties": {"revoked": {"const": true}}}))),
+    ]
+});
+
 fn me_schema() -> Value {
     json!({
         "type": "object",
@@ -961,6 +992,7 @@ pub fn operations() -> Vec<Op> {
         &*AUTH,
         &*SESSIONS,
         &*AGENTS,
+        &*KEYS,
         &*UPLOADS,
         &*TASK_EVENTS,
         &*AGENTEX,

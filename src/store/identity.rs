@@ -479,6 +479,35 @@ impl IdentityStore<'_> {
             .await
     }
 
+    /// Every key, oldest first (the HTTP listing filters them by workspace).
+    pub async fn keys(&self) -> Result<Vec<KeyRow>> {
+        self.store.read(keys).await
+    }
+
+    /// [`IdentityStore::insert_user_key_blocking`] from async code.
+    pub async fn insert_user_key(&self, user_id: &str, key: NewKeyRow) -> Result<()> {
+        let user = user_id.to_owned();
+        self.store
+            .write(move |tx| {
+                tx.insert_key(
+                    &key.id,
+                    &key.secret_hash,
+                    &key.name,
+                    Some(&user),
+                    None,
+                    &key.workspace_id,
+                    &key.scopes,
+                )
+            })
+            .await
+    }
+
+    /// [`IdentityStore::revoke_key_blocking`] from async code.
+    pub async fn revoke_key(&self, id: &str) -> Result<bool> {
+        let id = id.to_owned();
+        self.store.write(move |tx| tx.revoke_key(&id)).await
+    }
+
     pub fn keys_blocking(&self) -> Result<Vec<KeyRow>> {
         self.store.read_blocking(keys)
     }

@@ -1,0 +1,76 @@
+//! A workspace's API keys (`/v1/ws/{ws}/keys`), for its owners: list with last use, create (the
+//! secret in this answer only), revoke at once. The logic is [`crate::access`]'s.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::body;
+use super::context::AppState;
+use crate::access;
+use crate::error::{Error, Result};
+use crate::sessions::Actor;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    name: String,
+    scopes: Vec<String>,
+}
+
+/// `GET /v1/ws/{ws}/keys`.
+pub async fn list(state: web::Data<AppState>, actor: Actor) -> Result<HttpResponse> {
+    let store = state.sessions.store();
+    access::require_owner(store, &actor).await?;
+    let keys = access::list_keys(store, &actor.workspace_id).await?;
+    Ok(HttpResponse::Ok()
+        .json(json!({ "keys": keys.iter().map(access::key_view).collect::<Vec<_>>() })))
+}
+
+/// `POST /v1/ws/{ws}/keys`: a personal key of the caller's.
+pub async fn create(
+    state: web::Data<AppState>,
+    actor: Actor,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse> {
+    let store = state.sessions.store();
+    access::require_owner(store, &actor).await?;
+    let bytes =
+        body::json_bytes(&req, payload, state.sessions.config().limits.max_body_bytes).await?;
+    let raw: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?;
+    let spec: CreateKey = serde_path_to_error::deserialize(&raw)
+        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))?;
+    let key = access::create_user_key(
+        store,
+        &actor.user_id,
+        &actor.workspace_id,
+        &actor.workspace_slug,
+        &spec.name,
+        &spec.scopes,
+    )
+    .await?;
+    let row = store
+        .identity()
+        .key_by_id(&key.id)
+        .await?
+        .ok_or_else(|| Error::Internal("new key not found".into()))?;
+    let mut view = access::key_view(&row);
+    if let Some(m) = view.as_object_mut() {
+        m.insert("key".into(), Value::String(key.key));
+    }
+    Ok(HttpResponse::Created().json(view))
+}
+
+/// `DELETE /v1/ws/{ws}/keys/{keyId}`.
+pub async fn revoke(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse> {
+    let store = state.sessions.store();
+    access::require_owner(store, &actor).await?;
+    access::revoke_key(store, &state.auth, &actor.workspace_id, &path.1).await?;
+    Ok(HttpResponse::Ok().json(json!({ "revoked": true })))
+}
