@@ -182,3 +182,37 @@ fn members_get_403_and_other_workspaces_404() {
     );
     assert_eq!(st, 401);
 }
+
+#[test]
+fn revoking_a_key_ends_its_open_stream() {
+    let s = Server::start();
+    let session = s.create_prompt("hello");
+    let (st, made) = s.post(
+        &keys_url(&s, "default", ""),
+        &json!({"name": "watcher", "scopes": ["sessions:read"]}),
+    );
+    assert_eq!(st, 201, "{made}");
+    let secret = made["key"].as_str().expect("secret").to_owned();
+    let id = made["id"].as_str().expect("id").to_owned();
+    let resp = http_builder()
+        .timeout(None)
+        .build()
+        .expect("client")
+        .get(s.sessions_url(&format!("/{session}/events")))
+        .header("authorization", format!("Bearer {secret}"))
+        .header("accept", "text/event-stream")
+        .send()
+        .expect("SSE connect");
+    assert_eq!(resp.status().as_u16(), 200);
+    let sse = common::Sse::from_response(resp);
+    assert!(
+        !sse.ends_within(Duration::from_millis(300)),
+        "the stream stays open while the key is valid"
+    );
+    let (st, v) = s.delete(&keys_url(&s, "default", &format!("/{id}")));
+    assert_eq!(st, 200, "{v}");
+    assert!(
+        sse.ends_within(Duration::from_secs(5)),
+        "the revoked key's stream ends"
+    );
+}
