@@ -1,4 +1,4 @@
-//! Access management: a workspace's API keys, as its owners manage them.
+//! Access management: a workspace's API keys and its people, as its owners see them.
 //!
 //! The HTTP routes (`/v1/ws/{ws}/keys`) and the CLI (`sessiond token ...`) both come through
 //! here, so that a key is minted, listed and revoked one way whichever door it came in by.
@@ -107,4 +107,15 @@ pub async fn revoke_key(store: &Store, auth: &Auth, workspace_id: &str, id: &str
     store.identity().revoke_key(id).await?;
     auth.forget_key(id);
     Ok(())
+}
+
+/// A workspace's people with their roles (never a password hash).
+pub async fn list_people(store: &Store, workspace_id: &str) -> Result<Vec<Value>> {
+    Ok(store
+        .identity()
+        .members(workspace_id)
+        .await?
+        .into_iter()
+        .map(|(id, email, role)| json!({ "userId": id, "email": email, "role": role }))
+        .collect())
 }

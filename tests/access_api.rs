@@ -216,3 +216,25 @@ fn revoking_a_key_ends_its_open_stream() {
         "the revoked key's stream ends"
     );
 }
+
+#[test]
+fn owners_list_the_workspace_people_and_members_may_not() {
+    let s = Server::start();
+    let member = client(&workspace_member_key(&s.data_dir, "team", "member"));
+    let (st, v) = s.get(&s.url("/v1/ws/default/people"));
+    assert_eq!(st, 200, "{v}");
+    let people = v["people"].as_array().expect("people");
+    assert!(
+        people.iter().any(|p| p["role"] == "owner"),
+        "the owner is listed: {v}"
+    );
+    assert!(!v.to_string().contains("password"), "{v}");
+    assert!(
+        !v.to_string().contains("member@team"),
+        "another workspace's people are not listed: {v}"
+    );
+    let (st, _) = into_json(member.get(s.url("/v1/ws/team/people")).send().expect("GET"));
+    assert_eq!(st, 403);
+    let (st, _) = s.get(&s.url("/v1/ws/team/people"));
+    assert_eq!(st, 404);
+}

@@ -74,3 +74,11 @@ pub async fn revoke(
     access::revoke_key(store, &state.auth, &actor.workspace_id, &path.1).await?;
     Ok(HttpResponse::Ok().json(json!({ "revoked": true })))
 }
+
+/// `GET /v1/ws/{ws}/people`: the workspace's members and their roles (owners only).
+pub async fn people(state: web::Data<AppState>, actor: Actor) -> Result<HttpResponse> {
+    let store = state.sessions.store();
+    access::require_owner(store, &actor).await?;
+    let people = access::list_people(store, &actor.workspace_id).await?;
+    Ok(HttpResponse::Ok().json(json!({ "people": people })))
+}

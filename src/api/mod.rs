@@ -202,6 +202,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             )
             .service(at("/{keyId}", "DELETE").route(web::delete().to(keys::revoke))),
     );
+    cfg.service(at("/v1/ws/{workspaceSlug}/people", "GET").route(web::get().to(keys::people)));
     cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(

@@ -207,6 +207,8 @@ pub static KEYS: LazyLock<Vec<Op>> = LazyLock::new(|| {
             Answer::Json(201, key_schema)),
         op!("delete" p("/{keyId}"), "revokeKey", "Revoke a key at once, for new requests and open streams (owners only)", WRITE, Body::None,
             Answer::Json(200, || json!({"type": "object", "required": ["revoked"], "properties": {"revoked": {"const": true}}}))),
+        op!("get" format!("{WS}/people").leak(), "listPeople", "The workspace's people and their roles (owners only)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["people"], "properties": {"people": {"type": "array", "items": {"type": "object", "required": ["userId", "email", "role"], "properties": {"userId": {"type": "string"}, "email": {"type": "string"}, "role": {"enum": ["owner", "member"]}}}}}}))),
     ]
 });
 

@@ -63,6 +63,16 @@ pub fn default_workspace_slug(conn: &Db, user_id: &str) -> Result<Option<String>
         .optional()?)
 }
 
+/// `(user id, email, role)` of every member of a workspace, by email.
+pub fn members(conn: &Db, workspace_id: &str) -> Result<Vec<(String, String, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT u.id, u.email, m.role FROM memberships m JOIN users u ON u.id = m.user_id
+         WHERE m.workspace_id = ?1 ORDER BY u.email",
+    )?;
+    let rows = stmt.query_map([workspace_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<super::sql::Result<_>>()?)
+}
+
 pub fn is_member(conn: &Db, user_id: &str, workspace_id: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM memberships WHERE user_id = ?1 AND workspace_id = ?2")?
@@ -477,6 +487,12 @@ impl IdentityStore<'_> {
         self.store
             .read(move |c| valid_credentials(c, &keys, &browsers, now))
             .await
+    }
+
+    /// `(user id, email, role)` of a workspace's members.
+    pub async fn members(&self, workspace_id: &str) -> Result<Vec<(String, String, String)>> {
+        let ws = workspace_id.to_owned();
+        self.store.read(move |c| members(c, &ws)).await
     }
 
     /// Every key, oldest first (the HTTP listing filters them by workspace).
