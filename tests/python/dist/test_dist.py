@@ -81,7 +81,8 @@ def test_the_image_builds_locked_and_runs_unprivileged_with_a_data_volume():
     froms = [arg for ins, arg in steps if ins == "FROM"]
     assert len(froms) == 2 and froms[0].endswith(" AS build"), froms
     # The build stage's Rust is the project's rust-version; runtime and build share a Debian.
-    rust_version = tomllib.loads(read("Cargo.toml"))["package"]["rust-version"]
+    manifest = tomllib.loads(read("Cargo.toml"))
+    rust_version = manifest["workspace"]["package"]["rust-version"]
     assert froms[0].startswith(f"rust:{rust_version}-slim-"), froms[0]
     assert froms[1] == "debian:" + froms[0].split("-slim-")[1].split()[0] + "-slim"
     runs = [arg for ins, arg in steps if ins == "RUN"]
