@@ -676,7 +676,7 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                     return Err(format!("{email} is not a member of workspace {workspace}"));
                 }
                 let (key, row) =
-                    crate::auth::mint_key(name, &ws, &scopes).map_err(|e| e.to_string())?;
+                    crate::auth::mint_key(name, &ws, &scopes, None).map_err(|e| e.to_string())?;
                 store
                     .identity()
                     .insert_user_key_blocking(&u.id, row)
@@ -729,7 +729,7 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
             }) => {
                 let ws = workspace_id(&store, workspace)?;
                 let scopes = scopes(list, workspace)?;
-                let (key, row) = crate::auth::mint_key(&format!("app {name}"), &ws, &scopes)
+                let (key, row) = crate::auth::mint_key(&format!("app {name}"), &ws, &scopes, None)
                     .map_err(|e| e.to_string())?;
                 store
                     .identity()

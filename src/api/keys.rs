@@ -1,5 +1,6 @@
 //! A workspace's API keys (`/v1/ws/{ws}/keys`), for its owners: list with last use, create (the
-//! secret in this answer only), revoke at once. The logic is [`crate::access`]'s.
+//! secret in this answer only, an optional expiry), revoke at once. The logic is
+//! [`crate::access`]'s.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -12,10 +13,45 @@ use crate::error::{Error, Result};
 use crate::sessions::Actor;
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateKey {
-    name: String,
-    scopes: Vec<String>,
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct CreateKey {
+    pub name: String,
+    pub scopes: Vec<String>,
+    /// RFC 3339; the key works until then. Absent or null: it never expires.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+/// A JSON body of an access route, read within the body limit; malformed JSON and fields of the
+/// wrong shape are 400 naming the field.
+pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
+    state: &AppState,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T> {
+    let bytes =
+        body::json_bytes(req, payload, state.sessions.config().limits.max_body_bytes).await?;
+    let raw: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?;
+    serde_path_to_error::deserialize(&raw)
+        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))
+}
+
+/// The key as listed plus its secret (the create answer only).
+pub(super) async fn created(
+    store: &crate::store::Store,
+    key: crate::auth::NewKey,
+) -> Result<HttpResponse> {
+    let row = store
+        .identity()
+        .key_by_id(&key.id)
+        .await?
+        .ok_or_else(|| Error::Internal("new key not found".into()))?;
+    let mut view = access::key_view(&row);
+    if let Some(m) = view.as_object_mut() {
+        m.insert("key".into(), Value::String(key.key));
+    }
+    Ok(HttpResponse::Created().json(view))
 }
 
 /// `GET /v1/ws/{ws}/keys`.
@@ -36,12 +72,12 @@ pub async fn create(
 ) -> Result<HttpResponse> {
     let store = state.sessions.store();
     access::require_owner(store, &actor).await?;
-    let bytes =
-        body::json_bytes(&req, payload, state.sessions.config().limits.max_body_bytes).await?;
-    let raw: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::invalid(format!("body: malformed JSON ({e})")))?;
-    let spec: CreateKey = serde_path_to_error::deserialize(&raw)
-        .map_err(|e| Error::invalid(format!("{}: {}", e.path(), e.inner())))?;
+    let spec: CreateKey = json_body(&state, &req, payload).await?;
+    let expires_at = spec
+        .expires_at
+        .as_deref()
+        .map(access::parse_expiry)
+        .transpose()?;
     let key = access::create_user_key(
         store,
         &actor.user_id,
@@ -49,18 +85,10 @@ pub async fn create(
         &actor.workspace_slug,
         &spec.name,
         &spec.scopes,
+        expires_at,
     )
     .await?;
-    let row = store
-        .identity()
-        .key_by_id(&key.id)
-        .await?
-        .ok_or_else(|| Error::Internal("new key not found".into()))?;
-    let mut view = access::key_view(&row);
-    if let Some(m) = view.as_object_mut() {
-        m.insert("key".into(), Value::String(key.key));
-    }
-    Ok(HttpResponse::Created().json(view))
+    created(store, key).await
 }
 
 /// `DELETE /v1/ws/{ws}/keys/{keyId}`.

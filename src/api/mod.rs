@@ -2,6 +2,7 @@
 
 mod agentex;
 mod agents;
+mod apps;
 mod auth;
 pub mod body;
 pub mod connection;
@@ -11,12 +12,15 @@ mod events;
 mod keys;
 pub mod middleware;
 pub mod openapi;
+mod password_reset;
+mod people;
 pub mod schema;
 mod sessions;
 pub mod stream;
 mod ui;
 mod uploads;
 mod v2;
+mod workspaces;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Resource, web};
@@ -113,7 +117,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(at("/login", "POST").route(web::post().to(auth::login)))
             .service(at("/logout", "POST").route(web::post().to(auth::logout)))
             .service(at("/me", "GET").route(web::get().to(auth::me)))
-            .service(at("/status", "GET").route(web::get().to(auth::status))),
+            .service(at("/status", "GET").route(web::get().to(auth::status)))
+            .service(at("/password-reset", "POST").route(web::post().to(password_reset::reset))),
     );
     // Literal segments (`activity`, `attachments`, `wait`) are registered before `{sessionId}`.
     cfg.service(
@@ -202,7 +207,30 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             )
             .service(at("/{keyId}", "DELETE").route(web::delete().to(keys::revoke))),
     );
-    cfg.service(at("/v1/ws/{workspaceSlug}/people", "GET").route(web::get().to(keys::people)));
+    cfg.service(
+        web::scope("/v1/ws/{workspaceSlug}/people")
+            .service(
+                at("", "GET, POST")
+                    .route(web::get().to(keys::people))
+                    .route(web::post().to(people::add)),
+            )
+            .service(
+                at("/{userId}", "PATCH, DELETE")
+                    .route(web::patch().to(people::set_role))
+                    .route(web::delete().to(people::remove)),
+            )
+            .service(
+                at("/{userId}/password-reset", "POST")
+                    .route(web::post().to(people::password_reset)),
+            ),
+    );
+    cfg.service(at("/v1/ws/{workspaceSlug}/apps", "POST").route(web::post().to(apps::create)));
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}", "GET, PATCH")
+            .route(web::get().to(workspaces::get))
+            .route(web::patch().to(workspaces::rename)),
+    );
+    cfg.service(at("/v1/workspaces", "POST").route(web::post().to(workspaces::create)));
     cfg.configure(v2::routes);
     // Upload tokens only: no other credential is accepted on this path.
     cfg.service(

@@ -95,13 +95,23 @@ pub struct KeyRow {
     pub revoked: bool,
     /// For a user key: whether the user is still a member of the key's workspace.
     pub member: bool,
+    /// When the key stops working by itself (ms since the epoch); `None`: never.
+    pub expires_at: Option<i64>,
+}
+
+impl KeyRow {
+    /// Whether the key has expired at `now` (ms).
+    pub fn expired(&self, now: i64) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
 }
 
 const KEY_SELECT: &str =
     "SELECT k.id, k.secret_hash, k.name, k.user_id, k.app_id, k.workspace_id, w.slug,
         k.scopes, k.created_at, k.last_used_at, k.revoked_at IS NOT NULL,
         k.user_id IS NULL OR EXISTS (SELECT 1 FROM memberships m
-            WHERE m.user_id = k.user_id AND m.workspace_id = k.workspace_id)
+            WHERE m.user_id = k.user_id AND m.workspace_id = k.workspace_id),
+        k.expires_at
     FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id";
 
 fn key_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<KeyRow> {
@@ -119,6 +129,7 @@ fn key_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<KeyRow> {
         last_used_at: r.get(9)?,
         revoked: r.get(10)?,
         member: r.get(11)?,
+        expires_at: r.get(12)?,
     })
 }
 
@@ -168,8 +179,8 @@ fn select_ids(
 /// Sizes of the chunks [`select_ids`] asks about.
 const ID_CHUNKS: [usize; 3] = [8, 64, 512];
 
-/// Which of `keys` (ids) are live keys — not revoked, and a user key's user still a member of its
-/// workspace — and which of `browsers` (cookie hashes) are browser sessions not signed out or
+/// Which of `keys` (ids) are live keys — not revoked, not expired, and a user key's user still a
+/// member of its workspace — and which of `browsers` (cookie hashes) are browser sessions not signed out or
 /// expired at `now`.
 pub fn valid_credentials(
     conn: &Db,
@@ -181,10 +192,11 @@ pub fn valid_credentials(
         conn,
         "SELECT k.id FROM api_keys k
          WHERE k.id IN ({ids}) AND k.revoked_at IS NULL
+           AND (k.expires_at IS NULL OR k.expires_at > ?1)
            AND (k.user_id IS NULL OR EXISTS (SELECT 1 FROM memberships m
                 WHERE m.user_id = k.user_id AND m.workspace_id = k.workspace_id))",
-        1,
-        &[],
+        2,
+        &[&now],
         keys,
     )?;
     let browsers = select_ids(
@@ -261,11 +273,12 @@ impl Tx<'_> {
         app_id: Option<&str>,
         workspace_id: &str,
         scopes: &[String],
+        expires_at: Option<i64>,
     ) -> Result<()> {
         self.conn.execute(
-            "INSERT INTO api_keys (id, secret_hash, name, user_id, app_id, workspace_id, scopes, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![id, secret_hash, name, user_id, app_id, workspace_id, serde_json::to_string(scopes).unwrap_or_default(), self.now],
+            "INSERT INTO api_keys (id, secret_hash, name, user_id, app_id, workspace_id, scopes, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![id, secret_hash, name, user_id, app_id, workspace_id, serde_json::to_string(scopes).unwrap_or_default(), self.now, expires_at],
         )?;
         Ok(())
     }
@@ -320,6 +333,8 @@ pub struct NewKeyRow {
     pub name: String,
     pub workspace_id: String,
     pub scopes: Vec<String>,
+    /// When it stops working by itself (ms since the epoch); `None`: never.
+    pub expires_at: Option<i64>,
 }
 
 /// What a new account is made a member with.
@@ -513,6 +528,7 @@ impl IdentityStore<'_> {
                     None,
                     &key.workspace_id,
                     &key.scopes,
+                    key.expires_at,
                 )
             })
             .await
@@ -540,6 +556,7 @@ impl IdentityStore<'_> {
                 None,
                 &key.workspace_id,
                 &key.scopes,
+                key.expires_at,
             )
         })
     }
@@ -557,6 +574,7 @@ impl IdentityStore<'_> {
                 Some(&app),
                 &key.workspace_id,
                 &key.scopes,
+                key.expires_at,
             )
         })
     }
@@ -661,7 +679,7 @@ mod tests {
                 for i in 0..600 {
                     let id = format!("{i:024}");
                     let user = if i % 7 == 0 { &outsider } else { &member };
-                    tx.insert_key(&id, "h", "k", Some(user), None, &ws, &[])?;
+                    tx.insert_key(&id, "h", "k", Some(user), None, &ws, &[], None)?;
                     if i % 5 == 0 {
                         tx.revoke_key(&id)?;
                     }
