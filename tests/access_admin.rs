@@ -535,3 +535,75 @@ fn owners_create_and_rename_workspaces() {
     );
     assert_eq!(st, 403);
 }
+
+fn usage_url(s: &Server, ws: &str, from_ms_ago: u64, to: Option<&str>) -> String {
+    let from = std::time::SystemTime::now() - Duration::from_millis(from_ms_ago);
+    let mut url = ws_url(
+        s,
+        ws,
+        &format!(
+            "/usage?from={}",
+            common::query_escape(&humantime::format_rfc3339_millis(from).to_string())
+        ),
+    );
+    if let Some(to) = to {
+        url.push_str(&format!("&to={}", common::query_escape(to)));
+    }
+    url
+}
+
+#[test]
+fn usage_sums_each_agents_turns_in_the_window() {
+    let s = Server::start();
+    let (st, v) = s.get(&usage_url(&s, "default", 60_000, None));
+    assert_eq!(st, 200, "{v}");
+    let root = |v: &Value| -> Value {
+        v["agents"]
+            .as_array()
+            .expect("agents")
+            .iter()
+            .find(|a| a["agentSlug"] == "root")
+            .cloned()
+            .expect("root is listed")
+    };
+    assert_eq!(root(&v)["turns"], 0, "{v}");
+    for prompt in ["/reply one", "/reply two"] {
+        let id = s.create_prompt(prompt);
+        s.wait_terminal(&id, 1);
+    }
+    let (st, v) = s.get(&usage_url(&s, "default", 60_000, None));
+    assert_eq!(st, 200, "{v}");
+    let r = root(&v);
+    assert_eq!(r["turns"], 2, "{v}");
+    assert!(r["cents"].as_f64().is_some_and(|c| c >= 0.0), "{r}");
+    // A window that ended before the turns counts none.
+    let early =
+        humantime::format_rfc3339_millis(std::time::SystemTime::now() - Duration::from_secs(3600))
+            .to_string();
+    let (st, v) = s.get(&usage_url(&s, "default", 7_200_000, Some(&early)));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(root(&v)["turns"], 0, "{v}");
+
+    // Bad windows: 400.
+    for url in [
+        ws_url(&s, "default", "/usage"),
+        ws_url(&s, "default", "/usage?from=yesterday"),
+        ws_url(&s, "default", "/usage?from=2001-01-01T00:00:00Z"),
+        usage_url(&s, "default", 0, Some("2001-01-01T00:00:00Z")),
+        format!("{}&extra=1", usage_url(&s, "default", 60_000, None)),
+    ] {
+        let (st, v) = s.get(&url);
+        assert_eq!(st, 400, "{url} → {v}");
+    }
+    // A member reads it; another workspace is 404.
+    let member = client(&workspace_member_key(&s.data_dir, "team", "member"));
+    let (st, v) = send(&member, "GET", &usage_url(&s, "team", 60_000, None), None);
+    assert_eq!(st, 200, "{v}");
+    let (st, _) = send(
+        &member,
+        "GET",
+        &usage_url(&s, "default", 60_000, None),
+        None,
+    );
+    assert_eq!(st, 404);
+}

@@ -19,6 +19,7 @@ mod sessions;
 pub mod stream;
 mod ui;
 mod uploads;
+mod usage;
 mod v2;
 mod workspaces;
 
@@ -224,6 +225,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::post().to(people::password_reset)),
             ),
     );
+    cfg.service(at("/v1/ws/{workspaceSlug}/usage", "GET").route(web::get().to(usage::by_agent)));
     cfg.service(at("/v1/ws/{workspaceSlug}/apps", "POST").route(web::post().to(apps::create)));
     cfg.service(
         at("/v1/ws/{workspaceSlug}", "GET, PATCH")
@@ -248,6 +250,7 @@ pub fn routes_with_ui(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(ui::asset));
     cfg.route("/setup", web::get().to(ui::asset));
     cfg.route("/login", web::get().to(ui::asset));
+    cfg.route("/reset", web::get().to(ui::asset));
     cfg.route("/ui/{path:.*}", web::get().to(ui::asset));
     cfg.default_service(web::route().to(no_route));
 }

@@ -240,6 +240,12 @@ pub static KEYS: LazyLock<Vec<Op>> = LazyLock::new(|| {
             Answer::Json(200, || json!({"type": "object", "required": ["removed"], "properties": {"removed": {"const": true}}}))),
         op!("post" format!("{WS}/people/{{userId}}/password-reset").leak(), "createPasswordReset", "A one-time link for the person to choose a new password, valid 24 hours (owners only)", WRITE, Body::None,
             Answer::Json(201, || json!({"type": "object", "required": ["url", "expiresAt"], "properties": {"url": {"type": "string"}, "expiresAt": {"type": "string"}}}))),
+        op!("get" format!("{WS}/usage").leak(), "usageByAgent", "What each agent spent between from and to (RFC 3339; to defaults to now; at most 366 days)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["from", "to", "agents"], "properties": {
+                "from": {"type": "string"}, "to": {"type": "string"},
+                "agents": {"type": "array", "items": {"type": "object", "required": ["agentId", "agentSlug", "name", "cents", "tokensIn", "tokensOut", "turns"], "properties": {
+                    "agentId": {"type": "string"}, "agentSlug": {"type": "string"}, "name": {"type": "string"},
+                    "cents": {"type": "number"}, "tokensIn": {"type": "number"}, "tokensOut": {"type": "number"}, "turns": {"type": "integer"}}}}}}))),
         op!("get" WS, "getWorkspace", "The workspace's name, and the caller's role in it", READ, Body::None, Answer::Json(200, workspace_schema)),
         op!("patch" WS, "renameWorkspace", "Rename the workspace (owners only; the slug stays)", WRITE,
             Body::Json(|| json!({"type": "object", "required": ["name"], "additionalProperties": false, "properties": {"name": {"type": "string"}}})),
@@ -827,6 +833,17 @@ pub static TASK_EVENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+/// The query parameters of `usageByAgent`.
+fn usage_query(op_id: &str) -> Vec<Value> {
+    if op_id != "usageByAgent" {
+        return Vec::new();
+    }
+    vec![
+        json!({"name": "from", "in": "query", "required": true, "description": "Start of the window (RFC 3339)", "schema": {"type": "string", "format": "date-time"}}),
+        json!({"name": "to", "in": "query", "required": false, "description": "End of the window (RFC 3339; default now)", "schema": {"type": "string", "format": "date-time"}}),
+    ]
+}
+
 /// The query parameters of the Task events API's reads (the Sessions API's come from its seed).
 fn task_query(op_id: &str) -> Vec<Value> {
     let q = |name: &str, schema: Value, what: &str| json!({"name": name, "in": "query", "required": false, "description": what, "schema": schema});
@@ -1144,6 +1161,7 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
     }
     if let Some(p) = o["parameters"].as_array_mut() {
         p.extend(task_query(op.id));
+        p.extend(usage_query(op.id));
     }
     if matches!(op.answer, Answer::Events | Answer::HastEvents)
         && let Some(p) = o["parameters"].as_array_mut()

@@ -46,6 +46,7 @@ pub mod sessions;
 pub mod sql;
 pub mod submit;
 pub mod turns;
+pub mod usage;
 pub mod webhooks;
 mod writer;
 pub mod writes;
