@@ -607,3 +607,60 @@ fn usage_sums_each_agents_turns_in_the_window() {
     );
     assert_eq!(st, 404);
 }
+
+#[test]
+fn the_cli_makes_expiring_keys_the_route_lists() {
+    let s = Server::start();
+    let expires = rfc3339_in(3_600_000);
+    let key = common::cli(
+        &s.data_dir,
+        &[
+            "token",
+            "create",
+            "--user",
+            common::OWNER_EMAIL,
+            "--scope",
+            "sessions:read",
+            "--name",
+            "cli-expiring",
+            "--expires",
+            &expires,
+        ],
+        None,
+    );
+    let (st, _) = send(&client(&key), "GET", &s.sessions_url(""), None);
+    assert_eq!(st, 200);
+    let listed = keys(&s);
+    let row = listed
+        .as_array()
+        .expect("keys")
+        .iter()
+        .find(|k| k["name"] == "cli-expiring")
+        .cloned()
+        .expect("listed");
+    assert!(row["expiresAt"].is_string(), "{row}");
+    // A past time is refused and makes no key.
+    let before = key_ids(&s);
+    let mut cmd = common::sessiond_command();
+    cmd.args([
+        "token",
+        "create",
+        "--user",
+        common::OWNER_EMAIL,
+        "--scope",
+        "sessions",
+        "--expires",
+        "2001-01-01T00:00:00Z",
+        "--data-dir",
+    ])
+    .arg(&s.data_dir)
+    .args(common::database_args(&s.data_dir));
+    let out = common::run_bounded(cmd, Duration::from_secs(60));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--expires"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(key_ids(&s), before);
+}

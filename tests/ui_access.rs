@@ -549,7 +549,48 @@ fn the_overview_shows_running_asking_and_cost() {
     assert_eq!(s.wait_terminal(&done, 1)["event"]["type"], "complete");
     let asking = s.create_prompt("/ask Deploy now? | yes | no");
     let running = s.create_prompt("/slow 400\n/stream 400");
+    // Two schedules of a new agent, one paused: only the active one is due.
+    let (st, agent) = s.post(
+        &s.url("/v1/ws/default/agents"),
+        &json!({"slug": "reporter", "name": "Reporter"}),
+    );
+    assert_eq!(st, 201, "{agent}");
+    let agent_id = agent["id"].as_str().expect("id").to_owned();
+    for (name, paused) in [("nightly-report", false), ("paused-digest", true)] {
+        let (st, v) = s.post(
+            &s.url(&format!("/agentex/agents/{agent_id}/schedules")),
+            &json!({
+                "name": name,
+                "cron_expression": "0 3 * * *",
+                "timezone": "UTC",
+                "initial_input": {"content": "Write the report", "author": "user", "type": "text"},
+            }),
+        );
+        assert_eq!(st, 200, "{v}");
+        if paused {
+            let id = v["id"].as_str().expect("id");
+            let (st, v) = s.post(
+                &s.url(&format!("/agentex/agents/{agent_id}/schedules/{id}/pause")),
+                &json!({}),
+            );
+            assert_eq!(st, 200, "{v}");
+        }
+    }
     login(&b, &s);
+    wait_text(
+        &b,
+        "the due schedule",
+        "#overview-schedules",
+        "nightly-report",
+    );
+    assert_eq!(
+        b.exec(
+            "return document.querySelector('#overview-schedules').textContent.includes('paused-digest');",
+            &[]
+        ),
+        false,
+        "a paused schedule is not due"
+    );
     b.find(&format!("#overview-attention [data-id='{asking}']"));
     b.find(&format!("#overview-running [data-id='{running}']"));
     // The root agent's spending, as /usage counts it.
