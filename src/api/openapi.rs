@@ -1440,7 +1440,7 @@ mod tests {
         let patterns = registered_patterns(&seen.borrow());
         assert!(patterns.len() > 30, "{patterns:?}");
         // The web UI's pages are not an API.
-        const UI: [&str; 4] = ["/", "/setup", "/login", "/ui/{path:.*}"];
+        const UI: [&str; 5] = ["/", "/setup", "/login", "/reset", "/ui/{path:.*}"];
         let mut registered = BTreeSet::new();
         for pattern in patterns.iter().filter(|p| !UI.contains(&p.as_str())) {
             // A request with a method no route has: the resource answers 405 with what it allows.
