@@ -2569,7 +2569,8 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
                 &ws.id,
                 sessiond::store::identity::FirstRole::Given(sessiond::store::identity::Role::Owner),
             )?;
-            let (key, row) = sessiond::auth::mint_key("bench", &ws.id, &["sessions".to_owned()])?;
+            let (key, row) =
+                sessiond::auth::mint_key("bench", &ws.id, &["sessions".to_owned()], None)?;
             store.identity().insert_user_key_blocking(&user, row)?;
             Ok((user, ws.id, key.key))
         })

@@ -189,6 +189,9 @@ enum TokenAction {
         /// A label to recognise the key by in `token list`.
         #[arg(long, default_value = "cli")]
         name: String,
+        /// When the key stops working by itself (RFC 3339, in the future) [default: never].
+        #[arg(long, value_name = "TIME")]
+        expires: Option<String>,
     },
     /// List API keys (never their secrets).
     List,
@@ -715,7 +718,13 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                 workspace,
                 scopes: list,
                 name,
+                expires,
             }) => {
+                let expires_at = expires
+                    .as_deref()
+                    .map(crate::access::parse_expiry)
+                    .transpose()
+                    .map_err(|e| format!("--expires: {e}"))?;
                 let ws = workspace_id(&store, workspace)?;
                 let scopes = scopes(list, workspace)?;
                 let email = user.trim().to_lowercase();
@@ -731,8 +740,8 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                 if !member {
                     return Err(format!("{email} is not a member of workspace {workspace}"));
                 }
-                let (key, row) =
-                    crate::auth::mint_key(name, &ws, &scopes).map_err(|e| e.to_string())?;
+                let (key, row) = crate::auth::mint_key(name, &ws, &scopes, expires_at)
+                    .map_err(|e| e.to_string())?;
                 store
                     .identity()
                     .insert_user_key_blocking(&u.id, row)
@@ -747,10 +756,17 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
                 {
                     let owner = k
                         .app_id
+                        .as_ref()
                         .map(|a| format!("app:{a}"))
-                        .or(k.user_id.map(|u| format!("user:{u}")))
+                        .or(k.user_id.as_ref().map(|u| format!("user:{u}")))
                         .unwrap_or_default();
-                    let state = if k.revoked { "revoked" } else { "active" };
+                    let state = if k.revoked {
+                        "revoked"
+                    } else if k.expired(crate::clock::now_ms()) {
+                        "expired"
+                    } else {
+                        "active"
+                    };
                     let last = k
                         .last_used_at
                         .map(crate::clock::rfc3339)
@@ -785,7 +801,7 @@ fn identity_command(cfg: &Config, action: IdentityAction<'_>) -> Result<(), Stri
             }) => {
                 let ws = workspace_id(&store, workspace)?;
                 let scopes = scopes(list, workspace)?;
-                let (key, row) = crate::auth::mint_key(&format!("app {name}"), &ws, &scopes)
+                let (key, row) = crate::auth::mint_key(&format!("app {name}"), &ws, &scopes, None)
                     .map_err(|e| e.to_string())?;
                 store
                     .identity()

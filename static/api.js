@@ -21,8 +21,7 @@ export function onUnauthorized(fn) {
 }
 
 export async function request(method, path, body, opts = {}) {
-  const init = { method, credentials: 'same-origin', cache: 'no-store', headers: {}, signal: opts.signal, keepalive: Boolean(opts.keepalive) };
-  Object.assign(init.headers, opts.headers || {});
+  const init = { method, credentials: 'same-origin', cache: 'no-store', headers: { ...opts.headers }, signal: opts.signal, keepalive: Boolean(opts.keepalive) };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);

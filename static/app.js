@@ -9,6 +9,9 @@ import { sessionView } from './session.js';
 import { agentsView, agentView } from './agents.js';
 import { webhooksView } from './webhooks.js';
 import { newSessionView } from './newsession.js';
+import { accessView, isOwner } from './access.js';
+import { overviewView } from './overview.js';
+import { resetPage } from './reset.js';
 
 const app = document.getElementById('app');
 const THEMES = ['system', 'light', 'dark'];
@@ -70,6 +73,8 @@ function themeButton() {
 
 async function boot() {
   clear(app).append(h('div', { class: 'boot', role: 'status', 'aria-label': 'Loading sessiond' }, h('div', { class: 'spinner' })));
+  // A password link is for whoever holds it, signed in here or not.
+  if (location.pathname === '/reset') return showSignIn();
   let me;
   try {
     me = await api.get('/auth/me', { quiet401: true });
@@ -93,6 +98,18 @@ async function showSignIn(notice) {
     history.replaceState(null, '', `/${next.startsWith('#/') ? next : ''}`);
     startApp(me);
   };
+  if (location.pathname === '/reset') {
+    const token = decodeURIComponent(location.hash.replace(/^#/, ''));
+    document.title = 'Choose a password · sessiond';
+    clear(app).append(resetPage({
+      token,
+      onDone: (notice) => {
+        history.replaceState(null, '', '/login');
+        showSignIn(notice);
+      },
+    }));
+    return;
+  }
   if (location.pathname === '/setup') {
     const token = decodeURIComponent(location.hash.replace(/^#/, ''));
     document.title = 'Set up · sessiond';
@@ -165,7 +182,7 @@ function buildShell() {
   const wsSelect = h('select', { class: 'select ws-select', 'aria-label': 'Workspace', id: 'ws-select' },
     state.me.workspaces.map((w) => h('option', { value: w.slug, text: w.slug })));
   wsSelect.addEventListener('change', () => {
-    location.hash = wsHref(wsSelect.value, '/sessions');
+    location.hash = wsHref(wsSelect.value, '/overview');
   });
   const nav = h('nav', { class: 'nav', 'aria-label': 'Main' });
   const agentNav = h('div', { class: 'nav-agents' });
@@ -220,10 +237,13 @@ function renderNav(routeName, slug) {
   wsSelect.value = state.ws;
   newBtn.href = wsHref(state.ws, '/new');
   const item = (href, ic, label, active) => h('a', { class: `nav-item${active ? ' active' : ''}`, href, 'aria-current': active ? 'page' : null }, icon(ic), h('span', { text: label }));
-  nav.replaceChildren(
+  nav.replaceChildren(...[
+    item(wsHref(state.ws, '/overview'), 'layers', 'Overview', routeName === 'overview'),
     item(wsHref(state.ws, '/sessions'), 'inbox', 'Sessions', routeName === 'list' || routeName === 'session'),
     item(wsHref(state.ws, '/agents'), 'bot', 'All agents', routeName === 'agents'),
-    item(wsHref(state.ws, '/webhooks'), 'send', 'Webhooks', routeName === 'webhooks'));
+    item(wsHref(state.ws, '/webhooks'), 'send', 'Webhooks', routeName === 'webhooks'),
+    isOwner(state.me, state.ws) && item(wsHref(state.ws, '/access/keys'), 'user', 'Access', routeName === 'access'),
+  ].filter(Boolean));
   agentNav.replaceChildren(...state.agents.map((a) => item(wsHref(state.ws, `/agents/${encodeURIComponent(a.slug)}`), 'message', a.name, routeName === 'agent' && slug === a.slug)));
 }
 
@@ -266,7 +286,7 @@ async function route() {
   const { parts, params } = parseHash();
   const spaces = state.me.workspaces.map((w) => w.slug);
   if (parts[0] !== 'w' || !spaces.includes(parts[1])) {
-    history.replaceState(null, '', `/${wsHref(preferredWs(), '/sessions')}`);
+    history.replaceState(null, '', `/${wsHref(preferredWs(), '/overview')}`);
     return route();
   }
   const ws = parts[1];
@@ -289,6 +309,8 @@ async function route() {
   else if (rest[0] === 'agents') name = 'agents';
   else if (rest[0] === 'new') name = 'new';
   else if (rest[0] === 'webhooks') name = 'webhooks';
+  else if (rest[0] === 'overview') name = 'overview';
+  else if (rest[0] === 'access') [name, arg] = ['access', rest[1] || 'keys'];
   else if (rest[0] !== 'sessions' && rest.length) {
     history.replaceState(null, '', `/${wsHref(ws, '/sessions')}`);
   }
@@ -302,9 +324,11 @@ async function route() {
     agent: () => agentView(ctx, arg),
     new: () => newSessionView(ctx, params),
     webhooks: () => webhooksView(ctx),
+    overview: () => overviewView(ctx),
+    access: () => accessView(ctx, arg),
   }[name]();
   state.view = view;
-  const titles = { list: 'Sessions', agents: 'Agents', new: 'New session', webhooks: 'Webhooks' };
+  const titles = { list: 'Sessions', agents: 'Agents', new: 'New session', webhooks: 'Webhooks', overview: 'Overview', access: 'Access' };
   document.title = titles[name] ? `${titles[name]} · sessiond` : 'sessiond';
   const main = state.shell.main;
   main.className = `main main-${name}`;
@@ -328,6 +352,13 @@ function makeCtx() {
       await loadAgents();
       renderNav('agents');
       return state.agents;
+    },
+    reloadMe: async () => {
+      state.me = await api.get('/auth/me');
+      const { wsSelect } = state.shell;
+      wsSelect.replaceChildren(...state.me.workspaces.map((w) => h('option', { value: w.slug, text: w.slug })));
+      wsSelect.value = state.ws;
+      return state.me;
     },
     rememberCreated: (id, res) => state.created.set(id, res),
     takeCreated: (id) => {

@@ -103,7 +103,7 @@ export function setupPage({ token, status, onSignedIn, onLogin }) {
   });
   const card = h('div', { class: 'auth-card' },
     h('h1', { text: 'Welcome to sessiond' }),
-    h('p', { class: 'muted', text: 'Create the owner account. You can add more people later from the command line.' }),
+    h('p', { class: 'muted', text: 'Create the owner account. You can add more people later under Access, or from the command line.' }),
     !token && h('div', { class: 'callout callout-error' }, icon('alert'), h('div', { class: 'callout-text', text: 'The setup token is missing from this link. Use the full link printed by sessiond.' })),
     form);
   setTimeout(() => email.focus(), 0);

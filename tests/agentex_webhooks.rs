@@ -903,7 +903,8 @@ fn deployments_made_before_the_history_get_their_rows() {
     // The database as it was before migration 0016, which the restart applies again: every
     // migration from 0016 on is undone, the newest first (a new migration adds its undo here).
     s.stop();
-    let undo = "DROP TABLE webhook_attempts; DROP TABLE webhook_deliveries; \
+    let undo = "DROP TABLE password_resets; ALTER TABLE api_keys DROP COLUMN expires_at; \
+                DROP TABLE webhook_attempts; DROP TABLE webhook_deliveries; \
                 DROP TABLE webhook_subscriptions; \
                 DROP TABLE retention_policies; ALTER TABLE sessions DROP COLUMN pinned; \
                 DROP TABLE agentex_deployment_history; DROP TABLE agentex_webhook_triggers; \

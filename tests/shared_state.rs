@@ -660,7 +660,7 @@ mod on_postgresql {
             .unwrap();
         let mut keys = Vec::new();
         for i in 0..70 {
-            let (_, row) = sessiond::auth::mint_key("k", &ws, &["sessions".into()]).unwrap();
+            let (_, row) = sessiond::auth::mint_key("k", &ws, &["sessions".into()], None).unwrap();
             keys.push(row.id.clone());
             a.identity().insert_user_key_blocking(&user, row).unwrap();
             if i % 3 == 0 {

@@ -124,12 +124,22 @@ fn main() -> std::process::ExitCode {
     libtest_mimic::run(&args, trials).exit_code()
 }
 
-/// Signs in through the login page and waits for the sessions list.
+/// Signs in through the login page (which lands on the overview) and opens the sessions list.
 fn login(b: &Browser, s: &Server) {
     b.goto(&s.url("/login"));
     b.type_into("#login-email", OWNER_EMAIL);
     b.type_into("#login-password", OWNER_PASSWORD);
     b.click_css(".auth-form button[type=submit]");
+    to_sessions(b);
+}
+
+/// From the overview (where signing in lands) to the sessions list.
+fn to_sessions(b: &Browser) {
+    b.find(".overview-view");
+    b.exec(
+        "location.hash = arguments[0];",
+        &[json!(format!("#/w/{WS}/sessions"))],
+    );
     b.find(".list-view");
 }
 
@@ -297,7 +307,7 @@ fn setup_then_logout_and_login() {
     b.type_into("#setup-password", "a-long-password-1");
     b.type_into("#setup-confirm", "a-long-password-1");
     b.click_css(".auth-form button[type=submit]");
-    b.find(".list-view");
+    to_sessions(&b);
     b.wait_js(
         "the empty state",
         "return document.querySelector('.list-wrap .empty-state:not([hidden]) h2')?.textContent === 'No sessions yet';",
@@ -323,7 +333,7 @@ fn setup_then_logout_and_login() {
     b.exec("document.querySelector('#login-password').value = '';", &[]);
     b.type_into("#login-password", "a-long-password-1");
     b.click_css(".auth-form button[type=submit]");
-    b.find(".list-view");
+    b.find(".overview-view");
     let me = b.exec(
         "return document.querySelector('.user-email').textContent;",
         &[],
@@ -332,7 +342,7 @@ fn setup_then_logout_and_login() {
 
     // The setup link is spent.
     b.goto(&s.setup_url);
-    b.find(".list-view");
+    b.find(".overview-view");
     b.click_css("button[aria-label='Sign out']");
     b.find("#login-email");
     b.goto(&s.setup_url);

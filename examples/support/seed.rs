@@ -39,7 +39,7 @@ pub fn owner(store: &Store) -> Result<Owner, String> {
         )
         .map_err(e)?;
     let (key, row) =
-        sessiond::auth::mint_key("bench", &workspace, &["sessions".to_owned()]).map_err(e)?;
+        sessiond::auth::mint_key("bench", &workspace, &["sessions".to_owned()], None).map_err(e)?;
     store
         .identity()
         .insert_user_key_blocking(&user, row)

@@ -3,6 +3,7 @@
 mod agent_key;
 mod agentex;
 mod agents;
+mod apps;
 mod archives;
 mod auth;
 pub mod body;
@@ -11,8 +12,11 @@ pub mod context;
 mod error;
 mod events;
 mod fork;
+mod keys;
 pub mod middleware;
 pub mod openapi;
+mod password_reset;
+mod people;
 mod retention;
 pub mod schema;
 mod session_state;
@@ -20,8 +24,10 @@ mod sessions;
 pub mod stream;
 mod ui;
 mod uploads;
+mod usage;
 mod v2;
 mod webhooks;
+mod workspaces;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Resource, web};
@@ -118,7 +124,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(at("/login", "POST").route(web::post().to(auth::login)))
             .service(at("/logout", "POST").route(web::post().to(auth::logout)))
             .service(at("/me", "GET").route(web::get().to(auth::me)))
-            .service(at("/status", "GET").route(web::get().to(auth::status))),
+            .service(at("/status", "GET").route(web::get().to(auth::status)))
+            .service(at("/password-reset", "POST").route(web::post().to(password_reset::reset))),
     );
     // Literal segments (`activity`, `attachments`, `wait`) are registered before `{sessionId}`.
     cfg.service(
@@ -221,6 +228,40 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         at("/v1/ws/{workspaceSlug}/retention/preview", "GET")
             .route(web::get().to(retention::preview)),
     );
+    cfg.service(
+        web::scope("/v1/ws/{workspaceSlug}/keys")
+            .service(
+                at("", "GET, POST")
+                    .route(web::get().to(keys::list))
+                    .route(web::post().to(keys::create)),
+            )
+            .service(at("/{keyId}", "DELETE").route(web::delete().to(keys::revoke))),
+    );
+    cfg.service(
+        web::scope("/v1/ws/{workspaceSlug}/people")
+            .service(
+                at("", "GET, POST")
+                    .route(web::get().to(keys::people))
+                    .route(web::post().to(people::add)),
+            )
+            .service(
+                at("/{userId}", "PATCH, DELETE")
+                    .route(web::patch().to(people::set_role))
+                    .route(web::delete().to(people::remove)),
+            )
+            .service(
+                at("/{userId}/password-reset", "POST")
+                    .route(web::post().to(people::password_reset)),
+            ),
+    );
+    cfg.service(at("/v1/ws/{workspaceSlug}/usage", "GET").route(web::get().to(usage::by_agent)));
+    cfg.service(at("/v1/ws/{workspaceSlug}/apps", "POST").route(web::post().to(apps::create)));
+    cfg.service(
+        at("/v1/ws/{workspaceSlug}", "GET, PATCH")
+            .route(web::get().to(workspaces::get))
+            .route(web::patch().to(workspaces::rename)),
+    );
+    cfg.service(at("/v1/workspaces", "POST").route(web::post().to(workspaces::create)));
     cfg.configure(v2::routes);
     cfg.configure(webhooks::routes);
     // Upload tokens only: no other credential is accepted on this path.
@@ -239,6 +280,7 @@ pub fn routes_with_ui(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(ui::asset));
     cfg.route("/setup", web::get().to(ui::asset));
     cfg.route("/login", web::get().to(ui::asset));
+    cfg.route("/reset", web::get().to(ui::asset));
     cfg.route("/ui/{path:.*}", web::get().to(ui::asset));
     cfg.default_service(web::route().to(no_route));
 }

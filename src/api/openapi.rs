@@ -184,6 +184,83 @@ pub static AGENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+fn key_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "name", "kind", "workspaceSlug", "scopes", "createdAt", "revoked"],
+        "properties": {
+            "id": {"type": "string"}, "name": {"type": "string"},
+            "kind": {"enum": ["user", "app"]},
+            "userId": {"type": ["string", "null"]}, "appId": {"type": ["string", "null"]},
+            "workspaceSlug": {"type": "string"},
+            "scopes": {"type": "array", "items": {"type": "string"}},
+            "createdAt": {"type": "string"}, "lastUsedAt": {"type": ["string", "null"]},
+            "expiresAt": {"type": ["string", "null"], "description": "When the key stops working by itself; null: never"},
+            "expired": {"type": "boolean"},
+            "revoked": {"type": "boolean"},
+            "key": {"type": "string", "description": "The secret: in the create answer only"}
+        }
+    })
+}
+
+fn new_key_schema() -> Value {
+    json!({"type": "object", "required": ["name", "scopes"], "additionalProperties": false, "properties": {
+        "name": {"type": "string"},
+        "scopes": {"type": "array", "items": {"enum": crate::auth::SCOPES}},
+        "expiresAt": {"type": ["string", "null"], "format": "date-time", "description": "In the future; absent or null: the key never expires"}
+    }})
+}
+
+fn person_schema() -> Value {
+    json!({"type": "object", "required": ["userId", "email", "role"], "properties": {"userId": {"type": "string"}, "email": {"type": "string"}, "role": {"enum": ["owner", "member"]}, "created": {"type": "boolean"}}})
+}
+
+fn workspace_schema() -> Value {
+    json!({"type": "object", "required": ["slug", "name", "role"], "properties": {"slug": {"type": "string"}, "name": {"type": "string"}, "createdAt": {"type": "string"}, "role": {"enum": ["owner", "member", "app"]}}})
+}
+
+/// A workspace's API keys, app keys, people and settings, managed by its owners (members: 403).
+pub static KEYS: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    let p = |rest: &str| -> &'static str { format!("{WS}/keys{rest}").leak() };
+    vec![
+        op!("get" p(""), "listKeys", "The workspace's API keys with their last use (owners only; never a secret)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["keys"], "properties": {"keys": {"type": "array", "items": key_schema()}}}))),
+        op!("post" p(""), "createKey", "Create a personal API key (owners only); the secret is in this answer only", WRITE,
+            Body::Json(new_key_schema),
+            Answer::Json(201, key_schema)),
+        op!("post" format!("{WS}/apps").leak(), "createApp", "Register an app with its first key (owners only); the secret is in this answer only", WRITE,
+            Body::Json(new_key_schema),
+            Answer::Json(201, key_schema)),
+        op!("delete" p("/{keyId}"), "revokeKey", "Revoke a key at once, for new requests and open streams (owners only)", WRITE, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["revoked"], "properties": {"revoked": {"const": true}}}))),
+        op!("get" format!("{WS}/people").leak(), "listPeople", "The workspace's people and their roles (owners only)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["people"], "properties": {"people": {"type": "array", "items": person_schema()}}}))),
+        op!("post" format!("{WS}/people").leak(), "addPerson", "Add a person with a role (owners only); a new address gets an account without a password", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["email", "role"], "additionalProperties": false, "properties": {"email": {"type": "string"}, "role": {"enum": ["owner", "member"]}}})),
+            Answer::Json(201, person_schema)),
+        op!("patch" format!("{WS}/people/{{userId}}").leak(), "setPersonRole", "Change a person's role (owners only; the last owner stays: 409 last_owner)", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["role"], "additionalProperties": false, "properties": {"role": {"enum": ["owner", "member"]}}})),
+            Answer::Json(200, || json!({"type": "object", "required": ["userId", "role"], "properties": {"userId": {"type": "string"}, "role": {"enum": ["owner", "member"]}}}))),
+        op!("delete" format!("{WS}/people/{{userId}}").leak(), "removePerson", "Remove a person and revoke their keys of the workspace (owners only)", WRITE, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["removed"], "properties": {"removed": {"const": true}}}))),
+        op!("post" format!("{WS}/people/{{userId}}/password-reset").leak(), "createPasswordReset", "A one-time link for the person to choose a new password, valid 24 hours (owners only)", WRITE, Body::None,
+            Answer::Json(201, || json!({"type": "object", "required": ["url", "expiresAt"], "properties": {"url": {"type": "string"}, "expiresAt": {"type": "string"}}}))),
+        op!("get" format!("{WS}/usage").leak(), "usageByAgent", "What each agent spent between from and to (RFC 3339; to defaults to now; at most 366 days)", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["from", "to", "agents"], "properties": {
+                "from": {"type": "string"}, "to": {"type": "string"},
+                "agents": {"type": "array", "items": {"type": "object", "required": ["agentId", "agentSlug", "name", "cents", "tokensIn", "tokensOut", "turns"], "properties": {
+                    "agentId": {"type": "string"}, "agentSlug": {"type": "string"}, "name": {"type": "string"},
+                    "cents": {"type": "number"}, "tokensIn": {"type": "number"}, "tokensOut": {"type": "number"}, "turns": {"type": "integer"}}}}}}))),
+        op!("get" WS, "getWorkspace", "The workspace's name, and the caller's role in it", READ, Body::None, Answer::Json(200, workspace_schema)),
+        op!("patch" WS, "renameWorkspace", "Rename the workspace (owners only; the slug stays)", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["name"], "additionalProperties": false, "properties": {"name": {"type": "string"}}})),
+            Answer::Json(200, workspace_schema)),
+        op!("post" "/v1/workspaces", "createWorkspace", "Create a workspace, owned by its maker (a person who owns a workspace already)", WRITE,
+            Body::Json(|| json!({"type": "object", "required": ["slug"], "additionalProperties": false, "properties": {"slug": {"type": "string", "pattern": "^[a-z0-9-]{1,63}$"}, "name": {"type": "string"}}})),
+            Answer::Json(201, workspace_schema)),
+    ]
+});
+
 fn me_schema() -> Value {
     json!({
         "type": "object",
@@ -214,6 +291,9 @@ pub static AUTH: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("post" "/auth/logout", "logout", "Sign out", Access::Public, Body::None,
             Answer::Json(200, || json!({"type": "object", "required": ["ok"], "properties": {"ok": {"const": true}}}))),
         op!("get" "/auth/me", "me", "Who the credential is, and its workspaces", Access::Signed, Body::None, Answer::Json(200, me_schema)),
+        op!("post" "/auth/password-reset", "resetPassword", "Choose a new password with a reset link's token; the person's browser sessions end", Access::Public,
+            Body::Json(|| json!({"type": "object", "required": ["token", "password"], "additionalProperties": false, "properties": {"token": {"type": "string"}, "password": {"type": "string", "minLength": 10}}})),
+            Answer::Json(200, || json!({"type": "object", "required": ["ok"], "properties": {"ok": {"const": true}}}))),
         op!("get" "/auth/status", "authStatus", "Whether first-run setup is still open", Access::Public, Body::None,
             Answer::Json(200, || json!({"type": "object", "required": ["setupRequired"], "properties": {"setupRequired": {"type": "boolean"}}}))),
     ]
@@ -817,6 +897,17 @@ fn with_fork_lineage(mut record: Value) -> Value {
     record
 }
 
+/// The query parameters of `usageByAgent`.
+fn usage_query(op_id: &str) -> Vec<Value> {
+    if op_id != "usageByAgent" {
+        return Vec::new();
+    }
+    vec![
+        json!({"name": "from", "in": "query", "required": true, "description": "Start of the window (RFC 3339)", "schema": {"type": "string", "format": "date-time"}}),
+        json!({"name": "to", "in": "query", "required": false, "description": "End of the window (RFC 3339; default now)", "schema": {"type": "string", "format": "date-time"}}),
+    ]
+}
+
 /// The query parameters of the Task events API's reads (the Sessions API's come from its seed).
 fn task_query(op_id: &str) -> Vec<Value> {
     let q = |name: &str, schema: Value, what: &str| json!({"name": name, "in": "query", "required": false, "description": what, "schema": schema});
@@ -1155,6 +1246,7 @@ pub fn operations() -> Vec<Op> {
         &*SESSIONS,
         &*AGENTS,
         &*WEBHOOKS,
+        &*KEYS,
         &*UPLOADS,
         &*ARCHIVES,
         &*RETENTION,
@@ -1266,6 +1358,7 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
     if let Some(p) = o["parameters"].as_array_mut() {
         p.extend(task_query(op.id));
         p.extend(super::session_state::openapi_params(op.id));
+        p.extend(usage_query(op.id));
     }
     if matches!(op.answer, Answer::Events | Answer::HastEvents)
         && let Some(p) = o["parameters"].as_array_mut()
@@ -1552,7 +1645,7 @@ mod tests {
         let patterns = registered_patterns(&seen.borrow());
         assert!(patterns.len() > 30, "{patterns:?}");
         // The web UI's pages are not an API.
-        const UI: [&str; 4] = ["/", "/setup", "/login", "/ui/{path:.*}"];
+        const UI: [&str; 5] = ["/", "/setup", "/login", "/reset", "/ui/{path:.*}"];
         let mut registered = BTreeSet::new();
         for pattern in patterns.iter().filter(|p| !UI.contains(&p.as_str())) {
             // A request with a method no route has: the resource answers 405 with what it allows.

@@ -23,9 +23,9 @@ fn content_type(path: &str) -> &'static str {
 }
 
 /// Pages of the single-page app that are entered by URL (the app routes the rest by fragment).
-const APP_PAGES: [&str; 3] = ["", "setup", "login"];
+const APP_PAGES: [&str; 4] = ["", "setup", "login", "reset"];
 
-/// Serves the app at `/`, `/setup` and `/login`, and its files under `/ui/...`.
+/// Serves the app at `/`, `/setup`, `/login` and `/reset`, and its files under `/ui/...`.
 pub async fn asset(req: HttpRequest) -> HttpResponse {
     let path = req.path().trim_start_matches('/');
     let path = match path.strip_prefix("ui/") {

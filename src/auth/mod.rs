@@ -245,11 +245,12 @@ fn split_key(key: &str) -> Option<(&str, &str)> {
 }
 
 /// Makes a new key: the text shown once (never stored) and the row that records it (the
-/// secret's hash only).
+/// secret's hash only). `expires_at` (ms since the epoch) ends it by itself; `None`: never.
 pub fn mint_key(
     name: &str,
     workspace_id: &str,
     scopes: &[String],
+    expires_at: Option<i64>,
 ) -> Result<(NewKey, identity::NewKeyRow)> {
     let mut id = [0u8; 12];
     getrandom::fill(&mut id).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
@@ -261,6 +262,7 @@ pub fn mint_key(
         name: name.to_owned(),
         workspace_id: workspace_id.to_owned(),
         scopes: scopes.to_vec(),
+        expires_at,
     };
     Ok((
         NewKey {
@@ -370,6 +372,10 @@ impl Auth {
             (cached, cache.revocations)
         };
         if let Some((row, touch)) = cached {
+            // An expired key is refused at once, whatever the cache says.
+            if row.expired(clock::now_ms()) {
+                return Err(Error::Unauthorized);
+            }
             if touch {
                 self.touch(&row.id);
             }
@@ -386,6 +392,7 @@ impl Auth {
         if !secret::constant_time_eq(row.secret_hash.as_bytes(), hash.as_bytes())
             || row.revoked
             || !row.member
+            || row.expired(clock::now_ms())
         {
             // Whatever was cached under this text is no longer good.
             self.keys
@@ -462,7 +469,7 @@ impl Auth {
             StreamCredential::Key(id) => {
                 matches!(
                     self.store.identity().key_by_id(id).await,
-                    Ok(Some(k)) if !k.revoked && k.member
+                    Ok(Some(k)) if !k.revoked && k.member && !k.expired(clock::now_ms())
                 )
             }
             StreamCredential::Browser(hash) => {
@@ -533,11 +540,19 @@ impl Auth {
     }
 
     /// When a stream's credential stops being valid by itself (ms since the epoch): a browser
-    /// session's expiry; `None` for API keys, which do not expire. A browser session that is gone
-    /// already expires now.
+    /// session's expiry, or an API key's when it has one. A browser session that is gone already
+    /// expires now.
     pub async fn expires_at(&self, cred: &StreamCredential) -> Option<i64> {
-        let StreamCredential::Browser(hash) = cred else {
-            return None;
+        let hash = match cred {
+            StreamCredential::Browser(hash) => hash,
+            StreamCredential::Key(id) => {
+                return match self.store.identity().key_by_id(id).await {
+                    Ok(Some(k)) => k.expires_at,
+                    Ok(None) => Some(clock::now_ms()),
+                    Err(_) => None,
+                };
+            }
+            StreamCredential::None => return None,
         };
         match self.store.identity().browser_session(hash).await {
             Ok(Some((_, expires_at))) => Some(expires_at),

@@ -63,6 +63,16 @@ pub fn default_workspace_slug(conn: &Db, user_id: &str) -> Result<Option<String>
         .optional()?)
 }
 
+/// `(user id, email, role)` of every member of a workspace, by email.
+pub fn members(conn: &Db, workspace_id: &str) -> Result<Vec<(String, String, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT u.id, u.email, m.role FROM memberships m JOIN users u ON u.id = m.user_id
+         WHERE m.workspace_id = ?1 ORDER BY u.email",
+    )?;
+    let rows = stmt.query_map([workspace_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<super::sql::Result<_>>()?)
+}
+
 pub fn is_member(conn: &Db, user_id: &str, workspace_id: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM memberships WHERE user_id = ?1 AND workspace_id = ?2")?
@@ -85,13 +95,23 @@ pub struct KeyRow {
     pub revoked: bool,
     /// For a user key: whether the user is still a member of the key's workspace.
     pub member: bool,
+    /// When the key stops working by itself (ms since the epoch); `None`: never.
+    pub expires_at: Option<i64>,
+}
+
+impl KeyRow {
+    /// Whether the key has expired at `now` (ms).
+    pub fn expired(&self, now: i64) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
 }
 
 const KEY_SELECT: &str =
     "SELECT k.id, k.secret_hash, k.name, k.user_id, k.app_id, k.workspace_id, w.slug,
         k.scopes, k.created_at, k.last_used_at, k.revoked_at IS NOT NULL,
         k.user_id IS NULL OR EXISTS (SELECT 1 FROM memberships m
-            WHERE m.user_id = k.user_id AND m.workspace_id = k.workspace_id)
+            WHERE m.user_id = k.user_id AND m.workspace_id = k.workspace_id),
+        k.expires_at
     FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id";
 
 fn key_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<KeyRow> {
@@ -109,6 +129,7 @@ fn key_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<KeyRow> {
         last_used_at: r.get(9)?,
         revoked: r.get(10)?,
         member: r.get(11)?,
+        expires_at: r.get(12)?,
     })
 }
 
@@ -158,8 +179,8 @@ fn select_ids(
 /// Sizes of the chunks [`select_ids`] asks about.
 const ID_CHUNKS: [usize; 3] = [8, 64, 512];
 
-/// Which of `keys` (ids) are live keys — not revoked, and a user key's user still a member of its
-/// workspace — and which of `browsers` (cookie hashes) are browser sessions not signed out or
+/// Which of `keys` (ids) are live keys — not revoked, not expired, and a user key's user still a
+/// member of its workspace — and which of `browsers` (cookie hashes) are browser sessions not signed out or
 /// expired at `now`.
 pub fn valid_credentials(
     conn: &Db,
@@ -171,10 +192,11 @@ pub fn valid_credentials(
         conn,
         "SELECT k.id FROM api_keys k
          WHERE k.id IN ({ids}) AND k.revoked_at IS NULL
+           AND (k.expires_at IS NULL OR k.expires_at > ?1)
            AND (k.user_id IS NULL OR EXISTS (SELECT 1 FROM memberships m
                 WHERE m.user_id = k.user_id AND m.workspace_id = k.workspace_id))",
-        1,
-        &[],
+        2,
+        &[&now],
         keys,
     )?;
     let browsers = select_ids(
@@ -251,11 +273,12 @@ impl Tx<'_> {
         app_id: Option<&str>,
         workspace_id: &str,
         scopes: &[String],
+        expires_at: Option<i64>,
     ) -> Result<()> {
         self.conn.execute(
-            "INSERT INTO api_keys (id, secret_hash, name, user_id, app_id, workspace_id, scopes, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![id, secret_hash, name, user_id, app_id, workspace_id, serde_json::to_string(scopes).unwrap_or_default(), self.now],
+            "INSERT INTO api_keys (id, secret_hash, name, user_id, app_id, workspace_id, scopes, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![id, secret_hash, name, user_id, app_id, workspace_id, serde_json::to_string(scopes).unwrap_or_default(), self.now, expires_at],
         )?;
         Ok(())
     }
@@ -310,6 +333,8 @@ pub struct NewKeyRow {
     pub name: String,
     pub workspace_id: String,
     pub scopes: Vec<String>,
+    /// When it stops working by itself (ms since the epoch); `None`: never.
+    pub expires_at: Option<i64>,
 }
 
 /// What a new account is made a member with.
@@ -479,6 +504,42 @@ impl IdentityStore<'_> {
             .await
     }
 
+    /// `(user id, email, role)` of a workspace's members.
+    pub async fn members(&self, workspace_id: &str) -> Result<Vec<(String, String, String)>> {
+        let ws = workspace_id.to_owned();
+        self.store.read(move |c| members(c, &ws)).await
+    }
+
+    /// Every key, oldest first (the HTTP listing filters them by workspace).
+    pub async fn keys(&self) -> Result<Vec<KeyRow>> {
+        self.store.read(keys).await
+    }
+
+    /// [`IdentityStore::insert_user_key_blocking`] from async code.
+    pub async fn insert_user_key(&self, user_id: &str, key: NewKeyRow) -> Result<()> {
+        let user = user_id.to_owned();
+        self.store
+            .write(move |tx| {
+                tx.insert_key(
+                    &key.id,
+                    &key.secret_hash,
+                    &key.name,
+                    Some(&user),
+                    None,
+                    &key.workspace_id,
+                    &key.scopes,
+                    key.expires_at,
+                )
+            })
+            .await
+    }
+
+    /// [`IdentityStore::revoke_key_blocking`] from async code.
+    pub async fn revoke_key(&self, id: &str) -> Result<bool> {
+        let id = id.to_owned();
+        self.store.write(move |tx| tx.revoke_key(&id)).await
+    }
+
     pub fn keys_blocking(&self) -> Result<Vec<KeyRow>> {
         self.store.read_blocking(keys)
     }
@@ -495,6 +556,7 @@ impl IdentityStore<'_> {
                 None,
                 &key.workspace_id,
                 &key.scopes,
+                key.expires_at,
             )
         })
     }
@@ -512,6 +574,7 @@ impl IdentityStore<'_> {
                 Some(&app),
                 &key.workspace_id,
                 &key.scopes,
+                key.expires_at,
             )
         })
     }
@@ -616,7 +679,7 @@ mod tests {
                 for i in 0..600 {
                     let id = format!("{i:024}");
                     let user = if i % 7 == 0 { &outsider } else { &member };
-                    tx.insert_key(&id, "h", "k", Some(user), None, &ws, &[])?;
+                    tx.insert_key(&id, "h", "k", Some(user), None, &ws, &[], None)?;
                     if i % 5 == 0 {
                         tx.revoke_key(&id)?;
                     }

@@ -19,6 +19,7 @@
 //! * `read`, `write` and their `_blocking` and `write_one` forms are private to the store: every
 //!   caller outside it names a unit of work by a handle's method (`tests/architecture.rs`).
 
+pub mod access;
 pub mod acp;
 pub mod agentex;
 pub mod archives;
@@ -53,6 +54,7 @@ pub mod sql;
 pub mod submit;
 mod turn_status;
 pub mod turns;
+pub mod usage;
 pub mod webhooks;
 mod writer;
 pub mod writes;
