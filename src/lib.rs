@@ -15,6 +15,7 @@ pub mod engine;
 pub mod error;
 pub mod hast;
 pub mod metrics;
+pub mod outbound;
 pub mod process;
 pub mod projection;
 pub mod request_id;
