@@ -2,4 +2,5 @@
 //! workspace, signed as Standard Webhooks so receivers can verify every delivery. Not to be
 //! confused with `agentex::webhooks`, the inbound triggers that call into sessiond.
 
+pub mod address;
 pub mod signature;
