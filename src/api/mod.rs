@@ -1,5 +1,7 @@
 //! The HTTP surface: routes of every API family, mapped onto thin handlers.
 
+pub(crate) mod a2a;
+mod a2a_stream;
 mod agentex;
 mod agents;
 mod auth;
@@ -106,6 +108,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/readyz", "GET").route(web::get().to(readyz)));
     cfg.service(at("/openapi.json", "GET").route(web::get().to(openapi::serve)));
     agentex::routes(cfg);
+    a2a::routes(cfg);
     cfg.service(
         web::scope("/auth")
             .service(at("/setup", "POST").route(web::post().to(auth::setup)))
