@@ -155,7 +155,8 @@ pub fn read(event: &Value) -> Reading {
         "prompt_submitted" => Reading::Input(s("prompt")),
         "answer_submitted" => Reading::Input(s("answer")),
         "note_submitted" => Reading::Input(None),
-        "turn_started" => Reading::Working,
+        // A step (a tool call, text) is the turn at work: a stream joined mid-turn says so.
+        "turn_started" | "step" => Reading::Working,
         "agent_message" => s("message").map_or(Reading::Nothing, Reading::AgentText),
         "complete" => {
             let state = match s("status").as_deref() {
