@@ -166,6 +166,11 @@ pub struct Policy {
     /// Whether an ACP server on this machine may register without a credential (a request from a
     /// loopback address, into the `default` workspace). Off: registration needs an API key.
     pub acp_register_from_loopback: bool,
+    /// Hosts A2A push notifications may be sent to, as `host` (any port) or `host:port`; `*`
+    /// stands for every host whose addresses are public. Internal addresses (loopback, private,
+    /// link-local) are called only when listed by name or address, never through `*`; the
+    /// address checked is the one connected to. Empty: no push-notification config is taken.
+    pub a2a_push_hosts: Vec<String>,
 }
 
 /// Agent run schedules (`/agentex/agents/{id}/schedules`).

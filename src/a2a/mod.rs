@@ -14,10 +14,14 @@ pub mod error;
 pub mod get_task;
 pub mod list_tasks;
 pub mod message;
+pub mod push;
+pub mod push_config;
+pub mod push_target;
 pub mod send_message;
 pub mod stream;
 pub mod task;
 
+use crate::secret::Sealer;
 use crate::sessions::{Actor, Channel, Sessions};
 use crate::store::AgentRow;
 
@@ -32,6 +36,8 @@ pub struct Server<'a> {
     pub sessions: &'a Sessions,
     pub actor: &'a Actor,
     pub agent: &'a AgentRow,
+    /// Seals and opens push-notification secrets.
+    pub sealer: &'a Sealer,
 }
 
 /// The actor as A2A records it: an API key's requests are `Channel::Protocol` with the key, so

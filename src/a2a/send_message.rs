@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::error::{A2aError, A2aResult, CONTENT_TYPE_NOT_SUPPORTED};
-use super::{Server, message, task};
+use super::{Server, message, push_config, push_target, task};
 use crate::error::Error;
 use crate::sessions::{CreateIn, InputCommon, MessageIn, Submitted};
 use crate::store::SessionRow;
@@ -52,6 +52,16 @@ pub async fn submit(server: &Server<'_>, params: &Value) -> A2aResult<Sent> {
         .get("returnImmediately")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    // A push config sent with the message is checked before anything is written.
+    let push = configuration
+        .get("taskPushNotificationConfig")
+        .filter(|c| !c.is_null());
+    if let Some(push) = push {
+        let url = push.get("url").and_then(Value::as_str).unwrap_or("");
+        push_target::check(url, &server.sessions.config().policy).map_err(|why| {
+            A2aError::invalid_params(format!("configuration.taskPushNotificationConfig.{why}"))
+        })?;
+    }
     let (sessions, actor) = (server.sessions, server.actor);
     let submitted = match &incoming.task_id {
         None => {
@@ -112,6 +122,10 @@ pub async fn submit(server: &Server<'_>, params: &Value) -> A2aResult<Sent> {
         }
     };
     let row = sessions.detail_row(actor, &submitted.key.id).await?;
+    if let Some(push) = push {
+        // Followed from the input on, so the turn it starts is delivered.
+        push_config::put(server, &row, push, submitted.input_seq).await?;
+    }
     Ok(Sent {
         row,
         submitted,

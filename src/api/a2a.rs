@@ -24,10 +24,11 @@ use crate::a2a::error::{
     A2aError, EXTENDED_CARD_NOT_CONFIGURED, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
     VERSION_NOT_SUPPORTED,
 };
-use crate::a2a::{self, Server, card};
+use crate::a2a::{self, Server, card, push_config};
+use crate::agentex::acp::Platform;
 use crate::agents;
 use crate::auth::Capability;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sessions::Actor;
 
 /// The JSON-RPC methods served.
@@ -222,9 +223,15 @@ async fn rpc(
     state: web::Data<AppState>,
     actor: Actor,
     path: web::Path<String>,
+    platform: Option<web::Data<Platform>>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
+    let platform =
+        platform.ok_or_else(|| Error::Internal("the agent platform is not wired".into()))?;
+    let sealer = platform
+        .keys()
+        .sealer(crate::a2a::push_config::SEALING_PURPOSE);
     let agent = agents::get(state.sessions.store(), &actor.workspace_id, &path).await?;
     let bytes =
         body::json_bytes(&req, payload, state.sessions.config().limits.max_body_bytes).await?;
@@ -249,6 +256,7 @@ async fn rpc(
         sessions: &state.sessions,
         actor: &actor,
         agent: &agent,
+        sealer: &sealer,
     };
     let outcome = match call.method.as_str() {
         "SendMessage" => a2a::send_message::send_message(&server, &call.params).await,
@@ -262,13 +270,10 @@ async fn rpc(
             return super::a2a_stream::subscribe(&state, &server, &req, call.id, &call.params)
                 .await;
         }
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => Err(A2aError::new(
-            crate::a2a::error::PUSH_NOT_SUPPORTED,
-            "push notifications are not configured on this server",
-        )),
+        "CreateTaskPushNotificationConfig" => push_config::create(&server, &call.params).await,
+        "GetTaskPushNotificationConfig" => push_config::get(&server, &call.params).await,
+        "ListTaskPushNotificationConfigs" => push_config::list(&server, &call.params).await,
+        "DeleteTaskPushNotificationConfig" => push_config::delete(&server, &call.params).await,
         "GetExtendedAgentCard" => Err(A2aError::new(
             EXTENDED_CARD_NOT_CONFIGURED,
             "this agent has no extended card: its card is the same for every credential",
