@@ -52,6 +52,8 @@
 //!
 //! 1b. The same turns through the agent platform API (`/agentex` `message/send`, non-streaming,
 //!    on tasks of the root agent) at the same levels, as a ratio to section 1's turns per second.
+//! 1c. The same turns through A2A (`POST /a2a/root` `SendMessage` naming its task, answered
+//!    with the task once the turn has ended), as a ratio to section 1's turns per second.
 //!
 //! Section 3b (reconnects with `Last-Event-ID` to a busy session under fan-out) runs alone with
 //! `--reconnects`. `--streams` (sections 3 and 4) and `--turns` (sections 1 and 2 at 64 sessions)
@@ -121,6 +123,9 @@ const TARGET_MEMORY_GROWTH_MIB: f64 = 64.0;
 /// `/agentex` `message/send` turns per second against `/v1` `messages/wait` at the same
 /// concurrency: the agent platform API's layer (JSON-RPC, the turn follower) costs little.
 const TARGET_AGENTEX_RATIO: f64 = 0.8;
+/// A2A `SendMessage` turns per second against `/v1` `messages/wait` at the same concurrency:
+/// within 1.25× of `/v1` (JSON-RPC, the task view read after the turn).
+const TARGET_A2A_RATIO: f64 = 0.8;
 /// Sessions the idle connections are spread over.
 const IDLE_SESSIONS: usize = 100;
 /// Concurrent connection attempts while opening the fan-out subscribers.
@@ -1483,6 +1488,78 @@ async fn open_tasks(ctx: &Ctx, n: usize) -> (String, Vec<String>) {
         match v["result"]["id"].as_str() {
             Some(id) => tasks.push(id.to_owned()),
             None => die("task/create", v),
+        }
+    }
+    (url, tasks)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1c. A2A's SendMessage.
+
+/// One task: A2A `SendMessage` of `/reply ok` naming the task, to `/a2a/root`, back to back,
+/// each answered with the task once the turn it caused has ended.
+async fn a2a_turn_client(
+    http: reqwest::Client,
+    url: String,
+    task_id: String,
+    window: (Instant, Instant),
+) -> ClientTally {
+    let (from, end) = window;
+    let mut t = ClientTally {
+        turns: 0,
+        lat: Vec::new(),
+        errors: 0,
+        first_error: None,
+    };
+    while Instant::now() < end {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
+                "taskId": task_id, "parts": [{"text": "/reply ok"}]},
+            "configuration": {"historyLength": 0}}});
+        let t0 = Instant::now();
+        let result = post_json(&http, &url, &body).await.and_then(|v| {
+            let task = &v["result"]["task"];
+            let done = task["status"]["state"] == "TASK_STATE_COMPLETED";
+            let last = task["artifacts"].as_array().and_then(|a| a.last());
+            if done && last.is_some_and(|a| a["parts"][0]["text"] == "ok") {
+                Ok(())
+            } else {
+                Err(format!("answer: {v}"))
+            }
+        });
+        let t1 = Instant::now();
+        match result {
+            Ok(()) if t1 >= from && t1 <= end => {
+                t.turns += 1;
+                t.lat.push(ms(t1 - t0));
+            }
+            Ok(()) => {}
+            Err(e) => {
+                t.errors += 1;
+                t.first_error.get_or_insert(e);
+            }
+        }
+    }
+    t
+}
+
+/// `n` tasks of the root agent over A2A (a first `SendMessage` each) and the URL to reach them.
+async fn open_a2a_tasks(ctx: &Ctx, n: usize) -> (String, Vec<String>) {
+    let url = format!("{}/a2a/root", ctx.base);
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let v = post_json(
+            &ctx.http,
+            &url,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                "message": {"messageId": uuid::Uuid::new_v4().to_string(),
+                    "parts": [{"text": "/reply ok"}]}}}),
+        )
+        .await
+        .unwrap_or_else(|e| die("SendMessage", e));
+        match v["result"]["task"]["id"].as_str() {
+            Some(id) => tasks.push(id.to_owned()),
+            None => die("SendMessage", v),
         }
     }
     (url, tasks)
@@ -3204,7 +3281,7 @@ fn main() {
         return;
     }
 
-    let (levels, rpc_levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
+    let (levels, rpc_levels, a2a_levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
         let max_n = opts.turn_levels.iter().copied().max().unwrap_or(1);
         let t = Instant::now();
         let sessions = create_sessions(&ctx, max_n.max(opts.sse_sessions)).await;
@@ -3257,6 +3334,7 @@ fn main() {
         );
         let (rpc_url, tasks) = open_tasks(&ctx, max_n).await;
         let mut rpc_levels = Vec::new();
+        let mut a2a_levels = Vec::new();
         for (n, v1) in opts.turn_levels.iter().copied().zip(&levels) {
             let l = measure_level(&ctx, &opts, n, |i, window| {
                 rpc_turn_client(ctx.http.clone(), rpc_url.clone(), tasks[i].clone(), window)
@@ -3277,6 +3355,39 @@ fn main() {
                     .unwrap_or_default()
             );
             rpc_levels.push(l);
+        }
+        println!();
+
+        println!(
+            "== 1c. The same turns through A2A: one client per task looping POST /a2a/root \
+             `SendMessage` naming its task (answered with the task when the turn has ended) =="
+        );
+        let (a2a_url, a2a_tasks) = open_a2a_tasks(&ctx, max_n).await;
+        for (n, v1) in opts.turn_levels.iter().copied().zip(&levels) {
+            let l = measure_level(&ctx, &opts, n, |i, window| {
+                a2a_turn_client(
+                    ctx.http.clone(),
+                    a2a_url.clone(),
+                    a2a_tasks[i].clone(),
+                    window,
+                )
+            })
+            .await;
+            println!(
+                "   {:>3} tasks:    {:>7.0} turns/s ({} turns), SendMessage round trip {}; \
+                 {:.2} of /v1 messages/wait at {n} (section 1); errors {}{}",
+                n,
+                l.rate(),
+                thousands(l.turns),
+                l.lat.line(),
+                l.rate() / v1.rate().max(f64::MIN_POSITIVE),
+                l.errors,
+                l.first_error
+                    .as_deref()
+                    .map(|e| format!(" (first: {e})"))
+                    .unwrap_or_default()
+            );
+            a2a_levels.push(l);
         }
         println!();
 
@@ -3361,7 +3472,14 @@ fn main() {
         println!();
 
         let idle = section_idle(&ctx, &opts, nofile).await;
-        (levels, rpc_levels, [sse1, sse64, sse64p], fan, idle)
+        (
+            levels,
+            rpc_levels,
+            a2a_levels,
+            [sse1, sse64, sse64p],
+            fan,
+            idle,
+        )
     });
     let stopped = server.stop();
     println!("   server stopped ({stopped})");
@@ -3390,6 +3508,14 @@ fn main() {
         }
     }
     rows.extend(levels.iter().map(turns_row));
+    for (l, v1) in a2a_levels.iter().zip(&levels) {
+        rows.push((
+            format!("A2A SendMessage turns/s / /v1 at {}", l.n),
+            format!("{:.2}", l.rate() / v1.rate().max(f64::MIN_POSITIVE)),
+            format!(">= {TARGET_A2A_RATIO}"),
+            yes_no(l.rate() >= TARGET_A2A_RATIO * v1.rate() && l.errors == 0).into(),
+        ));
+    }
     for (l, v1) in rpc_levels.iter().zip(&levels) {
         rows.push((
             format!("/agentex message/send turns/s / /v1 at {}", l.n),

@@ -179,6 +179,11 @@ pub struct Policy {
     /// are called only when listed by name or address, never through `*`. Empty: no webhook
     /// subscription can be made.
     pub webhook_hosts: Vec<String>,
+    /// Hosts A2A push notifications may be sent to, as `host` (any port) or `host:port`; `*`
+    /// stands for every host whose addresses are public. Internal addresses (loopback, private,
+    /// link-local) are called only when listed by name or address, never through `*`; the
+    /// address checked is the one connected to. Empty: no push-notification config is taken.
+    pub a2a_push_hosts: Vec<String>,
 }
 
 /// Whether a `[policy]` host list (`acp_hosts`, `webhook_hosts`) names the URL's host (any port)

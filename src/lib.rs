@@ -2,6 +2,7 @@
 //!
 //! Start with `ARCHITECTURE.md` for the map; each module's doc comment says what it owns.
 
+pub mod a2a;
 pub mod access;
 pub mod agentex;
 pub mod agents;

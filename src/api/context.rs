@@ -137,6 +137,8 @@ fn capability(req: &HttpRequest) -> Capability {
         Capability::FilesWrite
     } else if matches!(*req.method(), Method::GET | Method::HEAD)
         || POSTED_READS.contains(&req.path())
+        // A2A's one JSON-RPC route: its writing methods check `sessions` themselves.
+        || req.path().starts_with("/a2a/")
     {
         Capability::SessionsRead
     } else {

@@ -1,5 +1,7 @@
 //! The HTTP surface: routes of every API family, mapped onto thin handlers.
 
+pub(crate) mod a2a;
+mod a2a_stream;
 mod agent_key;
 mod agentex;
 mod agents;
@@ -118,6 +120,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/readyz", "GET").route(web::get().to(readyz)));
     cfg.service(at("/openapi.json", "GET").route(web::get().to(openapi::serve)));
     agentex::routes(cfg);
+    a2a::routes(cfg);
     cfg.service(
         web::scope("/auth")
             .service(at("/setup", "POST").route(web::post().to(auth::setup)))

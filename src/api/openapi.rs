@@ -57,6 +57,9 @@ pub enum Answer {
     Tar,
     /// A JSON-RPC response (this schema), as one line of JSON, or NDJSON lines when streamed.
     Rpc(fn() -> Value),
+    /// A2A's JSON-RPC response (this schema), or for its streaming methods an SSE stream of
+    /// them.
+    A2aRpc(fn() -> Value),
     /// No body, with this status (204).
     Empty(u16),
     /// 501: an operation of a wire contract that sessiond does not carry out. Tagged
@@ -1239,6 +1242,16 @@ pub static RETENTION: LazyLock<Vec<Op>> = LazyLock::new(|| {
 });
 
 /// Every family's operations, in the document's order.
+/// A2A (`api/a2a.rs`): each agent an A2A server, its card and its JSON-RPC endpoint.
+pub static A2A: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    use crate::api::a2a::{card_schema, cards_schema, rpc_request, rpc_response};
+    vec![
+        op!("get" "/a2a", "a2aCards", "The Agent Cards of the workspace's agents", READ, Body::None, Answer::Json(200, cards_schema)),
+        op!("get" "/a2a/{agentSlug}/.well-known/agent-card.json", "a2aAgentCard", "An agent's A2A Agent Card", READ, Body::None, Answer::Json(200, card_schema)),
+        op!("post" "/a2a/{agentSlug}", "a2aRpc", "A2A 1.0 JSON-RPC: SendMessage, SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask, push-notification configs (reads need sessions:read, the rest sessions)", READ, Body::Json(rpc_request), Answer::A2aRpc(rpc_response)),
+    ]
+});
+
 pub fn operations() -> Vec<Op> {
     [
         &*SERVER,
@@ -1253,6 +1266,7 @@ pub fn operations() -> Vec<Op> {
         &*TASK_EVENTS,
         &*AGENTEX,
         &*AGENTEX_SCHEDULES,
+        &*A2A,
     ]
     .into_iter()
     .flat_map(|ops| ops.iter().copied())
@@ -1464,6 +1478,15 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
             responses.insert(
                 "204".into(),
                 json!({"description": "A notification (`\"jsonrpc\": \"2.0\"` without `id`): carried out, no JSON-RPC response"}),
+            );
+        }
+        Answer::A2aRpc(schema) => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "A JSON-RPC response (A2A's errors too); `SendStreamingMessage` and `SubscribeToTask` answer Server-Sent Events, `id: <seq>` and `data: <JSON-RPC response of a StreamResponse>`", "content": {
+                    "application/json": {"schema": schema()},
+                    "text/event-stream": {"schema": {"type": "string"}}
+                }}),
             );
         }
         Answer::Empty(status) => {

@@ -53,6 +53,11 @@ pub trait Render: 'static {
     fn went_live(&mut self) -> impl Future<Output = Result<Bytes>> {
         async { Ok(Bytes::new()) }
     }
+    /// Whether the stream has said all it means to: checked before every write, so a family
+    /// whose streams end with their subject (an A2A task's turn) ends after its last frame.
+    fn ended(&self) -> bool {
+        false
+    }
 }
 
 /// The resume point: `Last-Event-ID` (what `EventSource` sends on reconnect, to the URL it first
@@ -88,7 +93,9 @@ impl Ends {
     pub fn new(app: &web::Data<AppState>, actor: &Actor, req: &HttpRequest) -> Ends {
         let revocations = app.auth.revocations();
         let credential = match &actor.channel {
-            Channel::ApiKey { key_id } => StreamCredential::Key(key_id.clone()),
+            Channel::ApiKey { key_id } | Channel::Protocol { key_id, .. } => {
+                StreamCredential::Key(key_id.clone())
+            }
             Channel::Browser => req
                 .cookie(auth::COOKIE)
                 .map(|c| StreamCredential::Browser(crate::secret::token_hash(c.value())))
@@ -330,6 +337,9 @@ async fn settled_between(store: &Store, pk: i64, after: u64, upto: u64) -> bool 
 
 async fn next_chunk<R: Render>(mut st: StreamState<R>) -> Option<(Chunk, StreamState<R>)> {
     loop {
+        if st.render.ended() {
+            return None;
+        }
         match st.phase {
             Phase::Done => return None,
             Phase::Backlog => {

@@ -224,7 +224,8 @@ fn retry_after(value: &str) -> Option<u64> {
 async fn send(cfg: &Config, sealer: &Sealer, d: &DueDelivery) -> Result<Answer, String> {
     let w = &cfg.webhooks;
     // The policy of this start decides, not the one the subscription was made under.
-    let dest = destination::check(&d.url, &cfg.policy).map_err(|e| e.to_string())?;
+    let dest = destination::check(&d.url, &cfg.policy, destination::Purpose::Webhook)
+        .map_err(|e| e.to_string())?;
     let addrs = destination::resolve(&dest)
         .await
         .map_err(|e| e.to_string())?;

@@ -1,7 +1,8 @@
-//! Where a webhook may be sent: the URL's form, the operator's `[policy]` `webhook_hosts`, and
-//! the addresses it resolves to. The addresses checked are the ones the delivery connects to
-//! (the client is pinned to them), so a name that resolves to a public address when the
-//! subscription is made and to an internal one later (DNS rebinding) is refused at delivery.
+//! Where sessiond may send a request of its own (an outbound webhook, an A2A push notification):
+//! the URL's form, the operator's `[policy]` host list for that purpose, and the addresses it
+//! resolves to. The addresses checked are the ones the delivery connects to (the client is pinned
+//! to them), so a name that resolves to a public address when the URL is taken and to an internal
+//! one later (DNS rebinding) is refused at delivery.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -11,8 +12,42 @@ use super::address::is_internal;
 use crate::config::{Policy, host_listed};
 use crate::error::{Error, Result};
 
-/// Longest URL a subscription may have.
+/// Longest URL a subscription or push config may have.
 pub const URL_MAX_CHARS: usize = 2048;
+
+/// What a request is sent for, which decides the `[policy]` list that allows its host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// An outbound webhook subscription's delivery: `webhook_hosts`.
+    Webhook,
+    /// An A2A push notification: `a2a_push_hosts`.
+    A2aPush,
+}
+
+impl Purpose {
+    fn hosts(self, policy: &Policy) -> &[String] {
+        match self {
+            Purpose::Webhook => &policy.webhook_hosts,
+            Purpose::A2aPush => &policy.a2a_push_hosts,
+        }
+    }
+
+    /// The setting's name in the config file, for errors.
+    fn setting(self) -> &'static str {
+        match self {
+            Purpose::Webhook => "policy.webhook_hosts",
+            Purpose::A2aPush => "policy.a2a_push_hosts",
+        }
+    }
+
+    /// What is sent, for errors.
+    fn sent(self) -> &'static str {
+        match self {
+            Purpose::Webhook => "webhooks",
+            Purpose::A2aPush => "push notifications",
+        }
+    }
+}
 
 /// A checked URL and whether the operator lists its host by name or address (which lets it be
 /// internal), as opposed to allowing it through `*`.
@@ -22,11 +57,12 @@ pub struct Destination {
     pub host: String,
     pub port: u16,
     pub listed: bool,
+    pub purpose: Purpose,
 }
 
-/// Checks a subscription's URL against its form and the policy (not its addresses: see
+/// Checks a URL against its form and the policy of its purpose (not its addresses: see
 /// [`resolve`]). The error names the field and the setting that decides it.
-pub fn check(raw: &str, policy: &Policy) -> Result<Destination> {
+pub fn check(raw: &str, policy: &Policy, purpose: Purpose) -> Result<Destination> {
     let bad = |why: &str| Error::invalid(format!("url: {why}"));
     if raw.chars().count() > URL_MAX_CHARS || raw.chars().any(|c| c.is_control()) {
         return Err(bad(&format!(
@@ -50,22 +86,25 @@ pub fn check(raw: &str, policy: &Policy) -> Result<Destination> {
     let port = url
         .port_or_known_default()
         .ok_or_else(|| bad("has no port"))?;
-    let listed = host_listed(&policy.webhook_hosts, raw);
-    let wildcard = policy.webhook_hosts.iter().any(|e| e.trim() == "*");
+    let hosts = purpose.hosts(policy);
+    let listed = host_listed(hosts, raw);
+    let wildcard = hosts.iter().any(|e| e.trim() == "*");
     if !listed && !wildcard {
         return Err(bad(&format!(
-            "this server does not send webhooks to {host}:{port} (policy.webhook_hosts in its \
-             config file)"
+            "this server does not send {} to {host}:{port} ({} in its config file)",
+            purpose.sent(),
+            purpose.setting()
         )));
     }
     if !listed && let Some(ip) = literal_ip(&host) {
-        check_public(ip, &host)?;
+        check_public(ip, &host, purpose)?;
     }
     Ok(Destination {
         url,
         host,
         port,
         listed,
+        purpose,
     })
 }
 
@@ -77,11 +116,13 @@ fn literal_ip(host: &str) -> Option<IpAddr> {
         .ok()
 }
 
-fn check_public(ip: IpAddr, host: &str) -> Result<()> {
+fn check_public(ip: IpAddr, host: &str, purpose: Purpose) -> Result<()> {
     if is_internal(ip) {
         return Err(Error::invalid(format!(
             "url: {host} is an internal address ({ip}: loopback, private or link-local), which \
-             webhooks reach only when policy.webhook_hosts lists it"
+             {} reach only when {} lists it",
+            purpose.sent(),
+            purpose.setting()
         )));
     }
     Ok(())
@@ -106,7 +147,7 @@ pub async fn resolve(d: &Destination) -> Result<Vec<SocketAddr>> {
     }
     if !d.listed {
         for a in &addrs {
-            check_public(a.ip(), &d.host)?;
+            check_public(a.ip(), &d.host, d.purpose)?;
         }
     }
     Ok(addrs)
@@ -121,6 +162,28 @@ mod tests {
             webhook_hosts: hosts.iter().map(|h| h.to_string()).collect(),
             ..Policy::default()
         }
+    }
+
+    fn check(raw: &str, policy: &Policy) -> Result<Destination> {
+        super::check(raw, policy, Purpose::Webhook)
+    }
+
+    #[test]
+    fn each_purpose_is_allowed_by_its_own_list() {
+        let push = Policy {
+            a2a_push_hosts: vec!["push.example.com".into()],
+            ..Policy::default()
+        };
+        assert!(super::check("https://push.example.com/", &push, Purpose::A2aPush).is_ok());
+        let e = super::check("https://push.example.com/", &push, Purpose::Webhook).unwrap_err();
+        assert!(e.to_string().contains("policy.webhook_hosts"), "{e}");
+        let e = super::check(
+            "https://hooks.example.com/",
+            &policy(&["hooks.example.com"]),
+            Purpose::A2aPush,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("policy.a2a_push_hosts"), "{e}");
     }
 
     #[test]

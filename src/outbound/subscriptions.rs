@@ -70,7 +70,7 @@ fn description(d: String) -> Result<String> {
 /// The URL, checked against the policy and, for a name, what it resolves to now (it is checked
 /// again at every delivery).
 async fn url(raw: &str, cfg: &Config) -> Result<String> {
-    let d = destination::check(raw, &cfg.policy)?;
+    let d = destination::check(raw, &cfg.policy, destination::Purpose::Webhook)?;
     if !d.listed {
         destination::resolve(&d).await?;
     }

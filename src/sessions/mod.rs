@@ -76,6 +76,13 @@ pub enum Channel {
     /// A signed webhook delivery (GitHub, Slack) to a trigger of the agent, acting as the
     /// trigger's creator. Its session's record says where the delivery came from.
     Webhook(Box<WebhookOrigin>),
+    /// An open agent protocol spoken with an API key (`a2a`): the session's `source` names the
+    /// protocol, its attribution the key, so a session started there is told apart on every
+    /// family while being the same session.
+    Protocol {
+        protocol: &'static str,
+        key_id: String,
+    },
 }
 
 /// What a Session record shows of the webhook delivery that started it (seed 004's provenance:
@@ -833,6 +840,8 @@ fn provenance(actor: &Actor) -> (&'static str, Option<&'static str>, Option<&str
         // A registered agent calling back with the key it was issued.
         Channel::Agent { agent_id } => ("api", Some("api_key"), Some(agent_id)),
         Channel::Loopback => ("api", None, Some(&actor.user_id)),
+        // An extension of the seed's `source` values: the protocol's own name (README).
+        Channel::Protocol { protocol, key_id } => (protocol, Some("api_key"), Some(key_id)),
         // A GitHub or Slack event: the seed's trigger for sessions an account's activity
         // starts is `mention` (the event itself is `webhook_type`).
         Channel::Webhook(origin) => match &origin.attribution {

@@ -19,6 +19,7 @@
 //! * `read`, `write` and their `_blocking` and `write_one` forms are private to the store: every
 //!   caller outside it names a unit of work by a handle's method (`tests/architecture.rs`).
 
+pub mod a2a_push;
 pub mod access;
 pub mod acp;
 pub mod agentex;
