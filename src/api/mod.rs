@@ -8,6 +8,7 @@ pub mod connection;
 pub mod context;
 mod error;
 mod events;
+mod mcp;
 pub mod middleware;
 pub mod openapi;
 pub mod schema;
@@ -106,6 +107,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/readyz", "GET").route(web::get().to(readyz)));
     cfg.service(at("/openapi.json", "GET").route(web::get().to(openapi::serve)));
     agentex::routes(cfg);
+    mcp::routes(cfg);
     cfg.service(
         web::scope("/auth")
             .service(at("/setup", "POST").route(web::post().to(auth::setup)))

@@ -72,6 +72,9 @@ pub enum Channel {
     /// A signed webhook delivery (GitHub, Slack) to a trigger of the agent, acting as the
     /// trigger's creator. Its session's record says where the delivery came from.
     Webhook(Box<WebhookOrigin>),
+    /// A credential (the inner channel) acting through the MCP server at `/mcp`: recorded with
+    /// `source` `mcp` and the inner channel's attribution.
+    Mcp(Box<Channel>),
 }
 
 /// What a Session record shows of the webhook delivery that started it (seed 004's provenance:
@@ -782,16 +785,28 @@ struct Plan {
 
 /// A session's `source` and `attribution` from the way its creator came in.
 fn provenance(actor: &Actor) -> (&'static str, Option<&'static str>, Option<&str>) {
-    match &actor.channel {
+    provenance_of(&actor.channel, &actor.user_id)
+}
+
+/// [`provenance`] of a channel, for the actor `user_id`.
+fn provenance_of<'a>(
+    channel: &'a Channel,
+    user_id: &'a str,
+) -> (&'static str, Option<&'static str>, Option<&'a str>) {
+    match channel {
+        Channel::Mcp(via) => {
+            let (_, kind, id) = provenance_of(via, user_id);
+            ("mcp", kind, id)
+        }
         Channel::ApiKey { key_id } => ("api", Some("api_key"), Some(key_id)),
-        Channel::Browser => ("react", None, Some(&actor.user_id)),
-        Channel::Cli => ("cli", None, Some(&actor.user_id)),
-        Channel::Schedule => ("cron", None, Some(&actor.user_id)),
+        Channel::Browser => ("react", None, Some(user_id)),
+        Channel::Cli => ("cli", None, Some(user_id)),
+        Channel::Schedule => ("cron", None, Some(user_id)),
         // A session started by another session's tools: programmatic, on its owner's behalf.
-        Channel::Runner => ("api", None, Some(&actor.user_id)),
+        Channel::Runner => ("api", None, Some(user_id)),
         // A registered agent calling back with the key it was issued.
         Channel::Agent { agent_id } => ("api", Some("api_key"), Some(agent_id)),
-        Channel::Loopback => ("api", None, Some(&actor.user_id)),
+        Channel::Loopback => ("api", None, Some(user_id)),
         // A GitHub or Slack event: the seed's trigger for sessions an account's activity
         // starts is `mention` (the event itself is `webhook_type`).
         Channel::Webhook(origin) => match &origin.attribution {
