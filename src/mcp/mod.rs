@@ -146,10 +146,6 @@ pub async fn request(ctx: &Context<'_>, method: &str, params: &Value) -> Result<
         "resources/read" => resources::read(ctx, params).await,
         "resources/subscribe" => resources::subscribe(ctx, params).await,
         "resources/unsubscribe" => resources::unsubscribe(ctx, params),
-        "initialize" => Err(RpcError::new(
-            rpc::INVALID_REQUEST,
-            "this MCP session is initialized already",
-        )),
         other => Err(RpcError::new(
             METHOD_NOT_FOUND,
             format!("method not found: {other}"),
@@ -157,12 +153,13 @@ pub async fn request(ctx: &Context<'_>, method: &str, params: &Value) -> Result<
     }
 }
 
-/// Whether a request's answer may take a while (a tool that follows a turn): it is then sent as
-/// an SSE stream that carries progress and can be resumed.
+/// Whether a request's answer may take a while (a tool that follows a turn, unless told not to
+/// wait): it is then sent as an SSE stream that carries progress and can be resumed.
 pub fn is_long(method: &str, params: &Value) -> bool {
     method == "tools/call"
         && params
             .get("name")
             .and_then(Value::as_str)
             .is_some_and(tools::follows_turn)
+        && params.pointer("/arguments/wait") != Some(&Value::Bool(false))
 }

@@ -30,6 +30,14 @@ pub async fn follow(ctx: &Context<'_>, sub: &Submitted, wait: bool) -> Result<Va
         Some(_) => ctx.sessions.store().bus().subscribe(&sub.key.id).ok(),
         None => None,
     };
+    if let Some(p) = &ctx.progress {
+        // The first step: the input is recorded (and whether a turn took it at once).
+        p.step(&format!(
+            "input {} {}",
+            sub.input_seq,
+            sub.delivery.as_str()
+        ));
+    }
     let wait = ctx.sessions.wait_for_terminal(&sub.key, sub.input_seq);
     tokio::pin!(wait);
     let outcome = loop {
