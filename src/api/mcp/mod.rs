@@ -23,10 +23,11 @@ use serde_json::Value;
 
 use super::body;
 use super::context::{self, AppState};
-use crate::auth::Capability;
+use crate::auth::{self, Capability, StreamCredential};
 use crate::error::{Error, Result};
 use crate::mcp::rpc::{self, Message, RpcError};
 use crate::mcp::{self as protocol, Caller, Context, McpSession, Progress};
+use crate::sessions::Channel;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -55,6 +56,21 @@ async fn caller(state: &AppState, req: &HttpRequest) -> Result<Caller> {
         .await
         .is_ok();
     Ok(Caller::new(actor, can_write))
+}
+
+/// The credential a stream ends with when it is revoked.
+fn stream_credential(req: &HttpRequest, caller: &Caller) -> StreamCredential {
+    match &caller.actor.channel {
+        Channel::Mcp(via) => match via.as_ref() {
+            Channel::ApiKey { key_id } => StreamCredential::Key(key_id.clone()),
+            Channel::Browser => req
+                .cookie(auth::COOKIE)
+                .map(|c| StreamCredential::Browser(crate::secret::token_hash(c.value())))
+                .unwrap_or(StreamCredential::None),
+            _ => StreamCredential::None,
+        },
+        _ => StreamCredential::None,
+    }
 }
 
 /// A JSON-RPC error as an HTTP answer.
@@ -193,7 +209,10 @@ pub async fn post(
         return Ok(refused);
     }
     if protocol::is_long(&method, &params) && accepts_sse(&req) {
-        return Ok(stream_answer(state, caller, session, id, method, params));
+        let credential = stream_credential(&req, &caller);
+        return Ok(stream_answer(
+            state, credential, caller, session, id, method, params,
+        ));
     }
     let ctx = Context {
         sessions: &state.sessions,
@@ -212,6 +231,7 @@ pub async fn post(
 /// so a client that loses the stream finds everything on it when it resumes.
 fn stream_answer(
     state: web::Data<AppState>,
+    credential: StreamCredential,
     caller: Caller,
     session: Arc<McpSession>,
     id: Value,
@@ -236,7 +256,7 @@ fn stream_answer(
         out.push(answer.to_string());
         out.finish();
     });
-    sse::respond(&state, log, 0, true)
+    sse::respond(&state, credential, log, 0, true)
 }
 
 /// `GET /mcp`: with `Last-Event-ID`, the rest of the stream it names; without, the session's
@@ -269,12 +289,24 @@ pub async fn get(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRes
                 ));
             };
             let log = session.stream(number).ok_or(Error::NotFound)?;
-            Ok(sse::respond(&state, log, after, false))
+            Ok(sse::respond(
+                &state,
+                stream_credential(&req, &caller),
+                log,
+                after,
+                false,
+            ))
         }
         None => {
             let log = session.standalone();
             let newest = log.watch().borrow().0;
-            Ok(sse::respond(&state, log, newest, true))
+            Ok(sse::respond(
+                &state,
+                stream_credential(&req, &caller),
+                log,
+                newest,
+                true,
+            ))
         }
     }
 }

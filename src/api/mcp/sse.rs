@@ -1,6 +1,7 @@
 //! One MCP stream as Server-Sent Events: its kept messages after a point, then each new one as it
 //! is written, each with the id `<stream>-<n>` a resume names; it ends after the stream's last
-//! message, when the client hangs up (the stream's messages stay for a resume), or at shutdown.
+//! message, when the client hangs up (the stream's messages stay for a resume), when the
+//! credential it was opened with is revoked, or at shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +10,10 @@ use actix_web::HttpResponse;
 use actix_web::http::header;
 use actix_web::web::{self, Bytes};
 use futures_util::stream;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::api::context::AppState;
+use crate::auth::{Revoked, StreamCredential, StreamHold};
 use crate::mcp::StreamLog;
 
 /// The reconnection delay a client is told (the SSE `retry` field), in milliseconds.
@@ -27,6 +29,11 @@ struct State {
     /// The priming event (an id with empty data) is still to be sent.
     prime: bool,
     done: bool,
+    credential: StreamCredential,
+    revocations: broadcast::Receiver<Revoked>,
+    app: web::Data<AppState>,
+    /// Keeps the credential on the list the revocation watcher checks while the stream is open.
+    _hold: Option<StreamHold>,
 }
 
 type Chunk = std::result::Result<Bytes, actix_web::Error>;
@@ -34,11 +41,16 @@ type Chunk = std::result::Result<Bytes, actix_web::Error>;
 /// The `200 text/event-stream` answer: messages after `after`, then live ones.
 pub fn respond(
     state: &web::Data<AppState>,
+    credential: StreamCredential,
     log: Arc<StreamLog>,
     after: u64,
     prime: bool,
 ) -> HttpResponse {
     let st = State {
+        revocations: state.auth.revocations(),
+        _hold: state.auth.hold_stream(&credential),
+        credential,
+        app: state.clone(),
         newest: log.watch(),
         log,
         sent: after,
@@ -93,6 +105,16 @@ async fn next(mut st: State) -> Option<(Chunk, State)> {
                 }
             }
             _ = st.closed.changed() => return None,
+            revoked = st.revocations.recv() => match revoked {
+                Ok(r) if st.credential.is_revoked_by(&r) => return None,
+                Ok(_) | Err(broadcast::error::RecvError::Closed) => {}
+                // Missed some: ask about this stream's own credential.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if !st.app.auth.still_valid(&st.credential).await {
+                        return None;
+                    }
+                }
+            },
             () = tokio::time::sleep(st.keepalive) => {
                 return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
             }

@@ -204,3 +204,23 @@ def test_requests_the_server_refuses(server):
     assert raw(server, "POST", "/mcp", old, headers=SSE)[2]["result"]["protocolVersion"] == "2025-06-18"
     new = dict(INIT, params=dict(INIT["params"], protocolVersion="2099-01-01"))
     assert raw(server, "POST", "/mcp", new, headers=SSE)[2]["result"]["protocolVersion"] == "2025-11-25"
+
+
+def test_a_stream_ends_when_its_key_is_revoked(server):
+    name = unique("revoked")
+    key = server.token(["sessions"], name=name)
+    sid = initialize(server, key=key)
+    url = urllib.parse.urlsplit(server.url("/mcp"))
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    conn.request("GET", "/mcp", headers={"Authorization": f"Bearer {key}", "Mcp-Session-Id": sid, **SSE})
+    res = conn.getresponse()
+    assert res.status == 200
+    stream = Events(conn, res)
+    assert stream.next()["data"] == ""  # the priming event
+    key_id = next(line.split("\t")[0] for line in server.cli("token", "list").splitlines() if f"\t{name}\t" in line)
+    server.cli("token", "revoke", key_id)
+    # The stream ends (keep-alive comments are skipped by `next`); a new request is refused.
+    assert stream.next() is None
+    stream.close()
+    status, _, _ = rpc(server, sid, "tools/list", key=key)
+    assert status == 401
