@@ -78,32 +78,39 @@ fn rpc_error(status: StatusCode, id: &Value, e: &RpcError) -> HttpResponse {
     HttpResponse::build(status).json(rpc::error(id, e))
 }
 
-/// The MCP session a request names; the error is the answer (400 without the header, 404 for a
-/// session that is gone or not the caller's, as the transport says).
+/// A request the transport refuses: its status and JSON-RPC error (answered with `id: null`).
+struct Refused(StatusCode, RpcError);
+
+impl Refused {
+    fn answer(self) -> HttpResponse {
+        rpc_error(self.0, &Value::Null, &self.1)
+    }
+}
+
+/// The MCP session a request names (400 without the header, 404 for a session that is gone or
+/// not the caller's, as the transport says).
 fn session_of(
     state: &AppState,
     req: &HttpRequest,
     caller: &Caller,
-) -> std::result::Result<Arc<McpSession>, HttpResponse> {
+) -> std::result::Result<Arc<McpSession>, Refused> {
     let Some(id) = req
         .headers()
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
     else {
-        return Err(rpc_error(
+        return Err(Refused(
             StatusCode::BAD_REQUEST,
-            &Value::Null,
-            &RpcError::new(
+            RpcError::new(
                 rpc::INVALID_REQUEST,
                 "Mcp-Session-Id: missing (send initialize first)",
             ),
         ));
     };
     state.mcp.get(id.trim(), &caller.owner()).ok_or_else(|| {
-        rpc_error(
+        Refused(
             StatusCode::NOT_FOUND,
-            &Value::Null,
-            &RpcError::new(
+            RpcError::new(
                 rpc::INVALID_REQUEST,
                 "MCP session not found: initialize a new one",
             ),
@@ -112,14 +119,13 @@ fn session_of(
 }
 
 /// A request's `MCP-Protocol-Version`, when sent, must be one this server speaks.
-fn check_version(req: &HttpRequest) -> std::result::Result<(), HttpResponse> {
+fn check_version(req: &HttpRequest) -> std::result::Result<(), Refused> {
     match req.headers().get(VERSION_HEADER).map(|v| v.to_str()) {
         None => Ok(()),
         Some(Ok(v)) if protocol::PROTOCOL_VERSIONS.contains(&v.trim()) => Ok(()),
-        Some(_) => Err(rpc_error(
+        Some(_) => Err(Refused(
             StatusCode::BAD_REQUEST,
-            &Value::Null,
-            &RpcError::new(
+            RpcError::new(
                 rpc::INVALID_REQUEST,
                 format!(
                     "MCP-Protocol-Version: unsupported; this server speaks {}",
@@ -179,7 +185,7 @@ pub async fn post(
             if req.headers().contains_key(SESSION_HEADER)
                 && let Err(refused) = session_of(&state, &req, &caller)
             {
-                return Ok(refused);
+                return Ok(refused.answer());
             }
             return Ok(HttpResponse::Accepted().finish());
         }
@@ -203,10 +209,10 @@ pub async fn post(
     }
     let session = match session_of(&state, &req, &caller) {
         Ok(s) => s,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(refused.answer()),
     };
     if let Err(refused) = check_version(&req) {
-        return Ok(refused);
+        return Ok(refused.answer());
     }
     if protocol::is_long(&method, &params) && accepts_sse(&req) {
         let credential = stream_credential(&req, &caller);
@@ -265,10 +271,10 @@ pub async fn get(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRes
     let caller = caller(&state, &req).await?;
     let session = match session_of(&state, &req, &caller) {
         Ok(s) => s,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(refused.answer()),
     };
     if let Err(refused) = check_version(&req) {
-        return Ok(refused);
+        return Ok(refused.answer());
     }
     if !accepts_sse(&req) {
         return Ok(HttpResponse::NotAcceptable().json(serde_json::json!({
