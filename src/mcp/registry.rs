@@ -26,6 +26,8 @@ pub const STREAM_CAP: usize = 10_000;
 pub const STANDALONE_CAP: usize = 1000;
 /// Finished request streams an MCP session keeps for a late resume.
 pub const KEPT_STREAMS: usize = 64;
+/// Sessions one MCP session may subscribe to at once (each holds a place on the bus).
+pub const MAX_SUBSCRIPTIONS: usize = 256;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -156,6 +158,11 @@ impl McpSession {
         lock(&self.subscriptions).contains_key(session_id)
     }
 
+    /// Whether another subscription fits ([`MAX_SUBSCRIPTIONS`]).
+    pub fn may_subscribe(&self) -> bool {
+        lock(&self.subscriptions).len() < MAX_SUBSCRIPTIONS
+    }
+
     /// Ends a subscription; false when there was none.
     pub fn remove_subscription(&self, session_id: &str) -> bool {
         match lock(&self.subscriptions).remove(session_id) {
@@ -246,4 +253,49 @@ impl StreamLog {
 pub fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     let (stream, n) = id.trim().split_once('-')?;
     Some((stream.parse().ok()?, n.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_is_its_owners_alone() {
+        let r = Registry::default();
+        let s = r.open("ws/key:a".into(), "2025-11-25").expect("opened");
+        assert!(r.get(&s.id, "ws/key:a").is_some());
+        assert!(r.get(&s.id, "ws/key:b").is_none());
+        assert!(!r.close(&s.id, "ws/key:b"));
+        assert!(r.close(&s.id, "ws/key:a"));
+        assert!(r.get(&s.id, "ws/key:a").is_none());
+    }
+
+    #[test]
+    fn a_stream_replays_after_an_id_and_keeps_a_window() {
+        let log = StreamLog::new(3, 2);
+        assert_eq!(log.push("a".into()), 1);
+        assert_eq!(log.push("b".into()), 2);
+        assert_eq!(log.push("c".into()), 3);
+        let kept: Vec<u64> = log.after(0).iter().map(|(n, _)| *n).collect();
+        assert_eq!(kept, [2, 3]);
+        assert_eq!(log.after(2).len(), 1);
+        assert!(!log.is_done());
+        log.finish();
+        assert!(log.is_done());
+        assert_eq!(log.event_id(3), "3-3");
+        assert_eq!(parse_event_id("3-3"), Some((3, 3)));
+        assert_eq!(parse_event_id("3"), None);
+        assert_eq!(parse_event_id("x-1"), None);
+    }
+
+    #[test]
+    fn a_session_keeps_its_streams_for_a_resume() {
+        let r = Registry::default();
+        let s = r.open("o".into(), "2025-11-25").expect("opened");
+        let first = s.new_stream();
+        assert_eq!(first.number, 1);
+        assert!(s.stream(1).is_some());
+        assert!(s.stream(0).is_some(), "0 is the standalone stream");
+        assert!(s.stream(9).is_none());
+    }
 }

@@ -147,6 +147,12 @@ pub async fn subscribe(ctx: &Context<'_>, params: &Value) -> Result<Value, RpcEr
     if ctx.session.is_subscribed(&id) {
         return Ok(json!({}));
     }
+    if !ctx.session.may_subscribe() {
+        return Err(RpcError::invalid_params(format!(
+            "this MCP session holds {} subscriptions: unsubscribe from one first",
+            super::registry::MAX_SUBSCRIPTIONS
+        )));
+    }
     let events = ctx
         .sessions
         .store()
