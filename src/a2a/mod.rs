@@ -39,14 +39,10 @@ pub struct Server<'a> {
     pub sealer: &'a Sealer,
 }
 
-/// The actor as A2A records it: an API key's requests are `Channel::Protocol` with the key, so
-/// what they create says it came over A2A; a browser's stay its own.
+/// The actor as A2A records it: its channel spoken through A2A (`Channel::Protocol`), so what
+/// it creates says it came over A2A, attributed to the credential.
 pub fn actor(mut actor: Actor) -> Actor {
-    if let Channel::ApiKey { key_id } = &actor.channel {
-        actor.channel = Channel::Protocol {
-            protocol: SOURCE,
-            key_id: key_id.clone(),
-        };
-    }
+    let via = std::mem::replace(&mut actor.channel, Channel::Cli);
+    actor.channel = via.through(SOURCE);
     actor
 }

@@ -27,6 +27,8 @@ pub const WORKSPACE_HEADER: &str = "x-sessiond-workspace";
 pub struct AppState {
     pub sessions: Sessions,
     pub auth: Auth,
+    /// The MCP sessions of this process (`/mcp`).
+    pub mcp: crate::mcp::Registry,
     base_url: OnceLock<String>,
 }
 
@@ -35,6 +37,7 @@ impl AppState {
         AppState {
             sessions,
             auth,
+            mcp: crate::mcp::Registry::default(),
             base_url: OnceLock::new(),
         }
     }
@@ -173,7 +176,7 @@ impl FromRequest for Actor {
 
 /// The slug of the workspace a request acts in: the path's, else [`WORKSPACE_HEADER`], else the
 /// credential's own (a key's workspace, a browser user's default).
-async fn workspace_of(
+pub(crate) async fn workspace_of(
     state: &AppState,
     req: &HttpRequest,
     principal: &Principal,

@@ -15,6 +15,7 @@ mod error;
 mod events;
 mod fork;
 mod keys;
+mod mcp;
 pub mod middleware;
 pub mod openapi;
 mod password_reset;
@@ -121,6 +122,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(at("/openapi.json", "GET").route(web::get().to(openapi::serve)));
     agentex::routes(cfg);
     a2a::routes(cfg);
+    mcp::routes(cfg);
     cfg.service(
         web::scope("/auth")
             .service(at("/setup", "POST").route(web::post().to(auth::setup)))

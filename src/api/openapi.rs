@@ -62,6 +62,9 @@ pub enum Answer {
     A2aRpc(fn() -> Value),
     /// No body, with this status (204).
     Empty(u16),
+    /// MCP's Streamable HTTP: a JSON-RPC message as JSON or as SSE, 202 for a notification, and
+    /// JSON-RPC error objects for the transport's refusals.
+    Mcp,
     /// 501: an operation of a wire contract that sessiond does not carry out. Tagged
     /// `not-implemented`, so that a fuzzer can leave these out.
     NotImplemented,
@@ -1241,6 +1244,49 @@ pub static RETENTION: LazyLock<Vec<Op>> = LazyLock::new(|| {
     ]
 });
 
+/// The MCP server (`/mcp`): one JSON-RPC message per POST (see `crate::mcp` for the methods).
+pub static MCP: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("post" "/mcp", "mcpMessage", "One MCP JSON-RPC message; initialize opens an MCP session, named by the Mcp-Session-Id header every later request sends (sessions:read connects; the tools that write need sessions)", READ, Body::Json(mcp_message), Answer::Mcp),
+        op!("get" "/mcp", "mcpStream", "The MCP session's notifications (resource updates), or with Last-Event-ID the rest of a lost stream", READ, Body::None, Answer::Mcp),
+        op!("delete" "/mcp", "mcpEndSession", "End the MCP session named by Mcp-Session-Id", READ, Body::None, Answer::Empty(204)),
+    ]
+});
+
+/// A JSON-RPC 2.0 message as MCP sends it.
+fn mcp_message() -> Value {
+    json!({
+        "type": "object",
+        "required": ["jsonrpc"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer"]},
+            "method": {"type": "string"},
+            "params": {"type": "object"},
+            "result": {"type": "object"},
+            "error": {"type": "object"},
+        },
+    })
+}
+
+/// A JSON-RPC response: a result or an error object.
+fn mcp_answer() -> Value {
+    json!({
+        "type": "object",
+        "required": ["jsonrpc"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer", "null"]},
+            "result": {"type": "object"},
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "data": {}},
+            },
+        },
+    })
+}
+
 /// Every family's operations, in the document's order.
 /// A2A (`api/a2a.rs`): each agent an A2A server, its card and its JSON-RPC endpoint.
 pub static A2A: LazyLock<Vec<Op>> = LazyLock::new(|| {
@@ -1267,6 +1313,7 @@ pub fn operations() -> Vec<Op> {
         &*AGENTEX,
         &*AGENTEX_SCHEDULES,
         &*A2A,
+        &*MCP,
     ]
     .into_iter()
     .flat_map(|ops| ops.iter().copied())
@@ -1491,6 +1538,36 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
         }
         Answer::Empty(status) => {
             responses.insert(status.to_string(), json!({"description": "Done; no body"}));
+        }
+        Answer::Mcp => {
+            let mut ok = event_stream(
+                "A JSON-RPC response as JSON; a tool call that follows a turn answers with SSE: `id: <stream>-<n>` on every event (the first, `-0`, has empty data), `data:` one JSON-RPC message (progress notifications, then the response). GET streams carry notifications the same way",
+                json!({"properties": {"event": {"const": "message"}, "id": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}, "data": {"type": "string"}}}),
+            );
+            ok["content"]["application/json"] = json!({"schema": mcp_answer()});
+            responses.insert("200".into(), ok);
+            responses.insert(
+                "202".into(),
+                json!({"description": "A notification or a response of the client: accepted, no body"}),
+            );
+            let refused = json!({"content": {"application/json": {"schema": {"anyOf": [mcp_answer(), component("Error")]}}}});
+            for (status, why) in [
+                (
+                    "400",
+                    "Malformed JSON-RPC (parse error, invalid request) or no Mcp-Session-Id: a JSON-RPC error object",
+                ),
+                (
+                    "404",
+                    "The MCP session is gone or not the caller's: initialize a new one",
+                ),
+                ("413", "The body is larger than limits.max_body_bytes"),
+                ("415", "The body is not JSON"),
+                ("429", "This process holds too many MCP sessions"),
+            ] {
+                let mut r = refused.clone();
+                r["description"] = json!(why);
+                responses.insert(status.into(), r);
+            }
         }
         Answer::NotImplemented => {
             responses.insert(

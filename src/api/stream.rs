@@ -89,19 +89,23 @@ pub struct Ends {
     expires_at: Option<Option<i64>>,
 }
 
+/// The credential a stream of `actor` ends with when it is revoked or expires: its key, or its
+/// browser session; any other credential does not end a stream.
+pub fn credential_of(actor: &Actor, req: &HttpRequest) -> StreamCredential {
+    match actor.channel.credential() {
+        Channel::ApiKey { key_id } => StreamCredential::Key(key_id.clone()),
+        Channel::Browser => req
+            .cookie(auth::COOKIE)
+            .map(|c| StreamCredential::Browser(crate::secret::token_hash(c.value())))
+            .unwrap_or(StreamCredential::None),
+        _ => StreamCredential::None,
+    }
+}
+
 impl Ends {
     pub fn new(app: &web::Data<AppState>, actor: &Actor, req: &HttpRequest) -> Ends {
         let revocations = app.auth.revocations();
-        let credential = match &actor.channel {
-            Channel::ApiKey { key_id } | Channel::Protocol { key_id, .. } => {
-                StreamCredential::Key(key_id.clone())
-            }
-            Channel::Browser => req
-                .cookie(auth::COOKIE)
-                .map(|c| StreamCredential::Browser(crate::secret::token_hash(c.value())))
-                .unwrap_or(StreamCredential::None),
-            _ => StreamCredential::None,
-        };
+        let credential = credential_of(actor, req);
         Ends {
             app: app.clone(),
             peer: req.conn_data::<PeerClosed>().cloned(),

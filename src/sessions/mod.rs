@@ -76,13 +76,32 @@ pub enum Channel {
     /// A signed webhook delivery (GitHub, Slack) to a trigger of the agent, acting as the
     /// trigger's creator. Its session's record says where the delivery came from.
     Webhook(Box<WebhookOrigin>),
-    /// An open agent protocol spoken with an API key (`a2a`): the session's `source` names the
-    /// protocol, its attribution the key, so a session started there is told apart on every
+    /// An open agent protocol (`mcp`, `a2a`) spoken with a credential, the inner channel: the
+    /// session's `source` names the protocol (an extension of the seed's values), its
+    /// attribution is the inner channel's, so a session started there is told apart on every
     /// family while being the same session.
     Protocol {
         protocol: &'static str,
-        key_id: String,
+        via: Box<Channel>,
     },
+}
+
+impl Channel {
+    /// The channel of the credential itself: through an open protocol, the one it speaks with.
+    pub fn credential(&self) -> &Channel {
+        match self {
+            Channel::Protocol { via, .. } => via.credential(),
+            other => other,
+        }
+    }
+
+    /// `self` spoken through the open protocol `protocol`.
+    pub fn through(self, protocol: &'static str) -> Channel {
+        Channel::Protocol {
+            protocol,
+            via: Box::new(self),
+        }
+    }
 }
 
 /// What a Session record shows of the webhook delivery that started it (seed 004's provenance:
@@ -830,18 +849,28 @@ struct Plan {
 
 /// A session's `source` and `attribution` from the way its creator came in.
 fn provenance(actor: &Actor) -> (&'static str, Option<&'static str>, Option<&str>) {
-    match &actor.channel {
+    provenance_of(&actor.channel, &actor.user_id)
+}
+
+/// [`provenance`] of a channel, for the actor `user_id`.
+fn provenance_of<'a>(
+    channel: &'a Channel,
+    user_id: &'a str,
+) -> (&'static str, Option<&'static str>, Option<&'a str>) {
+    match channel {
+        Channel::Protocol { protocol, via } => {
+            let (_, kind, id) = provenance_of(via, user_id);
+            (protocol, kind, id)
+        }
         Channel::ApiKey { key_id } => ("api", Some("api_key"), Some(key_id)),
-        Channel::Browser => ("react", None, Some(&actor.user_id)),
-        Channel::Cli => ("cli", None, Some(&actor.user_id)),
-        Channel::Schedule => ("cron", None, Some(&actor.user_id)),
+        Channel::Browser => ("react", None, Some(user_id)),
+        Channel::Cli => ("cli", None, Some(user_id)),
+        Channel::Schedule => ("cron", None, Some(user_id)),
         // A session started by another session's tools: programmatic, on its owner's behalf.
-        Channel::Runner => ("api", None, Some(&actor.user_id)),
+        Channel::Runner => ("api", None, Some(user_id)),
         // A registered agent calling back with the key it was issued.
         Channel::Agent { agent_id } => ("api", Some("api_key"), Some(agent_id)),
-        Channel::Loopback => ("api", None, Some(&actor.user_id)),
-        // An extension of the seed's `source` values: the protocol's own name (README).
-        Channel::Protocol { protocol, key_id } => (protocol, Some("api_key"), Some(key_id)),
+        Channel::Loopback => ("api", None, Some(user_id)),
         // A GitHub or Slack event: the seed's trigger for sessions an account's activity
         // starts is `mention` (the event itself is `webhook_type`).
         Channel::Webhook(origin) => match &origin.attribution {
