@@ -1,6 +1,7 @@
 // The session's details beyond its timeline: cost and budget, metadata, provenance and lineage
 // from the `/v2` Session record, the AgentEx task's status and params, every loaded event as the
-// Sessions API's JSON, and "copy as curl" for the session's routes. Everything is read through
+// Sessions API's JSON (each one a point to fork the session from), and "copy as curl" for the
+// session's routes. Everything is read through
 // the documented HTTP routes, with the workspace named in X-Sessiond-Workspace where the path
 // carries none.
 
@@ -59,8 +60,36 @@ export function curl(method, path, body) {
   return parts.join(' \\\n  ');
 }
 
+/**
+ * "Fork from here": a new session whose conversation is this one's up to event `seq`
+ * (`POST …/fork {atSeq, prompt?}`), opened once made. The session itself is only read.
+ */
+export async function forkFrom(ctx, id, seq) {
+  const prompt = h('textarea', { id: 'fork-prompt', rows: 3, placeholder: 'Optional: a first message for the fork' });
+  const made = await openDialog({
+    title: `Fork from event ${seq}`,
+    body: [
+      h('p', { class: 'muted small', text: `A new session with this session's timeline up to event ${seq}; this session is not changed.` }),
+      h('label', { for: 'fork-prompt', text: 'First message' }),
+      prompt,
+    ],
+    submitLabel: 'Fork',
+    submit: async () => {
+      const body = { atSeq: seq };
+      if (prompt.value.trim()) body.prompt = prompt.value;
+      return api.post(api.sessionPath(ctx.ws, id, '/fork'), body);
+    },
+  });
+  const sid = made?.session?.sessionId;
+  if (sid) {
+    toast(`Forked from event ${seq}`);
+    location.hash = ctx.href(`/s/${encodeURIComponent(sid)}`);
+  }
+}
+
 /** The Sessions API JSON of one event, in a dialog, with a curl that reads it. */
-export function showRawEvent(ws, id, entry) {
+export function showRawEvent(ctx, id, entry) {
+  const ws = ctx.ws;
   const json = JSON.stringify(entry, null, 2);
   const path = api.sessionPath(ws, id, `/history?cursor=${Math.max(0, entry.seq - 1)}&limit=1`);
   openDialog({
@@ -71,9 +100,9 @@ export function showRawEvent(ws, id, entry) {
       h('p', { class: 'muted small', text: 'Read it again:' }),
       codeBlock(curl('GET', path), 'curl'),
     ],
-    submitLabel: 'Close',
-    cancelLabel: 'Back',
-  });
+    submitLabel: 'Fork from here',
+    cancelLabel: 'Close',
+  }).then((fork) => fork && forkFrom(ctx, id, entry.seq));
 }
 
 function cents(n) {
@@ -135,9 +164,11 @@ export function detailPanels(ctx, pane, extras, derived, onBudget) {
     h('details', { class: 'raw-events' },
       h('summary', { text: `${pane.entries.length} loaded events (raw JSON)` }),
       h('ul', { class: 'raw-list' }, entries.map((e) => h('li', null,
-        h('button', { type: 'button', class: 'btn btn-ghost sm raw-btn', dataset: { seq: e.seq }, onclick: () => showRawEvent(ctx.ws, pane.id, e) },
+        h('button', { type: 'button', class: 'btn btn-ghost sm raw-btn', dataset: { seq: e.seq }, onclick: () => showRawEvent(ctx, pane.id, e) },
           h('span', { class: 'mono', text: `#${e.seq}` }), ' ', e.event?.type || 'unknown',
-          e.event?.clientRequestId ? h('span', { class: 'muted small mono', text: ` · request ${e.event.clientRequestId}` }) : null)))))));
+          e.event?.clientRequestId ? h('span', { class: 'muted small mono', text: ` · request ${e.event.clientRequestId}` }) : null),
+        h('button', { type: 'button', class: 'btn btn-ghost sm fork-btn', dataset: { seq: e.seq }, title: `Fork from event ${e.seq}`, 'aria-label': `Fork from event ${e.seq}`, onclick: () => forkFrom(ctx, pane.id, e.seq) },
+          icon('branch'))))))));
   const id = pane.id;
   out.push(panel('API', 'external',
     h('p', { class: 'muted small', text: 'This session through the API (set SESSIOND_KEY to an API key):' }),

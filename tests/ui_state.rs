@@ -49,6 +49,10 @@ const TESTS: &[(&str, fn())] = &[
         "the_details_show_cost_budget_lineage_task_and_raw_events",
         the_details_show_cost_budget_lineage_task_and_raw_events,
     ),
+    (
+        "forking_from_an_event_opens_the_fork",
+        forking_from_an_event_opens_the_fork,
+    ),
 ];
 
 fn main() -> std::process::ExitCode {
@@ -831,7 +835,8 @@ fn the_details_show_cost_budget_lineage_task_and_raw_events() {
     assert_eq!(raw["seq"], prompt["seq"]);
     assert_eq!(raw["event"], prompt["event"]);
     b.screenshot("details-raw-event");
-    b.click_css("dialog button[type=submit]");
+    // Its submit button forks from the event (`forking_from_an_event_opens_the_fork`): close it.
+    b.click_css("dialog .dialog-actions button[type=button]");
     b.wait_js(
         "the dialog closed",
         "return !document.querySelector('dialog');",
@@ -868,5 +873,64 @@ fn the_details_show_cost_budget_lineage_task_and_raw_events() {
         WAIT,
     );
     b.screenshot("details-lineage");
+    assert!(ui_errors(&b).is_empty(), "{:?}", ui_errors(&b));
+}
+
+/// "Fork from here" on an event of the details' list makes the fork through the API, opens it,
+/// and the fork's lineage names the session and the event; the session itself is unchanged.
+fn forking_from_an_event_opens_the_fork() {
+    let s = Server::start();
+    let id = s.create_prompt("first");
+    let first = s.wait_terminal(&id, 1)["seq"].as_u64().expect("seq");
+    let (status, v) = s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "second"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    s.wait_terminal(&id, first + 1);
+    let before = s.history_all(&id);
+
+    let b = browser();
+    login(&b, &s);
+    open_session(&b, &s, &id);
+    b.exec("document.querySelector('.raw-events').open = true;", &[]);
+    b.wait_js(
+        "the fork button of the first turn's terminal",
+        &format!("return !!document.querySelector(`.raw-list .fork-btn[data-seq='{first}']`);"),
+        WAIT,
+    );
+    b.exec(
+        "document.querySelector(`.raw-list .fork-btn[data-seq='${arguments[0]}']`).click();",
+        &[json!(first)],
+    );
+    b.find("dialog #fork-prompt");
+    b.screenshot("fork-dialog");
+    b.click_css("dialog button[type=submit]");
+    let fork = b.wait_js(
+        "the fork opened",
+        &format!(
+            "const m = location.hash.match(/\\/s\\/([^/?]+)/); return m && m[1] !== {} ? decodeURIComponent(m[1]) : null;",
+            json!(id)
+        ),
+        WAIT,
+    );
+    let fork = fork.as_str().expect("the fork's id").to_owned();
+    let (status, record) = s.get(&s.url(&format!("/v2/sessions/{fork}")));
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["parent"]["kind"], "fork", "{record}");
+    assert_eq!(record["parent"]["session_id"], id.as_str(), "{record}");
+    assert_eq!(record["parent"]["at_seq"], first, "{record}");
+    wait_panel_value(&b, "Lineage", "Parent (fork)", &id);
+    b.screenshot("fork-opened");
+    // The fork's timeline is the session's up to the event (after its own `session_created`, the
+    // same events at the same seqs), and the session is unchanged.
+    let same = |h: &[Value]| -> Vec<(Value, Value)> {
+        h.iter()
+            .filter(|e| (2..=first).contains(&e["seq"].as_u64().unwrap_or(0)))
+            .map(|e| (e["seq"].clone(), e["event"].clone()))
+            .collect()
+    };
+    assert_eq!(same(&s.history_all(&fork)), same(&before));
+    assert_eq!(s.history_all(&id), before);
     assert!(ui_errors(&b).is_empty(), "{:?}", ui_errors(&b));
 }

@@ -76,12 +76,18 @@ pub fn run(tests: &[(&'static str, fn())]) -> std::process::ExitCode {
     libtest_mimic::run(&args, trials).exit_code()
 }
 
-/// Signs in through the login page and waits for the sessions list.
+/// Signs in through the login page, which lands on the overview, and goes on to the sessions
+/// list.
 pub fn login(b: &Browser, s: &Server) {
     b.goto(&s.url("/login"));
     b.type_into("#login-email", OWNER_EMAIL);
     b.type_into("#login-password", OWNER_PASSWORD);
     b.click_css(".auth-form button[type=submit]");
+    b.find(".overview-view");
+    b.exec(
+        "location.hash = arguments[0];",
+        &[serde_json::json!(format!("#/w/{WS}/sessions"))],
+    );
     b.find(".list-view");
 }
 

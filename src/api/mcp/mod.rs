@@ -43,6 +43,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 /// The request's actor, with whether its credential may write. HTTP errors (401, 403, 404) are
 /// the transport's, as on every route.
 async fn caller(state: &AppState, req: &HttpRequest) -> Result<Caller> {
+    // An agent's key speaks for its agent on the agent platform's task routes only: 403 here,
+    // as on every other route outside them.
+    if let Some(actor) = super::agent_key::callback_actor(&state.sessions, req).await {
+        actor?;
+        return Err(Error::Forbidden(
+            "an agent's key acts only on its own agent's tasks, not over MCP".into(),
+        ));
+    }
     let principal = context::credential(state, req).await?;
     let slug = context::workspace_of(state, req, &principal).await?;
     let actor = state
