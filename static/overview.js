@@ -1,4 +1,5 @@
-// Overview: the landing page of a workspace — what runs now, what needs someone, what each agent
+// Overview: the landing page of a workspace — what runs now, what needs someone (asking, failed,
+// stalled, over budget), what each agent
 // spent today and over the last seven days (the viewer's own days), and which schedules fire next.
 // Everything comes from read routes: the sessions list, /usage, and the agents' schedules.
 
@@ -60,11 +61,13 @@ export function overviewView(ctx) {
     if (items.length > SHOWN || more) list.append(h('li', { class: 'more-line' }, h('a', { href: more, text: 'See all' })));
   }
 
+  // Needs attention is the server's `attention` state: a question, a failed turn (a stalled one
+  // among them: the stall guard ends it failed) or a spent budget.
   async function loadSessions() {
-    const q = (bucket) => api.get(api.sessionsPath(ctx.ws, `?bucket=${bucket}&limit=${SHOWN + 1}`));
-    const [run, ask] = await Promise.all([q('running'), q('asking')]);
+    const q = (filter) => api.get(api.sessionsPath(ctx.ws, `?${filter}&include=state&limit=${SHOWN + 1}`));
+    const [run, need] = await Promise.all([q('bucket=running'), q('state=attention')]);
     sessions(running, run.sessions || [], 'Nothing is running.', (run.sessions || []).length > SHOWN && ctx.href('/sessions?tab=running'));
-    sessions(attention, ask.sessions || [], 'Nothing waits for you.', (ask.sessions || []).length > SHOWN && ctx.href('/sessions?tab=asking'));
+    sessions(attention, need.sessions || [], 'Nothing waits for you.', (need.sessions || []).length > SHOWN && ctx.href('/sessions?tab=attention'));
   }
 
   async function loadCost() {

@@ -1,8 +1,9 @@
 //! The console's Access pages and Overview in headless Chromium, against the real server: a key
 //! made in the UI authenticates a request and one revoked there is refused at once; an expiring
 //! key says so; people added in the UI get a password link that works; a member sees no
-//! management; workspaces are made, renamed and switched; the overview shows running and asking
-//! sessions and each agent's cost. Bad input shows the server's error and changes nothing.
+//! management; workspaces are made, renamed and switched; the overview shows running sessions,
+//! those that need someone (asking, a stalled turn) and each agent's cost. Bad input shows the
+//! server's error and changes nothing.
 //! Screenshots land in `target/ui-screenshots/`.
 //!
 //! Like `tests/ui.rs` this target runs under libtest-mimic: without Chromium each test is
@@ -544,10 +545,14 @@ fn workspaces_are_made_renamed_and_switched() {
 
 fn the_overview_shows_running_asking_and_cost() {
     let b = browser();
-    let s = Server::start();
+    // A short stall guard, so that a turn that makes no progress ends failed soon.
+    let s = Server::start_with_config("[runner]\nstall_timeout_ms = 1500\n");
     let done = s.create_prompt("/title Cost check\n/reply Done.");
     assert_eq!(s.wait_terminal(&done, 1)["event"]["type"], "complete");
     let asking = s.create_prompt("/ask Deploy now? | yes | no");
+    let stalled = s.create_prompt("/hang");
+    let end = s.wait_terminal(&stalled, 1);
+    assert_eq!(end["event"]["status"], "failed", "{end}");
     let running = s.create_prompt("/slow 400\n/stream 400");
     // Two schedules of a new agent, one paused: only the active one is due.
     let (st, agent) = s.post(
@@ -592,6 +597,22 @@ fn the_overview_shows_running_asking_and_cost() {
         "a paused schedule is not due"
     );
     b.find(&format!("#overview-attention [data-id='{asking}']"));
+    // The stalled turn needs someone too, and reads failed; a finished session does not.
+    b.find(&format!("#overview-attention [data-id='{stalled}']"));
+    wait_text(
+        &b,
+        "the stalled session's state",
+        &format!("#overview-attention [data-id='{stalled}']"),
+        "Failed",
+    );
+    assert_eq!(
+        b.exec(
+            "return !!document.querySelector(`#overview-attention [data-id='${arguments[0]}']`);",
+            &[json!(done)]
+        ),
+        false,
+        "a finished session needs nobody"
+    );
     b.find(&format!("#overview-running [data-id='{running}']"));
     // The root agent's spending, as /usage counts it.
     let from = std::time::SystemTime::now() - Duration::from_secs(24 * 3600);
