@@ -8,6 +8,9 @@
 import { h, icon, openDialog, toast } from './dom.js';
 import * as api from './api.js';
 
+/** HAST envelopes per timeline event (`hast::SLOTS`). */
+const HAST_SLOTS = 10;
+
 function panel(title, ic, ...body) {
   return h('section', { class: 'panel' }, h('h3', { class: 'panel-title' }, icon(ic), title), ...body);
 }
@@ -92,6 +95,18 @@ export function showRawEvent(ctx, id, entry) {
   const ws = ctx.ws;
   const json = JSON.stringify(entry, null, 2);
   const path = api.sessionPath(ws, id, `/history?cursor=${Math.max(0, entry.seq - 1)}&limit=1`);
+  // Timeline event N projects to the HAST envelopes N × 10 … N × 10 + 9 (`hast::SLOTS`).
+  const first = entry.seq * HAST_SLOTS;
+  const hastPath = `/v2/sessions/${encodeURIComponent(id)}/events?after=${first - 1}&limit=${HAST_SLOTS}`;
+  const hast = h('div', { dataset: { kind: 'raw-hast' } }, h('p', { class: 'muted small', text: 'Loading…' }));
+  api.get(hastPath, { headers: { 'X-Sessiond-Workspace': ws } })
+    .then((page) => {
+      const mine = (page.events || []).filter((e) => e.sequence >= first && e.sequence < first + HAST_SLOTS);
+      hast.replaceChildren(mine.length
+        ? codeBlock(JSON.stringify(mine, null, 2), 'HAST JSON')
+        : h('p', { class: 'muted small', text: 'This event has no HAST envelope (the Task events API does not project it).' }));
+    })
+    .catch((err) => hast.replaceChildren(h('p', { class: 'form-error', text: api.describeError(err) })));
   openDialog({
     title: `Event ${entry.seq}: ${entry.event?.type || 'unknown'}`,
     body: [
@@ -99,6 +114,9 @@ export function showRawEvent(ctx, id, entry) {
       h('div', { dataset: { kind: 'raw-event' } }, codeBlock(json, 'event JSON')),
       h('p', { class: 'muted small', text: 'Read it again:' }),
       codeBlock(curl('GET', path), 'curl'),
+      h('p', { class: 'muted small', text: `As the Task events API serves it (the HAST envelopes numbered ${entry.seq * HAST_SLOTS} to ${entry.seq * HAST_SLOTS + HAST_SLOTS - 1}):` }),
+      hast,
+      codeBlock(curl('GET', hastPath), 'HAST curl'),
     ],
     submitLabel: 'Fork from here',
     cancelLabel: 'Close',

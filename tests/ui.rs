@@ -8,6 +8,8 @@
 //! `target/ui-screenshots/`.
 
 mod common;
+#[path = "common/console.rs"]
+mod console;
 #[path = "common/fake_openai.rs"]
 mod fake_openai;
 #[path = "common/webdriver.rs"]
@@ -15,43 +17,14 @@ mod webdriver;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use common::*;
+use console::{DESKTOP, WAIT, browser, count, login, open_session, run, text_of, ui_errors};
 use serde_json::{Value, json};
 use webdriver::*;
 
-const DESKTOP: (u32, u32) = (1440, 900);
 const PHONE: (u32, u32) = (390, 844);
-const WAIT: Duration = Duration::from_secs(20);
-
-/// One browser at a time: the streaming tests are timing-sensitive and Chromium is heavy.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// The browser of one test, holding the lock until it is dropped (fields drop in order).
-struct Ui {
-    browser: Browser,
-    _turn: MutexGuard<'static, ()>,
-}
-
-impl std::ops::Deref for Ui {
-    type Target = Browser;
-    fn deref(&self) -> &Browser {
-        &self.browser
-    }
-}
-
-/// The browser of one test (one at a time). `main` has checked that Chromium is there, or that
-/// `CI` is set, in which case a missing one fails here.
-fn browser() -> Ui {
-    assert!(browser_available(), "Chromium and ChromeDriver are needed");
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    Ui {
-        browser: Browser::start(DESKTOP.0, DESKTOP.1),
-        _turn: turn,
-    }
-}
 
 /// Every test of this file, by name.
 const TESTS: &[(&str, fn())] = &[
@@ -95,42 +68,7 @@ const TESTS: &[(&str, fn())] = &[
 ];
 
 fn main() -> std::process::ExitCode {
-    use libtest_mimic::{Arguments, Completion, Trial};
-    let args = Arguments::from_args();
-    let missing = browser_missing();
-    let in_ci = std::env::var_os("CI").is_some();
-    if let Some(what) = &missing {
-        if in_ci {
-            eprintln!("error: browser tests need {what}; they fail in CI");
-        } else {
-            eprintln!(
-                "notice: browser tests SKIPPED: {what} not found (apt-get install chromium chromium-driver)"
-            );
-        }
-    }
-    let trials = TESTS
-        .iter()
-        .map(|&(name, test)| match &missing {
-            Some(what) if !in_ci => {
-                let reason = format!("{what} not found");
-                Trial::ignorable_test(name, move || Ok(Completion::ignored_with(reason)))
-            }
-            _ => Trial::test(name, move || {
-                test();
-                Ok(())
-            }),
-        })
-        .collect();
-    libtest_mimic::run(&args, trials).exit_code()
-}
-
-/// Signs in through the login page (which lands on the overview) and opens the sessions list.
-fn login(b: &Browser, s: &Server) {
-    b.goto(&s.url("/login"));
-    b.type_into("#login-email", OWNER_EMAIL);
-    b.type_into("#login-password", OWNER_PASSWORD);
-    b.click_css(".auth-form button[type=submit]");
-    to_sessions(b);
+    run(TESTS)
 }
 
 /// From the overview (where signing in lands) to the sessions list.
@@ -143,19 +81,6 @@ fn to_sessions(b: &Browser) {
     b.find(".list-view");
 }
 
-fn open_session(b: &Browser, s: &Server, id: &str) {
-    b.goto(&s.url(&format!("/#/w/{WS}/s/{id}")));
-    b.find(".session-view .timeline");
-}
-
-/// Text of the one element matching `css` (or null).
-fn text_of(b: &Browser, css: &str) -> Value {
-    b.exec(
-        "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
-        &[json!(css)],
-    )
-}
-
 /// Waits until the page's finite animations and transitions have finished (an opening
 /// `<details>`, the drawer sliding in), so a screenshot shows the settled page.
 fn wait_animations(b: &Browser) {
@@ -164,15 +89,6 @@ fn wait_animations(b: &Browser) {
         "return document.getAnimations().every(a => a.playState !== 'running' || a.effect?.getComputedTiming().endTime === Infinity);",
         WAIT,
     );
-}
-
-fn count(b: &Browser, css: &str) -> u64 {
-    b.exec(
-        "return document.querySelectorAll(arguments[0]).length;",
-        &[json!(css)],
-    )
-    .as_u64()
-    .unwrap_or(0)
 }
 
 /// `chunk 1 chunk 2 … chunk n ` as the scripted engine streams it.
@@ -1203,17 +1119,4 @@ fn webhooks_are_managed_from_the_console() {
     );
     b.screenshot("webhooks");
     assert!(ui_errors(&b).is_empty(), "{:?}", ui_errors(&b));
-}
-
-fn ui_errors(b: &Browser) -> Vec<String> {
-    b.console_errors()
-        .into_iter()
-        .filter(|m| {
-            m.contains("Content Security Policy")
-                || m.contains("Refused to")
-                || m.contains("Uncaught")
-                || m.contains("TypeError")
-                || m.contains("SyntaxError")
-        })
-        .collect()
 }

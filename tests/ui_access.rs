@@ -10,42 +10,19 @@
 //! reported `ignored` with the reason (with `CI` set, a missing browser fails instead).
 
 mod common;
+#[path = "common/console.rs"]
+mod console;
 #[path = "common/webdriver.rs"]
 mod webdriver;
 
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use common::*;
+use console::{WAIT, browser, run};
 use serde_json::{Value, json};
 use webdriver::*;
 
-const DESKTOP: (u32, u32) = (1440, 900);
 const PHONE: (u32, u32) = (375, 812);
-const WAIT: Duration = Duration::from_secs(20);
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-struct Ui {
-    browser: Browser,
-    _turn: MutexGuard<'static, ()>,
-}
-
-impl std::ops::Deref for Ui {
-    type Target = Browser;
-    fn deref(&self) -> &Browser {
-        &self.browser
-    }
-}
-
-fn browser() -> Ui {
-    assert!(browser_available(), "Chromium and ChromeDriver are needed");
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    Ui {
-        browser: Browser::start(DESKTOP.0, DESKTOP.1),
-        _turn: turn,
-    }
-}
 
 const TESTS: &[(&str, fn())] = &[
     (
@@ -71,33 +48,7 @@ const TESTS: &[(&str, fn())] = &[
 ];
 
 fn main() -> std::process::ExitCode {
-    use libtest_mimic::{Arguments, Completion, Trial};
-    let args = Arguments::from_args();
-    let missing = browser_missing();
-    let in_ci = std::env::var_os("CI").is_some();
-    if let Some(what) = &missing {
-        if in_ci {
-            eprintln!("error: browser tests need {what}; they fail in CI");
-        } else {
-            eprintln!(
-                "notice: browser tests SKIPPED: {what} not found (apt-get install chromium chromium-driver)"
-            );
-        }
-    }
-    let trials = TESTS
-        .iter()
-        .map(|&(name, test)| match &missing {
-            Some(what) if !in_ci => {
-                let reason = format!("{what} not found");
-                Trial::ignorable_test(name, move || Ok(Completion::ignored_with(reason)))
-            }
-            _ => Trial::test(name, move || {
-                test();
-                Ok(())
-            }),
-        })
-        .collect();
-    libtest_mimic::run(&args, trials).exit_code()
+    run(TESTS)
 }
 
 /// Signs in as `email`, after dropping whatever browser session the page had.

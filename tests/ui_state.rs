@@ -834,6 +834,27 @@ fn the_details_show_cost_budget_lineage_task_and_raw_events() {
     let raw: Value = serde_json::from_str(raw.as_str().unwrap_or("")).expect("JSON");
     assert_eq!(raw["seq"], prompt["seq"]);
     assert_eq!(raw["event"], prompt["event"]);
+    // And as the Task events API serves it: the HAST envelopes numbered seq × 10 to seq × 10 + 9.
+    let hast = b.wait_js(
+        "the HAST envelopes",
+        "return document.querySelector('dialog [data-kind=raw-hast] pre')?.textContent;",
+        WAIT,
+    );
+    let hast: Value = serde_json::from_str(hast.as_str().unwrap_or("")).expect("HAST JSON");
+    let (status, page) = s.get(&s.url(&format!(
+        "/v2/sessions/{id}/events?after={}&limit=10",
+        seq * 10 - 1
+    )));
+    assert_eq!(status, 200, "{page}");
+    let want: Vec<Value> = page["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| (seq * 10..seq * 10 + 10).contains(&e["sequence"].as_u64().unwrap_or(0)))
+        .cloned()
+        .collect();
+    assert!(!want.is_empty(), "a prompt has a HAST envelope: {page}");
+    assert_eq!(hast, Value::Array(want));
     b.screenshot("details-raw-event");
     // Its submit button forks from the event (`forking_from_an_event_opens_the_fork`): close it.
     b.click_css("dialog .dialog-actions button[type=button]");

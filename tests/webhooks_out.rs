@@ -465,7 +465,16 @@ fn retries_end_and_a_failing_subscription_is_disabled_then_redelivered() {
     assert!(rows[0]["lastError"].as_str().unwrap().contains("500"));
     let (_, got) = s.get(&hooks(&s, &format!("/{sub_id}")));
     assert!(got["failingSince"].is_string(), "{got}");
-    // Failing past disable_after_ms, it is disabled and says why.
+    // Failing past disable_after_ms, it is disabled and says why. The failure that disables it
+    // must come after that span: the first message may have been given up well inside it, and
+    // the second one's own retries may all end inside it too, so it is sent once the span, which
+    // began before the give-up was seen, is surely over.
+    let seen = Instant::now();
+    poll_until(
+        "the disable_after_ms span over",
+        Duration::from_secs(5),
+        || (seen.elapsed() >= Duration::from_millis(2_000)).then_some(()),
+    );
     s.create_prompt("/reply second");
     let got = poll_until("the subscription disabled", Duration::from_secs(30), || {
         let (_, got) = s.get(&hooks(&s, &format!("/{sub_id}")));
