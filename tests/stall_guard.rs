@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use fake_acp::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 const CONFIG: &str = "[runner]\nstall_timeout_ms = 1000\n";
 
@@ -172,4 +172,105 @@ fn a_stalled_turn_closes_the_agent_messages_left_open() {
     .expect("url");
     let (_, open) = s.get(open_only.as_str());
     assert_eq!(open, json!([]), "no message is left open");
+}
+
+/// An async ACP agent writes its messages after its turn, through the agent platform API with
+/// its key. When it dies mid-message, no turn holds the message: the runner's guard closes it
+/// after the stall timeout with a `stalled` notice, the task goes on and the session takes the
+/// next input.
+#[test]
+fn a_message_an_async_agent_left_open_is_closed_after_the_stall_timeout() {
+    let fake = FakeAcp::start();
+    let s = Server::start_with_config(
+        "[policy]\nacp_hosts = [\"127.0.0.1\"]\n[runner]\nstall_timeout_ms = 1000\n",
+    );
+    // An async agent registered through the agent platform API, with the key it is issued.
+    let (status, reg) = s.post(
+        &s.url("/agentex/agents/register"),
+        &json!({"name": format!("async-{}", &new_uuid()[..8]), "acp_url": fake.url,
+            "acp_type": "async"}),
+    );
+    assert_eq!(status, 200, "{reg}");
+    let agent_id = reg["id"].as_str().expect("agent id").to_owned();
+    let key = reg["agent_api_key"].as_str().expect("agent key").to_owned();
+    let accepted = || Reply::Lines {
+        lines: vec![result_line(json!({"status": "processing"}))],
+        delay: Duration::ZERO,
+        end: End::Close,
+    };
+    fake.push(accepted());
+    let rpc = |method: &str, params: Value| {
+        let (status, v) = s.post(
+            &s.url(&format!("/agentex/agents/{agent_id}/rpc")),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+        );
+        assert_eq!(status, 200, "{v}");
+        assert!(v["error"].is_null(), "{v}");
+        v["result"].clone()
+    };
+    let task = rpc("task/create", json!({}));
+    let id = task["id"].as_str().expect("task id").to_owned();
+    let created = fake.wait_requests(1, Duration::from_secs(30));
+    assert_eq!(created[0].body["method"], "task/create", "{:?}", created[0]);
+
+    // After its turn the agent, with the key it was issued, opens a message and writes part of it.
+    let agent = http_builder().build().expect("client");
+    let as_agent = |method: reqwest::Method, path: &str, body: Value| {
+        into_json(
+            agent
+                .request(method, s.url(path))
+                .header("x-agent-api-key", &key)
+                .json(&body)
+                .send()
+                .expect("request"),
+        )
+    };
+    let text = |t: &str| json!({"type": "text", "author": "agent", "content": t});
+    let (status, opened) = as_agent(
+        reqwest::Method::POST,
+        "/agentex/messages",
+        json!({"task_id": id, "content": text(""), "streaming_status": "IN_PROGRESS"}),
+    );
+    assert_eq!(status, 200, "{opened}");
+    let message = opened["id"].as_str().expect("message id").to_owned();
+    // While it keeps writing, past the stall timeout in all, the message stays open: the agent
+    // paces its writes as a model streams, and the guard looks only at the newest revision.
+    let mut thought = String::new();
+    for word in ["half", "a", "thought"] {
+        std::thread::sleep(Duration::from_millis(400));
+        thought = format!("{thought} {word}").trim().to_owned();
+        let (status, partial) = as_agent(
+            reqwest::Method::PUT,
+            &format!("/agentex/messages/{message}"),
+            json!({"task_id": id, "content": text(&thought)}),
+        );
+        assert_eq!(status, 200, "{partial}");
+        assert_eq!(partial["streaming_status"], "IN_PROGRESS", "{partial}");
+    }
+    let (_, m) = s.get(&s.url(&format!("/agentex/messages/{message}")));
+    assert_eq!(m["streaming_status"], "IN_PROGRESS", "{m}");
+
+    // The agent dies: nothing more comes, and the guard closes the message with what it held.
+    let notice = poll_until("the stalled notice", Duration::from_secs(30), || {
+        of_type(&s.history_all(&id), "system")
+            .into_iter()
+            .find(|e| e["event"]["metadata"]["code"] == "stalled")
+            .cloned()
+    });
+    assert_eq!(notice["event"]["level"], "warn", "{notice}");
+    let closed = poll_until("the message closed", Duration::from_secs(30), || {
+        let (_, m) = s.get(&s.url(&format!("/agentex/messages/{message}")));
+        (m["streaming_status"] == "DONE").then_some(m)
+    });
+    assert_eq!(closed["content"]["content"], "half a thought", "{closed}");
+    let (_, task) = s.get(&s.url(&format!("/agentex/tasks/{id}")));
+    assert_ne!(task["status"], "FAILED", "the task itself goes on: {task}");
+
+    // The session takes the next input, which the agent is sent.
+    fake.push(accepted());
+    rpc(
+        "event/send",
+        json!({"task_id": id, "content": {"type": "text", "author": "user", "content": "next"}}),
+    );
+    fake.wait_requests(2, Duration::from_secs(30));
 }

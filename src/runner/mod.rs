@@ -221,6 +221,7 @@ impl Runner {
             }));
             rt.spawn(keep_leases(Arc::clone(&shared), tx.clone()));
         }
+        rt.spawn(guard_open_messages(Arc::clone(&shared), tx.clone()));
         rt.spawn(dispatcher.run(rx));
         if deferred {
             let (shared, tx) = (Arc::clone(&shared), tx.clone());
@@ -603,6 +604,66 @@ impl Dispatcher {
             let outcome = turn::force_interrupted(&shared, key, generation, partial).await;
             let _ = tx.send(Msg::TurnEnded { pk, outcome });
         });
+    }
+}
+
+/// Sessions whose abandoned messages one pass of [`guard_open_messages`] closes at most.
+const ABANDONED_BATCH: u32 = 100;
+
+/// The stall guard of work no turn holds: an agent that writes its messages after its turn (an
+/// async ACP agent, through the agent platform API) and dies mid-message would leave that message
+/// `IN_PROGRESS` forever. Every half stall timeout this closes the messages whose newest revision
+/// is older than `runner.stall_timeout_ms` while no turn runs, with a `stalled` notice (checked
+/// again with the session's row held, so an agent that wrote since keeps its message open). Runs
+/// until the dispatcher is gone; with several processes each looks, and the first to hold a row
+/// closes its messages.
+async fn guard_open_messages(shared: Arc<Shared>, tx: mpsc::UnboundedSender<Msg>) {
+    let stall = shared.cfg.stall_timeout_ms.max(turn::MIN_STALL_MS);
+    let mut ticks = tokio::time::interval(Duration::from_millis(stall / 2));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if tx.is_closed() {
+            return;
+        }
+        if shared.stopping.load(Ordering::SeqCst) {
+            continue;
+        }
+        let before = clock::now_ms() - stall as i64;
+        let found = match shared
+            .store
+            .agentex()
+            .abandoned(before, ABANDONED_BATCH)
+            .await
+        {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look for agent messages left open");
+                continue;
+            }
+        };
+        for key in found {
+            let why = format!(
+                "stalled: the agent left its message unfinished and made no progress for {} s; \
+                 the message was closed",
+                stall / 1000
+            );
+            let id = key.id.clone();
+            match shared
+                .store
+                .agentex()
+                .close_abandoned(key, before, why)
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::warn!(session = %id, messages = n, "closed agent messages left open")
+                }
+                Err(e) => {
+                    tracing::warn!(session = %id, error = %e, "cannot close agent messages left open")
+                }
+            }
+        }
     }
 }
 

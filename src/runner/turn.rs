@@ -352,7 +352,7 @@ async fn run_turn(
 }
 
 /// The shortest stall timeout honoured, so a misconfigured zero cannot fail every turn at once.
-const MIN_STALL_MS: u64 = 1_000;
+pub(super) const MIN_STALL_MS: u64 = 1_000;
 
 /// Resolves once the turn has gone `after` without progress (see [`TurnControl::progressed`]:
 /// an event written or held, a streamed delta, a heartbeat), with how long it went.

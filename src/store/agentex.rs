@@ -12,7 +12,7 @@ use super::deployment_history::{ChangeAuthor, ChangedDeployment, DeploymentChang
 use super::{SessionKey, Tx};
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::timeline::{Event, Level};
+use crate::timeline::{Event, Level, SystemMetadata};
 
 pub use super::listing::{Direction, Page, SortKey};
 use super::listing::{List, push_page};
@@ -970,6 +970,18 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Whether the session holds an agent message still being written whose newest revision is
+    /// older than `before` (ms), while no turn runs: an agent that writes its messages after its
+    /// turn (an async ACP agent) and went silent.
+    fn has_abandoned_message(&self, pk: i64, before: i64) -> Result<bool> {
+        let found: Option<i64> = self
+            .conn
+            .prepare_cached(&format!("SELECT s.pk {ABANDONED} AND s.pk = ?2 LIMIT 1"))?
+            .query_row(params![before, pk], |r| r.get(0))
+            .optional()?;
+        Ok(found.is_some())
+    }
+
     /// Closes every agent message of the session still being written (its latest revision
     /// `IN_PROGRESS`): each gets a last revision, the content it holds again, marked done. A
     /// turn that failed or was interrupted calls this, so an agent that died mid-message leaves
@@ -1008,6 +1020,27 @@ impl Tx<'_> {
         }
         Ok(open.len())
     }
+}
+
+/// The sessions whose newest revision of an open agent message (`?1`: before this time, in ms)
+/// came while no turn runs: `SELECT s.pk …` then this.
+const ABANDONED: &str = "FROM agentex_message_revisions v
+    JOIN sessions s ON s.pk = v.session_pk
+    JOIN events e ON e.session_pk = v.session_pk AND e.seq = v.revision_seq
+    WHERE v.in_progress = 1 AND s.turn_active = 0 AND e.created_at < ?1
+      AND v.revision_seq = (SELECT MAX(w.revision_seq) FROM agentex_message_revisions w
+          WHERE w.session_pk = v.session_pk AND w.message_seq = v.message_seq)";
+
+fn abandoned_sessions(conn: &Db, before: i64, limit: u32) -> Result<Vec<SessionKey>> {
+    let sql = format!("SELECT DISTINCT s.pk, s.id {ABANDONED} ORDER BY s.pk LIMIT ?2");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![before, limit], |r| {
+        Ok(SessionKey {
+            pk: r.get(0)?,
+            id: r.get(1)?,
+        })
+    })?;
+    Ok(rows.collect::<super::sql::Result<Vec<_>>>()?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1787,6 +1820,46 @@ impl AgentexStore<'_> {
     /// Which message the event at `seq` revises, if it is a revision.
     pub async fn revises(&self, session_pk: i64, seq: u64) -> Result<Option<Revises>> {
         self.store.read(move |c| revises(c, session_pk, seq)).await
+    }
+
+    /// Sessions (at most `limit`) holding an agent message still being written whose newest
+    /// revision is older than `before` (ms) while no turn runs: what an agent that writes after
+    /// its turn (an async ACP agent) leaves when it dies. The runner's message guard closes them.
+    pub async fn abandoned(&self, before: i64, limit: u32) -> Result<Vec<SessionKey>> {
+        self.store
+            .read(move |c| abandoned_sessions(c, before, limit))
+            .await
+    }
+
+    /// Closes the session's open agent messages if they are still abandoned (checked again with
+    /// the row held, so a turn that started or a revision written since keeps them open): a
+    /// `system` notice coded `stalled` saying `why`, then each message's last revision, marked
+    /// done. The number of messages closed.
+    pub async fn close_abandoned(
+        &self,
+        key: SessionKey,
+        before: i64,
+        why: String,
+    ) -> Result<usize> {
+        self.store
+            .write(move |tx| {
+                tx.lock(super::RowLock::Session(key.pk))?;
+                if !tx.has_abandoned_message(key.pk, before)? {
+                    return Ok(0);
+                }
+                tx.append(
+                    &key,
+                    &Event::System {
+                        level: Level::Warn,
+                        message: why.clone(),
+                        metadata: Some(SystemMetadata {
+                            code: "stalled".to_owned(),
+                        }),
+                    },
+                )?;
+                tx.close_open_messages(&key)
+            })
+            .await
     }
 
     // Events
