@@ -30,7 +30,7 @@ export function accessView(ctx, section) {
     h('nav', { class: 'tabs access-tabs', 'aria-label': 'Access sections' },
       tabs.map(([k, label]) => h('a', {
         class: 'tab', href: ctx.href(`/access/${k}`), 'aria-current': k === current ? 'page' : null,
-        'aria-selected': String(k === current), id: `access-tab-${k}`,
+        id: `access-tab-${k}`,
       }, label))),
     body);
   if (!isOwner(ctx.me, ctx.ws)) {

@@ -86,9 +86,11 @@ export function listView(ctx, params) {
   });
 
   const banner = h('div', { class: 'banner banner-error', role: 'alert', hidden: true });
-  const list = h('ul', { class: 'session-list', id: 'session-list', role: 'tabpanel', 'aria-labelledby': `tab-${state.tab}` });
+  const list = h('ul', { class: 'session-list' });
   const empty = h('div', { class: 'empty-state', hidden: true });
   const more = h('div', { class: 'list-more', 'aria-hidden': 'true' });
+  // The tab panel holds the list (a list keeps its own role, so its items stay list items).
+  const panel = h('div', { class: 'list-wrap', id: 'session-list', role: 'tabpanel', 'aria-labelledby': `tab-${state.tab}` }, list, empty, more);
   const root = h('section', { class: 'view list-view' },
     h('header', { class: 'page-head' },
       h('div', null, h('h1', { text: 'Sessions' }), h('p', { class: 'page-sub muted', text: 'Every session and Job in this workspace, newest first.' })),
@@ -99,7 +101,7 @@ export function listView(ctx, params) {
       archivedBtn),
     tabs,
     banner,
-    h('div', { class: 'list-wrap' }, list, empty, more));
+    panel);
 
   function syncUrl() {
     const q = new URLSearchParams();
@@ -129,7 +131,7 @@ export function listView(ctx, params) {
       b.setAttribute('aria-selected', String(k === t));
       b.tabIndex = k === t ? 0 : -1;
     }
-    list.setAttribute('aria-labelledby', `tab-${t}`);
+    panel.setAttribute('aria-labelledby', `tab-${t}`);
     reload();
   }
 
@@ -188,7 +190,6 @@ export function listView(ctx, params) {
         const n = page.sessions.length;
         counts[b].textContent = page.nextCursor ? `${n}+` : String(n);
         counts[b].hidden = n === 0;
-        tabBtns[b].setAttribute('aria-label', `${TAB_WORDS[b]}: ${page.nextCursor ? `more than ${n}` : n} sessions`);
       } catch {
         /* the list request reports errors */
       }

@@ -47,16 +47,25 @@ pub fn browser() -> Ui {
 /// Runs `tests` under libtest-mimic: without Chromium each is reported `ignored` with the
 /// reason (failed, with `CI` set).
 pub fn run(tests: &[(&'static str, fn())]) -> std::process::ExitCode {
+    run_needing(tests, None)
+}
+
+/// [`run`] for tests that need one more thing beside the browser: `also_missing` says what is
+/// missing of it, if anything, and is treated as a missing browser is.
+pub fn run_needing(
+    tests: &[(&'static str, fn())],
+    also_missing: Option<String>,
+) -> std::process::ExitCode {
     use libtest_mimic::{Arguments, Completion, Trial};
     let args = Arguments::from_args();
-    let missing = browser_missing();
+    let missing = browser_missing().or(also_missing);
     let in_ci = std::env::var_os("CI").is_some();
     if let Some(what) = &missing {
         if in_ci {
             eprintln!("error: browser tests need {what}; they fail in CI");
         } else {
             eprintln!(
-                "notice: browser tests SKIPPED: {what} not found (apt-get install chromium chromium-driver)"
+                "notice: browser tests SKIPPED: {what} not found (.ci/run installs what they need)"
             );
         }
     }

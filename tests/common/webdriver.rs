@@ -264,6 +264,19 @@ impl Browser {
         );
     }
 
+    /// Presses and releases one key (a WebDriver key code such as `\u{E004}`, Tab) on whatever
+    /// has the focus, as a keyboard does.
+    pub fn press(&self, key: &str) {
+        self.cmd(
+            "POST",
+            "/actions",
+            Some(
+                json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                {"type": "keyDown", "value": key}, {"type": "keyUp", "value": key}]}]}),
+            ),
+        );
+    }
+
     /// Waits for `css`, then types `text` into it.
     pub fn type_into(&self, css: &str, text: &str) {
         let el = self.find(css);
@@ -275,6 +288,15 @@ impl Browser {
         self.cmd(
             "POST",
             "/execute/sync",
+            Some(json!({ "script": script, "args": args })),
+        )
+    }
+
+    /// Runs an asynchronous script with JSON arguments: it answers by calling its last argument.
+    pub fn exec_async(&self, script: &str, args: &[Value]) -> Value {
+        self.cmd(
+            "POST",
+            "/execute/async",
             Some(json!({ "script": script, "args": args })),
         )
     }
