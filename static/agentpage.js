@@ -138,6 +138,8 @@ function aboutSection(page) {
         engine.kind === 'acp' && ['ACP URL', h('span', { class: 'mono', text: engine.url }), 'agent-acp-url'],
         engine.kind === 'acp' && ['ACP type', ext.acp_type],
         ['Registered', ext.registered_at ? when(ext.registered_at) : h('span', { class: 'muted', text: 'Not registered' }), 'agent-registered'],
+        engine.kind === 'acp' && ['Last contact', h('span', { id: 'agent-last-contact', class: 'muted', text: '…' })],
+        engine.kind === 'acp' && ['Last error', h('span', { id: 'agent-last-error', class: 'muted', text: '…' })],
         ext.registration_metadata && ['Metadata', h('pre', { class: 'code-block mono small', text: JSON.stringify(ext.registration_metadata, null, 2) })],
       ])),
     engineForm(page),
@@ -152,6 +154,23 @@ function aboutSection(page) {
         h('p', { class: 'muted small', text: 'An agent that still has sessions cannot be deleted.' }),
         h('button', { type: 'button', class: 'btn btn-danger', id: 'agent-delete', onclick: () => deleteAgent(page) }, icon('trash'), 'Delete agent'))));
   loadTasks(ctx, agent, tasks);
+  if (engine.kind === 'acp') loadContact(page);
+}
+
+/** When sessiond last reached the agent's ACP server, and the last call that failed. */
+async function loadContact(page) {
+  const { ctx, agent, body } = page;
+  const contactEl = body.querySelector('#agent-last-contact');
+  const errorEl = body.querySelector('#agent-last-error');
+  try {
+    const c = await api.get(api.agentsPath(ctx.ws, `/${enc(agent.slug)}/contact`));
+    contactEl.replaceWith(h('span', { id: 'agent-last-contact' }, c.lastContactAt ? when(c.lastContactAt) : h('span', { class: 'muted', text: 'Never answered' })));
+    errorEl.replaceWith(c.lastError
+      ? h('span', { id: 'agent-last-error' }, h('span', { class: 'danger-text', text: c.lastError }), ' ', h('span', { class: 'muted small' }, '(', when(c.lastErrorAt), ')'))
+      : h('span', { id: 'agent-last-error', class: 'muted', text: 'None' }));
+  } catch (err) {
+    errorEl.replaceWith(h('span', { id: 'agent-last-error', class: 'danger-text', text: api.describeError(err) }));
+  }
 }
 
 async function loadTasks(ctx, agent, box) {

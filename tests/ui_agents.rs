@@ -218,10 +218,35 @@ fn the_about_page_shows_the_agent_and_edits_it_through_the_policy() {
     let (_, v) = s.get(&s.url(&format!("/v1/ws/{WS}/agents/helper")));
     assert_eq!(v["engine"]["tiers"], json!(["economy"]));
 
-    // An ACP server's registration.
+    // An ACP server's registration: nothing listens at its URL, so a turn records the error.
     goto_hash(&b, &format!("#/w/{WS}/agents/remote/about"));
     wait_text(&b, "the ACP URL", "#agent-acp-url", "http://127.0.0.1:9/");
     wait_text(&b, "the engine", "#agent-engine-kind", "acp");
+    wait_text(
+        &b,
+        "no contact yet",
+        "#agent-last-contact",
+        "Never answered",
+    );
+    wait_text(&b, "no error yet", "#agent-last-error", "None");
+    s.create(json!({"prompt": "anyone?", "cwd": "agents/remote"}));
+    let contact = poll_until("the error recorded", LONG, || {
+        let (_, v) = s.get(&s.url(&format!("/v1/ws/{WS}/agents/remote/contact")));
+        v["lastError"].is_string().then_some(v)
+    });
+    b.refresh();
+    wait_text(
+        &b,
+        "the last error",
+        "#agent-last-error",
+        contact["lastError"].as_str().unwrap_or("?"),
+    );
+    wait_text(
+        &b,
+        "still no contact",
+        "#agent-last-contact",
+        "Never answered",
+    );
     b.screenshot("agent-acp");
     fits_phone(&b, "agent");
 
