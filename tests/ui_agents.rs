@@ -37,6 +37,10 @@ const TESTS: &[(&str, fn())] = &[
         "deployments_are_made_previewed_and_promoted_in_the_console",
         deployments_are_made_previewed_and_promoted_in_the_console,
     ),
+    (
+        "a_member_manages_agents_as_the_api_lets_them",
+        a_member_manages_agents_as_the_api_lets_them,
+    ),
 ];
 
 fn main() -> std::process::ExitCode {
@@ -546,5 +550,65 @@ fn deployments_are_made_previewed_and_promoted_in_the_console() {
     let (_, now) = s.get(&s.url(&format!("/v1/ws/{WS}/agents/shipped")));
     assert_eq!(now["engine"]["tiers"], json!(["economy"]));
     fits_phone(&b, "deployments");
+    no_ui_errors(&b);
+}
+
+/// Agents, schedules and deployments are the workspace's members' to manage (the routes answer a
+/// member as they answer an owner), so a member's pages have the same controls, and they work.
+fn a_member_manages_agents_as_the_api_lets_them() {
+    let b = browser();
+    let s = Server::start_with_config(CONFIG);
+    let a = agent(&s, "shared", json!({"kind": "scripted"}));
+    let agent_id = a["id"].as_str().expect("id").to_owned();
+    let (status, made) = s.post(
+        &s.url(&format!("/agentex/agents/{agent_id}/schedules")),
+        &json!({"name": "nightly", "cron_expression": "0 2 * * *", "timezone": "Europe/Berlin",
+                "initial_input": {"content": "night shift"}}),
+    );
+    assert_eq!(status, 200, "{made}");
+    let id = made["id"].as_str().expect("id").to_owned();
+    cli(
+        &s.data_dir,
+        &[
+            "user",
+            "create",
+            "--email",
+            "member@test.local",
+            "--password-stdin",
+            "--workspace",
+            WS,
+            "--role",
+            "member",
+        ],
+        Some("member-password-1\n"),
+    );
+    b.goto(&s.url("/login"));
+    b.type_into("#login-email", "member@test.local");
+    b.type_into("#login-password", "member-password-1");
+    b.click_css(".auth-form button[type=submit]");
+    b.find(".overview-view");
+    assert_eq!(
+        count(&b, "#sidebar a.nav-item[href$='/access/keys']"),
+        0,
+        "a member has no Access link"
+    );
+
+    // In the dark theme.
+    b.exec("localStorage.setItem('sessiond.theme', 'dark');", &[]);
+    goto_hash(&b, &format!("#/w/{WS}/agents/shared/schedules/{id}"));
+    b.refresh();
+    b.find("#schedule-pause");
+    b.find("#agent-tab-about");
+    b.screenshot("schedule-member-dark");
+    b.click_css("#schedule-pause");
+    poll_until("paused per the API", LONG, || {
+        let (_, v) = s.get(&s.url(&format!("/agentex/agents/{agent_id}/schedules/{id}")));
+        (v["state"] == "PAUSED").then_some(())
+    });
+    b.find("#schedule-resume");
+    goto_hash(&b, &format!("#/w/{WS}/agents/shared/about"));
+    b.find("#agent-save");
+    b.find("#agent-delete");
+    b.screenshot("agent-member-dark");
     no_ui_errors(&b);
 }
