@@ -87,6 +87,24 @@ pub fn view(a: &AgentRow) -> Value {
     })
 }
 
+/// An agent's ACP server (`acpUrl`, null unless its engine is `acp`) and how sessiond's last
+/// calls to it went: when it last answered one (`lastContactAt`), and the last call that failed
+/// (`lastError`, `lastErrorAt`); null where there was none.
+pub async fn contact(store: &Store, workspace_id: &str, slug: &str) -> Result<Value> {
+    let agent = get(store, workspace_id, slug).await?;
+    let url = match crate::engine::EngineConfig::parse(&agent.engine) {
+        Ok(Some(crate::engine::EngineConfig::Acp(c))) => Some(c.url),
+        _ => None,
+    };
+    let c = store.acp().contact(&agent.id).await?.unwrap_or_default();
+    Ok(json!({
+        "acpUrl": url,
+        "lastContactAt": c.last_contact_at,
+        "lastError": c.last_error,
+        "lastErrorAt": c.last_error_at,
+    }))
+}
+
 pub async fn list(store: &Store, workspace_id: &str) -> Result<Vec<AgentRow>> {
     store.directory().agents(workspace_id).await
 }

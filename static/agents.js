@@ -1,8 +1,10 @@
-// Agents: the index of agents, and each agent's home (its default chat and recent sessions).
+// Agents: the index of agents (with New agent), and each agent's home (its default chat and recent
+// sessions, and a link to its management pages in agentpage.js).
 
 import { h, add, clear, icon, iconButton, relTime } from './dom.js';
 import * as api from './api.js';
 import { SessionPane, bucketBadge, statusBadge, sidePanel } from './session.js';
+import { newAgentDialog } from './agentpage.js';
 
 /** What the reserved `root` agent is, in words (its name alone does not say). */
 export const ROOT_AGENT_ABOUT = 'The workspace’s own agent: it works anywhere in the drive, and sessions in no other agent’s folder are its.';
@@ -16,7 +18,8 @@ export function agentsView(ctx) {
   const grid = h('div', { class: 'agent-grid' });
   const root = h('section', { class: 'view agents-view' },
     h('header', { class: 'page-head' },
-      h('div', null, h('h1', { text: 'Agents' }), h('p', { class: 'page-sub muted', text: 'Each agent has a default chat and a folder of the workspace drive.' }))),
+      h('div', null, h('h1', { text: 'Agents' }), h('p', { class: 'page-sub muted', text: 'Each agent has a default chat and a folder of the workspace drive.' })),
+      h('button', { type: 'button', class: 'btn btn-primary', id: 'agent-new', onclick: () => newAgentDialog(ctx) }, icon('plus'), 'New agent')),
     grid);
   grid.append(h('div', { class: 'empty-state' }, h('span', { class: 'spinner' })));
 
@@ -80,6 +83,7 @@ export function agentView(ctx, slug) {
       title, sub,
       h('div', { class: 'session-actions' },
         openLink,
+        h('a', { class: 'btn sm', id: 'agent-about-link', href: ctx.href(`/agents/${encodeURIComponent(slug)}/about`), 'aria-label': 'About this agent: engine, schedules, deployments', title: 'About this agent: engine, schedules, deployments' }, icon('wrench'), h('span', { text: 'Manage' })),
         h('a', { class: 'btn sm', href: ctx.href(`/new?agent=${encodeURIComponent(slug)}`), 'aria-label': 'New session with this agent', title: 'New session with this agent' }, icon('plus'), h('span', { text: 'New session' })),
         asideBtn)),
     h('div', { class: 'session-body' }, pane.el, aside));

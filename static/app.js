@@ -7,6 +7,7 @@ import { loginPage, setupPage, fatalPage } from './auth.js';
 import { listView } from './list.js';
 import { sessionView } from './session.js';
 import { agentsView, agentView } from './agents.js';
+import { agentPageView } from './agentpage.js';
 import { webhooksView } from './webhooks.js';
 import { newSessionView } from './newsession.js';
 import { accessView, isOwner } from './access.js';
@@ -244,7 +245,7 @@ function renderNav(routeName, slug) {
     item(wsHref(state.ws, '/webhooks'), 'send', 'Webhooks', routeName === 'webhooks'),
     isOwner(state.me, state.ws) && item(wsHref(state.ws, '/access/keys'), 'user', 'Access', routeName === 'access'),
   ].filter(Boolean));
-  agentNav.replaceChildren(...state.agents.map((a) => item(wsHref(state.ws, `/agents/${encodeURIComponent(a.slug)}`), 'message', a.name, routeName === 'agent' && slug === a.slug)));
+  agentNav.replaceChildren(...state.agents.map((a) => item(wsHref(state.ws, `/agents/${encodeURIComponent(a.slug)}`), 'message', a.name, (routeName === 'agent' || routeName === 'agentPage') && slug === a.slug)));
 }
 
 async function loadAgents() {
@@ -305,6 +306,7 @@ async function route() {
   let name = 'list';
   let arg = null;
   if (rest[0] === 's' && rest[1]) [name, arg] = ['session', rest[1]];
+  else if (rest[0] === 'agents' && rest[1] && rest[2]) [name, arg] = ['agentPage', rest[1]];
   else if (rest[0] === 'agents' && rest[1]) [name, arg] = ['agent', rest[1]];
   else if (rest[0] === 'agents') name = 'agents';
   else if (rest[0] === 'new') name = 'new';
@@ -322,6 +324,7 @@ async function route() {
     session: () => sessionView(ctx, arg),
     agents: () => agentsView(ctx),
     agent: () => agentView(ctx, arg),
+    agentPage: () => agentPageView(ctx, arg, rest[2], rest[3]),
     new: () => newSessionView(ctx, params),
     webhooks: () => webhooksView(ctx),
     overview: () => overviewView(ctx),

@@ -390,3 +390,64 @@ fn agents_may_only_name_hosts_the_policy_allows() {
     );
     assert_eq!(status, 400);
 }
+
+#[test]
+fn the_last_contact_and_the_last_error_are_recorded() {
+    let fake = FakeAcp::start();
+    let s = server();
+    let cwd = agent(&s, &fake, "sync", 5000);
+    let slug = cwd.trim_start_matches("agents/").to_owned();
+    let contact = |slug: &str| -> (u16, Value) {
+        s.get(&s.url(&format!("/v1/ws/{WS}/agents/{slug}/contact")))
+    };
+
+    // Before any call: the server's URL, nothing else.
+    let (status, before) = contact(&slug);
+    assert_eq!(status, 200, "{before}");
+    assert_eq!(before["acpUrl"], fake.engine("sync", 5000)["url"]);
+    for field in ["lastContactAt", "lastError", "lastErrorAt"] {
+        assert!(before[field].is_null(), "{field}: {before}");
+    }
+
+    // A turn it answers: a contact.
+    fake.push(streamed("hello"));
+    let id = start(&s, &cwd, "go");
+    assert_eq!(terminal(&finished(&s, &id))["status"], "completed");
+    let (_, answered) = contact(&slug);
+    let contacted_at = answered["lastContactAt"].as_i64().expect("lastContactAt");
+    assert!(answered["lastError"].is_null(), "{answered}");
+
+    // A turn that fails: its error, and when (the contact stays as it was).
+    fake.push(Reply::Lines {
+        lines: vec![error_line(-32603, "the model fell over")],
+        delay: Duration::ZERO,
+        end: End::Close,
+    });
+    s.post(
+        &s.sessions_url(&format!("/{id}/messages")),
+        &json!({"prompt": "again", "clientRequestId": new_uuid()}),
+    );
+    let failed = poll_until("the error recorded", Duration::from_secs(30), || {
+        let (_, v) = contact(&slug);
+        v["lastError"].is_string().then_some(v)
+    });
+    assert_eq!(
+        failed["lastError"],
+        "the agent answered with error -32603: the model fell over"
+    );
+    assert!(failed["lastErrorAt"].as_i64().expect("lastErrorAt") >= contacted_at);
+    assert!(failed["lastContactAt"].as_i64().expect("lastContactAt") >= contacted_at);
+
+    // An agent that is not an ACP server, and one that does not exist.
+    let (status, v) = contact("root");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"acpUrl": null, "lastContactAt": null, "lastError": null, "lastErrorAt": null})
+    );
+    let (status, v) = contact("nobody-here");
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (404, Some("agent_not_found"))
+    );
+}

@@ -903,7 +903,7 @@ fn deployments_made_before_the_history_get_their_rows() {
     // The database as it was before migration 0016, which the restart applies again: every
     // migration from 0016 on is undone, the newest first (a new migration adds its undo here).
     s.stop();
-    let undo = "DROP TABLE a2a_push_configs; DROP TABLE password_resets; ALTER TABLE api_keys DROP COLUMN expires_at; \
+    let undo = "DROP TABLE acp_contacts; DROP TABLE a2a_push_configs; DROP TABLE password_resets; ALTER TABLE api_keys DROP COLUMN expires_at; \
                 DROP TABLE webhook_attempts; DROP TABLE webhook_deliveries; \
                 DROP TABLE webhook_subscriptions; \
                 DROP TABLE retention_policies; ALTER TABLE sessions DROP COLUMN pinned; \

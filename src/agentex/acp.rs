@@ -356,8 +356,10 @@ impl Platform {
             "params": super::view::document(task.params.as_deref()),
         });
         let to = self.endpoint(agent, &cfg).await?;
-        engine::rpc::call(&engine::http_client(), &to, "task/create", params)
-            .await
+        let answered = engine::rpc::call(&engine::http_client(), &to, "task/create", params).await;
+        let error = answered.as_ref().err().map(|e| e.message().to_owned());
+        self.contacted(&agent.id, error).await;
+        answered
             .map(|_| ())
             .map_err(|e| Error::AgentUnavailable(e.message().to_owned()))
     }
@@ -383,15 +385,31 @@ impl Platform {
                 return;
             }
         };
-        if let Err(e) = engine::rpc::call(&engine::http_client(), &to, "task/cancel", params).await
-        {
+        let answered = engine::rpc::call(&engine::http_client(), &to, "task/cancel", params).await;
+        if let Err(e) = &answered {
             tracing::warn!(task = %task.id, error = %e.message(), "the agent did not take task/cancel");
         }
+        let error = answered.err().map(|e| e.message().to_owned());
+        self.contacted(&agent.id, error).await;
     }
 }
 
 #[async_trait]
 impl AcpPlatform for Platform {
+    async fn contacted(&self, agent_id: &str, error: Option<String>) {
+        // The error as the agent pages show it: its first 1000 characters.
+        let error = error.map(|e| e.chars().take(1000).collect::<String>());
+        if let Err(e) = self
+            .sessions
+            .store()
+            .acp()
+            .record_contact(agent_id, error)
+            .await
+        {
+            tracing::warn!(agent = %agent_id, error = %e, "the agent's last contact was not recorded");
+        }
+    }
+
     async fn turn(&self, session_id: &str, input: &TurnInput, event: bool) -> Result<AcpTurn> {
         let found = self
             .sessions

@@ -101,6 +101,16 @@ pub async fn delete(
     Ok(HttpResponse::Ok().json(json!({ "deleted": true })))
 }
 
+/// `GET …/agents/{agentSlug}/contact`: the agent's ACP server and how the last calls to it went.
+pub async fn contact(
+    state: web::Data<AppState>,
+    actor: Actor,
+    path: AgentPath,
+) -> Result<HttpResponse> {
+    let v = agents::contact(state.sessions.store(), &actor.workspace_id, &path.1).await?;
+    Ok(HttpResponse::Ok().json(v))
+}
+
 fn session_or_null(row: Option<crate::store::SessionRow>) -> Result<HttpResponse> {
     let session = match &row {
         Some(r) => to_json(&view::detail(r))?,

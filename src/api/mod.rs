@@ -199,6 +199,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .route(web::patch().to(agents::update))
                     .route(web::delete().to(agents::delete)),
             )
+            .service(at("/{agentSlug}/contact", "GET").route(web::get().to(agents::contact)))
             .service(
                 at("/{agentSlug}/sessions/default", "GET, PUT")
                     .route(web::get().to(agents::get_default))

@@ -187,6 +187,10 @@ pub static AGENTS: LazyLock<Vec<Op>> = LazyLock::new(|| {
         op!("patch" p("/{agentSlug}"), "updateAgent", "Change an agent's name, anchor or engine", WRITE, Body::Json(agent_spec_schema), Answer::Json(200, agent_schema)),
         op!("delete" p("/{agentSlug}"), "deleteAgent", "Delete an agent that owns no sessions", WRITE, Body::None,
             Answer::Json(200, || json!({"type": "object", "required": ["deleted"], "properties": {"deleted": {"const": true}}}))),
+        op!("get" p("/{agentSlug}/contact"), "getAgentContact", "The agent's ACP server (acpUrl, null unless its engine is acp) and how sessiond's last calls to it went: lastContactAt (it answered), lastError and lastErrorAt (the last call that failed); epoch ms, null where there was none", READ, Body::None,
+            Answer::Json(200, || json!({"type": "object", "required": ["acpUrl", "lastContactAt", "lastError", "lastErrorAt"], "properties": {
+                "acpUrl": {"type": ["string", "null"]}, "lastContactAt": {"type": ["number", "null"]},
+                "lastError": {"type": ["string", "null"]}, "lastErrorAt": {"type": ["number", "null"]}}}))),
     ]
 });
 

@@ -1,5 +1,6 @@
 //! Registrations of ACP servers (migration 0007): the issued key's salt and hash, the principal
-//! context, the registering user, and the lookups callbacks and registration need.
+//! context, the registering user, and the lookups callbacks and registration need; and how the
+//! last calls to an agent's ACP server went (migration 0021, `acp_contacts`).
 
 use super::sql::{Db, OptionalExtension, params};
 
@@ -107,6 +108,55 @@ impl Tx<'_> {
     }
 }
 
+/// How sessiond's last calls to an agent's ACP server went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AcpContactRow {
+    /// When the server last answered a call (epoch ms).
+    pub last_contact_at: Option<i64>,
+    /// The error of the last call that failed, and when it failed.
+    pub last_error: Option<String>,
+    pub last_error_at: Option<i64>,
+}
+
+pub(super) fn acp_contact(conn: &Db, agent_id: &str) -> Result<Option<AcpContactRow>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT last_contact_at, last_error, last_error_at FROM acp_contacts WHERE agent_id = ?1",
+        )?
+        .query_row([agent_id], |r| {
+            Ok(AcpContactRow {
+                last_contact_at: r.get(0)?,
+                last_error: r.get(1)?,
+                last_error_at: r.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+impl Tx<'_> {
+    /// Notes a call to an agent's ACP server: answered (`error` is `None`) or failed.
+    fn record_acp_contact(&mut self, agent_id: &str, error: Option<&str>) -> Result<()> {
+        let sql = match error {
+            None => {
+                "INSERT INTO acp_contacts (agent_id, last_contact_at) VALUES (?1, ?2)
+                 ON CONFLICT (agent_id) DO UPDATE SET last_contact_at = excluded.last_contact_at"
+            }
+            Some(_) => {
+                "INSERT INTO acp_contacts (agent_id, last_error_at, last_error) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (agent_id) DO UPDATE SET last_error_at = excluded.last_error_at,
+                   last_error = excluded.last_error"
+            }
+        };
+        let now = self.now;
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        match error {
+            None => stmt.execute(params![agent_id, now])?,
+            Some(e) => stmt.execute(params![agent_id, now, e])?,
+        };
+        Ok(())
+    }
+}
+
 /// The workspace of a session, by its public id.
 pub(super) fn session_workspace(conn: &Db, session_id: &str) -> Result<Option<String>> {
     Ok(conn
@@ -209,6 +259,26 @@ impl AcpStore<'_> {
     pub async fn registration(&self, agent_id: &str) -> Result<Option<AcpRegistrationRow>> {
         let id = agent_id.to_owned();
         self.store.read(move |c| acp_registration(c, &id)).await
+    }
+
+    /// How the last calls to the agent's ACP server went (`None`: no call was made yet).
+    pub async fn contact(&self, agent_id: &str) -> Result<Option<AcpContactRow>> {
+        let id = agent_id.to_owned();
+        self.store.read(move |c| acp_contact(c, &id)).await
+    }
+
+    /// Notes a call to the agent's ACP server: answered (`error` is `None`) or failed. An agent
+    /// deleted meanwhile is not an error: there is nothing left to note it on.
+    pub async fn record_contact(&self, agent_id: &str, error: Option<String>) -> Result<()> {
+        let id = agent_id.to_owned();
+        self.store
+            .write(move |tx| {
+                if super::agent_by_id(tx.conn, &id)?.is_none() {
+                    return Ok(());
+                }
+                tx.record_acp_contact(&id, error.as_deref())
+            })
+            .await
     }
 
     /// The agent an issued key (by its hash) belongs to.

@@ -147,6 +147,10 @@ pub trait AcpPlatform: Send + Sync {
     /// The objects of a turn of session `session_id` whose input is `input` (`event`: record the
     /// input as an event, or find the one it already is).
     async fn turn(&self, session_id: &str, input: &TurnInput, event: bool) -> Result<AcpTurn>;
+
+    /// Notes how a call to agent `agent_id`'s ACP server went: it answered (`error` is `None`),
+    /// or it failed with `error`. What the agent pages show as its last contact and last error.
+    async fn contacted(&self, agent_id: &str, error: Option<String>);
 }
 
 /// Where the engine finds its platform once the server has wired it.
@@ -199,6 +203,27 @@ impl AcpEngine {
         };
         let async_agent = self.cfg.acp_type == AcpType::Async;
         let call = platform.turn(io.session_id(), &input, async_agent).await?;
+        let agent_id = call.agent["id"].as_str().unwrap_or_default().to_owned();
+        let end = self
+            .call(io, &input, &call, async_agent, platform.as_ref(), &agent_id)
+            .await?;
+        if let TurnEnd::Failed { error } = &end {
+            platform.contacted(&agent_id, Some(error.clone())).await;
+        }
+        Ok(end)
+    }
+
+    /// The turn's call to the agent's server and its answer. A call the server answered is noted
+    /// as a contact; the caller notes the error of a turn it failed.
+    async fn call(
+        &self,
+        io: &mut dyn TurnIo,
+        input: &TurnInput,
+        call: &AcpTurn,
+        async_agent: bool,
+        platform: &dyn AcpPlatform,
+        agent_id: &str,
+    ) -> Result<TurnEnd> {
         let to = self.endpoint(call.api_key.clone());
         let (method, params) = if async_agent {
             let event = call.event.clone().unwrap_or(Value::Null);
@@ -227,7 +252,10 @@ impl AcpEngine {
                 () = interrupted(&mut cancel) => return Ok(TurnEnd::Interrupted),
             };
             match sent {
-                Ok(lines) => break lines,
+                Ok(lines) => {
+                    platform.contacted(agent_id, None).await;
+                    break lines;
+                }
                 Err(CallError::Fatal(e)) => return Ok(TurnEnd::Failed { error: e }),
                 Err(CallError::Retryable(e)) if attempt >= ATTEMPTS => {
                     return Ok(TurnEnd::Failed {
