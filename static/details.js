@@ -50,8 +50,8 @@ export async function loadWritten(ws, id) {
     seen = { after: 0, files: new Map() };
     writtenSoFar.set(id, seen);
   }
-  for (let page = 0; page < 40; page++) {
-    const res = await api.get(`/v2/sessions/${encodeURIComponent(id)}/events?after=${seen.after}&limit=500`, inWorkspace(ws));
+  for (let page = 0; page < 50; page++) {
+    const res = await api.get(`/v2/sessions/${encodeURIComponent(id)}/events?after=${seen.after}`, inWorkspace(ws));
     const events = res.events || [];
     for (const e of events) {
       seen.after = Math.max(seen.after, e.sequence);
