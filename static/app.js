@@ -9,6 +9,7 @@ import { sessionView } from './session.js';
 import { agentsView, agentView } from './agents.js';
 import { agentPageView } from './agentpage.js';
 import { webhooksView } from './webhooks.js';
+import { filesView } from './files.js';
 import { newSessionView } from './newsession.js';
 import { accessView, isOwner } from './access.js';
 import { overviewView } from './overview.js';
@@ -242,6 +243,7 @@ function renderNav(routeName, slug) {
     item(wsHref(state.ws, '/overview'), 'layers', 'Overview', routeName === 'overview'),
     item(wsHref(state.ws, '/sessions'), 'inbox', 'Sessions', routeName === 'list' || routeName === 'session'),
     item(wsHref(state.ws, '/agents'), 'bot', 'All agents', routeName === 'agents'),
+    item(wsHref(state.ws, '/files'), 'folder', 'Files', routeName === 'files'),
     item(wsHref(state.ws, '/webhooks'), 'send', 'Webhooks', routeName === 'webhooks'),
     isOwner(state.me, state.ws) && item(wsHref(state.ws, '/access/keys'), 'user', 'Access', routeName === 'access'),
   ].filter(Boolean));
@@ -311,6 +313,7 @@ async function route() {
   else if (rest[0] === 'agents') name = 'agents';
   else if (rest[0] === 'new') name = 'new';
   else if (rest[0] === 'webhooks') name = 'webhooks';
+  else if (rest[0] === 'files') [name, arg] = ['files', rest.slice(1).join('/')];
   else if (rest[0] === 'overview') name = 'overview';
   else if (rest[0] === 'access') [name, arg] = ['access', rest[1] || 'keys'];
   else if (rest[0] !== 'sessions' && rest.length) {
@@ -327,11 +330,12 @@ async function route() {
     agentPage: () => agentPageView(ctx, arg, rest[2], rest[3]),
     new: () => newSessionView(ctx, params),
     webhooks: () => webhooksView(ctx),
+    files: () => filesView(ctx, arg, params),
     overview: () => overviewView(ctx),
     access: () => accessView(ctx, arg),
   }[name]();
   state.view = view;
-  const titles = { list: 'Sessions', agents: 'Agents', new: 'New session', webhooks: 'Webhooks', overview: 'Overview', access: 'Access' };
+  const titles = { list: 'Sessions', agents: 'Agents', new: 'New session', webhooks: 'Webhooks', files: 'Files', overview: 'Overview', access: 'Access' };
   document.title = titles[name] ? `${titles[name]} · sessiond` : 'sessiond';
   const main = state.shell.main;
   main.className = `main main-${name}`;

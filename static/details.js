@@ -1,12 +1,14 @@
 // The session's details beyond its timeline: cost and budget, metadata, provenance and lineage
 // from the `/v2` Session record, the AgentEx task's status and params, every loaded event as the
 // Sessions API's JSON (each one a point to fork the session from), and "copy as curl" for the
-// session's routes. Everything is read through
+// session's routes, and its files: the folder it works in and the files its tools wrote (its
+// `file.changed` events), each opening in the Files view. Everything is read through
 // the documented HTTP routes, with the workspace named in X-Sessiond-Workspace where the path
 // carries none.
 
 import { h, icon, openDialog, toast } from './dom.js';
 import * as api from './api.js';
+import { fileHref, folderHref, normalisePath } from './files.js';
 
 /** HAST envelopes per timeline event (`hast::SLOTS`). */
 const HAST_SLOTS = 10;
@@ -24,14 +26,82 @@ export function inWorkspace(ws) {
   return { headers: { 'X-Sessiond-Workspace': ws } };
 }
 
-/** The `/v2` record and the AgentEx task of a session (null where there is none). */
+/** The `/v2` record, the AgentEx task and the written files of a session (null where none). */
 export async function loadExtras(ws, id) {
   const opts = inWorkspace(ws);
-  const [record, task] = await Promise.all([
+  const [record, task, written] = await Promise.all([
     api.get(`/v2/sessions/${encodeURIComponent(id)}`, opts).catch(() => null),
     api.get(`/agentex/tasks/${encodeURIComponent(id)}`, opts).catch(() => null),
+    loadWritten(ws, id).catch(() => null),
   ]);
-  return { record, task };
+  return { record, task, written };
+}
+
+/** Per session: how far its `/v2` events were read, and the files they said were written. */
+const writtenSoFar = new Map();
+
+/**
+ * The files a session's tools wrote, newest first, as `{path, operation}` (`update` or `delete`)
+ * from its `file.changed` events on `/v2`; each call reads on from where the last one stopped.
+ */
+export async function loadWritten(ws, id) {
+  let seen = writtenSoFar.get(id);
+  if (!seen) {
+    seen = { after: 0, files: new Map() };
+    writtenSoFar.set(id, seen);
+  }
+  for (let page = 0; page < 50; page++) {
+    const res = await api.get(`/v2/sessions/${encodeURIComponent(id)}/events?after=${seen.after}`, inWorkspace(ws));
+    const events = res.events || [];
+    for (const e of events) {
+      seen.after = Math.max(seen.after, e.sequence);
+      if (e.type === 'file.changed' && e.data?.path) {
+        seen.files.delete(e.data.path);
+        seen.files.set(e.data.path, e.data.operation || 'update');
+      }
+    }
+    if (!res.has_more || !events.length) break;
+  }
+  return [...seen.files].map(([path, operation]) => ({ path, operation })).reverse();
+}
+
+/**
+ * The drive path of a file a tool named: relative to the session's folder, or absolute inside
+ * this workspace's drive (`…/drive/{ws}/…`, as agent CLIs name it); null when it is elsewhere.
+ */
+export function drivePathOf(ws, cwd, path) {
+  if (path.startsWith('/')) {
+    const marker = `/drive/${ws}/`;
+    const i = path.indexOf(marker);
+    return i < 0 ? null : normalisePath(path.slice(i + marker.length));
+  }
+  const base = cwd && cwd !== '.' ? cwd : '';
+  return normalisePath(base ? `${base}/${path}` : path);
+}
+
+/** The session's folder and the files its tools wrote, as links into the Files view. */
+function filesPanel(ctx, d, written) {
+  const cwd = d?.cwd && d.cwd !== '.' ? d.cwd : '';
+  const items = (written || []).slice(0, 100).map((f) => {
+    const at = drivePathOf(ctx.ws, cwd, f.path);
+    const label = h('span', { class: 'mono small', text: at ?? f.path });
+    return h('li', { dataset: { path: at ?? '', operation: f.operation } },
+      f.operation === 'delete'
+        ? [h('span', { class: 'written-deleted' }, icon('trash'), label), h('span', { class: 'muted small', text: ' deleted' })]
+        : at
+          ? h('a', { href: fileHref(ctx, at), class: 'written-link' }, icon('file'), label)
+          : [icon('file'), label, h('span', { class: 'muted small', text: ' (outside the drive)' })]);
+  });
+  return panel('Files', 'folder',
+    h('p', { class: 'small' }, 'Folder: ',
+      h('a', { href: folderHref(ctx, cwd), class: 'mono session-folder-link', text: cwd || 'Drive root' })),
+    written === undefined
+      ? h('p', { class: 'muted small', text: 'Loading the files its tools wrote…' })
+      : written === null
+      ? h('p', { class: 'muted small', text: 'The written files could not be read.' })
+      : items.length
+        ? [h('p', { class: 'muted small', text: 'Written by its tools (newest first):' }), h('ul', { class: 'written-list' }, items)]
+        : h('p', { class: 'muted small', text: 'Its tools have written no files.' }));
 }
 
 /** Copies `text`, or selects it in `el` where the clipboard is not allowed. */
@@ -136,6 +206,7 @@ export function detailPanels(ctx, pane, extras, derived, onBudget) {
   const { record, task } = extras || {};
   const out = [];
   const link = (sid, text) => h('a', { href: ctx.href(`/s/${encodeURIComponent(sid)}`), text: text || sid });
+  if (d) out.push(filesPanel(ctx, d, extras ? extras.written : undefined));
   if (record) {
     const est = derived?.usage?.estimated;
     const budget = record.budget?.cents || 0;

@@ -7,6 +7,7 @@ import { Timeline, isTerminal, todoList } from './timeline.js';
 import { createComposer } from './composer.js';
 import { stateBadge, stateWord } from './state.js';
 import { detailPanels, inWorkspace, loadExtras } from './details.js';
+import { folderHref } from './files.js';
 
 const BUCKET_WORDS = { asking: 'Asking', running: 'Running', scheduled: 'Scheduled', done: 'Done' };
 /** Why a session takes no input, by the code every API family refuses an input with. */
@@ -649,7 +650,7 @@ export function renderAside(aside, pane, extra) {
   aside.append(panel('Details', 'help', h('dl', { class: 'kv' },
     h('dt', { text: 'Status' }), h('dd', { text: offline(pane.conn) ? stateWord('unknown') : stateWord(d.state) }),
     !offline(pane.conn) && d.stateReason && [h('dt', { text: 'Why' }), h('dd', { class: 'small', text: d.stateReason })],
-    h('dt', { text: 'Folder' }), h('dd', { class: 'mono', text: (d.cwd && d.cwd !== '.') ? d.cwd : 'Drive root' }),
+    h('dt', { text: 'Folder' }), h('dd', { class: 'mono' }, h('a', { href: folderHref(pane.ctx, d.cwd && d.cwd !== '.' ? d.cwd : ''), title: 'Open the folder in Files', text: (d.cwd && d.cwd !== '.') ? d.cwd : 'Drive root' })),
     h('dt', { text: 'Tier' }), h('dd', { text: d.tier || 'Auto' }),
     h('dt', { text: 'Created' }), h('dd', { text: fullTime(d.createdAt), title: String(d.createdAt) }),
     h('dt', { text: 'Updated' }), h('dd', { text: relTime(d.updatedAt) }),

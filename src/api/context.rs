@@ -134,9 +134,13 @@ const POSTED_READS: [&str; 2] = [
 ];
 
 /// What a request needs: reads (and the POSTed reads) may use read-only keys; the upload mint
-/// needs `files:write`.
+/// and writing a drive file need `files:write`.
 fn capability(req: &HttpRequest) -> Capability {
-    if req.path().ends_with("/agent/sessions/attachments/session") {
+    let path = req.path();
+    let drive_write = path.starts_with("/v1/ws/")
+        && path.ends_with("/files/content")
+        && !matches!(*req.method(), Method::GET | Method::HEAD);
+    if path.ends_with("/agent/sessions/attachments/session") || drive_write {
         Capability::FilesWrite
     } else if matches!(*req.method(), Method::GET | Method::HEAD)
         || POSTED_READS.contains(&req.path())

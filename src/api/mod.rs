@@ -13,6 +13,7 @@ pub mod connection;
 pub mod context;
 mod error;
 mod events;
+mod files;
 mod fork;
 mod keys;
 mod mcp;
@@ -258,6 +259,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(
                 at("/{userId}/password-reset", "POST")
                     .route(web::post().to(people::password_reset)),
+            ),
+    );
+    // The workspace drive: listings, downloads and uploads by path.
+    cfg.service(
+        web::scope("/v1/ws/{workspaceSlug}/files")
+            .service(at("", "GET").route(web::get().to(files::list)))
+            .service(
+                at("/content", "GET, PUT")
+                    .route(web::get().to(files::content))
+                    .route(web::put().to(files::upload)),
             ),
     );
     cfg.service(at("/v1/ws/{workspaceSlug}/usage", "GET").route(web::get().to(usage::by_agent)));

@@ -55,6 +55,8 @@ pub enum Answer {
     Image,
     /// A portable archive (`application/x-tar`), streamed.
     Tar,
+    /// A drive file's bytes, streamed.
+    File,
     /// A JSON-RPC response (this schema), as one line of JSON, or NDJSON lines when streamed.
     Rpc(fn() -> Value),
     /// A2A's JSON-RPC response (this schema), or for its streaming methods an SSE stream of
@@ -317,6 +319,67 @@ pub static UPLOADS: LazyLock<Vec<Op>> = LazyLock::new(|| {
         Answer::Json(201, || json!({"type": "object", "required": ["path", "name", "bytes"], "properties": {"path": {"type": "string"}, "name": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}}}))),
     ]
 });
+
+fn file_entry_schema() -> Value {
+    object(
+        &["name", "path", "kind", "modifiedAt"],
+        json!({
+            "name": {"type": "string"},
+            "path": {"type": "string", "description": "Drive-relative, `/`-separated"},
+            "kind": {"enum": ["file", "dir"]},
+            "size": {"type": "integer", "minimum": 0, "description": "Bytes (files only)"},
+            "modifiedAt": {"type": ["integer", "null"], "description": "Epoch milliseconds"},
+            "type": {"type": "string", "description": "The media type guessed from the name (files only)"},
+            "preview": {"enum": ["text", "markdown", "image"], "description": "How the file may be shown in place (files only; absent: download only)"}
+        }),
+    )
+}
+
+fn file_listing_schema() -> Value {
+    object(
+        &["path", "entries", "truncated"],
+        json!({
+            "path": {"type": "string", "description": "The folder, drive-relative (empty for the drive root)"},
+            "entries": {"type": "array", "maxItems": crate::drive::browse::LIST_MAX, "items": file_entry_schema()},
+            "truncated": {"type": "boolean", "description": "The folder holds more entries than were listed"}
+        }),
+    )
+}
+
+/// The workspace drive by path (sessiond's extension of the Sessions API).
+pub static FILES: LazyLock<Vec<Op>> = LazyLock::new(|| {
+    vec![
+        op!("get" format!("{WS}/files").leak(), "listFiles",
+            "A folder of the workspace drive (path relative to the drive; absent: its root): folders first, at most 1000 entries", READ, Body::None,
+            Answer::Json(200, file_listing_schema)),
+        op!("get" format!("{WS}/files/content").leak(), "readFile",
+            "A drive file's bytes, as an attachment; inline=1 shows text, markdown (both as text/plain) and raster images in place", READ, Body::None,
+            Answer::File),
+        op!("put" format!("{WS}/files/content").leak(), "writeFile",
+            "Write one new file at path (its folder must exist; an existing name is 409 exists; over limits.max_upload_bytes is 413)", Access::Scope("files:write"), Body::Bytes,
+            Answer::Json(201, || json!({"type": "object", "required": ["path", "name", "bytes"], "properties": {"path": {"type": "string"}, "name": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}}}))),
+    ]
+});
+
+/// The query parameters of the drive routes.
+fn files_query(op_id: &str) -> Vec<Value> {
+    let path = |required: bool, what: &str| json!({"name": "path", "in": "query", "required": required, "description": what, "schema": {"type": "string"}});
+    match op_id {
+        "listFiles" => vec![path(
+            false,
+            "The folder, relative to the drive (no `..`, no leading `/`, no `\\`)",
+        )],
+        "readFile" => vec![
+            path(true, "The file, relative to the drive"),
+            json!({"name": "inline", "in": "query", "required": false, "description": "1: shown in place when previewable (text as text/plain), else still an attachment", "schema": {"enum": ["0", "1", "true", "false"]}}),
+        ],
+        "writeFile" => vec![path(
+            true,
+            "The new file, relative to the drive, in an existing folder",
+        )],
+        _ => Vec::new(),
+    }
+}
 
 /// Liveness, readiness and this document.
 pub static SERVER: LazyLock<Vec<Op>> = LazyLock::new(|| {
@@ -1311,6 +1374,7 @@ pub fn operations() -> Vec<Op> {
         &*WEBHOOKS,
         &*KEYS,
         &*UPLOADS,
+        &*FILES,
         &*ARCHIVES,
         &*RETENTION,
         &*TASK_EVENTS,
@@ -1424,6 +1488,7 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
         p.extend(task_query(op.id));
         p.extend(super::session_state::openapi_params(op.id));
         p.extend(usage_query(op.id));
+        p.extend(files_query(op.id));
     }
     if matches!(op.answer, Answer::Events | Answer::HastEvents)
         && let Some(p) = o["parameters"].as_array_mut()
@@ -1510,6 +1575,12 @@ fn operation(op: &Op, schemas: &mut Map<String, Value>) -> Value {
             responses.insert(
                 "200".into(),
                 json!({"description": "A portable archive: a tar file of the sessions' events.jsonl, session.json, record.json, usage.json and store.json, their images and attached drive files, and manifest.json (last) with every member's SHA-256", "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}),
+            );
+        }
+        Answer::File => {
+            responses.insert(
+                "200".into(),
+                json!({"description": "The file's bytes: its guessed type and `Content-Disposition: attachment`, or with inline=1 `inline` (text as text/plain); always `X-Content-Type-Options: nosniff` and `Content-Security-Policy: default-src 'none'; sandbox`", "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}),
             );
         }
         Answer::Image => {

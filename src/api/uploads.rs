@@ -1,5 +1,6 @@
 //! The upload grant mint (`POST …/agent/sessions/attachments/session`) and the token-authenticated
-//! upload endpoint (`PUT /files/{grantId}/{filename}`).
+//! upload endpoint (`PUT /files/{grantId}/{filename}`), and the body-to-file copy both it and
+//! `PUT …/files/content` use.
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -11,7 +12,7 @@ use super::body;
 use super::context::AppState;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-use crate::uploads::{self, Upload};
+use crate::uploads::{self, Target, Upload};
 
 const SCHEMA_MINT: &str =
     "POST_v1_ws__workspaceSlug__agent_sessions_attachments_session.request.json";
@@ -57,7 +58,7 @@ fn bearer(req: &HttpRequest) -> Option<&str> {
 pub async fn put(
     state: web::Data<AppState>,
     req: HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<HttpResponse> {
     let grant_id = req
         .match_info()
@@ -79,7 +80,21 @@ pub async fn put(
         bearer(&req),
     )
     .await?;
-    let limit = cfg.limits.max_upload_bytes;
+    let (path, bytes) = receive(&req, payload, target, &name, cfg.limits.max_upload_bytes).await?;
+    Ok(HttpResponse::Created().json(json!({ "path": path, "name": name, "bytes": bytes })))
+}
+
+/// Streams a request's body into a new file `name` of `target`'s folder: 413 when the declared
+/// or the received length is over `limit` (nothing is left behind), 408 when the body pauses
+/// longer than the body timeout, `exists` when the name is taken. Answers the drive path and
+/// the bytes written.
+pub(super) async fn receive(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    target: Target,
+    name: &str,
+    limit: u64,
+) -> Result<(String, u64)> {
     if let Some(len) = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -91,9 +106,9 @@ pub async fn put(
             limit: limit as usize,
         });
     }
-    let mut upload = Upload::begin(target, &name, limit)?;
+    let mut upload = Upload::begin(target, name, limit)?;
     // An upload may take long; a pause longer than the body timeout ends it.
-    let pause = body::body_timeout(&req);
+    let pause = body::body_timeout(req);
     loop {
         let chunk = match tokio::time::timeout(pause, payload.next()).await {
             Ok(Some(chunk)) => chunk,
@@ -103,6 +118,5 @@ pub async fn put(
         let chunk = chunk.map_err(|e| Error::invalid(format!("body: {e}")))?;
         upload.write(&chunk)?;
     }
-    let (path, bytes) = upload.finish()?;
-    Ok(HttpResponse::Created().json(json!({ "path": path, "name": name, "bytes": bytes })))
+    upload.finish()
 }

@@ -9,7 +9,7 @@
 //! | `/slow MS` | pauses MS milliseconds before every later step and between deltas |
 //! | `/ask QUESTION \| OPTION \| OPTION` | asks; after the answer the script goes on with the lines after it, or, with none left, replies `answer: <answer>` |
 //! | `/sleep MS` | sleeps until now + MS; on wake the script goes on with the lines after it |
-//! | `/tool NAME` | a `tool_call_start` and a `tool_call` step for tool NAME |
+//! | `/tool NAME [INPUT]` | a `tool_call_start` and a `tool_call` step for tool NAME, its input the JSON object INPUT (else `{"script": true}`); nothing is run |
 //! | `/todos A; B; C` | a `todos` event with one pending item per entry |
 //! | `/fail MESSAGE` | ends the turn with `complete` status `failed` and MESSAGE as error |
 //! | `/task NAME MS` | runs a background task NAME for MS milliseconds: `task_started`, `task_output` every 100 ms, `heartbeat`s, `task_settled` |
@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{BoxFuture, Engine, InputKind, TurnEnd, TurnInput};
 use crate::clock;
@@ -63,7 +63,6 @@ const RECALL_CHARS: usize = 200_000;
 
 /// `/recall`'s reply: each message of a conversation as `[role] text` (text parts joined).
 fn recall(messages: &[serde_json::Value]) -> String {
-    use serde_json::Value;
     let lines: Vec<String> = messages
         .iter()
         .map(|m| {
@@ -346,7 +345,14 @@ impl Engine for ScriptedEngine {
                     }
                     "tool" => {
                         let id = format!("call_{}", io.next_local_id());
-                        let input = json!({ "script": true });
+                        // `/tool write_file {"path": "a.md"}`: the call as a model would make it.
+                        let (arg, input) = match arg.split_once(' ') {
+                            Some((name, rest)) => match serde_json::from_str::<Value>(rest) {
+                                Ok(v @ Value::Object(_)) => (name, v),
+                                _ => (arg, json!({ "script": true })),
+                            },
+                            None => (arg, json!({ "script": true })),
+                        };
                         io.emit(Event::Step {
                             step: Step::ToolCallStart {
                                 tool_name: arg.to_owned(),

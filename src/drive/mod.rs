@@ -4,6 +4,9 @@
 //! Paths from users are relative to the drive, normalised lexically (`a/b/../c` → `a/c`) and then
 //! checked on the real filesystem with symlinks resolved, so that nothing — `..`, absolute paths,
 //! encoded separators or links — can lead outside the drive (or outside an agent's anchor).
+//! `browse` is the drive as people see it through the API: listings, reads and writes by path.
+
+pub mod browse;
 
 use std::fs;
 use std::io::Write;
