@@ -84,7 +84,7 @@ export function agentPageView(ctx, slug, section, item) {
       h('a', { class: 'tab', href: ctx.href(`/agents/${enc(slug)}`), id: 'agent-tab-chat' }, 'Chat'),
       SECTIONS.map(([k, label]) => h('a', {
         class: 'tab', href: ctx.href(`/agents/${enc(slug)}/${k}`), id: `agent-tab-${k}`,
-        'aria-current': k === current ? (item ? 'true' : 'page') : null, 'aria-selected': String(k === current),
+        'aria-current': k === current ? (item ? 'true' : 'page') : null,
       }, label))),
     body);
   const page = { ctx, slug, body, setTitle: (t) => { titleText.textContent = t; } };
@@ -317,7 +317,7 @@ function schedulesSection(page) {
               onclick: () => act(ctx, () => ax(ctx, 'POST', schedulePath(page, s.id, s.paused ? '/resume' : '/pause'), {}), load, `${s.paused ? 'Resumed' : 'Paused'} ${s.name}`),
             }, s.paused ? 'Resume' : 'Pause'),
             h('button', {
-              type: 'button', class: 'btn btn-ghost sm schedule-trigger', 'aria-label': `Run ${s.name} now`,
+              type: 'button', class: 'btn btn-ghost sm schedule-trigger', 'aria-label': `Run now: ${s.name}`,
               onclick: () => act(ctx, () => ax(ctx, 'POST', schedulePath(page, s.id, '/trigger'), {}), load, `Started a run of ${s.name}`),
             }, 'Run now')));
       }), 'No schedules yet.'));

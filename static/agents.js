@@ -83,7 +83,7 @@ export function agentView(ctx, slug) {
       title, sub,
       h('div', { class: 'session-actions' },
         openLink,
-        h('a', { class: 'btn sm', id: 'agent-about-link', href: ctx.href(`/agents/${encodeURIComponent(slug)}/about`), 'aria-label': 'About this agent: engine, schedules, deployments', title: 'About this agent: engine, schedules, deployments' }, icon('wrench'), h('span', { text: 'Manage' })),
+        h('a', { class: 'btn sm', id: 'agent-about-link', href: ctx.href(`/agents/${encodeURIComponent(slug)}/about`), title: 'About this agent: engine, schedules, deployments' }, icon('wrench'), h('span', { text: 'Manage' })),
         h('a', { class: 'btn sm', href: ctx.href(`/new?agent=${encodeURIComponent(slug)}`), 'aria-label': 'New session with this agent', title: 'New session with this agent' }, icon('plus'), h('span', { text: 'New session' })),
         asideBtn)),
     h('div', { class: 'session-body' }, pane.el, aside));

@@ -135,7 +135,7 @@ export function filesView(ctx, rawDir, params) {
     if (dir) {
       const up = segs.slice(0, -1).join('/');
       rows.unshift(h('tr', { class: 'file-row is-up' },
-        h('td', { class: 'name', colspan: 4 }, h('a', { href: folderHref(ctx, up), 'aria-label': 'Up to the parent folder' }, icon('chevronLeft'), h('span', { text: '..' })))));
+        h('td', { class: 'name', colspan: 4 }, h('a', { href: folderHref(ctx, up), 'aria-label': '.. (the parent folder)' }, icon('chevronLeft'), h('span', { text: '..' })))));
     }
     if (!entries.length) {
       rows.push(h('tr', null, h('td', { colspan: 4, class: 'muted small empty-row', text: 'This folder is empty. Drop files here or use Upload.' })));
