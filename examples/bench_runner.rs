@@ -54,6 +54,9 @@
 //!    on tasks of the root agent) at the same levels, as a ratio to section 1's turns per second.
 //! 1c. The same turns through A2A (`POST /a2a/root` `SendMessage` naming its task, answered
 //!    with the task once the turn has ended), as a ratio to section 1's turns per second.
+//! 1d. The same turns through MCP (`POST /mcp` `tools/call` `send_message` on section 1's
+//!    sessions, one MCP session per client, answered on the request's SSE stream once the turn
+//!    has ended, as the official SDK's client asks), as a ratio to section 1's turns per second.
 //!
 //! Section 3b (reconnects with `Last-Event-ID` to a busy session under fan-out) runs alone with
 //! `--reconnects`. `--streams` (sections 3 and 4) and `--turns` (sections 1 and 2 at 64 sessions)
@@ -126,6 +129,9 @@ const TARGET_AGENTEX_RATIO: f64 = 0.8;
 /// A2A `SendMessage` turns per second against `/v1` `messages/wait` at the same concurrency:
 /// within 1.25× of `/v1` (JSON-RPC, the task view read after the turn).
 const TARGET_A2A_RATIO: f64 = 0.8;
+/// MCP `tools/call` `send_message` turns per second against `/v1` `messages/wait` at the same
+/// concurrency: within 1.25× of `/v1` (JSON-RPC, the answer on an SSE stream of its own).
+const TARGET_MCP_RATIO: f64 = 0.8;
 /// Sessions the idle connections are spread over.
 const IDLE_SESSIONS: usize = 100;
 /// Concurrent connection attempts while opening the fan-out subscribers.
@@ -1563,6 +1569,145 @@ async fn open_a2a_tasks(ctx: &Ctx, n: usize) -> (String, Vec<String>) {
         }
     }
     (url, tasks)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1d. MCP's tools/call send_message.
+
+/// The `Accept` of the official SDK's client: a long call is answered on an SSE stream.
+const MCP_ACCEPT: &str = "application/json, text/event-stream";
+
+/// Opens an MCP session (`initialize`, then `notifications/initialized`) and returns the
+/// `Mcp-Session-Id` naming it.
+async fn open_mcp_session(http: &reqwest::Client, url: &str) -> Result<String, String> {
+    let r = http
+        .post(url)
+        .header("Accept", MCP_ACCEPT)
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench_runner", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if r.status() != reqwest::StatusCode::OK {
+        return Err(format!("initialize: {}", r.status()));
+    }
+    let sid = r
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("initialize: no Mcp-Session-Id")?
+        .to_owned();
+    let r = http
+        .post(url)
+        .header("Mcp-Session-Id", &sid)
+        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if r.status() != reqwest::StatusCode::ACCEPTED {
+        return Err(format!("notifications/initialized: {}", r.status()));
+    }
+    Ok(sid)
+}
+
+/// The JSON-RPC answer in a `POST /mcp` response: the body itself, or the last `data:` line of
+/// an SSE answer that carries a result or an error.
+fn mcp_answer(content_type: &str, body: &[u8]) -> Result<Value, String> {
+    if !content_type.starts_with("text/event-stream") {
+        return serde_json::from_slice(body).map_err(|e| e.to_string());
+    }
+    String::from_utf8_lossy(body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim_start()).ok())
+        .filter(|v| v.get("result").is_some() || v.get("error").is_some())
+        .last()
+        .ok_or_else(|| "an SSE answer without a result".to_owned())
+}
+
+/// One MCP session: `tools/call` `send_message` of `/reply ok` to its sessiond session, back to
+/// back, each answered once the turn it caused has ended.
+async fn mcp_turn_client(
+    http: reqwest::Client,
+    url: String,
+    session_id: String,
+    window: (Instant, Instant),
+) -> ClientTally {
+    let (from, end) = window;
+    let mut t = ClientTally {
+        turns: 0,
+        lat: Vec::new(),
+        errors: 0,
+        first_error: None,
+    };
+    let sid = match open_mcp_session(&http, &url).await {
+        Ok(sid) => sid,
+        Err(e) => {
+            t.errors += 1;
+            t.first_error = Some(e);
+            return t;
+        }
+    };
+    let mut id = 1u64;
+    while Instant::now() < end {
+        id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "send_message",
+            "arguments": {"sessionId": session_id, "prompt": "/reply ok"}}});
+        let t0 = Instant::now();
+        let result = async {
+            let r = http
+                .post(&url)
+                .header("Accept", MCP_ACCEPT)
+                .header("Mcp-Session-Id", &sid)
+                .header("MCP-Protocol-Version", "2025-11-25")
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = r.status();
+            let content_type = r
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let bytes = r.bytes().await.map_err(|e| e.to_string())?;
+            if status != reqwest::StatusCode::OK {
+                return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)));
+            }
+            let v = mcp_answer(&content_type, &bytes)?;
+            let out = &v["result"]["structuredContent"];
+            if out["reply"] == "ok" && v["result"]["isError"] != true {
+                Ok(())
+            } else {
+                Err(format!("answer: {v}"))
+            }
+        }
+        .await;
+        let t1 = Instant::now();
+        match result {
+            Ok(()) if t1 >= from && t1 <= end => {
+                t.turns += 1;
+                t.lat.push(ms(t1 - t0));
+            }
+            Ok(()) => {}
+            Err(e) => {
+                t.errors += 1;
+                t.first_error.get_or_insert(e);
+            }
+        }
+    }
+    // The MCP session ends with the client, as a well-behaved one does.
+    let _ = http
+        .delete(&url)
+        .header("Mcp-Session-Id", &sid)
+        .send()
+        .await;
+    t
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -3281,7 +3426,8 @@ fn main() {
         return;
     }
 
-    let (levels, rpc_levels, a2a_levels, [sse1, sse64, sse64p], fan, idle) = rt.block_on(async {
+    let (levels, rpc_levels, a2a_levels, mcp_levels, [sse1, sse64, sse64p], fan, idle) =
+        rt.block_on(async {
         let max_n = opts.turn_levels.iter().copied().max().unwrap_or(1);
         let t = Instant::now();
         let sessions = create_sessions(&ctx, max_n.max(opts.sse_sessions)).await;
@@ -3392,6 +3538,41 @@ fn main() {
         println!();
 
         println!(
+            "== 1d. The same turns through MCP: one MCP session per client looping POST /mcp \
+             `tools/call` `send_message` on section 1's sessions (answered on the request's SSE \
+             stream when the turn has ended) =="
+        );
+        let mcp_url = format!("{}/mcp", ctx.base);
+        let mut mcp_levels = Vec::new();
+        for (n, v1) in opts.turn_levels.iter().copied().zip(&levels) {
+            let l = measure_level(&ctx, &opts, n, |i, window| {
+                mcp_turn_client(
+                    ctx.http.clone(),
+                    mcp_url.clone(),
+                    sessions[i].clone(),
+                    window,
+                )
+            })
+            .await;
+            println!(
+                "   {:>3} sessions: {:>7.0} turns/s ({} turns), tools/call round trip {}; \
+                 {:.2} of /v1 messages/wait at {n} (section 1); errors {}{}",
+                n,
+                l.rate(),
+                thousands(l.turns),
+                l.lat.line(),
+                l.rate() / v1.rate().max(f64::MIN_POSITIVE),
+                l.errors,
+                l.first_error
+                    .as_deref()
+                    .map(|e| format!(" (first: {e})"))
+                    .unwrap_or_default()
+            );
+            mcp_levels.push(l);
+        }
+        println!();
+
+        println!(
             "== 2. POST …/messages -> the turn's `complete` frame on GET …/events (SSE) ==\n   \
              one SSE stream per session, opened at the session's last seq; back to back = the \
              next message is posted as soon as the previous terminal arrived (closed loop, \
@@ -3476,6 +3657,7 @@ fn main() {
             levels,
             rpc_levels,
             a2a_levels,
+            mcp_levels,
             [sse1, sse64, sse64p],
             fan,
             idle,
@@ -3514,6 +3696,14 @@ fn main() {
             format!("{:.2}", l.rate() / v1.rate().max(f64::MIN_POSITIVE)),
             format!(">= {TARGET_A2A_RATIO}"),
             yes_no(l.rate() >= TARGET_A2A_RATIO * v1.rate() && l.errors == 0).into(),
+        ));
+    }
+    for (l, v1) in mcp_levels.iter().zip(&levels) {
+        rows.push((
+            format!("MCP tools/call turns/s / /v1 at {}", l.n),
+            format!("{:.2}", l.rate() / v1.rate().max(f64::MIN_POSITIVE)),
+            format!(">= {TARGET_MCP_RATIO}"),
+            yes_no(l.rate() >= TARGET_MCP_RATIO * v1.rate() && l.errors == 0).into(),
         ));
     }
     for (l, v1) in rpc_levels.iter().zip(&levels) {

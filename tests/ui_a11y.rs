@@ -160,7 +160,11 @@ fn every_view_has_no_serious_accessibility_violation() {
         ("failed filter", "/sessions?state=failed", ".list-view"),
         ("agent: about", "/agents/root/about", ".agent-page"),
         ("agent: schedules", "/agents/root/schedules", ".agent-page"),
-        ("agent: deployments", "/agents/root/deployments", ".agent-page"),
+        (
+            "agent: deployments",
+            "/agents/root/deployments",
+            ".agent-page",
+        ),
         ("files", "/files", ".files-view"),
     ] {
         goto_view(&b, &s, path, ready);

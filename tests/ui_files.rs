@@ -1,6 +1,7 @@
 //! The console's Files view, in the browser: the workspace drive browsed by breadcrumbs, a file
 //! dropped on the listing uploaded into its folder (and a second drop of the same name refused
-//! inline with the server's reason), markdown and an image previewed beside the listing, a file
+//! inline with the server's reason), a file chosen in the Upload button's picker uploaded the
+//! same way, markdown and an image previewed beside the listing, a file
 //! downloaded with the page's own session, the view at a phone's width, and a session's details
 //! listing the files its tools wrote (its `file.changed` events) as links that open them here.
 //!
@@ -139,6 +140,18 @@ fn the_drive_is_browsed_uploaded_to_previewed_and_downloaded() {
     assert_eq!(
         std::fs::read(s.data_dir.join("drive").join(WS).join("docs/dropped.txt")).expect("kept"),
         b"dropped by hand"
+    );
+
+    // The file picker (what the Upload button opens) uploads the chosen file the same way.
+    let picked = tempfile::tempdir().expect("tempdir");
+    let picked_path = picked.path().join("picked.txt");
+    std::fs::write(&picked_path, b"chosen in the picker").expect("write");
+    let input = b.find("#files-picker");
+    b.send_keys(&input, picked_path.to_str().expect("utf-8 path"));
+    b.find("tr[data-path='docs/picked.txt']");
+    assert_eq!(
+        std::fs::read(s.data_dir.join("drive").join(WS).join("docs/picked.txt")).expect("uploaded"),
+        b"chosen in the picker"
     );
 
     // Markdown previews through the safe renderer: markup of the file never runs.
