@@ -1621,10 +1621,10 @@ fn mcp_answer(content_type: &str, body: &[u8]) -> Result<Value, String> {
     }
     String::from_utf8_lossy(body)
         .lines()
+        .rev()
         .filter_map(|l| l.strip_prefix("data:"))
         .filter_map(|d| serde_json::from_str::<Value>(d.trim_start()).ok())
-        .filter(|v| v.get("result").is_some() || v.get("error").is_some())
-        .last()
+        .find(|v| v.get("result").is_some() || v.get("error").is_some())
         .ok_or_else(|| "an SSE answer without a result".to_owned())
 }
 
