@@ -87,7 +87,7 @@ pub async fn submit(server: &Server<'_>, params: &Value) -> A2aResult<Sent> {
         }
         Some(id) => {
             let row = task::find(sessions, actor, server.agent, id).await?;
-            let asking = row.turn_status == "ask" && !row.turn_active;
+            let asking = row.turn_status == crate::store::TurnStatus::Ask && !row.turn_active;
             let answered = if asking {
                 match sessions
                     .answer(

@@ -56,7 +56,7 @@ pub fn status(t: &TaskRow) -> (&str, Option<String>) {
     if let Some(to) = &t.handed_off_to {
         return ("COMPLETED", Some(format!("handed off to {to}")));
     }
-    if t.turn_status == "interrupted" && !t.turn_active {
+    if t.turn_status == crate::store::TurnStatus::Interrupted && !t.turn_active {
         (
             "INTERRUPTED",
             Some("the last turn was interrupted; the next message resumes the task".into()),
@@ -381,7 +381,7 @@ async fn deliver(
     d: Prompt,
     link: InputLink,
 ) -> Result<(Submitted, Linked)> {
-    if task.turn_status == "ask" && !task.turn_active {
+    if task.turn_status == crate::store::TurnStatus::Ask && !task.turn_active {
         let common = InputCommon {
             attachments: d.attachments.clone(),
             ..Default::default()

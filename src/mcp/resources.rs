@@ -77,7 +77,7 @@ pub async fn list(ctx: &Context<'_>, params: &Value) -> Result<Value, RpcError> 
                 "uri": uri(&r.id),
                 "name": r.id,
                 "title": r.title,
-                "description": format!("{} session of {} ({})", r.turn_status, r.agent_name, r.bucket),
+                "description": format!("{} session of {} ({})", r.turn_status.name(), r.agent_name, r.bucket),
                 "mimeType": MIME,
             })
         })

@@ -22,7 +22,7 @@ pub async fn follow(ctx: &Context<'_>, sub: &Submitted, wait: bool) -> Result<Va
             .sessions
             .detail_row(&ctx.caller.actor, &sub.key.id)
             .await?;
-        out["state"] = json!(state_of_row(&row.turn_status));
+        out["state"] = json!(state_of_row(row.turn_status));
         return Ok(out);
     }
     // Subscribed before the wait reads the store, so no event of the turn goes unreported.
@@ -93,14 +93,16 @@ pub fn terminal_into(event: &Value, out: &mut Value) {
     }
 }
 
-/// A session's state from its turn status (`idle`, `running`, `asking`, …) where no terminal of
-/// the caller's own input is at hand.
-pub fn state_of_row(turn_status: &str) -> &str {
+/// A session's state from its turn status (`running`, `asking`, `completed`, …) where no
+/// terminal of the caller's own input is at hand.
+pub fn state_of_row(turn_status: crate::store::TurnStatus) -> &'static str {
+    use crate::store::TurnStatus as T;
     match turn_status {
-        "complete" | "completed" | "idle" => "completed",
-        "ask" | "asking" => "asking",
-        "sleep" | "sleeping" => "sleeping",
-        other => other,
+        T::Running => "running",
+        T::Ask => "asking",
+        T::Sleep => "sleeping",
+        T::Complete => "completed",
+        T::Interrupted => "interrupted",
     }
 }
 

@@ -58,7 +58,7 @@ fn lifecycle(row: &SessionRow, facts: &RecordFacts) -> Lifecycle {
             run: "working",
             stopped: false,
         }
-    } else if row.turn_status == "running" {
+    } else if row.turn_status == crate::store::TurnStatus::Running {
         Lifecycle {
             status: "scheduled",
             exit_status: None,
@@ -198,7 +198,7 @@ pub fn record(row: &SessionRow, facts: &RecordFacts, harness: &str) -> Value {
         "surface": {
             "session": match l.session_state {
                 "closed" => "closed",
-                _ if row.turn_status == "sleep" && !row.turn_active => "sleeping",
+                _ if row.turn_status == crate::store::TurnStatus::Sleep && !row.turn_active => "sleeping",
                 _ => "alive",
             },
             "run": l.run,

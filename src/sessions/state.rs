@@ -155,7 +155,7 @@ fn derive(
         Some(c @ Closure::BudgetSpent { .. }) => return (State::OverBudget, Some(closed_words(c))),
         None => {}
     }
-    if row.turn_status == "running" {
+    if row.turn_status == crate::store::TurnStatus::Running {
         return (State::Running, None);
     }
     let Some(t) = facts.last_terminal.as_ref() else {
@@ -274,7 +274,7 @@ mod tests {
             title: String::new(),
             title_origin: "excerpt".into(),
             title_status: "complete".into(),
-            turn_status: turn_status.into(),
+            turn_status: crate::store::TurnStatus::parse(turn_status).expect("a turn status"),
             bucket: "done".into(),
             archived_at: None,
             cwd: None,

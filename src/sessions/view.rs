@@ -76,7 +76,7 @@ pub fn summary(row: &SessionRow) -> SessionSummary<'_> {
     SessionSummary {
         id: &row.id,
         user_id: &row.user_id,
-        turn_status: &row.turn_status,
+        turn_status: row.turn_status.name(),
         bucket: &row.bucket,
         title: &row.title,
         title_origin: &row.title_origin,
@@ -114,7 +114,7 @@ pub fn detail(row: &SessionRow) -> SessionDetail<'_> {
 pub fn session_ref(row: &SessionRow) -> SessionRef<'_> {
     SessionRef {
         session_id: &row.id,
-        status: &row.turn_status,
+        status: row.turn_status.name(),
         last_event_seq: row.last_event_seq,
         last_delivered_input_seq: row.last_delivered_input_seq,
     }

@@ -348,7 +348,7 @@ pub struct TaskRow {
     pub agent_id: String,
     pub created_at: i64,
     pub updated_at: i64,
-    pub turn_status: String,
+    pub turn_status: super::TurnStatus,
     pub turn_active: bool,
     pub name: Option<String>,
     pub params: Option<String>,

@@ -45,7 +45,7 @@ impl Tx<'_> {
         row: &SessionRow,
         when: WhenBusy,
     ) -> Result<(Option<Behavior>, Option<u64>)> {
-        let busy = row.turn_active || row.turn_status == "running";
+        let busy = row.turn_active || row.turn_status == super::TurnStatus::Running;
         if !busy {
             return Ok((None, None));
         }

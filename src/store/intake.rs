@@ -19,7 +19,7 @@
 
 use super::agentex::FinalStatus;
 use super::sql::{OptionalExtension, params};
-use super::{RowLock, SessionKey, Tx};
+use super::{RowLock, SessionKey, TurnStatus, Tx};
 use crate::error::{Error, Result};
 
 /// Why a session takes no input now.
@@ -199,8 +199,8 @@ impl Tx<'_> {
             self.remove_input(key, input.seq)?;
         }
         self.refresh_follow_up_queue(key)?;
-        if matches!(row.turn_status.as_str(), "running" | "sleep") {
-            self.set_turn(key, super::turn_status::TurnStatus::Interrupted)?;
+        if matches!(row.turn_status, TurnStatus::Running | TurnStatus::Sleep) {
+            self.set_turn(key, TurnStatus::Interrupted)?;
         }
         Ok(true)
     }

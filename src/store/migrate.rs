@@ -129,8 +129,8 @@ mod tests {
              INSERT INTO agents (id, workspace_id, slug, name, created_at) VALUES ('a', 'w', 'a', 'A', 0);
              INSERT INTO sessions (pk, id, workspace_id, agent_id, user_id, title, title_origin,
                  title_status, turn_status, bucket, created_at, updated_at)
-             VALUES (1, 's1', 'w', 'a', 'u', 'Apple pie', 'manual', 'complete', 'idle', 'done', 0, 0),
-                    (2, 's2', 'w', 'a', 'u', 'Tea', 'manual', 'complete', 'idle', 'done', 0, 0);
+             VALUES (1, 's1', 'w', 'a', 'u', 'Apple pie', 'manual', 'complete', 'complete', 'done', 0, 0),
+                    (2, 's2', 'w', 'a', 'u', 'Tea', 'manual', 'complete', 'complete', 'done', 0, 0);
              INSERT INTO events (session_pk, seq, type, body, created_at) VALUES
                (1, 1, 'session_created', '{\"type\":\"session_created\"}', 0),
                (1, 2, 'prompt_submitted', '{\"type\":\"prompt_submitted\",\"prompt\":\"bake a pie\\nwith apples\"}', 0),
@@ -259,9 +259,9 @@ mod tests {
              VALUES ('a1', 'w1', 'a', 'A', 0), ('a2', 'w2', 'a', 'A', 0);
              INSERT INTO sessions (pk, id, workspace_id, agent_id, user_id, title, title_origin,
                  title_status, turn_status, bucket, created_at, updated_at)
-             VALUES (1, 's1', 'w1', 'a1', 'u', 't', 'manual', 'complete', 'idle', 'done', 0, 0),
-                    (2, 's2', 'w2', 'a2', 'u', 't', 'manual', 'complete', 'idle', 'done', 0, 0),
-                    (3, 's3', 'w1', 'a1', 'u', 't', 'manual', 'complete', 'idle', 'done', 0, 0);
+             VALUES (1, 's1', 'w1', 'a1', 'u', 't', 'manual', 'complete', 'complete', 'done', 0, 0),
+                    (2, 's2', 'w2', 'a2', 'u', 't', 'manual', 'complete', 'complete', 'done', 0, 0),
+                    (3, 's3', 'w1', 'a1', 'u', 't', 'manual', 'complete', 'complete', 'done', 0, 0);
              INSERT INTO agentex_events (sequence_id, id, session_pk, agent_id, created_at) VALUES
                (10, 'e1', 1, 'a1', 0), (11, 'e2', 2, 'a2', 0), (12, 'e3', 3, 'a1', 0),
                (13, 'e4', 2, 'a2', 0), (14, 'e5', 1, 'a1', 0);",

@@ -75,6 +75,7 @@ pub use log::{LogReads, TurnInput};
 pub use migrate::SCHEMA_VERSION;
 pub use reads::*;
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
+pub use turn_status::TurnStatus;
 pub use turns::{SignalHook, TurnSignal};
 pub use writer::{OneWrite, Tx, take_queued};
 pub use writes::*;

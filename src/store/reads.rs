@@ -17,7 +17,7 @@ pub struct SessionRow {
     pub title: String,
     pub title_origin: String,
     pub title_status: String,
-    pub turn_status: String,
+    pub turn_status: super::TurnStatus,
     pub bucket: String,
     pub archived_at: Option<i64>,
     pub cwd: Option<String>,

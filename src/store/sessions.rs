@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::inputs::Retry;
-use super::{SessionKey, Store, Tx};
+use super::{SessionKey, Store, TurnStatus, Tx};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::timeline::{AttachmentRef, Event, Level, Sender, StoredImageRef};
@@ -510,8 +510,11 @@ impl SessionWrites<'_> {
                             },
                         )?;
                     }
-                    if matches!(row.turn_status.as_str(), "running" | "ask" | "sleep") {
-                        tx.set_turn(&key, super::projections::TurnStatus::Interrupted)?;
+                    if matches!(
+                        row.turn_status,
+                        TurnStatus::Running | TurnStatus::Ask | TurnStatus::Sleep
+                    ) {
+                        tx.set_turn(&key, TurnStatus::Interrupted)?;
                     }
                 }
                 match &link {

@@ -539,7 +539,7 @@ impl Submissions<'_> {
                 // A session that takes no input says why, asking or not.
                 tx.takes_input(&key)?;
                 let row = tx.session_row(&key)?;
-                if row.turn_status != TurnStatus::Ask.name() || row.turn_active {
+                if row.turn_status != TurnStatus::Ask || row.turn_active {
                     return Err(Error::NotAsking);
                 }
                 let sender = tx.sender_of(&ws, &a.author)?;

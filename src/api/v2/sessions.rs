@@ -264,7 +264,7 @@ pub async fn message(
     check_prompt(&state, &b.prompt)?;
     let busy = crate::sessions::busy::parse("if_busy", b.if_busy.as_deref())?;
     let row = state.sessions.detail_row(&actor, &path).await?;
-    let asking = row.turn_status == "ask" && !row.turn_active;
+    let asking = row.turn_status == crate::store::TurnStatus::Ask && !row.turn_active;
     let answered = if asking {
         match state
             .sessions

@@ -94,7 +94,7 @@ pub async fn view(ctx: &Context<'_>, id: &str) -> Result<Value> {
         "title": row.title,
         "agent": { "id": row.agent_id, "name": row.agent_name },
         "cwd": row.cwd,
-        "turnStatus": row.turn_status,
+        "turnStatus": row.turn_status.name(),
         "bucket": row.bucket,
         "status": record["status"],
         "source": record["source"],
@@ -116,8 +116,10 @@ pub async fn view(ctx: &Context<'_>, id: &str) -> Result<Value> {
         .collect();
     let mut state = json!({});
     match events.first() {
-        Some(last) if row.turn_status != "running" => turn::terminal_into(last, &mut state),
-        _ => state["state"] = json!(turn::state_of_row(&row.turn_status)),
+        Some(last) if row.turn_status != crate::store::TurnStatus::Running => {
+            turn::terminal_into(last, &mut state)
+        }
+        _ => state["state"] = json!(turn::state_of_row(row.turn_status)),
     }
     out["state"] = state["state"].take();
     if let Some(q) = state.get("questions") {
