@@ -319,7 +319,7 @@ fn has_word(code: &str, word: &str) -> bool {
 /// (`io.read(&mut buf)`) is not the store.
 fn port_breaches(code: &str) -> Vec<String> {
     let mut found = Vec::new();
-    for word in ["rusqlite", "Connection"] {
+    for word in ["rusqlite", "sessiond_sql", "Connection"] {
         if has_word(code, word) {
             found.push(word.to_owned());
         }

@@ -1,40 +1,42 @@
-//! How the SQLite backend's failures become sessiond's errors: a full disk, a storage that cannot
-//! be used now (I/O, read-only, busy, locked, damaged), a lost race on a uniqueness rule, or a
-//! bug. Only the store sees SQLite's result codes.
+//! How the SQL layer's failures become sessiond's errors: a full disk, a storage that cannot be
+//! used now (I/O, read-only, busy, locked, damaged), a lost race on a uniqueness rule, or a bug.
+//! The layer classifies the engines' result codes; this is the one place they are mapped.
 
-use rusqlite::ErrorCode as C;
-
+use super::sql::{self, Constraint, Fault};
 use crate::error::Error;
 
+impl From<sql::Error> for Error {
+    fn from(e: sql::Error) -> Self {
+        match e {
+            sql::Error::NoRows => Error::Storage("the query returned no rows".into()),
+            // A lost race on a key: the caller reads what won, or answers 409.
+            sql::Error::Constraint(Constraint::Unique, detail) => Error::ConstraintRace(detail),
+            sql::Error::Constraint(_, detail) => Error::Storage(detail),
+            sql::Error::Fault(Fault::Full, detail) => Error::StorageFull(detail),
+            sql::Error::Fault(Fault::Unavailable, detail) => Error::StorageUnavailable(detail),
+            sql::Error::Fault(Fault::Busy, detail) => Error::StorageBusy(detail),
+            sql::Error::Fault(Fault::Storage, detail) => Error::Storage(detail),
+            sql::Error::Fault(Fault::Internal, detail) => Error::Internal(detail),
+            caller @ sql::Error::Caller(_) => match caller.into_caller::<Error>() {
+                Ok(e) => e,
+                Err(other) => Error::Internal(other.to_string()),
+            },
+        }
+    }
+}
+
+/// A row closure's own error, carried through the SQL layer (see [`sql::Error::Caller`]).
+impl From<Error> for sql::Error {
+    fn from(e: Error) -> Self {
+        sql::Error::Caller(Box::new(e))
+    }
+}
+
+/// SQLite's failures as the SQL layer classifies them, for the statements the store runs on a
+/// connection directly (pragmas, the writer's own transaction control).
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        let detail = e.to_string();
-        if let rusqlite::Error::SqliteFailure(f, _) = &e
-            && matches!(
-                f.extended_code,
-                rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
-                    | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
-            )
-        {
-            return Error::ConstraintRace(detail);
-        }
-        match e.sqlite_error_code() {
-            Some(C::DiskFull) => Error::StorageFull(detail),
-            Some(
-                C::SystemIoFailure
-                | C::CannotOpen
-                | C::ReadOnly
-                | C::PermissionDenied
-                | C::DatabaseBusy
-                | C::DatabaseLocked
-                | C::FileLockingProtocolFailed
-                | C::NoLargeFileSupport
-                | C::DatabaseCorrupt
-                | C::NotADatabase
-                | C::OutOfMemory,
-            ) => Error::StorageUnavailable(detail),
-            _ => Error::Storage(detail),
-        }
+        Error::from(sql::Error::from(e))
     }
 }
 

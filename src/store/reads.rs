@@ -98,7 +98,7 @@ pub fn session_row(
     );
     conn.prepare_cached(&sql)?
         .query_row(
-            crate::named_params! {":id": session_id, ":ws": workspace_id, ":user": user_id},
+            sessiond_sql::named_params! {":id": session_id, ":ws": workspace_id, ":user": user_id},
             session_from_row,
         )
         .optional()?
@@ -112,7 +112,7 @@ pub fn session_row_by_pk(conn: &Db, pk: i64, user_id: Option<&str>) -> Result<Op
     Ok(conn
         .prepare_cached(&sql)?
         .query_row(
-            crate::named_params! {":pk": pk, ":user": user_id.unwrap_or("")},
+            sessiond_sql::named_params! {":pk": pk, ":user": user_id.unwrap_or("")},
             session_from_row,
         )
         .optional()?)
@@ -986,7 +986,7 @@ pub fn agent_activity(
 ) -> Result<Vec<SessionRow>> {
     let mut stmt = conn.prepare_cached(&activity_sql())?;
     let rows = stmt.query_map(
-        crate::named_params! {":agent": agent_id, ":user": user_id, ":limit": limit as i64 + 1},
+        sessiond_sql::named_params! {":agent": agent_id, ":user": user_id, ":limit": limit as i64 + 1},
         session_from_row,
     )?;
     Ok(rows.collect::<super::sql::Result<_>>()?)

@@ -555,7 +555,7 @@ pub(super) fn flush_counters(
          WHERE pk = ?1",
     )?;
     for (pk, c) in changed.iter().filter(|(_, c)| !c.deleted) {
-        stmt.execute(crate::params![
+        stmt.execute(sessiond_sql::params![
             pk,
             c.last_event_seq as i64,
             c.last_output_seq as i64,

@@ -140,7 +140,7 @@ macro_rules! stored_by_name {
     )*};
 }
 
-stored_by_name!(QueueKind: "queue kind", Behavior: "behavior", Tier: "tier");
+stored_by_name!(QueueKind: "queue kind");
 
 /// A queued input for the runner.
 #[derive(Debug, Clone)]

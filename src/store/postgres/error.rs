@@ -26,25 +26,5 @@ pub enum PostgresError {
     Query(String),
 }
 
-/// The text of a driver error: the server's own message and detail when there is one (the
-/// driver's `Display` of a server error says only "db error"), else the driver's description
-/// with its cause.
-pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        let mut out = format!("{}: {}", db.severity(), db.message());
-        if let Some(detail) = db.detail() {
-            out.push_str(&format!(" ({detail})"));
-        }
-        return out;
-    }
-    let mut out = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(&format!(": {text}"));
-        }
-        source = cause.source();
-    }
-    out
-}
+/// The text of a driver error (the SQL layer's, so that both say the same).
+pub(crate) use sessiond_sql::pg::describe;

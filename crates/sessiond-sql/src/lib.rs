@@ -1,4 +1,4 @@
-//! The store's SQL layer: one small API over both backends, shaped like rusqlite's (statements,
+//! sessiond's SQL layer, beneath the store: one small API over both backends, shaped like rusqlite's (statements,
 //! rows, `params!`, `optional()`), so that an operation is written once and runs on SQLite and on
 //! PostgreSQL.
 //!
@@ -13,11 +13,12 @@
 //! * SQL is written once where both engines agree (`ON CONFLICT`, `RETURNING`, `COALESCE`, window
 //!   functions); where they do not (full-text search, JSON paths, `rowid`), the operation asks
 //!   [`Db::dialect`] and says both.
-//! * Errors are [`Error`]: no row, a constraint (by kind), or a classified storage fault. Row
-//!   closures return it too, and any crate error converts into it, so `?` works everywhere.
+//! * Errors are [`Error`]: no row, a constraint (by kind), or a classified engine fault ([`Fault`]),
+//!   the same for both engines; a row closure's own error travels inside it ([`Error::Caller`]).
+//!   Nothing of either driver's error types leaves this crate.
 
 #[cfg(feature = "postgres")]
-pub(crate) mod pg;
+pub mod pg;
 #[cfg(feature = "postgres")]
 mod placeholders;
 mod value;
@@ -72,9 +73,31 @@ pub enum Error {
     NoRows,
     /// A constraint was violated; the text is the engine's.
     Constraint(Constraint, String),
-    /// Anything else: a storage fault, a bug, or an error of sessiond's own raised inside a row
-    /// closure, already classified.
-    Other(crate::error::Error),
+    /// The engine failed, classified so that a caller can tell a full disk from a storage that
+    /// cannot be used now or a bug; the text is the engine's.
+    Fault(Fault, String),
+    /// An error of the caller's own, raised inside a row closure (as a row closure returns this
+    /// crate's `Result`): carried back to the caller unchanged, to be taken out with
+    /// [`Error::into_caller`].
+    Caller(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The kind of engine failure behind [`Error::Fault`], the same for both engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// No space left for the database (SQLite's `SQLITE_FULL`, PostgreSQL's `53100`).
+    Full,
+    /// The storage cannot be used now: I/O, permissions, a lock held too long, a damaged file, a
+    /// server that does not answer or is shutting down.
+    Unavailable,
+    /// A lost lock race between transactions (a deadlock, a serialization failure): nothing was
+    /// written, and the same transaction run again may well succeed.
+    Busy,
+    /// Any other failure of the engine (a statement it refused).
+    Storage,
+    /// This layer's own misuse: a value of a type it cannot bind or read, a second row where one
+    /// was expected. A bug, not a fault of the storage.
+    Internal,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -88,8 +111,19 @@ impl Error {
         }
     }
 
+    /// A caller's error of type `E` carried by [`Error::Caller`]; any other error as it is.
+    pub fn into_caller<E: std::error::Error + 'static>(self) -> std::result::Result<E, Error> {
+        match self {
+            Error::Caller(e) => match e.downcast::<E>() {
+                Ok(e) => Ok(*e),
+                Err(e) => Err(Error::Caller(e)),
+            },
+            other => Err(other),
+        }
+    }
+
     fn internal(detail: impl Into<String>) -> Error {
-        Error::Other(crate::error::Error::Internal(detail.into()))
+        Error::Fault(Fault::Internal, detail.into())
     }
 }
 
@@ -97,54 +131,59 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::NoRows => f.write_str("the query returned no rows"),
-            Error::Constraint(_, detail) => f.write_str(detail),
-            Error::Other(e) => e.fmt(f),
+            Error::Constraint(_, detail) | Error::Fault(_, detail) => f.write_str(detail),
+            Error::Caller(e) => e.fmt(f),
         }
     }
 }
 
-impl std::error::Error for Error {}
-
-impl From<crate::error::Error> for Error {
-    fn from(e: crate::error::Error) -> Self {
-        Error::Other(e)
-    }
-}
-
-impl From<Error> for crate::error::Error {
-    fn from(e: Error) -> Self {
-        match e {
-            Error::NoRows => crate::error::Error::Storage("the query returned no rows".into()),
-            // A lost race on a key: the caller reads what won, or answers 409.
-            Error::Constraint(Constraint::Unique, detail) => {
-                crate::error::Error::ConstraintRace(detail)
-            }
-            Error::Constraint(_, detail) => crate::error::Error::Storage(detail),
-            Error::Other(e) => e,
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Caller(e) => Some(e.as_ref()),
+            _ => None,
         }
     }
 }
 
 impl From<rusqlite::Error> for Error {
+    /// SQLite's result codes, classified: only this crate sees them.
     fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ffi;
-        match &e {
-            rusqlite::Error::QueryReturnedNoRows => return Error::NoRows,
-            rusqlite::Error::SqliteFailure(f, _)
-                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-            {
-                let kind = match f.extended_code {
-                    ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
-                        Constraint::Unique
-                    }
-                    ffi::SQLITE_CONSTRAINT_FOREIGNKEY => Constraint::ForeignKey,
-                    _ => Constraint::Other,
-                };
-                return Error::Constraint(kind, e.to_string());
-            }
-            _ => {}
+        use rusqlite::{ErrorCode as C, ffi};
+        let detail = e.to_string();
+        if let rusqlite::Error::QueryReturnedNoRows = e {
+            return Error::NoRows;
         }
-        Error::Other(crate::error::Error::from(e))
+        if let rusqlite::Error::SqliteFailure(f, _) = &e
+            && f.code == C::ConstraintViolation
+        {
+            let kind = match f.extended_code {
+                ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+                    Constraint::Unique
+                }
+                ffi::SQLITE_CONSTRAINT_FOREIGNKEY => Constraint::ForeignKey,
+                _ => Constraint::Other,
+            };
+            return Error::Constraint(kind, detail);
+        }
+        let fault = match e.sqlite_error_code() {
+            Some(C::DiskFull) => Fault::Full,
+            Some(
+                C::SystemIoFailure
+                | C::CannotOpen
+                | C::ReadOnly
+                | C::PermissionDenied
+                | C::DatabaseBusy
+                | C::DatabaseLocked
+                | C::FileLockingProtocolFailed
+                | C::NoLargeFileSupport
+                | C::DatabaseCorrupt
+                | C::NotADatabase
+                | C::OutOfMemory,
+            ) => Fault::Unavailable,
+            _ => Fault::Storage,
+        };
+        Error::Fault(fault, detail)
     }
 }
 
@@ -252,10 +291,10 @@ where
 #[macro_export]
 macro_rules! params {
     () => {
-        &[] as &[&dyn $crate::store::sql::ToSql]
+        &[] as &[&dyn $crate::ToSql]
     };
     ($($param:expr),+ $(,)?) => {
-        &[$(&$param as &dyn $crate::store::sql::ToSql),+] as &[&dyn $crate::store::sql::ToSql]
+        &[$(&$param as &dyn $crate::ToSql),+] as &[&dyn $crate::ToSql]
     };
 }
 
@@ -263,15 +302,13 @@ macro_rules! params {
 #[macro_export]
 macro_rules! named_params {
     () => {
-        &[] as &[(&str, &dyn $crate::store::sql::ToSql)]
+        &[] as &[(&str, &dyn $crate::ToSql)]
     };
     ($($name:literal: $param:expr),+ $(,)?) => {
-        &[$(($name, &$param as &dyn $crate::store::sql::ToSql)),+]
-            as &[(&str, &dyn $crate::store::sql::ToSql)]
+        &[$(($name, &$param as &dyn $crate::ToSql)),+]
+            as &[(&str, &dyn $crate::ToSql)]
     };
 }
-
-pub use crate::{named_params, params};
 
 /// A connection as an operation sees it.
 pub struct Db<'c> {
@@ -292,7 +329,7 @@ impl<'c> Db<'c> {
     }
 
     #[cfg(feature = "postgres")]
-    pub(crate) fn postgres(session: &'c pg::Session) -> Db<'c> {
+    pub fn postgres(session: &'c pg::Session) -> Db<'c> {
         Db {
             conn: Conn::Postgres(session),
         }
@@ -307,7 +344,7 @@ impl<'c> Db<'c> {
     }
 
     /// The SQLite connection, for what only SQLite has (pragmas, the writer's own statements).
-    pub(crate) fn as_sqlite(&self) -> Option<&'c rusqlite::Connection> {
+    pub fn as_sqlite(&self) -> Option<&'c rusqlite::Connection> {
         match self.conn {
             Conn::Sqlite(c) => Some(c),
             #[cfg(feature = "postgres")]
@@ -565,5 +602,65 @@ impl Row<'_> {
                 pg::column(r, idx.index(), |v| T::column_result(v).map_err(at))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq)]
+    struct Mine(&'static str);
+
+    impl fmt::Display for Mine {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Mine {}
+
+    #[test]
+    fn a_row_closure_error_comes_back_as_it_was() {
+        let conn = rusqlite::Connection::open_in_memory().expect("in memory");
+        let db = Db::sqlite(&conn);
+        let e = db
+            .query_row("SELECT 1", [], |_| -> Result<i64> {
+                Err(Error::Caller(Box::new(Mine("refused"))))
+            })
+            .expect_err("the closure's error");
+        assert_eq!(e.into_caller::<Mine>().expect("carried"), Mine("refused"));
+        let none = db.query_row("SELECT 1 WHERE 0", [], |r| r.get::<_, i64>(0));
+        assert!(matches!(none, Err(Error::NoRows)));
+        assert!(none.optional().expect("no row is None").is_none());
+    }
+
+    #[test]
+    fn sqlite_failures_are_classified() {
+        let conn = rusqlite::Connection::open_in_memory().expect("in memory");
+        let db = Db::sqlite(&conn);
+        db.execute_batch(
+            "CREATE TABLE p (k TEXT PRIMARY KEY);
+             CREATE TABLE c (k TEXT REFERENCES p(k), n INTEGER CHECK (n > 0));
+             PRAGMA foreign_keys = ON; INSERT INTO p VALUES ('a');",
+        )
+        .expect("schema");
+        let fail = |sql: &str| db.execute(sql, []).expect_err(sql);
+        assert_eq!(
+            fail("INSERT INTO p VALUES ('a')").constraint(),
+            Some(Constraint::Unique)
+        );
+        assert_eq!(
+            fail("INSERT INTO c VALUES ('b', 1)").constraint(),
+            Some(Constraint::ForeignKey)
+        );
+        assert_eq!(
+            fail("INSERT INTO c VALUES ('a', 0)").constraint(),
+            Some(Constraint::Other)
+        );
+        assert!(matches!(
+            fail("INSERT INTO nowhere VALUES (1)"),
+            Error::Fault(Fault::Storage, _)
+        ));
     }
 }

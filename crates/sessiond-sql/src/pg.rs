@@ -7,9 +7,9 @@ use std::future::Future;
 use bytes::{BufMut, BytesMut};
 use tokio_postgres::types::{IsNull, Type};
 
+use super::Fault;
 use super::placeholders;
 use super::{Constraint, Error, ParamList, Result, Stmt, ToSqlOutput, ValueRef};
-use crate::error::Error as CrateError;
 
 /// Statements each connection keeps prepared at most. Operations whose text varies with their
 /// input (filters, lists of ids) prepare with [`super::Db::prepare`], which is not cached; this
@@ -24,19 +24,16 @@ pub struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(
-        client: deadpool_postgres::Client,
-        handle: tokio::runtime::Handle,
-    ) -> Session {
+    pub fn new(client: deadpool_postgres::Client, handle: tokio::runtime::Handle) -> Session {
         Session { client, handle }
     }
 
-    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
+    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
         self.handle.block_on(f)
     }
 
     /// The pooled client, to take it out of the pool when it must not be reused.
-    pub(crate) fn into_client(self) -> deadpool_postgres::Client {
+    pub fn into_client(self) -> deadpool_postgres::Client {
         self.client
     }
 
@@ -61,7 +58,7 @@ impl Session {
 
     /// Sends a notice on `channel`, delivered to its listeners if and when the current
     /// transaction commits.
-    pub(crate) fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+    pub fn notify(&self, channel: &str, payload: &str) -> Result<()> {
         self.block_on(
             self.client
                 .execute("SELECT pg_notify($1, $2)", &[&channel, &payload]),
@@ -70,7 +67,7 @@ impl Session {
         .map_err(error)
     }
 
-    pub(crate) fn execute_batch(&self, sql: &str) -> Result<()> {
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
         self.block_on(self.client.batch_execute(sql)).map_err(error)
     }
 }
@@ -137,14 +134,16 @@ impl Statement<'_> {
 }
 
 /// Text for a `text` parameter. PostgreSQL's text cannot hold U+0000; requests holding it are
-/// refused and events have it replaced before they get here (see [`crate::nul`]), and any other
+/// refused and events have it replaced before they get here (see [`sessiond_model::nul`]), and any other
 /// text that still holds one is written with U+FFFD in its place rather than failing the write.
 fn put_text(out: &mut BytesMut, t: &[u8]) {
     if !t.contains(&0) {
         return out.put_slice(t);
     }
     let mut utf8 = [0; 4];
-    let replacement = crate::nul::REPLACEMENT.encode_utf8(&mut utf8).as_bytes();
+    let replacement = sessiond_model::nul::REPLACEMENT
+        .encode_utf8(&mut utf8)
+        .as_bytes();
     for (i, part) in t.split(|&b| b == 0).enumerate() {
         if i > 0 {
             out.put_slice(replacement);
@@ -328,9 +327,32 @@ fn numeric(b: &[u8]) -> Option<ValueRef<'static>> {
     i64::try_from(int).ok().map(ValueRef::Integer)
 }
 
+/// The text of a driver error: the server's own message and detail when there is one (the
+/// driver's `Display` of a server error says only "db error"), else the driver's description
+/// with its cause.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut out = format!("{}: {}", db.severity(), db.message());
+        if let Some(detail) = db.detail() {
+            out.push_str(&format!(" ({detail})"));
+        }
+        return out;
+    }
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(&format!(": {text}"));
+        }
+        source = cause.source();
+    }
+    out
+}
+
 /// A driver error, classified as the SQLite backend classifies its own.
-pub(crate) fn error(e: tokio_postgres::Error) -> Error {
-    let detail = crate::store::postgres::error::describe(&e);
+pub fn error(e: tokio_postgres::Error) -> Error {
+    let detail = describe(&e);
     classify(e.as_db_error().map(|db| db.code().code()), detail)
 }
 
@@ -338,7 +360,7 @@ pub(crate) fn error(e: tokio_postgres::Error) -> Error {
 fn classify(code: Option<&str>, detail: String) -> Error {
     let Some(code) = code else {
         // No answer from the server: the connection is gone or cannot be used.
-        return Error::Other(CrateError::StorageUnavailable(detail));
+        return Error::Fault(Fault::Unavailable, detail);
     };
     match code {
         "23505" => Error::Constraint(Constraint::Unique, detail),
@@ -347,8 +369,8 @@ fn classify(code: Option<&str>, detail: String) -> Error {
         // A lost lock race between transactions (a deadlock, a serialization failure): the
         // server rolled the transaction back, so nothing was written, and the same transaction
         // run again may well succeed (the PostgreSQL backend does so).
-        "40001" | "40P01" => Error::Other(CrateError::StorageBusy(detail)),
-        "53100" => Error::Other(CrateError::StorageFull(detail)),
+        "40001" | "40P01" => Error::Fault(Fault::Busy, detail),
+        "53100" => Error::Fault(Fault::Full, detail),
         c if c.starts_with("08")
             || c.starts_with("57")
             || c.starts_with("53")
@@ -356,9 +378,9 @@ fn classify(code: Option<&str>, detail: String) -> Error {
             || c == "25006"
             || c.starts_with("XX") =>
         {
-            Error::Other(CrateError::StorageUnavailable(detail))
+            Error::Fault(Fault::Unavailable, detail)
         }
-        _ => Error::Other(CrateError::Storage(detail)),
+        _ => Error::Fault(Fault::Storage, detail),
     }
 }
 
@@ -380,23 +402,21 @@ mod tests {
 
     #[test]
     fn lost_lock_races_are_busy_not_conflicts_or_faults() {
-        let class = |code: Option<&str>| CrateError::from(classify(code, "detail".into()));
+        let fault = |code: Option<&str>| match classify(code, "detail".into()) {
+            Error::Fault(f, _) => Some(f),
+            _ => None,
+        };
         for code in ["40P01", "40001"] {
-            let e = class(Some(code));
-            assert!(matches!(e, CrateError::StorageBusy(_)), "{code}: {e:?}");
-            assert_eq!(e.code(), "storage_busy");
+            assert_eq!(fault(Some(code)), Some(Fault::Busy), "{code}");
         }
-        assert!(matches!(
-            class(Some("23505")),
-            CrateError::ConstraintRace(_)
-        ));
-        assert!(matches!(class(Some("53100")), CrateError::StorageFull(_)));
-        assert!(matches!(
-            class(Some("57P01")),
-            CrateError::StorageUnavailable(_)
-        ));
-        assert!(matches!(class(None), CrateError::StorageUnavailable(_)));
-        assert!(matches!(class(Some("42P01")), CrateError::Storage(_)));
+        assert_eq!(
+            classify(Some("23505"), "detail".into()).constraint(),
+            Some(Constraint::Unique)
+        );
+        assert_eq!(fault(Some("53100")), Some(Fault::Full));
+        assert_eq!(fault(Some("57P01")), Some(Fault::Unavailable));
+        assert_eq!(fault(None), Some(Fault::Unavailable));
+        assert_eq!(fault(Some("42P01")), Some(Fault::Storage));
     }
 
     #[test]

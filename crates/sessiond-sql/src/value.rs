@@ -312,3 +312,29 @@ impl rusqlite::ToSql for Sqlite<'_> {
         })
     }
 }
+
+/// The model's enums that rows store by name (a name the model does not know fails the read
+/// rather than being guessed at).
+macro_rules! model_stored_by_name {
+    ($($ty:ty: $what:literal),* $(,)?) => {$(
+        impl FromSql for $ty {
+            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                let name = value.as_str()?;
+                <$ty>::parse(name).ok_or_else(|| {
+                    FromSqlError::Other(format!("unknown {} {name:?}", $what).into())
+                })
+            }
+        }
+
+        impl ToSql for $ty {
+            fn to_sql(&self) -> Result<ToSqlOutput<'_>, FromSqlError> {
+                ToSql::to_sql(self.as_str())
+            }
+        }
+    )*};
+}
+
+model_stored_by_name!(
+    sessiond_model::timeline::Tier: "tier",
+    sessiond_model::timeline::Behavior: "behavior",
+);
