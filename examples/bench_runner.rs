@@ -1280,13 +1280,41 @@ impl TurnLevel {
         self.turns as f64 / self.secs
     }
 
-    /// The writer's commits per second and jobs per commit over the measured window.
+    /// The writer thread's CPU seconds over the measured window.
+    fn writer_cpu_secs(&self) -> f64 {
+        self.cpu
+            .threads
+            .iter()
+            .filter(|t| t.0 == "sessiond-writer")
+            .map(|t| t.2)
+            .sum::<f64>()
+            * self.secs
+    }
+
+    /// The writer's CPU per turn and per job, in µs: what bounds turns per second on any number
+    /// of cores while one thread does every write.
+    fn writer_cost(&self) -> (f64, f64) {
+        let cpu = self.writer_cpu_secs() * 1e6;
+        let (_, jobs) = self.commits;
+        (
+            if self.turns > 0 { cpu / self.turns as f64 } else { 0.0 },
+            if jobs > 0.0 { cpu / jobs } else { 0.0 },
+        )
+    }
+
+    /// The writer's commits per second, jobs per commit and CPU per turn and per job over the
+    /// measured window.
     fn commits_line(&self) -> String {
         let (commits, jobs) = self.commits;
+        let (per_turn, per_job) = self.writer_cost();
         format!(
-            "writer: {:.0} commits/s, {:.1} jobs per commit",
+            "writer: {:.0} commits/s, {:.1} jobs per commit, {:.1} jobs per turn; CPU {:.0} µs \
+             per turn, {:.1} µs per job",
             commits / self.secs,
-            if commits > 0.0 { jobs / commits } else { 0.0 }
+            if commits > 0.0 { jobs / commits } else { 0.0 },
+            if self.turns > 0 { jobs / self.turns as f64 } else { 0.0 },
+            per_turn,
+            per_job
         )
     }
 }
@@ -2216,7 +2244,7 @@ async fn turn_path(ctx: &Ctx, opts: &Opts) -> Vec<Row> {
         l.errors,
         l.commits_line()
     );
-    let mut rows = vec![turns_row(&l)];
+    let mut rows = vec![turns_row(&l), writer_row(&l)];
     for period in [None, Some(opts.sse_period)] {
         let s = sse_latency(ctx, &sessions, opts.sse_warmup, opts.sse_secs, period).await;
         println!(
@@ -3137,6 +3165,18 @@ fn turns_row(l: &TurnLevel) -> Row {
         format!("{:.0}", l.rate()),
         target,
         met,
+    )
+}
+
+/// The writer's CPU per turn at one level (the figure one writer thread's ceiling follows from:
+/// a second of writer CPU divided by it is the most turns per second any core count can give).
+fn writer_row(l: &TurnLevel) -> Row {
+    let (per_turn, per_job) = l.writer_cost();
+    (
+        format!("writer CPU per turn at {} sessions", l.n),
+        format!("{per_turn:.0} µs ({per_job:.1} µs per job)"),
+        "-".into(),
+        "n/a".into(),
     )
 }
 
