@@ -1302,19 +1302,22 @@ async fn section_history(opts: &Opts, base: &str, seeded: &Seeded, db: &Path) ->
     for i in 0..total + 200 {
         let (b, pos) = pick(i);
         let t = Instant::now();
+        // The store's own statements (`events_before` / `events_after`), on a raw connection.
         let page = if b {
-            store::events_before(
-                &store::sql::Db::sqlite(&conn),
+            raw_page(
+                &conn,
+                "SELECT seq, created_at, type, body FROM events
+                 WHERE session_pk = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
                 seeded.pk,
-                Some(pos),
-                PAGE as u32 + 1,
+                pos as i64,
             )
         } else {
-            store::events_after(
-                &store::sql::Db::sqlite(&conn),
+            raw_page(
+                &conn,
+                "SELECT seq, created_at, type, body FROM events
+                 WHERE session_pk = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                 seeded.pk,
-                pos,
-                PAGE as u32 + 1,
+                pos as i64,
             )
         }
         .unwrap_or_else(|e| die("sql page", e));
@@ -1375,6 +1378,21 @@ struct PromptResult {
     long_call: report::Lat,
 }
 
+/// One page of a session's events by `sql` (`?1` the session, `?2` the position, `?3` the page
+/// size plus one), each row read as the store reads it.
+fn raw_page(
+    conn: &Connection,
+    sql: &str,
+    pk: i64,
+    pos: i64,
+) -> rusqlite::Result<Vec<(i64, i64, String, String)>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(rusqlite::params![pk, pos, PAGE as i64 + 1], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    })?;
+    rows.collect()
+}
+
 fn section_prompts(opts: &Opts, rt: &tokio::runtime::Runtime) -> PromptResult {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| die("tempdir", e));
     let (store, ws, agent) = open_bench_store(&tmp.path().join("store.db"));
@@ -1433,12 +1451,13 @@ fn section_prompts(opts: &Opts, rt: &tokio::runtime::Runtime) -> PromptResult {
             )
             .unwrap_or_else(|e| die("count prompts", e));
         assert_eq!(events as usize, n, "prompt events");
-        let f = store::ListFilter {
-            fts_query: Some(format!("\"{tag}\"*")),
+        let q = store::projections::SessionList {
+            search: Some(tag.to_owned()),
             limit: 10,
             ..Default::default()
         };
-        let found = store::list_sessions(&store::sql::Db::sqlite(&conn), &ws, "bench", &f)
+        let found = rt
+            .block_on(store.projections().list(&ws, "bench", q))
             .unwrap_or_else(|e| die("search", e));
         assert_eq!(
             found.0.iter().map(|r| r.pk).collect::<Vec<_>>(),

@@ -45,20 +45,20 @@ pub mod outbound;
 pub mod postgres;
 pub mod projections;
 mod prompt_rows;
-pub mod reads;
+mod reads;
 pub mod record;
 pub mod retention;
 pub mod schedules;
 pub mod seed;
 pub mod sessions;
-pub mod sql;
+mod sql;
 pub mod submit;
 mod turn_status;
 pub mod turns;
 pub mod usage;
 pub mod webhooks;
 mod writer;
-pub mod writes;
+mod writes;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -73,12 +73,24 @@ use crate::error::{Error, Result};
 pub use health::{Condition, HealthReport};
 pub use log::{LogReads, TurnInput};
 pub use migrate::SCHEMA_VERSION;
-pub use reads::*;
+// The rows and keys the store's callers hold: the queries and writes behind them stay inside.
+pub use reads::{AgentRow, ImageRow, SessionRow, StoredEvent};
+pub use writes::{DEFAULT_WORKSPACE, Lease, QueueKind, SessionKey};
+// The store's own operations on a connection, for its handles (private: `super::` in them).
+use reads::{
+    GrantRow, ListFilter, WorkspaceRow, active_turn_sessions, agent_activity, agent_by_id,
+    agent_by_slug, agent_engines, agents, client_request, default_session_id, engine_memo,
+    event_body, events_after, events_before, events_of_types_before, expired_turn_sessions,
+    first_event_of_types, image, input_turn, list_sessions, parent_session, pending_input_count,
+    session_key, session_row, session_row_by_pk, sessions_with_pending_inputs, turn_engine,
+    upload_grant, upload_grant_by_hash, workspace_by_slug, workspace_slug,
+};
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
 pub use turn_status::TurnStatus;
 pub use turns::{SignalHook, TurnSignal};
-pub use writer::{OneWrite, Tx, take_queued};
-pub use writes::*;
+pub use writer::take_queued;
+use writer::{OneWrite, Tx};
+use writes::{JsonColumn, NewInput, NewSession, RowLock};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
 

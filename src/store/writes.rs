@@ -660,7 +660,7 @@ impl Tx<'_> {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT seq, kind, behavior, tier, text, images, not_before FROM pending_inputs
+                "SELECT seq, kind, behavior, tier, text, not_before FROM pending_inputs
                  WHERE session_pk = ?1 AND not_before <= ?2 ORDER BY seq LIMIT 1",
             )?
             .query_row(params![key.pk, self.now], PendingInput::from_row)
@@ -670,7 +670,7 @@ impl Tx<'_> {
     /// Every queued input of a session, oldest first.
     pub fn pending_inputs(&self, key: &SessionKey) -> Result<Vec<PendingInput>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, kind, behavior, tier, text, images, not_before FROM pending_inputs
+            "SELECT seq, kind, behavior, tier, text, not_before FROM pending_inputs
              WHERE session_pk = ?1 ORDER BY seq",
         )?;
         let rows = stmt.query_map([key.pk], PendingInput::from_row)?;
@@ -874,7 +874,6 @@ pub struct PendingInput {
     pub behavior: Behavior,
     pub tier: Option<Tier>,
     pub text: String,
-    pub images: Option<String>,
     pub not_before: i64,
 }
 
@@ -886,8 +885,7 @@ impl PendingInput {
             behavior: r.get(2)?,
             tier: r.get(3)?,
             text: r.get(4)?,
-            images: r.get(5)?,
-            not_before: r.get(6)?,
+            not_before: r.get(5)?,
         })
     }
 }
