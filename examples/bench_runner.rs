@@ -1297,7 +1297,11 @@ impl TurnLevel {
         let cpu = self.writer_cpu_secs() * 1e6;
         let (_, jobs) = self.commits;
         (
-            if self.turns > 0 { cpu / self.turns as f64 } else { 0.0 },
+            if self.turns > 0 {
+                cpu / self.turns as f64
+            } else {
+                0.0
+            },
             if jobs > 0.0 { cpu / jobs } else { 0.0 },
         )
     }
@@ -1312,7 +1316,11 @@ impl TurnLevel {
              per turn, {:.1} µs per job",
             commits / self.secs,
             if commits > 0.0 { jobs / commits } else { 0.0 },
-            if self.turns > 0 { jobs / self.turns as f64 } else { 0.0 },
+            if self.turns > 0 {
+                jobs / self.turns as f64
+            } else {
+                0.0
+            },
             per_turn,
             per_job
         )

@@ -19,6 +19,7 @@ pub mod push_config;
 pub mod send_message;
 pub mod stream;
 pub mod task;
+pub mod window;
 
 use crate::secret::Sealer;
 use crate::sessions::{Actor, Channel, Sessions};

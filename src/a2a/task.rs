@@ -14,15 +14,17 @@
 //!
 //! Its history is the inputs (`ROLE_USER`: prompts and answers) and the agent's messages
 //! (`ROLE_AGENT`: `agent_message`, a turn's reply, a question); each turn's reply is also an
-//! artifact, `reply-<seq>`. Nothing here is stored: every read derives it from the timeline.
+//! artifact, `reply-<seq>`. Nothing here is stored: every read derives it from the timeline (a
+//! view keeps the readings of the events it read for the next, see [`window`](super::window)).
 
 use serde_json::{Value, json};
 
 use super::error::{A2aError, A2aResult};
+use super::window::{self, Read, Window};
 use crate::clock;
 use crate::error::Result;
 use crate::sessions::{Actor, HistoryQuery, Sessions};
-use crate::store::{AgentRow, SessionRow, StoredEvent};
+use crate::store::{AgentRow, SessionRow};
 
 /// How many of a session's newest events a task view reads (its history is at most these).
 pub const VIEW_EVENTS: u32 = 500;
@@ -148,6 +150,20 @@ pub enum Reading {
     Nothing,
 }
 
+impl Reading {
+    /// The bytes of text it holds.
+    pub fn text_len(&self) -> usize {
+        match self {
+            Reading::Input(text) => text.as_ref().map_or(0, String::len),
+            Reading::AgentText(text) => text.len(),
+            Reading::Ended { text, reply, .. } => {
+                text.as_ref().map_or(0, String::len) + reply.as_ref().map_or(0, String::len)
+            }
+            Reading::Working | Reading::InterruptRequested | Reading::Nothing => 0,
+        }
+    }
+}
+
 /// Reads a stored event's JSON.
 pub fn read(event: &Value) -> Reading {
     let s = |k: &str| event.get(k).and_then(Value::as_str).map(str::to_owned);
@@ -198,12 +214,41 @@ pub fn status(task_id: &str, state: State, message: Option<(u64, &str)>, at_ms: 
 }
 
 /// The task of a session, with at most `history_length` messages of history (all it read when
-/// `None`; `0` none).
+/// `None`; `0` none), from its newest [`VIEW_EVENTS`] events. The events an earlier view read
+/// are not read again (see [`window`](super::window)).
 pub async fn view(
     sessions: &Sessions,
     row: &SessionRow,
     history_length: Option<usize>,
 ) -> Result<(State, Value)> {
+    let window = match window::take(row.pk, &row.id) {
+        Some(mut w) => {
+            let page = sessions
+                .history_of(
+                    row.pk,
+                    HistoryQuery::Forward {
+                        cursor: w.last_seq(),
+                        limit: VIEW_EVENTS,
+                    },
+                )
+                .await?;
+            if page.next_cursor.is_some() {
+                // More than a window came since: the newest events afresh.
+                fresh(sessions, row).await?
+            } else {
+                w.extend(&page.events);
+                w
+            }
+        }
+        None => fresh(sessions, row).await?,
+    };
+    let task = fold(row, window.events(), history_length);
+    window::put(row.pk, window);
+    Ok(task)
+}
+
+/// A window of the session's newest events, read from the store.
+async fn fresh(sessions: &Sessions, row: &SessionRow) -> Result<Window> {
     let page = sessions
         .history_of(
             row.pk,
@@ -213,29 +258,28 @@ pub async fn view(
             },
         )
         .await?;
-    Ok(fold(row, &page.events, history_length))
+    let mut w = Window::new(&row.id);
+    w.extend(&page.events);
+    Ok(w)
 }
 
-/// The task from its session's newest events (ascending).
-pub fn fold(
+/// The task from its session's newest events, read (ascending).
+pub fn fold<'r>(
     row: &SessionRow,
-    events: &[StoredEvent],
+    events: impl Iterator<Item = &'r Read>,
     history_length: Option<usize>,
 ) -> (State, Value) {
     let id = row.id.as_str();
     let mut history = Vec::new();
     let mut artifacts = Vec::new();
     let mut state = State::Submitted;
-    let mut status_message: Option<(u64, String)> = None;
+    let mut status_message: Option<(u64, &str)> = None;
     let mut at = row.created_at;
     for e in events {
-        let Ok(event) = serde_json::from_str::<Value>(&e.body) else {
-            continue;
-        };
-        match read(&event) {
+        match &e.reading {
             Reading::Input(text) => {
                 if let Some(text) = text {
-                    history.push(message(id, e.seq, "ROLE_USER", &text));
+                    history.push(message(id, e.seq, "ROLE_USER", text));
                 }
                 state = State::Submitted;
                 status_message = None;
@@ -247,21 +291,21 @@ pub fn fold(
                 at = e.created_at;
             }
             Reading::AgentText(text) => {
-                history.push(message(id, e.seq, "ROLE_AGENT", &text));
+                history.push(message(id, e.seq, "ROLE_AGENT", text));
             }
             Reading::Ended {
                 state: ended,
                 text,
                 reply,
             } => {
-                if let Some(reply) = &reply {
+                if let Some(reply) = reply {
                     artifacts.push(reply_artifact(e.seq, reply));
                 }
-                if let Some(text) = &text {
+                if let Some(text) = text {
                     history.push(message(id, e.seq, "ROLE_AGENT", text));
                 }
-                state = ended;
-                status_message = text.map(|t| (e.seq, t));
+                state = *ended;
+                status_message = text.as_deref().map(|t| (e.seq, t));
                 at = e.created_at;
             }
             Reading::InterruptRequested => {
@@ -282,12 +326,7 @@ pub fn fold(
         let skip = history.len().saturating_sub(n);
         history.drain(..skip);
     }
-    let status = status(
-        id,
-        state,
-        status_message.as_ref().map(|(s, t)| (*s, t.as_str())),
-        at,
-    );
+    let status = status(id, state, status_message, at);
     (
         state,
         json!({
