@@ -1539,10 +1539,13 @@ async fn open_tasks(ctx: &Ctx, n: usize) -> (String, Vec<String>) {
 // 1c. A2A's SendMessage.
 
 /// One task: A2A `SendMessage` of `/reply ok` naming the task, to `/a2a/root`, back to back,
-/// each answered with the task once the turn it caused has ended.
+/// each answered with the task once the turn it caused has ended. It goes through the same
+/// minimal client as section 1's `/v1` turns, so that the ratio compares the servers' paths and
+/// not two HTTP clients sharing the server's cores.
 async fn a2a_turn_client(
-    http: reqwest::Client,
-    url: String,
+    addr: SocketAddr,
+    key: String,
+    path: String,
     task_id: String,
     window: (Instant, Instant),
 ) -> ClientTally {
@@ -1553,13 +1556,21 @@ async fn a2a_turn_client(
         errors: 0,
         first_error: None,
     };
+    let mut conn = match wire::Wire::connect(addr, Some(&key)).await {
+        Ok(c) => c,
+        Err(e) => {
+            t.errors += 1;
+            t.first_error = Some(e);
+            return t;
+        }
+    };
     while Instant::now() < end {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
             "message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
                 "taskId": task_id, "parts": [{"text": "/reply ok"}]},
             "configuration": {"historyLength": 0}}});
         let t0 = Instant::now();
-        let result = post_json(&http, &url, &body).await.and_then(|v| {
+        let result = wire_post_json(&mut conn, &path, &body).await.and_then(|v| {
             let task = &v["result"]["task"];
             let done = task["status"]["state"] == "TASK_STATE_COMPLETED";
             let last = task["artifacts"].as_array().and_then(|a| a.last());
@@ -3548,6 +3559,7 @@ fn main() {
                     .map(|e| format!(" (first: {e})"))
                     .unwrap_or_default()
             );
+            println!("                 {}", l.cpu.line());
             rpc_levels.push(l);
         }
         println!();
@@ -3556,12 +3568,13 @@ fn main() {
             "== 1c. The same turns through A2A: one client per task looping POST /a2a/root \
              `SendMessage` naming its task (answered with the task when the turn has ended) =="
         );
-        let (a2a_url, a2a_tasks) = open_a2a_tasks(&ctx, max_n).await;
+        let (_, a2a_tasks) = open_a2a_tasks(&ctx, max_n).await;
         for (n, v1) in opts.turn_levels.iter().copied().zip(&levels) {
             let l = measure_level(&ctx, &opts, n, |i, window| {
                 a2a_turn_client(
-                    ctx.http.clone(),
-                    a2a_url.clone(),
+                    ctx.addr,
+                    ctx.key.clone(),
+                    "/a2a/root".to_owned(),
                     a2a_tasks[i].clone(),
                     window,
                 )
@@ -3581,6 +3594,7 @@ fn main() {
                     .map(|e| format!(" (first: {e})"))
                     .unwrap_or_default()
             );
+            println!("                 {}", l.cpu.line());
             a2a_levels.push(l);
         }
         println!();
@@ -3616,6 +3630,7 @@ fn main() {
                     .map(|e| format!(" (first: {e})"))
                     .unwrap_or_default()
             );
+            println!("                 {}", l.cpu.line());
             mcp_levels.push(l);
         }
         println!();

@@ -42,6 +42,39 @@ pub fn response(id: &Value, outcome: A2aResult<Value>) -> Value {
     }
 }
 
+/// A JSON-RPC 2.0 response whose result is JSON text already: what a call answers over plain
+/// HTTP, written without building its result again.
+#[derive(serde::Serialize)]
+pub struct Reply<'a> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Box<serde_json::value::RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+}
+
+/// The [`Reply`] of a call.
+pub fn reply(id: &Value, outcome: A2aResult<Box<serde_json::value::RawValue>>) -> Reply<'_> {
+    let (result, error) = match outcome {
+        Ok(result) => (Some(result), None),
+        Err(e) => (None, Some(e.object())),
+    };
+    Reply {
+        jsonrpc: "2.0",
+        id,
+        result,
+        error,
+    }
+}
+
+/// A result built as a `Value`, as JSON text for a [`Reply`].
+pub fn raw(outcome: A2aResult<Value>) -> A2aResult<Box<serde_json::value::RawValue>> {
+    let v = outcome?;
+    serde_json::value::to_raw_value(&v)
+        .map_err(|e| crate::error::Error::Internal(format!("a JSON-RPC result: {e}")).into())
+}
+
 impl A2aError {
     pub fn new(code: i64, message: impl Into<String>) -> A2aError {
         A2aError {

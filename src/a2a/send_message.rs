@@ -2,6 +2,7 @@
 //! starts a session of the agent; one with a task continues that session, as the answer when
 //! the task is `input-required`, else as a follow-up.
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::error::{A2aError, A2aResult, CONTENT_TYPE_NOT_SUPPORTED};
@@ -10,12 +11,10 @@ use crate::error::Error;
 use crate::outbound::destination::{self, Purpose};
 use crate::sessions::busy::BusyPolicy;
 use crate::sessions::{CreateIn, InputCommon, MessageIn, Submitted};
-use crate::store::SessionRow;
 use crate::timeline::Behavior;
 
-/// A message taken: the session's row as it is now and the input's seq.
+/// A message taken: the session and the input's seq.
 pub struct Sent {
-    pub row: SessionRow,
     pub submitted: Submitted,
     pub history_length: Option<usize>,
     pub return_immediately: bool,
@@ -126,13 +125,12 @@ pub async fn submit(server: &Server<'_>, params: &Value) -> A2aResult<Sent> {
             }
         }
     };
-    let row = sessions.detail_row(actor, &submitted.key.id).await?;
     if let Some(push) = push {
         // Followed from the input on, so the turn it starts is delivered.
+        let row = sessions.detail_row(actor, &submitted.key.id).await?;
         push_config::put(server, &row, push, submitted.input_seq).await?;
     }
     Ok(Sent {
-        row,
         submitted,
         history_length,
         return_immediately,
@@ -141,7 +139,7 @@ pub async fn submit(server: &Server<'_>, params: &Value) -> A2aResult<Sent> {
 
 /// `SendMessage`: the task once the turn the message caused has ended (or asked), or as it is
 /// when `returnImmediately` is set or the wait's deadline (`runner.wait_deadline_ms`) passes.
-pub async fn send_message(server: &Server<'_>, params: &Value) -> A2aResult<Value> {
+pub async fn send_message(server: &Server<'_>, params: &Value) -> A2aResult<Box<RawValue>> {
     let sent = submit(server, params).await?;
     if !sent.return_immediately {
         server
@@ -151,8 +149,9 @@ pub async fn send_message(server: &Server<'_>, params: &Value) -> A2aResult<Valu
     }
     let row = server
         .sessions
-        .detail_row(server.actor, &sent.row.id)
+        .detail_row(server.actor, &sent.submitted.key.id)
         .await?;
-    let (_, task) = task::view(server.sessions, &row, sent.history_length).await?;
-    Ok(json!({ "task": task }))
+    let task = task::view_raw(server.sessions, &row, sent.history_length).await?;
+    RawValue::from_string(format!("{{\"task\":{}}}", task.get()))
+        .map_err(|e| Error::Internal(format!("a task view: {e}")).into())
 }

@@ -17,12 +17,14 @@
 //! artifact, `reply-<seq>`. Nothing here is stored: every read derives it from the timeline (a
 //! view keeps the readings of the events it read for the next, see [`window`](super::window)).
 
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::error::{A2aError, A2aResult};
 use super::window::{self, Read, Window};
 use crate::clock;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sessions::{Actor, HistoryQuery, Sessions};
 use crate::store::{AgentRow, SessionRow};
 
@@ -111,6 +113,26 @@ pub fn reply_artifact(seq: u64, text: &str) -> Value {
         "name": "reply",
         "parts": [{ "text": text }],
     })
+}
+
+/// What `reading` (the event `seq` of task `task_id`) adds to the task, as JSON text: its history
+/// `Message` and its `Artifact`.
+pub fn rendered(
+    task_id: &str,
+    seq: u64,
+    reading: &Reading,
+) -> (Option<Box<RawValue>>, Option<Box<RawValue>>) {
+    let raw = |v: Value| serde_json::value::to_raw_value(&v).ok();
+    match reading {
+        Reading::Input(Some(text)) => (raw(message(task_id, seq, "ROLE_USER", text)), None),
+        Reading::AgentText(text) => (raw(message(task_id, seq, "ROLE_AGENT", text)), None),
+        Reading::Ended { text, reply, .. } => (
+            text.as_ref()
+                .and_then(|t| raw(message(task_id, seq, "ROLE_AGENT", t))),
+            reply.as_ref().and_then(|r| raw(reply_artifact(seq, r))),
+        ),
+        _ => (None, None),
+    }
 }
 
 /// The text an `ask` puts to the client: each question with its options.
@@ -221,6 +243,37 @@ pub async fn view(
     row: &SessionRow,
     history_length: Option<usize>,
 ) -> Result<(State, Value)> {
+    with_view(sessions, row, history_length, |state, task| {
+        Ok((state, serde_json::to_value(task).map_err(internal)?))
+    })
+    .await?
+}
+
+/// Like [`view`], the task as JSON text (what `SendMessage` and `GetTask` answer): the
+/// messages and artifacts of the events are copied as the window holds them, never built again.
+pub async fn view_raw(
+    sessions: &Sessions,
+    row: &SessionRow,
+    history_length: Option<usize>,
+) -> Result<Box<RawValue>> {
+    with_view(sessions, row, history_length, |_, task| {
+        serde_json::value::to_raw_value(task).map_err(internal)
+    })
+    .await?
+}
+
+fn internal(e: serde_json::Error) -> Error {
+    Error::Internal(format!("a task view: {e}"))
+}
+
+/// Folds the session's window into its task and hands it to `f`; the window is kept for the
+/// next view.
+async fn with_view<R>(
+    sessions: &Sessions,
+    row: &SessionRow,
+    history_length: Option<usize>,
+    f: impl FnOnce(State, &TaskView<'_>) -> R,
+) -> Result<R> {
     let window = match window::take(row.pk, &row.id) {
         Some(mut w) => {
             let page = sessions
@@ -242,9 +295,11 @@ pub async fn view(
         }
         None => fresh(sessions, row).await?,
     };
-    let task = fold(row, window.events(), history_length);
+    let (state, task) = fold(row, window.events(), history_length);
+    let out = f(state, &task);
+    drop(task);
     window::put(row.pk, window);
-    Ok(task)
+    Ok(out)
 }
 
 /// A window of the session's newest events, read from the store.
@@ -263,24 +318,35 @@ async fn fresh(sessions: &Sessions, row: &SessionRow) -> Result<Window> {
     Ok(w)
 }
 
+/// An A2A `Task` as a view writes it: the messages and artifacts as the window holds them.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView<'r> {
+    id: &'r str,
+    context_id: &'r str,
+    status: Value,
+    artifacts: Vec<&'r RawValue>,
+    history: Vec<&'r RawValue>,
+    metadata: Value,
+}
+
 /// The task from its session's newest events, read (ascending).
-pub fn fold<'r>(
-    row: &SessionRow,
+fn fold<'r>(
+    row: &'r SessionRow,
     events: impl Iterator<Item = &'r Read>,
     history_length: Option<usize>,
-) -> (State, Value) {
+) -> (State, TaskView<'r>) {
     let id = row.id.as_str();
-    let mut history = Vec::new();
-    let mut artifacts = Vec::new();
+    let mut history: Vec<&RawValue> = Vec::new();
+    let mut artifacts: Vec<&RawValue> = Vec::new();
     let mut state = State::Submitted;
     let mut status_message: Option<(u64, &str)> = None;
     let mut at = row.created_at;
     for e in events {
+        history.extend(e.message.as_deref());
+        artifacts.extend(e.artifact.as_deref());
         match &e.reading {
-            Reading::Input(text) => {
-                if let Some(text) = text {
-                    history.push(message(id, e.seq, "ROLE_USER", text));
-                }
+            Reading::Input(_) => {
                 state = State::Submitted;
                 status_message = None;
                 at = e.created_at;
@@ -290,20 +356,10 @@ pub fn fold<'r>(
                 status_message = None;
                 at = e.created_at;
             }
-            Reading::AgentText(text) => {
-                history.push(message(id, e.seq, "ROLE_AGENT", text));
-            }
+            Reading::AgentText(_) => {}
             Reading::Ended {
-                state: ended,
-                text,
-                reply,
+                state: ended, text, ..
             } => {
-                if let Some(reply) = reply {
-                    artifacts.push(reply_artifact(e.seq, reply));
-                }
-                if let Some(text) = text {
-                    history.push(message(id, e.seq, "ROLE_AGENT", text));
-                }
                 state = *ended;
                 status_message = text.as_deref().map(|t| (e.seq, t));
                 at = e.created_at;
@@ -329,13 +385,13 @@ pub fn fold<'r>(
     let status = status(id, state, status_message, at);
     (
         state,
-        json!({
-            "id": id,
-            "contextId": id,
-            "status": status,
-            "artifacts": artifacts,
-            "history": history,
-            "metadata": { "sessiond": { "agent": row.agent_name, "title": row.title } },
-        }),
+        TaskView {
+            id,
+            context_id: id,
+            status,
+            artifacts,
+            history,
+            metadata: json!({ "sessiond": { "agent": row.agent_name, "title": row.title } }),
+        },
     )
 }

@@ -16,6 +16,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{LazyLock, Mutex};
 
+use serde_json::value::RawValue;
+
 use super::task::{Reading, VIEW_EVENTS};
 use crate::store::StoredEvent;
 
@@ -25,11 +27,23 @@ const MAX_BYTES: usize = 32 << 20;
 /// The bytes an event costs besides its text.
 const EVENT_BYTES: usize = 64;
 
-/// One event as a task reads it.
+/// One event as a task reads it, with what it adds to the task already written as JSON (a view
+/// of many events copies these instead of building and serializing them again).
 pub struct Read {
     pub seq: u64,
     pub created_at: i64,
     pub reading: Reading,
+    /// The history `Message` it is, if any.
+    pub message: Option<Box<RawValue>>,
+    /// The `Artifact` it is, if any.
+    pub artifact: Option<Box<RawValue>>,
+}
+
+impl Read {
+    fn bytes(&self) -> usize {
+        let raw = |r: &Option<Box<RawValue>>| r.as_ref().map_or(0, |r| r.get().len());
+        EVENT_BYTES + self.reading.text_len() + raw(&self.message) + raw(&self.artifact)
+    }
 }
 
 /// A session's newest events, read.
@@ -64,17 +78,21 @@ impl Window {
             let reading = serde_json::from_str(&e.body)
                 .map(|v| super::task::read(&v))
                 .unwrap_or(Reading::Nothing);
-            self.bytes += EVENT_BYTES + reading.text_len();
-            self.events.push_back(Read {
+            let (message, artifact) = super::task::rendered(&self.session_id, e.seq, &reading);
+            let read = Read {
                 seq: e.seq,
                 created_at: e.created_at,
                 reading,
-            });
+                message,
+                artifact,
+            };
+            self.bytes += read.bytes();
+            self.events.push_back(read);
             self.last_seq = e.seq;
         }
         while self.events.len() > VIEW_EVENTS as usize {
             if let Some(old) = self.events.pop_front() {
-                self.bytes -= EVENT_BYTES + old.reading.text_len();
+                self.bytes -= old.bytes();
             }
         }
     }
@@ -170,7 +188,17 @@ mod tests {
         assert_eq!(w.events().count(), VIEW_EVENTS as usize);
         assert_eq!(w.events().next().map(|r| r.seq), Some(11));
         assert_eq!(w.last_seq(), VIEW_EVENTS as u64 + 10);
-        assert_eq!(w.bytes, VIEW_EVENTS as usize * (EVENT_BYTES + 2));
+        let message_bytes = w
+            .events()
+            .map(|r| r.message.as_ref().map_or(0, |m| m.get().len()));
+        assert_eq!(
+            w.bytes,
+            VIEW_EVENTS as usize * (EVENT_BYTES + 2) + message_bytes.sum::<usize>()
+        );
+        assert!(
+            w.events()
+                .all(|r| r.message.is_some() && r.artifact.is_none())
+        );
     }
 
     #[test]

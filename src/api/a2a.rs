@@ -22,7 +22,7 @@ use super::body;
 use super::context::{self, AppState};
 use crate::a2a::error::{
     A2aError, EXTENDED_CARD_NOT_CONFIGURED, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-    VERSION_NOT_SUPPORTED, response,
+    VERSION_NOT_SUPPORTED, raw, reply, response,
 };
 use crate::a2a::{self, Server, card, push_config};
 use crate::agentex::acp::Platform;
@@ -252,8 +252,8 @@ async fn rpc(
     let outcome = match call.method.as_str() {
         "SendMessage" => a2a::send_message::send_message(&server, &call.params).await,
         "GetTask" => a2a::get_task::get_task(&server, &call.params).await,
-        "ListTasks" => a2a::list_tasks::list_tasks(&server, &call.params).await,
-        "CancelTask" => a2a::cancel_task::cancel_task(&server, &call.params).await,
+        "ListTasks" => raw(a2a::list_tasks::list_tasks(&server, &call.params).await),
+        "CancelTask" => raw(a2a::cancel_task::cancel_task(&server, &call.params).await),
         "SendStreamingMessage" => {
             return super::a2a_stream::send(&state, &server, &req, call.id, &call.params).await;
         }
@@ -261,10 +261,10 @@ async fn rpc(
             return super::a2a_stream::subscribe(&state, &server, &req, call.id, &call.params)
                 .await;
         }
-        "CreateTaskPushNotificationConfig" => push_config::create(&server, &call.params).await,
-        "GetTaskPushNotificationConfig" => push_config::get(&server, &call.params).await,
-        "ListTaskPushNotificationConfigs" => push_config::list(&server, &call.params).await,
-        "DeleteTaskPushNotificationConfig" => push_config::delete(&server, &call.params).await,
+        "CreateTaskPushNotificationConfig" => raw(push_config::create(&server, &call.params).await),
+        "GetTaskPushNotificationConfig" => raw(push_config::get(&server, &call.params).await),
+        "ListTaskPushNotificationConfigs" => raw(push_config::list(&server, &call.params).await),
+        "DeleteTaskPushNotificationConfig" => raw(push_config::delete(&server, &call.params).await),
         "GetExtendedAgentCard" => Err(A2aError::new(
             EXTENDED_CARD_NOT_CONFIGURED,
             "this agent has no extended card: its card is the same for every credential",
@@ -278,5 +278,5 @@ async fn rpc(
             format!("method not found: {m}"),
         )),
     };
-    Ok(answer(&response(&call.id, outcome)))
+    Ok(HttpResponse::Ok().json(reply(&call.id, outcome)))
 }

@@ -125,12 +125,20 @@ pub async fn send(
         Ok(sent) => sent,
         Err(e) => return Ok(refused(&id, e)),
     };
-    let first = match task::view(server.sessions, &sent.row, sent.history_length).await {
+    let row = match server
+        .sessions
+        .detail_row(server.actor, &sent.submitted.key.id)
+        .await
+    {
+        Ok(row) => row,
+        Err(e) => return Ok(refused(&id, e.into())),
+    };
+    let first = match task::view(server.sessions, &row, sent.history_length).await {
         Ok((_, t)) => t,
         Err(e) => return Ok(refused(&id, e.into())),
     };
     let after = sent.submitted.input_seq;
-    Ok(open(state, server, req, id, &sent.row, after, first))
+    Ok(open(state, server, req, id, &row, after, first))
 }
 
 /// `SubscribeToTask`: the task as it is, then its updates; with `Last-Event-ID`, the updates
