@@ -1342,6 +1342,26 @@ struct ClientTally {
     first_error: Option<String>,
 }
 
+impl ClientTally {
+    fn new() -> ClientTally {
+        ClientTally {
+            turns: 0,
+            lat: Vec::new(),
+            errors: 0,
+            first_error: None,
+        }
+    }
+
+    /// A client that could not start: one error, no turns.
+    fn failed(e: String) -> ClientTally {
+        ClientTally {
+            errors: 1,
+            first_error: Some(e),
+            ..ClientTally::new()
+        }
+    }
+}
+
 /// POSTs JSON on a minimal keep-alive connection and returns the parsed body of a 200 answer.
 async fn wire_post_json(conn: &mut wire::Wire, path: &str, body: &Value) -> Result<Value, String> {
     let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;
@@ -1361,19 +1381,10 @@ async fn turn_client(
     window: (Instant, Instant),
 ) -> ClientTally {
     let (from, end) = window;
-    let mut t = ClientTally {
-        turns: 0,
-        lat: Vec::new(),
-        errors: 0,
-        first_error: None,
-    };
+    let mut t = ClientTally::new();
     let mut conn = match wire::Wire::connect(addr, Some(&key)).await {
         Ok(c) => c,
-        Err(e) => {
-            t.errors += 1;
-            t.first_error = Some(e);
-            return t;
-        }
+        Err(e) => return ClientTally::failed(e),
     };
     while Instant::now() < end {
         let body = json!({
@@ -1474,12 +1485,7 @@ async fn rpc_turn_client(
     window: (Instant, Instant),
 ) -> ClientTally {
     let (from, end) = window;
-    let mut t = ClientTally {
-        turns: 0,
-        lat: Vec::new(),
-        errors: 0,
-        first_error: None,
-    };
+    let mut t = ClientTally::new();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
         "task_id": task_id,
         "content": {"type": "text", "author": "user", "content": "/reply ok"}}});
@@ -1550,19 +1556,10 @@ async fn a2a_turn_client(
     window: (Instant, Instant),
 ) -> ClientTally {
     let (from, end) = window;
-    let mut t = ClientTally {
-        turns: 0,
-        lat: Vec::new(),
-        errors: 0,
-        first_error: None,
-    };
+    let mut t = ClientTally::new();
     let mut conn = match wire::Wire::connect(addr, Some(&key)).await {
         Ok(c) => c,
-        Err(e) => {
-            t.errors += 1;
-            t.first_error = Some(e);
-            return t;
-        }
+        Err(e) => return ClientTally::failed(e),
     };
     while Instant::now() < end {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
@@ -1684,19 +1681,10 @@ async fn mcp_turn_client(
     window: (Instant, Instant),
 ) -> ClientTally {
     let (from, end) = window;
-    let mut t = ClientTally {
-        turns: 0,
-        lat: Vec::new(),
-        errors: 0,
-        first_error: None,
-    };
+    let mut t = ClientTally::new();
     let sid = match open_mcp_session(&http, &url).await {
         Ok(sid) => sid,
-        Err(e) => {
-            t.errors += 1;
-            t.first_error = Some(e);
-            return t;
-        }
+        Err(e) => return ClientTally::failed(e),
     };
     let mut id = 1u64;
     while Instant::now() < end {

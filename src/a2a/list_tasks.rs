@@ -6,7 +6,8 @@
 use serde_json::{Value, json};
 
 use super::error::{A2aError, A2aResult};
-use super::task::{self, State};
+use super::reading::State;
+use super::task;
 use super::{Server, message};
 use crate::sessions::ListQuery;
 

@@ -16,6 +16,7 @@ pub mod list_tasks;
 pub mod message;
 pub mod push;
 pub mod push_config;
+pub mod reading;
 pub mod send_message;
 pub mod stream;
 pub mod task;

@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::Server;
-use super::task::{self, Reading};
+use super::reading::{self, Reading};
+use super::task;
 use crate::outbound::destination::{self, Purpose};
 use crate::secret::Sealer;
 use crate::sessions::{Actor, HistoryQuery, Sessions};
@@ -102,7 +103,7 @@ impl Follower {
                 for e in &page.events {
                     cursor = e.seq;
                     let ends = serde_json::from_str::<Value>(&e.body)
-                        .map(|v| matches!(task::read(&v), Reading::Ended { .. }))
+                        .map(|v| matches!(reading::read(&v), Reading::Ended { .. }))
                         .unwrap_or(false);
                     if ends {
                         self.notify().await;

@@ -6,7 +6,8 @@
 
 use serde_json::{Value, json};
 
-use super::task::{self, Reading, State};
+use super::reading::{self, Reading, State};
+use super::task;
 
 pub struct Updates {
     task_id: String,
@@ -50,7 +51,7 @@ impl Updates {
         if self.ended {
             return vec![];
         }
-        match task::read(event) {
+        match reading::read(event) {
             Reading::Working if self.state != Some(State::Working) => {
                 vec![self.status_update(State::Working, None, created_at)]
             }
@@ -63,7 +64,7 @@ impl Updates {
                     out.push(json!({ "artifactUpdate": {
                         "taskId": self.task_id,
                         "contextId": self.task_id,
-                        "artifact": task::reply_artifact(seq, reply),
+                        "artifact": reading::reply_artifact(seq, reply),
                         "append": false,
                         "lastChunk": true,
                     }}));

@@ -18,7 +18,10 @@ use std::sync::{LazyLock, Mutex};
 
 use serde_json::value::RawValue;
 
-use super::task::{Reading, VIEW_EVENTS};
+use super::reading::{self, Reading};
+
+/// How many of a session's newest events a task view reads (its history is at most these).
+pub const VIEW_EVENTS: u32 = 500;
 use crate::store::StoredEvent;
 
 /// What the cache may hold of texts, in bytes, across sessions.
@@ -76,9 +79,9 @@ impl Window {
                 continue;
             }
             let reading = serde_json::from_str(&e.body)
-                .map(|v| super::task::read(&v))
+                .map(|v| reading::read(&v))
                 .unwrap_or(Reading::Nothing);
-            let (message, artifact) = super::task::rendered(&self.session_id, e.seq, &reading);
+            let (message, artifact) = reading::rendered(&self.session_id, e.seq, &reading);
             let read = Read {
                 seq: e.seq,
                 created_at: e.created_at,
