@@ -467,14 +467,7 @@ impl TaskStatus {
     }
 }
 
-impl super::sql::FromSql for FinalStatus {
-    fn column_result(v: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
-        let name = v.as_str()?;
-        FinalStatus::parse(name).ok_or_else(|| {
-            super::sql::FromSqlError::Other(format!("unknown task status {name:?}").into())
-        })
-    }
-}
+super::sql::from_sql_by_name!(FinalStatus: "task status");
 
 fn task_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<TaskRow> {
     Ok(TaskRow {

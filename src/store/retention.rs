@@ -35,14 +35,7 @@ impl RetentionAction {
     }
 }
 
-impl super::sql::FromSql for RetentionAction {
-    fn column_result(value: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
-        let name = value.as_str()?;
-        RetentionAction::parse(name).ok_or_else(|| {
-            super::sql::FromSqlError::Other(format!("unknown retention action {name:?}").into())
-        })
-    }
-}
+super::sql::from_sql_by_name!(RetentionAction: "retention action");
 
 /// A workspace's retention policy. A rule that is `None` is off; a policy with both off is none.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,13 +34,6 @@ impl TurnStatus {
     }
 }
 
-/// A row's `turn_status` column: a name this enum does not know is a fault of the database, not
-/// a status to guess at.
-impl super::sql::FromSql for TurnStatus {
-    fn column_result(value: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
-        let name = value.as_str()?;
-        TurnStatus::parse(name).ok_or_else(|| {
-            super::sql::FromSqlError::Other(format!("unknown turn status {name:?}").into())
-        })
-    }
-}
+// A row's `turn_status` column: a name this enum does not know is a fault of the database, not
+// a status to guess at.
+super::sql::from_sql_by_name!(TurnStatus: "turn status");

@@ -117,30 +117,7 @@ impl QueueKind {
     }
 }
 
-/// Enums the database stores as their names: written with `as_str`, read back with `parse`; a
-/// stored name the store does not know fails the read (the row is refused, not guessed at).
-macro_rules! stored_by_name {
-    ($($ty:ty: $what:literal),* $(,)?) => {$(
-        impl super::sql::FromSql for $ty {
-            fn column_result(v: super::sql::ValueRef<'_>) -> super::sql::FromSqlResult<Self> {
-                let name = v.as_str()?;
-                <$ty>::parse(name).ok_or_else(|| {
-                    super::sql::FromSqlError::Other(format!("unknown {} {name:?}", $what).into())
-                })
-            }
-        }
-
-        impl super::sql::ToSql for $ty {
-            fn to_sql(
-                &self,
-            ) -> std::result::Result<super::sql::ToSqlOutput<'_>, super::sql::FromSqlError> {
-                super::sql::ToSql::to_sql(self.as_str())
-            }
-        }
-    )*};
-}
-
-stored_by_name!(QueueKind: "queue kind");
+super::sql::stored_by_name!(QueueKind: "queue kind");
 
 /// A queued input for the runner.
 #[derive(Debug, Clone)]

@@ -635,6 +635,38 @@ mod tests {
         assert!(none.optional().expect("no row is None").is_none());
     }
 
+    #[derive(Debug, PartialEq)]
+    enum Colour {
+        Red,
+    }
+
+    impl Colour {
+        fn parse(name: &str) -> Option<Colour> {
+            (name == "red").then_some(Colour::Red)
+        }
+
+        fn as_str(&self) -> &'static str {
+            "red"
+        }
+    }
+
+    crate::stored_by_name!(Colour: "colour");
+
+    #[test]
+    fn an_enum_stored_by_name_reads_back_and_refuses_names_it_does_not_know() {
+        let conn = rusqlite::Connection::open_in_memory().expect("in memory");
+        let db = Db::sqlite(&conn);
+        let back = db.query_row("SELECT ?1", params![Colour::Red], |r| r.get::<_, Colour>(0));
+        assert_eq!(back.expect("read back"), Colour::Red);
+        let unknown = db
+            .query_row("SELECT 'blue'", [], |r| r.get::<_, Colour>(0))
+            .expect_err("an unknown name");
+        assert!(
+            unknown.to_string().contains("unknown colour \"blue\""),
+            "{unknown}"
+        );
+    }
+
     #[test]
     fn sqlite_failures_are_classified() {
         let conn = rusqlite::Connection::open_in_memory().expect("in memory");

@@ -313,28 +313,39 @@ impl rusqlite::ToSql for Sqlite<'_> {
     }
 }
 
-/// The model's enums that rows store by name (a name the model does not know fails the read
-/// rather than being guessed at).
-macro_rules! model_stored_by_name {
+/// `FromSql` for enums a row stores as their names, read back with `<T>::parse(&str) ->
+/// Option<T>`: a stored name the type does not know fails the read (the row is refused, not
+/// guessed at). `$what` names the kind in that error.
+#[macro_export]
+macro_rules! from_sql_by_name {
     ($($ty:ty: $what:literal),* $(,)?) => {$(
-        impl FromSql for $ty {
-            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        impl $crate::FromSql for $ty {
+            fn column_result(value: $crate::ValueRef<'_>) -> $crate::FromSqlResult<Self> {
                 let name = value.as_str()?;
                 <$ty>::parse(name).ok_or_else(|| {
-                    FromSqlError::Other(format!("unknown {} {name:?}", $what).into())
+                    $crate::FromSqlError::Other(format!("unknown {} {name:?}", $what).into())
                 })
-            }
-        }
-
-        impl ToSql for $ty {
-            fn to_sql(&self) -> Result<ToSqlOutput<'_>, FromSqlError> {
-                ToSql::to_sql(self.as_str())
             }
         }
     )*};
 }
 
-model_stored_by_name!(
+/// [`from_sql_by_name!`], and `ToSql` writing the name (`as_str`).
+#[macro_export]
+macro_rules! stored_by_name {
+    ($($ty:ty: $what:literal),* $(,)?) => {$(
+        $crate::from_sql_by_name!($ty: $what);
+
+        impl $crate::ToSql for $ty {
+            fn to_sql(&self) -> std::result::Result<$crate::ToSqlOutput<'_>, $crate::FromSqlError> {
+                $crate::ToSql::to_sql(self.as_str())
+            }
+        }
+    )*};
+}
+
+// The model's enums rows store (the model cannot name this crate, so they are stored from here).
+crate::stored_by_name!(
     sessiond_model::timeline::Tier: "tier",
     sessiond_model::timeline::Behavior: "behavior",
 );
