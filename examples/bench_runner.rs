@@ -1352,6 +1352,23 @@ impl ClientTally {
         }
     }
 
+    /// One call made at `t0` and answered now: a turn (with its round trip) when it ended inside
+    /// the measured window, an error whenever it failed.
+    fn record(&mut self, result: Result<(), String>, t0: Instant, window: (Instant, Instant)) {
+        let t1 = Instant::now();
+        match result {
+            Ok(()) if t1 >= window.0 && t1 <= window.1 => {
+                self.turns += 1;
+                self.lat.push(ms(t1 - t0));
+            }
+            Ok(()) => {}
+            Err(e) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(e);
+            }
+        }
+    }
+
     /// A client that could not start: one error, no turns.
     fn failed(e: String) -> ClientTally {
         ClientTally {
@@ -1399,18 +1416,7 @@ async fn turn_client(
                 Err(format!("terminal {:?}: {v}", terminal_type(&v)))
             }
         });
-        let t1 = Instant::now();
-        match result {
-            Ok(()) if t1 >= from && t1 <= end => {
-                t.turns += 1;
-                t.lat.push(ms(t1 - t0));
-            }
-            Ok(()) => {}
-            Err(e) => {
-                t.errors += 1;
-                t.first_error.get_or_insert(e);
-            }
-        }
+        t.record(result, t0, (from, end));
     }
     t
 }
@@ -1498,18 +1504,7 @@ async fn rpc_turn_client(
                 Err(format!("answer: {v}"))
             }
         });
-        let t1 = Instant::now();
-        match result {
-            Ok(()) if t1 >= from && t1 <= end => {
-                t.turns += 1;
-                t.lat.push(ms(t1 - t0));
-            }
-            Ok(()) => {}
-            Err(e) => {
-                t.errors += 1;
-                t.first_error.get_or_insert(e);
-            }
-        }
+        t.record(result, t0, (from, end));
     }
     t
 }
@@ -1577,18 +1572,7 @@ async fn a2a_turn_client(
                 Err(format!("answer: {v}"))
             }
         });
-        let t1 = Instant::now();
-        match result {
-            Ok(()) if t1 >= from && t1 <= end => {
-                t.turns += 1;
-                t.lat.push(ms(t1 - t0));
-            }
-            Ok(()) => {}
-            Err(e) => {
-                t.errors += 1;
-                t.first_error.get_or_insert(e);
-            }
-        }
+        t.record(result, t0, (from, end));
     }
     t
 }
@@ -1723,18 +1707,7 @@ async fn mcp_turn_client(
             }
         }
         .await;
-        let t1 = Instant::now();
-        match result {
-            Ok(()) if t1 >= from && t1 <= end => {
-                t.turns += 1;
-                t.lat.push(ms(t1 - t0));
-            }
-            Ok(()) => {}
-            Err(e) => {
-                t.errors += 1;
-                t.first_error.get_or_insert(e);
-            }
-        }
+        t.record(result, t0, (from, end));
     }
     // The MCP session ends with the client, as a well-behaved one does.
     let _ = http
@@ -3175,6 +3148,28 @@ fn turns_row(l: &TurnLevel) -> Row {
     )
 }
 
+/// One level of a protocol's turns (sections 1b to 1d): its rate and round trip, its ratio to
+/// section 1's `/v1` level `v1`, and its CPU.
+fn print_protocol_level(unit: &str, call: &str, l: &TurnLevel, v1: &TurnLevel) {
+    println!(
+        "   {:>3} {:<9} {:>7.0} turns/s ({} turns), {call} round trip {}; {:.2} of /v1 \
+         messages/wait at {} (section 1); errors {}{}",
+        l.n,
+        unit,
+        l.rate(),
+        thousands(l.turns),
+        l.lat.line(),
+        l.rate() / v1.rate().max(f64::MIN_POSITIVE),
+        l.n,
+        l.errors,
+        l.first_error
+            .as_deref()
+            .map(|e| format!(" (first: {e})"))
+            .unwrap_or_default()
+    );
+    println!("                 {}", l.cpu.line());
+}
+
 /// The writer's CPU per turn at one level (the figure one writer thread's ceiling follows from:
 /// a second of writer CPU divided by it is the most turns per second any core count can give).
 fn writer_row(l: &TurnLevel) -> Row {
@@ -3533,21 +3528,7 @@ fn main() {
                 rpc_turn_client(ctx.http.clone(), rpc_url.clone(), tasks[i].clone(), window)
             })
             .await;
-            println!(
-                "   {:>3} tasks:    {:>7.0} turns/s ({} turns), message/send round trip {}; \
-                 {:.2} of /v1 messages/wait at {n} (section 1); errors {}{}",
-                n,
-                l.rate(),
-                thousands(l.turns),
-                l.lat.line(),
-                l.rate() / v1.rate().max(f64::MIN_POSITIVE),
-                l.errors,
-                l.first_error
-                    .as_deref()
-                    .map(|e| format!(" (first: {e})"))
-                    .unwrap_or_default()
-            );
-            println!("                 {}", l.cpu.line());
+            print_protocol_level("tasks:", "message/send", &l, v1);
             rpc_levels.push(l);
         }
         println!();
@@ -3568,21 +3549,7 @@ fn main() {
                 )
             })
             .await;
-            println!(
-                "   {:>3} tasks:    {:>7.0} turns/s ({} turns), SendMessage round trip {}; \
-                 {:.2} of /v1 messages/wait at {n} (section 1); errors {}{}",
-                n,
-                l.rate(),
-                thousands(l.turns),
-                l.lat.line(),
-                l.rate() / v1.rate().max(f64::MIN_POSITIVE),
-                l.errors,
-                l.first_error
-                    .as_deref()
-                    .map(|e| format!(" (first: {e})"))
-                    .unwrap_or_default()
-            );
-            println!("                 {}", l.cpu.line());
+            print_protocol_level("tasks:", "SendMessage", &l, v1);
             a2a_levels.push(l);
         }
         println!();
@@ -3604,21 +3571,7 @@ fn main() {
                 )
             })
             .await;
-            println!(
-                "   {:>3} sessions: {:>7.0} turns/s ({} turns), tools/call round trip {}; \
-                 {:.2} of /v1 messages/wait at {n} (section 1); errors {}{}",
-                n,
-                l.rate(),
-                thousands(l.turns),
-                l.lat.line(),
-                l.rate() / v1.rate().max(f64::MIN_POSITIVE),
-                l.errors,
-                l.first_error
-                    .as_deref()
-                    .map(|e| format!(" (first: {e})"))
-                    .unwrap_or_default()
-            );
-            println!("                 {}", l.cpu.line());
+            print_protocol_level("sessions:", "tools/call", &l, v1);
             mcp_levels.push(l);
         }
         println!();
