@@ -18,11 +18,9 @@ pub mod engine;
 pub mod error;
 pub mod hast;
 pub mod mcp;
-pub mod metrics;
 pub mod outbound;
 pub mod process;
 pub mod projection;
-pub mod request_id;
 pub mod retention;
 pub mod runner;
 pub mod schedules;
@@ -36,3 +34,4 @@ pub mod uploads;
 pub use error::{Error, Result};
 // The vocabulary lives in its own crate; its modules keep their paths here (`crate::timeline`).
 pub use sessiond_model::{clock, ids, nul, timeline};
+pub use sessiond_telemetry::{metrics, request_id};
