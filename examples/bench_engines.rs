@@ -670,7 +670,7 @@ impl Sessiond {
             .directory()
             .workspace_by_slug_blocking("default")
             .and_then(|ws| {
-                let ws = ws.ok_or(sessiond::Error::NotFound)?;
+                let ws = ws.ok_or(sessiond::store::Error::NotFound)?;
                 // Never signed in with: any string will do for the hash.
                 let (user, _) = store.identity().create_user_blocking(
                     "bench@local",

@@ -2791,6 +2791,7 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
     let (user_id, ws_id, key) = store
         .directory()
         .workspace_by_slug_blocking(WS)
+        .map_err(sessiond::Error::from)
         .and_then(|ws| {
             let ws = ws.ok_or(sessiond::Error::NotFound)?;
             let (user, _) = store.identity().create_user_blocking(

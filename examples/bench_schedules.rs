@@ -84,7 +84,7 @@ fn main() {
         .directory()
         .workspace_by_slug_blocking(WS)
         .and_then(|ws| {
-            let ws = ws.ok_or(sessiond::Error::NotFound)?;
+            let ws = ws.ok_or(sessiond::store::Error::NotFound)?;
             let (user, _) = store.identity().create_user_blocking(
                 "bench@local",
                 "unused",
@@ -280,7 +280,7 @@ impl Bench<'_> {
                 let expected = rows
                     .by_id(&id)
                     .await
-                    .and_then(|r| r.ok_or(sessiond::Error::NotFound))
+                    .and_then(|r| r.ok_or(sessiond::store::Error::NotFound))
                     .unwrap_or_else(|e| die("move ticks", e));
                 let mut row = expected.clone();
                 row.start_at = Some(at);

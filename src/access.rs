@@ -207,7 +207,7 @@ pub async fn add_person(
 /// Changes a member's role (404 for someone who is not one; 409 `last_owner`).
 pub async fn set_role(store: &Store, workspace_id: &str, user_id: &str, role: &str) -> Result<()> {
     let role = parse_role(role)?;
-    store.access().set_role(workspace_id, user_id, role).await
+    Ok(store.access().set_role(workspace_id, user_id, role).await?)
 }
 
 /// Removes a member: their keys of the workspace are revoked and refused at once, their browser

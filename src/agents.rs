@@ -106,7 +106,7 @@ pub async fn contact(store: &Store, workspace_id: &str, slug: &str) -> Result<Va
 }
 
 pub async fn list(store: &Store, workspace_id: &str) -> Result<Vec<AgentRow>> {
-    store.directory().agents(workspace_id).await
+    Ok(store.directory().agents(workspace_id).await?)
 }
 
 pub async fn get(store: &Store, workspace_id: &str, slug: &str) -> Result<AgentRow> {
@@ -125,7 +125,7 @@ pub fn create_blocking(
     spec: AgentSpec,
 ) -> Result<AgentRow> {
     let new = prepare_new(drive, policy, workspace_id, spec)?;
-    store.directory().create_agent_blocking(new)
+    Ok(store.directory().create_agent_blocking(new)?)
 }
 
 pub async fn create(
@@ -149,7 +149,7 @@ pub async fn create_with(
     link: AgentLink,
 ) -> Result<AgentRow> {
     let new = prepare_new(drive, policy, workspace_id, spec)?;
-    store.directory().create_agent(new, link).await
+    Ok(store.directory().create_agent(new, link).await?)
 }
 
 /// Validates a new agent and creates its anchor folder.
@@ -208,7 +208,7 @@ pub fn update_blocking(
         .agent_by_slug_blocking(workspace_id, slug)?
         .ok_or(Error::AgentNotFound)?;
     let change = prepare_update(drive, policy, &current, spec)?;
-    store.directory().update_agent_blocking(change)
+    Ok(store.directory().update_agent_blocking(change)?)
 }
 
 pub async fn update(
@@ -221,7 +221,7 @@ pub async fn update(
 ) -> Result<AgentRow> {
     let current = get(store, workspace_id, slug).await?;
     let change = prepare_update(drive, policy, &current, spec)?;
-    store.directory().update_agent(change).await
+    Ok(store.directory().update_agent(change).await?)
 }
 
 /// Validates a change to an agent; the anchor folder is created when it moves.
@@ -265,7 +265,7 @@ pub async fn delete(store: &Store, workspace_id: &str, slug: &str) -> Result<()>
         ));
     }
     let agent = get(store, workspace_id, slug).await?;
-    store.directory().delete_agent(&agent.id).await
+    Ok(store.directory().delete_agent(&agent.id).await?)
 }
 
 /// The agent owning a cwd: the one with the longest anchor containing it (root at worst).

@@ -19,92 +19,15 @@
 //! own lock: waking a busy session's subscribers never holds up another session, a subscribe or
 //! the writer's publishing for other sessions.
 
-use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::{broadcast, watch};
 
 use crate::error::{Error, Result};
-use crate::timeline::{Event, Step};
+use crate::timeline::Step;
 
-/// One SSE payload, serialised once for every subscriber.
-#[derive(Debug)]
-pub struct Frame {
-    /// The durable seq, or `None` for volatile progress.
-    pub seq: Option<u64>,
-    /// The event `type`, so observers can spot terminals without parsing.
-    pub event_type: Arc<str>,
-    /// `{"seq":N,"event":{...}}` or `{"event":{...}}`.
-    pub data: String,
-    /// When the event was written (ms since the epoch): the commit for durable frames.
-    pub created_at: i64,
-    /// What other API families make of this frame, computed by the first of their subscribers
-    /// and shared by the others.
-    pub cache: FrameCache,
-}
-
-impl Frame {
-    pub fn durable(seq: u64, event_type: &str, data: String, created_at: i64) -> Frame {
-        Frame {
-            seq: Some(seq),
-            event_type: event_type.into(),
-            data,
-            created_at,
-            cache: FrameCache::default(),
-        }
-    }
-
-    pub fn volatile(event_type: &str, data: String, created_at: i64) -> Frame {
-        Frame {
-            seq: None,
-            event_type: event_type.into(),
-            data,
-            created_at,
-            cache: FrameCache::default(),
-        }
-    }
-}
-
-/// Values derived from one frame, one per type: a projection that a thousand subscribers need is
-/// made once. The bus knows nothing of them; a projection stores, say, a
-/// `tokio::sync::OnceCell` of its rendering and every subscriber of that family awaits the same
-/// cell.
-#[derive(Default)]
-pub struct FrameCache(Mutex<Vec<Arc<dyn Any + Send + Sync>>>);
-
-impl FrameCache {
-    /// The frame's `T`, created empty by the first caller.
-    pub fn slot<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
-        let mut slots = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        for slot in slots.iter() {
-            if let Ok(found) = Arc::clone(slot).downcast::<T>() {
-                return found;
-            }
-        }
-        let made = Arc::new(T::default());
-        slots.push(Arc::clone(&made) as Arc<dyn Any + Send + Sync>);
-        made
-    }
-}
-
-impl std::fmt::Debug for FrameCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("FrameCache")
-    }
-}
-
-impl Frame {
-    /// The volatile frame of a step (`{"event":{"type":"step","step":{...}}}`).
-    pub fn step(step: &Step, created_at: i64) -> Option<Frame> {
-        let body = serde_json::to_string(&Event::Step { step: step.clone() }).ok()?;
-        Some(Frame::volatile(
-            "step",
-            format!("{{\"event\":{body}}}"),
-            created_at,
-        ))
-    }
-}
+pub use sessiond_model::frame::{Frame, FrameCache, settles_tail};
 
 /// Bytes of volatile tail kept per session; past this the tail is dropped until the next durable
 /// output (the durable `text` still arrives, only the live preview is lost on reconnect).
@@ -243,20 +166,6 @@ impl Topic {
     }
 }
 
-/// Does a durable event of this type settle the volatile tail? Everything the agent writes does
-/// (its durable text follows the deltas it streamed); inputs that others append while a turn
-/// streams do not (invariant 6). Mirrors `timeline::Event::is_input`.
-pub fn settles_tail(event_type: &str) -> bool {
-    !matches!(
-        event_type,
-        "session_created"
-            | "prompt_submitted"
-            | "note_submitted"
-            | "answer_submitted"
-            | "interrupt_requested"
-    )
-}
-
 /// The session map. Lock order: the map, then a topic; a topic's lock is never held while the
 /// map's is taken.
 pub struct Bus {
@@ -269,8 +178,7 @@ pub struct Bus {
     relay: OnceLock<Relay>,
 }
 
-/// Hands a delta published on this process to the other processes: `(session, after_seq, step)`.
-pub type Relay = Box<dyn Fn(&str, u64, &Step) + Send + Sync>;
+pub use sessiond_store::Relay;
 
 /// A live subscription plus the volatile tail that was current when it began.
 pub struct Subscription {
@@ -596,6 +504,37 @@ impl Bus {
     /// Resolves once [`Bus::close_all`] has been called.
     pub fn closed(&self) -> watch::Receiver<bool> {
         self.closed.subscribe()
+    }
+}
+
+/// The store publishes what it commits here, and relays other processes' commits and deltas.
+impl sessiond_store::Sink for Bus {
+    fn committed(&self, seqs: &mut dyn Iterator<Item = (&str, u64)>) {
+        Bus::committed(self, seqs)
+    }
+
+    fn publish(&self, session_id: &str, frame: Frame) {
+        self.publish_durable(session_id, frame)
+    }
+
+    fn sent_seq(&self, session_id: &str) -> Option<u64> {
+        Bus::sent_seq(self, session_id)
+    }
+
+    fn live_topics(&self) -> Vec<(String, u64)> {
+        Bus::live_topics(self)
+    }
+
+    fn close_session(&self, session_id: &str) {
+        Bus::close_session(self, session_id)
+    }
+
+    fn publish_peer_delta(&self, session_id: &str, after_seq: u64, step: &Step) {
+        Bus::publish_peer_delta(self, session_id, after_seq, step)
+    }
+
+    fn set_relay(&self, relay: Relay) {
+        Bus::set_relay(self, relay)
     }
 }
 

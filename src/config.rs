@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+// The `[store]` section belongs to the store, which reads it.
+pub use sessiond_store::{StoreConfig, Synchronous};
+
 /// How long a browser sign-in lasts unless `limits.browser_session_ms` says otherwise: 7 days.
 pub const DEFAULT_BROWSER_SESSION_MS: u64 = 7 * 24 * 3_600_000;
 
@@ -73,26 +76,6 @@ fn default_workspace() -> String {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Synchronous {
-    /// WAL + NORMAL: a commit survives a process crash; the last commits before a power loss may
-    /// be rolled back (never corrupted).
-    Normal,
-    /// WAL + FULL: every commit is fsynced before it is acknowledged.
-    Full,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StoreConfig {
-    pub synchronous: Synchronous,
-    /// Read-only connections in the query pool.
-    pub read_connections: u32,
-    /// Most write requests the writer folds into one transaction.
-    pub max_batch: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -303,16 +286,6 @@ impl Default for Config {
             policy: Policy::default(),
             metrics: MetricsConfig::default(),
             agents: Vec::new(),
-        }
-    }
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            synchronous: Synchronous::Normal,
-            read_connections: 8,
-            max_batch: 512,
         }
     }
 }

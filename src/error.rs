@@ -153,3 +153,31 @@ impl Error {
         }
     }
 }
+
+/// What the store refused or met, as the core says it. One arm per store error: the store's
+/// rules (a budget, a closed session) keep their codes, its faults their classes.
+impl From<sessiond_store::Error> for Error {
+    fn from(e: sessiond_store::Error) -> Self {
+        use sessiond_store::Error as S;
+        match e {
+            S::InvalidRequest(m) => Error::InvalidRequest(m),
+            S::NotFound => Error::NotFound,
+            S::AgentNotFound => Error::AgentNotFound,
+            S::IdempotencyConflict => Error::IdempotencyConflict,
+            S::NotAsking => Error::NotAsking,
+            S::BudgetHit { cents } => Error::BudgetHit { cents },
+            S::SessionClosed => Error::SessionClosed,
+            S::CwdConflict => Error::CwdConflict,
+            S::Forbidden(m) => Error::Forbidden(m),
+            S::Conflict(code, m) => Error::Conflict(code, m),
+            S::StaleTurn => Error::StaleTurn,
+            S::ShuttingDown => Error::ShuttingDown,
+            S::StorageFull(m) => Error::StorageFull(m),
+            S::StorageUnavailable(m) => Error::StorageUnavailable(m),
+            S::StorageBusy(m) => Error::StorageBusy(m),
+            S::ConstraintRace(m) => Error::ConstraintRace(m),
+            S::Storage(m) => Error::Storage(m),
+            S::Internal(m) => Error::Internal(m),
+        }
+    }
+}

@@ -58,10 +58,10 @@ pub async fn preview(
     p: &RetentionPolicy,
     limit: u32,
 ) -> Result<Vec<RetentionCandidate>> {
-    store
+    Ok(store
         .retention()
         .candidates(workspace_id, p, clock::now_ms(), limit)
-        .await
+        .await?)
 }
 
 impl Retention {

@@ -35,7 +35,7 @@ pub fn open_store(cfg: &Config, bus: Arc<Bus>) -> Result<Store, String> {
     store
         .directory()
         .ensure_workspace_blocking(DEFAULT_WORKSPACE, "Default")
-        .map_err(|e| database_problem(cfg, &e))?;
+        .map_err(|e| database_problem(cfg, &e.into()))?;
     if cfg.data_dir.is_dir() {
         Drive::root_for(&cfg.data_dir, DEFAULT_WORKSPACE)
             .ensure()
@@ -197,12 +197,12 @@ pub fn lock_data_dir(data_dir: &std::path::Path) -> Result<DataDirLock, String> 
 /// writes answer 507, `/healthz` and `/readyz` say so) and recovers on its own when space returns.
 fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
     let db = match store.check_writable() {
-        Err(crate::Error::StorageFull(e)) => Err(e),
+        Err(crate::store::Error::StorageFull(e)) => Err(e),
         Err(e) if cfg.database_url.is_some() => {
             return Err(format!(
                 "the database ({}) cannot be written: {}",
                 database_target(cfg),
-                database_problem(cfg, &e)
+                database_problem(cfg, &e.into())
             ));
         }
         Err(e) => {

@@ -2,6 +2,10 @@
 //! modules form no circle, the engines use nothing above them (no runner, no store, no sessions
 //! core), the store knows no sessions logic and `config` no engine types.
 //!
+//! What a crate's wall holds is not checked here: the store, the SQL layer, the vocabulary and the
+//! telemetry are crates of their own (`crates/`), which cannot name the server at all. This test
+//! reads the root's `src/`, where the walls between modules are held by convention.
+//!
 //! The graph is read from the source text, which is exactly what a reader (or a change) sees:
 //! every `use` and every path in code outside `#[cfg(test)]` modules counts.
 

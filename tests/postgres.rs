@@ -122,7 +122,13 @@ const FTS_TABLES: [(&str, &[&str]); 2] = [
 /// Every table of a SQLite database migrated by sessiond itself, except SQLite's own and the
 /// FTS5 tables with their shadow tables (returned apart: name and columns).
 fn sqlite_schema(path: &Path) -> (BTreeMap<String, Table>, BTreeMap<String, Vec<String>>) {
-    let conn = sessiond::store::open_write_connection(path, &Default::default()).unwrap();
+    // The store migrates the file as it opens it; its rows are then read on a connection of the
+    // test's own.
+    let store =
+        sessiond::store::Store::open(path, &Default::default(), sessiond::bus::Bus::new(16, 16))
+            .unwrap();
+    store.close();
+    let conn = rusqlite::Connection::open(path).unwrap();
     let strings = |sql: &str, arg: &str| -> Vec<Vec<String>> {
         let mut stmt = conn.prepare(sql).unwrap();
         let n = stmt.column_count();

@@ -636,7 +636,7 @@ mod on_postgresql {
         assert_eq!(created, 1, "{outcomes:?}");
         for o in &outcomes {
             assert!(
-                matches!(o, Ok(_) | Err(sessiond::Error::Forbidden(_))),
+                matches!(o, Ok(_) | Err(sessiond::store::Error::Forbidden(_))),
                 "a setup failed otherwise than refused: {o:?}"
             );
         }

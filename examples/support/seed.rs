@@ -19,7 +19,7 @@ pub struct Owner {
 
 pub fn owner(store: &Store) -> Result<Owner, String> {
     let phc = sessiond::auth::password::hash("bench-password-123").map_err(|e| e.to_string())?;
-    let e = |e: sessiond::Error| e.to_string();
+    let e = |e: sessiond::store::Error| e.to_string();
     let directory = store.directory();
     let workspace = directory
         .ensure_workspace_blocking(sessiond::store::DEFAULT_WORKSPACE, "Default")
@@ -38,8 +38,8 @@ pub fn owner(store: &Store) -> Result<Owner, String> {
             FirstRole::Given(Role::Owner),
         )
         .map_err(e)?;
-    let (key, row) =
-        sessiond::auth::mint_key("bench", &workspace, &["sessions".to_owned()], None).map_err(e)?;
+    let (key, row) = sessiond::auth::mint_key("bench", &workspace, &["sessions".to_owned()], None)
+        .map_err(|e| e.to_string())?;
     store
         .identity()
         .insert_user_key_blocking(&user, row)
@@ -95,7 +95,7 @@ pub fn write_prompts(
     store: &Store,
     key: &sessiond::store::SessionKey,
     texts: impl IntoIterator<Item = String>,
-) -> sessiond::error::Result<()> {
+) -> sessiond::store::Result<()> {
     let prompts = texts
         .into_iter()
         .map(|text| (prompt_event(text.clone()), text))

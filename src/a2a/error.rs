@@ -129,6 +129,12 @@ impl A2aError {
     }
 }
 
+impl From<crate::store::Error> for A2aError {
+    fn from(e: crate::store::Error) -> A2aError {
+        A2aError::from(Error::from(e))
+    }
+}
+
 impl From<Error> for A2aError {
     /// A session the credential cannot see is a task that does not exist; what a session's state
     /// refuses (closed, out of budget, not asking) is an operation the task does not support

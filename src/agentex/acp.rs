@@ -438,11 +438,12 @@ impl Platform {
     /// another API family) a new event recording it, so the agent sees every input as an event.
     async fn event_of(&self, task: &TaskRow, input: &TurnInput) -> Result<EventRow> {
         let content = json!({"type": "text", "author": "user", "content": input.text}).to_string();
-        self.sessions
+        Ok(self
+            .sessions
             .store()
             .agentex()
             .record_event_once(task.key(), &task.agent_id, input.input_seq, content)
-            .await
+            .await?)
     }
 }
 

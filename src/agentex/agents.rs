@@ -52,11 +52,11 @@ pub async fn list(
     actor: &Actor,
     filter: AgentFilter,
 ) -> Result<Vec<AgentexAgentRow>> {
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .agents(&actor.workspace_id, filter)
-        .await
+        .await?)
 }
 
 /// `Ready` when the agent's engine can run here, else `Failed` with the reason.

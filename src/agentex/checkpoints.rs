@@ -326,7 +326,7 @@ pub async fn put_writes(sessions: &Sessions, actor: &Actor, b: PutWrites) -> Res
         });
     }
     let task = thread(sessions, actor, &b.thread_id).await?;
-    sessions
+    Ok(sessions
         .store()
         .langgraph()
         .put_writes(
@@ -338,13 +338,17 @@ pub async fn put_writes(sessions: &Sessions, actor: &Actor, b: PutWrites) -> Res
                 upsert: b.upsert,
             },
         )
-        .await
+        .await?)
 }
 
 /// Deletes every checkpoint, blob and write of a thread (the task itself stays).
 pub async fn delete_thread(sessions: &Sessions, actor: &Actor, b: DeleteThread) -> Result<()> {
     let task = thread(sessions, actor, &b.thread_id).await?;
-    sessions.store().langgraph().delete_thread(task.key()).await
+    Ok(sessions
+        .store()
+        .langgraph()
+        .delete_thread(task.key())
+        .await?)
 }
 
 #[cfg(test)]

@@ -93,9 +93,9 @@ pub async fn list(
     page: Page,
 ) -> Result<Vec<DeploymentHistoryRow>> {
     refuse_agent_key(actor)?;
-    sessions
+    Ok(sessions
         .store()
         .deployment_history()
         .page(&agent.id, order_by, direction, page)
-        .await
+        .await?)
 }

@@ -82,7 +82,7 @@ pub async fn create(
         serde_json::from_str(&engine).unwrap_or_else(|_| json!({})),
     );
     let metadata = Value::Object(metadata).to_string();
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .create_deployment(
@@ -96,7 +96,7 @@ pub async fn create(
             },
             super::deployment_history::author(actor),
         )
-        .await
+        .await?)
 }
 
 pub async fn get(sessions: &Sessions, agent: &AgentexAgentRow, id: &str) -> Result<DeploymentRow> {
@@ -115,11 +115,11 @@ pub async fn list(
     direction: Direction,
     page: Page,
 ) -> Result<Vec<DeploymentRow>> {
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .deployments(&agent.id, order_by, direction, page)
-        .await
+        .await?)
 }
 
 /// Deletes a deployment that is not in production (409 for the production one).
@@ -129,11 +129,11 @@ pub async fn delete(
     agent: &AgentexAgentRow,
     id: &str,
 ) -> Result<()> {
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .delete_deployment(&agent.id, id, super::deployment_history::author(actor))
-        .await
+        .await?)
 }
 
 /// Makes a deployment the agent's only production deployment and its engine the agent's, in one
@@ -147,7 +147,7 @@ pub async fn promote(
     let d = get(sessions, agent, id).await?;
     let engine: Value = serde_json::from_str(&d.engine).unwrap_or_else(|_| json!({}));
     let engine = agents::check_engine(&engine, &sessions.config().policy)?;
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .promote_deployment(
@@ -156,5 +156,5 @@ pub async fn promote(
             &engine,
             super::deployment_history::author(actor),
         )
-        .await
+        .await?)
 }

@@ -92,11 +92,11 @@ pub async fn events(
             e.sequence_id
         }
     };
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .events(task.pk, after, limit)
-        .await
+        .await?)
 }
 
 pub fn state_view(s: &StateRow) -> Value {
@@ -136,11 +136,11 @@ pub async fn create_state(
         .await
         .map_err(|_| Error::invalid(format!("agent_id: no agent {agent_id}")))?;
     let doc = Value::Object(doc).to_string();
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .create_state(task.key(), &actor.workspace_id, &agent.id, doc)
-        .await
+        .await?)
 }
 
 pub async fn update_state(
@@ -153,11 +153,11 @@ pub async fn update_state(
         state(sessions, actor, id).await?;
     }
     let doc = Value::Object(doc).to_string();
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .update_state(&actor.workspace_id, id, doc)
-        .await
+        .await?)
 }
 
 /// Deletes a state; returns it as it was.
@@ -165,11 +165,11 @@ pub async fn delete_state(sessions: &Sessions, actor: &Actor, id: &str) -> Resul
     if super::confinement::confined_to(actor).is_some() {
         state(sessions, actor, id).await?;
     }
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .delete_state(&actor.workspace_id, id)
-        .await
+        .await?)
 }
 
 pub async fn states(
@@ -178,11 +178,11 @@ pub async fn states(
     filter: RecordFilter,
 ) -> Result<Vec<StateRow>> {
     confine_list(sessions, actor, &filter).await?;
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .states(&actor.workspace_id, filter)
-        .await
+        .await?)
 }
 
 pub fn span_view(s: &SpanRow) -> Value {
@@ -389,11 +389,11 @@ pub async fn spans(
     filter: RecordFilter,
 ) -> Result<Vec<SpanRow>> {
     confine_list(sessions, actor, &filter).await?;
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .spans(&actor.workspace_id, trace_id, filter)
-        .await
+        .await?)
 }
 
 pub fn tracker_view(t: &TrackerRow) -> Value {
@@ -454,9 +454,9 @@ pub async fn trackers(
     filter: RecordFilter,
 ) -> Result<Vec<TrackerRow>> {
     confine_list(sessions, actor, &filter).await?;
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .trackers(&actor.workspace_id, filter)
-        .await
+        .await?)
 }

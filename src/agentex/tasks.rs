@@ -131,11 +131,11 @@ pub async fn reload(sessions: &Sessions, pk: i64) -> Result<TaskRow> {
 }
 
 pub async fn list(sessions: &Sessions, actor: &Actor, filter: TaskFilter) -> Result<Vec<TaskRow>> {
-    sessions
+    Ok(sessions
         .store()
         .agentex()
         .tasks(&actor.workspace_id, filter)
-        .await
+        .await?)
 }
 
 /// The agent a task runs with, for `relationships=agents`.
@@ -171,7 +171,7 @@ fn check_name(name: &str) -> Result<()> {
 /// An existing task may be used by an RPC to `target`: it runs with that agent (and, for a
 /// preview, on that deployment).
 fn check_target(t: &TaskRow, target: Target<'_>) -> Result<()> {
-    t.check_owner(&target.agent.id, target.deployment.map(|d| d.id.as_str()))
+    Ok(t.check_owner(&target.agent.id, target.deployment.map(|d| d.id.as_str()))?)
 }
 
 /// `task/create`: get-or-create by name. An existing task of that name is returned as it is,
@@ -437,13 +437,11 @@ pub async fn send_event(
                 (_, Linked::None) => Err(Error::Internal("event/send without its event".into())),
             }
         }
-        None => {
-            sessions
-                .store()
-                .agentex()
-                .record_event(task.key(), &agent_id)
-                .await
-        }
+        None => Ok(sessions
+            .store()
+            .agentex()
+            .record_event(task.key(), &agent_id)
+            .await?),
     }
 }
 

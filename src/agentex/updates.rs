@@ -293,7 +293,7 @@ impl Follower {
         if e.event_type != "agent_message" {
             return Ok(None);
         }
-        self.store.agentex().revises(self.key.pk, e.seq).await
+        Ok(self.store.agentex().revises(self.key.pk, e.seq).await?)
     }
 
     /// A stored event (from the backlog or live), handled once.

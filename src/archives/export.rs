@@ -73,8 +73,8 @@ impl Export {
             {
                 Ok(s) => s,
                 // Deleted since the list was read.
-                Err(Error::NotFound) => continue,
-                Err(e) => return Err(e),
+                Err(crate::store::Error::NotFound) => continue,
+                Err(e) => return Err(e.into()),
             };
             if snap.busy {
                 self.manifest.skipped.push(LeftOut {

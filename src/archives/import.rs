@@ -47,7 +47,7 @@ impl Archives {
             .zip(&places)
             .find(|(_, p)| **p == IdPlace::OtherWorkspace)
         {
-            return Err(crate::store::archives::elsewhere(id));
+            return Err(crate::store::archives::elsewhere(id).into());
         }
         // Drive files: the same bytes already there, or a path free to write.
         let drive = self.drive(ws);

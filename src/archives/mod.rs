@@ -156,6 +156,6 @@ impl Archives {
         {
             return Err(Error::AgentNotFound);
         }
-        self.store.archives().session_ids(&ws.id, agent).await
+        Ok(self.store.archives().session_ids(&ws.id, agent).await?)
     }
 }

@@ -196,14 +196,15 @@ impl LoginLimiter {
         now: i64,
     ) -> Result<()> {
         let _ = attempt;
-        self.store
+        Ok(self
+            .store
             .logins()
             .succeeded(
                 Self::sign_in(account, address, now),
                 WINDOWS,
                 TRUSTED_PER_ACCOUNT,
             )
-            .await
+            .await?)
     }
 }
 

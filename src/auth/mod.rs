@@ -331,10 +331,11 @@ impl Auth {
     /// Whether `token` is a setup token that can still be used (checked before the password is
     /// hashed; [`Auth::complete_setup`] decides).
     pub async fn setup_token_known(&self, token: &str) -> Result<bool> {
-        self.store
+        Ok(self
+            .store
             .logins()
             .setup_token_known(&secret::token_hash(token))
-            .await
+            .await?)
     }
 
     /// Creates the first owner with setup token `token`, which (with every other setup token)
@@ -346,15 +347,16 @@ impl Auth {
         email: &str,
         password_hash: &str,
     ) -> Result<Option<String>> {
-        self.store
+        Ok(self
+            .store
             .logins()
             .complete_setup(&secret::token_hash(token), email, password_hash)
-            .await
+            .await?)
     }
 
     /// Whether first-run setup is open (no user, a setup token to create one with).
     pub async fn setup_pending(&self) -> Result<bool> {
-        self.store.logins().setup_open().await
+        Ok(self.store.logins().setup_open().await?)
     }
 
     /// Verifies an API key; 401 for anything but a live key. A key verified less than

@@ -98,8 +98,8 @@ async fn session_id(store: &Store, actor: &Actor, id: &str) -> Result<String> {
         .await
     {
         Ok(()) => Ok(id.to_owned()),
-        Err(Error::NotFound) => Err(missing()),
-        Err(e) => Err(e),
+        Err(crate::store::Error::NotFound) => Err(missing()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -228,7 +228,7 @@ pub async fn change(
 
 pub async fn delete(store: &Store, actor: &Actor, id: &str) -> Result<()> {
     known(id)?;
-    store.outbound().delete(&actor.workspace_id, id).await
+    Ok(store.outbound().delete(&actor.workspace_id, id).await?)
 }
 
 /// A new secret, shown this once; the one it replaces keeps signing (beside the new one) for

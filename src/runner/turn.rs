@@ -251,7 +251,7 @@ async fn run_turn(
     control.progressed();
     let stall_after = Duration::from_millis(shared.cfg.stall_timeout_ms.max(MIN_STALL_MS));
     let run = match claim.budget_spent {
-        Some(spent) => Err(spent),
+        Some(spent) => Err(spent.into()),
         None => {
             let stalled = tokio::select! {
                 run = run_engine(engine.as_ref(), &mut io, input) => Ok(run),
@@ -440,11 +440,11 @@ fn spawn_title(
 
 /// Claims a turn for the session's next input (the store's unit, with the machine's rules).
 async fn claim(shared: &Shared, key: &SessionKey, lease: store::Lease) -> Result<Option<Claim>> {
-    shared
+    Ok(shared
         .store
         .turns()
         .claim(key, lease, super::machine::rules())
-        .await
+        .await?)
 }
 /// Most streamed-but-unstored text kept for an interrupt (the volatile tail's bound).
 const UNSAID_MAX_BYTES: usize = 1 << 20;
@@ -708,7 +708,7 @@ pub(crate) async fn recover(
             end().await?;
         }
     }
-    store.turns().sessions_with_pending_inputs().await
+    Ok(store.turns().sessions_with_pending_inputs().await?)
 }
 
 /// Expired turns one pass of recovery ends at most (the next pass takes the rest).
@@ -820,7 +820,7 @@ impl Turn {
             }
             Err(e) => {
                 tracing::debug!(session = %self.key.id, error = %e, "cannot write held events");
-                self.held_error = Some(e);
+                self.held_error = Some(e.into());
             }
         }
     }
@@ -992,7 +992,7 @@ impl TurnIo for Turn {
             .await?;
         self.last_seq = seq;
         // The call that reaches the session's budget ends the turn (`budget_hit`).
-        spent.map_or(Ok(()), Err)
+        spent.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// True once the turn has been interrupted; engines stop at their next step.

@@ -991,7 +991,10 @@ impl Schedules {
                 Ok(match fire {
                     Fire::Tick { next, .. } => {
                         if current != expected || current.paused {
-                            return Err(Error::Conflict(CHANGED, "the schedule changed".into()));
+                            return Err(crate::store::Error::Conflict(
+                                CHANGED,
+                                "the schedule changed".into(),
+                            ));
                         }
                         let kept: BTreeSet<i64> = skipped_now.range(now + 1..).copied().collect();
                         ScheduleRow {
@@ -1039,7 +1042,8 @@ impl Schedules {
     /// Moves a schedule past a tick that cannot make a session (its creator left the workspace,
     /// its agent's folder cannot be made), so one broken schedule never stalls the others.
     async fn consume(&self, row: &ScheduleRow, next: Option<i64>) -> Result<()> {
-        self.store()
+        Ok(self
+            .store()
             .schedules()
             .advance_if_unchanged(row.clone(), move |expected, now| {
                 let kept: BTreeSet<i64> = parse_skipped(&expected.skipped)
@@ -1054,7 +1058,7 @@ impl Schedules {
                 }
             })
             .await
-            .map(|_| ())
+            .map(|_| ())?)
     }
 }
 

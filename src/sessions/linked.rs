@@ -192,10 +192,11 @@ impl Sessions {
                 BatchMessage::Agent(text) => PostedMessage::Agent(text),
             });
         }
-        self.store
+        Ok(self
+            .store
             .sessions()
             .post_messages(&actor.workspace_id, session_id, posted)
-            .await
+            .await?)
     }
 
     /// Appends agent messages written outside the runner, in one transaction, with what `link`
@@ -207,9 +208,10 @@ impl Sessions {
         messages: Vec<String>,
         link: MessageLink,
     ) -> Result<Vec<u64>> {
-        self.store
+        Ok(self
+            .store
             .sessions()
             .post_agent_messages(&actor.workspace_id, session_id, messages, link)
-            .await
+            .await?)
     }
 }

@@ -277,7 +277,7 @@ impl Sessions {
         common: &InputCommon,
     ) -> Result<Option<(SessionKey, u64)>> {
         match retry_of(actor, common) {
-            Some(r) => self.store.inputs().replayed(r).await,
+            Some(r) => Ok(self.store.inputs().replayed(r).await?),
             None => Ok(None),
         }
     }
@@ -458,7 +458,7 @@ impl Sessions {
         let sub = match self.store.submit().create(plan, first).await {
             Ok(sub) => sub,
             Err(e) => {
-                let (key, seq) = self.after_race(retry, e).await?;
+                let (key, seq) = self.after_race(retry, e.into()).await?;
                 return self.replayed_submission(key, seq).await;
             }
         };
@@ -537,7 +537,7 @@ impl Sessions {
         {
             Ok(done) => done,
             Err(e) => {
-                let (key, seq) = self.after_race(retry, e).await?;
+                let (key, seq) = self.after_race(retry, e.into()).await?;
                 return Ok((self.replayed_submission(key, seq).await?, None));
             }
         };
@@ -593,7 +593,7 @@ impl Sessions {
         let sub = match self.store.submit().default_message(plan, m).await {
             Ok(sub) => sub,
             Err(e) => {
-                let (key, seq) = self.after_race(retry, e).await?;
+                let (key, seq) = self.after_race(retry, e.into()).await?;
                 let created = self.is_initial_input(&key, seq).await?;
                 return Ok((self.replayed_submission(key, seq).await?, created));
             }
@@ -618,10 +618,11 @@ impl Sessions {
         agent_slug: &str,
     ) -> Result<Option<store::SessionRow>> {
         let agent = agents::get(&self.store, &actor.workspace_id, agent_slug).await?;
-        self.store
+        Ok(self
+            .store
             .directory()
             .default_session(&actor.workspace_id, &agent.id, &actor.user_id)
-            .await
+            .await?)
     }
 
     /// Points the alias at a session of that owner, or at nothing (R58, R59).
@@ -681,7 +682,8 @@ impl Sessions {
         let mut common = common;
         self.check_attachments(actor, &mut common)?;
         let images = images::decode_all(&common.images)?;
-        self.store
+        Ok(self
+            .store
             .sessions()
             .note(NewNote {
                 workspace_id: actor.workspace_id.clone(),
@@ -692,7 +694,7 @@ impl Sessions {
                 images,
                 attachments: common.attachments,
             })
-            .await
+            .await?)
     }
 
     /// Answers a session that is asking; 409 `not_asking` otherwise, with nothing written.
@@ -734,7 +736,7 @@ impl Sessions {
         {
             Ok(done) => done,
             Err(e) => {
-                let (key, seq) = self.after_race(retry, e).await?;
+                let (key, seq) = self.after_race(retry, e.into()).await?;
                 return Ok((self.replayed_submission(key, seq).await?, None));
             }
         };
@@ -792,10 +794,11 @@ impl Sessions {
 
     /// Moves the actor's read marker forward (never back, never past the last event).
     pub async fn mark_read(&self, actor: &Actor, session_id: &str, seq: u64) -> Result<u64> {
-        self.store
+        Ok(self
+            .store
             .sessions()
             .mark_read(&actor.workspace_id, session_id, &actor.user_id, seq)
-            .await
+            .await?)
     }
 
     /// Removes a session a retention policy removes, as [`Sessions::delete`] does (the same

@@ -82,10 +82,11 @@ impl Sessions {
         if !crate::ids::looks_like_id(session_id) {
             return Err(Error::NotFound);
         }
-        self.store
+        Ok(self
+            .store
             .projections()
             .session(&actor.workspace_id, session_id, &actor.user_id)
-            .await
+            .await?)
     }
 
     pub async fn history(
@@ -141,10 +142,11 @@ impl Sessions {
         actor: &Actor,
         limit_per_agent: u32,
     ) -> Result<Vec<AgentActivity>> {
-        self.store
+        Ok(self
+            .store
             .projections()
             .activity(&actor.workspace_id, &actor.user_id, limit_per_agent)
-            .await
+            .await?)
     }
 
     pub async fn image(

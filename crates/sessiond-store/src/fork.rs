@@ -155,7 +155,7 @@ impl Tx<'_> {
                     fork,
                     &ev.event_type,
                     &ev.body,
-                    crate::bus::settles_tail(&ev.event_type),
+                    sessiond_model::frame::settles_tail(&ev.event_type),
                 )?;
                 if seq != ev.seq {
                     return Err(Error::Internal(format!(

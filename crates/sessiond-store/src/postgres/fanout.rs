@@ -33,10 +33,11 @@ use tokio_postgres::AsyncMessage;
 
 use super::tls::Connector;
 
-use crate::bus::{Bus, Frame};
-use crate::store::sql::{Db, Dialect};
-use crate::store::turns::{SignalHook, TurnSignal};
+use crate::Sink;
+use crate::sql::{Db, Dialect};
 use crate::timeline::Step;
+use crate::turns::{SignalHook, TurnSignal};
+use sessiond_model::frame::Frame;
 
 /// The notification channel every sessiond process listens on.
 pub(crate) const CHANNEL: &str = "sessiond_events";
@@ -90,7 +91,7 @@ pub(crate) type Notifier = mpsc::Sender<String>;
 /// Tells the other processes, inside the transaction `db` is in, that `session` is deleted: they
 /// end its streams when (and only if) the delete commits. Nothing to do on SQLite, where one
 /// process serves every stream.
-pub(crate) fn announce_deleted(db: &Db<'_>, session: &str) -> crate::store::sql::Result<()> {
+pub(crate) fn announce_deleted(db: &Db<'_>, session: &str) -> crate::sql::Result<()> {
     if db.dialect() != Dialect::Postgres {
         return Ok(());
     }
@@ -110,7 +111,7 @@ pub(crate) fn announce_deleted(db: &Db<'_>, session: &str) -> crate::store::sql:
 }
 
 /// The notice of a signal for a session's turn.
-pub(crate) fn turn_notice(key: &crate::store::SessionKey, signal: TurnSignal) -> Option<String> {
+pub(crate) fn turn_notice(key: &crate::SessionKey, signal: TurnSignal) -> Option<String> {
     serde_json::to_string(&Notice::Turn {
         from: crate::ids::process_id().to_owned(),
         session: key.id.clone(),
@@ -203,7 +204,7 @@ pub(crate) fn notifier(
 }
 
 /// Sends every delta published on this process's bus to the other processes.
-pub(crate) fn relay(notifier: Notifier) -> crate::bus::Relay {
+pub(crate) fn relay(notifier: Notifier) -> crate::Relay {
     Box::new(move |session, after, step| {
         for notice in delta_notices(session, after, step) {
             if notifier.try_send(notice).is_err() {
@@ -270,17 +271,17 @@ pub(crate) fn spawn_listener(
     handle: &tokio::runtime::Handle,
     config: tokio_postgres::Config,
     tls: Connector,
-    bus: Arc<Bus>,
+    sink: Arc<dyn Sink>,
     signals: Arc<OnceLock<SignalHook>>,
     stop: watch::Receiver<bool>,
 ) {
-    handle.spawn(listen(config, tls, bus, signals, stop));
+    handle.spawn(listen(config, tls, sink, signals, stop));
 }
 
 async fn listen(
     config: tokio_postgres::Config,
     tls: Connector,
-    bus: Arc<Bus>,
+    sink: Arc<dyn Sink>,
     signals: Arc<OnceLock<SignalHook>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -313,12 +314,12 @@ async fn listen(
                     driver.abort();
                 } else {
                     // Whatever was committed while nobody listened.
-                    let pending = bus
+                    let pending = sink
                         .live_topics()
                         .into_iter()
                         .map(|(session, _)| (session, None))
                         .collect();
-                    catch_up(&client, &bus, pending).await;
+                    catch_up(&client, &*sink, pending).await;
                     loop {
                         let first = tokio::select! {
                             payload = rx.recv() => payload,
@@ -332,8 +333,8 @@ async fn listen(
                         while let Ok(more) = rx.try_recv() {
                             batch.push(more);
                         }
-                        let pending = apply(&bus, &signals, batch);
-                        catch_up(&client, &bus, pending).await;
+                        let pending = apply(&*sink, &signals, batch);
+                        catch_up(&client, &*sink, pending).await;
                     }
                     driver.abort();
                 }
@@ -353,7 +354,7 @@ async fn listen(
 /// follows a commit until that commit's frames are sent); commits are recorded and returned,
 /// newest seq per session, for sessions with live state here.
 fn apply(
-    bus: &Bus,
+    sink: &dyn Sink,
     signals: &OnceLock<SignalHook>,
     batch: Vec<String>,
 ) -> HashMap<String, Option<u64>> {
@@ -375,7 +376,7 @@ fn apply(
                 if from == me => {}
             Notice::Deleted { session, .. } => {
                 pending.remove(&session);
-                bus.close_session(&session);
+                sink.close_session(&session);
             }
             Notice::Turn {
                 session,
@@ -384,12 +385,12 @@ fn apply(
                 ..
             } => {
                 if let Some(hook) = signals.get() {
-                    hook(crate::store::SessionKey { pk, id: session }, signal);
+                    hook(crate::SessionKey { pk, id: session }, signal);
                 }
             }
             Notice::Committed { session, seq, .. } => {
-                if bus.sent_seq(&session).is_some() {
-                    bus.committed([(session.as_str(), seq)]);
+                if sink.sent_seq(&session).is_some() {
+                    sink.committed(&mut std::iter::once((session.as_str(), seq)));
                     let newest = pending.entry(session).or_insert(Some(seq));
                     *newest = (*newest).max(Some(seq));
                 }
@@ -399,7 +400,7 @@ fn apply(
                 after,
                 step,
                 ..
-            } => bus.publish_peer_delta(&session, after, &step),
+            } => sink.publish_peer_delta(&session, after, &step),
         }
     }
     pending
@@ -409,11 +410,11 @@ fn apply(
 /// sent, up to the given seq (`None`: the newest stored).
 async fn catch_up(
     client: &tokio_postgres::Client,
-    bus: &Bus,
+    sink: &dyn Sink,
     pending: HashMap<String, Option<u64>>,
 ) {
     for (session, upto) in pending {
-        let Some(sent) = bus.sent_seq(&session) else {
+        let Some(sent) = sink.sent_seq(&session) else {
             continue;
         };
         let upto = match upto {
@@ -429,7 +430,7 @@ async fn catch_up(
                 // Deleted while nobody listened: its streams end, as its notice would have
                 // ended them.
                 Ok(None) => {
-                    bus.close_session(&session);
+                    sink.close_session(&session);
                     continue;
                 }
                 Err(e) => {
@@ -469,7 +470,7 @@ async fn catch_up(
             let event_type: String = row.get(2);
             let body: String = row.get(3);
             let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
-            bus.publish_durable(&session, Frame::durable(seq, &event_type, data, created_at));
+            sink.publish(&session, Frame::durable(seq, &event_type, data, created_at));
         }
     }
 }

@@ -1,13 +1,16 @@
-//! Storage: the port every other module uses (handles per aggregate, in sessiond's own types) and
-//! the SQLite backend behind it: one writer thread with group commit, a pool of read-only
-//! connections.
+//! sessiond's storage: the port every other layer uses (handles per aggregate, in sessiond's own
+//! types) and the backends behind it: SQLite (one writer thread with group commit, a pool of
+//! read-only connections) and PostgreSQL.
 //!
-//! This module is the only place that speaks SQL or names rusqlite. Callers reach it through
+//! This crate is the only place that speaks SQL or names rusqlite: `sql`, the reads, the writes
+//! and the writer are private modules, so no caller can name a connection, a transaction or a
+//! statement. What the store commits it publishes through [`Sink`], a port it defines (the
+//! server's bus implements it); its failures are its own [`Error`]. Callers reach it through
 //! handles — [`Store::log`], [`Store::projections`], [`Store::submit`], [`Store::sessions`],
 //! [`Store::inputs`], [`Store::turns`], [`Store::directory`], [`Store::identity`],
 //! [`Store::logins`], [`Store::agentex`], [`Store::schedules`], [`Store::acp`] (and
-//! [`Store::seed`] for the benchmarks) — whose write methods are each one whole unit of work, so that another backend can
-//! stand behind the same calls (see `Backend`).
+//! [`Store::seed`] for the benchmarks) — whose write methods are each one whole unit of work, so
+//! that another backend can stand behind the same calls (see `Backend`).
 //!
 //! * Writes go through `Store::write`: the closure runs on the writer thread inside a savepoint of
 //!   a batch transaction; the caller is answered only after COMMIT (invariant 3). A failing closure
@@ -27,9 +30,10 @@ pub mod archives;
 pub mod busy;
 mod checkpoint;
 pub mod claims;
+mod config;
 pub mod deployment_history;
 pub mod directory;
-mod error;
+pub mod error;
 pub mod fork;
 pub mod health;
 pub mod identity;
@@ -51,6 +55,7 @@ pub mod retention;
 pub mod schedules;
 pub mod seed;
 pub mod sessions;
+mod sink;
 mod sql;
 pub mod submit;
 mod turn_status;
@@ -66,9 +71,9 @@ use std::sync::Arc;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
-use crate::bus::Bus;
-use crate::config::{StoreConfig, Synchronous};
-use crate::error::{Error, Result};
+// The vocabulary and the telemetry keep the paths the store's modules name them by.
+use sessiond_model::{clock, ids, nul, timeline};
+use sessiond_telemetry::{metrics, request_id};
 
 pub use health::{Condition, HealthReport};
 pub use log::{LogReads, TurnInput};
@@ -77,6 +82,8 @@ pub use migrate::SCHEMA_VERSION;
 pub use reads::{AgentRow, ImageRow, SessionRow, StoredEvent};
 pub use writes::{DEFAULT_WORKSPACE, Lease, QueueKind, SessionKey};
 // The store's own operations on a connection, for its handles (private: `super::` in them).
+pub use config::{StoreConfig, Synchronous};
+pub use error::{Error, Result};
 use reads::{
     GrantRow, ListFilter, WorkspaceRow, active_turn_sessions, agent_activity, agent_by_id,
     agent_by_slug, agent_engines, agents, client_request, default_session_id, engine_memo,
@@ -86,6 +93,7 @@ use reads::{
     upload_grant, upload_grant_by_hash, workspace_by_slug, workspace_slug,
 };
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
+pub use sink::{Relay, Sink};
 pub use turn_status::TurnStatus;
 pub use turns::{SignalHook, TurnSignal};
 pub use writer::take_queued;
@@ -120,7 +128,9 @@ pub struct Store {
 
 struct Inner {
     backend: Backend,
-    bus: Arc<Bus>,
+    /// Where PostgreSQL's writes publish their commits (SQLite's writer thread holds its own).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    sink: Arc<dyn Sink>,
     health: Arc<health::Health>,
 }
 
@@ -152,7 +162,7 @@ fn apply_common_pragmas(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Opens the write connection: WAL, the configured `synchronous`, migrations applied.
-pub fn open_write_connection(path: &Path, cfg: &StoreConfig) -> Result<Connection> {
+fn open_write_connection(path: &Path, cfg: &StoreConfig) -> Result<Connection> {
     let conn = Connection::open(path)
         .map_err(|e| Error::Storage(format!("cannot open {}: {e}", path.display())))?;
     apply_common_pragmas(&conn)?;
@@ -178,7 +188,7 @@ pub fn open_write_connection(path: &Path, cfg: &StoreConfig) -> Result<Connectio
 
 impl Store {
     /// Opens (creating if needed) the database at `path`, applies migrations and starts the writer.
-    pub fn open(path: &Path, cfg: &StoreConfig, bus: Arc<Bus>) -> Result<Store> {
+    pub fn open(path: &Path, cfg: &StoreConfig, sink: Arc<dyn Sink>) -> Result<Store> {
         let conn = open_write_connection(path, cfg)?;
         let manager = SqliteConnectionManager::file(path)
             .with_flags(
@@ -199,11 +209,11 @@ impl Store {
             Some(dir) if !dir.as_os_str().is_empty() => health::Health::for_dir(dir),
             _ => health::Health::for_dir(Path::new(".")),
         });
-        let writer = writer::spawn(conn, cfg.max_batch, Arc::clone(&bus), Arc::clone(&health))?;
+        let writer = writer::spawn(conn, cfg.max_batch, Arc::clone(&sink), Arc::clone(&health))?;
         Ok(Store {
             inner: Arc::new(Inner {
                 backend: Backend::Sqlite(Sqlite { writer, readers }),
-                bus,
+                sink,
                 health,
             }),
         })
@@ -213,18 +223,18 @@ impl Store {
     /// several processes may start at once) and serves the store's operations from it. Callable
     /// with or without a current tokio runtime.
     #[cfg(feature = "postgres")]
-    pub fn open_postgres(url: &str, cfg: &StoreConfig, bus: Arc<Bus>) -> Result<Store> {
+    pub fn open_postgres(url: &str, cfg: &StoreConfig, sink: Arc<dyn Sink>) -> Result<Store> {
         let settings = postgres::PoolSettings {
             max_connections: (cfg.read_connections as usize).max(4) * 4,
             ..postgres::PoolSettings::default()
         };
         let backend = postgres::backend::PgBackend::open(url, &settings)?;
-        backend.start_fanout(&bus);
+        backend.start_fanout(&sink);
         tracing::debug!(database = %backend.url(), "PostgreSQL store open");
         Ok(Store {
             inner: Arc::new(Inner {
                 backend: Backend::Postgres(Arc::new(backend)),
-                bus,
+                sink,
                 health: Arc::new(health::Health::default()),
             }),
         })
@@ -232,14 +242,10 @@ impl Store {
 
     /// Without the `postgres` feature, a PostgreSQL URL is refused.
     #[cfg(not(feature = "postgres"))]
-    pub fn open_postgres(_url: &str, _cfg: &StoreConfig, _bus: Arc<Bus>) -> Result<Store> {
+    pub fn open_postgres(_url: &str, _cfg: &StoreConfig, _sink: Arc<dyn Sink>) -> Result<Store> {
         Err(Error::invalid(
             "this sessiond was built without PostgreSQL support (the `postgres` feature)",
         ))
-    }
-
-    pub fn bus(&self) -> &Arc<Bus> {
-        &self.inner.bus
     }
 
     /// Which SQL the database speaks.
@@ -334,7 +340,8 @@ impl Store {
                 let (pg, inner) = (Arc::clone(pg), Arc::clone(&self.inner));
                 let request_id = crate::request_id::current();
                 unerase(
-                    blocking(move || pg.write(&inner.bus, &inner.health, request_id, job)).await?,
+                    blocking(move || pg.write(&*inner.sink, &inner.health, request_id, job))
+                        .await?,
                 )
             }
         }
@@ -353,7 +360,7 @@ impl Store {
             Backend::Postgres(pg) => {
                 let (pg, inner) = (Arc::clone(pg), Arc::clone(&self.inner));
                 let request_id = crate::request_id::current();
-                blocking(move || pg.write_one(&inner.bus, &inner.health, request_id, f)).await
+                blocking(move || pg.write_one(&*inner.sink, &inner.health, request_id, f)).await
             }
         }
     }
@@ -368,7 +375,7 @@ impl Store {
             Backend::Sqlite(db) => db.writer.write_blocking(f),
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                pg.write(&self.inner.bus, &self.inner.health, None, move |tx| {
+                pg.write(&*self.inner.sink, &self.inner.health, None, move |tx| {
                     (f.clone())(tx)
                 })
             }

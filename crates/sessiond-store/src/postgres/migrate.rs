@@ -14,7 +14,7 @@ use tokio_postgres::Client;
 use super::error::{PostgresError, describe};
 
 #[derive(RustEmbed)]
-#[folder = "migrations/postgres/"]
+#[folder = "../../migrations/postgres/"]
 struct Migrations;
 
 /// The advisory lock key migrations are applied under ("sessiond" in ASCII): one key for every
@@ -147,7 +147,7 @@ mod tests {
     /// no twin lacks its SQLite migration): one version means one schema on both backends.
     #[test]
     fn every_sqlite_migration_has_its_postgres_twin() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations");
         let names = |dir: &str| -> Vec<String> {
             let mut names: Vec<String> = std::fs::read_dir(dir)
                 .unwrap()
@@ -162,6 +162,6 @@ mod tests {
         let versions: Vec<i64> = migrations().iter().map(|(v, _)| *v).collect();
         let expected: Vec<i64> = (1..=versions.len() as i64).collect();
         assert_eq!(versions, expected);
-        assert_eq!(*SCHEMA_VERSION, *crate::store::SCHEMA_VERSION);
+        assert_eq!(*SCHEMA_VERSION, *crate::SCHEMA_VERSION);
     }
 }

@@ -7,9 +7,9 @@ use super::prompt_rows::{
 use super::sql::{Dialect, OptionalExtension, params};
 
 use super::Tx;
-use crate::bus::Frame;
 use crate::error::{Error, Result};
 use crate::timeline::{Behavior, Event, Tier};
+use sessiond_model::frame::Frame;
 
 /// A session as the writer addresses it: the public id and the compact internal key.
 /// The lease a turn is claimed with: the claiming process's runner id and how long the lease
@@ -265,7 +265,7 @@ impl Tx<'_> {
     ) -> Result<u64> {
         debug_assert_eq!(
             output,
-            crate::bus::settles_tail(event_type),
+            sessiond_model::frame::settles_tail(event_type),
             "bus::settles_tail disagrees with Event::is_input for {event_type}"
         );
         // The writer keeps the counters; the session row gets them once per batch.

@@ -654,9 +654,9 @@ impl IdentityStore<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bus::Bus;
-    use crate::config::StoreConfig;
-    use crate::store::Store;
+    use crate::Store;
+    use crate::StoreConfig;
+    use crate::sink::recorder::Recorder;
 
     /// Any number of credentials is asked about in a few fixed-size chunks, and only live ones
     /// come back: not revoked, the key's user still a member, the session not expired.
@@ -666,7 +666,7 @@ mod tests {
         let store = Store::open(
             &dir.path().join("store.db"),
             &StoreConfig::default(),
-            Bus::new(16, 16),
+            Recorder::new(),
         )
         .unwrap();
         let (live, dead, sessions) = store

@@ -232,7 +232,7 @@ mod tests {
         };
         let c = closure(&spent).expect("spent");
         assert_eq!((c.code(), c.is_final()), ("budget_hit", false));
-        assert_eq!(c.error().code(), "budget_hit");
+        assert!(matches!(c.error(), Error::BudgetHit { .. }));
 
         let handed = IntakeFacts {
             closed: true,
@@ -241,7 +241,7 @@ mod tests {
         };
         let c = closure(&handed).expect("handed off");
         assert_eq!((c.code(), c.is_final()), ("session_closed", true));
-        assert_eq!(c.error().code(), "session_closed");
+        assert!(matches!(c.error(), Error::SessionClosed));
         assert!(c.detail().contains("next"));
 
         let cancelled = IntakeFacts {
@@ -251,7 +251,7 @@ mod tests {
         };
         let c = closure(&cancelled).expect("cancelled");
         assert_eq!((c.code(), c.is_final()), ("task_closed", true));
-        assert_eq!(c.error().code(), "task_closed");
+        assert!(matches!(c.error(), Error::Conflict("task_closed", _)));
         assert!(c.detail().contains("CANCELED"), "{}", c.detail());
     }
 }

@@ -584,7 +584,7 @@ fn end_lost(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sql::params;
+    use crate::sql::params;
 
     /// Rules for sessions without a machine.
     struct NoMachine;
@@ -616,7 +616,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unknown_stored_queue_value_fails_the_claim_and_changes_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (store, key) = crate::store::writer::tests::store_with_session(dir.path()).await;
+        let (store, key) = crate::writer::tests::store_with_session(dir.path()).await;
         let queue = |kind: &'static str, behavior: &'static str, tier: Option<&'static str>| {
             let k = key.clone();
             let store = store.clone();

@@ -15,11 +15,11 @@
 use std::sync::{Arc, Mutex};
 
 use super::{PoolSettings, Postgres, PostgresError};
-use crate::bus::Bus;
+use crate::Sink;
 use crate::error::{Error, Result};
-use crate::store::health::{Health, Probe};
-use crate::store::sql::{Db, pg::Session};
-use crate::store::writer::{self, OneWrite, Tx};
+use crate::health::{Health, Probe};
+use crate::sql::{Db, pg::Session};
+use crate::writer::{self, OneWrite, Tx};
 
 pub(crate) struct PgBackend {
     db: Postgres,
@@ -32,7 +32,7 @@ pub(crate) struct PgBackend {
     /// Queues this process's notices outside transactions (deltas, turn signals).
     notifier: std::sync::OnceLock<super::fanout::Notifier>,
     /// Where signals for this process's turns go (its runner).
-    signals: Arc<std::sync::OnceLock<crate::store::SignalHook>>,
+    signals: Arc<std::sync::OnceLock<crate::SignalHook>>,
 }
 
 impl Drop for PgBackend {
@@ -108,30 +108,26 @@ impl PgBackend {
         })
     }
 
-    /// Starts the fan-out between processes: what others commit and stream reaches `bus`, and
+    /// Starts the fan-out between processes: what others commit and stream reaches `sink`, and
     /// what is streamed here reaches theirs (see [`super::fanout`]).
-    pub(crate) fn start_fanout(&self, bus: &Arc<Bus>) {
+    pub(crate) fn start_fanout(&self, sink: &Arc<dyn Sink>) {
         let config = self.db.config();
         super::fanout::spawn_listener(
             &self.handle,
             config.clone(),
             self.db.tls(),
-            Arc::clone(bus),
+            Arc::clone(sink),
             Arc::clone(&self.signals),
             self.stop.subscribe(),
         );
         let notifier =
             super::fanout::notifier(&self.handle, config, self.db.tls(), self.stop.subscribe());
-        bus.set_relay(super::fanout::relay(notifier.clone()));
+        sink.set_relay(super::fanout::relay(notifier.clone()));
         let _ = self.notifier.set(notifier);
     }
 
-    /// Tells whichever process runs the session's turn (see [`crate::store::TurnSignal`]).
-    pub(crate) fn signal_turn(
-        &self,
-        key: &crate::store::SessionKey,
-        signal: crate::store::TurnSignal,
-    ) {
+    /// Tells whichever process runs the session's turn (see [`crate::TurnSignal`]).
+    pub(crate) fn signal_turn(&self, key: &crate::SessionKey, signal: crate::TurnSignal) {
         if let (Some(notifier), Some(notice)) =
             (self.notifier.get(), super::fanout::turn_notice(key, signal))
             && notifier.try_send(notice).is_err()
@@ -141,7 +137,7 @@ impl PgBackend {
     }
 
     /// Hands the signals other processes send for this process's turns to `hook` (once).
-    pub(crate) fn on_turn_signal(&self, hook: crate::store::SignalHook) {
+    pub(crate) fn on_turn_signal(&self, hook: crate::SignalHook) {
         let _ = self.signals.set(hook);
     }
 
@@ -170,7 +166,7 @@ impl PgBackend {
     /// succeeded.
     pub(crate) fn write<T>(
         &self,
-        bus: &Bus,
+        sink: &dyn Sink,
         health: &Arc<Health>,
         request_id: Option<String>,
         f: impl Fn(&mut Tx<'_>) -> Result<T>,
@@ -196,19 +192,21 @@ impl PgBackend {
             }
         }
         let (value, published) = result?;
-        writer::publish_committed(bus, published);
+        writer::publish_committed(sink, published);
         Ok(value)
     }
 
     /// Like [`PgBackend::write`] for a job that writes at most once.
     pub(crate) fn write_one<T>(
         &self,
-        bus: &Bus,
+        sink: &dyn Sink,
         health: &Arc<Health>,
         request_id: Option<String>,
         f: impl FnOnce(OneWrite<'_, '_>) -> Result<T> + Clone,
     ) -> Result<T> {
-        self.write(bus, health, request_id, |tx| (f.clone())(OneWrite::new(tx)))
+        self.write(sink, health, request_id, |tx| {
+            (f.clone())(OneWrite::new(tx))
+        })
     }
 
     fn transaction<T>(
@@ -248,7 +246,7 @@ impl PgBackend {
     }
 
     /// While the store is degraded, tries a connection and a trivial statement every
-    /// [`PROBE_INTERVAL`](crate::store::health::PROBE_INTERVAL); success turns it healthy again.
+    /// [`PROBE_INTERVAL`](crate::health::PROBE_INTERVAL); success turns it healthy again.
     fn probe(&self, health: Arc<Health>) {
         let pool = self.db.pool().clone();
         let handle = self.handle.clone();

@@ -9,7 +9,7 @@ use rust_embed::RustEmbed;
 use crate::error::{Error, Result};
 
 #[derive(RustEmbed)]
-#[folder = "migrations/"]
+#[folder = "../../migrations/"]
 struct Migrations;
 
 /// `(version, sql)` in ascending order; file names start with their version (`0001_init.sql`).
@@ -173,13 +173,9 @@ mod tests {
                 limit: 10,
                 ..Default::default()
             };
-            let (rows, _) = super::super::reads::list_sessions(
-                &crate::store::sql::Db::sqlite(&conn),
-                "w",
-                "u",
-                &f,
-            )
-            .unwrap();
+            let (rows, _) =
+                super::super::reads::list_sessions(&crate::sql::Db::sqlite(&conn), "w", "u", &f)
+                    .unwrap();
             rows.into_iter().map(|r| r.id).collect::<Vec<_>>()
         };
         assert_eq!(found("apple"), ["s1"]);

@@ -5,7 +5,7 @@
 use super::sql::{OptionalExtension, params};
 use super::{Store, Tx};
 use crate::error::{Error, Result};
-use crate::store::identity::{NewKeyRow, Role};
+use crate::identity::{NewKeyRow, Role};
 
 /// The password hash of an account made without a password: no password verifies against it,
 /// so the person signs in only after choosing one through a reset link.

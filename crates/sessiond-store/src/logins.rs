@@ -379,8 +379,8 @@ impl LoginStore<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bus::Bus;
-    use crate::config::StoreConfig;
+    use crate::StoreConfig;
+    use crate::sink::recorder::Recorder;
 
     const WINDOWS: LoginWindows = LoginWindows {
         failures_ms: 15 * 60_000,
@@ -391,7 +391,7 @@ mod tests {
         Store::open(
             &dir.join("store.db"),
             &StoreConfig::default(),
-            Bus::new(16, 16),
+            Recorder::new(),
         )
         .expect("open store")
     }

@@ -1,6 +1,6 @@
 //! TLS for the connections to PostgreSQL (the pool's, the migrator's, the listener's and the
-//! relay's): rustls with the ring provider (`crate::tls`), through `tokio-postgres-rustls`, which
-//! also gives SCRAM its channel binding (`tls-server-end-point`).
+//! relay's): rustls with the ring provider (as for every TLS client of sessiond), through
+//! `tokio-postgres-rustls`, which also gives SCRAM its channel binding (`tls-server-end-point`).
 //!
 //! What is checked follows the URL's [`Tls`]: without roots nothing is (libpq's `prefer` and
 //! `require`: encryption against eavesdropping only, the handshake's signatures still verified);
@@ -57,7 +57,9 @@ where
 /// The connector for `tls`. Fails when the roots cannot be loaded (an unreadable or empty
 /// `sslrootcert`, a system without CA certificates).
 pub(crate) fn connector(tls: &Tls) -> Result<Connector, String> {
-    crate::tls::install_provider();
+    // The process default as well, for whatever else builds a rustls config without naming one
+    // (idempotent: a provider installed earlier stays).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = match &tls.roots {
         None => None,
@@ -244,7 +246,7 @@ impl std::error::Error for Refusal {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::postgres::SslMode;
+    use crate::postgres::SslMode;
 
     #[test]
     fn a_missing_or_empty_root_file_is_named() {

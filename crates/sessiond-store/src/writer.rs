@@ -33,10 +33,11 @@ use super::sql::{Db, Dialect, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
 use super::health::{Health, Probe};
-use crate::bus::{Bus, Frame};
+use super::sink::Sink;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::metrics::METRICS;
+use sessiond_model::frame::Frame;
 
 /// What a job hands back: whether it succeeded (keep its savepoint) and how to answer its caller
 /// once the batch's fate is known.
@@ -234,15 +235,15 @@ pub(super) fn run_alone<T>(
 #[cfg(feature = "postgres")]
 /// Publishes what a committed transaction appended: the bus learns the committed seqs first (see
 /// `commit_batch`), then every frame goes out in order.
-pub(super) fn publish_committed(bus: &Bus, published: Published) {
-    bus.committed(
-        published
+pub(super) fn publish_committed(sink: &dyn Sink, published: Published) {
+    sink.committed(
+        &mut published
             .iter()
             .filter_map(|(session_id, f)| Some((&**session_id, f.seq?))),
     );
     METRICS.events_appended.add(published.len() as u64);
     for (session_id, frame) in published {
-        bus.publish_durable(&session_id, frame);
+        sink.publish(&session_id, frame);
     }
 }
 
@@ -295,7 +296,7 @@ pub struct WriterHandle {
 
 /// What the writer thread shares with the rest of the store.
 struct Shared {
-    bus: Arc<Bus>,
+    sink: Arc<dyn Sink>,
     health: Arc<Health>,
     /// For the prober; weak, so that closing the store still ends the writer.
     sender: mpsc::WeakSender<Job>,
@@ -304,12 +305,12 @@ struct Shared {
 pub fn spawn(
     conn: Connection,
     max_batch: usize,
-    bus: Arc<Bus>,
+    sink: Arc<dyn Sink>,
     health: Arc<Health>,
 ) -> Result<WriterHandle> {
     let (tx, rx) = mpsc::channel::<Job>(max_batch.max(1) * 8);
     let shared = Shared {
-        bus,
+        sink,
         health,
         sender: tx.downgrade(),
     };
@@ -463,7 +464,7 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: 
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         take_queued(&mut rx, &mut batch, max_batch);
-        match commit_batch(&conn, &mut batch, &shared.bus, &mut counters) {
+        match commit_batch(&conn, &mut batch, &*shared.sink, &mut counters) {
             Ok(wrote) => {
                 if wrote {
                     shared.health.committed();
@@ -611,7 +612,7 @@ fn refuse_all(jobs: impl Iterator<Item = Job>, e: &Error) {
 fn commit_batch(
     conn: &Connection,
     batch: &mut Vec<Job>,
-    bus: &Bus,
+    sink: &dyn Sink,
     counters: &mut CounterCache,
 ) -> Result<bool> {
     let jobs_in_batch = batch.len();
@@ -731,8 +732,8 @@ fn commit_batch(
             // Answer first: a caller's answer must not wait behind every subscriber's wake-up.
             // The bus learns what is committed before anyone is answered, so that a volatile
             // frame an answered caller publishes next still follows the frames it knows of.
-            bus.committed(
-                published
+            sink.committed(
+                &mut published
                     .iter()
                     .filter_map(|(session_id, f)| Some((&**session_id, f.seq?))),
             );
@@ -740,7 +741,7 @@ fn commit_batch(
                 completion(Ok(()));
             }
             for (session_id, frame) in published {
-                bus.publish_durable(&session_id, frame);
+                sink.publish(&session_id, frame);
             }
             match fault {
                 Some(e) => Err(e),
@@ -767,11 +768,11 @@ fn commit_batch(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::config::StoreConfig;
-    use crate::store::{NewSession, SessionKey, Store};
+    use crate::StoreConfig;
     use crate::timeline::{
         AgentLoopState, AgentStatus, CompleteStatus, Event, Sender, TurnState, TurnStateStatus,
     };
+    use crate::{NewSession, SessionKey, Store};
 
     /// The workspace and agent of the first session of `store` (to create more beside it).
     async fn workspace_and_agent(store: &Store) -> (String, String) {
@@ -788,13 +789,17 @@ pub(super) mod tests {
     }
 
     /// A store in `dir` with one bare session (for the store's unit tests).
-    pub(in crate::store) async fn store_with_session(dir: &std::path::Path) -> (Store, SessionKey) {
-        let store = Store::open(
-            &dir.join("store.db"),
-            &StoreConfig::default(),
-            Bus::new(64, 64),
-        )
-        .expect("open store");
+    pub(crate) async fn store_with_session(dir: &std::path::Path) -> (Store, SessionKey) {
+        store_publishing_to(dir, crate::sink::recorder::Recorder::new()).await
+    }
+
+    /// [`store_with_session`], publishing its commits to `sink`.
+    async fn store_publishing_to(
+        dir: &std::path::Path,
+        sink: std::sync::Arc<dyn crate::Sink>,
+    ) -> (Store, SessionKey) {
+        let store =
+            Store::open(&dir.join("store.db"), &StoreConfig::default(), sink).expect("open store");
         let key = store
             .write(|tx| {
                 let ws = tx.ensure_workspace("w", "W")?;
@@ -830,7 +835,7 @@ pub(super) mod tests {
                 let mut stmt =
                     c.prepare("SELECT seq FROM events WHERE session_pk = ?1 ORDER BY seq")?;
                 let rows = stmt.query_map([pk], |r| r.get(0))?;
-                Ok(rows.collect::<crate::store::sql::Result<Vec<i64>>>()?)
+                Ok(rows.collect::<crate::sql::Result<Vec<i64>>>()?)
             })
             .await
             .expect("read seqs")
@@ -960,7 +965,7 @@ pub(super) mod tests {
                 let mut stmt =
                     c.prepare("SELECT rowid, prompts FROM session_search_prompts ORDER BY rowid")?;
                 let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                Ok(rows.collect::<crate::store::sql::Result<Vec<_>>>()?)
+                Ok(rows.collect::<crate::sql::Result<Vec<_>>>()?)
             })
             .await
             .expect("prompt rows");
@@ -990,7 +995,7 @@ pub(super) mod tests {
                 .read(move |c| {
                     let mut stmt = c.prepare(sql)?;
                     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                    Ok(rows.collect::<crate::store::sql::Result<Vec<(i64, i64, i64)>>>()?)
+                    Ok(rows.collect::<crate::sql::Result<Vec<(i64, i64, i64)>>>()?)
                 })
                 .await
                 .expect("prompt rows")
@@ -1071,7 +1076,7 @@ pub(super) mod tests {
                 let mut stmt =
                     c.prepare("SELECT prompts FROM session_search_prompts ORDER BY rowid")?;
                 let rows = stmt.query_map([], |r| r.get(0))?;
-                Ok(rows.collect::<crate::store::sql::Result<Vec<String>>>()?)
+                Ok(rows.collect::<crate::sql::Result<Vec<String>>>()?)
             })
             .await
             .expect("rows");
@@ -1234,7 +1239,7 @@ pub(super) mod tests {
             .read(|c| {
                 let mut stmt = c.prepare("SELECT prompts FROM session_search_prompts")?;
                 let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-                Ok(rows.collect::<crate::store::sql::Result<Vec<String>>>()?)
+                Ok(rows.collect::<crate::sql::Result<Vec<String>>>()?)
             })
             .await
             .expect("rows");
@@ -1250,14 +1255,17 @@ pub(super) mod tests {
         store.close();
     }
 
-    /// The writer answers before it publishes: a caller that publishes a delta as soon as its
-    /// output is acknowledged (the runner's turn loop) still has its subscribers see the output
-    /// first and the delta after it, and leaves the delta in the tail.
+    /// The writer tells its sink which seqs are committed before it answers the caller, and
+    /// publishes each frame after that, in seq order: a caller that publishes a delta as soon as
+    /// its output is acknowledged (the runner's turn loop) can count on the bus knowing of that
+    /// output already (`bus` holds the delta back until the output's frame is sent).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_delta_after_an_acknowledged_output_reaches_subscribers_after_it() {
+    async fn the_sink_knows_a_commit_before_its_writer_is_answered() {
+        use crate::sink::recorder::{Recorder, Told};
         let dir = tempfile::tempdir().expect("tempdir");
-        let (store, key) = store_with_session(dir.path()).await;
-        let mut sub = store.bus().subscribe(&key.id).expect("subscribe");
+        let sink = Recorder::new();
+        let (store, key) = store_publishing_to(dir.path(), sink.clone()).await;
+        let mut last = 0;
         for i in 0..200 {
             let k = key.clone();
             let seq = store
@@ -1272,25 +1280,24 @@ pub(super) mod tests {
                 })
                 .await
                 .expect("output");
-            let text = format!("after {seq}");
-            store.bus().publish_delta(
-                &key.id,
-                seq,
-                &crate::timeline::Step::TextDelta {
-                    delta: text.clone(),
-                },
+            assert!(
+                sink.told().contains(&Told::Committed(key.id.clone(), seq)),
+                "answered before the sink knew of seq {seq}"
             );
-            let first = sub.rx.recv().await.expect("frame");
-            assert_eq!(first.seq, Some(seq), "the output before the delta");
-            let second = sub.rx.recv().await.expect("frame");
-            assert_eq!(second.seq, None);
-            assert!(second.data.contains(&text), "{}", second.data);
-            let late = store.bus().subscribe(&key.id).expect("subscribe");
-            assert_eq!(late.tail_after, seq);
-            assert_eq!(late.tail.len(), 1);
-            assert!(late.tail[0].data.contains(&text));
+            assert!(seq > last);
+            last = seq;
         }
         store.close();
+        let published: Vec<u64> = sink
+            .told()
+            .into_iter()
+            .filter_map(|t| match t {
+                Told::Published(s, Some(seq)) if s == key.id => Some(seq),
+                _ => None,
+            })
+            .collect();
+        assert!(published.windows(2).all(|w| w[0] < w[1]), "{published:?}");
+        assert_eq!(published.last(), Some(&last));
     }
 
     #[test]
