@@ -184,8 +184,9 @@ struct DefaultMessageBody {
 }
 
 /// `POST …/sessions/default/messages`: `CreateSessionResponse` when it created the default,
-/// `DefaultMessageAck` when it continued it (R62).
-pub async fn default_message(
+/// `DefaultMessageAck` when it continued it (R62). Its `/wait` twin takes the message itself as
+/// its body (no `agentFirstMessage`) and answers as every `/wait` does.
+pub async fn default_message<const WAITS: bool>(
     state: web::Data<AppState>,
     actor: Actor,
     path: AgentPath,
@@ -193,20 +194,34 @@ pub async fn default_message(
     payload: web::Payload,
 ) -> Result<HttpResponse> {
     let limits = &state.sessions.config().limits;
-    let body::Json { value: b, raw } = body::json::<DefaultMessageBody>(
-        &req,
-        payload,
-        limits.max_body_bytes,
-        SCHEMA_DEFAULT_MESSAGE,
-    )
-    .await?;
     let target = format!("agent:{}", path.1);
-    let input = message_input(&state, b.message, &raw, &target)?;
+    let (input, first_message) = if WAITS {
+        let body::Json { value: b, raw } = body::json::<MessageBody>(
+            &req,
+            payload,
+            limits.max_body_bytes,
+            SCHEMA_DEFAULT_MESSAGE_WAIT,
+        )
+        .await?;
+        (message_input(&state, b, &raw, &target)?, None)
+    } else {
+        let body::Json { value: b, raw } = body::json::<DefaultMessageBody>(
+            &req,
+            payload,
+            limits.max_body_bytes,
+            SCHEMA_DEFAULT_MESSAGE,
+        )
+        .await?;
+        let input = message_input(&state, b.message, &raw, &target)?;
+        (input, b.agent_first_message)
+    };
     let (s, created_now) = state
         .sessions
-        .default_message(&actor, &path.1, input, b.agent_first_message)
+        .default_message(&actor, &path.1, input, first_message)
         .await?;
-    if created_now {
+    if WAITS {
+        wait_response(&state, &s).await
+    } else if created_now {
         created(&state, &actor, &s).await
     } else {
         Ok(HttpResponse::Ok().json(json!({
@@ -215,28 +230,4 @@ pub async fn default_message(
             "sessionId": s.key.id,
         })))
     }
-}
-
-pub async fn default_message_wait(
-    state: web::Data<AppState>,
-    actor: Actor,
-    path: AgentPath,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse> {
-    let limits = &state.sessions.config().limits;
-    let body::Json { value: b, raw } = body::json::<MessageBody>(
-        &req,
-        payload,
-        limits.max_body_bytes,
-        SCHEMA_DEFAULT_MESSAGE_WAIT,
-    )
-    .await?;
-    let target = format!("agent:{}", path.1);
-    let input = message_input(&state, b, &raw, &target)?;
-    let (s, _) = state
-        .sessions
-        .default_message(&actor, &path.1, input, None)
-        .await?;
-    wait_response(&state, &s).await
 }

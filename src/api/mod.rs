@@ -40,6 +40,7 @@ use serde_json::json;
 pub use context::AppState;
 
 use crate::store::Condition;
+use sessions::{ACK, WAIT};
 
 /// `GET /healthz`: liveness (always 200 while the process answers), what this binary is, and
 /// whether its storage takes writes (`status` is `degraded` while it does not).
@@ -139,10 +140,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(
                 at("", "GET, POST")
                     .route(web::get().to(sessions::list))
-                    .route(web::post().to(sessions::create)),
+                    .route(web::post().to(sessions::create::<ACK>)),
             )
             .service(at("/activity", "GET").route(web::get().to(sessions::activity)))
-            .service(at("/wait", "POST").route(web::post().to(sessions::create_wait)))
+            .service(at("/wait", "POST").route(web::post().to(sessions::create::<WAIT>)))
             .service(at("/attachments/session", "POST").route(web::post().to(uploads::mint)))
             // One session's routes under a scope of their own: a request matches `{sessionId}`
             // once and then compares literal suffixes, instead of trying every
@@ -158,22 +159,28 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(at("/history", "GET").route(web::get().to(sessions::history)))
                     .service(at("/events", "GET").route(web::get().to(events::events)))
                     .service(at("/note", "POST").route(web::post().to(sessions::note)))
-                    .service(at("/messages", "POST").route(web::post().to(sessions::message)))
                     .service(
-                        at("/messages/wait", "POST").route(web::post().to(sessions::message_wait)),
+                        at("/messages", "POST").route(web::post().to(sessions::message::<ACK>)),
                     )
-                    .service(at("/answer", "POST").route(web::post().to(sessions::answer)))
                     .service(
-                        at("/answer/wait", "POST").route(web::post().to(sessions::answer_wait)),
+                        at("/messages/wait", "POST")
+                            .route(web::post().to(sessions::message::<WAIT>)),
+                    )
+                    .service(at("/answer", "POST").route(web::post().to(sessions::answer::<ACK>)))
+                    .service(
+                        at("/answer/wait", "POST").route(web::post().to(sessions::answer::<WAIT>)),
                     )
                     .service(at("/interrupt", "POST").route(web::post().to(sessions::interrupt)))
                     .service(at("/fork", "POST").route(web::post().to(fork::fork)))
                     .service(at("/archive", "PUT").route(web::put().to(sessions::archive)))
                     .service(at("/read", "PUT").route(web::put().to(sessions::mark_read)))
-                    .service(at("/sessions", "POST").route(web::post().to(sessions::create_child)))
+                    .service(
+                        at("/sessions", "POST")
+                            .route(web::post().to(sessions::create_child::<ACK>)),
+                    )
                     .service(
                         at("/sessions/wait", "POST")
-                            .route(web::post().to(sessions::create_child_wait)),
+                            .route(web::post().to(sessions::create_child::<WAIT>)),
                     )
                     .service(at("/cwd", "POST").route(web::post().to(sessions::move_cwd)))
                     .service(at("/export", "GET").route(web::get().to(archives::export_session)))
@@ -212,11 +219,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             )
             .service(
                 at("/{agentSlug}/sessions/default/messages", "POST")
-                    .route(web::post().to(agents::default_message)),
+                    .route(web::post().to(agents::default_message::<ACK>)),
             )
             .service(
                 at("/{agentSlug}/sessions/default/messages/wait", "POST")
-                    .route(web::post().to(agents::default_message_wait)),
+                    .route(web::post().to(agents::default_message::<WAIT>)),
             ),
     );
     // Whole-workspace archives (owners only).

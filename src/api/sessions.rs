@@ -252,29 +252,32 @@ async fn create_input(
     })
 }
 
-pub async fn create(
+/// Whether a submission route answers as soon as its input is recorded or waits for the turn's
+/// terminal: each `X` and `X/wait` pair is one handler, instantiated twice by the route table
+/// (`create::<ACK>`, `create::<WAIT>`), which differ only in their body's schema and their answer.
+pub const ACK: bool = false;
+/// See [`ACK`].
+pub const WAIT: bool = true;
+
+/// `POST …/agent/sessions` and `…/wait`.
+pub async fn create<const WAITS: bool>(
     state: web::Data<AppState>,
     actor: Actor,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let input = create_input(&state, &req, payload, SCHEMA_CREATE, "").await?;
+    let schema = if WAITS {
+        SCHEMA_CREATE_WAIT
+    } else {
+        SCHEMA_CREATE
+    };
+    let input = create_input(&state, &req, payload, schema, "").await?;
     let s = state.sessions.create(&actor, input, None).await?;
-    created(&state, &actor, &s).await
+    answer_submission::<WAITS>(&state, &actor, &s).await
 }
 
-pub async fn create_wait(
-    state: web::Data<AppState>,
-    actor: Actor,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse> {
-    let input = create_input(&state, &req, payload, SCHEMA_CREATE_WAIT, "").await?;
-    let s = state.sessions.create(&actor, input, None).await?;
-    wait_response(&state, &s).await
-}
-
-pub async fn create_child(
+/// `POST …/{sessionId}/sessions` and `…/wait`: a session whose parent is this one.
+pub async fn create_child<const WAITS: bool>(
     state: web::Data<AppState>,
     actor: Actor,
     path: web::Path<(String, String)>,
@@ -282,22 +285,27 @@ pub async fn create_child(
     payload: web::Payload,
 ) -> Result<HttpResponse> {
     let parent = path.into_inner().1;
-    let input = create_input(&state, &req, payload, SCHEMA_CHILD, &parent).await?;
+    let schema = if WAITS {
+        SCHEMA_CHILD_WAIT
+    } else {
+        SCHEMA_CHILD
+    };
+    let input = create_input(&state, &req, payload, schema, &parent).await?;
     let s = state.sessions.create(&actor, input, Some(parent)).await?;
-    created(&state, &actor, &s).await
+    answer_submission::<WAITS>(&state, &actor, &s).await
 }
 
-pub async fn create_child_wait(
-    state: web::Data<AppState>,
-    actor: Actor,
-    path: web::Path<(String, String)>,
-    req: HttpRequest,
-    payload: web::Payload,
+/// A new session's answer: `CreateSessionResponse`, or the `/wait` answer.
+async fn answer_submission<const WAITS: bool>(
+    state: &AppState,
+    actor: &Actor,
+    s: &Submitted,
 ) -> Result<HttpResponse> {
-    let parent = path.into_inner().1;
-    let input = create_input(&state, &req, payload, SCHEMA_CHILD_WAIT, &parent).await?;
-    let s = state.sessions.create(&actor, input, Some(parent)).await?;
-    wait_response(&state, &s).await
+    if WAITS {
+        wait_response(state, s).await
+    } else {
+        created(state, actor, s).await
+    }
 }
 
 /// The `/wait` answer (R46, R49): 200 with the durable terminal, or 202 pending at the deadline.
@@ -499,26 +507,30 @@ async fn submit_message(
     state.sessions.message(actor, session_id, input).await
 }
 
-pub async fn message(
+/// `POST …/{sessionId}/messages` and `…/wait`.
+pub async fn message<const WAITS: bool>(
     state: web::Data<AppState>,
     actor: Actor,
     path: web::Path<(String, String)>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let s = submit_message(&state, &actor, &path.1, &req, payload, SCHEMA_MESSAGE).await?;
-    Ok(delivery_ack(s.delivery))
+    let schema = if WAITS {
+        SCHEMA_MESSAGE_WAIT
+    } else {
+        SCHEMA_MESSAGE
+    };
+    let s = submit_message(&state, &actor, &path.1, &req, payload, schema).await?;
+    acknowledge::<WAITS>(&state, &s).await
 }
 
-pub async fn message_wait(
-    state: web::Data<AppState>,
-    actor: Actor,
-    path: web::Path<(String, String)>,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse> {
-    let s = submit_message(&state, &actor, &path.1, &req, payload, SCHEMA_MESSAGE_WAIT).await?;
-    wait_response(&state, &s).await
+/// An input's answer: the delivery at once, or the `/wait` answer.
+async fn acknowledge<const WAITS: bool>(state: &AppState, s: &Submitted) -> Result<HttpResponse> {
+    if WAITS {
+        wait_response(state, s).await
+    } else {
+        Ok(delivery_ack(s.delivery))
+    }
 }
 
 pub async fn note(
@@ -573,26 +585,21 @@ async fn submit_answer(
         .await
 }
 
-pub async fn answer(
+/// `POST …/{sessionId}/answer` and `…/wait`.
+pub async fn answer<const WAITS: bool>(
     state: web::Data<AppState>,
     actor: Actor,
     path: web::Path<(String, String)>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse> {
-    let s = submit_answer(&state, &actor, &path.1, &req, payload, SCHEMA_ANSWER).await?;
-    Ok(delivery_ack(s.delivery))
-}
-
-pub async fn answer_wait(
-    state: web::Data<AppState>,
-    actor: Actor,
-    path: web::Path<(String, String)>,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse> {
-    let s = submit_answer(&state, &actor, &path.1, &req, payload, SCHEMA_ANSWER_WAIT).await?;
-    wait_response(&state, &s).await
+    let schema = if WAITS {
+        SCHEMA_ANSWER_WAIT
+    } else {
+        SCHEMA_ANSWER
+    };
+    let s = submit_answer(&state, &actor, &path.1, &req, payload, schema).await?;
+    acknowledge::<WAITS>(&state, &s).await
 }
 
 pub async fn interrupt(
