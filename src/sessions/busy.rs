@@ -12,7 +12,6 @@
 //! that records the message (`store::busy`), against the session row it holds, so a turn that
 //! starts or ends at the same moment cannot slip between the check and the write.
 
-use super::{Sessions, Submitted};
 use crate::error::{Error, Result};
 
 pub use crate::store::busy::WhenBusy as BusyPolicy;
@@ -30,15 +29,5 @@ pub fn parse(field: &str, value: Option<&str>) -> Result<BusyPolicy> {
             "{field}: must be one of {}",
             BUSY_POLICIES.join(", ")
         ))),
-    }
-}
-
-impl Sessions {
-    /// After a message was recorded: an interrupting message stops the turn it found running
-    /// (`stops`, that turn's generation; its own input waits behind it, as a follow-up).
-    pub(super) fn after_busy(&self, s: &Submitted, stops: Option<u64>) {
-        if let Some(generation) = stops {
-            self.runner.interrupt_turn(s.key.clone(), generation);
-        }
     }
 }

@@ -70,7 +70,7 @@ impl Sessions {
         let submitted = match forked.first_seq {
             Some(seq) => Some(
                 // The fork has no turn yet: its message starts one.
-                self.submitted(forked.key.clone(), seq, true, false).await?,
+                self.delivered(forked.key.clone(), seq).await,
             ),
             None => None,
         };

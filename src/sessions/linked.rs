@@ -112,7 +112,7 @@ impl Sessions {
                 first_seq,
             } => {
                 let submitted = match first_seq {
-                    Some(seq) => Some(self.submitted(key, seq, true, false).await?),
+                    Some(seq) => Some(self.delivered(key, seq).await),
                     None => None,
                 };
                 Ok(Opened::Created { task, submitted })

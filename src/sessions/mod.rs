@@ -12,6 +12,7 @@ mod query;
 pub mod record;
 mod session_tools;
 pub mod state;
+mod submission;
 pub mod view;
 mod wait;
 
@@ -38,6 +39,7 @@ pub use fork::{ForkIn, ForkOut};
 pub use images::ImageIn;
 pub use linked::{BatchMessage, OpenIn, Opened};
 pub use query::{AgentActivity, HistoryQuery, ListQuery};
+use submission::Outcome;
 pub use wait::WaitOutcome;
 
 /// Who is acting, in which workspace. Built by the HTTP layer from the credential.
@@ -250,80 +252,9 @@ impl Sessions {
         &self.cfg
     }
 
-    /// The delivery a retried submission reports: the truth about its input now.
-    async fn replay_delivery(&self, key: &SessionKey, input_seq: u64) -> Result<Delivery> {
-        let delivered = self
-            .store
-            .log()
-            .input_turn(key.pk, input_seq)
-            .await?
-            .is_some();
-        Ok(if delivered {
-            Delivery::Accepted
-        } else {
-            Delivery::Queued
-        })
-    }
-
     /// The drive of the actor's workspace.
     pub fn drive(&self, actor: &Actor) -> Drive {
         Drive::root_for(&self.cfg.data_dir, &actor.workspace_slug)
-    }
-
-    /// [`replayed`] on a read connection, before anything else about the request is resolved.
-    async fn lookup_replay(
-        &self,
-        actor: &Actor,
-        common: &InputCommon,
-    ) -> Result<Option<(SessionKey, u64)>> {
-        match retry_of(actor, common) {
-            Some(r) => Ok(self.store.inputs().replayed(r).await?),
-            None => Ok(None),
-        }
-    }
-
-    /// A submission that lost the race for its `clientRequestId` to another writer (a uniqueness
-    /// rule of the store, possible once writers do not take turns) is the retry it then is: the
-    /// original's result. Any other error stands.
-    async fn after_race(&self, retry: Option<Retry>, e: Error) -> Result<(SessionKey, u64)> {
-        if let (Error::ConstraintRace(_), Some(r)) = (&e, retry)
-            && let Some(found) = self.store.inputs().replayed(r).await?
-        {
-            return Ok(found);
-        }
-        Err(e)
-    }
-
-    /// Tells the runner about a fresh input (and waits for its answer), or reports where a
-    /// retried one stands.
-    async fn submitted(
-        &self,
-        key: SessionKey,
-        input_seq: u64,
-        fresh: bool,
-        follow_up: bool,
-    ) -> Result<Submitted> {
-        let delivery = if fresh {
-            self.runner.deliver(key.clone(), follow_up).await
-        } else {
-            self.replay_delivery(&key, input_seq).await?
-        };
-        Ok(Submitted {
-            key,
-            input_seq,
-            fresh,
-            delivery,
-        })
-    }
-
-    async fn replayed_submission(&self, key: SessionKey, input_seq: u64) -> Result<Submitted> {
-        let delivery = self.replay_delivery(&key, input_seq).await?;
-        Ok(Submitted {
-            key,
-            input_seq,
-            fresh: false,
-            delivery,
-        })
     }
 
     /// Attachment paths must name files inside the drive; they are stored in canonical form.
@@ -361,8 +292,11 @@ impl Sessions {
         parent: Option<String>,
         record: RecordIn,
     ) -> Result<Submitted> {
-        if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
-            return self.replayed_submission(key, seq).await;
+        if let Some(replayed) = self
+            .replayed(retry_of(actor, &input.common).as_ref())
+            .await?
+        {
+            return Ok(replayed);
         }
         let lineage = match &record.parent {
             Some(p) => Some(self.lineage_start(actor, p).await?),
@@ -446,7 +380,6 @@ impl Sessions {
         plan.budget_cents = record.budget_cents;
         plan.context = lineage;
         plan.parent = record.parent.map(|p| (p.kind, p.session_id));
-        let retry = retry_of(actor, &input.common);
         let first = new_prompt(
             actor,
             input.prompt,
@@ -455,16 +388,11 @@ impl Sessions {
             input.common,
             images,
         );
-        let sub = match self.store.submit().create(plan, first).await {
-            Ok(sub) => sub,
-            Err(e) => {
-                let (key, seq) = self.after_race(retry, e.into()).await?;
-                return self.replayed_submission(key, seq).await;
-            }
-        };
-        let (key, seq, fresh) = (sub.key, sub.seq, sub.fresh);
+        let retry = first.retry.clone();
+        let write = async { Ok((self.store.submit().create(plan, first).await?, ())) };
         // R24: a new session has no turn yet, so steer and follow-up start alike.
-        self.submitted(key, seq, fresh, false).await
+        let outcome = self.submit_input(retry, false, write).await?;
+        Ok(outcome.into_linked().0)
     }
 
     /// Checks the session a new one comes from and makes what its engine is shown first.
@@ -510,8 +438,11 @@ impl Sessions {
         mut input: MessageIn,
         link: InputLink,
     ) -> Result<(Submitted, Option<Linked>)> {
-        if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
-            return Ok((self.replayed_submission(key, seq).await?, None));
+        if let Some(replayed) = self
+            .replayed(retry_of(actor, &input.common).as_ref())
+            .await?
+        {
+            return Ok((replayed, None));
         }
         let images = images::decode_all(&input.common.images)?;
         self.check_attachments(actor, &mut input.common)?;
@@ -519,7 +450,6 @@ impl Sessions {
         // An interrupting message runs after the turn it stops.
         let follow_up =
             input.behavior == Behavior::FollowUp || policy == busy::BusyPolicy::Interrupt;
-        let retry = retry_of(actor, &input.common);
         let mut m = new_prompt(
             actor,
             input.prompt,
@@ -529,23 +459,13 @@ impl Sessions {
             images,
         );
         m.when_busy = policy;
-        let (sub, linked) = match self
-            .store
-            .submit()
-            .message(&actor.workspace_id, session_id, m, link)
-            .await
-        {
-            Ok(done) => done,
-            Err(e) => {
-                let (key, seq) = self.after_race(retry, e.into()).await?;
-                return Ok((self.replayed_submission(key, seq).await?, None));
-            }
-        };
-        let submitted = self
-            .submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
-            .await?;
-        self.after_busy(&submitted, sub.stops);
-        Ok((submitted, linked))
+        let retry = m.retry.clone();
+        let submit = self.store.submit();
+        let write = submit.message(&actor.workspace_id, session_id, m, link);
+        Ok(self
+            .submit_input(retry, follow_up, write)
+            .await?
+            .into_linked())
     }
 
     /// Posts to an agent's default session (R57, R62): the first message creates and binds it in
@@ -558,9 +478,12 @@ impl Sessions {
         mut input: MessageIn,
         agent_first_message: Option<String>,
     ) -> Result<(Submitted, bool)> {
-        if let Some((key, seq)) = self.lookup_replay(actor, &input.common).await? {
-            let created = self.is_initial_input(&key, seq).await?;
-            return Ok((self.replayed_submission(key, seq).await?, created));
+        if let Some(replayed) = self
+            .replayed(retry_of(actor, &input.common).as_ref())
+            .await?
+        {
+            let created = self.is_initial_input(&replayed).await?;
+            return Ok((replayed, created));
         }
         let agent = agents::get(&self.store, &actor.workspace_id, agent_slug).await?;
         let images = images::decode_all(&input.common.images)?;
@@ -580,7 +503,6 @@ impl Sessions {
         };
         let mut plan = session_plan(actor, plan, excerpt(&input.prompt), None);
         plan.agent_first_message = agent_first_message;
-        let retry = retry_of(actor, &input.common);
         let mut m = new_prompt(
             actor,
             input.prompt,
@@ -590,24 +512,23 @@ impl Sessions {
             images,
         );
         m.when_busy = policy;
-        let sub = match self.store.submit().default_message(plan, m).await {
-            Ok(sub) => sub,
-            Err(e) => {
-                let (key, seq) = self.after_race(retry, e.into()).await?;
-                let created = self.is_initial_input(&key, seq).await?;
-                return Ok((self.replayed_submission(key, seq).await?, created));
+        let retry = m.retry.clone();
+        let write = async { Ok((self.store.submit().default_message(plan, m).await?, ())) };
+        match self.submit_input(retry, follow_up, write).await? {
+            Outcome::Written {
+                submitted, created, ..
+            } => Ok((submitted, created)),
+            Outcome::Replayed(replayed) => {
+                let created = self.is_initial_input(&replayed).await?;
+                Ok((replayed, created))
             }
-        };
-        let submitted = self
-            .submitted(sub.key, sub.seq, sub.fresh, follow_up && sub.active)
-            .await?;
-        self.after_busy(&submitted, sub.stops);
-        Ok((submitted, sub.created))
+        }
     }
 
-    /// Whether `seq` is the session's first prompt (the retried call created the session).
-    async fn is_initial_input(&self, key: &SessionKey, seq: u64) -> Result<bool> {
-        let body = self.store.log().event_body(key.pk, seq).await?;
+    /// Whether a retried submission's input is its session's first prompt (the call it retries
+    /// created the session).
+    async fn is_initial_input(&self, s: &Submitted) -> Result<bool> {
+        let body = self.store.log().event_body(s.key.pk, s.input_seq).await?;
         Ok(body.is_some_and(|b| b.contains("\"inputKind\":\"initial\"")))
     }
 
@@ -676,7 +597,7 @@ impl Sessions {
         note: String,
         common: InputCommon,
     ) -> Result<u64> {
-        if let Some((_, seq)) = self.lookup_replay(actor, &common).await? {
+        if let Some((_, seq)) = self.recorded(retry_of(actor, &common).as_ref()).await? {
             return Ok(seq);
         }
         let mut common = common;
@@ -720,30 +641,17 @@ impl Sessions {
         common: InputCommon,
         link: InputLink,
     ) -> Result<(Submitted, Option<Linked>)> {
-        if let Some((key, seq)) = self.lookup_replay(actor, &common).await? {
-            return Ok((self.replayed_submission(key, seq).await?, None));
+        if let Some(replayed) = self.replayed(retry_of(actor, &common).as_ref()).await? {
+            return Ok((replayed, None));
         }
         let mut common = common;
         self.check_attachments(actor, &mut common)?;
         let images = images::decode_all(&common.images)?;
-        let retry = retry_of(actor, &common);
         let a = new_prompt(actor, answer, Behavior::Steer, None, common, images);
-        let (sub, linked) = match self
-            .store
-            .submit()
-            .answer(&actor.workspace_id, session_id, a, link)
-            .await
-        {
-            Ok(done) => done,
-            Err(e) => {
-                let (key, seq) = self.after_race(retry, e.into()).await?;
-                return Ok((self.replayed_submission(key, seq).await?, None));
-            }
-        };
-        Ok((
-            self.submitted(sub.key, sub.seq, sub.fresh, false).await?,
-            linked,
-        ))
+        let retry = a.retry.clone();
+        let submit = self.store.submit();
+        let write = submit.answer(&actor.workspace_id, session_id, a, link);
+        Ok(self.submit_input(retry, false, write).await?.into_linked())
     }
 
     /// Records `interrupt_requested` and stops the running turn, if any. On an idle session only
