@@ -9,6 +9,7 @@
 
 pub mod acp;
 pub mod agents;
+pub mod calls;
 pub mod checkpoints;
 pub mod confinement;
 pub mod content;

@@ -18,6 +18,10 @@
 //! connection alive (clients skip them) until the answer's line. Every line is compact JSON with
 //! U+2028, U+2029 and U+0085 escaped, since line readers split on them.
 //!
+//! This file holds the envelope, the error objects and the dispatch; each method is a file of
+//! its own that decodes its params and calls one domain function (`agentex::calls`,
+//! `agentex::tasks`).
+//!
 //! A notification (`"jsonrpc": "2.0"` and no `id` member) is carried out and answered `204 No
 //! Content` with no body, its errors included, as JSON-RPC 2.0 says a server must not reply to
 //! one (HTTP transports of JSON-RPC answer 204; the official client reads an empty 204 without
@@ -26,26 +30,26 @@
 //! what the official client and the SDK send by default, with no `id` either, and they read the
 //! answer's `result`: it is not a JSON-RPC 2.0 notification and is answered with `"id": null`.
 
-use std::time::Duration;
+mod event_send;
+mod message_send;
+mod task_cancel;
+mod task_create;
+mod task_interrupt;
 
-use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
-use futures_util::stream;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::{agent_by_id, agent_by_name};
 use crate::agentex::acp::Platform;
-use crate::agentex::agents::is_async;
 use crate::agentex::content;
-use crate::agentex::tasks::{self, Destination, NewTask, Prompt, Target, TaskRef};
-use crate::agentex::updates::{Follower, Item, Scope};
+use crate::agentex::tasks::{Prompt, Target, TaskRef};
 use crate::api::body;
 use crate::api::context::AppState;
 use crate::error::{Error, Result};
 use crate::sessions::Actor;
-use crate::sessions::busy::{self, BusyPolicy};
-use crate::store::agentex::{AgentexAgentRow, DeploymentRow, FinalStatus, TaskRow};
+use crate::sessions::busy::BusyPolicy;
+use crate::store::agentex::{AgentexAgentRow, DeploymentRow};
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -281,17 +285,6 @@ fn checked_params(call: &Call) -> std::result::Result<&Value, Value> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateTaskParams {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    params: Option<Map<String, Value>>,
-    #[serde(default)]
-    task_metadata: Option<Map<String, Value>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct TaskParams {
     #[serde(default)]
     task_id: Option<String>,
@@ -306,34 +299,6 @@ impl TaskParams {
             name: self.task_name,
         }
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SendMessageParams {
-    content: Value,
-    #[serde(default)]
-    stream: Option<bool>,
-    #[serde(default)]
-    task_id: Option<String>,
-    #[serde(default)]
-    task_name: Option<String>,
-    #[serde(default)]
-    task_params: Option<Map<String, Value>>,
-    /// sessiond's busy policy: `enqueue` (the default), `interrupt` or `reject`.
-    #[serde(default)]
-    if_busy: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SendEventParams {
-    #[serde(default)]
-    content: Option<Value>,
-    #[serde(default)]
-    task_id: Option<String>,
-    #[serde(default)]
-    task_name: Option<String>,
 }
 
 fn params<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {
@@ -392,16 +357,25 @@ pub async fn handle(
     }
     let platform = req.app_data::<web::Data<Platform>>().cloned();
     let platform = platform.as_ref().map(|p| p.get_ref());
-    if call.method == "message/send" {
-        let started = start_message(&state, &actor, target, params, platform).await;
-        return Ok(match started {
-            // The message is delivered; nobody waits for the turn it causes.
-            Ok(_) if call.notification => unanswered(),
-            Ok((follower, streaming)) => stream_answer(follower, id, streaming),
-            Err(e) => reply(&call, from_error(&id, &e)),
-        });
-    }
-    let response = match call_method(&state, &actor, target, &call.method, params, platform).await {
+    let (sessions, state) = (&state.sessions, state.get_ref());
+    let answered = match call.method.as_str() {
+        "message/send" => {
+            return Ok(
+                match message_send::start(state, &actor, target, params, platform).await {
+                    // The message is delivered; nobody waits for the turn it causes.
+                    Ok(_) if call.notification => unanswered(),
+                    Ok((follower, streaming)) => message_send::answer(follower, id, streaming),
+                    Err(e) => reply(&call, from_error(&id, &e)),
+                },
+            );
+        }
+        "task/create" => task_create::call(sessions, &actor, target, params, platform).await,
+        "task/cancel" => task_cancel::call(sessions, &actor, target, params, platform).await,
+        "task/interrupt" => task_interrupt::call(sessions, &actor, target, params).await,
+        "event/send" => event_send::call(state, &actor, target, params).await,
+        other => Err(Error::Internal(format!("no handler for {other}"))),
+    };
+    let response = match answered {
         Ok(v) => result(&id, v),
         Err(e) => from_error(&id, &e),
     };
@@ -420,252 +394,6 @@ fn reply(call: &Call, response: Value) -> HttpResponse {
 /// What a notification gets: no JSON-RPC response at all.
 fn unanswered() -> HttpResponse {
     HttpResponse::NoContent().finish()
-}
-
-/// Every method but `message/send`: one result. An async ACP agent is told of its task's
-/// creation and cancellation through `platform`.
-async fn call_method(
-    state: &AppState,
-    actor: &Actor,
-    target: Target<'_>,
-    method: &str,
-    raw: &Value,
-    platform: Option<&Platform>,
-) -> Result<Value> {
-    let sessions = &state.sessions;
-    match method {
-        "task/create" => {
-            let p: CreateTaskParams = params(raw)?;
-            let t = NewTask {
-                name: p.name,
-                params: p.params,
-                task_metadata: p.task_metadata,
-            };
-            let id = crate::ids::new_id();
-            let (task, created, _) =
-                tasks::get_or_create(sessions, actor, target, t, None, id).await?;
-            if created {
-                announce(state, actor, target, &task, platform).await?;
-            }
-            Ok(tasks::view(&task, true, None))
-        }
-        "task/cancel" => {
-            let p: TaskParams = params(raw)?;
-            let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
-            let was_open = !tasks::is_final(&task);
-            let task =
-                tasks::finish(sessions, actor, &task, FinalStatus::Canceled, None, false).await?;
-            if was_open && let Some(platform) = platform {
-                platform.task_cancelled(target.agent, &task).await;
-            }
-            Ok(tasks::view(&task, true, None))
-        }
-        "task/interrupt" => {
-            let p: TaskParams = params(raw)?;
-            let task = tasks::resolve(sessions, actor, target, &p.task_ref()).await?;
-            let task = tasks::interrupt(sessions, actor, &task).await?;
-            Ok(tasks::view(&task, true, None))
-        }
-        "event/send" => {
-            let p: SendEventParams = params(raw)?;
-            let content = match p.content {
-                Some(mut c) if !c.is_null() => {
-                    let d = prompt(state, &c)?;
-                    // Stored as sent, with the `type` readers switch on.
-                    if c.get("type").is_none_or(Value::is_null) {
-                        c["type"] = json!("text");
-                    }
-                    Some((c, d))
-                }
-                _ => None,
-            };
-            let r = TaskRef {
-                id: p.task_id,
-                name: p.task_name,
-            };
-            let event = tasks::send_event(sessions, actor, target, &r, content).await?;
-            Ok(crate::agentex::records::event_view(&event))
-        }
-        other => Err(Error::Internal(format!("no handler for {other}"))),
-    }
-}
-
-/// Tells an async ACP agent of a task just created for it (`task/create`, answered once its
-/// handler ran); a task the agent does not take fails with the reason.
-async fn announce(
-    state: &AppState,
-    actor: &Actor,
-    target: Target<'_>,
-    task: &TaskRow,
-    platform: Option<&Platform>,
-) -> Result<()> {
-    let Some(platform) = platform else {
-        return Ok(());
-    };
-    if let Err(e) = platform.task_created(target.agent, task).await {
-        let reason = format!("the agent did not accept the task: {e}");
-        tasks::finish(
-            &state.sessions,
-            actor,
-            task,
-            FinalStatus::Failed,
-            Some(reason),
-            false,
-        )
-        .await?;
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// `message/send`: delivers the message, then follows the turn it causes. A new task of an async
-/// ACP agent is created (and announced to the agent) before its first message is delivered.
-async fn start_message(
-    state: &AppState,
-    actor: &Actor,
-    target: Target<'_>,
-    raw: &Value,
-    platform: Option<&Platform>,
-) -> Result<(Follower, bool)> {
-    let sessions = &state.sessions;
-    let p: SendMessageParams = params(raw)?;
-    let mut d = prompt(state, &p.content)?;
-    d.busy = busy::parse("params/if_busy", p.if_busy.as_deref())?;
-    let r = TaskRef {
-        id: p.task_id,
-        name: p.task_name,
-    };
-    let keepalive = Duration::from_millis(sessions.config().stream.keepalive_ms);
-    // Twice at most: a task of the new name may appear between looking and creating.
-    for _ in 0..2 {
-        let to = match tasks::destination(sessions, actor, target, &r).await? {
-            Destination::New(id) if platform.is_some() && is_async(target.agent) => {
-                let t = NewTask {
-                    name: r.name.clone(),
-                    params: p.task_params.clone(),
-                    task_metadata: None,
-                };
-                let (task, created, _) =
-                    tasks::get_or_create(sessions, actor, target, t, None, id).await?;
-                if created {
-                    announce(state, actor, target, &task, platform).await?;
-                }
-                Destination::Existing(Box::new(task))
-            }
-            other => other,
-        };
-        // Subscribed before the message is submitted, so the whole turn is seen live.
-        let sub = sessions.store().bus().subscribe(to.session_id())?;
-        let sent = tasks::send(
-            sessions,
-            actor,
-            target,
-            to,
-            r.name.clone(),
-            p.task_params.clone(),
-            d.clone(),
-        )
-        .await?;
-        if let Some((task, submitted)) = sent {
-            let scope = Scope::Turn {
-                input_seq: submitted.input_seq,
-            };
-            let follower = Follower::start(sessions.store(), task.key(), scope, keepalive, sub);
-            return Ok((follower, p.stream.unwrap_or(false)));
-        }
-    }
-    Err(Error::Conflict(
-        "task_name_taken",
-        "tasks of that name keep appearing; send the message again".into(),
-    ))
-}
-
-fn stream_answer(follower: Follower, id: Value, streaming: bool) -> HttpResponse {
-    let st = Answer {
-        follower,
-        id,
-        streaming,
-        messages: Vec::new(),
-        done: false,
-    };
-    let content_type = if streaming {
-        "application/x-ndjson"
-    } else {
-        "application/json"
-    };
-    HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, content_type))
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(stream::unfold(st, next_line))
-}
-
-/// The answer to `message/send` while its turn runs.
-struct Answer {
-    follower: Follower,
-    id: Value,
-    streaming: bool,
-    /// The agent's stored messages so far (the non-streaming answer).
-    messages: Vec<Value>,
-    done: bool,
-}
-
-type Chunk = std::result::Result<web::Bytes, actix_web::Error>;
-
-async fn next_line(mut st: Answer) -> Option<(Chunk, Answer)> {
-    if st.done {
-        return None;
-    }
-    loop {
-        let out = match st.follower.next().await? {
-            Item::Update(update) => {
-                if let Some(m) = update.get("parent_task_message")
-                    && matches!(update["type"].as_str(), Some("done" | "full"))
-                {
-                    st.messages.push(m.clone());
-                }
-                if !st.streaming {
-                    continue;
-                }
-                line(&result(&st.id, update))
-            }
-            Item::Keepalive => "\n".to_owned(),
-            Item::StatusMayChange => continue,
-            Item::TurnEnded { error: Some(e), .. } => {
-                st.done = true;
-                line(&error(
-                    &st.id,
-                    REFUSED,
-                    format!("the agent's turn failed: {e}"),
-                    json!({
-                        "code": "turn_failed",
-                        "task_id": st.follower.key().id,
-                        "messages": st.messages,
-                    }),
-                ))
-            }
-            Item::TurnEnded { .. } => {
-                st.done = true;
-                if st.streaming {
-                    return None;
-                }
-                line(&result(
-                    &st.id,
-                    Value::Array(std::mem::take(&mut st.messages)),
-                ))
-            }
-            Item::Closed => {
-                st.done = true;
-                line(&error(
-                    &st.id,
-                    REFUSED,
-                    "the task was deleted or the server is shutting down before the turn ended",
-                    json!({"code": "unavailable", "task_id": st.follower.key().id}),
-                ))
-            }
-        };
-        return Some((Ok(web::Bytes::from(out)), st));
-    }
 }
 
 #[cfg(test)]
