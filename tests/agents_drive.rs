@@ -51,15 +51,6 @@ const WAIT: Duration = Duration::from_secs(20);
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {
-    assert_eq!(status, want_status, "unexpected status; body: {body}");
-    assert_eq!(body["error"], code, "unexpected error code; body: {body}");
-}
-
-fn assert_invalid(status: u16, body: &Value) {
-    assert_error(status, body, 400, "invalid_request");
-}
-
 /// R68: 422 with exactly `{error: "invalid_cwd", reason}` (the seed error schema is closed).
 fn assert_invalid_cwd(status: u16, body: &Value, reason: &str) {
     assert_eq!(status, 422, "expected invalid_cwd/{reason}; body: {body}");
@@ -105,39 +96,12 @@ fn history(s: &Server, id: &str) -> Vec<Value> {
     events
 }
 
-/// Waits for the first event of one of `types` with `seq > from`.
-fn wait_event(s: &Server, id: &str, types: &[&str], from: u64) -> Value {
-    poll_until(&format!("{types:?} after seq {from} in {id}"), WAIT, || {
-        let (status, page) =
-            s.get(&s.sessions_url(&format!("/{id}/history?cursor={from}&limit=500")));
-        assert_eq!(status, 200, "history {id}: {page}");
-        page["events"]
-            .as_array()
-            .expect("events")
-            .iter()
-            .find(|e| types.contains(&etype(e)))
-            .cloned()
-    })
-}
-
-fn wait_terminal(s: &Server, id: &str, from: u64) -> Value {
-    let t = wait_event(s, id, &TERMINALS, from);
-    assert_known_event(&t["event"]);
-    t
-}
-
 /// Waits until the session's current turn is over (no turn running, a terminal recorded).
 fn settle(s: &Server, id: &str) {
     wait_terminal(s, id, 0);
     poll_until(&format!("{id} idle"), WAIT, || {
         (detail_checked(s, id)["turnStatus"] != "running").then_some(())
     });
-}
-
-fn last_seq(s: &Server, id: &str) -> u64 {
-    detail_checked(s, id)["lastEventSeq"]
-        .as_u64()
-        .expect("lastEventSeq")
 }
 
 /// Every session id in the workspace (archived ones included), through the list route.

@@ -261,11 +261,6 @@ fn create_app(dir: &Path, ws: &str, name: &str, scopes: &[&str]) -> String {
     key
 }
 
-/// `sk_<24 hex id>_<secret>` → id.
-fn key_id(key: &str) -> &str {
-    &key[3..27]
-}
-
 fn key_secret(key: &str) -> &str {
     &key[28..]
 }

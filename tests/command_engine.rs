@@ -111,12 +111,6 @@ fn wait_terminal(s: &Server, id: &str, from: u64) -> Value {
     s.wait_for_event(id, &["complete", "ask", "interrupted", "sleep"], from, WAIT)
 }
 
-fn last_seq(s: &Server, id: &str) -> u64 {
-    detail_checked(s, id)["lastEventSeq"]
-        .as_u64()
-        .expect("lastEventSeq")
-}
-
 fn message(s: &Server, id: &str, body: Value) -> Value {
     let (status, v) = s.post(&s.sessions_url(&format!("/{id}/messages")), &body);
     assert_eq!(status, 200, "message: {v}");

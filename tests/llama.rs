@@ -91,10 +91,6 @@ fn message(s: &Server, id: &str, prompt: &str) {
     assert_eq!(status, 200, "{v}");
 }
 
-fn is_terminal(e: &Value) -> bool {
-    ["complete", "ask", "interrupted", "sleep"].contains(&e["event"]["type"].as_str().unwrap_or(""))
-}
-
 /// Waits for the n-th terminal of the session, then returns its whole (schema-checked) history.
 fn terminals(s: &Server, id: &str, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + SLOW;

@@ -39,10 +39,6 @@ const ANSWER_WAIT_RESPONSE: &str =
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn is_terminal(e: &Value) -> bool {
-    TERMINALS.contains(&etype(e))
-}
-
 /// The text of a durable `text` step.
 fn step_text(e: &Value) -> Option<&str> {
     if etype(e) == "step" && e["event"]["step"]["type"] == "text" {
@@ -225,11 +221,6 @@ fn all_session_ids(s: &Server) -> Vec<String> {
         .iter()
         .map(|s| s["id"].as_str().expect("id").to_owned())
         .collect()
-}
-
-fn assert_error(status: u16, body: &Value, want: u16, code: &str) {
-    assert_eq!(status, want, "{body}");
-    assert_eq!(body["error"], code, "{body}");
 }
 
 fn phases(machine: &Value) -> Vec<String> {

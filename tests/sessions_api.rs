@@ -37,15 +37,6 @@ const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
 // ---------------------------------------------------------------------------------------------
 // Checked helpers: each asserts the status and validates the body against the seed schema.
 
-fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {
-    assert_eq!(status, want_status, "unexpected status; body: {body}");
-    assert_eq!(body["error"], code, "unexpected error code; body: {body}");
-}
-
-fn assert_invalid(status: u16, body: &Value) {
-    assert_error(status, body, 400, "invalid_request");
-}
-
 fn assert_not_found(status: u16, body: &Value) {
     assert_error(status, body, 404, "not_found");
 }
@@ -102,12 +93,6 @@ fn create_id(s: &Server, prompt: &str) -> String {
     id_of(&create_checked(s, json!({ "prompt": prompt })))
 }
 
-fn last_seq(s: &Server, id: &str) -> u64 {
-    detail_checked(s, id)["lastEventSeq"]
-        .as_u64()
-        .expect("lastEventSeq")
-}
-
 /// `GET …/{id}/history?query`, 200 + schema + known events.
 fn history_page(s: &Server, id: &str, query: &str) -> Value {
     let (status, v) = s.get(&s.sessions_url(&format!("/{id}/history?{query}")));
@@ -141,31 +126,6 @@ fn texts(events: &[Value]) -> Vec<String> {
         .filter(|e| etype(e) == "step" && e["event"]["step"]["type"] == "text")
         .map(|e| e["event"]["step"]["text"].as_str().unwrap_or("").to_owned())
         .collect()
-}
-
-/// Waits for the first event of one of `types` with `seq > from`. Polling reads only the events
-/// after `from` and validates only the page that holds the match (callers validate whole
-/// histories with [`history`]).
-fn wait_event(s: &Server, id: &str, types: &[&str], from: u64) -> Value {
-    poll_until(&format!("{types:?} after seq {from} in {id}"), WAIT, || {
-        let (status, page) =
-            s.get(&s.sessions_url(&format!("/{id}/history?cursor={from}&limit=500")));
-        assert_eq!(status, 200, "history {id}: {page}");
-        let found = page["events"]
-            .as_array()
-            .expect("events")
-            .iter()
-            .find(|e| types.contains(&etype(e)))
-            .cloned();
-        if found.is_some() {
-            check_history_page(&page);
-        }
-        found
-    })
-}
-
-fn wait_terminal(s: &Server, id: &str, from: u64) -> Value {
-    wait_event(s, id, &TERMINALS, from)
 }
 
 /// Waits for the first turn of a fresh session to end with `terminal_type`.

@@ -18,7 +18,7 @@ mod webdriver;
 use std::time::Duration;
 
 use common::*;
-use console::{WAIT, browser, run};
+use console::{WAIT, browser, no_dialog, run, submit_dialog, wait_text};
 use serde_json::{Value, json};
 use webdriver::*;
 
@@ -81,32 +81,6 @@ fn bearer(key: &str) -> reqwest::blocking::Client {
 
 fn status_with(key: &str, url: &str) -> u16 {
     bearer(key).get(url).send().expect("GET").status().as_u16()
-}
-
-fn wait_text(b: &Browser, what: &str, css: &str, text: &str) {
-    b.wait_js(
-        what,
-        &format!(
-            "const e = document.querySelector({}); return !!e && e.textContent.includes({});",
-            json!(css),
-            json!(text)
-        ),
-        WAIT,
-    );
-}
-
-/// Waits until the dialog is open and settled, then submits it with its primary button.
-fn submit_dialog(b: &Browser) {
-    b.find("dialog[open] .dialog-actions button[type=submit]");
-    b.click_css("dialog[open] .dialog-actions button[type=submit]");
-}
-
-fn no_dialog(b: &Browser) {
-    b.wait_js(
-        "the dialog closed",
-        "return !document.querySelector('dialog[open]');",
-        WAIT,
-    );
 }
 
 fn ui_errors(b: &Browser) -> Vec<String> {

@@ -61,33 +61,8 @@ fn agent(s: &Server, slug: &str, engine: Value) -> Value {
     v
 }
 
-fn wait_text(b: &Browser, what: &str, css: &str, text: &str) {
-    b.wait_js(
-        what,
-        &format!(
-            "const e = document.querySelector({}); return !!e && e.textContent.includes({});",
-            json!(css),
-            json!(text)
-        ),
-        WAIT,
-    );
-}
-
 fn goto_hash(b: &Browser, hash: &str) {
     b.exec("location.hash = arguments[0];", &[json!(hash)]);
-}
-
-fn submit_dialog(b: &Browser) {
-    b.find("dialog[open] .dialog-actions button[type=submit]");
-    b.click_css("dialog[open] .dialog-actions button[type=submit]");
-}
-
-fn no_dialog(b: &Browser) {
-    b.wait_js(
-        "the dialog closed",
-        "return !document.querySelector('dialog[open]');",
-        WAIT,
-    );
 }
 
 /// Replaces a field's value (`type_into` appends to what is there).

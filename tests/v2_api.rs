@@ -18,10 +18,6 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn key_id(token: &str) -> &str {
-    &token[3..27]
-}
-
 fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == kind).collect()
 }

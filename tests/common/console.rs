@@ -136,3 +136,31 @@ pub fn ui_errors(b: &Browser) -> Vec<String> {
         })
         .collect()
 }
+
+/// Waits until the element `css` holds `text`.
+pub fn wait_text(b: &Browser, what: &str, css: &str, text: &str) {
+    b.wait_js(
+        what,
+        &format!(
+            "const e = document.querySelector({}); return !!e && e.textContent.includes({});",
+            json!(css),
+            json!(text)
+        ),
+        WAIT,
+    );
+}
+
+/// Waits until the dialog is open and settled, then submits it with its primary button.
+pub fn submit_dialog(b: &Browser) {
+    b.find("dialog[open] .dialog-actions button[type=submit]");
+    b.click_css("dialog[open] .dialog-actions button[type=submit]");
+}
+
+/// Waits until no dialog is open.
+pub fn no_dialog(b: &Browser) {
+    b.wait_js(
+        "the dialog closed",
+        "return !document.querySelector('dialog[open]');",
+        WAIT,
+    );
+}

@@ -1495,3 +1495,66 @@ pub fn etype(e: &Value) -> &str {
 pub fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| etype(e) == t).collect()
 }
+
+/// Whether a stored event ends a turn.
+pub fn is_terminal(e: &Value) -> bool {
+    TERMINALS.contains(&etype(e))
+}
+
+/// Waits for the first event of one of `types` with `seq > from`. Polling reads only the events
+/// after `from` and validates only the page that holds the match (whole histories are validated
+/// with [`check_events`]).
+pub fn wait_event(s: &Server, id: &str, types: &[&str], from: u64) -> Value {
+    poll_until(
+        &format!("{types:?} after seq {from} in {id}"),
+        Duration::from_secs(20),
+        || {
+            let (status, page) =
+                s.get(&s.sessions_url(&format!("/{id}/history?cursor={from}&limit=500")));
+            assert_eq!(status, 200, "history {id}: {page}");
+            let found = page["events"]
+                .as_array()
+                .expect("events")
+                .iter()
+                .find(|e| types.contains(&etype(e)))
+                .cloned();
+            if found.is_some() {
+                check_history_page(&page);
+            }
+            found
+        },
+    )
+}
+
+/// The first terminal after `from`, validated.
+pub fn wait_terminal(s: &Server, id: &str, from: u64) -> Value {
+    let t = wait_event(s, id, &TERMINALS, from);
+    assert_known_event(&t["event"]);
+    t
+}
+
+/// The session's last event seq, from its (validated) detail.
+pub fn last_seq(s: &Server, id: &str) -> u64 {
+    detail_checked(s, id)["lastEventSeq"]
+        .as_u64()
+        .expect("lastEventSeq")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors and credentials.
+
+/// An error answer: `want_status` with the error code `code`.
+pub fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {
+    assert_eq!(status, want_status, "unexpected status; body: {body}");
+    assert_eq!(body["error"], code, "unexpected error code; body: {body}");
+}
+
+/// A 400 `invalid_request`.
+pub fn assert_invalid(status: u16, body: &Value) {
+    assert_error(status, body, 400, "invalid_request");
+}
+
+/// The id part of an API key (`sk_<id>_<secret>`).
+pub fn key_id(key: &str) -> &str {
+    &key[3..27]
+}
