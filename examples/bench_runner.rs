@@ -2628,7 +2628,7 @@ async fn snapshot_noauth(
 /// separates the cost of the check from the cost of the real route's place in the router.
 async fn snapshot_auth(
     state: web::Data<AppState>,
-    actor: Actor,
+    sessiond::api::Caller(actor): sessiond::api::Caller,
     path: web::Path<(String, String)>,
 ) -> sessiond::Result<HttpResponse> {
     snapshot_body(&state, &actor, &path.1).await
@@ -2858,10 +2858,13 @@ fn auth_ratio(opts: &Opts, rt: &tokio::runtime::Runtime) -> AuthRun {
                                 "default-src 'none'; frame-ancestors 'none'",
                             )),
                     )
-                    .route("/bench/noauth/{id}", web::get().to(snapshot_noauth))
+                    .route(
+                        "/bench/noauth/{id}",
+                        web::get().to(sessiond::api::respond(snapshot_noauth)),
+                    )
                     .route(
                         "/bench/auth/{workspaceSlug}/{id}",
-                        web::get().to(snapshot_auth),
+                        web::get().to(sessiond::api::respond(snapshot_auth)),
                     )
                     .configure(sessiond::api::routes)
             })

@@ -822,7 +822,7 @@ mod tests {
 
     #[test]
     fn the_example_files_engines_parse_with_every_option_enabled() {
-        let text = crate::config::tests::example_with_everything_enabled();
+        let text = crate::config::with_everything_enabled(include_str!("../config.example.toml"));
         let cfg: Config = toml::from_str(&text).unwrap();
         check_engine(&cfg).unwrap();
         #[cfg(feature = "postgres")]

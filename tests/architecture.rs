@@ -14,6 +14,15 @@ use std::path::{Path, PathBuf};
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
+/// The `src/` of a crate of the workspace (`""` for the root package).
+fn src_of(krate: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match krate {
+        "" => root.join("src"),
+        name => root.join("crates").join(name).join("src"),
+    }
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -133,8 +142,9 @@ fn named_modules(code: &str, me: &[String], aliases: &BTreeMap<String, String>) 
     found
 }
 
+/// The module graph of the core crate, whose top-level modules are the layers.
 fn graph() -> Graph {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_of("sessiond-core");
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
     let modules: BTreeSet<String> = lib
         .lines()
@@ -356,20 +366,21 @@ fn port_breaches(code: &str) -> Vec<String> {
     found
 }
 
-/// The breaches of every file below `dirs` of `src/` (all of it for `[""]`), but the store's own.
+/// The breaches of every file below `dirs` (`crate/dir`, `crate/` for all of a crate's `src/`,
+/// the root package's as `/dir`). The store crate is the store's own and is not read.
 fn breaches_outside_the_store(dirs: &[&str]) -> (usize, Vec<(String, Vec<String>)>) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     for dir in dirs {
-        rust_files(&src.join(dir), &mut files);
+        let (krate, rel) = dir.split_once('/').unwrap_or((dir, ""));
+        rust_files(&src_of(krate).join(rel), &mut files);
     }
-    files.retain(|f| !f.starts_with(src.join("store")));
     let n = files.len();
     let wrong = files
         .iter()
         .filter_map(|f| {
             let text = std::fs::read_to_string(f).unwrap();
-            let rel = f.strip_prefix(&src).unwrap().display().to_string();
+            let rel = f.strip_prefix(root).unwrap().display().to_string();
             let b = port_breaches(&code(&text));
             (!b.is_empty()).then_some((rel, b))
         })
@@ -380,7 +391,7 @@ fn breaches_outside_the_store(dirs: &[&str]) -> (usize, Vec<(String, Vec<String>
 fn show_breaches(wrong: &[(String, Vec<String>)]) -> String {
     wrong
         .iter()
-        .flat_map(|(f, b)| b.iter().map(move |b| format!("  src/{f}: {b}")))
+        .flat_map(|(f, b)| b.iter().map(move |b| format!("  {f}: {b}")))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -390,7 +401,11 @@ fn show_breaches(wrong: &[(String, Vec<String>)]) -> String {
 /// take and return sessiond's own types: another backend can stand behind the same methods.
 #[test]
 fn agent_platform_and_schedules_use_the_store_through_its_port() {
-    let (n, wrong) = breaches_outside_the_store(&["agentex", "schedules", "api/agentex"]);
+    let (n, wrong) = breaches_outside_the_store(&[
+        "sessiond-core/agentex",
+        "sessiond-core/schedules",
+        "sessiond-http/agentex",
+    ]);
     assert!(n >= 10, "the directories moved: {n} files");
     assert!(
         wrong.is_empty(),
@@ -399,13 +414,13 @@ fn agent_platform_and_schedules_use_the_store_through_its_port() {
     );
 }
 
-/// All of `src/` outside the store: no SQL type, no connection, no read or write closure. Every
-/// unit of work is a method of a store handle, typed in and out; the store's `read` and `write`
-/// are private to it.
+/// Every crate above the store: no SQL type, no connection, no read or write closure. Every unit
+/// of work is a method of a store handle, typed in and out; the store's `read` and `write` are
+/// private to it.
 #[test]
 fn nothing_outside_the_store_reaches_past_its_port() {
-    let (n, wrong) = breaches_outside_the_store(&[""]);
-    assert!(n >= 100, "src/ moved: {n} files");
+    let (n, wrong) = breaches_outside_the_store(&["sessiond-core/", "sessiond-http/", "/"]);
+    assert!(n >= 100, "the crates moved: {n} files");
     assert!(
         wrong.is_empty(),
         "code outside the store reaches past its port:\n{}",
@@ -442,26 +457,46 @@ fn the_port_check_sees_closures_connections_and_sql_types() {
     );
 }
 
-/// Only the HTTP layer (`api/`) and the wiring that starts it (`server.rs`) name actix: the core,
-/// the store, the engines and the runner know nothing of HTTP, and the core's `Error` is mapped to
-/// a status in `api/error.rs` alone. String literals do not count (`cli.rs` names actix's log
-/// targets to quiet them).
+/// Only the HTTP crate and the wiring that starts it (the root's `server.rs`) name actix: the
+/// core, the store, the engines and the runner know nothing of HTTP, and the core's `Error` is
+/// mapped to a status in `sessiond-http`'s `error.rs` alone. No other crate of the workspace can
+/// link it without saying so in its manifest, which this reads too. String literals do not count
+/// (`cli.rs` names actix's log targets to quiet them).
 #[test]
 fn only_the_http_layer_names_actix() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    assert!(files.len() >= 100, "src/ moved: {} files", files.len());
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.ends_with("sessiond-http") {
+            continue;
+        }
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        assert!(
+            !manifest
+                .lines()
+                .any(|l| !l.trim_start().starts_with('#') && l.contains("actix")),
+            "{} depends on actix",
+            dir.display()
+        );
+        rust_files(&dir.join("src"), &mut files);
+    }
+    rust_files(&src_of(""), &mut files);
+    assert!(
+        files.len() >= 100,
+        "the crates moved: {} files",
+        files.len()
+    );
     let wrong: Vec<String> = files
         .iter()
-        .filter(|f| !f.starts_with(src.join("api")) && !f.ends_with("server.rs"))
+        .filter(|f| !f.ends_with("src/server.rs"))
         .filter(|f| {
             let text = without_strings(&code(&std::fs::read_to_string(f).unwrap()));
             ["actix_web", "actix_http", "actix_server", "actix_service"]
                 .iter()
                 .any(|w| has_word(&text, w))
         })
-        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
         .collect();
     assert!(
         wrong.is_empty(),
@@ -586,10 +621,10 @@ fn named_paths(code: &str, me: &[String]) -> Vec<Vec<String>> {
     out
 }
 
-/// Which file names which: each file by its module path, each edge to the file that holds the
-/// longest prefix of a named path.
-fn file_graph() -> Graph {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Which file of a crate names which: each file by its module path, each edge to the file that
+/// holds the longest prefix of a named path.
+fn file_graph(krate: &str) -> Graph {
+    let src = src_of(krate);
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let modules: BTreeMap<Vec<String>, PathBuf> = files
@@ -617,18 +652,23 @@ fn file_graph() -> Graph {
 /// cannot be read, tested or moved to a crate of its own in parts.
 #[test]
 fn the_file_graph_has_no_circle() {
-    let graph = file_graph();
-    for (from, to) in [
-        ("runner::turn", "store"),
-        ("api::agentex::acp", "api::agent_key"),
+    for (krate, from, to) in [
+        ("sessiond-core", "runner::turn", "store"),
+        ("sessiond-http", "agentex::acp", "agent_key"),
     ] {
+        let graph = file_graph(krate);
         assert!(
             graph.get(from).is_some_and(|d| d.contains(to)),
             "the reader misses the known edge {from} -> {to}:\n{}",
             show(&graph)
         );
     }
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!("import circle between files: {}", cycle.join(" -> "));
+    for krate in ["sessiond-core", "sessiond-http", "sessiond-store", ""] {
+        if let Some(cycle) = find_cycle(&file_graph(krate)) {
+            panic!(
+                "import circle between files of {krate:?}: {}",
+                cycle.join(" -> ")
+            );
+        }
     }
 }
