@@ -6,7 +6,7 @@ use super::sql::{Db, params};
 use crate::error::{Error, Result};
 
 /// Most configs one task may have.
-pub const PER_TASK_MAX: i64 = 10;
+pub(crate) const PER_TASK_MAX: i64 = 10;
 
 #[derive(Debug, Clone)]
 pub struct PushConfigRow {

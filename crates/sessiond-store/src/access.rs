@@ -9,7 +9,7 @@ use crate::identity::{NewKeyRow, Role};
 
 /// The password hash of an account made without a password: no password verifies against it,
 /// so the person signs in only after choosing one through a reset link.
-pub const NO_PASSWORD: &str = "!none";
+pub(crate) const NO_PASSWORD: &str = "!none";
 
 /// A workspace as its settings show it.
 #[derive(Debug, Clone)]

@@ -73,7 +73,7 @@ pub(super) fn workspace_owner(conn: &Db, slug: &str) -> Result<Option<(String, S
 }
 
 /// What a registration writes.
-pub struct NewAcpRegistration<'a> {
+pub(crate) struct NewAcpRegistration<'a> {
     pub key_salt: &'a str,
     pub key_hash: &'a str,
     pub principal_context: Option<&'a str>,
@@ -202,7 +202,7 @@ impl Tx<'_> {
 
     /// Registers an agent as an ACP server: its agent platform registration and the issued key's
     /// salt (kept across re-registrations, so the key stays the same) and hash.
-    pub fn enrol_acp_agent(&mut self, agent_id: &str, e: &AcpEnrolment) -> Result<()> {
+    pub(crate) fn enrol_acp_agent(&mut self, agent_id: &str, e: &AcpEnrolment) -> Result<()> {
         self.register_agent(agent_id, &e.registration.borrowed())?;
         let salt = acp_registration(self.conn, agent_id)?
             .map(|reg| reg.key_salt)
@@ -221,7 +221,7 @@ impl Tx<'_> {
 }
 
 /// The hash of the key issued for `(agent_id, salt)`.
-pub type KeyHash = std::sync::Arc<dyn Fn(&str, &str) -> String + Send + Sync>;
+pub(crate) type KeyHash = std::sync::Arc<dyn Fn(&str, &str) -> String + Send + Sync>;
 
 /// What registering an agent as an ACP server records.
 #[derive(Clone)]

@@ -130,7 +130,7 @@ pub struct Registration<'a> {
 
 impl Tx<'_> {
     /// Records (or replaces) an agent's registration; `registered_at` becomes now.
-    pub fn register_agent(&mut self, agent_id: &str, r: &Registration<'_>) -> Result<()> {
+    pub(crate) fn register_agent(&mut self, agent_id: &str, r: &Registration<'_>) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO agentex_agents (agent_id, description, agent_input_type,
@@ -237,7 +237,7 @@ pub(super) fn deployments(
 }
 
 /// A deployment to insert.
-pub struct NewDeployment<'a> {
+pub(crate) struct NewDeployment<'a> {
     pub id: &'a str,
     pub agent_id: &'a str,
     pub docker_image: &'a str,
@@ -557,7 +557,7 @@ pub(super) fn tasks(conn: &Db, workspace_id: &str, f: &TaskFilter) -> Result<Vec
 
 /// The task fields a write sets; `None` leaves a field as it is.
 #[derive(Debug, Default)]
-pub struct TaskFields<'a> {
+pub(crate) struct TaskFields<'a> {
     pub name: Option<&'a str>,
     pub params: Option<&'a str>,
     pub task_metadata: Option<&'a str>,
@@ -580,7 +580,7 @@ impl Tx<'_> {
     }
 
     /// Creates the task row of a session, or sets the given fields on it.
-    pub fn put_task_fields(
+    pub(crate) fn put_task_fields(
         &mut self,
         key: &SessionKey,
         workspace_id: &str,
@@ -619,7 +619,7 @@ impl Tx<'_> {
     }
 
     /// Sets a task's final status (and its reason).
-    pub fn set_task_final_status(
+    pub(crate) fn set_task_final_status(
         &mut self,
         key: &SessionKey,
         workspace_id: &str,
@@ -942,7 +942,7 @@ pub(super) fn revises(conn: &Db, session_pk: i64, seq: u64) -> Result<Option<Rev
 impl Tx<'_> {
     /// Records that the event at `revision_seq` holds message `message_seq`'s content from now
     /// on (the message itself when it opens in progress).
-    pub fn revise_message(
+    pub(crate) fn revise_message(
         &mut self,
         key: &SessionKey,
         message_seq: u64,
@@ -979,7 +979,7 @@ impl Tx<'_> {
     /// `IN_PROGRESS`): each gets a last revision, the content it holds again, marked done. A
     /// turn that failed or was interrupted calls this, so an agent that died mid-message leaves
     /// no message open forever.
-    pub fn close_open_messages(&mut self, key: &SessionKey) -> Result<usize> {
+    pub(crate) fn close_open_messages(&mut self, key: &SessionKey) -> Result<usize> {
         let open: Vec<(u64, u64)> = self
             .conn
             .prepare_cached(
@@ -1120,7 +1120,7 @@ impl Tx<'_> {
     }
 
     /// Records an event sent to a task; `seq` is the timeline input it delivered, if any.
-    pub fn insert_agentex_event(
+    pub(crate) fn insert_agentex_event(
         &mut self,
         key: &SessionKey,
         agent_id: &str,
@@ -1453,7 +1453,7 @@ pub(super) fn trackers(conn: &Db, workspace_id: &str, f: &RecordFilter) -> Resul
 
 /// A tracker change; `None` leaves a field as it is.
 #[derive(Debug, Default)]
-pub struct TrackerUpdate<'a> {
+pub(crate) struct TrackerUpdate<'a> {
     pub last_processed_event_id: Option<&'a str>,
     pub status: Option<&'a str>,
     pub status_reason: Option<&'a str>,

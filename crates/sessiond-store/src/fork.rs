@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::timeline::{Event, Level, SystemMetadata, TurnStateStatus};
 
 /// The code of the `system` notice that marks where a fork's copied timeline ends.
-pub const FORKED: &str = SystemMetadata::FORKED;
+pub(crate) const FORKED: &str = SystemMetadata::FORKED;
 
 /// How many events a fork copies per read.
 const PAGE: u32 = 512;

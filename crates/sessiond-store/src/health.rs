@@ -21,10 +21,10 @@ use crate::clock;
 use crate::error::Error;
 
 /// How often a degraded store tries a probe write.
-pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Free space the data dir's filesystem needs before a `full` store reports ok again.
-pub const MIN_FREE_BYTES: u64 = 1 << 20;
+pub(crate) const MIN_FREE_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Condition {
@@ -79,7 +79,7 @@ impl Default for Health {
 
 impl Health {
     /// Health of a store whose database lives in `dir`.
-    pub fn for_dir(dir: &Path) -> Self {
+    pub(crate) fn for_dir(dir: &Path) -> Self {
         Health {
             dir: Some(dir.to_path_buf()),
             ..Health::default()

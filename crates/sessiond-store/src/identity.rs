@@ -224,7 +224,7 @@ pub fn browser_session(conn: &Db, token_hash: &str) -> Result<Option<(String, i6
 }
 
 impl Tx<'_> {
-    pub fn insert_user(&mut self, email: &str, password_hash: &str) -> Result<String> {
+    pub(crate) fn insert_user(&mut self, email: &str, password_hash: &str) -> Result<String> {
         let id = crate::ids::new_id();
         let n = self.conn.execute(
             "INSERT INTO users (id, email, password_hash, created_at) VALUES (?1, ?2, ?3, ?4)
@@ -264,7 +264,7 @@ impl Tx<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn insert_key(
+    pub(crate) fn insert_key(
         &mut self,
         id: &str,
         secret_hash: &str,
@@ -402,11 +402,7 @@ impl super::Store {
 }
 
 impl IdentityStore<'_> {
-    pub async fn user_count(&self) -> Result<i64> {
-        self.store.read(user_count).await
-    }
-
-    /// [`IdentityStore::user_count`] outside an async runtime (start-up).
+    /// How many users there are, outside an async runtime (start-up).
     pub fn user_count_blocking(&self) -> Result<i64> {
         self.store.read_blocking(user_count)
     }

@@ -38,7 +38,7 @@ pub enum Closure {
 
 /// What the rule reads about a session: its task's final status, its closing and its budget.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct IntakeFacts<'a> {
+pub(crate) struct IntakeFacts<'a> {
     pub final_status: Option<FinalStatus>,
     pub status_reason: Option<&'a str>,
     pub closed: bool,
@@ -50,7 +50,7 @@ pub struct IntakeFacts<'a> {
 
 /// The rule: why the session takes no input, or `None` when it takes it. A final status wins
 /// over a handoff (the task's status shows it), and both over the budget (they are for good).
-pub fn closure(f: &IntakeFacts<'_>) -> Option<Closure> {
+pub(crate) fn closure(f: &IntakeFacts<'_>) -> Option<Closure> {
     if let Some(status) = f.final_status {
         return Some(Closure::TaskFinal {
             status,
@@ -175,7 +175,7 @@ impl Tx<'_> {
 
     /// The check every input makes before it writes anything: the session takes input, else the
     /// refusal that names why.
-    pub fn takes_input(&self, key: &SessionKey) -> Result<()> {
+    pub(crate) fn takes_input(&self, key: &SessionKey) -> Result<()> {
         match self.closure(key)? {
             Some(c) => Err(c.error()),
             None => Ok(()),
@@ -187,7 +187,7 @@ impl Tx<'_> {
     /// closed) is dropped and the session, waiting for a turn, ends `interrupted`, as a stop
     /// leaves it. A running turn finishes first (it may still take the steers queued for it).
     /// A spent budget is not this: its turn starts and fails with `budget_hit`.
-    pub fn drop_work_if_closed(&mut self, key: &SessionKey) -> Result<bool> {
+    pub(crate) fn drop_work_if_closed(&mut self, key: &SessionKey) -> Result<bool> {
         if !self.closure(key)?.is_some_and(|c| c.is_final()) {
             return Ok(false);
         }

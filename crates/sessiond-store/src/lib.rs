@@ -249,7 +249,7 @@ impl Store {
     }
 
     /// Which SQL the database speaks.
-    pub fn dialect(&self) -> sql::Dialect {
+    pub(crate) fn dialect(&self) -> sql::Dialect {
         match &self.inner.backend {
             Backend::Sqlite(_) => sql::Dialect::Sqlite,
             #[cfg(feature = "postgres")]

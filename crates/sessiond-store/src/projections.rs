@@ -271,7 +271,7 @@ fn queued_images(tx: &Tx<'_>, key: &SessionKey, seq: u64) -> Result<Option<Vec<I
 /// whichever unit of work changes what they derive from.
 impl Tx<'_> {
     /// Sets the turn status and the bucket derived from it (and from the machine, when present).
-    pub fn set_turn(&mut self, key: &SessionKey, turn: TurnStatus) -> Result<()> {
+    pub(crate) fn set_turn(&mut self, key: &SessionKey, turn: TurnStatus) -> Result<()> {
         let machine = self.json_column(key, JsonColumn::Machine)?;
         let activity = machine
             .as_deref()
@@ -283,7 +283,7 @@ impl Tx<'_> {
 
     /// Recomputes `followUpQueue` from the follow-up prompts still waiting (their text and
     /// images); when it changed, stores it and appends a `follow_up_queue` event.
-    pub fn refresh_follow_up_queue(&mut self, key: &SessionKey) -> Result<()> {
+    pub(crate) fn refresh_follow_up_queue(&mut self, key: &SessionKey) -> Result<()> {
         let mut queue: Vec<FollowUpQueueItem> = Vec::new();
         for p in self.pending_inputs(key)? {
             if !(matches!(p.kind, QueueKind::Message | QueueKind::Initial)

@@ -499,7 +499,7 @@ pub enum SearchPlan {
 /// `m = √(limit · n)`; so the matches are counted up to that bound (never further) and the side
 /// of it they fall on decides. FTS5 cannot return matches in the list's `(created_at, id)` order
 /// (its rowid is the session's insertion key), so no plan can read only a page of them.
-pub fn search_plan(conn: &Db, fts_query: &str, limit: u32) -> Result<SearchPlan> {
+pub(crate) fn search_plan(conn: &Db, fts_query: &str, limit: u32) -> Result<SearchPlan> {
     let sessions = max_session_pk(conn)?;
     let bound = ((f64::from(limit) + 1.0) * sessions as f64).sqrt() as i64;
     let bound = bound.clamp(SEARCH_MIN_BOUND, SEARCH_MAX_BOUND);
@@ -634,7 +634,7 @@ fn named<K: AsRef<str>>(args: &[(K, SqlValue)]) -> Vec<(&str, &dyn super::sql::T
 
 /// [`list_sessions`] with the search plan chosen by the caller (tests compare the plans).
 /// [`SearchPlan::InRanges`] walks to the end of the page, however many rows that takes.
-pub fn list_sessions_with(
+pub(crate) fn list_sessions_with(
     conn: &Db,
     workspace_id: &str,
     user_id: &str,
@@ -845,7 +845,7 @@ pub fn engine_memo(conn: &Db, session_pk: i64) -> Result<Option<String>> {
 
 /// The engine configuration a session's turns run with: the one pinned on the session (see
 /// migration 0005), else its agent's.
-pub fn turn_engine(conn: &Db, session_pk: i64) -> Result<Option<String>> {
+pub(crate) fn turn_engine(conn: &Db, session_pk: i64) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached(
             "SELECT COALESCE(s.engine, a.engine) FROM sessions s JOIN agents a ON a.id = s.agent_id
@@ -856,7 +856,7 @@ pub fn turn_engine(conn: &Db, session_pk: i64) -> Result<Option<String>> {
 }
 
 /// The first event of a given type at or after `from_seq` (used to find an input's terminal).
-pub fn first_event_of_types(
+pub(crate) fn first_event_of_types(
     conn: &Db,
     session_pk: i64,
     from_seq: u64,
@@ -978,7 +978,7 @@ pub fn default_session_id(conn: &Db, agent_id: &str) -> Result<Option<String>> {
 ///
 /// The ORDER BY is the expression of the `sessions_activity` index (migration 0009), so the page
 /// is read in index order and costs the same for ten sessions or a million; keep the two equal.
-pub fn agent_activity(
+pub(crate) fn agent_activity(
     conn: &Db,
     agent_id: &str,
     user_id: &str,
@@ -1127,7 +1127,7 @@ pub fn workspace_slug(conn: &Db, workspace_id: &str) -> Result<Option<String>> {
 }
 
 /// The id of the upload grant a token belongs to, by the token's hash.
-pub fn upload_grant_by_hash(conn: &Db, token_hash: &str) -> Result<Option<String>> {
+pub(crate) fn upload_grant_by_hash(conn: &Db, token_hash: &str) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT id FROM upload_grants WHERE token_hash = ?1")?
         .query_row([token_hash], |r| r.get(0))
@@ -1135,7 +1135,7 @@ pub fn upload_grant_by_hash(conn: &Db, token_hash: &str) -> Result<Option<String
 }
 
 /// `(workspace slug, agent slug, engine)` of every agent.
-pub fn agent_engines(conn: &Db) -> Result<Vec<(String, String, String)>> {
+pub(crate) fn agent_engines(conn: &Db) -> Result<Vec<(String, String, String)>> {
     let mut stmt = conn.prepare(
         "SELECT w.slug, a.slug, a.engine FROM agents a JOIN workspaces w ON w.id = a.workspace_id",
     )?;

@@ -216,7 +216,7 @@ pub fn open_turn_before(conn: &Db, pk: i64, seq: u64) -> Result<Option<u64>> {
 }
 
 /// What the budget check needs, inside a write: `(budget_cents, usage totals JSON)`.
-pub fn budget_of(conn: &Db, pk: i64) -> Result<Option<(u64, Option<String>)>> {
+pub(crate) fn budget_of(conn: &Db, pk: i64) -> Result<Option<(u64, Option<String>)>> {
     Ok(conn
         .prepare_cached("SELECT budget_cents, usage_totals FROM sessions WHERE pk = ?1")?
         .query_row([pk], |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?)))
@@ -233,7 +233,7 @@ pub struct NewRecordFacts<'a> {
 
 impl Tx<'_> {
     /// Records the webhook delivery that started a session (in the transaction that creates it).
-    pub fn set_webhook_facts(&mut self, key: &SessionKey, w: &WebhookFacts) -> Result<()> {
+    pub(crate) fn set_webhook_facts(&mut self, key: &SessionKey, w: &WebhookFacts) -> Result<()> {
         self.conn
             .prepare_cached(
                 "UPDATE sessions SET webhook_type = ?2, webhook_id = ?3, attribution_user = ?4
@@ -300,7 +300,7 @@ impl Tx<'_> {
     }
 
     /// Records an interrupt request: when, and who asked.
-    pub fn set_stopped(&mut self, key: &SessionKey, by: &str) -> Result<()> {
+    pub(crate) fn set_stopped(&mut self, key: &SessionKey, by: &str) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET stopped_at = ?2, stopped_by = ?3 WHERE pk = ?1")?
             .execute(params![key.pk, self.now, by])?;

@@ -279,7 +279,7 @@ impl Tx<'_> {
 
     /// Writes what a firing changes (the next tick, the skips left, the count and the last
     /// firing), and nothing else: the row's other columns and indexes stay untouched.
-    pub fn record_schedule_action(&mut self, s: &ScheduleRow) -> Result<()> {
+    pub(crate) fn record_schedule_action(&mut self, s: &ScheduleRow) -> Result<()> {
         let changed = self
             .conn
             .prepare_cached(
@@ -312,7 +312,11 @@ impl Tx<'_> {
 
     /// Remembers that a tick of a schedule created the session `key`; a second session for one
     /// tick of the cadence is refused by the table's unique index.
-    pub fn record_schedule_run(&mut self, key: &SessionKey, run: &ScheduleRunRow) -> Result<()> {
+    pub(crate) fn record_schedule_run(
+        &mut self,
+        key: &SessionKey,
+        run: &ScheduleRunRow,
+    ) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO schedule_runs (session_pk, schedule_id, fire_time, trigger_type,
@@ -346,18 +350,18 @@ impl Tx<'_> {
 
     /// The schedule with this id, held until the transaction ends: a tick fires only from the
     /// row it was computed from, exactly once.
-    pub fn schedule_for_update(&mut self, id: &str) -> Result<Option<ScheduleRow>> {
+    pub(crate) fn schedule_for_update(&mut self, id: &str) -> Result<Option<ScheduleRow>> {
         self.lock_schedule(id)?;
         schedule_by_id(self.conn, id)
     }
 
     /// Whether a user still belongs to a workspace (a user-created schedule fires only then).
-    pub fn is_member(&self, user_id: &str, workspace_id: &str) -> Result<bool> {
+    pub(crate) fn is_member(&self, user_id: &str, workspace_id: &str) -> Result<bool> {
         super::identity::is_member(self.conn, user_id, workspace_id)
     }
 
     /// Whether an app still exists in a workspace (an app-created schedule fires only then).
-    pub fn app_exists(&self, app_id: &str, workspace_id: &str) -> Result<bool> {
+    pub(crate) fn app_exists(&self, app_id: &str, workspace_id: &str) -> Result<bool> {
         app_exists(self.conn, app_id, workspace_id)
     }
 }

@@ -104,7 +104,7 @@ pub enum PostedMessage {
 
 impl Tx<'_> {
     /// The sender an input is recorded with (see [`Author`]).
-    pub fn sender_of(&self, workspace_id: &str, author: &Author) -> Result<Sender> {
+    pub(crate) fn sender_of(&self, workspace_id: &str, author: &Author) -> Result<Sender> {
         match &author.source_session_id {
             Some(source) => Ok(Sender::Session {
                 session_id: self.session_key(workspace_id, source)?.id,
@@ -114,7 +114,7 @@ impl Tx<'_> {
     }
 
     /// Stores an input's images with the session; the references its event carries.
-    pub fn store_images(
+    pub(crate) fn store_images(
         &mut self,
         key: &SessionKey,
         images: &[NewImage],

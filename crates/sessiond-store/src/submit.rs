@@ -225,7 +225,7 @@ impl Tx<'_> {
     }
 
     /// Inserts a session's row (with its machine, if any) and its `session_created` event.
-    pub fn insert_session_row(
+    pub(crate) fn insert_session_row(
         &mut self,
         plan: &SessionPlan,
         prompt: &str,
@@ -271,7 +271,7 @@ impl Tx<'_> {
 
     /// Inserts a session with its `session_created`, optional `agent_message` and first
     /// `prompt_submitted`; the key and the prompt's seq.
-    pub fn insert_new_session(
+    pub(crate) fn insert_new_session(
         &mut self,
         plan: &SessionPlan,
         first: &NewPrompt,
@@ -314,7 +314,7 @@ impl Tx<'_> {
 
     /// Appends a message to an existing session; its seq, whether a turn was running and, when
     /// the message asked to stop that turn, the turn's generation.
-    pub fn add_message(
+    pub(crate) fn add_message(
         &mut self,
         workspace_id: &str,
         key: &SessionKey,

@@ -417,7 +417,7 @@ impl Tx<'_> {
     }
 
     /// The engine configuration a session's turns run with: its own pinned one, else its agent's.
-    pub fn turn_engine(&self, session_pk: i64) -> Result<Option<String>> {
+    pub(crate) fn turn_engine(&self, session_pk: i64) -> Result<Option<String>> {
         super::turn_engine(self.conn, session_pk)
     }
 

@@ -67,7 +67,7 @@ pub struct WebhookTriggerRow {
 
 /// Most triggers one delivery is checked against (one URL shared by agents of the same name in
 /// several workspaces, or a delivery that names no repository or app).
-pub const CANDIDATES_MAX: u32 = 16;
+pub(crate) const CANDIDATES_MAX: u32 = 16;
 
 /// The triggers a delivery to `agent_slug`/`forward_path` signed for `source` may be for: those
 /// whose creator still belongs to the workspace, named `name` when the delivery names one, at

@@ -428,7 +428,7 @@ impl WriterHandle {
     }
 
     /// Write requests waiting in the writer's queue.
-    pub fn queue_depth(&self) -> usize {
+    pub(crate) fn queue_depth(&self) -> usize {
         self.sender
             .lock()
             .unwrap_or_else(|p| p.into_inner())

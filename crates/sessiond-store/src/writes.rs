@@ -109,7 +109,7 @@ impl QueueKind {
 
     /// Inputs that come from outside (they are delivered and observed by `/wait`); wakes and
     /// machine states are the runner's own.
-    pub fn is_external(self) -> bool {
+    pub(crate) fn is_external(self) -> bool {
         matches!(
             self,
             QueueKind::Initial | QueueKind::Message | QueueKind::Answer
@@ -156,7 +156,7 @@ pub enum RowLock<'a> {
 impl Tx<'_> {
     /// Finds a workspace by slug, creating it (and its `root` agent, named for what it is: the
     /// agent of the whole drive) when missing.
-    pub fn ensure_workspace(&mut self, slug: &str, name: &str) -> Result<String> {
+    pub(crate) fn ensure_workspace(&mut self, slug: &str, name: &str) -> Result<String> {
         if let Some(id) = self
             .conn
             .query_row("SELECT id FROM workspaces WHERE slug = ?1", [slug], |r| {
@@ -256,7 +256,7 @@ impl Tx<'_> {
     }
 
     /// Appends an already-encoded event body (`{"type":...}`).
-    pub fn append_raw(
+    pub(crate) fn append_raw(
         &mut self,
         key: &SessionKey,
         event_type: &str,
@@ -315,7 +315,7 @@ impl Tx<'_> {
     /// On SQLite the prompt is written after the batch's last job (see
     /// [`super::writer::QueuedPrompt`]), in the same transaction; on PostgreSQL, where each job is
     /// a transaction of its own, at once.
-    pub fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+    pub(crate) fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
         if self.conn.dialect() == Dialect::Postgres {
             return self.write_prompt_index(key, seq, prompt);
         }
@@ -432,7 +432,7 @@ impl Tx<'_> {
     }
 
     /// Writes one projection column that holds JSON (or NULL).
-    pub fn set_json_column(
+    pub(crate) fn set_json_column(
         &mut self,
         key: &SessionKey,
         column: JsonColumn,
@@ -467,7 +467,7 @@ impl Tx<'_> {
     }
 
     /// PATCH title: manual titles are final (never regenerated).
-    pub fn set_manual_title(&mut self, key: &SessionKey, title: &str) -> Result<()> {
+    pub(crate) fn set_manual_title(&mut self, key: &SessionKey, title: &str) -> Result<()> {
         self.conn
             .prepare_cached(
                 "UPDATE sessions SET title = ?2, title_origin = 'manual', title_status = 'complete',
@@ -504,7 +504,7 @@ impl Tx<'_> {
     }
 
     /// Permanently removes a session, its timeline, inputs, images, markers and default binding.
-    pub fn delete_session(&mut self, key: &SessionKey) -> Result<()> {
+    pub(crate) fn delete_session(&mut self, key: &SessionKey) -> Result<()> {
         self.outbox_session_deleted(key)?;
         let c = self.conn;
         c.execute("DELETE FROM events WHERE session_pk = ?1", [key.pk])?;
@@ -575,7 +575,7 @@ impl Tx<'_> {
     }
 
     /// Stores an inline image once per session (content-addressed).
-    pub fn put_image(
+    pub(crate) fn put_image(
         &mut self,
         key: &SessionKey,
         storage_id: &str,
@@ -625,7 +625,7 @@ impl Tx<'_> {
 
     /// The id of the HTTP request that stored a queued input, taken as the input is (`None` for
     /// the runner's own, and after a restart).
-    pub fn input_request_id(&self, key: &SessionKey, seq: u64) -> Result<Option<String>> {
+    pub(crate) fn input_request_id(&self, key: &SessionKey, seq: u64) -> Result<Option<String>> {
         Ok(INPUT_REQUEST_IDS
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -633,7 +633,7 @@ impl Tx<'_> {
     }
 
     /// The oldest input that may run now, if any.
-    pub fn next_input(&self, key: &SessionKey) -> Result<Option<PendingInput>> {
+    pub(crate) fn next_input(&self, key: &SessionKey) -> Result<Option<PendingInput>> {
         Ok(self
             .conn
             .prepare_cached(
@@ -670,7 +670,7 @@ impl Tx<'_> {
 
     /// Starts a turn: bumps the fencing generation and marks the session active. Fails with
     /// `None` when a turn is already active.
-    pub fn claim_turn(&mut self, key: &SessionKey, lease: &Lease) -> Result<Option<u64>> {
+    pub(crate) fn claim_turn(&mut self, key: &SessionKey, lease: &Lease) -> Result<Option<u64>> {
         let generation: Option<i64> = self
             .conn
             .prepare_cached(
@@ -688,7 +688,7 @@ impl Tx<'_> {
 
     /// Takes over the active turn of the process `dead_owner` (known to be gone), so that this
     /// job may end it: true when that process still holds it.
-    pub fn take_turn_of(
+    pub(crate) fn take_turn_of(
         &mut self,
         key: &SessionKey,
         owner: &str,
@@ -709,7 +709,7 @@ impl Tx<'_> {
     /// is still active and, with `expired_before`, its lease ran out before then. Two processes
     /// that find the same expired turn both ask; the session row's lock orders them and the
     /// second finds the turn ended.
-    pub fn take_lost_turn(
+    pub(crate) fn take_lost_turn(
         &mut self,
         key: &SessionKey,
         owner: &str,
@@ -737,7 +737,7 @@ impl Tx<'_> {
     }
 
     /// Refuses a write from a turn that no longer holds the session (fencing, invariant 8).
-    pub fn check_generation(&self, key: &SessionKey, generation: u64) -> Result<()> {
+    pub(crate) fn check_generation(&self, key: &SessionKey, generation: u64) -> Result<()> {
         let current: Option<(i64, bool)> = self
             .conn
             .prepare_cached("SELECT turn_generation, turn_active FROM sessions WHERE pk = ?1")?
@@ -751,7 +751,7 @@ impl Tx<'_> {
     }
 
     /// Ends the active turn (the terminal event is appended by the caller in the same job).
-    pub fn release_turn(
+    pub(crate) fn release_turn(
         &mut self,
         key: &SessionKey,
         engine_state: Option<&str>,
@@ -781,7 +781,7 @@ impl Tx<'_> {
     }
 
     /// What the session's engine remembers between turns (read with [`super::engine_memo`]).
-    pub fn set_engine_memo(&mut self, key: &SessionKey, memo: Option<&str>) -> Result<()> {
+    pub(crate) fn set_engine_memo(&mut self, key: &SessionKey, memo: Option<&str>) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET engine_memo = ?2 WHERE pk = ?1")?
             .execute(params![key.pk, memo])?;
@@ -789,7 +789,11 @@ impl Tx<'_> {
     }
 
     /// Adds one call's usage to the session's running totals.
-    pub fn add_usage(&mut self, key: &SessionKey, usage: &crate::timeline::Usage) -> Result<()> {
+    pub(crate) fn add_usage(
+        &mut self,
+        key: &SessionKey,
+        usage: &crate::timeline::Usage,
+    ) -> Result<()> {
         let current: Option<String> = self
             .conn
             .prepare_cached("SELECT usage_totals FROM sessions WHERE pk = ?1")?
@@ -813,7 +817,7 @@ impl Tx<'_> {
     }
 
     /// The projection row as the runner needs it while holding the writer.
-    pub fn session_row(&self, key: &SessionKey) -> Result<super::SessionRow> {
+    pub(crate) fn session_row(&self, key: &SessionKey) -> Result<super::SessionRow> {
         let mut row =
             super::reads::session_row_by_pk(self.conn, key.pk, None)?.ok_or(Error::NotFound)?;
         if let Some(c) = self.pending_counters(key.pk) {
@@ -869,7 +873,7 @@ impl PendingInput {
 
 impl Tx<'_> {
     /// Records that the turn started at `turn_started_seq` took input `input_seq`.
-    pub fn record_input_turn(
+    pub(crate) fn record_input_turn(
         &mut self,
         key: &SessionKey,
         input_seq: u64,
@@ -887,7 +891,7 @@ impl Tx<'_> {
 
 impl Tx<'_> {
     /// Allocates the next task id of a session (`t1`, `t2`, ...).
-    pub fn next_task_id(&mut self, key: &SessionKey) -> Result<String> {
+    pub(crate) fn next_task_id(&mut self, key: &SessionKey) -> Result<String> {
         let n: i64 = self
             .conn
             .prepare_cached(
@@ -899,7 +903,13 @@ impl Tx<'_> {
     }
 
     /// Stores a task's current `Task` document and status.
-    pub fn put_task(&mut self, key: &SessionKey, id: &str, body: &str, status: &str) -> Result<()> {
+    pub(crate) fn put_task(
+        &mut self,
+        key: &SessionKey,
+        id: &str,
+        body: &str,
+        status: &str,
+    ) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO tasks (session_pk, id, body, status) VALUES (?1, ?2, ?3, ?4)
@@ -910,7 +920,7 @@ impl Tx<'_> {
     }
 
     /// Tasks still marked running (e.g. left behind by a crash).
-    pub fn running_tasks(&self, key: &SessionKey) -> Result<Vec<(String, String)>> {
+    pub(crate) fn running_tasks(&self, key: &SessionKey) -> Result<Vec<(String, String)>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT id, body FROM tasks WHERE session_pk = ?1 AND status = 'running' ORDER BY id",
         )?;
@@ -951,7 +961,7 @@ impl Tx<'_> {
 }
 
 impl Tx<'_> {
-    pub fn insert_agent(
+    pub(crate) fn insert_agent(
         &mut self,
         workspace_id: &str,
         slug: &str,
@@ -1050,7 +1060,7 @@ impl Tx<'_> {
     }
 
     /// Points an owner's default alias at a session, or clears it.
-    pub fn set_default(&mut self, agent_id: &str, session_id: Option<&str>) -> Result<()> {
+    pub(crate) fn set_default(&mut self, agent_id: &str, session_id: Option<&str>) -> Result<()> {
         match session_id {
             Some(sid) => self
                 .conn
@@ -1072,7 +1082,7 @@ impl Tx<'_> {
     }
 
     /// Pins the engine configuration a session runs with instead of its agent's.
-    pub fn pin_session_engine(&mut self, key: &SessionKey, engine: &str) -> Result<()> {
+    pub(crate) fn pin_session_engine(&mut self, key: &SessionKey, engine: &str) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET engine = ?2 WHERE pk = ?1")?
             .execute(params![key.pk, engine])?;
@@ -1080,7 +1090,7 @@ impl Tx<'_> {
     }
 
     /// Moves a session's cwd only if it still is `expected` (compare-and-swap).
-    pub fn swap_cwd(
+    pub(crate) fn swap_cwd(
         &mut self,
         key: &SessionKey,
         expected: Option<&str>,

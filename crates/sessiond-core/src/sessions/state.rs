@@ -3,7 +3,7 @@
 //!
 //! The state is derived here, from the same facts the `/v2` record's lifecycle reads (the turn
 //! status, the newest terminal, the task's final status) and from the one rule that decides
-//! whether a session takes input ([`crate::store::intake::closure`]); a client never guesses it.
+//! whether a session takes input (the store's intake rule); a client never guesses it.
 //!
 //! | state | when |
 //! |---|---|

@@ -53,7 +53,7 @@ pub struct Migrated {
 }
 
 /// The recorded version (0 for a database sessiond never migrated).
-pub async fn current_version(client: &Client) -> Result<i64, PostgresError> {
+pub(crate) async fn current_version(client: &Client) -> Result<i64, PostgresError> {
     let exists: bool = client
         .query_one("SELECT to_regclass($1) IS NOT NULL", &[&VERSION_TABLE])
         .await
@@ -75,7 +75,7 @@ pub async fn current_version(client: &Client) -> Result<i64, PostgresError> {
 /// Applies the missing migrations under the advisory lock. `client` must be a connection of its
 /// own (not a pooled one): the lock belongs to the session, and is released here or, if this
 /// future is dropped half-way, when the connection closes.
-pub async fn migrate(client: &mut Client) -> Result<Migrated, PostgresError> {
+pub(crate) async fn migrate(client: &mut Client) -> Result<Migrated, PostgresError> {
     let query = |e: tokio_postgres::Error| PostgresError::Query(describe(&e));
     // The migrations' `IF NOT EXISTS` notices say nothing an operator needs.
     client

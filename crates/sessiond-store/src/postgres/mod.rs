@@ -21,7 +21,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
 pub use error::PostgresError;
-pub use migrate::{Migrated, SCHEMA_VERSION, VERSION_TABLE, current_version, migrations};
+pub use migrate::{Migrated, SCHEMA_VERSION, VERSION_TABLE, migrations};
 pub use url::{
     DatabaseUrl, RootCert, SslMode, Tls, is_postgres_url, redact, scrub, without_password,
 };
@@ -145,7 +145,7 @@ impl Postgres {
     /// The schema version the database has now.
     pub async fn schema_version(&self) -> Result<i64, PostgresError> {
         let client = self.client().await?;
-        current_version(&client).await
+        migrate::current_version(&client).await
     }
 }
 

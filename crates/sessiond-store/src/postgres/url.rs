@@ -127,7 +127,7 @@ pub struct Tls {
 
 impl Tls {
     /// Whether the certificate must name the host.
-    pub fn checks_host_name(&self) -> bool {
+    pub(crate) fn checks_host_name(&self) -> bool {
         self.mode == SslMode::VerifyFull
     }
 }
