@@ -17,6 +17,7 @@ pub mod drive;
 pub mod engine;
 pub mod error;
 pub mod hast;
+pub mod limits;
 pub mod mcp;
 pub mod outbound;
 pub mod process;

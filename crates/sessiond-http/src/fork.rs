@@ -10,6 +10,7 @@ use super::body;
 use super::context::AppState;
 use crate::context::Caller;
 use sessiond_core::error::{Error, Result};
+use sessiond_core::limits;
 use sessiond_core::sessions::busy::BusyPolicy;
 use sessiond_core::sessions::{ForkIn, HistoryQuery, InputCommon, MessageIn, view};
 use sessiond_core::timeline::Behavior;
@@ -35,14 +36,7 @@ pub fn first_message(state: &AppState, prompt: Option<String>) -> Result<Option<
         return Ok(None);
     };
     let max = state.sessions.config().limits.max_prompt_chars;
-    if prompt.trim().is_empty() {
-        return Err(Error::invalid("prompt: must not be empty"));
-    }
-    if prompt.chars().count() > max {
-        return Err(Error::invalid(format!(
-            "prompt: longer than {max} characters"
-        )));
-    }
+    limits::check_prompt("prompt", &prompt, max)?;
     Ok(Some(MessageIn {
         prompt,
         tier: None,

@@ -11,6 +11,7 @@ use super::context::AppState;
 use super::session_state;
 use crate::context::Caller;
 use sessiond_core::error::{Error, Result};
+use sessiond_core::limits::check_length;
 use sessiond_core::runner::Delivery;
 use sessiond_core::sessions::{
     self, Actor, CreateIn, HistoryQuery, InputCommon, ListQuery, MessageIn, Submitted, WaitOutcome,
@@ -141,15 +142,6 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Value> {
     serde_json::to_value(v).map_err(|e| Error::Internal(format!("cannot encode response: {e}")))
 }
 
-fn check_text(field: &str, text: &str, max_chars: usize) -> Result<()> {
-    if text.chars().count() > max_chars {
-        return Err(Error::invalid(format!(
-            "{field}: longer than {max_chars} characters"
-        )));
-    }
-    Ok(())
-}
-
 /// An attachment path names a file inside the workspace drive: relative, no `..`, no control
 /// characters.
 fn attachment_ref(i: usize, a: AttachmentBody) -> Result<AttachmentRef> {
@@ -239,7 +231,7 @@ async fn create_input(
     let limits = &state.sessions.config().limits;
     let body::Json { value: b, raw } =
         body::json::<CreateBody>(req, payload, limits.max_body_bytes, schema).await?;
-    check_text("prompt", &b.prompt, limits.max_prompt_chars)?;
+    check_length("prompt", &b.prompt, limits.max_prompt_chars)?;
     let cwd = b.cwd;
     let fp = body::fingerprint("create", target, &raw);
     Ok(CreateIn {
@@ -472,7 +464,7 @@ pub fn message_input(
     raw: &Value,
     target: &str,
 ) -> Result<MessageIn> {
-    check_text(
+    check_length(
         "prompt",
         &b.prompt,
         state.sessions.config().limits.max_prompt_chars,
@@ -571,7 +563,7 @@ async fn submit_answer(
     let limits = &state.sessions.config().limits;
     let body::Json { value: b, raw } =
         body::json::<AnswerBody>(req, payload, limits.max_body_bytes, schema).await?;
-    check_text("answer", &b.answer, limits.max_prompt_chars)?;
+    check_length("answer", &b.answer, limits.max_prompt_chars)?;
     let fp = body::fingerprint("answer", session_id, &raw);
     let common = common(
         b.client_request_id,

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::content::{self, ContentIn};
 use super::tasks;
 use crate::error::{Error, Result};
+use crate::limits;
 use crate::sessions::{Actor, BatchMessage, InputCommon, Sessions};
 use crate::store::agentex::{
     Direction, MessageFilter, MessageKind, MessageRow, Page, TaskKey, TaskRow,
@@ -260,11 +261,7 @@ pub fn check_new(field: &str, raw: &Value, max_chars: usize) -> Result<NewMessag
                     "{field}/content: must not be empty"
                 )));
             }
-            if content.chars().count() > max_chars {
-                return Err(Error::invalid(format!(
-                    "{field}/content: longer than {max_chars} characters"
-                )));
-            }
+            limits::check_length(format_args!("{field}/content"), &content, max_chars)?;
             if author == "agent" && !attachments.is_empty() {
                 return Err(Error::invalid(format!(
                     "{field}/attachments: only a user's message carries attachments"
@@ -350,11 +347,7 @@ pub fn check_agent_text(field: &str, raw: &Value, max_chars: usize) -> Result<St
             content,
             attachments,
         } if author == "agent" && attachments.is_empty() => {
-            if content.chars().count() > max_chars {
-                return Err(Error::invalid(format!(
-                    "{field}/content: longer than {max_chars} characters"
-                )));
-            }
+            limits::check_length(format_args!("{field}/content"), &content, max_chars)?;
             Ok(content)
         }
         ContentIn::Text { .. } | ContentIn::Data { .. } => Err(Error::invalid(format!(

@@ -11,6 +11,7 @@ use crate::context::AppState;
 use crate::context::Caller;
 use sessiond_core::error::{Error, Result};
 use sessiond_core::hast::SLOTS;
+use sessiond_core::limits;
 use sessiond_core::sessions::lineage::{Parent, ParentKind};
 use sessiond_core::sessions::record::{self, BUDGET_MAX_CENTS, RecordPatch};
 use sessiond_core::sessions::{
@@ -80,15 +81,7 @@ async fn body_of<T: serde::de::DeserializeOwned>(
 
 fn check_prompt(state: &AppState, prompt: &str) -> Result<()> {
     let max = state.sessions.config().limits.max_prompt_chars;
-    if prompt.trim().is_empty() {
-        return Err(Error::invalid("prompt: must not be empty"));
-    }
-    if prompt.chars().count() > max {
-        return Err(Error::invalid(format!(
-            "prompt: longer than {max} characters"
-        )));
-    }
-    Ok(())
+    limits::check_prompt("prompt", prompt, max)
 }
 
 fn check_budget(b: &BudgetBody) -> Result<u64> {

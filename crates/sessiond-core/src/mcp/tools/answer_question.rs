@@ -4,8 +4,9 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, args, check_text, session_id_schema, wait_schema};
+use super::{Tool, args, session_id_schema, wait_schema};
 use crate::error::Result;
+use crate::limits::check_length;
 use crate::mcp::{Context, turn};
 use crate::sessions::InputCommon;
 
@@ -48,7 +49,7 @@ pub async fn call(ctx: &Context<'_>, raw: Value) -> Result<Value> {
         .to_owned();
     let fingerprint = super::fingerprint(TOOL.name, &target, &raw);
     let a: Args = args(raw)?;
-    check_text(
+    check_length(
         "answer",
         &a.answer,
         ctx.sessions.config().limits.max_prompt_chars,

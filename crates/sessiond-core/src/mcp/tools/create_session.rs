@@ -4,8 +4,9 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, args, check_text, wait_schema};
+use super::{Tool, args, wait_schema};
 use crate::error::{Error, Result};
+use crate::limits::check_prompt;
 use crate::mcp::{Context, turn};
 use crate::sessions::{CreateIn, InputCommon};
 use crate::timeline::Behavior;
@@ -56,14 +57,11 @@ pub async fn agent_id(ctx: &Context<'_>, key: &str) -> Result<String> {
 pub async fn call(ctx: &Context<'_>, raw: Value) -> Result<Value> {
     let fingerprint = super::fingerprint(TOOL.name, "", &raw);
     let a: Args = args(raw)?;
-    check_text(
+    check_prompt(
         "prompt",
         &a.prompt,
         ctx.sessions.config().limits.max_prompt_chars,
     )?;
-    if a.prompt.trim().is_empty() {
-        return Err(Error::invalid("prompt: must not be empty"));
-    }
     let agent_id = agent_id(ctx, &a.agent).await?;
     let input = CreateIn {
         prompt: a.prompt,

@@ -78,7 +78,7 @@ pub async fn call(ctx: &Context<'_>, raw: Value) -> Result<Value> {
     let a: Args = args(raw)?;
     let limits = &ctx.sessions.config().limits;
     if let Some(s) = &a.search {
-        super::check_text("search", s, 200)?;
+        crate::limits::check_length("search", s, 200)?;
     }
     let bucket = match a.bucket.as_deref() {
         None => None,

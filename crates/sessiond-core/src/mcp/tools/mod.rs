@@ -145,15 +145,6 @@ fn args<T: DeserializeOwned>(raw: Value) -> Result<T> {
 }
 
 /// Checks a text argument against a limit of the other families (characters).
-fn check_text(field: &str, text: &str, max_chars: usize) -> Result<()> {
-    if text.chars().count() > max_chars {
-        return Err(Error::invalid(format!(
-            "{field}: longer than {max_chars} characters"
-        )));
-    }
-    Ok(())
-}
-
 /// A session id argument: one this server could have issued (others are not found).
 fn session_id_schema() -> Value {
     json!({ "type": "string", "description": "The session's id (as create_session or list_sessions return it)." })

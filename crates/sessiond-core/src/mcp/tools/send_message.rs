@@ -4,8 +4,9 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, args, check_text, session_id_schema, wait_schema};
-use crate::error::{Error, Result};
+use super::{Tool, args, session_id_schema, wait_schema};
+use crate::error::Result;
+use crate::limits::check_prompt;
 use crate::mcp::{Context, turn};
 use crate::sessions::busy::{self, BUSY_POLICIES};
 use crate::sessions::{InputCommon, MessageIn};
@@ -54,14 +55,11 @@ pub async fn call(ctx: &Context<'_>, raw: Value) -> Result<Value> {
         .to_owned();
     let fingerprint = super::fingerprint(TOOL.name, &target, &raw);
     let a: Args = args(raw)?;
-    check_text(
+    check_prompt(
         "prompt",
         &a.prompt,
         ctx.sessions.config().limits.max_prompt_chars,
     )?;
-    if a.prompt.trim().is_empty() {
-        return Err(Error::invalid("prompt: must not be empty"));
-    }
     let busy = busy::parse("ifBusy", a.if_busy.as_deref())?;
     let input = MessageIn {
         prompt: a.prompt,
