@@ -197,7 +197,7 @@ pub fn lock_data_dir(data_dir: &std::path::Path) -> Result<DataDirLock, String> 
 /// writes answer 507, `/healthz` and `/readyz` say so) and recovers on its own when space returns.
 fn check_writable(cfg: &Config, store: &Store) -> Result<(), String> {
     let db = match store.check_writable() {
-        Err(crate::store::Error::StorageFull(e)) => Err(e),
+        Err(crate::store::Error::StorageFull(e)) => Err(e.to_string()),
         Err(e) if cfg.database_url.is_some() => {
             return Err(format!(
                 "the database ({}) cannot be written: {}",

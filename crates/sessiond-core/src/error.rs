@@ -11,6 +11,12 @@
 //! race on a uniqueness rule is [`Error::ConstraintRace`] (409), never a fault. Only what is left
 //! (a failed query that is a bug) is `internal`.
 
+//!
+//! A fault keeps its [`Cause`] (the engine's or the OS's report) as its `source`; its text is
+//! what the HTTP layer logs.
+
+pub use sessiond_store::Cause;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -70,24 +76,24 @@ pub enum Error {
     /// The filesystem holding the data dir is full (or over quota): writes fail until space
     /// returns.
     #[error("storage is full: {0}")]
-    StorageFull(String),
+    StorageFull(#[source] Cause),
     /// The database or the data dir cannot be used right now (I/O error, read-only, locked,
     /// damaged).
     #[error("storage is unavailable: {0}")]
-    StorageUnavailable(String),
+    StorageUnavailable(#[source] Cause),
     /// A write kept losing lock races with concurrent transactions (a deadlock, a serialization
     /// failure: PostgreSQL rolled it back each time) after the store ran it again as many times
     /// as it does. Nothing was written; the same request may succeed at once.
     #[error("the database is busy with concurrent writes: {0}")]
-    StorageBusy(String),
+    StorageBusy(#[source] Cause),
     /// A write lost a race on a uniqueness rule of the store (two creates with the same key,
     /// e.g. the same `clientRequestId` or slug, committed by another writer first). Not a fault
     /// of the storage: the caller reads what won, or answers 409.
     #[error("a concurrent write took the same key: {0}")]
-    ConstraintRace(String),
+    ConstraintRace(#[source] Cause),
     /// A storage operation failed in a way no operator action explains (a bug).
     #[error("storage error: {0}")]
-    Storage(String),
+    Storage(#[source] Cause),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -110,10 +116,16 @@ impl Error {
     /// An OS error met while writing to the data dir or the drive, with what was being done.
     pub fn from_io(context: &str, e: &std::io::Error) -> Self {
         let detail = format!("{context}: {e}");
+        // The OS's error is the source; `e` is borrowed, so it is rebuilt from its code.
+        let os_error = || match e.raw_os_error() {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(e.kind(), e.to_string()),
+        };
+        let cause = || Cause::new(detail.clone(), os_error());
         match e.raw_os_error() {
-            Some(libc::ENOSPC | libc::EDQUOT) => Error::StorageFull(detail),
+            Some(libc::ENOSPC | libc::EDQUOT) => Error::StorageFull(cause()),
             Some(libc::EROFS | libc::EIO | libc::EACCES | libc::EPERM) => {
-                Error::StorageUnavailable(detail)
+                Error::StorageUnavailable(cause())
             }
             _ => Error::Internal(detail),
         }
@@ -179,5 +191,42 @@ impl From<sessiond_store::Error> for Error {
             S::Storage(m) => Error::Storage(m),
             S::Internal(m) => Error::Internal(m),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_full_disk_keeps_the_os_error_as_its_source() {
+        let e = Error::from_io(
+            "writing a file",
+            &std::io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        assert!(matches!(e, Error::StorageFull(_)), "{e:?}");
+        let os = e
+            .source()
+            .and_then(|cause| cause.source())
+            .expect("the OS error");
+        let os = os.downcast_ref::<std::io::Error>().expect("an io::Error");
+        assert_eq!(os.raw_os_error(), Some(libc::ENOSPC));
+    }
+
+    #[test]
+    fn a_store_fault_keeps_its_cause_through_the_core() {
+        let store = sessiond_store::Error::StorageUnavailable(Cause::new(
+            "disk I/O error",
+            std::io::Error::from_raw_os_error(libc::EIO),
+        ));
+        let e = Error::from(store);
+        assert!(matches!(e, Error::StorageUnavailable(_)), "{e:?}");
+        assert_eq!(e.to_string(), "storage is unavailable: disk I/O error");
+        let os = e
+            .source()
+            .and_then(|cause| cause.source())
+            .expect("the OS error");
+        assert!(os.downcast_ref::<std::io::Error>().is_some());
     }
 }

@@ -53,9 +53,9 @@ pub fn response_of(e: &Error) -> HttpResponse {
         // Seed-defined bodies keep their exact shape (closed schemas).
         Error::InvalidCwd(reason) => json!({"error": "invalid_cwd", "reason": reason}),
         Error::NoDefaultSession => json!({"error": "no_default_session"}),
-        Error::Storage(detail) | Error::Internal(detail) => {
+        Error::Storage(_) | Error::Internal(_) => {
             // Details go to the log, never to the client.
-            tracing::error!(error = %detail, "request failed");
+            tracing::error!(error = %e, "request failed");
             json!({"error": e.code(), "message": "internal error"})
         }
         Error::StorageFull(detail) => {

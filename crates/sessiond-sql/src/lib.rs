@@ -24,6 +24,7 @@ mod placeholders;
 mod value;
 
 use std::fmt;
+use std::sync::Arc;
 
 pub use value::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, Value, ValueRef};
 
@@ -71,11 +72,11 @@ pub enum Constraint {
 pub enum Error {
     /// `query_row` found no row (see [`OptionalExtension::optional`]).
     NoRows,
-    /// A constraint was violated; the text is the engine's.
-    Constraint(Constraint, String),
+    /// A constraint was violated; the cause is the engine's.
+    Constraint(Constraint, Cause),
     /// The engine failed, classified so that a caller can tell a full disk from a storage that
-    /// cannot be used now or a bug; the text is the engine's.
-    Fault(Fault, String),
+    /// cannot be used now or a bug; the cause is the engine's.
+    Fault(Fault, Cause),
     /// An error of the caller's own, raised inside a row closure (as a row closure returns this
     /// crate's `Result`): carried back to the caller unchanged, to be taken out with
     /// [`Error::into_caller`].
@@ -123,7 +124,7 @@ impl Error {
     }
 
     fn internal(detail: impl Into<String>) -> Error {
-        Error::Fault(Fault::Internal, detail.into())
+        Error::Fault(Fault::Internal, Cause::msg(detail))
     }
 }
 
@@ -131,7 +132,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::NoRows => f.write_str("the query returned no rows"),
-            Error::Constraint(_, detail) | Error::Fault(_, detail) => f.write_str(detail),
+            Error::Constraint(_, cause) | Error::Fault(_, cause) => cause.fmt(f),
             Error::Caller(e) => e.fmt(f),
         }
     }
@@ -141,7 +142,8 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Caller(e) => Some(e.as_ref()),
-            _ => None,
+            Error::Constraint(_, cause) | Error::Fault(_, cause) => Some(cause),
+            Error::NoRows => None,
         }
     }
 }
@@ -150,7 +152,6 @@ impl From<rusqlite::Error> for Error {
     /// SQLite's result codes, classified: only this crate sees them.
     fn from(e: rusqlite::Error) -> Self {
         use rusqlite::{ErrorCode as C, ffi};
-        let detail = e.to_string();
         if let rusqlite::Error::QueryReturnedNoRows = e {
             return Error::NoRows;
         }
@@ -164,7 +165,7 @@ impl From<rusqlite::Error> for Error {
                 ffi::SQLITE_CONSTRAINT_FOREIGNKEY => Constraint::ForeignKey,
                 _ => Constraint::Other,
             };
-            return Error::Constraint(kind, detail);
+            return Error::Constraint(kind, Cause::of(e));
         }
         let fault = match e.sqlite_error_code() {
             Some(C::DiskFull) => Fault::Full,
@@ -183,7 +184,82 @@ impl From<rusqlite::Error> for Error {
             ) => Fault::Unavailable,
             _ => Fault::Storage,
         };
-        Error::Fault(fault, detail)
+        Error::Fault(fault, Cause::of(e))
+    }
+}
+
+/// What an engine reported, kept whole: its text, which is what logs and messages print, and the
+/// driver's error itself as the [`source`](std::error::Error::source) of every error built on it,
+/// so the chain from a refused request down to SQLite's result code or PostgreSQL's SQLSTATE is
+/// never cut. Cheap to clone: a failed batch hands its error to every caller in it.
+#[derive(Clone)]
+pub struct Cause {
+    text: Arc<str>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Cause {
+    /// `source`, described by `text`.
+    pub fn new(
+        text: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Cause {
+            text: Arc::from(text.into()),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// An error, described by its own text.
+    pub fn of(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause::new(source.to_string(), source)
+    }
+
+    /// A cause that is only a text (a rule of this layer or the store's own, not an engine's).
+    pub fn msg(text: impl Into<String>) -> Self {
+        Cause {
+            text: Arc::from(text.into()),
+            source: None,
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            Some(source) => write!(f, "{:?} (from {source:?})", self.text),
+            None => write!(f, "{:?}", self.text),
+        }
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<String> for Cause {
+    fn from(text: String) -> Self {
+        Cause::msg(text)
+    }
+}
+
+impl From<&str> for Cause {
+    fn from(text: &str) -> Self {
+        Cause::msg(text)
     }
 }
 

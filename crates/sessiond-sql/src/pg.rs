@@ -9,7 +9,7 @@ use tokio_postgres::types::{IsNull, Type};
 
 use super::Fault;
 use super::placeholders;
-use super::{Constraint, Error, ParamList, Result, Stmt, ToSqlOutput, ValueRef};
+use super::{Cause, Constraint, Error, ParamList, Result, Stmt, ToSqlOutput, ValueRef};
 
 /// Statements each connection keeps prepared at most. Operations whose text varies with their
 /// input (filters, lists of ids) prepare with [`super::Db::prepare`], which is not cached; this
@@ -352,12 +352,12 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
 
 /// A driver error, classified as the SQLite backend classifies its own.
 pub fn error(e: tokio_postgres::Error) -> Error {
-    let detail = describe(&e);
-    classify(e.as_db_error().map(|db| db.code().code()), detail)
+    let code = e.as_db_error().map(|db| db.code().code().to_owned());
+    classify(code.as_deref(), Cause::new(describe(&e), e))
 }
 
 /// The error of a server's SQLSTATE `code` (`None`: no answer from the server).
-fn classify(code: Option<&str>, detail: String) -> Error {
+fn classify(code: Option<&str>, detail: Cause) -> Error {
     let Some(code) = code else {
         // No answer from the server: the connection is gone or cannot be used.
         return Error::Fault(Fault::Unavailable, detail);

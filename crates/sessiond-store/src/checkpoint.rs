@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 
-use crate::error::{Error, Result};
+use crate::error::{Cause, Error, Result};
 use crate::metrics::METRICS;
 
 /// Growth of the log (in pages) after which the checkpointer is asked to copy it: SQLite's own
@@ -62,8 +62,12 @@ impl Checkpointer {
             .ok_or_else(|| Error::Internal("the write connection has no file".into()))?
             .to_owned();
         let synchronous: i64 = writer.pragma_query_value(None, "synchronous", |r| r.get(0))?;
-        let conn = Connection::open(&path)
-            .map_err(|e| Error::Storage(format!("cannot open {path} to checkpoint: {e}")))?;
+        let conn = Connection::open(&path).map_err(|e| {
+            Error::Storage(Cause::new(
+                format!("cannot open {path} to checkpoint: {e}"),
+                e,
+            ))
+        })?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "synchronous", synchronous)?;
         let (wake, rx) = sync_channel(1);

@@ -4,7 +4,11 @@
 //!
 //! The SQL layer classifies the engines' result codes; [`From<sql::Error>`] is the one place they
 //! become store errors. The core maps these to its own errors; nothing here knows of HTTP.
+//!
+//! A fault keeps what the engine reported as its [`Cause`]: the text logs print, and the driver's
+//! error as the `source` of the chain.
 
+pub use super::sql::Cause;
 use super::sql::{self, Constraint, Fault};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -43,21 +47,21 @@ pub enum Error {
     ShuttingDown,
     /// The filesystem holding the database is full (or over quota).
     #[error("storage is full: {0}")]
-    StorageFull(String),
+    StorageFull(#[source] Cause),
     /// The database cannot be used right now (I/O error, read-only, locked, damaged).
     #[error("storage is unavailable: {0}")]
-    StorageUnavailable(String),
+    StorageUnavailable(#[source] Cause),
     /// A write kept losing lock races with concurrent transactions after the store ran it again
     /// as many times as it does. Nothing was written.
     #[error("the database is busy with concurrent writes: {0}")]
-    StorageBusy(String),
+    StorageBusy(#[source] Cause),
     /// A write lost a race on a uniqueness rule (another writer committed the same key first):
     /// the caller reads what won, or answers 409.
     #[error("a concurrent write took the same key: {0}")]
-    ConstraintRace(String),
+    ConstraintRace(#[source] Cause),
     /// A storage operation failed in a way no operator action explains (a bug).
     #[error("storage error: {0}")]
-    Storage(String),
+    Storage(#[source] Cause),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -81,7 +85,7 @@ impl Error {
 impl From<sql::Error> for Error {
     fn from(e: sql::Error) -> Self {
         match e {
-            sql::Error::NoRows => Error::Storage("the query returned no rows".into()),
+            sql::Error::NoRows => Error::Storage(Cause::msg("the query returned no rows")),
             // A lost race on a key: the caller reads what won, or answers 409.
             sql::Error::Constraint(Constraint::Unique, detail) => Error::ConstraintRace(detail),
             sql::Error::Constraint(_, detail) => Error::Storage(detail),
@@ -89,7 +93,7 @@ impl From<sql::Error> for Error {
             sql::Error::Fault(Fault::Unavailable, detail) => Error::StorageUnavailable(detail),
             sql::Error::Fault(Fault::Busy, detail) => Error::StorageBusy(detail),
             sql::Error::Fault(Fault::Storage, detail) => Error::Storage(detail),
-            sql::Error::Fault(Fault::Internal, detail) => Error::Internal(detail),
+            sql::Error::Fault(Fault::Internal, detail) => Error::Internal(detail.to_string()),
             caller @ sql::Error::Caller(_) => match caller.into_caller::<Error>() {
                 Ok(e) => e,
                 Err(other) => Error::Internal(other.to_string()),
@@ -116,7 +120,7 @@ impl From<rusqlite::Error> for Error {
 impl From<r2d2::Error> for Error {
     /// The read pool gave no connection in time: the database cannot be opened or is swamped.
     fn from(e: r2d2::Error) -> Self {
-        Error::StorageUnavailable(e.to_string())
+        Error::StorageUnavailable(Cause::of(e))
     }
 }
 
@@ -142,5 +146,25 @@ mod tests {
             assert!(matches!(e, Error::ConstraintRace(_)), "{e:?}");
             assert!(!e.is_storage_fault());
         }
+    }
+
+    #[test]
+    fn a_fault_keeps_the_engines_error_as_its_source() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let failed = conn
+            .execute("INSERT INTO missing VALUES (1)", [])
+            .unwrap_err();
+        let text = failed.to_string();
+        let e = Error::from(failed);
+        assert!(matches!(e, Error::Storage(_)), "{e:?}");
+        assert!(e.to_string().contains(&text), "{e}");
+        // Error → Cause → rusqlite's error, whole.
+        let cause = std::error::Error::source(&e).expect("the cause");
+        assert_eq!(cause.to_string(), text);
+        let engine = cause.source().expect("the engine's error");
+        assert!(
+            engine.downcast_ref::<rusqlite::Error>().is_some(),
+            "{engine:?}"
+        );
     }
 }

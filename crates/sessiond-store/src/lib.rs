@@ -83,7 +83,7 @@ pub use reads::{AgentRow, ImageRow, SessionRow, StoredEvent};
 pub use writes::{DEFAULT_WORKSPACE, Lease, QueueKind, SessionKey};
 // The store's own operations on a connection, for its handles (private: `super::` in them).
 pub use config::{StoreConfig, Synchronous};
-pub use error::{Error, Result};
+pub use error::{Cause, Error, Result};
 use reads::{
     GrantRow, ListFilter, WorkspaceRow, active_turn_sessions, agent_activity, agent_by_id,
     agent_by_slug, agent_engines, agents, client_request, default_session_id, engine_memo,
@@ -163,14 +163,18 @@ fn apply_common_pragmas(conn: &Connection) -> rusqlite::Result<()> {
 
 /// Opens the write connection: WAL, the configured `synchronous`, migrations applied.
 fn open_write_connection(path: &Path, cfg: &StoreConfig) -> Result<Connection> {
-    let conn = Connection::open(path)
-        .map_err(|e| Error::Storage(format!("cannot open {}: {e}", path.display())))?;
+    let conn = Connection::open(path).map_err(|e| {
+        Error::Storage(Cause::new(
+            format!("cannot open {}: {e}", path.display()),
+            e,
+        ))
+    })?;
     apply_common_pragmas(&conn)?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Error::Storage(format!(
-            "cannot enable WAL (journal_mode is {mode})"
-        )));
+        return Err(Error::Storage(
+            format!("cannot enable WAL (journal_mode is {mode})").into(),
+        ));
     }
     let sync = match cfg.synchronous {
         Synchronous::Normal => "NORMAL",
@@ -451,8 +455,13 @@ pub fn backup(db_path: &Path, dest: &Path) -> Result<()> {
     if dest.exists() {
         return Err(Error::invalid(format!("{} already exists", dest.display())));
     }
-    let conn = Connection::open_with_flags(db_path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| Error::Storage(format!("cannot open {}: {e}", db_path.display())))?;
+    let conn =
+        Connection::open_with_flags(db_path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| {
+            Error::Storage(Cause::new(
+                format!("cannot open {}: {e}", db_path.display()),
+                e,
+            ))
+        })?;
     apply_common_pragmas(&conn)?;
     migrate::check_version(&conn)?;
     let dest = dest

@@ -6,7 +6,7 @@
 use rusqlite::Connection;
 use rust_embed::RustEmbed;
 
-use crate::error::{Error, Result};
+use crate::error::{Cause, Error, Result};
 
 #[derive(RustEmbed)]
 #[folder = "../../migrations/"]
@@ -38,11 +38,14 @@ fn current_version(conn: &Connection) -> Result<i64> {
 pub fn check_version(conn: &Connection) -> Result<i64> {
     let found = current_version(conn)?;
     if found > *SCHEMA_VERSION {
-        return Err(Error::Storage(format!(
-            "the database has schema version {found}, newer than this sessiond understands ({}); \
-             run a newer sessiond or restore a backup",
-            *SCHEMA_VERSION
-        )));
+        return Err(Error::Storage(
+            format!(
+                "the database has schema version {found}, newer than this sessiond understands ({}); \
+                 run a newer sessiond or restore a backup",
+                *SCHEMA_VERSION
+            )
+            .into(),
+        ));
     }
     Ok(found)
 }
@@ -54,8 +57,9 @@ pub fn migrate(conn: &Connection) -> Result<()> {
             continue;
         }
         let tx = conn.unchecked_transaction()?;
-        tx.execute_batch(&sql)
-            .map_err(|e| Error::Storage(format!("migration {version} failed: {e}")))?;
+        tx.execute_batch(&sql).map_err(|e| {
+            Error::Storage(Cause::new(format!("migration {version} failed: {e}"), e))
+        })?;
         tx.pragma_update(None, "user_version", version)?;
         tx.commit()?;
         tracing::info!(version, "applied migration");

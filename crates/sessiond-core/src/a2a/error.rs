@@ -160,8 +160,8 @@ impl From<Error> for A2aError {
         // A storage fault's detail (a path, the database's words) stays in the log.
         let message = match &e {
             Error::NotFound => "task not found".to_owned(),
-            Error::Storage(detail) | Error::Internal(detail) => {
-                tracing::error!(error = %detail, "a2a call failed");
+            Error::Storage(_) | Error::Internal(_) => {
+                tracing::error!(error = %e, "a2a call failed");
                 "internal error".to_owned()
             }
             Error::StorageFull(detail) | Error::StorageUnavailable(detail) => {

@@ -65,8 +65,8 @@ impl RpcError {
 /// What a client is told of an error: storage faults and bugs are logged, never shown.
 pub fn shown_message(e: &Error) -> String {
     match e {
-        Error::Storage(detail) | Error::Internal(detail) => {
-            tracing::error!(error = %detail, "mcp request failed");
+        Error::Storage(_) | Error::Internal(_) => {
+            tracing::error!(error = %e, "mcp request failed");
             "internal error".to_owned()
         }
         other => other.to_string(),

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{PoolSettings, Postgres, PostgresError};
 use crate::Sink;
-use crate::error::{Error, Result};
+use crate::error::{Cause, Error, Result};
 use crate::health::{Health, Probe};
 use crate::sql::{Db, pg::Session};
 use crate::writer::{self, OneWrite, Tx};
@@ -54,9 +54,9 @@ impl From<PostgresError> for Error {
             PostgresError::InvalidUrl { .. } | PostgresError::SchemaNewer { .. } => {
                 Error::InvalidRequest(e.to_string())
             }
-            PostgresError::Connect { .. } => Error::StorageUnavailable(e.to_string()),
+            PostgresError::Connect { .. } => Error::StorageUnavailable(Cause::of(e)),
             PostgresError::Migration { .. } | PostgresError::Query(_) => {
-                Error::Storage(e.to_string())
+                Error::Storage(Cause::of(e))
             }
         }
     }

@@ -48,6 +48,7 @@ use sessiond_core::agentex::acp::Platform;
 use sessiond_core::agentex::content;
 use sessiond_core::agentex::tasks::{Prompt, Target, TaskRef};
 use sessiond_core::error::{Error, Result};
+use sessiond_core::limits;
 use sessiond_core::sessions::Actor;
 use sessiond_core::sessions::busy::BusyPolicy;
 use sessiond_core::store::agentex::{AgentexAgentRow, DeploymentRow};
@@ -149,8 +150,8 @@ fn from_error(id: &Value, e: &Error) -> Value {
     };
     let message = match e {
         Error::NotFound => "task not found".to_owned(),
-        Error::Storage(detail) | Error::Internal(detail) => {
-            tracing::error!(error = %detail, "agent rpc failed");
+        Error::Storage(_) | Error::Internal(_) => {
+            tracing::error!(error = %e, "agent rpc failed");
             "internal error".to_owned()
         }
         // The detail (a path, SQLite's words) stays in the log, as on every other route.
@@ -314,11 +315,7 @@ fn prompt(state: &AppState, content: &Value) -> Result<Prompt> {
         return Err(Error::invalid("params/content: the message is empty"));
     }
     let max = state.sessions.config().limits.max_prompt_chars;
-    if text.chars().count() > max {
-        return Err(Error::invalid(format!(
-            "params/content: longer than {max} characters"
-        )));
-    }
+    limits::check_length("params/content", &text, max)?;
     Ok(Prompt {
         text,
         attachments,
