@@ -1968,36 +1968,15 @@ impl Fanout {
     }
 }
 
+/// Opens `paths`, `parallelism` at a time: the streams that opened, how many failed, and the
+/// first failure.
 async fn open_many(
     addr: SocketAddr,
     key: &str,
     paths: Vec<String>,
     parallelism: usize,
 ) -> (Vec<RawSse>, usize, Option<String>) {
-    let sem = Arc::new(Semaphore::new(parallelism));
-    let mut set = JoinSet::new();
-    for path in paths {
-        let (sem, key) = (Arc::clone(&sem), key.to_owned());
-        set.spawn(async move {
-            let _permit = sem.acquire_owned().await;
-            RawSse::open(addr, &path, &key).await
-        });
-    }
-    let (mut ok, mut failed, mut first) = (Vec::new(), 0, None);
-    while let Some(r) = set.join_next().await {
-        match r {
-            Ok(Ok(s)) => ok.push(s),
-            Ok(Err(e)) => {
-                failed += 1;
-                first.get_or_insert(e);
-            }
-            Err(e) => {
-                failed += 1;
-                first.get_or_insert(e.to_string());
-            }
-        }
-    }
-    (ok, failed, first)
+    open_each(addr, key, paths, parallelism, false).await
 }
 
 /// Opens `paths` as [`open_many`] does, and subscribes each stream as `peer` asks: a
@@ -2009,9 +1988,17 @@ async fn open_subscribed(
     parallelism: usize,
     peer: Peer,
 ) -> (Vec<RawSse>, usize, Option<String>) {
-    let Peer::PocketBase = peer else {
-        return open_many(addr, key, paths, parallelism).await;
-    };
+    let pocketbase = matches!(peer, Peer::PocketBase);
+    open_each(addr, key, paths, parallelism, pocketbase).await
+}
+
+async fn open_each(
+    addr: SocketAddr,
+    key: &str,
+    paths: Vec<String>,
+    parallelism: usize,
+    pocketbase: bool,
+) -> (Vec<RawSse>, usize, Option<String>) {
     let sem = Arc::new(Semaphore::new(parallelism));
     let mut set = JoinSet::new();
     for path in paths {
@@ -2019,7 +2006,9 @@ async fn open_subscribed(
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
             let mut sse = RawSse::open(addr, &path, &key).await?;
-            subscribe_pocketbase(addr, &mut sse).await?;
+            if pocketbase {
+                subscribe_pocketbase(addr, &mut sse).await?;
+            }
             Ok::<_, String>(sse)
         });
     }
