@@ -2125,13 +2125,14 @@ async fn fanout_round(
 }
 
 /// The server a round measures.
+#[derive(Clone)]
 struct Target {
     addr: SocketAddr,
     key: String,
     pid: u32,
 }
 
-/// What one fan-out round opens and posts to, on sessiond or on the control.
+/// What one fan-out round opens and posts to, on sessiond, the control or PocketBase.
 struct Round {
     target: Target,
     /// One path per subscriber.
@@ -2315,23 +2316,18 @@ async fn pocketbase_fanout(opts: &Opts) -> Result<(String, Fanout, Fanout), Stri
     let pb = tokio::task::spawn_blocking(move || pocketbase::PocketBaseProc::start(&bin))
         .await
         .map_err(|e| e.to_string())??;
-    let (mut with, mut none) = (Fanout::default(), Fanout::default());
-    let per_round = opts.fan_notes.div_ceil(FAN_ROUNDS);
-    for _ in 0..FAN_ROUNDS {
-        for (subscribers, into) in [(opts.fan_subscribers, &mut with), (0, &mut none)] {
-            let round = Round {
-                target: Target {
-                    addr: pb.addr,
-                    key: String::new(),
-                    pid: pb.pid,
-                },
-                streams: vec!["/api/realtime".to_owned(); subscribers],
-                notes_path: pocketbase::notes_path(),
-                peer: Peer::PocketBase,
-            };
-            measure_round(&round, per_round, opts.fan_gap, into).await;
-        }
-    }
+    let (with, none) = peer_rounds(
+        opts,
+        Target {
+            addr: pb.addr,
+            key: String::new(),
+            pid: pb.pid,
+        },
+        "/api/realtime",
+        &pocketbase::notes_path(),
+        Peer::PocketBase,
+    )
+    .await;
     Ok((pb.version.clone(), with, none))
 }
 
@@ -2339,19 +2335,33 @@ async fn pocketbase_fanout(opts: &Opts) -> Result<(String, Fanout, Fanout), Stri
 /// rounds with subscribers and without.
 async fn control_fanout(opts: &Opts) -> (Fanout, Fanout) {
     let control = control::ControlProc::start().unwrap_or_else(|e| die("fan-out control", e));
+    let target = Target {
+        addr: control.addr,
+        key: String::new(),
+        pid: control.pid,
+    };
+    peer_rounds(opts, target, "/stream", "/note", Peer::Control).await
+}
+
+/// A peer's rounds of the fan-out, alternating `opts.fan_subscribers` streams of `stream` with
+/// none, each posting its share of the notes to `notes`: what the round with subscribers
+/// measured, and what the paced writer alone did.
+async fn peer_rounds(
+    opts: &Opts,
+    target: Target,
+    stream: &str,
+    notes: &str,
+    peer: Peer,
+) -> (Fanout, Fanout) {
     let (mut with, mut none) = (Fanout::default(), Fanout::default());
     let per_round = opts.fan_notes.div_ceil(FAN_ROUNDS);
     for _ in 0..FAN_ROUNDS {
         for (subscribers, into) in [(opts.fan_subscribers, &mut with), (0, &mut none)] {
             let round = Round {
-                target: Target {
-                    addr: control.addr,
-                    key: String::new(),
-                    pid: control.pid,
-                },
-                streams: vec!["/stream".to_owned(); subscribers],
-                notes_path: "/note".to_owned(),
-                peer: Peer::Control,
+                target: target.clone(),
+                streams: vec![stream.to_owned(); subscribers],
+                notes_path: notes.to_owned(),
+                peer,
             };
             measure_round(&round, per_round, opts.fan_gap, into).await;
         }
@@ -2400,6 +2410,17 @@ async fn turn_path(ctx: &Ctx, opts: &Opts) -> Vec<Row> {
         rows.extend(latency_rows(&s));
     }
     rows
+}
+
+/// The paced writer's answers in a peer's rounds without subscribers.
+fn print_alone(name: &str, none: &Fanout) {
+    let post = Lat::of(none.post.clone());
+    println!(
+        "   {name} without subscribers: {} notes, POST p50 {:.2} ms, p99 {:.2} ms",
+        none.notes,
+        post.p(50.0),
+        post.p(99.0)
+    );
 }
 
 fn print_fanout(name: &str, fan: &Fanout) {
@@ -3178,12 +3199,7 @@ async fn section_fanout(ctx: &Ctx, opts: &Opts) -> FanoutRun {
          with subscribers and without:"
     );
     print_fanout("control", &control);
-    println!(
-        "   the control without subscribers: {} notes, POST p50 {:.2} ms, p99 {:.2} ms",
-        control_none.notes,
-        Lat::of(control_none.post.clone()).p(50.0),
-        Lat::of(control_none.post.clone()).p(99.0)
-    );
+    print_alone("the control", &control_none);
     let pocketbase = match pocketbase_fanout(opts).await {
         Ok((version, with, none)) => {
             println!(
@@ -3193,12 +3209,7 @@ async fn section_fanout(ctx: &Ctx, opts: &Opts) -> FanoutRun {
                  without:"
             );
             print_fanout("PocketBase", &with);
-            println!(
-                "   PocketBase without subscribers: {} notes, POST p50 {:.2} ms, p99 {:.2} ms",
-                none.notes,
-                Lat::of(none.post.clone()).p(50.0),
-                Lat::of(none.post.clone()).p(99.0)
-            );
+            print_alone("PocketBase", &none);
             Some((with, none))
         }
         Err(e) => {
