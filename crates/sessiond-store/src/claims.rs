@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::projections::TurnStatus;
+use super::projections::{TurnStatus, bucket_of, shown_change};
 use super::turns::{Fence, TurnStore};
+use super::writes::{TurnEnd, usage_added};
 use super::{Lease, NewInput, QueueKind, SessionKey, SessionRow, Tx};
 use crate::error::{Error, Result};
 use crate::timeline::{
@@ -194,7 +195,7 @@ impl TurnStore<'_> {
     /// (a message or an answer also takes a pending wake: it wakes the session early), marks it
     /// delivered, starts a step of the session's machine when the input continues one, appends
     /// `turn_started` and marks the session running. `None` when nothing may run or a turn is
-    /// already active.
+    /// already active. A checked job: everything it can fail on is read before its first write.
     pub async fn claim(
         &self,
         key: &SessionKey,
@@ -203,16 +204,16 @@ impl TurnStore<'_> {
     ) -> Result<Option<ClaimedTurn>> {
         let key = key.clone();
         self.store
-            .write(move |tx| claim(tx, &key, &lease, machines.as_ref()))
+            .write_checked(move |tx| claim(tx, &key, &lease, machines.as_ref()))
             .await
     }
 
     /// Writes a turn's own terminal (fenced by its generation, after its held events): the
     /// terminal event, the turn released, a sleep's wake queued, the machine moved on, the tasks
-    /// still running stopped.
+    /// still running stopped. A checked job: the fence is read before its first write.
     pub async fn finish(&self, terminal: TurnTerminal, machines: Machines) -> Result<Settled> {
         self.store
-            .write(move |tx| finish(tx, terminal, machines.as_ref()))
+            .write_checked(move |tx| finish(tx, terminal, machines.as_ref()))
             .await
     }
 
@@ -295,28 +296,49 @@ fn claim(
     lease: &Lease,
     machines: &dyn MachineRules,
 ) -> Result<Option<ClaimedTurn>> {
-    let Some(input) = tx.next_input(key)? else {
+    // The queue, read once: the turn takes its oldest input that may run now, and what stays
+    // queued makes the follow-up queue and tells whether steers wait.
+    let mut pending = tx.pending_inputs(key)?;
+    let Some(at) = pending.iter().position(|p| p.not_before <= tx.now) else {
         return Ok(None);
     };
     // A session closed for good runs no more turns, whatever is queued (`store::intake`).
     if tx.drop_work_if_closed(key)? {
         return Ok(None);
     }
-    let Some(generation) = tx.claim_turn(key, lease)? else {
+    let row = tx.session_row(key)?;
+    if row.turn_active {
+        return Ok(None);
+    }
+    let input = pending.remove(at);
+    let external = input.kind.is_external();
+    let attempt = external.then(|| attempt(input.seq, input.kind, tx.now));
+    let started = stored_machine(&row).and_then(|m| machines.step_starts(m, input.kind, tx.now));
+    let machine = started.as_ref().map(|m| m.projection.to_string());
+    // One write of the row starts the turn, marks the input delivered and shows the session
+    // running.
+    let shown = shown_change(
+        &row,
+        machine.as_deref().or(row.machine.as_deref()),
+        TurnStatus::Running,
+    );
+    // What the turn runs with, read before the first write (this is a checked job).
+    let engine_config = tx.turn_engine(key.pk)?.unwrap_or_else(|| "{}".to_owned());
+    let workspace_slug = tx
+        .workspace_slug(&row.workspace_id)?
+        .ok_or(Error::NotFound)?;
+    let delivered = attempt.as_deref().map(|a| (input.seq, a));
+    let Some(generation) = tx.claim_turn(key, lease, delivered, shown)? else {
         return Ok(None);
     };
     let request_id = tx
         .input_request_id(key, input.seq)?
         .unwrap_or_else(crate::ids::new_id);
     tx.remove_input(key, input.seq)?;
-    if input.kind != QueueKind::Wake {
-        // A message before the wake time wakes the session early.
+    // A message before the wake time wakes the session early.
+    if input.kind != QueueKind::Wake && pending.iter().any(|p| p.kind == QueueKind::Wake) {
         tx.remove_inputs_of_kind(key, QueueKind::Wake)?;
-    }
-    let external = input.kind.is_external();
-    if external {
-        let attempt = attempt(input.seq, input.kind, tx.now);
-        tx.set_delivered(key, input.seq, &attempt)?;
+        pending.retain(|p| p.kind != QueueKind::Wake);
     }
     let resume = match input.kind {
         QueueKind::Answer | QueueKind::Wake => tx
@@ -336,9 +358,7 @@ fn claim(
         serde_json::from_value(media["images"].clone()).unwrap_or_default();
     let attachments: Vec<AttachmentRef> =
         serde_json::from_value(media["attachments"].clone()).unwrap_or_default();
-    let row = tx.session_row(key)?;
     let mut text = input.text.clone();
-    let started = stored_machine(&row).and_then(|m| machines.step_starts(m, input.kind, tx.now));
     let machine_step = started.is_some();
     if let Some(m) = started {
         if let Some(prompt) = &m.prompt {
@@ -362,16 +382,10 @@ fn claim(
     // a turn is on `/v2`.
     tx.record_input_turn(key, input.seq, started)?;
     let budget_spent = tx.check_budget(key).err();
-    tx.set_turn(key, TurnStatus::Running)?;
-    tx.refresh_follow_up_queue(key)?;
-    let steers_waiting = tx
-        .pending_inputs(key)?
+    tx.refresh_follow_up_queue_from(key, &pending, row.follow_up_queue.as_deref())?;
+    let steers_waiting = pending
         .iter()
         .any(|p| p.kind == QueueKind::Message && p.behavior == Behavior::Steer);
-    let engine_config = tx.turn_engine(key.pk)?.unwrap_or_else(|| "{}".to_owned());
-    let workspace_slug = tx
-        .workspace_slug(&row.workspace_id)?
-        .ok_or(Error::NotFound)?;
     Ok(Some(ClaimedTurn {
         generation,
         kind: input.kind,
@@ -453,7 +467,8 @@ fn enqueue_internal(
     )
 }
 
-/// Moves the session's machine after the turn of one of its states; queues the next state.
+/// Moves the session's machine after the turn of one of its states; queues the next state. The
+/// machine's new projection (JSON) when it moved.
 fn advance_machine(
     tx: &mut Tx<'_>,
     key: &SessionKey,
@@ -461,23 +476,29 @@ fn advance_machine(
     end: StepEnd,
     result: Option<&str>,
     wake_at: Option<i64>,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let row = tx.session_row(key)?;
     let now = tx.now;
     let Some(m) =
         stored_machine(&row).and_then(|m| machines.step_ends(m, end, result, wake_at, now))
     else {
-        return Ok(());
+        return Ok(None);
     };
     let seq = save_machine(tx, key, &m)?;
     if let Some(prompt) = &m.prompt {
         enqueue_internal(tx, key, seq, QueueKind::Machine, prompt, 0)?;
     }
-    Ok(())
+    Ok(Some(m.projection.to_string()))
 }
 
-/// After a terminal: the status the session shows and what the dispatcher should do next.
-fn settle(tx: &mut Tx<'_>, key: &SessionKey, turn_status: TurnStatus) -> Result<Settled> {
+/// After a terminal: releases the turn and shows where the session stands (see [`Tx::end_turn`]),
+/// and tells the dispatcher what to do next. `machine` is the session's machine projection now.
+fn settle(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    released: Released<'_>,
+    machine: Option<&str>,
+) -> Result<Settled> {
     let pending = tx.pending_inputs(key)?;
     let now = tx.now;
     let more = pending.iter().any(|p| p.not_before <= now);
@@ -486,42 +507,71 @@ fn settle(tx: &mut Tx<'_>, key: &SessionKey, turn_status: TurnStatus) -> Result<
         .filter(|p| p.not_before > now)
         .map(|p| p.not_before)
         .min();
-    tx.set_turn(
+    let turn = if more {
+        TurnStatus::Running
+    } else {
+        released.status
+    };
+    tx.end_turn(
         key,
-        if more {
-            TurnStatus::Running
-        } else {
-            turn_status
+        &TurnEnd {
+            engine_state: released.engine_state,
+            wake_at: released.wake_at,
+            turn,
+            bucket: bucket_of(turn, machine),
+            usage_totals: released.usage_totals,
         },
     )?;
     Ok(Settled { more, next_due })
 }
 
+/// How a turn ends, as [`settle`] writes it.
+struct Released<'a> {
+    /// The status the session shows unless another input may run now.
+    status: TurnStatus,
+    engine_state: Option<&'a str>,
+    wake_at: Option<i64>,
+    usage_totals: Option<&'a str>,
+}
+
 fn finish(tx: &mut Tx<'_>, t: TurnTerminal, machines: &dyn MachineRules) -> Result<Settled> {
     let key = &t.fence.key;
-    tx.check_generation(key, t.fence.generation)?;
+    let ending = tx.turn_ending(key, t.fence.generation)?;
     for event in &t.held {
         tx.append(key, event)?;
     }
     append_partial_text(tx, key, &t.partial)?;
     settle_running_tasks(tx, key, Unfinished::Stopped)?;
+    let mut usage_totals = None;
     if let Some((note, usage_event, usage)) = &t.estimate {
         tx.append(key, note)?;
-        tx.add_usage(key, usage)?;
+        usage_totals = Some(usage_added(ending.usage_totals.as_deref(), usage)?);
         tx.append(key, usage_event)?;
     }
     if ends_badly(&t.event) {
         tx.close_open_messages(key)?;
     }
     let seq = tx.append(key, &t.event)?;
-    tx.release_turn(key, t.engine_state.as_deref(), t.wake_at)?;
     if let Some(wake_at) = t.wake_at {
         enqueue_internal(tx, key, seq, QueueKind::Wake, "", wake_at)?;
     }
-    if let Some((end, result)) = &t.step {
-        advance_machine(tx, key, machines, *end, result.as_deref(), t.wake_at)?;
+    let mut machine = ending.machine;
+    if let Some((end, result)) = &t.step
+        && let Some(moved) = advance_machine(tx, key, machines, *end, result.as_deref(), t.wake_at)?
+    {
+        machine = Some(moved);
     }
-    settle(tx, key, t.status)
+    settle(
+        tx,
+        key,
+        Released {
+            status: t.status,
+            engine_state: t.engine_state.as_deref(),
+            wake_at: t.wake_at,
+            usage_totals: usage_totals.as_deref(),
+        },
+        machine.as_deref(),
+    )
 }
 
 /// Whether a terminal ends its turn failed or interrupted: the agent's messages still open then
@@ -574,11 +624,19 @@ fn end_lost(
         None,
     );
     tx.append(key, &Event::Interrupted { state })?;
-    tx.release_turn(key, None, None)?;
-    if stored_machine(&row).is_some_and(|m| machines.step_running(m)) {
-        advance_machine(tx, key, machines, StepEnd::Interrupted, None, None)?;
+    let mut machine = row.machine.clone();
+    if stored_machine(&row).is_some_and(|m| machines.step_running(m))
+        && let Some(moved) = advance_machine(tx, key, machines, StepEnd::Interrupted, None, None)?
+    {
+        machine = Some(moved);
     }
-    settle(tx, key, TurnStatus::Interrupted).map(Some)
+    let released = Released {
+        status: TurnStatus::Interrupted,
+        engine_state: None,
+        wake_at: None,
+        usage_totals: None,
+    };
+    settle(tx, key, released, machine.as_deref()).map(Some)
 }
 
 #[cfg(test)]

@@ -369,6 +369,24 @@ impl Store {
         }
     }
 
+    /// Like [`Store::write`] for a job that makes every check it can fail on before its first
+    /// write, so that it runs without a savepoint on SQLite (see `writer`'s doc). On PostgreSQL
+    /// every job is a transaction of its own, and this is [`Store::write`].
+    async fn write_checked<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Clone + Send + 'static,
+        T: Send + 'static,
+    {
+        match &self.inner.backend {
+            Backend::Sqlite(db) => {
+                let job: ErasedWrite = Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased));
+                unerase(db.writer.write_checked(job).await?)
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => self.write(f).await,
+        }
+    }
+
     /// Like [`Store::write`], for callers outside an async runtime (CLI, tests).
     fn write_blocking<T, F>(&self, f: F) -> Result<T>
     where

@@ -5,6 +5,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::record::RecordFacts;
+pub use super::turn_status::Bucket;
 pub use super::turn_status::TurnStatus;
 use super::{ImageRow, JsonColumn, ListFilter, QueueKind, SessionKey, SessionRow, Store, Tx};
 use crate::error::{Error, Result};
@@ -23,36 +24,6 @@ pub struct SessionList {
     /// Keyset position: rows strictly older than `(created_at, id)`.
     pub after: Option<(i64, String)>,
     pub limit: u32,
-}
-
-/// Where a session stands in the list (R11, R12).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bucket {
-    Running,
-    Asking,
-    Scheduled,
-    Done,
-}
-
-impl Bucket {
-    pub fn name(self) -> &'static str {
-        match self {
-            Bucket::Running => "running",
-            Bucket::Asking => "asking",
-            Bucket::Scheduled => "scheduled",
-            Bucket::Done => "done",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Bucket> {
-        match name {
-            "running" => Some(Bucket::Running),
-            "asking" => Some(Bucket::Asking),
-            "scheduled" => Some(Bucket::Scheduled),
-            "done" => Some(Bucket::Done),
-            _ => None,
-        }
-    }
 }
 
 /// An agent with its prioritised recent sessions and its default chat.
@@ -224,26 +195,6 @@ impl ProjectionReads<'_> {
     }
 }
 
-impl Bucket {
-    /// Where a session stands (R11, R12). With a machine the bucket follows
-    /// `machine.activity` (running → running, waiting → asking, sleeping → scheduled, idle →
-    /// from the turn); without one it follows the turn (running or a queued input → running,
-    /// ask → asking, sleep → scheduled, complete or interrupted → done).
-    pub fn derive(turn: TurnStatus, machine_activity: Option<&str>) -> Bucket {
-        match machine_activity {
-            Some("running") => Bucket::Running,
-            Some("waiting") => Bucket::Asking,
-            Some("sleeping") => Bucket::Scheduled,
-            _ => match turn {
-                TurnStatus::Running => Bucket::Running,
-                TurnStatus::Ask => Bucket::Asking,
-                TurnStatus::Sleep => Bucket::Scheduled,
-                TurnStatus::Complete | TurnStatus::Interrupted => Bucket::Done,
-            },
-        }
-    }
-}
-
 /// The images of a queued prompt as `FollowUpQueueItem.images` wants them: base64 data and type,
 /// read back from the prompt's stored images.
 fn queued_images(tx: &Tx<'_>, key: &SessionKey, seq: u64) -> Result<Option<Vec<ImageData>>> {
@@ -273,19 +224,42 @@ impl Tx<'_> {
     /// Sets the turn status and the bucket derived from it (and from the machine, when present).
     pub(crate) fn set_turn(&mut self, key: &SessionKey, turn: TurnStatus) -> Result<()> {
         let machine = self.json_column(key, JsonColumn::Machine)?;
-        let activity = machine
-            .as_deref()
-            .and_then(|m| serde_json::from_str::<Value>(m).ok())
-            .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned));
-        let bucket = Bucket::derive(turn, activity.as_deref());
+        let bucket = bucket_of(turn, machine.as_deref());
         self.set_turn_status(key, turn.name(), bucket.name())
+    }
+
+    /// [`Tx::set_turn`] for a session whose row this job has read (and not changed since): no
+    /// write when the row shows `turn` already.
+    pub(crate) fn show_turn(
+        &mut self,
+        key: &SessionKey,
+        row: &super::SessionRow,
+        turn: TurnStatus,
+    ) -> Result<()> {
+        match shown_change(row, row.machine.as_deref(), turn) {
+            Some((turn, bucket)) => self.set_turn_status(key, turn.name(), bucket.name()),
+            None => Ok(()),
+        }
     }
 
     /// Recomputes `followUpQueue` from the follow-up prompts still waiting (their text and
     /// images); when it changed, stores it and appends a `follow_up_queue` event.
     pub(crate) fn refresh_follow_up_queue(&mut self, key: &SessionKey) -> Result<()> {
+        let pending = self.pending_inputs(key)?;
+        let current = self.json_column(key, JsonColumn::FollowUpQueue)?;
+        self.refresh_follow_up_queue_from(key, &pending, current.as_deref())
+    }
+
+    /// [`Tx::refresh_follow_up_queue`] from what this job has read already: the session's queued
+    /// inputs and its stored `followUpQueue` (JSON).
+    pub(crate) fn refresh_follow_up_queue_from(
+        &mut self,
+        key: &SessionKey,
+        pending: &[super::writes::PendingInput],
+        current: Option<&str>,
+    ) -> Result<()> {
         let mut queue: Vec<FollowUpQueueItem> = Vec::new();
-        for p in self.pending_inputs(key)? {
+        for p in pending {
             if !(matches!(p.kind, QueueKind::Message | QueueKind::Initial)
                 && p.behavior == Behavior::FollowUp)
             {
@@ -293,12 +267,10 @@ impl Tx<'_> {
             }
             queue.push(FollowUpQueueItem {
                 images: queued_images(self, key, p.seq)?,
-                message: p.text,
+                message: p.text.clone(),
             });
         }
-        let current = self.json_column(key, JsonColumn::FollowUpQueue)?;
         let current: Vec<FollowUpQueueItem> = current
-            .as_deref()
             .and_then(|c| serde_json::from_str(c).ok())
             .unwrap_or_default();
         if current == queue {
@@ -314,6 +286,26 @@ impl Tx<'_> {
         )?;
         Ok(())
     }
+}
+
+/// The bucket a session shows for `turn`, given its machine's projection (JSON), if it has one.
+pub(crate) fn bucket_of(turn: TurnStatus, machine: Option<&str>) -> Bucket {
+    let activity = machine
+        .and_then(|m| serde_json::from_str::<Value>(m).ok())
+        .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned));
+    Bucket::derive(turn, activity.as_deref())
+}
+
+/// The turn status and bucket to write so that `row` shows `turn` (with the machine projection
+/// `machine`), or `None` when it shows them already: an `UPDATE` that names the bucket rewrites
+/// the two indexes on it even when the value stays.
+pub(crate) fn shown_change(
+    row: &super::SessionRow,
+    machine: Option<&str>,
+    turn: TurnStatus,
+) -> Option<(TurnStatus, Bucket)> {
+    let bucket = bucket_of(turn, machine);
+    (row.turn_status != turn || row.bucket != bucket.name()).then_some((turn, bucket))
 }
 
 #[cfg(test)]

@@ -338,7 +338,7 @@ impl Tx<'_> {
         };
         let seq = self.append_prompt(workspace_id, key, m, None, InputKind::Message, tier)?;
         if !row.turn_active {
-            self.set_turn(key, TurnStatus::Running)?;
+            self.show_turn(key, &row, TurnStatus::Running)?;
         } else if m.behavior == Behavior::FollowUp {
             self.refresh_follow_up_queue(key)?;
         }

@@ -1,5 +1,7 @@
-//! A session's turn status as its row stores it (`sessions.turn_status`): the one typed name for
-//! the strings the row holds, shared by the units that write it and the reads that show it.
+//! A session's turn status as its row stores it (`sessions.turn_status`), and the bucket the
+//! list shows it in (`sessions.bucket`, derived from the turn and the machine): the one typed name
+//! for the strings the row holds, shared by the units that write them and the reads that show
+//! them.
 
 /// A session's turn as its row shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,3 +39,53 @@ impl TurnStatus {
 // A row's `turn_status` column: a name this enum does not know is a fault of the database, not
 // a status to guess at.
 super::sql::from_sql_by_name!(TurnStatus: "turn status");
+
+/// Where a session stands in the list (R11, R12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    Running,
+    Asking,
+    Scheduled,
+    Done,
+}
+
+impl Bucket {
+    pub fn name(self) -> &'static str {
+        match self {
+            Bucket::Running => "running",
+            Bucket::Asking => "asking",
+            Bucket::Scheduled => "scheduled",
+            Bucket::Done => "done",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Bucket> {
+        match name {
+            "running" => Some(Bucket::Running),
+            "asking" => Some(Bucket::Asking),
+            "scheduled" => Some(Bucket::Scheduled),
+            "done" => Some(Bucket::Done),
+            _ => None,
+        }
+    }
+}
+
+impl Bucket {
+    /// Where a session stands (R11, R12). With a machine the bucket follows
+    /// `machine.activity` (running → running, waiting → asking, sleeping → scheduled, idle →
+    /// from the turn); without one it follows the turn (running or a queued input → running,
+    /// ask → asking, sleep → scheduled, complete or interrupted → done).
+    pub fn derive(turn: TurnStatus, machine_activity: Option<&str>) -> Bucket {
+        match machine_activity {
+            Some("running") => Bucket::Running,
+            Some("waiting") => Bucket::Asking,
+            Some("sleeping") => Bucket::Scheduled,
+            _ => match turn {
+                TurnStatus::Running => Bucket::Running,
+                TurnStatus::Ask => Bucket::Asking,
+                TurnStatus::Sleep => Bucket::Scheduled,
+                TurnStatus::Complete | TurnStatus::Interrupted => Bucket::Done,
+            },
+        }
+    }
+}

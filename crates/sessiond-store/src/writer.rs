@@ -12,6 +12,14 @@
 //! such a job writes at most once. A job of that type that fails or panics after its write (a bug)
 //! takes its whole batch with it rather than commit half of itself.
 //!
+//! A savepoint costs a job more than its statements' share: SQLite copies every page the job
+//! touches into the savepoint's journal first. The turn's own units (the claim that starts it and
+//! the terminal that ends it, two of a turn's three jobs) make every check they can fail on
+//! before their first write; after it only the storage can fail them, and a storage fault ends
+//! the batch anyway. They run as *checked* jobs ([`WriterHandle::write_checked`]), without a
+//! savepoint; the writer sees whether a failing job had changed a row (SQLite's count of changed
+//! rows moved), and if it had (a bug), the whole batch is rolled back, as for a [`OneWrite`].
+//!
 //! A batch that cannot commit (disk full, I/O error) answers every caller with the classified
 //! storage error and records it in the store's [`Health`]; SQLite may roll the whole transaction
 //! back on such errors by itself, so a job whose statement finds the transaction gone ends the
@@ -48,8 +56,8 @@ type RunJob = Box<dyn FnOnce(Option<&mut Tx<'_>>) -> JobOutcome + Send>;
 
 struct Job {
     run: RunJob,
-    /// The job may write more than once, so it runs in its own savepoint; `false` only for
-    /// [`OneWrite`] jobs.
+    /// The job may fail after a write, so it runs in its own savepoint; `false` for [`OneWrite`]
+    /// and checked jobs.
     savepoint: bool,
 }
 
@@ -69,13 +77,23 @@ struct JobOutcome {
     completion: Completion,
 }
 
-/// A session's event counters between flushes to its row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A session's event counters between flushes to its row, and the milestones the batch's appends
+/// reached (what `last_terminal_seq` and `last_message_at` become).
+///
+/// The milestones follow rare events (a terminal, a prompt, an answer) but every turn has some,
+/// and each was an `UPDATE` of the session's row of its own; written with the counters, a turn
+/// rewrites the row once per batch for them all. Only the `/v2` record reads them, outside the
+/// writer, after the batch has committed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counters {
     pub last_event_seq: u64,
     pub last_output_seq: u64,
     /// The session was deleted in this batch: nothing may be appended to it.
     pub deleted: bool,
+    /// The seq of the last terminal appended since the row was last written, if any.
+    pub last_terminal_seq: Option<u64>,
+    /// When the last prompt or answer was appended since the row was last written, if any.
+    pub last_message_at: Option<i64>,
 }
 
 /// Sessions whose counters the newer generation of the cache holds before it becomes the older
@@ -96,7 +114,13 @@ impl CounterCache {
         self.new.get(pk).or_else(|| self.old.get(pk))
     }
 
+    /// Keeps `c` as committed: its milestones are in the row now.
     fn insert(&mut self, pk: i64, c: Counters) {
+        let c = Counters {
+            last_terminal_seq: None,
+            last_message_at: None,
+            ..c
+        };
         if self.new.len() >= COUNTER_CACHE_GENERATION && !self.new.contains_key(&pk) {
             self.old = std::mem::take(&mut self.new);
         }
@@ -176,7 +200,7 @@ impl<'c> Tx<'c> {
                 Ok(Counters {
                     last_event_seq: r.get::<_, i64>(0)? as u64,
                     last_output_seq: r.get::<_, i64>(1)? as u64,
-                    deleted: false,
+                    ..Counters::default()
                 })
             })
             .optional()
@@ -267,12 +291,13 @@ impl<'c> OneWrite<'_, 'c> {
         self.tx
     }
 
-    /// Appends one durable event whose type updates no projection column (an `INSERT` and the
-    /// writer's in-memory counters); other types are refused before anything is written.
+    /// Appends one durable event that is one `INSERT` (and the writer's in-memory counters): any
+    /// type but a terminal, which may also queue webhook messages; a terminal is refused before
+    /// anything is written.
     pub fn append(self, key: &super::SessionKey, event: &crate::timeline::Event) -> Result<u64> {
-        if updates_milestone(event.type_name()) {
+        if crate::timeline::is_terminal_type(event.type_name()) {
             return Err(Error::Internal(format!(
-                "a {} event is more than one write",
+                "a {} event may be more than one write",
                 event.type_name()
             )));
         }
@@ -280,13 +305,6 @@ impl<'c> OneWrite<'_, 'c> {
         self.tx.wrote_once = true;
         Ok(seq)
     }
-}
-
-/// Whether appending an event of this type also updates a projection column of the session row
-/// (so that the append is two statements, not one).
-fn updates_milestone(event_type: &str) -> bool {
-    crate::timeline::is_terminal_type(event_type)
-        || matches!(event_type, "prompt_submitted" | "answer_submitted")
 }
 
 pub struct WriterHandle {
@@ -406,6 +424,23 @@ impl WriterHandle {
         T: Send + 'static,
     {
         let (job, rx) = make_job_with(false, move |tx: &mut Tx<'_>| f(OneWrite { tx }));
+        self.sender()?
+            .send(job)
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await
+            .map_err(|_| Error::Internal("write job was dropped".into()))?
+    }
+
+    /// Like [`WriterHandle::write`] for a job that makes every check it can fail on before its
+    /// first write: no savepoint (see the module's doc). Should it fail after writing anyway, its
+    /// batch is rolled back and every caller in it answered with an error.
+    pub async fn write_checked<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (job, rx) = make_job_with(false, f);
         self.sender()?
             .send(job)
             .await
@@ -544,7 +579,8 @@ pub(crate) fn rewrite_user_version(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// Writes the batch's counters into the session rows (same transaction as the events).
+/// Writes the batch's counters and milestones into the session rows (same transaction as the
+/// events).
 pub(super) fn flush_counters(
     conn: &Db<'_>,
     changed: &HashMap<i64, Counters>,
@@ -552,7 +588,9 @@ pub(super) fn flush_counters(
 ) -> super::sql::Result<()> {
     let mut stmt = conn.prepare_cached(
         "UPDATE sessions SET last_event_seq = ?2, last_output_seq = ?3,
-             updated_at = CASE WHEN updated_at > ?4 THEN updated_at ELSE ?4 END
+             updated_at = CASE WHEN updated_at > ?4 THEN updated_at ELSE ?4 END,
+             last_terminal_seq = COALESCE(?5, last_terminal_seq),
+             last_message_at = COALESCE(?6, last_message_at)
          WHERE pk = ?1",
     )?;
     for (pk, c) in changed.iter().filter(|(_, c)| !c.deleted) {
@@ -560,7 +598,9 @@ pub(super) fn flush_counters(
             pk,
             c.last_event_seq as i64,
             c.last_output_seq as i64,
-            now
+            now,
+            c.last_terminal_seq.map(|s| s as i64),
+            c.last_message_at
         ])?;
     }
     Ok(())
@@ -652,8 +692,9 @@ fn commit_batch(
             continue;
         }
         let savepoint = job.savepoint;
+        let changes_before_job = conn.total_changes();
         let outcome = catch_unwind(AssertUnwindSafe(|| (job.run)(Some(&mut tx))));
-        let wrote_once = tx.wrote_once;
+        let wrote = tx.wrote_once || conn.total_changes() != changes_before_job;
         match outcome {
             Ok(outcome) if outcome.keep => {
                 probed |= outcome.probe;
@@ -671,10 +712,12 @@ fn commit_batch(
                 if savepoint {
                     let _ = exec_cached(conn, "ROLLBACK TO job");
                     let _ = exec_cached(conn, "RELEASE job");
-                } else if wrote_once {
-                    // A job without a savepoint failed after its write: only the whole batch can
+                } else if wrote {
+                    // A job without a savepoint failed after writing: only the whole batch can
                     // take that write back.
-                    tracing::error!("a single-write job failed after writing; batch rolled back");
+                    tracing::error!(
+                        "a job without a savepoint failed after writing; batch rolled back"
+                    );
                     let e = Error::Internal("the write batch was abandoned".into());
                     let _ = conn.execute_batch("ROLLBACK");
                     if let Ok(outcome) = outcome {
@@ -900,7 +943,7 @@ pub(super) mod tests {
             .expect("note after the failure");
         assert_eq!(seq, 2);
         assert_eq!(seqs(&store, &key).await, vec![1, 2]);
-        // An event that updates the session row as well is more than one write: refused before
+        // A terminal may queue webhook messages as well: more than one write, refused before
         // anything is written.
         let k = key.clone();
         let refused = store
@@ -927,6 +970,62 @@ pub(super) mod tests {
             .await;
         assert!(matches!(refused, Err(Error::Internal(_))));
         assert_eq!(seqs(&store, &key).await, vec![1, 2]);
+        store.close();
+    }
+
+    /// A checked job (no savepoint) that fails before writing leaves the rest of its batch
+    /// alone; one that fails after writing takes its batch back, and every caller in it hears so.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_checked_job_that_fails_after_writing_takes_its_batch_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let k = key.clone();
+        store
+            .write_checked(move |tx| tx.append(&k, &note("kept")))
+            .await
+            .expect("first note");
+        let k = key.clone();
+        let refused = store
+            .write_checked(move |tx| {
+                tx.check_generation(&k, 99)?;
+                tx.append(&k, &note("never"))
+            })
+            .await;
+        assert!(matches!(refused, Err(Error::StaleTurn)), "{refused:?}");
+        assert_eq!(seqs(&store, &key).await, vec![1]);
+        // A batch: a note, then a checked job that fails after its write, then another note. The
+        // jobs are queued before the writer takes them, so they share one transaction.
+        let writer = match &store.inner.backend {
+            crate::Backend::Sqlite(db) => &db.writer,
+            #[cfg(feature = "postgres")]
+            _ => unreachable!("a SQLite store"),
+        };
+        let (k1, k2, k3) = (key.clone(), key.clone(), key.clone());
+        let (first, bad, last) = tokio::join!(
+            writer.write(move |tx| tx.append(&k1, &note("before"))),
+            writer.write_checked(move |tx| {
+                tx.append(&k2, &note("half"))?;
+                Err::<u64, _>(Error::invalid("changed its mind after writing"))
+            }),
+            writer.write(move |tx| tx.append(&k3, &note("after"))),
+        );
+        assert!(bad.is_err());
+        let kept: Vec<i64> = seqs(&store, &key).await;
+        // Whatever shared the failed job's batch was refused, and nothing of it was kept; what
+        // committed in a batch of its own is there, in order and without a gap.
+        for (answer, _) in [(&first, "before"), (&last, "after")] {
+            if let Ok(seq) = answer {
+                assert!(kept.contains(&(*seq as i64)), "{seq} answered but not kept");
+            }
+        }
+        assert_eq!(kept, (1..=kept.len() as i64).collect::<Vec<_>>());
+        assert!(kept.len() <= 3, "{kept:?}");
+        let k = key.clone();
+        let seq = store
+            .write_checked(move |tx| tx.append(&k, &note("later")))
+            .await
+            .expect("the writer goes on");
+        assert_eq!(seq as usize, kept.len() + 1);
         store.close();
     }
 
@@ -1306,7 +1405,7 @@ pub(super) mod tests {
         let c = |n| Counters {
             last_event_seq: n,
             last_output_seq: n,
-            deleted: false,
+            ..Counters::default()
         };
         for pk in 0..(COUNTER_CACHE_GENERATION as i64 * 5) {
             cache.insert(pk, c(pk as u64));

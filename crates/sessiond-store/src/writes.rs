@@ -143,6 +143,31 @@ static INPUT_REQUEST_IDS: std::sync::LazyLock<
 /// Past this many waiting inputs the ids are forgotten (their turns get new ones).
 const MAX_INPUT_REQUEST_IDS: usize = 100_000;
 
+/// The counters of a session after an event of `event_type` is appended at `seq`, as far as the
+/// projection columns that follow rare events go (terminals, prompts and answers; see
+/// `writer::updates_milestone`): reading a session's state never scans its history. They reach
+/// the row with the counters, once per batch.
+fn milestone(
+    c: super::writer::Counters,
+    event_type: &str,
+    seq: u64,
+    now: i64,
+) -> super::writer::Counters {
+    if crate::timeline::is_terminal_type(event_type) {
+        super::writer::Counters {
+            last_terminal_seq: Some(seq),
+            ..c
+        }
+    } else if matches!(event_type, "prompt_submitted" | "answer_submitted") {
+        super::writer::Counters {
+            last_message_at: Some(now),
+            ..c
+        }
+    } else {
+        c
+    }
+}
+
 /// A row a unit of work holds until it ends (see [`Tx::lock`]).
 #[derive(Debug, Clone, Copy)]
 pub enum RowLock<'a> {
@@ -271,42 +296,23 @@ impl Tx<'_> {
         // The writer keeps the counters; the session row gets them once per batch.
         let c = self.counters(key.pk)?.ok_or(Error::NotFound)?;
         let seq = c.last_event_seq + 1;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO events (session_pk, seq, type, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![key.pk, seq as i64, event_type, body, self.now])?;
         self.set_counters(
             key.pk,
             super::writer::Counters {
                 last_event_seq: seq,
                 last_output_seq: if output { seq } else { c.last_output_seq },
-                deleted: false,
+                ..milestone(c, event_type, seq, self.now)
             },
         );
-        let seq = seq as i64;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO events (session_pk, seq, type, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![key.pk, seq, event_type, body, self.now])?;
-        let seq = seq as u64;
-        self.note_milestone(key, event_type, seq)?;
         self.outbox_event(key, event_type, body, seq)?;
         let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
         self.publish(&key.id, Frame::durable(seq, event_type, data, self.now));
         Ok(seq)
-    }
-
-    /// Keeps the projection columns that follow rare events (terminals, prompts and answers, see
-    /// `writer::updates_milestone`) in step with the timeline, so that reading a session's state never
-    /// scans its history.
-    fn note_milestone(&mut self, key: &SessionKey, event_type: &str, seq: u64) -> Result<()> {
-        if crate::timeline::is_terminal_type(event_type) {
-            self.conn
-                .prepare_cached("UPDATE sessions SET last_terminal_seq = ?2 WHERE pk = ?1")?
-                .execute(params![key.pk, seq as i64])?;
-        } else if matches!(event_type, "prompt_submitted" | "answer_submitted") {
-            self.conn
-                .prepare_cached("UPDATE sessions SET last_message_at = ?2 WHERE pk = ?1")?
-                .execute(params![key.pk, self.now])?;
-        }
-        Ok(())
     }
 
     /// Indexes the prompt of the `prompt_submitted` event at `seq` for search, in a row of the
@@ -542,9 +548,8 @@ impl Tx<'_> {
         self.set_counters(
             key.pk,
             super::writer::Counters {
-                last_event_seq: 0,
-                last_output_seq: 0,
                 deleted: true,
+                ..Default::default()
             },
         );
         Ok(())
@@ -632,18 +637,6 @@ impl Tx<'_> {
             .remove(&(key.pk, seq)))
     }
 
-    /// The oldest input that may run now, if any.
-    pub(crate) fn next_input(&self, key: &SessionKey) -> Result<Option<PendingInput>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT seq, kind, behavior, tier, text, not_before FROM pending_inputs
-                 WHERE session_pk = ?1 AND not_before <= ?2 ORDER BY seq LIMIT 1",
-            )?
-            .query_row(params![key.pk, self.now], PendingInput::from_row)
-            .optional()?)
-    }
-
     /// Every queued input of a session, oldest first.
     pub fn pending_inputs(&self, key: &SessionKey) -> Result<Vec<PendingInput>> {
         let mut stmt = self.conn.prepare_cached(
@@ -668,21 +661,58 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Starts a turn: bumps the fencing generation and marks the session active. Fails with
-    /// `None` when a turn is already active.
-    pub(crate) fn claim_turn(&mut self, key: &SessionKey, lease: &Lease) -> Result<Option<u64>> {
-        let generation: Option<i64> = self
-            .conn
-            .prepare_cached(
-                "UPDATE sessions SET turn_generation = turn_generation + 1, turn_active = 1,
-                    wake_at = NULL, turn_owner = ?2, turn_lease_until = ?3
-                 WHERE pk = ?1 AND turn_active = 0 RETURNING turn_generation",
-            )?
-            .query_row(
-                params![key.pk, lease.owner, self.now + lease.ms as i64],
+    /// Starts a turn: bumps the fencing generation and marks the session active, in the same
+    /// write the input delivered (`through_seq` and its attempt, for an input from a client) and
+    /// the turn status and bucket the session shows now (when they change: see
+    /// [`super::projections::shown_change`]). `None`, with nothing written, when a turn is
+    /// already active.
+    pub(crate) fn claim_turn(
+        &mut self,
+        key: &SessionKey,
+        lease: &Lease,
+        delivered: Option<(u64, &str)>,
+        shown: Option<(super::TurnStatus, super::turn_status::Bucket)>,
+    ) -> Result<Option<u64>> {
+        macro_rules! claim {
+            ($shown:literal) => {
+                concat!(
+                    "UPDATE sessions SET turn_generation = turn_generation + 1, turn_active = 1,
+                        wake_at = NULL, turn_owner = ?2, turn_lease_until = ?3,
+                        last_delivered_input_seq = max(last_delivered_input_seq, ?4),
+                        delivery_attempt = COALESCE(?5, delivery_attempt)",
+                    $shown,
+                    " WHERE pk = ?1 AND turn_active = 0 RETURNING turn_generation"
+                )
+            };
+        }
+        let (through_seq, attempt) = match delivered {
+            Some((seq, attempt)) => (seq as i64, Some(attempt)),
+            None => (0, None),
+        };
+        let lease_until = self.now + lease.ms as i64;
+        let generation: Option<i64> = match shown {
+            Some((turn, bucket)) => self
+                .conn
+                .prepare_cached(claim!(", turn_status = ?6, bucket = ?7, updated_at = ?8"))?
+                .query_row(
+                    params![
+                        key.pk,
+                        lease.owner,
+                        lease_until,
+                        through_seq,
+                        attempt,
+                        turn.name(),
+                        bucket.name(),
+                        self.now
+                    ],
+                    |r| r.get(0),
+                ),
+            None => self.conn.prepare_cached(claim!(""))?.query_row(
+                params![key.pk, lease.owner, lease_until, through_seq, attempt],
                 |r| r.get(0),
-            )
-            .optional()?;
+            ),
+        }
+        .optional()?;
         Ok(generation.map(|g| g as u64))
     }
 
@@ -750,18 +780,54 @@ impl Tx<'_> {
         }
     }
 
-    /// Ends the active turn (the terminal event is appended by the caller in the same job).
-    pub(crate) fn release_turn(
-        &mut self,
-        key: &SessionKey,
-        engine_state: Option<&str>,
-        wake_at: Option<i64>,
-    ) -> Result<()> {
+    /// What ending a turn starts from: the turn's fence checked (as [`Tx::check_generation`])
+    /// and, read in the same statement, the session's usage totals and machine projection.
+    pub(crate) fn turn_ending(&self, key: &SessionKey, generation: u64) -> Result<TurnEnding> {
+        let current = self
+            .conn
+            .prepare_cached(
+                "SELECT turn_generation, turn_active, usage_totals, machine FROM sessions
+                 WHERE pk = ?1",
+            )?
+            .query_row([key.pk], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, bool>(1)?,
+                    TurnEnding {
+                        usage_totals: r.get(2)?,
+                        machine: r.get(3)?,
+                    },
+                ))
+            })
+            .optional()?;
+        match current {
+            Some((g, true, ending)) if g as u64 == generation => Ok(ending),
+            Some(_) => Err(Error::StaleTurn),
+            None => Err(Error::NotFound),
+        }
+    }
+
+    /// Ends the active turn and shows where the session stands, in one write of its row: the
+    /// turn released (what its engine remembers, a sleep's wake), the turn status and bucket, and
+    /// the usage totals when the turn added to them. The terminal event is appended by the
+    /// caller in the same job.
+    pub(crate) fn end_turn(&mut self, key: &SessionKey, end: &TurnEnd<'_>) -> Result<()> {
         self.conn
             .prepare_cached(
-                "UPDATE sessions SET turn_active = 0, engine_state = ?2, wake_at = ?3 WHERE pk = ?1",
+                "UPDATE sessions SET turn_active = 0, engine_state = ?2, wake_at = ?3,
+                    turn_status = ?4, bucket = ?5, updated_at = ?6,
+                    usage_totals = COALESCE(?7, usage_totals)
+                 WHERE pk = ?1",
             )?
-            .execute(params![key.pk, engine_state, wake_at])?;
+            .execute(params![
+                key.pk,
+                end.engine_state,
+                end.wake_at,
+                end.turn.name(),
+                end.bucket.name(),
+                self.now,
+                end.usage_totals
+            ])?;
         Ok(())
     }
 
@@ -798,11 +864,7 @@ impl Tx<'_> {
             .conn
             .prepare_cached("SELECT usage_totals FROM sessions WHERE pk = ?1")?
             .query_row([key.pk], |r| r.get(0))?;
-        let mut total: crate::timeline::Usage = current
-            .and_then(|c| serde_json::from_str(&c).ok())
-            .unwrap_or_default();
-        total.add(usage);
-        let doc = serde_json::to_string(&total).map_err(|e| Error::Internal(e.to_string()))?;
+        let doc = usage_added(current.as_deref(), usage)?;
         self.conn
             .prepare_cached("UPDATE sessions SET usage_totals = ?2 WHERE pk = ?1")?
             .execute(params![key.pk, doc])?;
@@ -826,6 +888,33 @@ impl Tx<'_> {
         }
         Ok(row)
     }
+}
+
+/// What [`Tx::turn_ending`] reads besides the fence.
+pub(crate) struct TurnEnding {
+    /// JSON `Usage`: the session's usage totals.
+    pub usage_totals: Option<String>,
+    /// The session's machine projection (JSON), if it has a machine.
+    pub machine: Option<String>,
+}
+
+/// How [`Tx::end_turn`] leaves the session.
+pub(crate) struct TurnEnd<'a> {
+    pub engine_state: Option<&'a str>,
+    pub wake_at: Option<i64>,
+    pub turn: super::TurnStatus,
+    pub bucket: super::turn_status::Bucket,
+    /// The new usage totals (JSON `Usage`), when the turn added to them.
+    pub usage_totals: Option<&'a str>,
+}
+
+/// Usage totals (JSON `Usage`, or none yet) with one call's usage added, as JSON.
+pub(crate) fn usage_added(current: Option<&str>, usage: &crate::timeline::Usage) -> Result<String> {
+    let mut total: crate::timeline::Usage = current
+        .and_then(|c| serde_json::from_str(c).ok())
+        .unwrap_or_default();
+    total.add(usage);
+    serde_json::to_string(&total).map_err(|e| Error::Internal(e.to_string()))
 }
 
 /// Projection columns that hold JSON documents.
