@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::intake::Closure;
 use super::projections::{TurnStatus, bucket_of, shown_change};
 use super::turns::{Fence, TurnStore};
 use super::writes::{TurnEnd, usage_added};
@@ -302,10 +303,13 @@ fn claim(
     let Some(at) = pending.iter().position(|p| p.not_before <= tx.now) else {
         return Ok(None);
     };
-    // A session closed for good runs no more turns, whatever is queued (`store::intake`).
-    if tx.drop_work_if_closed(key)? {
+    // A session closed for good runs no more turns, whatever is queued (`store::intake`); one
+    // whose budget is spent starts its turn, which fails with `budget_hit`.
+    let closure = tx.drop_work_if_closed(key)?;
+    if closure.as_ref().is_some_and(Closure::is_final) {
         return Ok(None);
     }
+    let budget_spent = closure.map(|c| c.error());
     let row = tx.session_row(key)?;
     if row.turn_active {
         return Ok(None);
@@ -381,7 +385,6 @@ fn claim(
     // Every turn names its input (the runner's own wakes and machine steps too): that is the run
     // a turn is on `/v2`.
     tx.record_input_turn(key, input.seq, started)?;
-    let budget_spent = tx.check_budget(key).err();
     tx.refresh_follow_up_queue_from(key, &pending, row.follow_up_queue.as_deref())?;
     let steers_waiting = pending
         .iter()

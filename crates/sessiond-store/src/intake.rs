@@ -186,14 +186,16 @@ impl Tx<'_> {
     /// case what is left on its queue (a wake, a machine's next state, inputs taken before it
     /// closed) is dropped and the session, waiting for a turn, ends `interrupted`, as a stop
     /// leaves it. A running turn finishes first (it may still take the steers queued for it).
-    /// A spent budget is not this: its turn starts and fails with `budget_hit`.
-    pub(crate) fn drop_work_if_closed(&mut self, key: &SessionKey) -> Result<bool> {
-        if !self.closure(key)?.is_some_and(|c| c.is_final()) {
-            return Ok(false);
+    /// A spent budget is not this: its turn starts and fails with `budget_hit`. Answers the
+    /// closure it read (`None`: the session takes input), so that the claim reads it once.
+    pub(crate) fn drop_work_if_closed(&mut self, key: &SessionKey) -> Result<Option<Closure>> {
+        let closure = self.closure(key)?;
+        if !closure.as_ref().is_some_and(Closure::is_final) {
+            return Ok(closure);
         }
         let row = self.session_row(key)?;
         if row.turn_active {
-            return Ok(false);
+            return Ok(closure);
         }
         for input in self.pending_inputs(key)? {
             self.remove_input(key, input.seq)?;
@@ -202,7 +204,7 @@ impl Tx<'_> {
         if matches!(row.turn_status, TurnStatus::Running | TurnStatus::Sleep) {
             self.set_turn(key, TurnStatus::Interrupted)?;
         }
-        Ok(true)
+        Ok(closure)
     }
 }
 
