@@ -114,6 +114,15 @@ type ErasedWrite = Box<dyn for<'a, 'b> FnOnce(&'a mut Tx<'b>) -> Result<Erased> 
 #[cfg(feature = "postgres")]
 type ErasedRetryable = Box<dyn for<'a, 'b> Fn(&'a mut Tx<'b>) -> Result<Erased> + Send>;
 
+/// `f` as an [`ErasedWrite`] (see above).
+fn erase<T, F>(f: F) -> ErasedWrite
+where
+    F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased))
+}
+
 fn unerase<T: 'static>(value: Erased) -> Result<T> {
     value
         .downcast::<T>()
@@ -333,10 +342,7 @@ impl Store {
         T: Send + 'static,
     {
         match &self.inner.backend {
-            Backend::Sqlite(db) => {
-                let job: ErasedWrite = Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased));
-                unerase(db.writer.write(job).await?)
-            }
+            Backend::Sqlite(db) => unerase(db.writer.write(erase(f)).await?),
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
                 let job: ErasedRetryable =
@@ -378,10 +384,7 @@ impl Store {
         T: Send + 'static,
     {
         match &self.inner.backend {
-            Backend::Sqlite(db) => {
-                let job: ErasedWrite = Box::new(move |tx| f(tx).map(|v| Box::new(v) as Erased));
-                unerase(db.writer.write_checked(job).await?)
-            }
+            Backend::Sqlite(db) => unerase(db.writer.write_checked(erase(f)).await?),
             #[cfg(feature = "postgres")]
             Backend::Postgres(_) => self.write(f).await,
         }

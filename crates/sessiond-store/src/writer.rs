@@ -409,6 +409,11 @@ impl WriterHandle {
         T: Send + 'static,
     {
         let (job, rx) = make_job(f);
+        self.run(job, rx).await
+    }
+
+    /// Queues `job` and waits for its answer (after its batch's COMMIT).
+    async fn run<T>(&self, job: Job, rx: oneshot::Receiver<Result<T>>) -> Result<T> {
         self.sender()?
             .send(job)
             .await
@@ -424,12 +429,7 @@ impl WriterHandle {
         T: Send + 'static,
     {
         let (job, rx) = make_job_with(false, move |tx: &mut Tx<'_>| f(OneWrite { tx }));
-        self.sender()?
-            .send(job)
-            .await
-            .map_err(|_| Error::ShuttingDown)?;
-        rx.await
-            .map_err(|_| Error::Internal("write job was dropped".into()))?
+        self.run(job, rx).await
     }
 
     /// Like [`WriterHandle::write`] for a job that makes every check it can fail on before its
@@ -441,12 +441,7 @@ impl WriterHandle {
         T: Send + 'static,
     {
         let (job, rx) = make_job_with(false, f);
-        self.sender()?
-            .send(job)
-            .await
-            .map_err(|_| Error::ShuttingDown)?;
-        rx.await
-            .map_err(|_| Error::Internal("write job was dropped".into()))?
+        self.run(job, rx).await
     }
 
     pub fn write_blocking<T, F>(&self, f: F) -> Result<T>
@@ -993,8 +988,8 @@ pub(super) mod tests {
             .await;
         assert!(matches!(refused, Err(Error::StaleTurn)), "{refused:?}");
         assert_eq!(seqs(&store, &key).await, vec![1]);
-        // A batch: a note, then a checked job that fails after its write, then another note. The
-        // jobs are queued before the writer takes them, so they share one transaction.
+        // A note, a checked job that fails after its write, another note, queued together (they
+        // usually share a batch; the checks below hold however the writer batches them).
         let writer = match &store.inner.backend {
             crate::Backend::Sqlite(db) => &db.writer,
             #[cfg(feature = "postgres")]
