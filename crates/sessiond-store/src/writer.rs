@@ -102,29 +102,30 @@ const COUNTER_CACHE_GENERATION: usize = 8_192;
 
 /// Committed counters of recently written sessions: two generations, so the cache holds at most
 /// `2 × COUNTER_CACHE_GENERATION` sessions however many were ever written, and a session written
-/// in the last generation is always found.
+/// in the last generation is always found. An entry is the two seqs only: a committed session
+/// has no milestone waiting for its row, and a deleted one leaves the cache.
 #[derive(Default)]
 pub(crate) struct CounterCache {
-    new: HashMap<i64, Counters>,
-    old: HashMap<i64, Counters>,
+    new: HashMap<i64, [u64; 2]>,
+    old: HashMap<i64, [u64; 2]>,
 }
 
 impl CounterCache {
-    fn get(&self, pk: &i64) -> Option<&Counters> {
-        self.new.get(pk).or_else(|| self.old.get(pk))
+    fn get(&self, pk: &i64) -> Option<Counters> {
+        let [last_event_seq, last_output_seq] = *self.new.get(pk).or_else(|| self.old.get(pk))?;
+        Some(Counters {
+            last_event_seq,
+            last_output_seq,
+            ..Counters::default()
+        })
     }
 
-    /// Keeps `c` as committed: its milestones are in the row now.
+    /// Keeps `c` as committed (its milestones are in the row now).
     fn insert(&mut self, pk: i64, c: Counters) {
-        let c = Counters {
-            last_terminal_seq: None,
-            last_message_at: None,
-            ..c
-        };
         if self.new.len() >= COUNTER_CACHE_GENERATION && !self.new.contains_key(&pk) {
             self.old = std::mem::take(&mut self.new);
         }
-        self.new.insert(pk, c);
+        self.new.insert(pk, [c.last_event_seq, c.last_output_seq]);
     }
 
     fn remove(&mut self, pk: &i64) {
@@ -184,9 +185,10 @@ impl<'c> Tx<'c> {
             .job
             .get(&pk)
             .or_else(|| self.batch.get(&pk))
+            .copied()
             .or_else(|| self.committed.get(&pk))
         {
-            return Ok((!c.deleted).then_some(*c));
+            return Ok((!c.deleted).then_some(c));
         }
         let sql = match self.conn.dialect() {
             Dialect::Sqlite => "SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1",
@@ -1404,7 +1406,7 @@ pub(super) mod tests {
         };
         for pk in 0..(COUNTER_CACHE_GENERATION as i64 * 5) {
             cache.insert(pk, c(pk as u64));
-            assert_eq!(cache.get(&pk), Some(&c(pk as u64)));
+            assert_eq!(cache.get(&pk), Some(c(pk as u64)));
         }
         assert!(cache.len() <= 2 * COUNTER_CACHE_GENERATION);
         let last = COUNTER_CACHE_GENERATION as i64 * 5 - 1;
