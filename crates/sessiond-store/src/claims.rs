@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::intake::Closure;
-use super::projections::{TurnStatus, bucket_of, shown_change};
+use super::projections::{TurnStatus, shown_change};
 use super::turns::{Fence, TurnStore};
 use super::writes::{TurnEnd, usage_added};
 use super::{Lease, NewInput, QueueKind, SessionKey, SessionRow, Tx};
@@ -494,14 +494,10 @@ fn advance_machine(
     Ok(Some(m.projection.to_string()))
 }
 
-/// After a terminal: releases the turn and shows where the session stands (see [`Tx::end_turn`]),
-/// and tells the dispatcher what to do next. `machine` is the session's machine projection now.
-fn settle(
-    tx: &mut Tx<'_>,
-    key: &SessionKey,
-    released: Released<'_>,
-    machine: Option<&str>,
-) -> Result<Settled> {
+/// After a terminal: releases the turn and shows where the session stands (see [`Tx::end_turn`];
+/// `end.turn` is the status it shows unless another input may run now), and tells the
+/// dispatcher what to do next.
+fn settle(tx: &mut Tx<'_>, key: &SessionKey, mut end: TurnEnd<'_>) -> Result<Settled> {
     let pending = tx.pending_inputs(key)?;
     let now = tx.now;
     let more = pending.iter().any(|p| p.not_before <= now);
@@ -510,31 +506,11 @@ fn settle(
         .filter(|p| p.not_before > now)
         .map(|p| p.not_before)
         .min();
-    let turn = if more {
-        TurnStatus::Running
-    } else {
-        released.status
-    };
-    tx.end_turn(
-        key,
-        &TurnEnd {
-            engine_state: released.engine_state,
-            wake_at: released.wake_at,
-            turn,
-            bucket: bucket_of(turn, machine),
-            usage_totals: released.usage_totals,
-        },
-    )?;
+    if more {
+        end.turn = TurnStatus::Running;
+    }
+    tx.end_turn(key, &end)?;
     Ok(Settled { more, next_due })
-}
-
-/// How a turn ends, as [`settle`] writes it.
-struct Released<'a> {
-    /// The status the session shows unless another input may run now.
-    status: TurnStatus,
-    engine_state: Option<&'a str>,
-    wake_at: Option<i64>,
-    usage_totals: Option<&'a str>,
 }
 
 fn finish(tx: &mut Tx<'_>, t: TurnTerminal, machines: &dyn MachineRules) -> Result<Settled> {
@@ -567,13 +543,13 @@ fn finish(tx: &mut Tx<'_>, t: TurnTerminal, machines: &dyn MachineRules) -> Resu
     settle(
         tx,
         key,
-        Released {
-            status: t.status,
+        TurnEnd {
             engine_state: t.engine_state.as_deref(),
             wake_at: t.wake_at,
+            turn: t.status,
+            machine: machine.as_deref(),
             usage_totals: usage_totals.as_deref(),
         },
-        machine.as_deref(),
     )
 }
 
@@ -633,13 +609,14 @@ fn end_lost(
     {
         machine = Some(moved);
     }
-    let released = Released {
-        status: TurnStatus::Interrupted,
+    let end = TurnEnd {
         engine_state: None,
         wake_at: None,
+        turn: TurnStatus::Interrupted,
+        machine: machine.as_deref(),
         usage_totals: None,
     };
-    settle(tx, key, released, machine.as_deref()).map(Some)
+    settle(tx, key, end).map(Some)
 }
 
 #[cfg(test)]

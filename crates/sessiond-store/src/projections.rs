@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::record::RecordFacts;
 pub use super::turn_status::Bucket;
 pub use super::turn_status::TurnStatus;
+use super::turn_status::bucket_of;
 use super::{ImageRow, JsonColumn, ListFilter, QueueKind, SessionKey, SessionRow, Store, Tx};
 use crate::error::{Error, Result};
 use crate::timeline::{Behavior, Event, FollowUpQueueItem, ImageData, StoredImageRef};
@@ -286,14 +287,6 @@ impl Tx<'_> {
         )?;
         Ok(())
     }
-}
-
-/// The bucket a session shows for `turn`, given its machine's projection (JSON), if it has one.
-pub(crate) fn bucket_of(turn: TurnStatus, machine: Option<&str>) -> Bucket {
-    let activity = machine
-        .and_then(|m| serde_json::from_str::<Value>(m).ok())
-        .and_then(|m| m.get("activity").and_then(Value::as_str).map(str::to_owned));
-    Bucket::derive(turn, activity.as_deref())
 }
 
 /// The turn status and bucket to write so that `row` shows `turn` (with the machine projection

@@ -89,3 +89,15 @@ impl Bucket {
         }
     }
 }
+
+/// The bucket a session shows for `turn`, given its machine's projection (JSON), if it has one.
+pub(crate) fn bucket_of(turn: TurnStatus, machine: Option<&str>) -> Bucket {
+    let activity = machine
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+        .and_then(|m| {
+            m.get("activity")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        });
+    Bucket::derive(turn, activity.as_deref())
+}

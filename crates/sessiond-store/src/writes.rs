@@ -824,7 +824,7 @@ impl Tx<'_> {
                 end.engine_state,
                 end.wake_at,
                 end.turn.name(),
-                end.bucket.name(),
+                super::turn_status::bucket_of(end.turn, end.machine).name(),
                 self.now,
                 end.usage_totals
             ])?;
@@ -903,7 +903,8 @@ pub(crate) struct TurnEnd<'a> {
     pub engine_state: Option<&'a str>,
     pub wake_at: Option<i64>,
     pub turn: super::TurnStatus,
-    pub bucket: super::turn_status::Bucket,
+    /// The session's machine projection (JSON) now, which the bucket follows with the turn.
+    pub machine: Option<&'a str>,
     /// The new usage totals (JSON `Usage`), when the turn added to them.
     pub usage_totals: Option<&'a str>,
 }
