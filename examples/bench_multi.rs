@@ -2,7 +2,12 @@
 //!
 //! ```text
 //! cargo run --release --example bench_multi [-- --quick]
+//! SESSIOND_BENCH_BASELINE=<another sessiond binary> cargo run --release --example bench_multi
 //! ```
+//!
+//! Naming deployments (`sqlite`, `postgres-1`, `postgres-3`) runs only those. With
+//! `SESSIOND_BENCH_BASELINE`, every deployment runs with that binary and then with this
+//! build's, each on a fresh database, and the ratios of this build to the baseline are printed.
 //!
 //! For each deployment — SQLite with one process, PostgreSQL with one process, PostgreSQL with
 //! three processes sharing the database and the data dir — it measures:
@@ -385,43 +390,95 @@ fn run(bin: &Path, processes: usize, db: Option<&str>, quick: bool) -> Figures {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `sqlite`, `postgres-1`, `postgres-3`: only the deployments named (all when none is).
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     sessiond::tls::install_provider();
     let bin = binary();
+    // With `SESSIOND_BENCH_BASELINE=<another sessiond binary>`, each deployment runs with that
+    // binary first and then with this build's, on fresh databases, and the ratios are printed.
+    let baseline = std::env::var_os("SESSIOND_BENCH_BASELINE").map(PathBuf::from);
+    let binaries: Vec<(&str, &Path)> = match &baseline {
+        Some(b) => vec![("baseline", b.as_path()), ("this build", bin.as_path())],
+        None => vec![("this build", bin.as_path())],
+    };
     println!(
         "bench_multi: {CLIENTS} clients of /stream 5 turns; {SUBSCRIBERS} SSE subscribers of one session"
     );
+    if let Some(b) = &baseline {
+        println!("baseline: {}", b.display());
+    }
     println!("load average before: {}", load_average());
-    let sqlite = run(&bin, 1, None, quick);
     let cluster = postgres::durable_cluster("bench_multi")
         .unwrap_or_else(|| die("PostgreSQL", "no PostgreSQL server can run here"));
-    let one = postgres::Cluster::database(&cluster, "bench_multi_one");
-    let pg1 = run(&bin, 1, Some(&one.url), quick);
-    let three = postgres::Cluster::database(&cluster, "bench_multi_three");
-    let pg3 = run(&bin, 3, Some(&three.url), quick);
+    let mut rows: Vec<(String, &str, Figures)> = Vec::new();
+    for (deployment, processes, postgres, short) in [
+        ("SQLite, 1 process", 1, false, "sqlite"),
+        ("PostgreSQL, 1 process", 1, true, "postgres-1"),
+        ("PostgreSQL, 3 processes", 3, true, "postgres-3"),
+    ] {
+        if !named.is_empty() && !named.iter().any(|n| n == short) {
+            continue;
+        }
+        for (i, (which, path)) in binaries.iter().enumerate() {
+            let db = postgres.then(|| {
+                postgres::Cluster::database(&cluster, &format!("bench_multi_{}_{i}", rows.len()))
+            });
+            let figures = run(path, processes, db.as_ref().map(|d| d.url.as_str()), quick);
+            rows.push((deployment.to_owned(), which, figures));
+        }
+    }
     println!("load average after: {}", load_average());
     println!(
-        "{:<26} {:>10} {:>16} {:>16} {:>16}",
-        "deployment", "turns/s", "SSE p50 (ms)", "SSE p99 (ms)", "SSE delivered"
+        "{:<26} {:<11} {:>10} {:>16} {:>16} {:>16}",
+        "deployment", "binary", "turns/s", "SSE p50 (ms)", "SSE p99 (ms)", "SSE delivered"
     );
-    for (name, f) in [
-        ("SQLite, 1 process", &sqlite),
-        ("PostgreSQL, 1 process", &pg1),
-        ("PostgreSQL, 3 processes", &pg3),
-    ] {
+    for (name, which, f) in &rows {
         println!(
-            "{name:<26} {:>10.0} {:>16.1} {:>16.1} {:>16}",
+            "{name:<26} {which:<11} {:>10.0} {:>16.1} {:>16.1} {:>16}",
             f.turns_per_s,
             f.delivery_p50_ms,
             f.delivery_p99_ms,
             format!("{}/{}", f.delivered, f.expected)
         );
     }
-    println!(
-        "PostgreSQL 3 / 1 processes: turns/s ×{:.2}, SSE p99 ×{:.2}; PostgreSQL / SQLite (1 process): turns/s ×{:.2}",
-        pg3.turns_per_s / pg1.turns_per_s,
-        pg3.delivery_p99_ms / pg1.delivery_p99_ms,
-        pg1.turns_per_s / sqlite.turns_per_s
-    );
+    let of = |deployment: &str, which: &str| {
+        rows.iter()
+            .find(|(n, w, _)| n == deployment && *w == which)
+            .map(|(_, _, f)| f)
+    };
+    for (which, _) in &binaries {
+        let (Some(sqlite), Some(pg1), Some(pg3)) = (
+            of("SQLite, 1 process", which),
+            of("PostgreSQL, 1 process", which),
+            of("PostgreSQL, 3 processes", which),
+        ) else {
+            continue;
+        };
+        println!(
+            "{which}: PostgreSQL 3 / 1 processes: turns/s ×{:.2}, SSE p99 ×{:.2}; PostgreSQL / SQLite (1 process): turns/s ×{:.2}",
+            pg3.turns_per_s / pg1.turns_per_s,
+            pg3.delivery_p99_ms / pg1.delivery_p99_ms,
+            pg1.turns_per_s / sqlite.turns_per_s
+        );
+    }
+    if baseline.is_some() {
+        for deployment in [
+            "SQLite, 1 process",
+            "PostgreSQL, 1 process",
+            "PostgreSQL, 3 processes",
+        ] {
+            if let (Some(b), Some(t)) = (of(deployment, "baseline"), of(deployment, "this build")) {
+                println!(
+                    "{deployment}: this build / baseline: turns/s ×{:.2}, SSE p99 ×{:.2}",
+                    t.turns_per_s / b.turns_per_s,
+                    t.delivery_p99_ms / b.delivery_p99_ms
+                );
+            }
+        }
+    }
 }
 
 /// The machine's load (`/proc/loadavg`: 1, 5 and 15 minutes): the figures depend on what else
