@@ -16,8 +16,10 @@
 //! sessions it finds gone.
 //!
 //! Volatile deltas go through the same channel, unstored: the bus relays each delta published
-//! on this process ([`relay`]) to a task that sends it with `pg_notify` on a connection of its
-//! own, in order. PostgreSQL refuses a payload of 8000 bytes or more: a text or reasoning delta
+//! on this process ([`relay`]) to a task that sends them with `pg_notify` on a connection of its
+//! own, in order, as many as are queued in one statement (one transaction, one wake-up of each
+//! listener, however many deltas; a number of the process's own keeps two equal deltas two
+//! notices, since PostgreSQL drops a transaction's duplicates). PostgreSQL refuses a payload of 8000 bytes or more: a text or reasoning delta
 //! whose notice would be larger is split into several deltas (at character boundaries) that
 //! together carry the same text; other steps that large are not relayed (subscribers on other
 //! processes see the durable events that follow them). A relay that cannot keep up (its queue
@@ -52,6 +54,15 @@ const CATCH_UP_EVENTS: u64 = 1_000;
 /// Deltas waiting for the relay's connection before new ones are dropped.
 const RELAY_QUEUE: usize = 8_192;
 
+/// Notices the relay sends in one statement at most.
+const RELAY_BATCH: usize = 256;
+
+/// The next number for a notice sent outside a transaction ([`Notice::Delta`], [`Notice::Turn`]).
+fn next_number() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How long a lost listener or relay connection waits before it connects again.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
@@ -68,6 +79,9 @@ pub(crate) enum Notice {
     /// A volatile step published after durable seq `after`.
     Delta {
         from: String,
+        /// Distinct for every notice this process relays (see [`next_number`]).
+        #[serde(default)]
+        n: u64,
         session: String,
         after: u64,
         step: Step,
@@ -79,6 +93,9 @@ pub(crate) enum Notice {
     /// it; the others ignore it).
     Turn {
         from: String,
+        /// Distinct for every notice this process relays (see [`next_number`]).
+        #[serde(default)]
+        n: u64,
         session: String,
         pk: i64,
         signal: TurnSignal,
@@ -114,6 +131,7 @@ pub(crate) fn announce_deleted(db: &Db<'_>, session: &str) -> crate::sql::Result
 pub(crate) fn turn_notice(key: &crate::SessionKey, signal: TurnSignal) -> Option<String> {
     serde_json::to_string(&Notice::Turn {
         from: crate::ids::process_id().to_owned(),
+        n: next_number(),
         session: key.id.clone(),
         pk: key.pk,
         signal,
@@ -151,6 +169,7 @@ fn delta_notices(session: &str, after: u64, step: &Step) -> Vec<String> {
     let encode = |step: Step| {
         serde_json::to_string(&Notice::Delta {
             from: crate::ids::process_id().to_owned(),
+            n: next_number(),
             session: session.to_owned(),
             after,
             step,
@@ -243,20 +262,25 @@ async fn send_relayed(
                 }
             }
         };
-        let Ok(statement) = client.prepare("SELECT pg_notify($1, $2)").await else {
+        // One statement for every notice queued: `unnest` yields them in order, and
+        // `pg_notify` queues them in the order it is called.
+        let Ok(statement) = client
+            .prepare("SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n")
+            .await
+        else {
             tokio::time::sleep(RECONNECT_DELAY).await;
             continue 'connect;
         };
+        let mut batch = Vec::with_capacity(RELAY_BATCH);
         loop {
-            let notice = tokio::select! {
-                notice = rx.recv() => match notice {
-                    Some(n) => n,
-                    None => return,
-                },
+            tokio::select! {
+                n = rx.recv_many(&mut batch, RELAY_BATCH) => if n == 0 { return },
                 _ = stop.changed() => return,
-            };
-            if let Err(e) = client.execute(&statement, &[&CHANNEL, &notice]).await {
-                tracing::debug!(error = %super::error::describe(&e), "a delta was not relayed");
+            }
+            let sent = client.execute(&statement, &[&CHANNEL, &batch]).await;
+            batch.clear();
+            if let Err(e) = sent {
+                tracing::debug!(error = %super::error::describe(&e), "deltas were not relayed");
                 if client.is_closed() {
                     continue 'connect;
                 }
@@ -503,6 +527,23 @@ mod tests {
             }
         }
         assert_eq!(joined, text);
+    }
+
+    #[test]
+    fn equal_deltas_make_distinct_notices() {
+        // The relay sends a batch in one transaction, where PostgreSQL keeps one of equal notices.
+        let step = Step::TextDelta { delta: "ab".into() };
+        let (a, b) = (delta_notices("s", 3, &step), delta_notices("s", 3, &step));
+        assert_eq!((a.len(), b.len()), (1, 1));
+        assert_ne!(a[0], b[0]);
+        let key = crate::SessionKey {
+            pk: 1,
+            id: "s".into(),
+        };
+        assert_ne!(
+            turn_notice(&key, TurnSignal::Interrupt),
+            turn_notice(&key, TurnSignal::Interrupt)
+        );
     }
 
     #[test]
