@@ -151,6 +151,9 @@ pub struct Tx<'c> {
     batch: &'c HashMap<i64, Counters>,
     /// Counters changed by this job; dropped if the job fails.
     job: HashMap<i64, Counters>,
+    /// Counters read by this job on PostgreSQL, where reading them locks the session's row for
+    /// the rest of the transaction ([`Tx::counters`], [`Tx::lock`]): read once, locked once.
+    locked: std::cell::RefCell<HashMap<i64, Counters>>,
     /// The HTTP request that handed in this job (`X-Request-Id`), kept with the inputs it stores.
     pub(crate) request_id: Option<String>,
     /// A [`OneWrite`] job's write succeeded: the job can no longer fail without leaving it behind.
@@ -187,6 +190,7 @@ impl<'c> Tx<'c> {
             .or_else(|| self.batch.get(&pk))
             .copied()
             .or_else(|| self.committed.get(&pk))
+            .or_else(|| self.locked.borrow().get(&pk).copied())
         {
             return Ok((!c.deleted).then_some(c));
         }
@@ -196,7 +200,8 @@ impl<'c> Tx<'c> {
                 "SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1 FOR NO KEY UPDATE"
             }
         };
-        self.conn
+        let read = self
+            .conn
             .prepare_cached(sql)?
             .query_row([pk], |r| {
                 Ok(Counters {
@@ -205,7 +210,34 @@ impl<'c> Tx<'c> {
                     ..Counters::default()
                 })
             })
-            .optional()
+            .optional()?;
+        if let Some(c) = read
+            && self.conn.dialect() == Dialect::Postgres
+        {
+            self.locked.borrow_mut().insert(pk, c);
+        }
+        Ok(read)
+    }
+
+    /// Notes the counters of session `pk` as read by a statement that locked its row
+    /// (PostgreSQL), unless this job has its own already.
+    pub(crate) fn locked_counters(&self, pk: i64, last_event_seq: u64, last_output_seq: u64) {
+        if !self.job.contains_key(&pk) {
+            self.locked.borrow_mut().insert(
+                pk,
+                Counters {
+                    last_event_seq,
+                    last_output_seq,
+                    ..Counters::default()
+                },
+            );
+        }
+    }
+
+    /// Whether this transaction holds the lock of session `pk`'s row already (PostgreSQL: it
+    /// read the session's counters).
+    pub(crate) fn holds_session_lock(&self, pk: i64) -> bool {
+        self.job.contains_key(&pk) || self.locked.borrow().contains_key(&pk)
     }
 
     pub(crate) fn set_counters(&mut self, pk: i64, c: Counters) {
@@ -248,6 +280,7 @@ pub(super) fn run_alone<T>(
         job: HashMap::new(),
         request_id,
         wrote_once: false,
+        locked: Default::default(),
         prompts: Vec::new(),
     };
     let value = f(&mut tx)?;
@@ -625,6 +658,7 @@ fn index_prompts(
         job: HashMap::new(),
         request_id: None,
         wrote_once: false,
+        locked: Default::default(),
         prompts: Vec::new(),
     };
     for p in prompts {
@@ -680,6 +714,7 @@ fn commit_batch(
             job: HashMap::new(),
             request_id: None,
             wrote_once: false,
+            locked: Default::default(),
             prompts: Vec::new(),
         };
         if job.savepoint

@@ -783,12 +783,21 @@ impl Tx<'_> {
     /// What ending a turn starts from: the turn's fence checked (as [`Tx::check_generation`])
     /// and, read in the same statement, the session's usage totals and machine projection.
     pub(crate) fn turn_ending(&self, key: &SessionKey, generation: u64) -> Result<TurnEnding> {
+        // On PostgreSQL the read locks the row, so that the fence it checks holds until the
+        // turn's end is written, and brings the counters the terminal's append needs.
+        let postgres = self.conn.dialect() == Dialect::Postgres;
+        let sql = if postgres {
+            "SELECT turn_generation, turn_active, usage_totals, machine, last_event_seq,
+                last_output_seq
+             FROM sessions WHERE pk = ?1 FOR NO KEY UPDATE"
+        } else {
+            "SELECT turn_generation, turn_active, usage_totals, machine, last_event_seq,
+                last_output_seq
+             FROM sessions WHERE pk = ?1"
+        };
         let current = self
             .conn
-            .prepare_cached(
-                "SELECT turn_generation, turn_active, usage_totals, machine FROM sessions
-                 WHERE pk = ?1",
-            )?
+            .prepare_cached(sql)?
             .query_row([key.pk], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
@@ -797,9 +806,16 @@ impl Tx<'_> {
                         usage_totals: r.get(2)?,
                         machine: r.get(3)?,
                     },
+                    [r.get::<_, i64>(4)? as u64, r.get::<_, i64>(5)? as u64],
                 ))
             })
-            .optional()?;
+            .optional()?
+            .map(|(g, active, ending, [events, outputs])| {
+                if postgres {
+                    self.locked_counters(key.pk, events, outputs);
+                }
+                (g, active, ending)
+            });
         match current {
             Some((g, true, ending)) if g as u64 == generation => Ok(ending),
             Some(_) => Err(Error::StaleTurn),
@@ -1130,10 +1146,12 @@ impl Tx<'_> {
             return Ok(());
         }
         match row {
+            // Locked by reading the counters, which the unit of work that locks a session
+            // usually needs next (one statement instead of two).
             RowLock::Session(pk) => {
-                self.conn
-                    .prepare_cached("SELECT 1 FROM sessions WHERE pk = ?1 FOR NO KEY UPDATE")?
-                    .exists([pk])?;
+                if !self.holds_session_lock(pk) {
+                    self.counters(pk)?;
+                }
             }
             RowLock::Agent(id) => {
                 self.conn
