@@ -492,6 +492,72 @@ fn a_sleep_wakes_once_after_its_process_died() {
     assert_eq!(record["runner_id"], runner_id(a).as_str(), "{record}");
 }
 
+/// Pooled connections the server closes while they sit idle (a restart, an administrator, an
+/// idle timeout) are noticed when they are next taken and replaced: the writes and reads that
+/// follow succeed, and so do the streams of the fan-out, whose connections come back on their own.
+#[test]
+fn connections_the_server_closed_are_replaced() {
+    let Some(d) = Deployment::start(1, &[]) else {
+        return;
+    };
+    let s = &d.servers[0];
+    let id = create(s, "hello");
+    s.wait_terminal(&id, 1);
+    // Several connections in the pool, all idle once these end.
+    std::thread::scope(|scope| {
+        for i in 0..6 {
+            let id = &id;
+            scope.spawn(move || {
+                let (status, v) = s.post(
+                    &s.url(&format!("/v1/ws/{WS}/agent/sessions/{id}/note")),
+                    &json!({ "note": format!("n{i}") }),
+                );
+                assert_eq!(status, 200, "{v}");
+            });
+        }
+    });
+    let pids: Vec<String> = d
+        ._db
+        .rows(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name = 'sessiond'",
+        )
+        .into_iter()
+        .filter_map(|r| r.into_iter().next().flatten())
+        .collect();
+    assert!(pids.len() >= 2, "the server's connections: {pids:?}");
+    let pids = pids.join(",");
+    d._db.rows(&format!(
+        "SELECT pg_terminate_backend(pid) FROM unnest(ARRAY[{pids}]) AS pid"
+    ));
+    until(
+        "the closed connections to be gone",
+        Duration::from_secs(30),
+        || {
+            let left = d._db.rows(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid IN ({pids})"
+            ));
+            (left[0][0].as_deref() == Some("0")).then_some(())
+        },
+    );
+    for i in 0..8 {
+        let (status, v) = s.post(
+            &s.url(&format!("/v1/ws/{WS}/agent/sessions/{id}/note")),
+            &json!({ "note": format!("after {i}") }),
+        );
+        assert_eq!(status, 200, "note {i} after the connections closed: {v}");
+        assert_schema(NOTE, &v);
+    }
+    let detail = s.detail(&id);
+    assert_eq!(detail["id"], id.as_str());
+    let notes = s
+        .history_all(&id)
+        .iter()
+        .filter(|e| etype(e) == "note_submitted")
+        .count();
+    assert_eq!(notes, 14, "every note acknowledged is stored");
+}
+
 /// A write that deadlocks with another transaction on the database is rolled back by PostgreSQL
 /// and run again by the store in a new transaction: both end committed, the client is answered
 /// as if nothing happened, and the retry is counted.

@@ -11,42 +11,74 @@ use super::Fault;
 use super::placeholders;
 use super::{Cause, Constraint, Error, ParamList, Result, Stmt, ToSqlOutput, ValueRef};
 
-/// Statements each connection keeps prepared at most. Operations whose text varies with their
-/// input (filters, lists of ids) prepare with [`super::Db::prepare`], which is not cached; this
-/// bounds the cache should one of them use `prepare_cached` anyway.
-const MAX_CACHED_STATEMENTS: usize = 512;
+mod connection;
 
-/// A pooled connection and the runtime that drives its I/O. Its methods block: they are called
-/// on blocking threads (never on a runtime's worker).
+pub use connection::{ConnectError, Connection, Manager, Pool, PoolError, Pooled};
+
+/// A pooled connection, used by one blocking thread at a time. Its methods block: they are
+/// called on blocking threads (never on a runtime's worker).
 pub struct Session {
-    client: deadpool_postgres::Client,
-    handle: tokio::runtime::Handle,
+    conn: Pooled,
+    /// [`Session::begin`] was called and its `BEGIN` is not sent yet: it goes with the next
+    /// request, in the same round trip.
+    begin: std::cell::Cell<bool>,
 }
 
 impl Session {
-    pub fn new(client: deadpool_postgres::Client, handle: tokio::runtime::Handle) -> Session {
-        Session { client, handle }
+    pub fn new(conn: Pooled) -> Session {
+        Session {
+            conn,
+            begin: std::cell::Cell::new(false),
+        }
     }
 
+    /// Runs `f`, a request of this session's client, to completion (see [`Connection::block_on`]).
     pub fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.handle.block_on(f)
+        self.conn.block_on(f)
     }
 
-    /// The pooled client, to take it out of the pool when it must not be reused.
-    pub fn into_client(self) -> deadpool_postgres::Client {
-        self.client
+    /// Runs `f` as [`Session::block_on`] does, preceded by the `BEGIN` that [`Session::begin`]
+    /// left to send: both go in one round trip (the client queues a request when its future is
+    /// first polled, `biased` polls them in the order written, and the server answers in order).
+    fn request<T>(
+        &self,
+        f: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> std::result::Result<T, tokio_postgres::Error> {
+        if !self.begin.replace(false) {
+            return self.block_on(f);
+        }
+        let client = self.client();
+        self.block_on(async {
+            let (begun, done) = tokio::join!(biased; client.batch_execute("BEGIN"), f);
+            // A request sent after a `BEGIN` that failed ran outside any transaction; the
+            // connection is broken then, and so is what followed it.
+            begun?;
+            done
+        })
+    }
+
+    /// Starts a transaction: its `BEGIN` is sent with the first statement that follows.
+    pub fn begin(&self) {
+        self.begin.set(true);
+    }
+
+    /// The connection, for requests run with [`Session::block_on`].
+    pub fn client(&self) -> &tokio_postgres::Client {
+        self.conn.client()
+    }
+
+    /// Takes the connection out of the pool and closes it: one whose transaction could not be
+    /// ended must not serve anyone else.
+    pub fn discard(self) {
+        drop(deadpool::managed::Object::take(self.conn));
     }
 
     pub(super) fn prepare(&self, sql: &str, cached: bool) -> Result<Stmt<'_>> {
         let t = placeholders::translate(sql);
         let statement = if cached {
-            let cache = &self.client.statement_cache;
-            if cache.size() >= MAX_CACHED_STATEMENTS {
-                cache.clear();
-            }
-            self.block_on(self.client.prepare_cached(&t.sql))
+            self.conn.prepare_cached(&t.sql)
         } else {
-            self.block_on(self.client.prepare(&t.sql))
+            self.block_on(self.client().prepare(&t.sql))
         }
         .map_err(error)?;
         Ok(Stmt::postgres(Statement {
@@ -56,19 +88,49 @@ impl Session {
         }))
     }
 
-    /// Sends a notice on `channel`, delivered to its listeners if and when the current
-    /// transaction commits.
-    pub fn notify(&self, channel: &str, payload: &str) -> Result<()> {
-        self.block_on(
-            self.client
-                .execute("SELECT pg_notify($1, $2)", &[&channel, &payload]),
-        )
-        .map(|_| ())
+    /// Sends `notices` on `channel` and commits, in one round trip: the notices are delivered if
+    /// and only if the transaction commits.
+    pub fn commit_notifying(&self, channel: &str, notices: &[String]) -> Result<()> {
+        if notices.is_empty() {
+            return self.end("COMMIT");
+        }
+        let notify = self
+            .conn
+            .prepare_cached("SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n")
+            .map_err(error)?;
+        let client = self.client();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&channel, &notices];
+        self.request(async {
+            let (notified, committed) = tokio::join!(
+                biased;
+                client.execute(&notify, &params),
+                client.batch_execute("COMMIT")
+            );
+            // After a failed statement the server ends the transaction with a rollback, and
+            // answers the COMMIT without an error: the notice's failure is the outcome.
+            notified?;
+            committed
+        })
         .map_err(error)
     }
 
+    /// Rolls the transaction back.
+    pub fn rollback(&self) -> Result<()> {
+        self.end("ROLLBACK")
+    }
+
+    /// Ends the transaction with `sql`; nothing to send when its `BEGIN` was not sent either
+    /// (a unit of work that ran no statement).
+    fn end(&self, sql: &str) -> Result<()> {
+        if self.begin.replace(false) {
+            return Ok(());
+        }
+        self.execute_batch(sql)
+    }
+
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
-        self.block_on(self.client.batch_execute(sql)).map_err(error)
+        self.request(self.client().batch_execute(sql))
+            .map_err(error)
     }
 }
 
@@ -117,7 +179,7 @@ impl Statement<'_> {
             params.iter().map(|p| p as _).collect();
         let n = self
             .session
-            .block_on(self.session.client.execute(&self.statement, &refs))
+            .request(self.session.client().execute(&self.statement, &refs))
             .map_err(error)?;
         Ok(n as usize)
     }
@@ -128,7 +190,7 @@ impl Statement<'_> {
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             params.iter().map(|p| p as _).collect();
         self.session
-            .block_on(self.session.client.query(&self.statement, &refs))
+            .request(self.session.client().query(&self.statement, &refs))
             .map_err(error)
     }
 }

@@ -145,10 +145,22 @@ impl PgBackend {
         self.db.url()
     }
 
-    /// A pooled connection, waiting for one (blocking).
+    /// A pooled connection, waiting for one (blocking). One the server closed while it sat in
+    /// the pool is noticed here (see `sql::pg::Connection::is_usable`), left out of the pool,
+    /// and another taken.
     fn session(&self) -> Result<Session> {
-        let client = self.handle.block_on(self.db.client())?;
-        Ok(Session::new(client, self.handle.clone()))
+        // Every idle connection may have been closed at once (the server restarted): one more
+        // try than the pool holds reaches a fresh connection.
+        for _ in 0..=self.db.pool().status().max_size {
+            let conn = self.handle.block_on(self.db.client())?;
+            if conn.is_usable() {
+                return Ok(Session::new(conn));
+            }
+            drop(deadpool::managed::Object::take(conn));
+        }
+        Err(Error::StorageUnavailable(
+            "every PostgreSQL connection taken from the pool was closed".into(),
+        ))
     }
 
     /// Runs a read on a pooled connection (blocking).
@@ -215,32 +227,33 @@ impl PgBackend {
         f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
     ) -> Result<(T, writer::Published)> {
         let session = self.session()?;
-        session.execute_batch("BEGIN")?;
+        session.begin();
         let db = Db::postgres(&session);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             writer::run_alone(&db, request_id, f)
         }));
         let outcome = match outcome {
             // The other processes hear of the appends when (and only if) they commit.
-            Ok(Ok(done)) => super::fanout::committed_notices(
-                done.1
-                    .iter()
-                    .map(|(session, frame)| (&**session, frame.seq)),
-            )
-            .iter()
-            .try_for_each(|notice| session.notify(super::fanout::CHANNEL, notice))
-            .and_then(|()| session.execute_batch("COMMIT"))
-            .map(|()| done)
-            .map_err(Error::from),
+            Ok(Ok(done)) => {
+                let notices = super::fanout::committed_notices(
+                    done.1
+                        .iter()
+                        .map(|(session, frame)| (&**session, frame.seq)),
+                );
+                session
+                    .commit_notifying(super::fanout::CHANNEL, &notices)
+                    .map(|()| done)
+                    .map_err(Error::from)
+            }
             Ok(Err(e)) => Err(e),
             Err(_) => {
                 tracing::error!("a write job panicked; its transaction was rolled back");
                 Err(Error::Internal("the write job failed".into()))
             }
         };
-        if outcome.is_err() && session.execute_batch("ROLLBACK").is_err() {
+        if outcome.is_err() && session.rollback().is_err() {
             // A connection whose transaction cannot be ended must not serve anyone else.
-            drop(deadpool_postgres::Object::take(session.into_client()));
+            session.discard();
         }
         outcome
     }
@@ -255,12 +268,10 @@ impl PgBackend {
             if pool.is_closed() {
                 return Probe::Closed;
             }
-            let ok = handle.block_on(async {
-                match pool.get().await {
-                    Ok(c) => c.simple_query("SELECT 1").await.is_ok(),
-                    Err(_) => false,
-                }
-            });
+            let ok = match handle.block_on(pool.get()) {
+                Ok(c) => c.block_on(c.client().simple_query("SELECT 1")).is_ok(),
+                Err(_) => false,
+            };
             if ok {
                 health.committed();
             }

@@ -4,10 +4,11 @@
 //! `migrations/postgres/` up to date (under an advisory lock, so that several processes may start
 //! at once) and keeps a pool of connections; [`backend`] runs the store's operations on it.
 //!
-//! The driver is `tokio-postgres` with `deadpool-postgres`: async on the runtime sessiond already
-//! runs, a small tree without compile-time query checking (no database at build time), LISTEN/NOTIFY
-//! as a stream of the connection's messages, and concurrent queries on one connection pipelined
-//! by the driver itself.
+//! The driver is `tokio-postgres` with a `deadpool` pool: a small tree without compile-time query
+//! checking (no database at build time) and LISTEN/NOTIFY as a stream of the connection's messages
+//! (the fan-out's own connections, driven on the backend's runtime). A pooled connection is driven
+//! by the blocking thread that uses it (`sql::pg::Connection`): a statement costs its round trip
+//! and not four thread wake-ups besides.
 
 pub(crate) mod backend;
 pub(crate) mod error;
@@ -18,7 +19,7 @@ mod url;
 
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use sessiond_sql::pg::{Connection, Manager, Pool, PoolError, Pooled};
 
 pub use error::PostgresError;
 pub use migrate::{Migrated, SCHEMA_VERSION, VERSION_TABLE, migrations};
@@ -76,16 +77,13 @@ impl Postgres {
         let migrated = migrate::migrate(&mut client).await?;
         drop(client);
 
-        let manager = Manager::from_config(
-            config,
-            tls.clone(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager = {
+            let tls = tls.clone();
+            Manager::new(move || Connection::connect(&config, tls.clone()))
+        };
         let pool = Pool::builder(manager)
             .max_size(settings.max_connections)
-            .runtime(Runtime::Tokio1)
+            .runtime(deadpool::Runtime::Tokio1)
             .create_timeout(Some(settings.connect_timeout))
             .wait_timeout(Some(settings.wait_timeout))
             .build()
@@ -128,11 +126,11 @@ impl Postgres {
         &self.url
     }
 
-    /// A connection from the pool.
-    pub async fn client(&self) -> Result<deadpool_postgres::Client, PostgresError> {
+    /// A connection from the pool (to be used on a blocking thread: see [`Connection`]).
+    pub(crate) async fn client(&self) -> Result<Pooled, PostgresError> {
         self.pool.get().await.map_err(|e| {
             let reason = match &e {
-                deadpool_postgres::PoolError::Backend(e) => error::describe(e),
+                PoolError::Backend(e) => e.to_string(),
                 other => other.to_string(),
             };
             PostgresError::Connect {
@@ -144,7 +142,8 @@ impl Postgres {
 
     /// The schema version the database has now.
     pub async fn schema_version(&self) -> Result<i64, PostgresError> {
-        let client = self.client().await?;
+        // A connection of its own: the pool's are driven by blocking threads, not by async code.
+        let client = connect(&self.url, &self.config(), &self.tls).await?;
         migrate::current_version(&client).await
     }
 }
@@ -172,9 +171,11 @@ async fn connect(
 }
 
 /// A pool error's reason, with [`with_hint`] for a refusal by the server.
-fn hint(url: &DatabaseUrl, e: &deadpool_postgres::PoolError, reason: String) -> String {
+fn hint(url: &DatabaseUrl, e: &PoolError, reason: String) -> String {
     match e {
-        deadpool_postgres::PoolError::Backend(e) => with_hint(url, e, reason),
+        PoolError::Backend(sessiond_sql::pg::ConnectError::Postgres(e)) => {
+            with_hint(url, e, reason)
+        }
         _ => reason,
     }
 }
