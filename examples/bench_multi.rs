@@ -44,8 +44,17 @@ const PASSWORD: &str = "bench-password-123";
 const CLIENTS: usize = 64;
 const SUBSCRIBERS: usize = 60;
 
+/// The servers running now: `die` exits without running destructors, so it stops them itself.
+static SERVERS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
 fn die(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("bench_multi: {what}: {e}");
+    for pid in SERVERS.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        if let Ok(pid) = i32::try_from(pid) {
+            // SAFETY: sends a signal to a child this process started; no memory is involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
     std::process::exit(1)
 }
 
@@ -153,6 +162,10 @@ impl Proc {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap_or_else(|e| die("serve", e));
+        SERVERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(child.id());
         let stdout = child.stdout.take().unwrap_or_else(|| die("stdout", "none"));
         let mut reader = BufReader::new(stdout);
         let base = loop {
@@ -174,6 +187,11 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let id = self.child.id();
+        SERVERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|pid| *pid != id);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -184,12 +202,18 @@ fn sessions(base: &str, rest: &str) -> String {
 }
 
 async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Value {
-    let resp = http
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .unwrap_or_else(|e| die(url, e));
+    let mut resp = http.post(url).json(body).send().await;
+    // A pooled keep-alive connection the server closed as it was reused fails the send; a
+    // request with a `clientRequestId` may be sent again (the server answers a repeat with the
+    // first outcome).
+    if let Err(e) = &resp
+        && e.is_request()
+        && body.get("clientRequestId").is_some()
+    {
+        eprintln!("bench_multi: {url}: {e}; sending it again");
+        resp = http.post(url).json(body).send().await;
+    }
+    let resp = resp.unwrap_or_else(|e| die(url, e));
     let status = resp.status();
     let v: Value = resp.json().await.unwrap_or(Value::Null);
     if !status.is_success() {

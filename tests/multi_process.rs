@@ -492,6 +492,159 @@ fn a_sleep_wakes_once_after_its_process_died() {
     assert_eq!(record["runner_id"], runner_id(a).as_str(), "{record}");
 }
 
+/// Writes that arrive together share one transaction on PostgreSQL; when one of them fails (here
+/// a note to a session whose task was cancelled, refused inside its unit of work), the batch is
+/// rolled back and each of its writes runs again alone: the refused one is refused and leaves
+/// nothing, every other one is stored exactly once. Rounds of concurrent notes go on until the
+/// server reports such a batch (`sessiond_store_batch_reruns_total`).
+#[test]
+fn a_batch_with_a_refused_write_stores_the_others_once() {
+    let Some(d) = Deployment::start(1, &[]) else {
+        return;
+    };
+    let s = &d.servers[0];
+    let open = create(s, "hello");
+    s.wait_terminal(&open, 1);
+    let (status, v) = s.post(
+        &s.url("/agentex/agents/name/root/rpc"),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {"name": "closed"}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let closed = v["result"]["id"].as_str().expect("task id").to_owned();
+    let (status, v) = s.post(
+        &s.url(&format!("/agentex/tasks/{closed}/cancel")),
+        &json!({}),
+    );
+    assert_eq!(status, 200, "{v}");
+    s.wait_runner_idle();
+    let closed_before = s.history_all(&closed).len();
+    let reruns = || {
+        s.metric("sessiond_store_batch_reruns_total")
+            .expect("the rerun counter")
+    };
+    let before = reruns();
+    let mut sent = Vec::new();
+    for round in 0..50 {
+        let texts: Vec<String> = (0..24).map(|i| format!("r{round}-{i}")).collect();
+        let (to_closed, to_open) = (closed.as_str(), open.as_str());
+        std::thread::scope(|scope| {
+            let start = Arc::new(std::sync::Barrier::new(texts.len()));
+            for (i, text) in texts.iter().enumerate() {
+                let start = Arc::clone(&start);
+                let refused = i % 3 == 0;
+                let target = if refused { to_closed } else { to_open };
+                scope.spawn(move || {
+                    start.wait();
+                    let (status, v) = s.post(
+                        &s.url(&format!("/v1/ws/{WS}/agent/sessions/{target}/note")),
+                        &json!({ "note": text }),
+                    );
+                    if refused {
+                        assert_eq!(status, 409, "a note to the cancelled task: {v}");
+                    } else {
+                        assert_eq!(status, 200, "{v}");
+                    }
+                });
+            }
+        });
+        sent.extend(
+            texts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % 3 != 0)
+                .map(|(_, t)| t.clone()),
+        );
+        if reruns() > before {
+            break;
+        }
+    }
+    assert!(
+        reruns() > before,
+        "no batch held a refused write in 50 rounds"
+    );
+    let stored: Vec<String> = s
+        .history_all(&open)
+        .iter()
+        .filter(|e| etype(e) == "note_submitted")
+        .filter_map(|e| e["event"]["note"].as_str().map(str::to_owned))
+        .collect();
+    let mut counted = std::collections::HashMap::new();
+    for note in &stored {
+        *counted.entry(note.as_str()).or_insert(0) += 1;
+    }
+    for note in &sent {
+        assert_eq!(counted.get(note.as_str()), Some(&1), "{note} stored once");
+    }
+    assert_eq!(stored.len(), sent.len(), "nothing but the notes sent");
+    assert_gapless(&open, &s.history_all(&open));
+    assert_eq!(
+        s.history_all(&closed).len(),
+        closed_before,
+        "the cancelled task's session took nothing"
+    );
+}
+
+/// A batch waits for a locked row a short while only: notes to a session whose row another
+/// transaction holds wait for it, and the notes to another session that were batched with them
+/// are not held back — the batch gives up the wait, and its writes run alone.
+#[test]
+fn writes_batched_with_one_that_waits_for_a_row_are_not_held_back() {
+    let Some(d) = Deployment::start(1, &[]) else {
+        return;
+    };
+    let s = &d.servers[0];
+    let (held, free) = (create(s, "held"), create(s, "free"));
+    s.wait_terminal(&held, 1);
+    s.wait_terminal(&free, 1);
+    s.wait_runner_idle();
+    let mut other = ::postgres::Client::connect(&d._db.url, ::postgres::NoTls).expect("connect");
+    let mut tx = other.transaction().expect("begin");
+    tx.query_one("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", &[&held])
+        .expect("hold the session's row");
+    let note = |id: &str, text: String| {
+        let (status, v) = s.post(
+            &s.url(&format!("/v1/ws/{WS}/agent/sessions/{id}/note")),
+            &json!({ "note": text }),
+        );
+        assert_eq!(status, 200, "{v}");
+    };
+    std::thread::scope(|scope| {
+        let (held, free) = (held.as_str(), free.as_str());
+        let waiting: Vec<_> = (0..6)
+            .map(|i| scope.spawn(move || note(held, format!("held {i}"))))
+            .collect();
+        let free_notes: Vec<_> = (0..24)
+            .map(|i| scope.spawn(move || note(free, format!("free {i}"))))
+            .collect();
+        until(
+            "the other session's notes, while the row is held",
+            Duration::from_secs(60),
+            || free_notes.iter().all(|n| n.is_finished()).then_some(()),
+        );
+        for n in free_notes {
+            n.join().expect("a note to the other session");
+        }
+        assert!(
+            waiting.iter().all(|w| !w.is_finished()),
+            "a note to the held session went through"
+        );
+        tx.commit().expect("release the row");
+        for w in waiting {
+            w.join().expect("a note to the held session");
+        }
+    });
+    let count = |id: &str| {
+        s.history_all(id)
+            .iter()
+            .filter(|e| etype(e) == "note_submitted")
+            .count()
+    };
+    assert_eq!(count(&held), 6);
+    assert_eq!(count(&free), 24);
+    assert_gapless(&held, &s.history_all(&held));
+    assert_gapless(&free, &s.history_all(&free));
+}
+
 /// Pooled connections the server closes while they sit idle (a restart, an administrator, an
 /// idle timeout) are noticed when they are next taken and replaced: the writes and reads that
 /// follow succeed, and so do the streams of the fan-out, whose connections come back on their own.

@@ -16,7 +16,9 @@
 //!   a batch transaction; the caller is answered only after COMMIT (invariant 3). A failing closure
 //!   rolls back its own savepoint and leaves the rest of the batch intact. `Store::write_one`
 //!   takes a job that writes at most once ([`OneWrite`]), which needs no savepoint. A job is
-//!   `Clone`: PostgreSQL runs a copy of it again when its transaction lost a lock race.
+//!   `Clone`: PostgreSQL, which commits the writes queued together in one transaction too (on
+//!   a few committer threads, without savepoints), runs a copy of it again, alone, when its batch
+//!   failed or its transaction lost a lock race.
 //! * Reads go through `Store::read` on a blocking thread with a pooled read-only connection.
 //! * Keyset pagination only; nothing here uses OFFSET.
 //! * `read`, `write` and their `_blocking` and `write_one` forms are private to the store: every
@@ -241,14 +243,16 @@ impl Store {
             max_connections: (cfg.read_connections as usize).max(4) * 4,
             ..postgres::PoolSettings::default()
         };
-        let backend = postgres::backend::PgBackend::open(url, &settings)?;
+        let backend = Arc::new(postgres::backend::PgBackend::open(url, &settings)?);
         backend.start_fanout(&sink);
+        let health = Arc::new(health::Health::default());
+        backend.start_committers(&sink, &health)?;
         tracing::debug!(database = %backend.url(), "PostgreSQL store open");
         Ok(Store {
             inner: Arc::new(Inner {
-                backend: Backend::Postgres(Arc::new(backend)),
+                backend: Backend::Postgres(backend),
                 sink,
-                health: Arc::new(health::Health::default()),
+                health,
             }),
         })
     }
@@ -332,10 +336,11 @@ impl Store {
     }
 
     /// Runs `f` inside a write transaction; resolves after COMMIT. On SQLite `f` runs once, on
-    /// the writer thread inside the current batch; on PostgreSQL on a blocking thread, as a
-    /// transaction of its own, and again (a fresh clone of `f`, in a new transaction) when the
-    /// transaction lost a lock race and was rolled back — which is why a job must be `Clone`:
-    /// what it captures is its input, never a channel or a handle it consumes.
+    /// the writer thread inside the current batch; on PostgreSQL on a committer thread, inside
+    /// a batch's transaction, and again (a fresh clone of `f`, in a transaction of its own) when
+    /// that batch failed or the transaction lost a lock race and was rolled back — which is why a
+    /// job must be `Clone`: what it captures is its input, never a channel or a handle it
+    /// consumes.
     async fn write<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Clone + Send + 'static,
@@ -347,12 +352,7 @@ impl Store {
             Backend::Postgres(pg) => {
                 let job: ErasedRetryable =
                     Box::new(move |tx| (f.clone())(tx).map(|v| Box::new(v) as Erased));
-                let (pg, inner) = (Arc::clone(pg), Arc::clone(&self.inner));
-                let request_id = crate::request_id::current();
-                unerase(
-                    blocking(move || pg.write(&*inner.sink, &inner.health, request_id, job))
-                        .await?,
-                )
+                unerase(committed(pg, job).await?)
             }
         }
     }
@@ -368,16 +368,17 @@ impl Store {
             Backend::Sqlite(db) => db.writer.write_one(f).await,
             #[cfg(feature = "postgres")]
             Backend::Postgres(pg) => {
-                let (pg, inner) = (Arc::clone(pg), Arc::clone(&self.inner));
-                let request_id = crate::request_id::current();
-                blocking(move || pg.write_one(&*inner.sink, &inner.health, request_id, f)).await
+                let job: ErasedRetryable = Box::new(move |tx| {
+                    (f.clone())(OneWrite::new(tx)).map(|v| Box::new(v) as Erased)
+                });
+                unerase(committed(pg, job).await?)
             }
         }
     }
 
     /// Like [`Store::write`] for a job that makes every check it can fail on before its first
-    /// write, so that it runs without a savepoint on SQLite (see `writer`'s doc). On PostgreSQL
-    /// every job is a transaction of its own, and this is [`Store::write`].
+    /// write, so that it runs without a savepoint on SQLite (see `writer`'s doc). On PostgreSQL,
+    /// where a batch has no savepoints, this is [`Store::write`].
     async fn write_checked<T, F>(&self, f: F) -> Result<T>
     where
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Clone + Send + 'static,
@@ -455,6 +456,22 @@ impl Store {
             Backend::Postgres(pg) => pg.close(),
         }
     }
+}
+
+/// Hands `run` to the PostgreSQL committers (see `postgres::committer`) and waits for its outcome,
+/// which comes after its COMMIT.
+#[cfg(feature = "postgres")]
+async fn committed(pg: &postgres::backend::PgBackend, run: ErasedRetryable) -> Result<Erased> {
+    let (reply, outcome) = tokio::sync::oneshot::channel();
+    pg.submit(postgres::committer::Job {
+        run,
+        request_id: crate::request_id::current(),
+        reply,
+        alone: false,
+    });
+    outcome
+        .await
+        .map_err(|_| Error::Internal("the PostgreSQL committer stopped".into()))?
 }
 
 /// Runs `f` on the blocking pool.

@@ -184,6 +184,8 @@ pub struct Metrics {
     pub commits: Counter,
     /// Write transactions run again after losing a lock race (PostgreSQL).
     pub write_retries: Counter,
+    /// Batches whose jobs ran again one by one after one of them failed (PostgreSQL).
+    pub batch_reruns: Counter,
     pub commit_batch_jobs: Histogram,
     pub commit_failures: Family<Counter>,
     /// WAL checkpoints, by who ran them (`background`, `writer`).
@@ -221,6 +223,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     events_appended: Counter::default(),
     commits: Counter::default(),
     write_retries: Counter::default(),
+    batch_reruns: Counter::default(),
     commit_batch_jobs: Histogram::new(BATCH_BUCKETS),
     commit_failures: Family::new(&["reason"], Counter::default),
     checkpoints: Family::new(&["by"], Counter::default),
@@ -310,6 +313,13 @@ impl Metrics {
             "counter",
             "Write transactions run again after losing a lock race with another transaction (PostgreSQL: a deadlock or a serialization failure).",
             self.write_retries.get(),
+        );
+        scalar(
+            &mut out,
+            "sessiond_store_batch_reruns_total",
+            "counter",
+            "Batches of writes rolled back because one of their jobs failed, whose jobs then ran again one by one (PostgreSQL).",
+            self.batch_reruns.get(),
         );
         header(
             &mut out,

@@ -19,16 +19,16 @@ pub use connection::{ConnectError, Connection, Manager, Pool, PoolError, Pooled}
 /// called on blocking threads (never on a runtime's worker).
 pub struct Session {
     conn: Pooled,
-    /// [`Session::begin`] was called and its `BEGIN` is not sent yet: it goes with the next
-    /// request, in the same round trip.
-    begin: std::cell::Cell<bool>,
+    /// What [`Session::begin`] left to send (`BEGIN`, and settings of the transaction): it goes
+    /// with the next request, in the same round trip.
+    begin: std::cell::Cell<Option<&'static str>>,
 }
 
 impl Session {
     pub fn new(conn: Pooled) -> Session {
         Session {
             conn,
-            begin: std::cell::Cell::new(false),
+            begin: std::cell::Cell::new(None),
         }
     }
 
@@ -44,12 +44,12 @@ impl Session {
         &self,
         f: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> std::result::Result<T, tokio_postgres::Error> {
-        if !self.begin.replace(false) {
+        let Some(begin) = self.begin.take() else {
             return self.block_on(f);
-        }
+        };
         let client = self.client();
         self.block_on(async {
-            let (begun, done) = tokio::join!(biased; client.batch_execute("BEGIN"), f);
+            let (begun, done) = tokio::join!(biased; client.batch_execute(begin), f);
             // A request sent after a `BEGIN` that failed ran outside any transaction; the
             // connection is broken then, and so is what followed it.
             begun?;
@@ -59,7 +59,13 @@ impl Session {
 
     /// Starts a transaction: its `BEGIN` is sent with the first statement that follows.
     pub fn begin(&self) {
-        self.begin.set(true);
+        self.begin.set(Some("BEGIN"));
+    }
+
+    /// Like [`Session::begin`], with `SET LOCAL` statements of the transaction's own after the
+    /// `BEGIN` (one simple query: `BEGIN; SET LOCAL lock_timeout = '250ms'`).
+    pub fn begin_with(&self, begin: &'static str) {
+        self.begin.set(Some(begin));
     }
 
     /// The connection, for requests run with [`Session::block_on`].
@@ -122,7 +128,7 @@ impl Session {
     /// Ends the transaction with `sql`; nothing to send when its `BEGIN` was not sent either
     /// (a unit of work that ran no statement).
     fn end(&self, sql: &str) -> Result<()> {
-        if self.begin.replace(false) {
+        if self.begin.take().is_some() {
             return Ok(());
         }
         self.execute_batch(sql)

@@ -11,6 +11,7 @@
 //! and not four thread wake-ups besides.
 
 pub(crate) mod backend;
+pub(crate) mod committer;
 pub(crate) mod error;
 pub(crate) mod fanout;
 mod migrate;
