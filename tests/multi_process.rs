@@ -505,17 +505,7 @@ fn a_batch_with_a_refused_write_stores_the_others_once() {
     let s = &d.servers[0];
     let open = create(s, "hello");
     s.wait_terminal(&open, 1);
-    let (status, v) = s.post(
-        &s.url("/agentex/agents/name/root/rpc"),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {"name": "closed"}}),
-    );
-    assert_eq!(status, 200, "{v}");
-    let closed = v["result"]["id"].as_str().expect("task id").to_owned();
-    let (status, v) = s.post(
-        &s.url(&format!("/agentex/tasks/{closed}/cancel")),
-        &json!({}),
-    );
-    assert_eq!(status, 200, "{v}");
+    let closed = s.cancelled_task("root", "closed");
     s.wait_runner_idle();
     let closed_before = s.history_all(&closed).len();
     let reruns = || {

@@ -185,17 +185,7 @@ fn every_state_reads_the_same_in_the_api_and_the_console() {
     s.wait_terminal(&successor, 1);
     let over = over_budget_session(&s, &fake);
     // A task cancelled on /agentex.
-    let (status, v) = s.post(
-        &s.url(&format!("/agentex/agents/name/{PRICED}/rpc")),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {"name": "to-cancel"}}),
-    );
-    assert_eq!(status, 200, "{v}");
-    let cancelled = v["result"]["id"].as_str().expect("task id").to_owned();
-    let (status, v) = s.post(
-        &s.url(&format!("/agentex/tasks/{cancelled}/cancel")),
-        &json!({}),
-    );
-    assert_eq!(status, 200, "{v}");
+    let cancelled = s.cancelled_task(PRICED, "to-cancel");
     let running = s.create_prompt("/slow 500\n/stream 2000");
     s.wait_for_event(&running, &["turn_started"], 1, LONG);
 

@@ -567,6 +567,23 @@ impl Server {
             .to_owned()
     }
 
+    /// Creates an agent platform task named `name` for agent `agent` (a name) and cancels it;
+    /// returns its id, which is its session's: a session that takes no more input.
+    pub fn cancelled_task(&self, agent: &str, name: &str) -> String {
+        let (status, v) = self.post(
+            &self.url(&format!("/agentex/agents/name/{agent}/rpc")),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "task/create", "params": {"name": name}}),
+        );
+        assert_eq!(status, 200, "{v}");
+        let id = v["result"]["id"].as_str().expect("task id").to_owned();
+        let (status, v) = self.post(
+            &self.url(&format!("/agentex/tasks/{id}/cancel")),
+            &json!({}),
+        );
+        assert_eq!(status, 200, "{v}");
+        id
+    }
+
     /// Every stored event of a session (walks history forward).
     pub fn history_all(&self, session_id: &str) -> Vec<Value> {
         let mut out = Vec::new();
