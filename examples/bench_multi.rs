@@ -435,9 +435,9 @@ fn main() {
         println!("baseline: {}", b.display());
     }
     println!("load average before: {}", load_average());
-    let cluster = postgres::durable_cluster("bench_multi")
-        .unwrap_or_else(|| die("PostgreSQL", "no PostgreSQL server can run here"));
-    let mut rows: Vec<(String, &str, Figures)> = Vec::new();
+    // Made at the first PostgreSQL deployment: `bench_multi sqlite` needs none.
+    let mut cluster = None;
+    let mut rows: Vec<(&str, &str, Figures)> = Vec::new();
     for (deployment, processes, postgres, short) in [
         ("SQLite, 1 process", 1, false, "sqlite"),
         ("PostgreSQL, 1 process", 1, true, "postgres-1"),
@@ -448,10 +448,14 @@ fn main() {
         }
         for (i, (which, path)) in binaries.iter().enumerate() {
             let db = postgres.then(|| {
-                postgres::Cluster::database(&cluster, &format!("bench_multi_{}_{i}", rows.len()))
+                let cluster = cluster.get_or_insert_with(|| {
+                    postgres::durable_cluster("bench_multi")
+                        .unwrap_or_else(|| die("PostgreSQL", "no PostgreSQL server can run here"))
+                });
+                postgres::Cluster::database(cluster, &format!("bench_multi_{}_{i}", rows.len()))
             });
             let figures = run(path, processes, db.as_ref().map(|d| d.url.as_str()), quick);
-            rows.push((deployment.to_owned(), which, figures));
+            rows.push((deployment, which, figures));
         }
     }
     println!("load average after: {}", load_average());
@@ -470,7 +474,7 @@ fn main() {
     }
     let of = |deployment: &str, which: &str| {
         rows.iter()
-            .find(|(n, w, _)| n == deployment && *w == which)
+            .find(|(n, w, _)| *n == deployment && *w == which)
             .map(|(_, _, f)| f)
     };
     for (which, _) in &binaries {

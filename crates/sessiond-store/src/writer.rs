@@ -214,7 +214,7 @@ impl<'c> Tx<'c> {
         if let Some(c) = read
             && self.conn.dialect() == Dialect::Postgres
         {
-            self.locked.borrow_mut().insert(pk, c);
+            self.locked_counters(pk, c.last_event_seq, c.last_output_seq);
         }
         Ok(read)
     }

@@ -203,9 +203,9 @@ impl deadpool::managed::Manager for Manager {
         conn: &mut Connection,
         _: &deadpool::managed::Metrics,
     ) -> deadpool::managed::RecycleResult<ConnectError> {
-        // What the server sent while the connection was idle is read by the taker (see
-        // `Session::take`): this runs inside the pool's async code, where the connection's own
-        // runtime cannot run.
+        // What the server sent while the connection was idle is read by whoever takes it
+        // ([`Connection::is_usable`]): this runs inside the pool's async code, where the
+        // connection's own runtime cannot run.
         if conn.client.is_closed() {
             return Err(deadpool::managed::RecycleError::message(
                 "the connection is closed",

@@ -57,14 +57,10 @@ impl Session {
         })
     }
 
-    /// Starts a transaction: its `BEGIN` is sent with the first statement that follows.
-    pub fn begin(&self) {
-        self.begin.set(Some("BEGIN"));
-    }
-
-    /// Like [`Session::begin`], with `SET LOCAL` statements of the transaction's own after the
-    /// `BEGIN` (one simple query: `BEGIN; SET LOCAL lock_timeout = '250ms'`).
-    pub fn begin_with(&self, begin: &'static str) {
+    /// Starts a transaction with `begin` — `BEGIN`, or `BEGIN` and `SET LOCAL` statements of the
+    /// transaction's own in one simple query (`BEGIN; SET LOCAL lock_timeout = '200ms'`) — sent
+    /// with the first statement that follows.
+    pub fn begin(&self, begin: &'static str) {
         self.begin.set(Some(begin));
     }
 

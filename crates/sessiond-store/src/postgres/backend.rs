@@ -291,9 +291,9 @@ impl PgBackend {
         )
     }
 
-    /// Runs `run` in a transaction begun with `begin` and commits it with the commit notices `notices_of` names
-    /// (sent with the COMMIT: the other processes hear of the appends when, and only if, they
-    /// commit). A failure or a panic rolls it back.
+    /// Runs `run` in a transaction begun with `begin` and commits it with the commit notices
+    /// `notices_of` names (sent with the COMMIT: the other processes hear of the appends when,
+    /// and only if, they commit). A failure or a panic rolls it back.
     fn in_transaction<R>(
         &self,
         begin: &'static str,
@@ -301,7 +301,7 @@ impl PgBackend {
         notices_of: impl FnOnce(&R) -> Vec<String>,
     ) -> Result<R> {
         let session = self.session()?;
-        session.begin_with(begin);
+        session.begin(begin);
         let outcome = {
             let db = Db::postgres(&session);
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&db))) {

@@ -184,26 +184,20 @@ impl Committers {
             self.commit(&*backend, sink, health, batch);
         }
     }
-}
 
-fn closed() -> Error {
-    Error::StorageUnavailable("the store is closed".into())
-}
-
-impl Committers {
     /// Runs `batch` in one transaction; after a failure, puts its jobs back to run alone.
     fn commit(
         &self,
         backend: &dyn Executor,
         sink: &dyn Sink,
         health: &Arc<Health>,
-        batch: Vec<Job>,
+        mut batch: Vec<Job>,
     ) {
-        if batch.len() == 1 {
-            for job in batch {
-                let outcome = backend.run_alone(sink, health, &job);
-                let _ = job.reply.send(outcome);
-            }
+        if batch.len() == 1
+            && let Some(job) = batch.pop()
+        {
+            let outcome = backend.run_alone(sink, health, &job);
+            let _ = job.reply.send(outcome);
             return;
         }
         match backend.run_batch(&batch) {
@@ -225,4 +219,8 @@ impl Committers {
             }
         }
     }
+}
+
+fn closed() -> Error {
+    Error::StorageUnavailable("the store is closed".into())
 }

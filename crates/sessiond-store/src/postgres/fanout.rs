@@ -19,8 +19,8 @@
 //! on this process ([`relay`]) to a task that sends them with `pg_notify` on a connection of its
 //! own, in order, as many as are queued in one statement (one transaction, one wake-up of each
 //! listener, however many deltas; a number of the process's own keeps two equal deltas two
-//! notices, since PostgreSQL drops a transaction's duplicates). PostgreSQL refuses a payload of 8000 bytes or more: a text or reasoning delta
-//! whose notice would be larger is split into several deltas (at character boundaries) that
+//! notices, since PostgreSQL drops a transaction's duplicates). PostgreSQL refuses a payload of
+//! 8000 bytes or more: a text or reasoning delta whose notice would be larger is split into several deltas (at character boundaries) that
 //! together carry the same text; other steps that large are not relayed (subscribers on other
 //! processes see the durable events that follow them). A relay that cannot keep up (its queue
 //! is full, the database unreachable) drops deltas, never blocks the turn that streams them.
