@@ -295,6 +295,14 @@ struct Subscriber {
     session_id: Option<String>,
 }
 
+/// Who hears about a session: its workspace and agent, and the workspace's enabled
+/// subscriptions.
+struct Audience {
+    workspace_id: String,
+    agent_id: String,
+    subscribers: Vec<Subscriber>,
+}
+
 impl Subscriber {
     fn wants(&self, kind: &str, agent_id: &str, session_id: &str) -> bool {
         (self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind))
@@ -379,6 +387,42 @@ impl Tx<'_> {
         Ok(rows.collect::<super::sql::Result<_>>()?)
     }
 
+    /// A session's workspace and agent and the enabled subscriptions of its workspace, in one
+    /// statement (a turn's terminal reads it inside its unit of work); `None` when the session
+    /// is gone.
+    fn audience(&self, pk: i64) -> Result<Option<Audience>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.workspace_id, s.agent_id, w.id, w.event_kinds, w.agent_id, w.session_id
+             FROM sessions s
+             LEFT JOIN webhook_subscriptions w
+               ON w.workspace_id = s.workspace_id AND w.disabled_at IS NULL
+             WHERE s.pk = ?1",
+        )?;
+        let rows = stmt.query_map([pk], |r| {
+            let subscriber = match r.get::<_, Option<String>>(2)? {
+                Some(id) => Some(Subscriber {
+                    id,
+                    kinds: kinds_of(&r.get::<_, String>(3)?),
+                    agent_id: r.get(4)?,
+                    session_id: r.get(5)?,
+                }),
+                None => None,
+            };
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, subscriber))
+        })?;
+        let mut audience: Option<Audience> = None;
+        for row in rows {
+            let (workspace_id, agent_id, subscriber) = row?;
+            let a = audience.get_or_insert_with(|| Audience {
+                workspace_id,
+                agent_id,
+                subscribers: Vec::new(),
+            });
+            a.subscribers.extend(subscriber);
+        }
+        Ok(audience)
+    }
+
     /// Writes one message per subscription of the workspace that wants each of `kinds` about
     /// this session, in this transaction. `data` gets the session's ids added.
     fn outbox(
@@ -393,7 +437,29 @@ impl Tx<'_> {
             return Ok(());
         }
         let subscribers = self.subscribers(workspace_id)?;
-        if subscribers.is_empty() {
+        let audience = Audience {
+            workspace_id: workspace_id.to_owned(),
+            agent_id: agent_id.to_owned(),
+            subscribers,
+        };
+        self.outbox_to(&audience, session_id, kinds, data)
+    }
+
+    /// [`Tx::outbox`] for an audience already read.
+    fn outbox_to(
+        &mut self,
+        audience: &Audience,
+        session_id: &str,
+        kinds: &[&str],
+        data: Value,
+    ) -> Result<()> {
+        let Audience {
+            workspace_id,
+            agent_id,
+            subscribers,
+        } = audience;
+        let (workspace_id, agent_id) = (workspace_id.as_str(), agent_id.as_str());
+        if kinds.is_empty() || subscribers.is_empty() {
             return Ok(());
         }
         let agent_slug: Option<String> = self
@@ -458,19 +524,19 @@ impl Tx<'_> {
         if kinds.is_empty() {
             return Ok(());
         }
-        let Some((ws, agent)) = self.session_place(key.pk)? else {
+        let Some(audience) = self.audience(key.pk)? else {
             return Ok(());
         };
         let data = terminal_data(event_type, body, seq);
-        self.outbox(&ws, &agent, &key.id, &kinds, data)
+        self.outbox_to(&audience, &key.id, &kinds, data)
     }
 
     /// `session.deleted`, written before the session's rows go.
     pub(super) fn outbox_session_deleted(&mut self, key: &super::SessionKey) -> Result<()> {
-        let Some((ws, agent)) = self.session_place(key.pk)? else {
+        let Some(audience) = self.audience(key.pk)? else {
             return Ok(());
         };
-        self.outbox(&ws, &agent, &key.id, &["session.deleted"], json!({}))
+        self.outbox_to(&audience, &key.id, &["session.deleted"], json!({}))
     }
 
     /// `schedule.fired` for the session a schedule's tick made.
@@ -480,22 +546,14 @@ impl Tx<'_> {
         schedule_id: &str,
         fire_time: i64,
     ) -> Result<()> {
-        let Some((ws, agent)) = self.session_place(key.pk)? else {
+        let Some(audience) = self.audience(key.pk)? else {
             return Ok(());
         };
         let data = json!({
             "scheduleId": schedule_id,
             "fireTime": crate::clock::rfc3339(fire_time),
         });
-        self.outbox(&ws, &agent, &key.id, &["schedule.fired"], data)
-    }
-
-    fn session_place(&self, pk: i64) -> Result<Option<(String, String)>> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT workspace_id, agent_id FROM sessions WHERE pk = ?1")?
-            .query_row([pk], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?)
+        self.outbox_to(&audience, &key.id, &["schedule.fired"], data)
     }
 
     fn insert_subscription(&mut self, s: &NewSubscription, max: u32) -> Result<()> {
