@@ -327,10 +327,7 @@ fn claim(
         TurnStatus::Running,
     );
     // What the turn runs with, read before the first write (this is a checked job).
-    let engine_config = tx.turn_engine(key.pk)?.unwrap_or_else(|| "{}".to_owned());
-    let workspace_slug = tx
-        .workspace_slug(&row.workspace_id)?
-        .ok_or(Error::NotFound)?;
+    let setup = tx.turn_setup(key.pk)?.ok_or(Error::NotFound)?;
     let delivered = attempt.as_deref().map(|a| (input.seq, a));
     let Some(generation) = tx.claim_turn(key, lease, delivered, shown)? else {
         return Ok(None);
@@ -404,8 +401,8 @@ fn claim(
         steers_waiting,
         machine_step,
         // A pinned engine (a deployment preview's) wins over the agent's.
-        engine_config,
-        workspace_slug,
+        engine_config: setup.engine_config.unwrap_or_else(|| "{}".to_owned()),
+        workspace_slug: setup.workspace_slug,
         workspace_id: row.workspace_id,
         user_id: row.user_id,
         images,
@@ -415,8 +412,24 @@ fn claim(
     }))
 }
 
-/// Settles every task still running.
-fn settle_running_tasks(tx: &mut Tx<'_>, key: &SessionKey, end: Unfinished) -> Result<()> {
+/// The events that end a turn's loose threads, for the caller to append in this order: the text
+/// an interrupted turn streamed after its last `text` step, as one more `text` step (so that what
+/// the reader saw is not lost with the live preview), then one `task_settled` for every task
+/// still running, which is marked settled here.
+fn loose_ends(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    partial: &str,
+    end: Unfinished,
+) -> Result<Vec<Event>> {
+    let mut events = Vec::new();
+    if !partial.is_empty() {
+        events.push(Event::Step {
+            step: crate::timeline::Step::Text {
+                text: partial.to_owned(),
+            },
+        });
+    }
     let status = end.name();
     for (id, body) in tx.running_tasks(key)? {
         let mut task: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({}));
@@ -426,25 +439,9 @@ fn settle_running_tasks(tx: &mut Tx<'_>, key: &SessionKey, end: Unfinished) -> R
         if end == Unfinished::Stopped {
             settlement["reason"] = json!("the turn ended before the task finished");
         }
-        tx.append(key, &Event::TaskSettled { settlement })?;
+        events.push(Event::TaskSettled { settlement });
     }
-    Ok(())
-}
-
-/// Stores the text an interrupted turn streamed after its last `text` step as one more `text`
-/// step, so that what the reader saw is not lost with the live preview.
-fn append_partial_text(tx: &mut Tx<'_>, key: &SessionKey, partial: &str) -> Result<()> {
-    if !partial.is_empty() {
-        tx.append(
-            key,
-            &Event::Step {
-                step: crate::timeline::Step::Text {
-                    text: partial.to_owned(),
-                },
-            },
-        )?;
-    }
-    Ok(())
+    Ok(events)
 }
 
 /// Queues one of the runner's own inputs (a wake, a machine's next state).
@@ -516,21 +513,24 @@ fn settle(tx: &mut Tx<'_>, key: &SessionKey, mut end: TurnEnd<'_>) -> Result<Set
 fn finish(tx: &mut Tx<'_>, t: TurnTerminal, machines: &dyn MachineRules) -> Result<Settled> {
     let key = &t.fence.key;
     let ending = tx.turn_ending(key, t.fence.generation)?;
-    for event in &t.held {
-        tx.append(key, event)?;
-    }
-    append_partial_text(tx, key, &t.partial)?;
-    settle_running_tasks(tx, key, Unfinished::Stopped)?;
+    // The turn's last events go in one statement: what it held back, its loose ends, its usage
+    // and its terminal — in two when the messages it left open are closed before the terminal.
+    let loose = loose_ends(tx, key, &t.partial, Unfinished::Stopped)?;
+    let mut events: Vec<&Event> = t.held.iter().chain(&loose).collect();
     let mut usage_totals = None;
     if let Some((note, usage_event, usage)) = &t.estimate {
-        tx.append(key, note)?;
         usage_totals = Some(usage_added(ending.usage_totals.as_deref(), usage)?);
-        tx.append(key, usage_event)?;
+        events.extend([note, usage_event]);
     }
     if ends_badly(&t.event) {
+        tx.append_all(key, &events)?;
+        events.clear();
         tx.close_open_messages(key)?;
     }
-    let seq = tx.append(key, &t.event)?;
+    events.push(&t.event);
+    let seq = tx
+        .append_all(key, &events)?
+        .ok_or_else(|| Error::Internal("a turn's terminal was not appended".to_owned()))?;
     if let Some(wake_at) = t.wake_at {
         enqueue_internal(tx, key, seq, QueueKind::Wake, "", wake_at)?;
     }
@@ -591,9 +591,9 @@ fn end_lost(
         }
     };
     let row = tx.session_row(key)?;
-    append_partial_text(tx, key, &lost.partial)?;
-    settle_running_tasks(tx, key, tasks)?;
-    tx.append(key, &lost.notice)?;
+    let loose = loose_ends(tx, key, &lost.partial, tasks)?;
+    let events: Vec<&Event> = loose.iter().chain([&lost.notice]).collect();
+    tx.append_all(key, &events)?;
     tx.close_open_messages(key)?;
     let state = turn_state(
         TurnStateStatus::Interrupted,

@@ -843,16 +843,30 @@ pub fn engine_memo(conn: &Db, session_pk: i64) -> Result<Option<String>> {
         .flatten())
 }
 
-/// The engine configuration a session's turns run with: the one pinned on the session (see
-/// migration 0005), else its agent's.
-pub(crate) fn turn_engine(conn: &Db, session_pk: i64) -> Result<Option<String>> {
+/// What a session's turns run with, in one statement (a claim reads it): the engine
+/// configuration — the one pinned on the session (see migration 0005), else its agent's — and
+/// the slug of the session's workspace. `None` when the session is gone.
+pub(crate) fn turn_setup(conn: &Db, session_pk: i64) -> Result<Option<TurnSetup>> {
     Ok(conn
         .prepare_cached(
-            "SELECT COALESCE(s.engine, a.engine) FROM sessions s JOIN agents a ON a.id = s.agent_id
+            "SELECT COALESCE(s.engine, a.engine), w.slug FROM sessions s
+             JOIN agents a ON a.id = s.agent_id JOIN workspaces w ON w.id = s.workspace_id
              WHERE s.pk = ?1",
         )?
-        .query_row([session_pk], |r| r.get(0))
+        .query_row([session_pk], |r| {
+            Ok(TurnSetup {
+                engine_config: r.get(0)?,
+                workspace_slug: r.get(1)?,
+            })
+        })
         .optional()?)
+}
+
+/// What [`turn_setup`] reads.
+pub(crate) struct TurnSetup {
+    /// `None` when neither the session nor its agent names one.
+    pub engine_config: Option<String>,
+    pub workspace_slug: String,
 }
 
 /// The first event of a given type at or after `from_seq` (used to find an input's terminal).

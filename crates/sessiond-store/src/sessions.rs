@@ -282,7 +282,9 @@ impl SessionWrites<'_> {
             return self
                 .store
                 .write_one(move |w| {
-                    let key = w.tx().session_key(&n.workspace_id, &n.session_id)?;
+                    let key = w
+                        .tx()
+                        .session_key_to_append(&n.workspace_id, &n.session_id)?;
                     w.tx().takes_input(&key)?;
                     let sender = w.tx().sender_of(&n.workspace_id, &n.author)?;
                     let event = Event::NoteSubmitted {
@@ -303,7 +305,7 @@ impl SessionWrites<'_> {
                 {
                     return Ok(seq);
                 }
-                let key = tx.session_key(&n.workspace_id, &n.session_id)?;
+                let key = tx.session_key_to_append(&n.workspace_id, &n.session_id)?;
                 tx.takes_input(&key)?;
                 let sender = tx.sender_of(&n.workspace_id, &n.author)?;
                 let images = tx.store_images(&key, &n.images)?;

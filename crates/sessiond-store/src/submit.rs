@@ -461,7 +461,7 @@ impl Submissions<'_> {
                 {
                     return Ok((Submission::replayed(key, seq), None));
                 }
-                let key = tx.session_key(&ws, &id)?;
+                let key = tx.session_key_to_append(&ws, &id)?;
                 let (seq, active, stops) = tx.add_message(&ws, &key, &m)?;
                 let linked = tx.link_input(&key, seq, &link)?;
                 Ok((
@@ -494,7 +494,7 @@ impl Submissions<'_> {
                 // find the default the first one bound.
                 tx.lock(super::RowLock::Agent(&plan.agent_id))?;
                 if let Some(sid) = tx.default_session(&plan.agent_id)? {
-                    let key = tx.session_key(&plan.workspace_id, &sid)?;
+                    let key = tx.session_key_to_append(&plan.workspace_id, &sid)?;
                     let (seq, active, stops) = tx.add_message(&plan.workspace_id, &key, &m)?;
                     return Ok(Submission {
                         key,
@@ -535,7 +535,7 @@ impl Submissions<'_> {
                 {
                     return Ok((Submission::replayed(key, seq), None));
                 }
-                let key = tx.session_key(&ws, &id)?;
+                let key = tx.session_key_to_append(&ws, &id)?;
                 // A session that takes no input says why, asking or not.
                 tx.takes_input(&key)?;
                 let row = tx.session_row(&key)?;

@@ -416,12 +416,9 @@ impl Tx<'_> {
         super::event_body(self.conn, session_pk, seq)
     }
 
-    /// The engine configuration a session's turns run with: its own pinned one, else its agent's.
-    pub(crate) fn turn_engine(&self, session_pk: i64) -> Result<Option<String>> {
-        super::turn_engine(self.conn, session_pk)
-    }
-
-    pub fn workspace_slug(&self, workspace_id: &str) -> Result<Option<String>> {
-        super::workspace_slug(self.conn, workspace_id)
+    /// The engine configuration a session's turns run with (its own pinned one, else its
+    /// agent's) and its workspace's slug.
+    pub(crate) fn turn_setup(&self, session_pk: i64) -> Result<Option<super::reads::TurnSetup>> {
+        super::turn_setup(self.conn, session_pk)
     }
 }

@@ -1431,6 +1431,91 @@ pub(super) mod tests {
         assert_eq!(published.last(), Some(&last));
     }
 
+    /// Events appended together (`Tx::append_all`: one `INSERT` of many rows per
+    /// `APPEND_ROWS`) are stored, counted and published as the same events appended one by one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_appended_together_are_stored_as_if_appended_one_by_one() {
+        use crate::sink::recorder::{Recorder, Told};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sink = Recorder::new();
+        let (store, one_by_one) = store_publishing_to(dir.path(), sink.clone()).await;
+        let (ws, agent) = workspace_and_agent(&store).await;
+        let together = store
+            .write(move |tx| {
+                let id = crate::ids::new_id();
+                tx.insert_session(&NewSession::bare(&id, &ws, &agent, "u", "t"))
+            })
+            .await
+            .expect("second session");
+        // Inputs and outputs mixed, more than one statement's rows.
+        let events: Vec<Event> = (0..21)
+            .map(|i| match i % 3 {
+                0 => note(&format!("n{i}")),
+                _ => Event::Heartbeat {
+                    timestamp: f64::from(i),
+                    active_task_ids: Vec::new(),
+                },
+            })
+            .collect();
+        let (k, evs) = (one_by_one.clone(), events.clone());
+        store
+            .write(move |tx| {
+                for e in &evs {
+                    tx.append(&k, e)?;
+                }
+                Ok(())
+            })
+            .await
+            .expect("one by one");
+        let (k, evs) = (together.clone(), events.clone());
+        let last = store
+            .write(move |tx| tx.append_all(&k, &evs.iter().collect::<Vec<_>>()))
+            .await
+            .expect("together");
+        assert_eq!(last, Some(21));
+        let stored = |key: SessionKey| {
+            let store = store.clone();
+            async move {
+                store
+                    .read(move |c| {
+                        let mut stmt = c.prepare(
+                            "SELECT seq, type, body FROM events WHERE session_pk = ?1 ORDER BY seq",
+                        )?;
+                        let rows = stmt.query_map([key.pk], |r| {
+                            Ok((
+                                r.get::<_, i64>(0)?,
+                                r.get::<_, String>(1)?,
+                                r.get::<_, String>(2)?,
+                            ))
+                        })?;
+                        let events = rows.collect::<crate::sql::Result<Vec<_>>>()?;
+                        let counters = c.query_row(
+                            "SELECT last_event_seq, last_output_seq FROM sessions WHERE pk = ?1",
+                            [key.pk],
+                            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+                        )?;
+                        Ok((events, counters))
+                    })
+                    .await
+                    .expect("read back")
+            }
+        };
+        let (a, b) = (stored(one_by_one).await, stored(together.clone()).await);
+        assert_eq!(a.0.len(), 21);
+        assert_eq!(a, b);
+        assert_eq!(b.1, (21, 21));
+        store.close();
+        let published: Vec<u64> = sink
+            .told()
+            .into_iter()
+            .filter_map(|t| match t {
+                Told::Published(s, Some(seq)) if s == together.id => Some(seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(published, (1..=21).collect::<Vec<u64>>());
+    }
+
     #[test]
     fn the_counter_cache_is_bounded_and_keeps_recent_sessions() {
         let mut cache = CounterCache::default();

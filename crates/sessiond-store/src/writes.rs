@@ -4,7 +4,7 @@ use super::prompt_rows::{
     PROMPT_CLASS_ENDS, PROMPT_ROWS_JOINED, PROMPT_SEQS, prompt_row_class, prompt_run,
     prompt_search_key,
 };
-use super::sql::{Dialect, OptionalExtension, params};
+use super::sql::{Dialect, OptionalExtension, ToSql, params};
 
 use super::Tx;
 use crate::error::{Error, Result};
@@ -143,6 +143,24 @@ static INPUT_REQUEST_IDS: std::sync::LazyLock<
 /// Past this many waiting inputs the ids are forgotten (their turns get new ones).
 const MAX_INPUT_REQUEST_IDS: usize = 100_000;
 
+/// Rows a multi-row append sends in one statement at most ([`Tx::append_all`]): each row count
+/// is a statement of its own in a connection's cache.
+const APPEND_ROWS: usize = 16;
+
+/// An event's stored body: its JSON, with any NUL an engine's output held replaced (see
+/// `crate::nul`).
+fn encode_event(event: &Event) -> Result<String> {
+    let encode = |e: serde_json::Error| Error::Internal(format!("cannot encode event: {e}"));
+    let mut body = serde_json::to_string(event).map_err(encode)?;
+    if crate::nul::escaped_in(body.as_bytes()) {
+        // Only an engine's output can hold one (requests holding it are refused).
+        let mut value: serde_json::Value = serde_json::from_str(&body).map_err(encode)?;
+        crate::nul::replace_in(&mut value);
+        body = value.to_string();
+    }
+    Ok(body)
+}
+
 /// The counters of a session after an event of `event_type` is appended at `seq`, as far as the
 /// projection columns that follow rare events go (terminals, prompts and answers; see
 /// `writer::updates_milestone`): reading a session's state never scans its history. They reach
@@ -222,6 +240,39 @@ impl Tx<'_> {
         super::reads::session_key(self.conn, workspace_id, session_id)
     }
 
+    /// [`Tx::session_key`] for a unit of work that appends to the session next. On PostgreSQL
+    /// the same statement locks the session's row and reads its counters, which [`Tx::lock`]
+    /// and the append would otherwise do in a statement of their own.
+    pub(crate) fn session_key_to_append(
+        &self,
+        workspace_id: &str,
+        session_id: &str,
+    ) -> Result<SessionKey> {
+        if self.conn.dialect() == Dialect::Sqlite {
+            return self.session_key(workspace_id, session_id);
+        }
+        let (pk, events, outputs) = self
+            .conn
+            .prepare_cached(
+                "SELECT pk, last_event_seq, last_output_seq FROM sessions
+                 WHERE id = ?1 AND workspace_id = ?2 FOR NO KEY UPDATE",
+            )?
+            .query_row([session_id, workspace_id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, i64>(2)? as u64,
+                ))
+            })
+            .optional()?
+            .ok_or(Error::NotFound)?;
+        self.locked_counters(pk, events, outputs);
+        Ok(SessionKey {
+            pk,
+            id: session_id.to_owned(),
+        })
+    }
+
     pub fn insert_session(&mut self, s: &NewSession<'_>) -> Result<SessionKey> {
         let pk: i64 = self
             .conn
@@ -269,15 +320,79 @@ impl Tx<'_> {
 
     /// Appends one durable event: next seq, projection counters, and a bus frame after COMMIT.
     pub fn append(&mut self, key: &SessionKey, event: &Event) -> Result<u64> {
-        let encode = |e: serde_json::Error| Error::Internal(format!("cannot encode event: {e}"));
-        let mut body = serde_json::to_string(event).map_err(encode)?;
-        if crate::nul::escaped_in(body.as_bytes()) {
-            // Only an engine's output can hold one (requests holding it are refused).
-            let mut value: serde_json::Value = serde_json::from_str(&body).map_err(encode)?;
-            crate::nul::replace_in(&mut value);
-            body = value.to_string();
-        }
+        let body = encode_event(event)?;
         self.append_raw(key, event.type_name(), &body, !event.is_input())
+    }
+
+    /// Appends consecutive events of one session, as many [`Tx::append`]s would, with one
+    /// `INSERT` of several rows (up to [`APPEND_ROWS`] a statement) instead of one a event: a
+    /// turn's end appends its usage note, its usage and its terminal together. The last seq;
+    /// `None` when `events` is empty.
+    pub(crate) fn append_all(
+        &mut self,
+        key: &SessionKey,
+        events: &[&Event],
+    ) -> Result<Option<u64>> {
+        let mut last = None;
+        for chunk in events.chunks(APPEND_ROWS) {
+            last = Some(match chunk {
+                [one] => self.append(key, one)?,
+                _ => self.append_rows(key, chunk)?,
+            });
+        }
+        Ok(last)
+    }
+
+    fn append_rows(&mut self, key: &SessionKey, events: &[&Event]) -> Result<u64> {
+        let bodies = events
+            .iter()
+            .map(|e| encode_event(e))
+            .collect::<Result<Vec<_>>>()?;
+        let mut c = self.counters(key.pk)?.ok_or(Error::NotFound)?;
+        let seqs: Vec<i64> = (1..=events.len())
+            .map(|i| (c.last_event_seq + i as u64) as i64)
+            .collect();
+        let types: Vec<&str> = events.iter().map(|e| e.type_name()).collect();
+        let mut sql =
+            String::from("INSERT INTO events (session_pk, seq, type, body, created_at) VALUES ");
+        let mut args: Vec<&dyn ToSql> = Vec::with_capacity(5 * events.len());
+        for i in 0..events.len() {
+            let n = 5 * i;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!(
+                "(?{}, ?{}, ?{}, ?{}, ?{})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5
+            ));
+            args.extend([
+                &key.pk as &dyn ToSql,
+                &seqs[i],
+                &types[i],
+                &bodies[i],
+                &self.now,
+            ]);
+        }
+        self.conn.prepare_cached(&sql)?.execute(args.as_slice())?;
+        for (i, event) in events.iter().enumerate() {
+            let (seq, event_type, body) = (seqs[i] as u64, types[i], bodies[i].as_str());
+            let output = !event.is_input();
+            debug_assert_eq!(output, sessiond_model::frame::settles_tail(event_type));
+            c = super::writer::Counters {
+                last_event_seq: seq,
+                last_output_seq: if output { seq } else { c.last_output_seq },
+                ..milestone(c, event_type, seq, self.now)
+            };
+            self.set_counters(key.pk, c);
+            self.outbox_event(key, event_type, body, seq)?;
+            let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
+            self.publish(&key.id, Frame::durable(seq, event_type, data, self.now));
+        }
+        Ok(c.last_event_seq)
     }
 
     /// Appends an already-encoded event body (`{"type":...}`).
@@ -319,8 +434,8 @@ impl Tx<'_> {
     /// session's prompt index (see [`Tx::write_prompt_index`] for how rows are kept).
     ///
     /// On SQLite the prompt is written after the batch's last job (see
-    /// [`super::writer::QueuedPrompt`]), in the same transaction; on PostgreSQL, where each job is
-    /// a transaction of its own, at once.
+    /// [`super::writer::QueuedPrompt`]), in the same transaction; on PostgreSQL at once, in the
+    /// job's own statements.
     pub(crate) fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
         if self.conn.dialect() == Dialect::Postgres {
             return self.write_prompt_index(key, seq, prompt);
