@@ -319,8 +319,8 @@ fn claim(
     let attempt = external.then(|| attempt(input.seq, input.kind, tx.now));
     let started = stored_machine(&row).and_then(|m| machines.step_starts(m, input.kind, tx.now));
     let machine = started.as_ref().map(|m| m.projection.to_string());
-    // One write of the row starts the turn, marks the input delivered and shows the session
-    // running.
+    // One write of the row, the job's last, starts the turn, marks the input delivered, shows
+    // the session running and takes the counters of the events appended before it.
     let shown = shown_change(
         &row,
         machine.as_deref().or(row.machine.as_deref()),
@@ -328,10 +328,6 @@ fn claim(
     );
     // What the turn runs with, read before the first write (this is a checked job).
     let setup = tx.turn_setup(key.pk)?.ok_or(Error::NotFound)?;
-    let delivered = attempt.as_deref().map(|a| (input.seq, a));
-    let Some(generation) = tx.claim_turn(key, lease, delivered, shown)? else {
-        return Ok(None);
-    };
     let request_id = tx
         .input_request_id(key, input.seq)?
         .unwrap_or_else(crate::ids::new_id);
@@ -383,6 +379,12 @@ fn claim(
     // a turn is on `/v2`.
     tx.record_input_turn(key, input.seq, started)?;
     tx.refresh_follow_up_queue_from(key, &pending, row.follow_up_queue.as_deref())?;
+    // The row was read under the job's lock (PostgreSQL) or the single writer (SQLite) with no
+    // turn active, so this cannot find one.
+    let delivered = attempt.as_deref().map(|a| (input.seq, a));
+    let generation = tx
+        .claim_turn(key, lease, delivered, shown)?
+        .ok_or_else(|| Error::Internal("a turn became active during its claim".to_owned()))?;
     let steers_waiting = pending
         .iter()
         .any(|p| p.kind == QueueKind::Message && p.behavior == Behavior::Steer);

@@ -94,6 +94,27 @@ pub(crate) struct Counters {
     pub last_terminal_seq: Option<u64>,
     /// When the last prompt or answer was appended since the row was last written, if any.
     pub last_message_at: Option<i64>,
+    /// The session's row holds these already: a statement of the job that rewrote the row after
+    /// its last append carried them ([`Tx::unwritten_counters`]), so the flush leaves the row
+    /// alone. Any later append makes them unwritten again ([`Tx::set_counters`]).
+    pub in_row: bool,
+}
+
+impl Counters {
+    /// The row's counter columns as a statement binds them: last event seq, last output seq,
+    /// last terminal seq and last message time, each `NULL` where the row keeps its value
+    /// (`COALESCE(?, column)`).
+    pub(crate) fn columns(c: Option<Counters>) -> [Option<i64>; 4] {
+        match c {
+            Some(c) => [
+                Some(c.last_event_seq as i64),
+                Some(c.last_output_seq as i64),
+                c.last_terminal_seq.map(|s| s as i64),
+                c.last_message_at,
+            ],
+            None => [None; 4],
+        }
+    }
 }
 
 /// Sessions whose counters the newer generation of the cache holds before it becomes the older
@@ -241,7 +262,25 @@ impl<'c> Tx<'c> {
     }
 
     pub(crate) fn set_counters(&mut self, pk: i64, c: Counters) {
-        self.job.insert(pk, c);
+        self.job.insert(pk, Counters { in_row: false, ..c });
+    }
+
+    /// The counters this job changed for session `pk` and the row does not hold yet, for a
+    /// statement that rewrites the row after the job's last append to it (a turn's end, a
+    /// message's turn status) to write with its own columns: one `UPDATE` of the row where the
+    /// flush would make a second. The caller then calls [`Tx::counters_written`].
+    pub(crate) fn unwritten_counters(&self, pk: i64) -> Option<Counters> {
+        self.job
+            .get(&pk)
+            .copied()
+            .filter(|c| !c.in_row && !c.deleted)
+    }
+
+    /// The row of session `pk` now holds the counters [`Tx::unwritten_counters`] gave.
+    pub(crate) fn counters_written(&mut self, pk: i64) {
+        if let Some(c) = self.job.get_mut(&pk) {
+            c.in_row = true;
+        }
     }
 
     /// Counters changed in this batch (not yet in the row), for reads inside a job.
@@ -623,7 +662,7 @@ pub(super) fn flush_counters(
              last_message_at = COALESCE(?6, last_message_at)
          WHERE pk = ?1",
     )?;
-    for (pk, c) in changed.iter().filter(|(_, c)| !c.deleted) {
+    for (pk, c) in changed.iter().filter(|(_, c)| !c.deleted && !c.in_row) {
         stmt.execute(sessiond_sql::params![
             pk,
             c.last_event_seq as i64,
@@ -1514,6 +1553,60 @@ pub(super) mod tests {
             })
             .collect();
         assert_eq!(published, (1..=21).collect::<Vec<u64>>());
+    }
+
+    /// A job's own rewrite of a session's row after its appends carries their counters (the
+    /// flush then leaves the row alone); an append after that rewrite makes the flush write them
+    /// again, so the row always ends with the job's last counters.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_row_rewritten_after_its_appends_ends_with_the_last_counters() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = store_with_session(dir.path()).await;
+        let heartbeat = || Event::Heartbeat {
+            timestamp: 1.0,
+            active_task_ids: Vec::new(),
+        };
+        let row = |store: Store, pk: i64| async move {
+            store
+                .read(move |c| {
+                    Ok(c.query_row(
+                        "SELECT last_event_seq, last_output_seq, last_message_at FROM sessions
+                         WHERE pk = ?1",
+                        [pk],
+                        |r| {
+                            Ok((
+                                r.get::<_, i64>(0)?,
+                                r.get::<_, i64>(1)?,
+                                r.get::<_, Option<i64>>(2)?,
+                            ))
+                        },
+                    )?)
+                })
+                .await
+                .expect("row")
+        };
+        let k = key.clone();
+        store
+            .write(move |tx| {
+                tx.append(&k, &heartbeat())?;
+                tx.append(&k, &note("a"))?;
+                tx.set_turn_status(&k, "idle", "idle")
+            })
+            .await
+            .expect("appends, then the row");
+        assert_eq!(row(store.clone(), key.pk).await, (2, 1, None));
+        let k = key.clone();
+        store
+            .write(move |tx| {
+                tx.append(&k, &heartbeat())?;
+                tx.set_turn_status(&k, "idle", "idle")?;
+                tx.append(&k, &heartbeat())?;
+                tx.append(&k, &note("b"))
+            })
+            .await
+            .expect("an append after the row");
+        assert_eq!(row(store.clone(), key.pk).await, (5, 4, None));
+        store.close();
     }
 
     #[test]

@@ -544,11 +544,30 @@ impl Tx<'_> {
         turn_status: &str,
         bucket: &str,
     ) -> Result<()> {
+        let counters = self.unwritten_counters(key.pk);
+        let [events, outputs, terminal, message] = super::writer::Counters::columns(counters);
         self.conn
             .prepare_cached(
-                "UPDATE sessions SET turn_status = ?2, bucket = ?3, updated_at = ?4 WHERE pk = ?1",
+                "UPDATE sessions SET turn_status = ?2, bucket = ?3, updated_at = ?4,
+                    last_event_seq = COALESCE(?5, last_event_seq),
+                    last_output_seq = COALESCE(?6, last_output_seq),
+                    last_terminal_seq = COALESCE(?7, last_terminal_seq),
+                    last_message_at = COALESCE(?8, last_message_at)
+                 WHERE pk = ?1",
             )?
-            .execute(params![key.pk, turn_status, bucket, self.now])?;
+            .execute(params![
+                key.pk,
+                turn_status,
+                bucket,
+                self.now,
+                events,
+                outputs,
+                terminal,
+                message
+            ])?;
+        if counters.is_some() {
+            self.counters_written(key.pk);
+        }
         Ok(())
     }
 
@@ -788,18 +807,26 @@ impl Tx<'_> {
         delivered: Option<(u64, &str)>,
         shown: Option<(super::TurnStatus, super::turn_status::Bucket)>,
     ) -> Result<Option<u64>> {
+        // The claim's appends came first: the row takes their counters (see
+        // `Tx::unwritten_counters`).
         macro_rules! claim {
             ($shown:literal) => {
                 concat!(
                     "UPDATE sessions SET turn_generation = turn_generation + 1, turn_active = 1,
                         wake_at = NULL, turn_owner = ?2, turn_lease_until = ?3,
                         last_delivered_input_seq = max(last_delivered_input_seq, ?4),
-                        delivery_attempt = COALESCE(?5, delivery_attempt)",
+                        delivery_attempt = COALESCE(?5, delivery_attempt),
+                        last_event_seq = COALESCE(?6, last_event_seq),
+                        last_output_seq = COALESCE(?7, last_output_seq),
+                        last_terminal_seq = COALESCE(?8, last_terminal_seq),
+                        last_message_at = COALESCE(?9, last_message_at)",
                     $shown,
                     " WHERE pk = ?1 AND turn_active = 0 RETURNING turn_generation"
                 )
             };
         }
+        let counters = self.unwritten_counters(key.pk);
+        let [events, outputs, terminal, message] = super::writer::Counters::columns(counters);
         let (through_seq, attempt) = match delivered {
             Some((seq, attempt)) => (seq as i64, Some(attempt)),
             None => (0, None),
@@ -808,7 +835,9 @@ impl Tx<'_> {
         let generation: Option<i64> = match shown {
             Some((turn, bucket)) => self
                 .conn
-                .prepare_cached(claim!(", turn_status = ?6, bucket = ?7, updated_at = ?8"))?
+                .prepare_cached(claim!(
+                    ", turn_status = ?10, bucket = ?11, updated_at = ?12"
+                ))?
                 .query_row(
                     params![
                         key.pk,
@@ -816,6 +845,10 @@ impl Tx<'_> {
                         lease_until,
                         through_seq,
                         attempt,
+                        events,
+                        outputs,
+                        terminal,
+                        message,
                         turn.name(),
                         bucket.name(),
                         self.now
@@ -823,11 +856,24 @@ impl Tx<'_> {
                     |r| r.get(0),
                 ),
             None => self.conn.prepare_cached(claim!(""))?.query_row(
-                params![key.pk, lease.owner, lease_until, through_seq, attempt],
+                params![
+                    key.pk,
+                    lease.owner,
+                    lease_until,
+                    through_seq,
+                    attempt,
+                    events,
+                    outputs,
+                    terminal,
+                    message
+                ],
                 |r| r.get(0),
             ),
         }
         .optional()?;
+        if generation.is_some() && counters.is_some() {
+            self.counters_written(key.pk);
+        }
         Ok(generation.map(|g| g as u64))
     }
 
@@ -943,11 +989,18 @@ impl Tx<'_> {
     /// the usage totals when the turn added to them. The terminal event is appended by the
     /// caller in the same job.
     pub(crate) fn end_turn(&mut self, key: &SessionKey, end: &TurnEnd<'_>) -> Result<()> {
+        // The terminal was the job's last append: the row takes its counters now.
+        let counters = self.unwritten_counters(key.pk);
+        let [events, outputs, terminal, message] = super::writer::Counters::columns(counters);
         self.conn
             .prepare_cached(
                 "UPDATE sessions SET turn_active = 0, engine_state = ?2, wake_at = ?3,
                     turn_status = ?4, bucket = ?5, updated_at = ?6,
-                    usage_totals = COALESCE(?7, usage_totals)
+                    usage_totals = COALESCE(?7, usage_totals),
+                    last_event_seq = COALESCE(?8, last_event_seq),
+                    last_output_seq = COALESCE(?9, last_output_seq),
+                    last_terminal_seq = COALESCE(?10, last_terminal_seq),
+                    last_message_at = COALESCE(?11, last_message_at)
                  WHERE pk = ?1",
             )?
             .execute(params![
@@ -957,8 +1010,15 @@ impl Tx<'_> {
                 end.turn.name(),
                 super::turn_status::bucket_of(end.turn, end.machine).name(),
                 self.now,
-                end.usage_totals
+                end.usage_totals,
+                events,
+                outputs,
+                terminal,
+                message
             ])?;
+        if counters.is_some() {
+            self.counters_written(key.pk);
+        }
         Ok(())
     }
 
