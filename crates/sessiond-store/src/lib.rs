@@ -89,10 +89,10 @@ pub use error::{Cause, Error, Result};
 use reads::{
     GrantRow, ListFilter, WorkspaceRow, active_turn_sessions, agent_activity, agent_by_id,
     agent_by_slug, agent_engines, agents, client_request, default_session_id, engine_memo,
-    event_body, events_after, events_before, events_of_types_before, expired_turn_sessions,
-    first_event_of_types, image, input_turn, list_sessions, parent_session, pending_input_count,
-    session_key, session_row, session_row_by_pk, sessions_with_pending_inputs, turn_setup,
-    upload_grant, upload_grant_by_hash, workspace_by_slug, workspace_slug,
+    event_body, events_after, events_before, events_of_types_before, expired_turn_sessions, image,
+    input_turn, list_sessions, parent_session, pending_input_count, session_key, session_row,
+    session_row_by_pk, sessions_with_pending_inputs, turn_setup, upload_grant,
+    upload_grant_by_hash, workspace_by_slug, workspace_slug,
 };
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
 pub use sink::{Relay, Sink};

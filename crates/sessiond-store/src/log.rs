@@ -150,17 +150,7 @@ impl LogReads<'_> {
         types: &'static [&'static str],
     ) -> Result<Option<(StoredEvent, Option<String>)>> {
         self.store
-            .read(move |c| {
-                let Some(started) = super::input_turn(c, session_pk, input_seq)? else {
-                    return Ok(None);
-                };
-                let Some(event) = super::first_event_of_types(c, session_pk, started, types)?
-                else {
-                    return Ok(None);
-                };
-                let cwd = super::session_row_by_pk(c, session_pk, None)?.and_then(|row| row.cwd);
-                Ok(Some((event, cwd)))
-            })
+            .read(move |c| super::reads::terminal_of_input(c, session_pk, input_seq, types))
             .await
     }
 }

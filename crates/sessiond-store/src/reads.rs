@@ -869,26 +869,34 @@ pub(crate) struct TurnSetup {
     pub workspace_slug: String,
 }
 
-/// The first event of a given type at or after `from_seq` (used to find an input's terminal).
-pub(crate) fn first_event_of_types(
+/// The first event of one of `types` in the turn that took the input at `input_seq` (at or
+/// after its `turn_started`), with the session's cwd as it is now, in one statement: what a
+/// `/wait` looks for, once before it waits and again each time a terminal is published.
+pub(crate) fn terminal_of_input(
     conn: &Db,
     session_pk: i64,
-    from_seq: u64,
+    input_seq: u64,
     types: &[&str],
-) -> Result<Option<StoredEvent>> {
+) -> Result<Option<(StoredEvent, Option<String>)>> {
     let placeholders = vec!["?"; types.len()].join(",");
     let sql = format!(
-        "SELECT seq, created_at, type, body FROM events
-         WHERE session_pk = ? AND seq >= ? AND type IN ({placeholders}) ORDER BY seq LIMIT 1"
+        "SELECT e.seq, e.created_at, e.type, e.body, s.cwd
+         FROM input_turns i
+         JOIN events e ON e.session_pk = i.session_pk AND e.seq >= i.turn_started_seq
+         JOIN sessions s ON s.pk = i.session_pk
+         WHERE i.session_pk = ? AND i.input_seq = ? AND e.type IN ({placeholders})
+         ORDER BY e.seq LIMIT 1"
     );
     let mut args: Vec<SqlValue> = vec![
         SqlValue::Integer(session_pk),
-        SqlValue::Integer(from_seq as i64),
+        SqlValue::Integer(input_seq as i64),
     ];
     args.extend(types.iter().map(|t| SqlValue::Text((*t).to_owned())));
     Ok(conn
         .prepare_cached(&sql)?
-        .query_row(super::sql::params_from_iter(args), event_from_row)
+        .query_row(super::sql::params_from_iter(args), |r| {
+            Ok((event_from_row(r)?, r.get::<_, Option<String>>(4)?))
+        })
         .optional()?)
 }
 
