@@ -23,10 +23,20 @@ use std::task::Poll;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Socket, Statement};
 
+use crate::placeholders::Translated;
+
 /// Statements each connection keeps prepared at most. Operations whose text varies with their
 /// input (filters, lists of ids) prepare without the cache; this bounds the cache should one of
 /// them use it anyway.
 const MAX_CACHED_STATEMENTS: usize = 512;
+
+/// A statement prepared on a connection, and the names of its parameters in the order of their
+/// numbers (empty when they are numbered only).
+#[derive(Clone)]
+pub struct Prepared {
+    pub statement: Statement,
+    pub names: Arc<[String]>,
+}
 
 /// The `Connection` half, boxed whatever its TLS stream.
 type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
@@ -38,8 +48,9 @@ pub struct Connection {
     /// `None` once it ended: dropping it drops the request queue's receiver, so that a request
     /// sent afterwards fails as closed instead of waiting for ever.
     driver: Mutex<Option<Driver>>,
-    /// Statements prepared on this connection, by their PostgreSQL text.
-    statements: Mutex<HashMap<String, Statement>>,
+    /// Statements prepared on this connection, by their text as the caller wrote it (before its
+    /// placeholders were translated: a statement run again is neither translated nor prepared).
+    statements: Mutex<HashMap<String, Prepared>>,
     /// `Option` so that `Drop` can shut it down without waiting (a connection may be dropped on
     /// an async thread, where a runtime's blocking shutdown would panic).
     runtime: Option<tokio::runtime::Runtime>,
@@ -104,17 +115,26 @@ impl Connection {
         }
     }
 
-    /// `sql` prepared on this connection, from the cache when it was prepared before.
-    pub fn prepare_cached(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(s) = self
+    /// `sql` prepared on this connection, from the cache when it was prepared before; `translate`
+    /// turns `sql` into PostgreSQL's text and names its parameters, the first time only.
+    pub fn prepare_cached(
+        &self,
+        sql: &str,
+        translate: impl FnOnce(&str) -> Translated,
+    ) -> Result<Prepared, tokio_postgres::Error> {
+        if let Some(p) = self
             .statements
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(sql)
         {
-            return Ok(s.clone());
+            return Ok(p.clone());
         }
-        let statement = self.block_on(self.client.prepare(sql))?;
+        let t = translate(sql);
+        let prepared = Prepared {
+            statement: self.block_on(self.client.prepare(&t.sql))?,
+            names: t.names.into(),
+        };
         let mut cache = self
             .statements
             .lock()
@@ -122,8 +142,8 @@ impl Connection {
         if cache.len() >= MAX_CACHED_STATEMENTS {
             cache.clear();
         }
-        cache.insert(sql.to_owned(), statement.clone());
-        Ok(statement)
+        cache.insert(sql.to_owned(), prepared.clone());
+        Ok(prepared)
     }
 }
 

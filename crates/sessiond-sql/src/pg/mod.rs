@@ -76,17 +76,21 @@ impl Session {
     }
 
     pub(super) fn prepare(&self, sql: &str, cached: bool) -> Result<Stmt<'_>> {
-        let t = placeholders::translate(sql);
-        let statement = if cached {
-            self.conn.prepare_cached(&t.sql)
+        let prepared = if cached {
+            self.conn.prepare_cached(sql, placeholders::translate)
         } else {
+            let t = placeholders::translate(sql);
             self.block_on(self.client().prepare(&t.sql))
+                .map(|statement| connection::Prepared {
+                    statement,
+                    names: t.names.into(),
+                })
         }
         .map_err(error)?;
         Ok(Stmt::postgres(Statement {
             session: self,
-            statement,
-            names: t.names,
+            statement: prepared.statement,
+            names: prepared.names,
         }))
     }
 
@@ -96,10 +100,18 @@ impl Session {
         if notices.is_empty() {
             return self.end("COMMIT");
         }
+        // Written in PostgreSQL's own terms: nothing to translate.
         let notify = self
             .conn
-            .prepare_cached("SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n")
-            .map_err(error)?;
+            .prepare_cached(
+                "SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n",
+                |sql| placeholders::Translated {
+                    sql: sql.to_owned(),
+                    names: Vec::new(),
+                },
+            )
+            .map_err(error)?
+            .statement;
         let client = self.client();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&channel, &notices];
         self.request(async {
@@ -141,7 +153,7 @@ pub struct Statement<'c> {
     session: &'c Session,
     statement: tokio_postgres::Statement,
     /// Named parameters in the order of their numbers.
-    names: Vec<String>,
+    names: std::sync::Arc<[String]>,
 }
 
 impl Statement<'_> {
