@@ -832,45 +832,29 @@ impl Tx<'_> {
             None => (0, None),
         };
         let lease_until = self.now + lease.ms as i64;
-        let generation: Option<i64> = match shown {
-            Some((turn, bucket)) => self
-                .conn
-                .prepare_cached(claim!(
-                    ", turn_status = ?10, bucket = ?11, updated_at = ?12"
-                ))?
-                .query_row(
-                    params![
-                        key.pk,
-                        lease.owner,
-                        lease_until,
-                        through_seq,
-                        attempt,
-                        events,
-                        outputs,
-                        terminal,
-                        message,
-                        turn.name(),
-                        bucket.name(),
-                        self.now
-                    ],
-                    |r| r.get(0),
-                ),
-            None => self.conn.prepare_cached(claim!(""))?.query_row(
-                params![
-                    key.pk,
-                    lease.owner,
-                    lease_until,
-                    through_seq,
-                    attempt,
-                    events,
-                    outputs,
-                    terminal,
-                    message
-                ],
-                |r| r.get(0),
-            ),
-        }
-        .optional()?;
+        let mut args: Vec<&dyn ToSql> = vec![
+            &key.pk,
+            &lease.owner,
+            &lease_until,
+            &through_seq,
+            &attempt,
+            &events,
+            &outputs,
+            &terminal,
+            &message,
+        ];
+        let (turn, bucket) = shown.map(|(t, b)| (t.name(), b.name())).unzip();
+        let sql = if shown.is_some() {
+            args.extend([&turn as &dyn ToSql, &bucket, &self.now]);
+            claim!(", turn_status = ?10, bucket = ?11, updated_at = ?12")
+        } else {
+            claim!("")
+        };
+        let generation: Option<i64> = self
+            .conn
+            .prepare_cached(sql)?
+            .query_row(args.as_slice(), |r| r.get(0))
+            .optional()?;
         if generation.is_some() && counters.is_some() {
             self.counters_written(key.pk);
         }
