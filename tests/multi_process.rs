@@ -814,3 +814,55 @@ fn a_write_that_loses_a_deadlock_runs_again_and_both_commit() {
     );
     assert_gapless(&id, &s.history_all(&id));
 }
+
+/// Two processes creating a session with the same `clientRequestId` at once make one session:
+/// the second writer's `INSERT` of the id fails on its uniqueness rule when its transaction
+/// commits (on PostgreSQL a statement whose answer the unit does not read goes with the next
+/// request or the `COMMIT`), and that failure must still turn into the retry it is — both
+/// answers name the one session that exists, and nothing of the losing write is stored.
+#[test]
+fn the_same_client_request_id_through_two_processes_at_once_is_one_session() {
+    let Some(d) = Deployment::start(2, &[]) else {
+        return;
+    };
+    let url = |s: &Server| s.url(&format!("/v1/ws/{WS}/agent/sessions"));
+    let rounds = 20;
+    for round in 0..rounds {
+        let body = json!({
+            "prompt": format!("/reply round {round}"),
+            "clientRequestId": format!("00000000-0000-4000-8000-{round:012}"),
+        });
+        let (a, b) = std::thread::scope(|scope| {
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let posts: Vec<_> = d
+                .servers
+                .iter()
+                .map(|s| {
+                    let (start, body, url) = (Arc::clone(&start), &body, url(s));
+                    scope.spawn(move || {
+                        start.wait();
+                        s.post(&url, body)
+                    })
+                })
+                .collect();
+            let mut answers = posts.into_iter().map(|p| p.join().expect("POST"));
+            (
+                answers.next().expect("first"),
+                answers.next().expect("second"),
+            )
+        });
+        for (status, v) in [&a, &b] {
+            assert!(
+                *status == 200 || *status == 201,
+                "round {round}: {status} {v}"
+            );
+        }
+        let id = |v: &Value| v["session"]["sessionId"].as_str().map(str::to_owned);
+        assert_eq!(id(&a.1), id(&b.1), "round {round}: {} / {}", a.1, b.1);
+    }
+    let s = &d.servers[0];
+    let (status, list) = s.get(&s.url(&format!("/v1/ws/{WS}/agent/sessions?limit=100")));
+    assert_eq!(status, 200, "{list}");
+    let sessions = list["sessions"].as_array().map_or(0, Vec::len);
+    assert_eq!(sessions, rounds, "{list}");
+}

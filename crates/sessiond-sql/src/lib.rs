@@ -504,6 +504,17 @@ impl<'c> Stmt<'c> {
         }
     }
 
+    /// Runs the statement when its count and its failure are not needed at once: on PostgreSQL,
+    /// inside a transaction, it goes with the next request in the same round trip, and its
+    /// failure is that request's (and so the transaction's); on SQLite it runs now.
+    pub fn execute_later<P: Params>(&mut self, params: P) -> Result<()> {
+        match &mut self.inner {
+            #[cfg(feature = "postgres")]
+            StmtInner::Postgres(s) => params.with_list(|list| s.execute_later(list)),
+            _ => self.execute(params).map(|_| ()),
+        }
+    }
+
     /// The first row, mapped by `f`; [`Error::NoRows`] without one.
     pub fn query_row<T, P, F>(&mut self, params: P, f: F) -> Result<T>
     where

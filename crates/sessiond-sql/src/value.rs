@@ -26,7 +26,7 @@ pub enum Value {
 }
 
 impl Value {
-    fn as_ref(&self) -> ValueRef<'_> {
+    pub(crate) fn as_ref(&self) -> ValueRef<'_> {
         match self {
             Value::Null => ValueRef::Null,
             Value::Integer(i) => ValueRef::Integer(*i),
@@ -77,6 +77,21 @@ impl ToSqlOutput<'_> {
         match self {
             ToSqlOutput::Borrowed(v) => *v,
             ToSqlOutput::Owned(v) => v.as_ref(),
+        }
+    }
+
+    /// The value, owned (to keep it past the borrow it was made from).
+    pub fn into_owned(self) -> Value {
+        match self {
+            ToSqlOutput::Owned(v) => v,
+            ToSqlOutput::Borrowed(v) => match v {
+                ValueRef::Null => Value::Null,
+                ValueRef::Integer(i) => Value::Integer(i),
+                ValueRef::Real(f) => Value::Real(f),
+                // Text reaches a parameter from a `str` or a `String`: it is UTF-8.
+                ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+                ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+            },
         }
     }
 }

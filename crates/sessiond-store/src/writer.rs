@@ -663,7 +663,7 @@ pub(super) fn flush_counters(
          WHERE pk = ?1",
     )?;
     for (pk, c) in changed.iter().filter(|(_, c)| !c.deleted && !c.in_row) {
-        stmt.execute(sessiond_sql::params![
+        stmt.execute_later(sessiond_sql::params![
             pk,
             c.last_event_seq as i64,
             c.last_output_seq as i64,

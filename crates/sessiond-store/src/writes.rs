@@ -377,7 +377,9 @@ impl Tx<'_> {
                 &self.now,
             ]);
         }
-        self.conn.prepare_cached(&sql)?.execute(args.as_slice())?;
+        self.conn
+            .prepare_cached(&sql)?
+            .execute_later(args.as_slice())?;
         for (i, event) in events.iter().enumerate() {
             let (seq, event_type, body) = (seqs[i] as u64, types[i], bodies[i].as_str());
             let output = !event.is_input();
@@ -415,7 +417,7 @@ impl Tx<'_> {
             .prepare_cached(
                 "INSERT INTO events (session_pk, seq, type, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
-            .execute(params![key.pk, seq as i64, event_type, body, self.now])?;
+            .execute_later(params![key.pk, seq as i64, event_type, body, self.now])?;
         self.set_counters(
             key.pk,
             super::writer::Counters {
@@ -521,7 +523,7 @@ impl Tx<'_> {
         }
         self.conn
             .prepare_cached(sql.insert)?
-            .execute(params![key.pk, row, text])?;
+            .execute_later(params![key.pk, row, text])?;
         Ok(())
     }
 
@@ -555,7 +557,7 @@ impl Tx<'_> {
                     last_message_at = COALESCE(?8, last_message_at)
                  WHERE pk = ?1",
             )?
-            .execute(params![
+            .execute_later(params![
                 key.pk,
                 turn_status,
                 bucket,
@@ -702,7 +704,7 @@ impl Tx<'_> {
                 "INSERT INTO client_requests (workspace_id, client_request_id, fingerprint, session_id,
                     input_seq, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?
-            .execute(params![
+            .execute_later(params![
                 workspace_id,
                 client_request_id,
                 fingerprint,
@@ -742,7 +744,7 @@ impl Tx<'_> {
                 "INSERT INTO pending_inputs (session_pk, seq, kind, behavior, tier, text, images, not_before)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
-            .execute(params![
+            .execute_later(params![
                 key.pk,
                 input.seq as i64,
                 input.kind,
@@ -784,7 +786,7 @@ impl Tx<'_> {
     pub fn remove_input(&mut self, key: &SessionKey, seq: u64) -> Result<()> {
         self.conn
             .prepare_cached("DELETE FROM pending_inputs WHERE session_pk = ?1 AND seq = ?2")?
-            .execute(params![key.pk, seq as i64])?;
+            .execute_later(params![key.pk, seq as i64])?;
         Ok(())
     }
 
@@ -987,7 +989,7 @@ impl Tx<'_> {
                     last_message_at = COALESCE(?11, last_message_at)
                  WHERE pk = ?1",
             )?
-            .execute(params![
+            .execute_later(params![
                 key.pk,
                 end.engine_state,
                 end.wake_at,
@@ -1149,7 +1151,7 @@ impl Tx<'_> {
                 "INSERT INTO input_turns (session_pk, input_seq, turn_started_seq) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session_pk, input_seq) DO UPDATE SET turn_started_seq = excluded.turn_started_seq",
             )?
-            .execute(params![key.pk, input_seq as i64, turn_started_seq as i64])?;
+            .execute_later(params![key.pk, input_seq as i64, turn_started_seq as i64])?;
         Ok(())
     }
 }

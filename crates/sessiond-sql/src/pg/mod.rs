@@ -22,13 +22,29 @@ pub struct Session {
     /// What [`Session::begin`] left to send (`BEGIN`, and settings of the transaction): it goes
     /// with the next request, in the same round trip.
     begin: std::cell::Cell<Option<&'static str>>,
+    /// A transaction is open ([`Session::begin`] until it ends): only then may a statement wait
+    /// to be sent ([`Statement::execute_later`]), since its end sends what waits.
+    in_transaction: std::cell::Cell<bool>,
+    /// Statements whose answers nobody reads, waiting to go with the next request.
+    later: std::cell::RefCell<Vec<Later>>,
 }
+
+/// A statement sent with the next request ([`Statement::execute_later`]).
+struct Later {
+    statement: tokio_postgres::Statement,
+    values: Vec<super::Value>,
+}
+
+/// Statements that may wait at most; one more sends them all.
+const LATER_MAX: usize = 64;
 
 impl Session {
     pub fn new(conn: Pooled) -> Session {
         Session {
             conn,
             begin: std::cell::Cell::new(None),
+            in_transaction: std::cell::Cell::new(false),
+            later: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -38,21 +54,46 @@ impl Session {
     }
 
     /// Runs `f` as [`Session::block_on`] does, preceded by the `BEGIN` that [`Session::begin`]
-    /// left to send: both go in one round trip (the client queues a request when its future is
-    /// first polled, `biased` polls them in the order written, and the server answers in order).
+    /// left to send and the statements that wait ([`Statement::execute_later`]): all go in one
+    /// round trip (the client queues a request when its future is first polled, `biased` and
+    /// [`in_order`] poll them in the order written, and the server answers in order). The first
+    /// failure is the outcome: after it the server refuses the rest of the transaction.
     fn request<T>(
         &self,
         f: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> std::result::Result<T, tokio_postgres::Error> {
-        let Some(begin) = self.begin.take() else {
+        let begin = self.begin.take();
+        let later = self.later.take();
+        if begin.is_none() && later.is_empty() {
             return self.block_on(f);
-        };
+        }
         let client = self.client();
+        let params: Vec<Vec<Param<'_>>> = later
+            .iter()
+            .map(|l| l.values.iter().map(|v| Param(v.as_ref())).collect())
+            .collect();
+        let refs: Vec<Vec<&(dyn tokio_postgres::types::ToSql + Sync)>> = params
+            .iter()
+            .map(|p| p.iter().map(|v| v as _).collect())
+            .collect();
         self.block_on(async {
-            let (begun, done) = tokio::join!(biased; client.batch_execute(begin), f);
+            let begun = async {
+                match begin {
+                    Some(begin) => client.batch_execute(begin).await,
+                    None => Ok(()),
+                }
+            };
+            let sent = in_order(
+                later
+                    .iter()
+                    .zip(&refs)
+                    .map(|(l, refs)| client.execute(&l.statement, refs)),
+            );
+            let (begun, sent, done) = tokio::join!(biased; begun, sent, f);
             // A request sent after a `BEGIN` that failed ran outside any transaction; the
             // connection is broken then, and so is what followed it.
             begun?;
+            sent?;
             done
         })
     }
@@ -62,6 +103,7 @@ impl Session {
     /// with the first statement that follows.
     pub fn begin(&self, begin: &'static str) {
         self.begin.set(Some(begin));
+        self.in_transaction.set(true);
     }
 
     /// The connection, for requests run with [`Session::block_on`].
@@ -100,6 +142,7 @@ impl Session {
         if notices.is_empty() {
             return self.end("COMMIT");
         }
+        self.in_transaction.set(false);
         // Written in PostgreSQL's own terms: nothing to translate.
         let notify = self
             .conn
@@ -134,9 +177,14 @@ impl Session {
     }
 
     /// Ends the transaction with `sql`; nothing to send when its `BEGIN` was not sent either
-    /// (a unit of work that ran no statement).
+    /// (a unit of work that ran no statement, or whose statements all waited and are dropped by
+    /// a rollback). A rollback drops the statements that wait; a commit sends them first.
     fn end(&self, sql: &str) -> Result<()> {
-        if self.begin.take().is_some() {
+        self.in_transaction.set(false);
+        if sql == "ROLLBACK" {
+            self.later.take();
+        }
+        if self.later.borrow().is_empty() && self.begin.take().is_some() {
             return Ok(());
         }
         self.execute_batch(sql)
@@ -184,6 +232,33 @@ impl Statement<'_> {
                 .collect::<Result<_>>()?,
         };
         Ok(values)
+    }
+
+    /// Queues the statement to go with the session's next request (a read, another statement,
+    /// the `COMMIT`), in the same round trip, for a caller that needs neither its count nor its
+    /// failure at once: a failure is the outcome of that next request, and of the transaction.
+    /// Outside a transaction, or with [`LATER_MAX`] waiting, it is sent now.
+    pub(super) fn execute_later(&mut self, list: ParamList<'_>) -> Result<()> {
+        if !self.session.in_transaction.get() {
+            return self.execute(list).map(|_| ());
+        }
+        let values = self
+            .values(list)?
+            .into_iter()
+            .map(ToSqlOutput::into_owned)
+            .collect();
+        let waiting = {
+            let mut later = self.session.later.borrow_mut();
+            later.push(Later {
+                statement: self.statement.clone(),
+                values,
+            });
+            later.len()
+        };
+        if waiting >= LATER_MAX {
+            self.session.request(async { Ok(()) }).map_err(error)?;
+        }
+        Ok(())
     }
 
     pub(super) fn execute(&mut self, list: ParamList<'_>) -> Result<usize> {
@@ -458,6 +533,44 @@ fn classify(code: Option<&str>, detail: Cause) -> Error {
         }
         _ => Error::Fault(Fault::Storage, detail),
     }
+}
+
+/// Runs `futures` together, polling them in the order given (so that each queues its request in
+/// that order); the first failure, or `Ok` when all succeeded.
+async fn in_order<F>(
+    futures: impl Iterator<Item = F>,
+) -> std::result::Result<(), tokio_postgres::Error>
+where
+    F: Future<Output = std::result::Result<u64, tokio_postgres::Error>>,
+{
+    let mut futures: Vec<Option<std::pin::Pin<Box<F>>>> =
+        futures.map(|f| Some(Box::pin(f))).collect();
+    let mut first_error = None;
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for slot in &mut futures {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(outcome) => {
+                        *slot = None;
+                        if let Err(e) = outcome
+                            && first_error.is_none()
+                        {
+                            first_error = Some(e);
+                        }
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    first_error.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
