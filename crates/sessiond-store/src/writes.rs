@@ -381,18 +381,8 @@ impl Tx<'_> {
             .prepare_cached(&sql)?
             .execute_later(args.as_slice())?;
         for (i, event) in events.iter().enumerate() {
-            let (seq, event_type, body) = (seqs[i] as u64, types[i], bodies[i].as_str());
-            let output = !event.is_input();
-            debug_assert_eq!(output, sessiond_model::frame::settles_tail(event_type));
-            c = super::writer::Counters {
-                last_event_seq: seq,
-                last_output_seq: if output { seq } else { c.last_output_seq },
-                ..milestone(c, event_type, seq, self.now)
-            };
-            self.set_counters(key.pk, c);
-            self.outbox_event(key, event_type, body, seq)?;
-            let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
-            self.publish(&key.id, Frame::durable(seq, event_type, data, self.now));
+            let seq = seqs[i] as u64;
+            c = self.appended(key, c, types[i], &bodies[i], seq, !event.is_input())?;
         }
         Ok(c.last_event_seq)
     }
@@ -405,11 +395,6 @@ impl Tx<'_> {
         body: &str,
         output: bool,
     ) -> Result<u64> {
-        debug_assert_eq!(
-            output,
-            sessiond_model::frame::settles_tail(event_type),
-            "bus::settles_tail disagrees with Event::is_input for {event_type}"
-        );
         // The writer keeps the counters; the session row gets them once per batch.
         let c = self.counters(key.pk)?.ok_or(Error::NotFound)?;
         let seq = c.last_event_seq + 1;
@@ -418,18 +403,36 @@ impl Tx<'_> {
                 "INSERT INTO events (session_pk, seq, type, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
             .execute_later(params![key.pk, seq as i64, event_type, body, self.now])?;
-        self.set_counters(
-            key.pk,
-            super::writer::Counters {
-                last_event_seq: seq,
-                last_output_seq: if output { seq } else { c.last_output_seq },
-                ..milestone(c, event_type, seq, self.now)
-            },
+        self.appended(key, c, event_type, body, seq, output)?;
+        Ok(seq)
+    }
+
+    /// What follows the `INSERT` of an event at `seq` (after counters `c`): the counters moved
+    /// on, the webhook messages it is, and its frame for the bus after COMMIT. The new counters.
+    fn appended(
+        &mut self,
+        key: &SessionKey,
+        c: super::writer::Counters,
+        event_type: &str,
+        body: &str,
+        seq: u64,
+        output: bool,
+    ) -> Result<super::writer::Counters> {
+        debug_assert_eq!(
+            output,
+            sessiond_model::frame::settles_tail(event_type),
+            "bus::settles_tail disagrees with Event::is_input for {event_type}"
         );
+        let c = super::writer::Counters {
+            last_event_seq: seq,
+            last_output_seq: if output { seq } else { c.last_output_seq },
+            ..milestone(c, event_type, seq, self.now)
+        };
+        self.set_counters(key.pk, c);
         self.outbox_event(key, event_type, body, seq)?;
         let data = format!("{{\"seq\":{seq},\"event\":{body}}}");
         self.publish(&key.id, Frame::durable(seq, event_type, data, self.now));
-        Ok(seq)
+        Ok(c)
     }
 
     /// Indexes the prompt of the `prompt_submitted` event at `seq` for search, in a row of the

@@ -173,17 +173,16 @@ impl Session {
 
     /// Rolls the transaction back.
     pub fn rollback(&self) -> Result<()> {
+        // What waits to be sent was never run: nothing to take back.
+        self.later.take();
         self.end("ROLLBACK")
     }
 
     /// Ends the transaction with `sql`; nothing to send when its `BEGIN` was not sent either
     /// (a unit of work that ran no statement, or whose statements all waited and are dropped by
-    /// a rollback). A rollback drops the statements that wait; a commit sends them first.
+    /// a rollback, [`Session::rollback`]). A commit sends the statements that wait first.
     fn end(&self, sql: &str) -> Result<()> {
         self.in_transaction.set(false);
-        if sql == "ROLLBACK" {
-            self.later.take();
-        }
         if self.later.borrow().is_empty() && self.begin.take().is_some() {
             return Ok(());
         }
