@@ -53,6 +53,20 @@ impl Deployment {
     }
 }
 
+impl Deployment {
+    /// One more process on the deployment's database and data dir.
+    fn add(&mut self, args: &[&str]) -> &Server {
+        let server = Server::start_in(&self._dir.path().join("data"), args);
+        self.servers.push(server);
+        self.servers.last().expect("just added")
+    }
+}
+
+/// Whether `s` believes itself alone on the database (it then commits without notices).
+fn alone(s: &Server) -> bool {
+    s.metric("sessiond_fanout_alone") == Some(1.0)
+}
+
 fn create(s: &Server, prompt: &str) -> String {
     let v = s.create(json!({ "prompt": prompt }));
     assert_schema(CREATE, &v);
@@ -865,4 +879,65 @@ fn the_same_client_request_id_through_two_processes_at_once_is_one_session() {
     assert_eq!(status, 200, "{list}");
     let sessions = list["sessions"].as_array().map_or(0, Vec::len);
     assert_eq!(sessions, rounds, "{list}");
+}
+
+/// A process alone on its database sends no commit notices; one that arrives is heard at once:
+/// the first stops being alone, a stream the newcomer serves sees every event of the turns the
+/// first runs, and when the newcomer dies the first is alone again.
+#[test]
+fn a_process_alone_is_joined_by_one_that_arrives_and_is_alone_again_when_it_dies() {
+    let Some(mut d) = Deployment::start(1, &[]) else {
+        return;
+    };
+    until("A finds itself alone", Duration::from_secs(30), || {
+        alone(&d.servers[0]).then_some(())
+    });
+    let id = create(&d.servers[0], "hello");
+    let first = seq(&d.servers[0].wait_terminal(&id, 1));
+
+    d.add(&[]);
+    let [a, b] = &d.servers[..] else {
+        unreachable!()
+    };
+    until("A hears B arrive", Duration::from_secs(30), || {
+        (!alone(a)).then_some(())
+    });
+    assert!(!alone(b), "B is not alone while A listens");
+    let sse = b.sse(&id, Some(0), None);
+    sse.until_terminal(Duration::from_secs(20));
+    // A runs the next turns (A received the messages); B's stream sees every event.
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        let (status, v) = a.post(
+            &a.sessions_url(&format!("/{id}/messages")),
+            &json!({ "prompt": format!("/stream 5\nround {round}"), "clientRequestId": new_uuid() }),
+        );
+        assert_eq!(status, 200, "{v}");
+        let frames = sse.until_terminal(Duration::from_secs(30));
+        seen.extend(frames.iter().filter_map(|f| f.id));
+    }
+    let history = a.history_all(&id);
+    assert_gapless(&id, &history);
+    let last = seq(history.last().expect("events"));
+    let expected: Vec<u64> = (first + 1..=last).collect();
+    assert_eq!(seen, expected, "B's stream skipped or repeated a seq");
+
+    d.servers[1].kill9();
+    until(
+        "A is alone again once B is gone",
+        Duration::from_secs(30),
+        || alone(&d.servers[0]).then_some(()),
+    );
+    // Alone again, A still serves its own streams.
+    let a = &d.servers[0];
+    let own = a.sse(&id, Some(last), None);
+    let (status, v) = a.post(
+        &a.sessions_url(&format!("/{id}/note")),
+        &json!({ "note": "n" }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let frame = own
+        .next_frame(Duration::from_secs(20))
+        .expect("the note's frame");
+    assert_eq!(frame.id, Some(last + 1), "{frame:?}");
 }

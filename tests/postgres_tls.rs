@@ -243,10 +243,12 @@ fn assert_no_password(text: &str) {
     }
 }
 
-/// The sessiond connections to `db`, as `(with TLS, listening)` pairs.
+/// The sessiond connections to `db`, as `(with TLS, listening)` pairs: the listener's is the one
+/// that holds the presence lock, which it takes once it listens.
 fn connections(db: &postgres::Database) -> Vec<(bool, bool)> {
     db.psql(&format!(
-        "SELECT s.ssl, a.query LIKE 'LISTEN%' FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+        "SELECT s.ssl, EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted) \
+         FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
          WHERE a.datname = '{}' AND a.application_name = 'sessiond'",
         db.name
     ))

@@ -199,6 +199,8 @@ pub struct Metrics {
     pub engine_calls: Family<Counter>,
     pub engine_errors: Family<Counter>,
     pub sse_subscribers: Gauge,
+    /// 1 while no other process shares the PostgreSQL database (commits send no notices).
+    pub fanout_alone: Gauge,
     /// Streams ended because their client fell behind (it resumes by seq).
     pub sse_lagged: Counter,
     /// Live frames that skipped a seq and sent their stream back to the store's backlog.
@@ -235,6 +237,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     engine_calls: Family::new(&["engine"], Counter::default),
     engine_errors: Family::new(&["engine"], Counter::default),
     sse_subscribers: Gauge::default(),
+    fanout_alone: Gauge::default(),
     sse_lagged: Counter::default(),
     sse_backlog_rereads: Counter::default(),
     logins_throttled: Counter::default(),
@@ -436,6 +439,13 @@ impl Metrics {
             "gauge",
             "Open event streams.",
             self.sse_subscribers.get(),
+        );
+        scalar(
+            &mut out,
+            "sessiond_fanout_alone",
+            "gauge",
+            "1 while no other sessiond process shares the PostgreSQL database, so commits send no notices; 0 otherwise, and on SQLite.",
+            self.fanout_alone.get(),
         );
         scalar(
             &mut out,

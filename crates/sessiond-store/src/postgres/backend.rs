@@ -38,6 +38,9 @@ pub(crate) struct PgBackend {
     signals: Arc<std::sync::OnceLock<crate::SignalHook>>,
     /// The queue of the async callers' writes, committed in batches (see [`super::committer`]).
     committers: Arc<super::committer::Committers>,
+    /// Whether another process listens for this one's commit notices (see [`super::presence`]);
+    /// until the listener has found out, and without one (a CLI command), it is assumed.
+    presence: Arc<super::presence::Presence>,
 }
 
 impl Drop for PgBackend {
@@ -137,6 +140,7 @@ impl PgBackend {
             notifier: std::sync::OnceLock::new(),
             signals: Arc::new(std::sync::OnceLock::new()),
             committers: Arc::default(),
+            presence: Arc::default(),
         })
     }
 
@@ -150,11 +154,15 @@ impl PgBackend {
             self.db.tls(),
             Arc::clone(sink),
             Arc::clone(&self.signals),
+            Arc::clone(&self.presence),
             self.stop.subscribe(),
         );
         let notifier =
             super::fanout::notifier(&self.handle, config, self.db.tls(), self.stop.subscribe());
-        sink.set_relay(super::fanout::relay(notifier.clone()));
+        sink.set_relay(super::fanout::relay(
+            notifier.clone(),
+            Arc::clone(&self.presence),
+        ));
         let _ = self.notifier.set(notifier);
     }
 
@@ -293,7 +301,8 @@ impl PgBackend {
 
     /// Runs `run` in a transaction begun with `begin` and commits it with the commit notices
     /// `notices_of` names (sent with the COMMIT: the other processes hear of the appends when,
-    /// and only if, they commit). A failure or a panic rolls it back.
+    /// and only if, they commit), or with none while no other process listens. A failure or a
+    /// panic rolls it back.
     fn in_transaction<R>(
         &self,
         begin: &'static str,
@@ -306,11 +315,16 @@ impl PgBackend {
             let db = Db::postgres(&session);
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&db))) {
                 Ok(Ok(done)) => {
-                    let notices = notices_of(&done);
-                    session
-                        .commit_notifying(super::fanout::CHANNEL, &notices)
-                        .map(|()| done)
-                        .map_err(Error::from)
+                    // Held until the COMMIT returns: a process that arrives meanwhile hears of
+                    // this commit through the resync that waits for it.
+                    let quiet = self.presence.quiet();
+                    let notices = match quiet {
+                        Some(_) => Vec::new(),
+                        None => notices_of(&done),
+                    };
+                    let committed = session.commit_notifying(super::fanout::CHANNEL, &notices);
+                    drop(quiet);
+                    committed.map(|()| done).map_err(Error::from)
                 }
                 Ok(Err(e)) => Err(e),
                 Err(_) => {

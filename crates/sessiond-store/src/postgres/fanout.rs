@@ -1,7 +1,8 @@
 //! Live fan-out between the processes that share one PostgreSQL database.
 //!
 //! Every write transaction that appends to a session sends, before its COMMIT, a notice on the
-//! [`CHANNEL`] naming the session and its newest seq (`NOTIFY` is transactional: the notice is
+//! [`CHANNEL`] (unless no other process listens: see [`super::presence`]) naming the session and
+//! its newest seq (`NOTIFY` is transactional: the notice is
 //! delivered if and only if the transaction commits, and notices are delivered in commit order).
 //! Each process listens on a connection of its own ([`spawn_listener`]); for a session that has
 //! live state on this process (subscribers or a volatile tail) it reads the events it has not
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::AsyncMessage;
 
+use super::presence::{self, Presence};
 use super::tls::Connector;
 
 use crate::Sink;
@@ -89,6 +91,12 @@ pub(crate) enum Notice {
     /// `session` was deleted (sent inside the deleting transaction): every process ends its
     /// streams, as the deleting process does.
     Deleted { from: String, session: String },
+    /// A process began to listen (after taking the presence lock): a process that was alone
+    /// sends notices again (see [`super::presence`]).
+    Hello { from: String },
+    /// `from` committed without notices while it believed itself alone, or while its listener
+    /// was away: every process reads what its live sessions missed.
+    Resync { from: String },
     /// A signal for the turn of `session`, wherever it runs (the process that runs it acts on
     /// it; the others ignore it).
     Turn {
@@ -222,9 +230,13 @@ pub(crate) fn notifier(
     tx
 }
 
-/// Sends every delta published on this process's bus to the other processes.
-pub(crate) fn relay(notifier: Notifier) -> crate::Relay {
+/// Sends every delta published on this process's bus to the other processes, while there are
+/// any (a delta lost while one arrives is volatile; the durable events that follow it are not).
+pub(crate) fn relay(notifier: Notifier, presence: Arc<Presence>) -> crate::Relay {
     Box::new(move |session, after, step| {
+        if presence.alone() {
+            return;
+        }
         for notice in delta_notices(session, after, step) {
             if notifier.try_send(notice).is_err() {
                 tracing::debug!(
@@ -290,32 +302,39 @@ async fn send_relayed(
 }
 
 /// Listens for the other processes' notices until `stop`, publishing what they committed and
-/// streamed to this process's bus.
+/// streamed to this process's bus, and keeps `presence` (see [`super::presence`]).
 pub(crate) fn spawn_listener(
     handle: &tokio::runtime::Handle,
     config: tokio_postgres::Config,
     tls: Connector,
     sink: Arc<dyn Sink>,
     signals: Arc<OnceLock<SignalHook>>,
+    presence: Arc<Presence>,
     stop: watch::Receiver<bool>,
 ) {
-    handle.spawn(listen(config, tls, sink, signals, stop));
+    handle.spawn(listen(config, tls, sink, signals, presence, stop));
 }
+
+/// How often a process that is not alone asks whether it is.
+const PRESENCE_CHECK: Duration = Duration::from_secs(1);
 
 async fn listen(
     config: tokio_postgres::Config,
     tls: Connector,
     sink: Arc<dyn Sink>,
     signals: Arc<OnceLock<SignalHook>>,
+    presence: Arc<Presence>,
     mut stop: watch::Receiver<bool>,
 ) {
+    // Whether this process committed without notices that the others have not been told of.
+    let mut owed = false;
     loop {
         if *stop.borrow() {
             return;
         }
         match config.connect(tls.clone()).await {
             Ok((client, mut connection)) => {
-                let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+                let (tx, rx) = mpsc::unbounded_channel::<String>();
                 let driver = tokio::spawn(async move {
                     loop {
                         match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
@@ -333,40 +352,25 @@ async fn listen(
                         }
                     }
                 });
-                if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
-                    tracing::warn!(error = %super::error::describe(&e), "cannot listen for other processes' events");
-                    driver.abort();
-                } else {
-                    // Whatever was committed while nobody listened.
-                    let pending = sink
-                        .live_topics()
-                        .into_iter()
-                        .map(|(session, _)| (session, None))
-                        .collect();
-                    catch_up(&client, &*sink, pending).await;
-                    loop {
-                        let first = tokio::select! {
-                            payload = rx.recv() => payload,
-                            _ = stop.changed() => {
-                                driver.abort();
-                                return;
-                            }
-                        };
-                        let Some(first) = first else { break };
-                        let mut batch = vec![first];
-                        while let Ok(more) = rx.try_recv() {
-                            batch.push(more);
-                        }
-                        let pending = apply(&*sink, &signals, batch);
-                        catch_up(&client, &*sink, pending).await;
-                    }
-                    driver.abort();
+                let listener = Listener {
+                    client: &client,
+                    sink: &*sink,
+                    signals: &signals,
+                    presence: &presence,
+                };
+                let stopped = listener.serve(rx, &mut stop, &mut owed).await;
+                driver.abort();
+                if stopped {
+                    return;
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %super::error::describe(&e), "the event listener cannot connect");
             }
         }
+        // The presence lock went with the connection, and a process that arrives now is not
+        // heard: this one notifies until it is back and has asked again.
+        owed |= presence.leave();
         tokio::select! {
             () = tokio::time::sleep(RECONNECT_DELAY) => {}
             _ = stop.changed() => return,
@@ -374,16 +378,143 @@ async fn listen(
     }
 }
 
+/// The listener on one connection.
+struct Listener<'a> {
+    client: &'a tokio_postgres::Client,
+    sink: &'a dyn Sink,
+    signals: &'a OnceLock<SignalHook>,
+    presence: &'a Presence,
+}
+
+impl Listener<'_> {
+    /// Listens until the connection is lost (`false`) or `stop` (`true`).
+    async fn serve(
+        &self,
+        mut rx: mpsc::UnboundedReceiver<String>,
+        stop: &mut watch::Receiver<bool>,
+        owed: &mut bool,
+    ) -> bool {
+        if let Err(e) = self.begin().await {
+            tracing::warn!(error = %super::error::describe(&e), "cannot listen for other processes' events");
+            return false;
+        }
+        // Whatever was committed while nobody listened.
+        self.catch_up_all().await;
+        if *owed && self.resync().await {
+            *owed = false;
+        }
+        let mut check = tokio::time::interval(PRESENCE_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let first = tokio::select! {
+                payload = rx.recv() => payload,
+                _ = check.tick(), if !self.presence.alone() => {
+                    self.ask_alone().await;
+                    continue;
+                }
+                _ = stop.changed() => return true,
+            };
+            let Some(first) = first else { return false };
+            let mut batch = vec![first];
+            while let Ok(more) = rx.try_recv() {
+                batch.push(more);
+            }
+            let heard = apply(self.sink, self.signals, batch);
+            if heard.hello && self.presence.join().await && !self.resync().await {
+                *owed = true;
+            }
+            if heard.resync {
+                self.catch_up_all().await;
+            } else {
+                catch_up(self.client, self.sink, heard.pending).await;
+            }
+        }
+    }
+
+    /// Listens, takes the presence lock, and says hello, in that order: a process alone on the
+    /// database hears of this one before it could find itself alone again.
+    async fn begin(&self) -> Result<(), tokio_postgres::Error> {
+        self.client
+            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .await?;
+        self.client
+            .execute(presence::TAKE, &[&presence::LOCK])
+            .await?;
+        let hello = Notice::Hello {
+            from: crate::ids::process_id().to_owned(),
+        };
+        self.notify(&hello).await
+    }
+
+    /// Tells the others to read what they missed, once this process's quiet commits are done;
+    /// whether the notice went.
+    async fn resync(&self) -> bool {
+        self.presence.join().await;
+        let resync = Notice::Resync {
+            from: crate::ids::process_id().to_owned(),
+        };
+        match self.notify(&resync).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %super::error::describe(&e), "a resync notice was not sent");
+                false
+            }
+        }
+    }
+
+    async fn notify(&self, notice: &Notice) -> Result<(), tokio_postgres::Error> {
+        let payload = serde_json::to_string(notice).unwrap_or_default();
+        self.client
+            .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether another process holds the presence lock; alone if none does.
+    async fn ask_alone(&self) {
+        match self
+            .client
+            .query_one(presence::ALONE, &[&presence::LOCK])
+            .await
+        {
+            Ok(row) if row.get::<_, bool>(0) => self.presence.set_alone(),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %super::error::describe(&e), "cannot ask whether other processes listen");
+            }
+        }
+    }
+
+    /// Reads, for every session with live state here, what was committed past what it was sent.
+    async fn catch_up_all(&self) {
+        let pending = self
+            .sink
+            .live_topics()
+            .into_iter()
+            .map(|(session, _)| (session, None))
+            .collect();
+        catch_up(self.client, self.sink, pending).await;
+    }
+}
+
+/// What a batch of notices asks of the listener.
+#[derive(Debug, Default)]
+struct Heard {
+    /// Sessions with live state here and the newest seq another process committed to each.
+    pending: HashMap<String, Option<u64>>,
+    /// Another process began to listen.
+    hello: bool,
+    /// Another process committed without notices: every live session is read again.
+    resync: bool,
+}
+
 /// Applies a batch of notices in order: deltas are published at once (the bus holds one that
 /// follows a commit until that commit's frames are sent); commits are recorded and returned,
-/// newest seq per session, for sessions with live state here.
-fn apply(
-    sink: &dyn Sink,
-    signals: &OnceLock<SignalHook>,
-    batch: Vec<String>,
-) -> HashMap<String, Option<u64>> {
+/// newest seq per session, for sessions with live state here, with the hellos and resyncs heard.
+fn apply(sink: &dyn Sink, signals: &OnceLock<SignalHook>, batch: Vec<String>) -> Heard {
     let me = crate::ids::process_id();
-    let mut pending: HashMap<String, Option<u64>> = HashMap::new();
+    let mut heard = Heard::default();
+    let pending = &mut heard.pending;
     for payload in batch {
         let notice = match serde_json::from_str::<Notice>(&payload) {
             Ok(n) => n,
@@ -397,7 +528,11 @@ fn apply(
             | Notice::Delta { from, .. }
             | Notice::Deleted { from, .. }
             | Notice::Turn { from, .. }
+            | Notice::Hello { from }
+            | Notice::Resync { from }
                 if from == me => {}
+            Notice::Hello { .. } => heard.hello = true,
+            Notice::Resync { .. } => heard.resync = true,
             Notice::Deleted { session, .. } => {
                 pending.remove(&session);
                 sink.close_session(&session);
@@ -427,7 +562,7 @@ fn apply(
             } => sink.publish_peer_delta(&session, after, &step),
         }
     }
-    pending
+    heard
 }
 
 /// Reads and publishes, for each session, the events after the last one its live state was

@@ -15,6 +15,7 @@ pub(crate) mod committer;
 pub(crate) mod error;
 pub(crate) mod fanout;
 mod migrate;
+mod presence;
 mod tls;
 mod url;
 
