@@ -941,3 +941,75 @@ fn a_process_alone_is_joined_by_one_that_arrives_and_is_alone_again_when_it_dies
         .expect("the note's frame");
     assert_eq!(frame.id, Some(last + 1), "{frame:?}");
 }
+
+/// A listener whose connection the server closed reads, once it is back, what its live sessions
+/// missed meanwhile: a note committed on another process reaches its stream, and a session
+/// deleted meanwhile ends its stream, though their notices went to nobody.
+#[test]
+fn a_listener_back_from_a_lost_connection_reads_what_it_missed() {
+    let Some(d) = Deployment::start(2, &[]) else {
+        return;
+    };
+    let [a, b] = &d.servers[..] else {
+        unreachable!()
+    };
+    let kept = create(a, "kept");
+    let kept_last = seq(&a.wait_terminal(&kept, 1));
+    let gone = create(a, "gone");
+    let gone_last = seq(&a.wait_terminal(&gone, 1));
+    let kept_sse = b.sse(&kept, Some(kept_last), None);
+    let gone_sse = b.sse(&gone, Some(gone_last), None);
+    // Both streams are live on B (past their backlogs) before the listeners go.
+    for (id, sse) in [(&kept, &kept_sse), (&gone, &gone_sse)] {
+        let (status, v) = a.post(
+            &a.sessions_url(&format!("/{id}/note")),
+            &json!({ "note": "live" }),
+        );
+        assert_eq!(status, 200, "{v}");
+        sse.next_frame(Duration::from_secs(20))
+            .expect("the live note's frame");
+    }
+    // The listeners' connections are those that hold the presence lock.
+    let listeners: Vec<String> = d
+        ._db
+        .rows(
+            "SELECT DISTINCT pid FROM pg_locks
+             WHERE locktype = 'advisory' AND granted AND database = (
+                 SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .into_iter()
+        .filter_map(|r| r.into_iter().next().flatten())
+        .collect();
+    assert_eq!(listeners.len(), 2, "{listeners:?}");
+    let pids = listeners.join(",");
+    d._db.rows(&format!(
+        "SELECT pg_terminate_backend(pid) FROM unnest(ARRAY[{pids}]) AS pid"
+    ));
+    until(
+        "the listeners' connections to be gone",
+        Duration::from_secs(30),
+        || {
+            let left = d._db.rows(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid IN ({pids})"
+            ));
+            (left[0][0].as_deref() == Some("0")).then_some(())
+        },
+    );
+    let (status, v) = a.post(
+        &a.sessions_url(&format!("/{kept}/note")),
+        &json!({ "note": "while nobody listened" }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = a.delete(&a.sessions_url(&format!("/{gone}")));
+    assert_eq!(status, 200, "{v}");
+
+    let frame = kept_sse
+        .next_frame(Duration::from_secs(30))
+        .expect("the note committed while B's listener was away");
+    assert_eq!(frame.id, Some(kept_last + 2), "{frame:?}");
+    assert_eq!(frame.data["event"]["type"], "note_submitted", "{frame:?}");
+    assert!(
+        gone_sse.ends_within(Duration::from_secs(30)),
+        "B's stream of a session deleted while its listener was away is still open"
+    );
+}

@@ -565,6 +565,47 @@ fn apply(sink: &dyn Sink, signals: &OnceLock<SignalHook>, batch: Vec<String>) ->
     heard
 }
 
+/// The newest stored seq of each live session `pending` asks for without one, in one statement
+/// (a resync asks for every live session). A session whose row is gone was deleted while nobody
+/// listened: its streams end, as its notice would have ended them.
+async fn newest_seqs(
+    client: &tokio_postgres::Client,
+    sink: &dyn Sink,
+    pending: &HashMap<String, Option<u64>>,
+) -> HashMap<String, u64> {
+    let asked: Vec<&str> = pending
+        .iter()
+        .filter(|(session, upto)| upto.is_none() && sink.sent_seq(session).is_some())
+        .map(|(session, _)| session.as_str())
+        .collect();
+    if asked.is_empty() {
+        return HashMap::new();
+    }
+    let rows = match client
+        .query(
+            "SELECT id, last_event_seq FROM sessions WHERE id = ANY($1)",
+            &[&asked],
+        )
+        .await
+    {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::debug!(error = %super::error::describe(&e), "cannot read the sessions' last seqs");
+            return HashMap::new();
+        }
+    };
+    let newest: HashMap<String, u64> = rows
+        .iter()
+        .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1) as u64))
+        .collect();
+    for session in asked {
+        if !newest.contains_key(session) {
+            sink.close_session(session);
+        }
+    }
+    newest
+}
+
 /// Reads and publishes, for each session, the events after the last one its live state was
 /// sent, up to the given seq (`None`: the newest stored).
 async fn catch_up(
@@ -572,31 +613,13 @@ async fn catch_up(
     sink: &dyn Sink,
     pending: HashMap<String, Option<u64>>,
 ) {
+    let newest = newest_seqs(client, sink, &pending).await;
     for (session, upto) in pending {
         let Some(sent) = sink.sent_seq(&session) else {
             continue;
         };
-        let upto = match upto {
-            Some(seq) => seq,
-            None => match client
-                .query_opt(
-                    "SELECT last_event_seq FROM sessions WHERE id = $1",
-                    &[&session],
-                )
-                .await
-            {
-                Ok(Some(row)) => row.get::<_, i64>(0) as u64,
-                // Deleted while nobody listened: its streams end, as its notice would have
-                // ended them.
-                Ok(None) => {
-                    sink.close_session(&session);
-                    continue;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %super::error::describe(&e), "cannot read a session's last seq");
-                    continue;
-                }
-            },
+        let Some(upto) = upto.or_else(|| newest.get(&session).copied()) else {
+            continue;
         };
         if upto <= sent {
             continue;
