@@ -1013,3 +1013,28 @@ fn a_listener_back_from_a_lost_connection_reads_what_it_missed() {
         "B's stream of a session deleted while its listener was away is still open"
     );
 }
+
+/// A turn that runs for several leases keeps its process while that process lives: its lease is
+/// renewed (each session's in a short transaction of its own on PostgreSQL) while the other
+/// process, which ends expired turns, looks on.
+#[test]
+fn a_turn_longer_than_its_lease_stays_with_the_live_process_that_runs_it() {
+    let Some(d) = Deployment::start_with_short_leases(2) else {
+        return;
+    };
+    let [a, b] = &d.servers[..] else {
+        unreachable!()
+    };
+    // About three leases long, with writes on the session meanwhile.
+    let ids: Vec<String> = (0..4).map(|_| create(a, "/slow 100\n/stream 60")).collect();
+    for id in &ids {
+        let terminal = b.wait_terminal(id, 1);
+        assert_eq!(etype(&terminal), "complete", "{terminal}");
+        let events = b.history_all(id);
+        assert!(
+            !events.iter().any(|e| etype(e) == "interrupted"),
+            "{id}: {:?}",
+            event_types(&events)
+        );
+    }
+}

@@ -391,6 +391,25 @@ impl Store {
         }
     }
 
+    /// Like [`Store::write`], in a transaction of its own that no other write joins. On PostgreSQL
+    /// a job that may wait for a row another transaction holds goes this way: in a batch it would
+    /// hold the rows of the batch's other jobs while it waits, and every write to those sessions
+    /// would wait behind it. On SQLite, where the single writer holds no row, [`Store::write`].
+    async fn write_apart<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Clone + Send + 'static,
+        T: Send + 'static,
+    {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => self.write(f).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => {
+                let store = self.clone();
+                blocking(move || store.write_blocking(f)).await
+            }
+        }
+    }
+
     /// Like [`Store::write`], for callers outside an async runtime (CLI, tests).
     fn write_blocking<T, F>(&self, f: F) -> Result<T>
     where
