@@ -67,6 +67,34 @@ fn alone(s: &Server) -> bool {
     s.metric("sessiond_fanout_alone") == Some(1.0)
 }
 
+/// Closes, from the server's side, the connections whose pids `which` selects, and waits until
+/// they are gone; how many there were.
+fn terminate(db: &postgres::Database, which: &str) -> usize {
+    let pids: Vec<String> = db
+        .rows(which)
+        .into_iter()
+        .filter_map(|r| r.into_iter().next().flatten())
+        .collect();
+    if pids.is_empty() {
+        return 0;
+    }
+    let list = pids.join(",");
+    db.rows(&format!(
+        "SELECT pg_terminate_backend(pid) FROM unnest(ARRAY[{list}]) AS pid"
+    ));
+    until(
+        "the closed connections to be gone",
+        Duration::from_secs(30),
+        || {
+            let left = db.rows(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid IN ({list})"
+            ));
+            (left[0][0].as_deref() == Some("0")).then_some(())
+        },
+    );
+    pids.len()
+}
+
 fn create(s: &Server, prompt: &str) -> String {
     let v = s.create(json!({ "prompt": prompt }));
     assert_schema(CREATE, &v);
@@ -679,30 +707,12 @@ fn connections_the_server_closed_are_replaced() {
             });
         }
     });
-    let pids: Vec<String> = d
-        ._db
-        .rows(
-            "SELECT pid FROM pg_stat_activity
-             WHERE datname = current_database() AND application_name = 'sessiond'",
-        )
-        .into_iter()
-        .filter_map(|r| r.into_iter().next().flatten())
-        .collect();
-    assert!(pids.len() >= 2, "the server's connections: {pids:?}");
-    let pids = pids.join(",");
-    d._db.rows(&format!(
-        "SELECT pg_terminate_backend(pid) FROM unnest(ARRAY[{pids}]) AS pid"
-    ));
-    until(
-        "the closed connections to be gone",
-        Duration::from_secs(30),
-        || {
-            let left = d._db.rows(&format!(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid IN ({pids})"
-            ));
-            (left[0][0].as_deref() == Some("0")).then_some(())
-        },
+    let closed = terminate(
+        &d._db,
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = 'sessiond'",
     );
+    assert!(closed >= 2, "the server's connections: {closed}");
     for i in 0..8 {
         let (status, v) = s.post(
             &s.url(&format!("/v1/ws/{WS}/agent/sessions/{id}/note")),
@@ -970,31 +980,13 @@ fn a_listener_back_from_a_lost_connection_reads_what_it_missed() {
             .expect("the live note's frame");
     }
     // The listeners' connections are those that hold the presence lock.
-    let listeners: Vec<String> = d
-        ._db
-        .rows(
-            "SELECT DISTINCT pid FROM pg_locks
-             WHERE locktype = 'advisory' AND granted AND database = (
-                 SELECT oid FROM pg_database WHERE datname = current_database())",
-        )
-        .into_iter()
-        .filter_map(|r| r.into_iter().next().flatten())
-        .collect();
-    assert_eq!(listeners.len(), 2, "{listeners:?}");
-    let pids = listeners.join(",");
-    d._db.rows(&format!(
-        "SELECT pg_terminate_backend(pid) FROM unnest(ARRAY[{pids}]) AS pid"
-    ));
-    until(
-        "the listeners' connections to be gone",
-        Duration::from_secs(30),
-        || {
-            let left = d._db.rows(&format!(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid IN ({pids})"
-            ));
-            (left[0][0].as_deref() == Some("0")).then_some(())
-        },
+    let closed = terminate(
+        &d._db,
+        "SELECT DISTINCT pid FROM pg_locks
+         WHERE locktype = 'advisory' AND granted AND database = (
+             SELECT oid FROM pg_database WHERE datname = current_database())",
     );
+    assert_eq!(closed, 2, "the listeners' connections");
     let (status, v) = a.post(
         &a.sessions_url(&format!("/{kept}/note")),
         &json!({ "note": "while nobody listened" }),
