@@ -420,7 +420,8 @@ impl Listener<'_> {
                 batch.push(more);
             }
             let heard = apply(self.sink, self.signals, batch);
-            if heard.hello && self.presence.join().await && !self.resync().await {
+            // Only this task finds the process alone, so the flag cannot change before `resync`.
+            if heard.hello && self.presence.alone() && !self.resync().await {
                 *owed = true;
             }
             if heard.resync {
