@@ -231,6 +231,23 @@ impl TurnStore<'_> {
     }
 }
 
+/// The claim a submission's unit makes when the runner holds a turn slot for it (`start`) and
+/// no turn was `active` when the input arrived: the same claim as [`TurnStore::claim`], in the
+/// transaction that records the input. `None` when nothing may run now (the input stays
+/// queued, and the runner takes it as it would have without the slot); its failure is the
+/// unit's, which then records nothing.
+pub(crate) fn claim_at_submission(
+    tx: &mut Tx<'_>,
+    key: &SessionKey,
+    start: Option<&super::submit::StartNow>,
+    active: bool,
+) -> Result<Option<ClaimedTurn>> {
+    match start {
+        Some(s) if !active => claim(tx, key, &s.lease, s.machines.as_ref()),
+        _ => Ok(None),
+    }
+}
+
 /// How the tasks a turn leaves running end: `stopped` when the turn ended or was cut off, `lost`
 /// when its process died.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -708,6 +725,155 @@ mod tests {
             .expect("a turn");
         assert_eq!(claimed.kind, QueueKind::Message);
         assert_eq!(claimed.tier, Some(Tier::Economy));
+        store.close();
+    }
+
+    /// A message submitted with a turn slot held claims its idle session's turn in its own unit
+    /// and hands it over once committed: the turn takes that very input, and the row shows it
+    /// running. A message to the session while that turn runs claims nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_submission_with_a_slot_starts_an_idle_sessions_turn_in_its_own_unit() {
+        use crate::sessions::Author;
+        use crate::submit::{InputLink, NewPrompt, StartNow};
+        use crate::timeline::Sender;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = crate::writer::tests::store_with_session(dir.path()).await;
+        let ws = store
+            .projections()
+            .session_by_pk(key.pk)
+            .await
+            .expect("read")
+            .expect("the session")
+            .workspace_id;
+        let (handed, mut taken) = tokio::sync::mpsc::unbounded_channel();
+        let start = StartNow {
+            lease: Lease {
+                owner: "test".into(),
+                ms: 60_000,
+            },
+            machines: Arc::new(NoMachine),
+            hand_over: Arc::new(move |key: SessionKey, turn: ClaimedTurn| {
+                let _ = handed.send((key.pk, turn));
+            }),
+        };
+        let prompt = |text: &str| NewPrompt {
+            text: text.to_owned(),
+            behavior: Behavior::Steer,
+            tier: None,
+            author: Author {
+                sender: Sender::User {
+                    user_id: "u".into(),
+                },
+                source_session_id: None,
+            },
+            retry: None,
+            images: Vec::new(),
+            attachments: Vec::new(),
+            when_busy: Default::default(),
+        };
+        let submit = || store.submit().starting(Some(start.clone()));
+        let (first, _) = submit()
+            .message(&ws, &key.id, prompt("one"), InputLink::None)
+            .await
+            .expect("first message");
+        assert!(
+            first.started,
+            "the idle session's turn started with the message"
+        );
+        let (pk, turn) = taken.try_recv().expect("the claimed turn was handed over");
+        assert_eq!(pk, key.pk);
+        assert_eq!(turn.input_seq, Some(first.seq), "the turn took this input");
+        assert_eq!(turn.text, "one");
+        assert_eq!(
+            turn.last_seq,
+            first.seq + 1,
+            "turn_started follows the prompt"
+        );
+        let row = store.projections().session_by_pk(key.pk).await;
+        assert!(
+            matches!(row, Ok(Some(r)) if r.turn_active && r.turn_status == TurnStatus::Running),
+            "the turn is active, and the session shows it running"
+        );
+
+        let (second, _) = submit()
+            .message(&ws, &key.id, prompt("two"), InputLink::None)
+            .await
+            .expect("second message");
+        assert!(
+            second.active && !second.started,
+            "a running turn is not claimed again"
+        );
+        assert!(taken.try_recv().is_err(), "nothing more was handed over");
+        store.close();
+    }
+
+    /// A claimed turn reaches the runner even when the request that submitted it is dropped
+    /// before its unit commits (a client that went away): nobody else would ever run it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_turn_claimed_for_a_dropped_request_is_still_handed_over() {
+        use crate::sessions::Author;
+        use crate::submit::{InputLink, NewPrompt, StartNow};
+        use crate::timeline::Sender;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key) = crate::writer::tests::store_with_session(dir.path()).await;
+        let ws = store
+            .projections()
+            .session_by_pk(key.pk)
+            .await
+            .expect("read")
+            .expect("the session")
+            .workspace_id;
+        let (handed, mut taken) = tokio::sync::mpsc::unbounded_channel();
+        let start = StartNow {
+            lease: Lease {
+                owner: "test".into(),
+                ms: 60_000,
+            },
+            machines: Arc::new(NoMachine),
+            hand_over: Arc::new(move |key: SessionKey, turn: ClaimedTurn| {
+                let _ = handed.send((key.pk, turn.input_seq));
+            }),
+        };
+        let m = NewPrompt {
+            text: "gone".to_owned(),
+            behavior: Behavior::Steer,
+            tier: None,
+            author: Author {
+                sender: Sender::User {
+                    user_id: "u".into(),
+                },
+                source_session_id: None,
+            },
+            retry: None,
+            images: Vec::new(),
+            attachments: Vec::new(),
+            when_busy: Default::default(),
+        };
+        let submit = store.submit().starting(Some(start));
+        {
+            // Polled once (the unit is then on its way to the writer), and dropped.
+            let mut request = std::pin::pin!(submit.message(&ws, &key.id, m, InputLink::None));
+            let first = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(request.as_mut(), cx))
+            })
+            .await;
+            assert!(
+                first.is_pending(),
+                "the request was dropped before its answer"
+            );
+        }
+        let (pk, input_seq) =
+            tokio::time::timeout(std::time::Duration::from_secs(30), taken.recv())
+                .await
+                .expect("handed over within 30 s")
+                .expect("a turn");
+        assert_eq!(pk, key.pk);
+        assert!(
+            input_seq.is_some(),
+            "the turn took the dropped request's input"
+        );
         store.close();
     }
 }

@@ -5,10 +5,13 @@
 //! everything that does not depend on what the transaction reads: where the session goes, its
 //! title, its machine, what the engine is shown first.
 
+use std::sync::Arc;
+
+use super::claims::{ClaimedTurn, Machines, claim_at_submission};
 use super::inputs::Retry;
 use super::projections::TurnStatus;
 use super::sessions::{Author, NewImage};
-use super::{NewInput, NewRecordFacts, NewSession, SessionKey, Store, Tx};
+use super::{Lease, NewInput, NewRecordFacts, NewSession, SessionKey, Store, Tx};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::timeline::{AttachmentRef, Behavior, Event, InputKind, Tier};
@@ -180,6 +183,10 @@ pub struct Submission {
     pub created: bool,
     /// The generation of the running turn this input asked to stop (busy policy `interrupt`).
     pub stops: Option<u64>,
+    /// This unit claimed the session's turn and handed it to the runner (see [`StartNow`]).
+    pub started: bool,
+    /// The turn claimed, on its way from the unit to [`StartNow::hand_over`].
+    claimed: Option<ClaimedTurn>,
 }
 
 impl Submission {
@@ -191,8 +198,41 @@ impl Submission {
             active: false,
             created: false,
             stops: None,
+            started: false,
+            claimed: None,
         }
     }
+}
+
+/// A unit's answer that carries a [`Submission`] (with what a family linked, or alone).
+trait Submits {
+    fn submission(&mut self) -> &mut Submission;
+}
+
+impl Submits for Submission {
+    fn submission(&mut self) -> &mut Submission {
+        self
+    }
+}
+
+impl<T> Submits for (Submission, T) {
+    fn submission(&mut self) -> &mut Submission {
+        &mut self.0
+    }
+}
+
+/// A turn slot the runner holds free for a submission: the submission's unit then claims the
+/// session's turn itself, in the transaction that records the input, when no turn is active.
+/// The claim is the one a turn would otherwise make in a unit of its own right after this one
+/// (same rules, same events); folding it in saves a unit on the writer and a round trip to the
+/// runner before the turn starts.
+#[derive(Clone)]
+pub struct StartNow {
+    pub lease: Lease,
+    pub machines: Machines,
+    /// Takes the turn once its claim is committed. Called whatever becomes of the request that
+    /// submitted (see [`Submissions::unit`]): a claimed turn nobody runs would hold its session.
+    pub hand_over: Arc<dyn Fn(SessionKey, ClaimedTurn) + Send + Sync>,
 }
 
 /// What another API family records about an input in the input's transaction.
@@ -215,6 +255,28 @@ pub enum Linked {
 }
 
 impl Tx<'_> {
+    /// After an input to a session whose row still shows what it showed before: the turn
+    /// claimed with `start`, when no turn is `active` (the claim's one `UPDATE` of the row shows
+    /// the session running: the input's own would be a second); or, when none could be claimed,
+    /// the session shown running for the runner to claim later. Without `start` the input's
+    /// unit has shown it already.
+    fn start_or_show(
+        &mut self,
+        key: &SessionKey,
+        start: Option<&StartNow>,
+        active: bool,
+    ) -> Result<Option<ClaimedTurn>> {
+        if start.is_none() || active {
+            return Ok(None);
+        }
+        if let Some(claimed) = claim_at_submission(self, key, start, active)? {
+            return Ok(Some(claimed));
+        }
+        let row = self.session_row(key)?;
+        self.show_turn(key, &row, TurnStatus::Running)?;
+        Ok(None)
+    }
+
     fn link_input(&mut self, key: &SessionKey, seq: u64, link: &InputLink) -> Result<Linked> {
         match link {
             InputLink::None => Ok(Linked::None),
@@ -313,12 +375,15 @@ impl Tx<'_> {
     }
 
     /// Appends a message to an existing session; its seq, whether a turn was running and, when
-    /// the message asked to stop that turn, the turn's generation.
+    /// the message asked to stop that turn, the turn's generation. With `show`, a session with
+    /// no turn running is shown running (the runner claims its turn next); without, the caller
+    /// claims the turn or shows it ([`Tx::start_or_show`]).
     pub(crate) fn add_message(
         &mut self,
         workspace_id: &str,
         key: &SessionKey,
         m: &NewPrompt,
+        show: bool,
     ) -> Result<(u64, bool, Option<u64>)> {
         self.takes_input(key)?;
         let row = self.session_row(key)?;
@@ -338,7 +403,9 @@ impl Tx<'_> {
         };
         let seq = self.append_prompt(workspace_id, key, m, None, InputKind::Message, tier)?;
         if !row.turn_active {
-            self.show_turn(key, &row, TurnStatus::Running)?;
+            if show {
+                self.show_turn(key, &row, TurnStatus::Running)?;
+            }
         } else if m.behavior == Behavior::FollowUp {
             self.refresh_follow_up_queue(key)?;
         }
@@ -396,15 +463,54 @@ impl Tx<'_> {
 }
 
 /// Submissions of inputs, each one unit of work.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Submissions<'a> {
     pub(super) store: &'a Store,
+    /// A free turn slot: a fresh input to a session with no turn active starts its turn in the
+    /// same unit.
+    start: Option<StartNow>,
 }
 
 impl Store {
     /// Submitting inputs: creates, messages, answers, default-alias posts.
     pub fn submit(&self) -> Submissions<'_> {
-        Submissions { store: self }
+        Submissions {
+            store: self,
+            start: None,
+        }
+    }
+}
+
+impl Submissions<'_> {
+    /// The same submissions, each of which claims its session's turn when it may start now
+    /// (`create`, `message`, `default_message`, `answer`; [`Submission::started`]).
+    pub fn starting(self, start: Option<StartNow>) -> Self {
+        Submissions { start, ..self }
+    }
+
+    /// Runs a submission's unit. With a turn slot held, the unit runs in a task of its own, so
+    /// that a turn it claimed reaches the runner once committed even if the request that
+    /// submitted is dropped meanwhile (a client that went away).
+    async fn unit<T, F>(&self, job: F) -> Result<T>
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Clone + Send + 'static,
+        T: Submits + Send + 'static,
+    {
+        let Some(start) = self.start.clone() else {
+            return self.store.write(job).await;
+        };
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let mut done = store.write(job).await?;
+            let sub = done.submission();
+            if let Some(turn) = sub.claimed.take() {
+                sub.started = true;
+                (start.hand_over)(sub.key.clone(), turn);
+            }
+            Ok(done)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("a submission's unit did not finish: {e}")))?
     }
 }
 
@@ -412,36 +518,39 @@ impl Submissions<'_> {
     /// Creates a session from its first prompt; a handoff closes the session it comes from in
     /// the same transaction.
     pub async fn create(&self, plan: SessionPlan, first: NewPrompt) -> Result<Submission> {
-        self.store
-            .write(move |tx| {
-                if let Some(r) = &first.retry
-                    && let Some((key, seq)) = tx.replayed(r)?
-                {
-                    return Ok(Submission::replayed(key, seq));
-                }
-                if let Some(parent) = &plan.created_by {
-                    // The parent may have been deleted since it was read.
-                    tx.session_key(&plan.workspace_id, parent)?;
-                }
-                // So may the session this one comes from.
-                let from = match &plan.parent {
-                    Some((kind, id)) => Some((*kind, tx.session_key(&plan.workspace_id, id)?)),
-                    None => None,
-                };
-                let (key, seq) = tx.insert_new_session(&plan, &first)?;
-                if let Some((ParentKind::Handoff, parent_key)) = &from {
-                    tx.close_session(parent_key, &key.id)?;
-                }
-                Ok(Submission {
-                    key,
-                    seq,
-                    fresh: true,
-                    active: false,
-                    created: true,
-                    stops: None,
-                })
+        let start = self.start.clone();
+        self.unit(move |tx| {
+            if let Some(r) = &first.retry
+                && let Some((key, seq)) = tx.replayed(r)?
+            {
+                return Ok(Submission::replayed(key, seq));
+            }
+            if let Some(parent) = &plan.created_by {
+                // The parent may have been deleted since it was read.
+                tx.session_key(&plan.workspace_id, parent)?;
+            }
+            // So may the session this one comes from.
+            let from = match &plan.parent {
+                Some((kind, id)) => Some((*kind, tx.session_key(&plan.workspace_id, id)?)),
+                None => None,
+            };
+            let (key, seq) = tx.insert_new_session(&plan, &first)?;
+            if let Some((ParentKind::Handoff, parent_key)) = &from {
+                tx.close_session(parent_key, &key.id)?;
+            }
+            let claimed = claim_at_submission(tx, &key, start.as_ref(), false)?;
+            Ok(Submission {
+                key,
+                seq,
+                fresh: true,
+                active: false,
+                created: true,
+                stops: None,
+                started: false,
+                claimed,
             })
-            .await
+        })
+        .await
     }
 
     /// Sends a message (steer or follow-up) to a session, with what `link` records beside it
@@ -454,68 +563,78 @@ impl Submissions<'_> {
         link: InputLink,
     ) -> Result<(Submission, Option<Linked>)> {
         let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
-        self.store
-            .write(move |tx| {
-                if let Some(r) = &m.retry
-                    && let Some((key, seq)) = tx.replayed(r)?
-                {
-                    return Ok((Submission::replayed(key, seq), None));
-                }
-                let key = tx.session_key_to_append(&ws, &id)?;
-                let (seq, active, stops) = tx.add_message(&ws, &key, &m)?;
-                let linked = tx.link_input(&key, seq, &link)?;
-                Ok((
-                    Submission {
-                        key,
-                        seq,
-                        fresh: true,
-                        active,
-                        created: false,
-                        stops,
-                    },
-                    Some(linked),
-                ))
-            })
-            .await
+        let start = self.start.clone();
+        self.unit(move |tx| {
+            if let Some(r) = &m.retry
+                && let Some((key, seq)) = tx.replayed(r)?
+            {
+                return Ok((Submission::replayed(key, seq), None));
+            }
+            let key = tx.session_key_to_append(&ws, &id)?;
+            let (seq, active, stops) = tx.add_message(&ws, &key, &m, start.is_none())?;
+            let linked = tx.link_input(&key, seq, &link)?;
+            let claimed = tx.start_or_show(&key, start.as_ref(), active)?;
+            Ok((
+                Submission {
+                    key,
+                    seq,
+                    fresh: true,
+                    active,
+                    created: false,
+                    stops,
+                    started: false,
+                    claimed,
+                },
+                Some(linked),
+            ))
+        })
+        .await
     }
 
     /// Posts to an agent's default session: the first message creates and binds it (with
     /// `plan`) in one transaction, so two concurrent first messages make exactly one session;
     /// later ones message it.
     pub async fn default_message(&self, plan: SessionPlan, m: NewPrompt) -> Result<Submission> {
-        self.store
-            .write(move |tx| {
-                if let Some(r) = &m.retry
-                    && let Some((key, seq)) = tx.replayed(r)?
-                {
-                    return Ok(Submission::replayed(key, seq));
-                }
-                // Concurrent first messages (other processes, on PostgreSQL) wait here, then
-                // find the default the first one bound.
-                tx.lock(super::RowLock::Agent(&plan.agent_id))?;
-                if let Some(sid) = tx.default_session(&plan.agent_id)? {
-                    let key = tx.session_key_to_append(&plan.workspace_id, &sid)?;
-                    let (seq, active, stops) = tx.add_message(&plan.workspace_id, &key, &m)?;
-                    return Ok(Submission {
-                        key,
-                        seq,
-                        fresh: true,
-                        active,
-                        created: false,
-                        stops,
-                    });
-                }
-                let (key, seq) = tx.insert_new_session(&plan, &m)?;
-                Ok(Submission {
+        let start = self.start.clone();
+        self.unit(move |tx| {
+            if let Some(r) = &m.retry
+                && let Some((key, seq)) = tx.replayed(r)?
+            {
+                return Ok(Submission::replayed(key, seq));
+            }
+            // Concurrent first messages (other processes, on PostgreSQL) wait here, then
+            // find the default the first one bound.
+            tx.lock(super::RowLock::Agent(&plan.agent_id))?;
+            if let Some(sid) = tx.default_session(&plan.agent_id)? {
+                let key = tx.session_key_to_append(&plan.workspace_id, &sid)?;
+                let (seq, active, stops) =
+                    tx.add_message(&plan.workspace_id, &key, &m, start.is_none())?;
+                let claimed = tx.start_or_show(&key, start.as_ref(), active)?;
+                return Ok(Submission {
                     key,
                     seq,
                     fresh: true,
-                    active: false,
-                    created: true,
-                    stops: None,
-                })
+                    active,
+                    created: false,
+                    stops,
+                    started: false,
+                    claimed,
+                });
+            }
+            let (key, seq) = tx.insert_new_session(&plan, &m)?;
+            let claimed = claim_at_submission(tx, &key, start.as_ref(), false)?;
+            Ok(Submission {
+                key,
+                seq,
+                fresh: true,
+                active: false,
+                created: true,
+                stops: None,
+                started: false,
+                claimed,
             })
-            .await
+        })
+        .await
     }
 
     /// Answers a session that is asking (409 `not_asking` otherwise, with nothing written),
@@ -528,61 +647,66 @@ impl Submissions<'_> {
         link: InputLink,
     ) -> Result<(Submission, Option<Linked>)> {
         let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
-        self.store
-            .write(move |tx| {
-                if let Some(r) = &a.retry
-                    && let Some((key, seq)) = tx.replayed(r)?
-                {
-                    return Ok((Submission::replayed(key, seq), None));
-                }
-                let key = tx.session_key_to_append(&ws, &id)?;
-                // A session that takes no input says why, asking or not.
-                tx.takes_input(&key)?;
-                let row = tx.session_row(&key)?;
-                if row.turn_status != TurnStatus::Ask || row.turn_active {
-                    return Err(Error::NotAsking);
-                }
-                let sender = tx.sender_of(&ws, &a.author)?;
-                let stored = tx.store_images(&key, &a.images)?;
-                let seq = tx.append(
-                    &key,
-                    &Event::AnswerSubmitted {
-                        answer: a.text.clone(),
-                        sender,
-                        client_request_id: a.retry.as_ref().map(|r| r.client_request_id.clone()),
-                        images: stored,
-                        attachments: a.attachments.clone(),
-                    },
-                )?;
-                // R20: answers resume with the session's persisted tier.
-                tx.enqueue_input(
-                    &key,
-                    &NewInput {
-                        seq,
-                        kind: super::QueueKind::Answer,
-                        behavior: Behavior::Steer,
-                        tier: row.tier,
-                        text: &a.text,
-                        images: None,
-                        not_before: 0,
-                    },
-                )?;
+        let start = self.start.clone();
+        self.unit(move |tx| {
+            if let Some(r) = &a.retry
+                && let Some((key, seq)) = tx.replayed(r)?
+            {
+                return Ok((Submission::replayed(key, seq), None));
+            }
+            let key = tx.session_key_to_append(&ws, &id)?;
+            // A session that takes no input says why, asking or not.
+            tx.takes_input(&key)?;
+            let row = tx.session_row(&key)?;
+            if row.turn_status != TurnStatus::Ask || row.turn_active {
+                return Err(Error::NotAsking);
+            }
+            let sender = tx.sender_of(&ws, &a.author)?;
+            let stored = tx.store_images(&key, &a.images)?;
+            let seq = tx.append(
+                &key,
+                &Event::AnswerSubmitted {
+                    answer: a.text.clone(),
+                    sender,
+                    client_request_id: a.retry.as_ref().map(|r| r.client_request_id.clone()),
+                    images: stored,
+                    attachments: a.attachments.clone(),
+                },
+            )?;
+            // R20: answers resume with the session's persisted tier.
+            tx.enqueue_input(
+                &key,
+                &NewInput {
+                    seq,
+                    kind: super::QueueKind::Answer,
+                    behavior: Behavior::Steer,
+                    tier: row.tier,
+                    text: &a.text,
+                    images: None,
+                    not_before: 0,
+                },
+            )?;
+            if start.is_none() {
                 tx.set_turn(&key, TurnStatus::Running)?;
-                tx.remember(a.retry.as_ref(), &key, seq)?;
-                let linked = tx.link_input(&key, seq, &link)?;
-                Ok((
-                    Submission {
-                        key,
-                        seq,
-                        fresh: true,
-                        active: false,
-                        created: false,
-                        stops: None,
-                    },
-                    Some(linked),
-                ))
-            })
-            .await
+            }
+            tx.remember(a.retry.as_ref(), &key, seq)?;
+            let linked = tx.link_input(&key, seq, &link)?;
+            let claimed = tx.start_or_show(&key, start.as_ref(), false)?;
+            Ok((
+                Submission {
+                    key,
+                    seq,
+                    fresh: true,
+                    active: false,
+                    created: false,
+                    stops: None,
+                    started: false,
+                    claimed,
+                },
+                Some(linked),
+            ))
+        })
+        .await
     }
 
     /// Opens a session for another API family with its record of it (`link`), in one

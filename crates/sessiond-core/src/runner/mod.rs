@@ -25,6 +25,8 @@ use crate::config::RunnerConfig;
 use crate::engine::{Engines, SessionOps};
 use crate::error::Result;
 use crate::metrics::METRICS;
+use crate::store::claims::ClaimedTurn;
+use crate::store::submit::StartNow;
 use crate::store::{SessionKey, Store, TurnSignal};
 
 /// The answer a submission gets from the runner (R64).
@@ -82,6 +84,21 @@ enum Msg {
     },
     Shutdown {
         done: oneshot::Sender<()>,
+    },
+    /// Holds a turn slot for a submission that may claim its session's turn itself
+    /// ([`Runner::hold_slot`]): answered with the hold's id, or `None` when no slot is free.
+    HoldSlot {
+        ack: oneshot::Sender<Option<u64>>,
+    },
+    /// The submission holding this slot did not claim a turn with it (or went away).
+    ReleaseSlot {
+        id: u64,
+    },
+    /// The submission holding this slot claimed its session's turn: run it.
+    StartClaimed {
+        id: u64,
+        key: SessionKey,
+        turn: Box<ClaimedTurn>,
     },
 }
 
@@ -205,6 +222,9 @@ impl Runner {
             shared,
             tx: tx.clone(),
             active: HashMap::new(),
+            held: HashSet::new(),
+            next_hold: 0,
+            claimed_waiting: HashMap::new(),
             ready: VecDeque::new(),
             queued: HashSet::new(),
             timers: BTreeSet::new(),
@@ -271,6 +291,30 @@ impl Runner {
         }
     }
 
+    /// Holds a turn slot for one submission, when one is free: the submission's unit then claims
+    /// its session's turn itself ([`StartNow`]), and the turn starts as soon as that unit
+    /// commits, without a unit of its own or a round trip through the dispatcher first. The
+    /// slot is given back when the [`HeldSlot`] is dropped without a turn claimed with it.
+    pub async fn hold_slot(&self) -> Option<HeldSlot> {
+        let (ack, rx) = oneshot::channel();
+        self.tx.send(Msg::HoldSlot { ack }).ok()?;
+        let id = rx.await.ok()??;
+        let tx = self.tx.clone();
+        let start = StartNow {
+            lease: turn::lease(&self.shared),
+            machines: machine::rules(),
+            hand_over: Arc::new(move |key, turn| {
+                let turn = Box::new(turn);
+                let _ = tx.send(Msg::StartClaimed { id, key, turn });
+            }),
+        };
+        Some(HeldSlot {
+            id,
+            tx: self.tx.clone(),
+            start,
+        })
+    }
+
     /// Nudges the runner without waiting for an answer (e.g. a wake or a note that changes nothing).
     pub fn poke(&self, key: SessionKey) {
         let _ = self.tx.send(Msg::Deliver {
@@ -307,10 +351,38 @@ impl Runner {
     }
 }
 
+/// A turn slot held for one submission ([`Runner::hold_slot`]).
+pub struct HeldSlot {
+    id: u64,
+    tx: mpsc::UnboundedSender<Msg>,
+    start: StartNow,
+}
+
+impl HeldSlot {
+    /// What the submission's unit claims the turn with.
+    pub fn start_now(&self) -> StartNow {
+        self.start.clone()
+    }
+}
+
+impl Drop for HeldSlot {
+    /// Gives the slot back; a no-op for the dispatcher once a turn claimed with it started.
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::ReleaseSlot { id: self.id });
+    }
+}
+
 struct Dispatcher {
     shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<Msg>,
     active: HashMap<i64, Active>,
+    /// Slots held for submissions that may claim a turn themselves, by hold id.
+    held: HashSet<u64>,
+    next_hold: u64,
+    /// Turns a submission claimed while this process's previous task for the session still
+    /// looked for work (it finds none, since the claim took it): each starts when that task
+    /// ends.
+    claimed_waiting: HashMap<i64, (SessionKey, Box<ClaimedTurn>)>,
     ready: VecDeque<SessionKey>,
     queued: HashSet<i64>,
     /// `(due_ms, pk, id)`: sessions whose next input may only run later (sleep wakes).
@@ -393,8 +465,28 @@ impl Dispatcher {
             },
             Msg::ForceStop { pk, generation } => self.force_stop(pk, generation),
             Msg::TurnEnded { pk, outcome } => {
-                let recheck = self.active.remove(&pk).map(|a| (a.key, a.recheck));
-                if let Some((key, true)) = recheck {
+                let ended = self.active.remove(&pk);
+                if let Some((key, turn)) = self.claimed_waiting.remove(&pk) {
+                    // The task that ended found no work: the turn claimed meanwhile runs now,
+                    // and takes over what the task was to look at and an interrupt it had.
+                    let interrupted = ended.as_ref().is_some_and(|a| *a.control.cancel.borrow());
+                    self.start_turn(key.clone(), None, Some(turn));
+                    if let Some(active) = self.active.get_mut(&pk) {
+                        active.recheck = outcome.more || ended.is_some_and(|a| a.recheck);
+                    }
+                    if interrupted {
+                        self.interrupt(&key);
+                    }
+                    if let Some(due) = outcome.next_due {
+                        self.timers.insert((due, key.pk, key.id));
+                    }
+                    self.fill_slots();
+                    return;
+                }
+                if let Some(Active {
+                    key, recheck: true, ..
+                }) = ended
+                {
                     self.enqueue(key);
                 }
                 if let Some(key) = outcome.key {
@@ -411,6 +503,7 @@ impl Dispatcher {
                 if let Some(active) = self.active.remove(&pk) {
                     active.task.abort();
                 }
+                self.claimed_waiting.remove(&pk);
                 self.ready.retain(|k| k.pk != pk);
                 self.queued.remove(&pk);
                 self.timers.retain(|(_, p, _)| *p != pk);
@@ -423,6 +516,31 @@ impl Dispatcher {
                     }
                 }
                 self.fill_slots();
+            }
+            Msg::HoldSlot { ack } => {
+                let id = (self.shutdown.is_none() && self.slot_free()).then(|| {
+                    self.next_hold += 1;
+                    self.held.insert(self.next_hold);
+                    self.next_hold
+                });
+                let _ = ack.send(id);
+            }
+            Msg::ReleaseSlot { id } => {
+                if self.held.remove(&id) {
+                    self.fill_slots();
+                }
+            }
+            Msg::StartClaimed { id, key, turn } => {
+                self.held.remove(&id);
+                if self.active.contains_key(&key.pk) {
+                    self.claimed_waiting.insert(key.pk, (key, turn));
+                } else {
+                    self.start_turn(key.clone(), None, Some(turn));
+                    if self.shutdown.is_some() {
+                        // Claimed as the process began to stop: it ends like every other turn.
+                        self.interrupt(&key);
+                    }
+                }
             }
             Msg::Shutdown { done } => {
                 self.shared.stopping.store(true, Ordering::SeqCst);
@@ -487,8 +605,8 @@ impl Dispatcher {
             };
             self.shared.store.signal_turn(&key, signal);
         }
-        if self.active.len() < self.shared.cfg.workers {
-            self.start_turn(key, ack);
+        if self.slot_free() {
+            self.start_turn(key, ack, None);
         } else {
             self.enqueue(key);
             reply(ack, Delivery::Queued);
@@ -528,7 +646,7 @@ impl Dispatcher {
         if self.shutdown.is_some() {
             return;
         }
-        while self.active.len() < self.shared.cfg.workers {
+        while self.slot_free() {
             let Some(key) = self.ready.pop_front() else {
                 break;
             };
@@ -537,17 +655,32 @@ impl Dispatcher {
                 // It will look for more work when its turn ends.
                 continue;
             }
-            self.start_turn(key, None);
+            self.start_turn(key, None, None);
         }
     }
 
-    fn start_turn(&mut self, key: SessionKey, ack: Option<oneshot::Sender<Delivery>>) {
+    /// Whether a turn may start now: the running turns and the slots held for submissions
+    /// leave one of the configured workers.
+    fn slot_free(&self) -> bool {
+        self.active.len() + self.held.len() < self.shared.cfg.workers
+    }
+
+    /// Starts a turn task for the session: it runs `claimed`, or claims the session's next
+    /// input itself.
+    fn start_turn(
+        &mut self,
+        key: SessionKey,
+        ack: Option<oneshot::Sender<Delivery>>,
+        claimed: Option<Box<ClaimedTurn>>,
+    ) {
         let control = Arc::new(TurnControl {
             cancel: watch::channel(false).0,
             steer_pending: AtomicBool::new(false),
             steer_notify: Notify::new(),
             follow_up_pending: AtomicBool::new(false),
-            generation: AtomicU64::new(0),
+            // A claimed turn's generation is known at once: an interrupt of that turn that comes
+            // before its task runs finds it.
+            generation: AtomicU64::new(claimed.as_ref().map_or(0, |c| c.generation)),
             unsaid: std::sync::Mutex::new(String::new()),
             progress_ms: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
@@ -559,6 +692,7 @@ impl Dispatcher {
             Arc::clone(&control),
             ack,
             self.tx.clone(),
+            claimed,
         ));
         self.active.insert(
             pk,

@@ -111,12 +111,15 @@ where
     }
 }
 
+/// Runs one turn of the session: the one `claimed` by a submission's unit, or the one this task
+/// claims for the session's next input.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     key: SessionKey,
     control: Arc<TurnControl>,
     ack: Option<oneshot::Sender<Delivery>>,
     tx: mpsc::UnboundedSender<Msg>,
+    claimed: Option<Box<Claim>>,
 ) {
     let pk = key.pk;
     let span = tracing::info_span!(
@@ -124,7 +127,7 @@ pub(crate) async fn run(
         session = %key.id,
         request_id = tracing::field::Empty
     );
-    let outcome = match run_turn(&shared, key.clone(), &control, ack)
+    let outcome = match run_turn(&shared, key.clone(), &control, ack, claimed)
         .instrument(span)
         .await
     {
@@ -165,18 +168,18 @@ async fn run_turn(
     key: SessionKey,
     control: &Arc<TurnControl>,
     ack: Option<oneshot::Sender<Delivery>>,
+    claimed: Option<Box<Claim>>,
 ) -> Result<Outcome> {
-    let lease = store::Lease {
-        owner: crate::ids::process_id().to_owned(),
-        ms: shared.cfg.lease_ms,
-    };
-    let claim = match claim(shared, &key, lease).await {
-        Ok(claim) => claim,
-        Err(e) if e.is_storage_fault() => {
-            tracing::warn!(session = %key.id, error = %e, "cannot start a turn yet; will retry");
-            return Ok(Outcome::retry_later(key));
-        }
-        Err(e) => return Err(e),
+    let claim = match claimed {
+        Some(claimed) => Some(*claimed),
+        None => match claim(shared, &key, lease(shared)).await {
+            Ok(claim) => claim,
+            Err(e) if e.is_storage_fault() => {
+                tracing::warn!(session = %key.id, error = %e, "cannot start a turn yet; will retry");
+                return Ok(Outcome::retry_later(key));
+            }
+            Err(e) => return Err(e),
+        },
     };
     let Some(claim) = claim else {
         if let Some(ack) = ack {
@@ -436,6 +439,14 @@ fn spawn_title(
         let step = title.map_or(AutoTitle::Failed, AutoTitle::Complete);
         let _ = shared.store.turns().set_auto_title(&key, step).await;
     });
+}
+
+/// The lease this process claims turns with.
+pub(super) fn lease(shared: &Shared) -> store::Lease {
+    store::Lease {
+        owner: crate::ids::process_id().to_owned(),
+        ms: shared.cfg.lease_ms,
+    }
 }
 
 /// Claims a turn for the session's next input (the store's unit, with the machine's rules).

@@ -31,7 +31,7 @@ use crate::runner::{Delivery, Runner};
 use crate::store::inputs::Retry;
 use crate::store::record::WebhookFacts;
 use crate::store::sessions::{Author, NewImage, NewNote, SessionChange};
-use crate::store::submit::{InputLink, Linked, NewMachine, NewPrompt, SessionPlan};
+use crate::store::submit::{InputLink, Linked, NewMachine, NewPrompt, SessionPlan, Submissions};
 use crate::store::{self, SessionKey, Store};
 use crate::timeline::{AttachmentRef, Behavior, Sender, Tier};
 
@@ -389,7 +389,7 @@ impl Sessions {
             images,
         );
         let retry = first.retry.clone();
-        let write = async { Ok((self.store.submit().create(plan, first).await?, ())) };
+        let write = async |submit: Submissions<'_>| Ok((submit.create(plan, first).await?, ()));
         // R24: a new session has no turn yet, so steer and follow-up start alike.
         let outcome = self.submit_input(retry, false, write).await?;
         Ok(outcome.into_linked().0)
@@ -460,8 +460,11 @@ impl Sessions {
         );
         m.when_busy = policy;
         let retry = m.retry.clone();
-        let submit = self.store.submit();
-        let write = submit.message(&actor.workspace_id, session_id, m, link);
+        let write = async |submit: Submissions<'_>| {
+            submit
+                .message(&actor.workspace_id, session_id, m, link)
+                .await
+        };
         Ok(self
             .submit_input(retry, follow_up, write)
             .await?
@@ -513,7 +516,8 @@ impl Sessions {
         );
         m.when_busy = policy;
         let retry = m.retry.clone();
-        let write = async { Ok((self.store.submit().default_message(plan, m).await?, ())) };
+        let write =
+            async |submit: Submissions<'_>| Ok((submit.default_message(plan, m).await?, ()));
         match self.submit_input(retry, follow_up, write).await? {
             Outcome::Written {
                 submitted, created, ..
@@ -649,8 +653,11 @@ impl Sessions {
         let images = images::decode_all(&common.images)?;
         let a = new_prompt(actor, answer, Behavior::Steer, None, common, images);
         let retry = a.retry.clone();
-        let submit = self.store.submit();
-        let write = submit.answer(&actor.workspace_id, session_id, a, link);
+        let write = async |submit: Submissions<'_>| {
+            submit
+                .answer(&actor.workspace_id, session_id, a, link)
+                .await
+        };
         Ok(self.submit_input(retry, false, write).await?.into_linked())
     }
 

@@ -12,13 +12,11 @@
 //!    one reports where its input stands now. A message whose busy policy stops the running turn
 //!    stops it only while it is still that turn.
 
-use std::future::Future;
-
 use super::{Sessions, Submitted};
 use crate::error::{Error, Result};
 use crate::runner::Delivery;
 use crate::store::inputs::Retry;
-use crate::store::submit::Submission;
+use crate::store::submit::{Submission, Submissions};
 use crate::store::{self, SessionKey};
 
 /// How a submission ended.
@@ -81,20 +79,35 @@ impl Sessions {
 
     /// Steps 2 to 4: runs `write`, the store's unit for the input, and delivers what it wrote.
     /// `follow_up` says whether the input waits for a running turn's end rather than steering it.
+    ///
+    /// When the runner has a slot free, it is held for the unit, which then claims the
+    /// session's turn itself if none is active (the turn takes the input in the transaction that
+    /// records it; see `store::submit::StartNow`); otherwise the runner is told afterwards.
     pub(super) async fn submit_input<T>(
         &self,
         retry: Option<Retry>,
         follow_up: bool,
-        write: impl Future<Output = store::Result<(Submission, T)>>,
+        write: impl AsyncFnOnce(Submissions<'_>) -> store::Result<(Submission, T)>,
     ) -> Result<Outcome<T>> {
-        let (sub, linked) = match write.await {
+        let slot = self.runner.hold_slot().await;
+        let submit = self
+            .store
+            .submit()
+            .starting(slot.as_ref().map(|s| s.start_now()));
+        let written = write(submit).await;
+        // A turn claimed with the slot has taken it already; otherwise it is free again before
+        // the runner is told of the input.
+        drop(slot);
+        let (sub, linked) = match written {
             Ok(done) => done,
             Err(e) => {
                 let (key, seq) = self.after_race(retry, e.into()).await?;
                 return Ok(Outcome::Replayed(self.replayed_submission(key, seq).await?));
             }
         };
-        let delivery = if sub.fresh {
+        let delivery = if sub.started {
+            Delivery::Accepted
+        } else if sub.fresh {
             self.runner
                 .deliver(sub.key.clone(), follow_up && sub.active)
                 .await
