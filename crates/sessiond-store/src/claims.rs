@@ -728,17 +728,18 @@ mod tests {
         store.close();
     }
 
-    /// A message submitted with a turn slot held claims its idle session's turn in its own unit
-    /// and hands it over once committed: the turn takes that very input, and the row shows it
-    /// running. A message to the session while that turn runs claims nothing.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_submission_with_a_slot_starts_an_idle_sessions_turn_in_its_own_unit() {
-        use crate::sessions::Author;
-        use crate::submit::{InputLink, NewPrompt, StartNow};
-        use crate::timeline::Sender;
-
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (store, key) = crate::writer::tests::store_with_session(dir.path()).await;
+    /// A store with one session, the session's workspace, and a turn slot whose claimed turns
+    /// arrive on the receiver.
+    async fn with_slot(
+        dir: &std::path::Path,
+    ) -> (
+        crate::Store,
+        SessionKey,
+        String,
+        crate::submit::StartNow,
+        tokio::sync::mpsc::UnboundedReceiver<(i64, ClaimedTurn)>,
+    ) {
+        let (store, key) = crate::writer::tests::store_with_session(dir).await;
         let ws = store
             .projections()
             .session_by_pk(key.pk)
@@ -746,8 +747,8 @@ mod tests {
             .expect("read")
             .expect("the session")
             .workspace_id;
-        let (handed, mut taken) = tokio::sync::mpsc::unbounded_channel();
-        let start = StartNow {
+        let (handed, taken) = tokio::sync::mpsc::unbounded_channel();
+        let start = crate::submit::StartNow {
             lease: Lease {
                 owner: "test".into(),
                 ms: 60_000,
@@ -757,12 +758,17 @@ mod tests {
                 let _ = handed.send((key.pk, turn));
             }),
         };
-        let prompt = |text: &str| NewPrompt {
+        (store, key, ws, start, taken)
+    }
+
+    /// A person's message of `text`.
+    fn prompt(text: &str) -> crate::submit::NewPrompt {
+        crate::submit::NewPrompt {
             text: text.to_owned(),
             behavior: Behavior::Steer,
             tier: None,
-            author: Author {
-                sender: Sender::User {
+            author: crate::sessions::Author {
+                sender: crate::timeline::Sender::User {
                     user_id: "u".into(),
                 },
                 source_session_id: None,
@@ -771,7 +777,18 @@ mod tests {
             images: Vec::new(),
             attachments: Vec::new(),
             when_busy: Default::default(),
-        };
+        }
+    }
+
+    /// A message submitted with a turn slot held claims its idle session's turn in its own unit
+    /// and hands it over once committed: the turn takes that very input, and the row shows it
+    /// running. A message to the session while that turn runs claims nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_submission_with_a_slot_starts_an_idle_sessions_turn_in_its_own_unit() {
+        use crate::submit::InputLink;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key, ws, start, mut taken) = with_slot(dir.path()).await;
         let submit = || store.submit().starting(Some(start.clone()));
         let (first, _) = submit()
             .message(&ws, &key.id, prompt("one"), InputLink::None)
@@ -812,49 +829,15 @@ mod tests {
     /// before its unit commits (a client that went away): nobody else would ever run it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_turn_claimed_for_a_dropped_request_is_still_handed_over() {
-        use crate::sessions::Author;
-        use crate::submit::{InputLink, NewPrompt, StartNow};
-        use crate::timeline::Sender;
+        use crate::submit::InputLink;
 
         let dir = tempfile::tempdir().expect("tempdir");
-        let (store, key) = crate::writer::tests::store_with_session(dir.path()).await;
-        let ws = store
-            .projections()
-            .session_by_pk(key.pk)
-            .await
-            .expect("read")
-            .expect("the session")
-            .workspace_id;
-        let (handed, mut taken) = tokio::sync::mpsc::unbounded_channel();
-        let start = StartNow {
-            lease: Lease {
-                owner: "test".into(),
-                ms: 60_000,
-            },
-            machines: Arc::new(NoMachine),
-            hand_over: Arc::new(move |key: SessionKey, turn: ClaimedTurn| {
-                let _ = handed.send((key.pk, turn.input_seq));
-            }),
-        };
-        let m = NewPrompt {
-            text: "gone".to_owned(),
-            behavior: Behavior::Steer,
-            tier: None,
-            author: Author {
-                sender: Sender::User {
-                    user_id: "u".into(),
-                },
-                source_session_id: None,
-            },
-            retry: None,
-            images: Vec::new(),
-            attachments: Vec::new(),
-            when_busy: Default::default(),
-        };
+        let (store, key, ws, start, mut taken) = with_slot(dir.path()).await;
         let submit = store.submit().starting(Some(start));
         {
             // Polled once (the unit is then on its way to the writer), and dropped.
-            let mut request = std::pin::pin!(submit.message(&ws, &key.id, m, InputLink::None));
+            let mut request =
+                std::pin::pin!(submit.message(&ws, &key.id, prompt("gone"), InputLink::None));
             let first = std::future::poll_fn(|cx| {
                 std::task::Poll::Ready(std::future::Future::poll(request.as_mut(), cx))
             })
@@ -864,14 +847,13 @@ mod tests {
                 "the request was dropped before its answer"
             );
         }
-        let (pk, input_seq) =
-            tokio::time::timeout(std::time::Duration::from_secs(30), taken.recv())
-                .await
-                .expect("handed over within 30 s")
-                .expect("a turn");
+        let (pk, turn) = tokio::time::timeout(std::time::Duration::from_secs(30), taken.recv())
+            .await
+            .expect("handed over within 30 s")
+            .expect("a turn");
         assert_eq!(pk, key.pk);
-        assert!(
-            input_seq.is_some(),
+        assert_eq!(
+            turn.text, "gone",
             "the turn took the dropped request's input"
         );
         store.close();

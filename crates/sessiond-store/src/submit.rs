@@ -192,14 +192,37 @@ pub struct Submission {
 impl Submission {
     fn replayed(key: SessionKey, seq: u64) -> Submission {
         Submission {
+            fresh: false,
+            ..Submission::added(key, seq, false, None, None)
+        }
+    }
+
+    /// An input written now to the session it made, with the turn its unit claimed.
+    fn created(key: SessionKey, seq: u64, claimed: Option<ClaimedTurn>) -> Submission {
+        Submission {
+            created: true,
+            ..Submission::added(key, seq, false, None, claimed)
+        }
+    }
+
+    /// An input written now to an existing session: whether a turn was `active`, the turn it
+    /// `stops`, the turn its unit claimed.
+    fn added(
+        key: SessionKey,
+        seq: u64,
+        active: bool,
+        stops: Option<u64>,
+        claimed: Option<ClaimedTurn>,
+    ) -> Submission {
+        Submission {
             key,
             seq,
-            fresh: false,
-            active: false,
+            fresh: true,
+            active,
             created: false,
-            stops: None,
+            stops,
             started: false,
-            claimed: None,
+            claimed,
         }
     }
 }
@@ -539,16 +562,7 @@ impl Submissions<'_> {
                 tx.close_session(parent_key, &key.id)?;
             }
             let claimed = claim_at_submission(tx, &key, start.as_ref(), false)?;
-            Ok(Submission {
-                key,
-                seq,
-                fresh: true,
-                active: false,
-                created: true,
-                stops: None,
-                started: false,
-                claimed,
-            })
+            Ok(Submission::created(key, seq, claimed))
         })
         .await
     }
@@ -575,16 +589,7 @@ impl Submissions<'_> {
             let linked = tx.link_input(&key, seq, &link)?;
             let claimed = tx.start_or_show(&key, start.as_ref(), active)?;
             Ok((
-                Submission {
-                    key,
-                    seq,
-                    fresh: true,
-                    active,
-                    created: false,
-                    stops,
-                    started: false,
-                    claimed,
-                },
+                Submission::added(key, seq, active, stops, claimed),
                 Some(linked),
             ))
         })
@@ -610,29 +615,11 @@ impl Submissions<'_> {
                 let (seq, active, stops) =
                     tx.add_message(&plan.workspace_id, &key, &m, start.is_none())?;
                 let claimed = tx.start_or_show(&key, start.as_ref(), active)?;
-                return Ok(Submission {
-                    key,
-                    seq,
-                    fresh: true,
-                    active,
-                    created: false,
-                    stops,
-                    started: false,
-                    claimed,
-                });
+                return Ok(Submission::added(key, seq, active, stops, claimed));
             }
             let (key, seq) = tx.insert_new_session(&plan, &m)?;
             let claimed = claim_at_submission(tx, &key, start.as_ref(), false)?;
-            Ok(Submission {
-                key,
-                seq,
-                fresh: true,
-                active: false,
-                created: true,
-                stops: None,
-                started: false,
-                claimed,
-            })
+            Ok(Submission::created(key, seq, claimed))
         })
         .await
     }
@@ -693,16 +680,7 @@ impl Submissions<'_> {
             let linked = tx.link_input(&key, seq, &link)?;
             let claimed = tx.start_or_show(&key, start.as_ref(), false)?;
             Ok((
-                Submission {
-                    key,
-                    seq,
-                    fresh: true,
-                    active: false,
-                    created: false,
-                    stops: None,
-                    started: false,
-                    claimed,
-                },
+                Submission::added(key, seq, false, None, claimed),
                 Some(linked),
             ))
         })
