@@ -82,6 +82,20 @@ pub trait MachineRules: Send + Sync {
 /// The runner's rules, shared by every unit that needs them.
 pub type Machines = Arc<dyn MachineRules>;
 
+/// A turn slot the runner holds free for a submission: the submission's unit then claims the
+/// session's turn itself, in the transaction that records the input, when no turn is active.
+/// The claim is the one a turn would otherwise make in a unit of its own right after this one
+/// (same rules, same events); folding it in saves a unit on the writer and a round trip to the
+/// runner before the turn starts.
+#[derive(Clone)]
+pub struct StartNow {
+    pub lease: Lease,
+    pub machines: Machines,
+    /// Takes the turn once its claim is committed. Called whatever becomes of the request that
+    /// submitted (see `Submissions::unit`): a claimed turn nobody runs would hold its session.
+    pub hand_over: Arc<dyn Fn(SessionKey, ClaimedTurn) + Send + Sync>,
+}
+
 /// What a claim hands the turn it started.
 #[derive(Debug, Clone)]
 pub struct ClaimedTurn {
@@ -239,7 +253,7 @@ impl TurnStore<'_> {
 pub(crate) fn claim_at_submission(
     tx: &mut Tx<'_>,
     key: &SessionKey,
-    start: Option<&super::submit::StartNow>,
+    start: Option<&StartNow>,
     active: bool,
 ) -> Result<Option<ClaimedTurn>> {
     match start {
@@ -639,12 +653,12 @@ fn end_lost(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sql::params;
 
     /// Rules for sessions without a machine.
-    struct NoMachine;
+    pub(crate) struct NoMachine;
 
     impl MachineRules for NoMachine {
         fn step_starts(&self, _: StoredMachine<'_>, _: QueueKind, _: i64) -> Option<MachineMove> {
@@ -725,137 +739,6 @@ mod tests {
             .expect("a turn");
         assert_eq!(claimed.kind, QueueKind::Message);
         assert_eq!(claimed.tier, Some(Tier::Economy));
-        store.close();
-    }
-
-    /// A store with one session, the session's workspace, and a turn slot whose claimed turns
-    /// arrive on the receiver.
-    async fn with_slot(
-        dir: &std::path::Path,
-    ) -> (
-        crate::Store,
-        SessionKey,
-        String,
-        crate::submit::StartNow,
-        tokio::sync::mpsc::UnboundedReceiver<(i64, ClaimedTurn)>,
-    ) {
-        let (store, key) = crate::writer::tests::store_with_session(dir).await;
-        let ws = store
-            .projections()
-            .session_by_pk(key.pk)
-            .await
-            .expect("read")
-            .expect("the session")
-            .workspace_id;
-        let (handed, taken) = tokio::sync::mpsc::unbounded_channel();
-        let start = crate::submit::StartNow {
-            lease: Lease {
-                owner: "test".into(),
-                ms: 60_000,
-            },
-            machines: Arc::new(NoMachine),
-            hand_over: Arc::new(move |key: SessionKey, turn: ClaimedTurn| {
-                let _ = handed.send((key.pk, turn));
-            }),
-        };
-        (store, key, ws, start, taken)
-    }
-
-    /// A person's message of `text`.
-    fn prompt(text: &str) -> crate::submit::NewPrompt {
-        crate::submit::NewPrompt {
-            text: text.to_owned(),
-            behavior: Behavior::Steer,
-            tier: None,
-            author: crate::sessions::Author {
-                sender: crate::timeline::Sender::User {
-                    user_id: "u".into(),
-                },
-                source_session_id: None,
-            },
-            retry: None,
-            images: Vec::new(),
-            attachments: Vec::new(),
-            when_busy: Default::default(),
-        }
-    }
-
-    /// A message submitted with a turn slot held claims its idle session's turn in its own unit
-    /// and hands it over once committed: the turn takes that very input, and the row shows it
-    /// running. A message to the session while that turn runs claims nothing.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_submission_with_a_slot_starts_an_idle_sessions_turn_in_its_own_unit() {
-        use crate::submit::InputLink;
-
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (store, key, ws, start, mut taken) = with_slot(dir.path()).await;
-        let submit = || store.submit().starting(Some(start.clone()));
-        let (first, _) = submit()
-            .message(&ws, &key.id, prompt("one"), InputLink::None)
-            .await
-            .expect("first message");
-        assert!(
-            first.started,
-            "the idle session's turn started with the message"
-        );
-        let (pk, turn) = taken.try_recv().expect("the claimed turn was handed over");
-        assert_eq!(pk, key.pk);
-        assert_eq!(turn.input_seq, Some(first.seq), "the turn took this input");
-        assert_eq!(turn.text, "one");
-        assert_eq!(
-            turn.last_seq,
-            first.seq + 1,
-            "turn_started follows the prompt"
-        );
-        let row = store.projections().session_by_pk(key.pk).await;
-        assert!(
-            matches!(row, Ok(Some(r)) if r.turn_active && r.turn_status == TurnStatus::Running),
-            "the turn is active, and the session shows it running"
-        );
-
-        let (second, _) = submit()
-            .message(&ws, &key.id, prompt("two"), InputLink::None)
-            .await
-            .expect("second message");
-        assert!(
-            second.active && !second.started,
-            "a running turn is not claimed again"
-        );
-        assert!(taken.try_recv().is_err(), "nothing more was handed over");
-        store.close();
-    }
-
-    /// A claimed turn reaches the runner even when the request that submitted it is dropped
-    /// before its unit commits (a client that went away): nobody else would ever run it.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_turn_claimed_for_a_dropped_request_is_still_handed_over() {
-        use crate::submit::InputLink;
-
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (store, key, ws, start, mut taken) = with_slot(dir.path()).await;
-        let submit = store.submit().starting(Some(start));
-        {
-            // Polled once (the unit is then on its way to the writer), and dropped.
-            let mut request =
-                std::pin::pin!(submit.message(&ws, &key.id, prompt("gone"), InputLink::None));
-            let first = std::future::poll_fn(|cx| {
-                std::task::Poll::Ready(std::future::Future::poll(request.as_mut(), cx))
-            })
-            .await;
-            assert!(
-                first.is_pending(),
-                "the request was dropped before its answer"
-            );
-        }
-        let (pk, turn) = tokio::time::timeout(std::time::Duration::from_secs(30), taken.recv())
-            .await
-            .expect("handed over within 30 s")
-            .expect("a turn");
-        assert_eq!(pk, key.pk);
-        assert_eq!(
-            turn.text, "gone",
-            "the turn took the dropped request's input"
-        );
         store.close();
     }
 }

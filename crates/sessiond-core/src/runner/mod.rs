@@ -25,8 +25,7 @@ use crate::config::RunnerConfig;
 use crate::engine::{Engines, SessionOps};
 use crate::error::Result;
 use crate::metrics::METRICS;
-use crate::store::claims::ClaimedTurn;
-use crate::store::submit::StartNow;
+use crate::store::claims::{ClaimedTurn, StartNow};
 use crate::store::{SessionKey, Store, TurnSignal};
 
 /// The answer a submission gets from the runner (R64).

@@ -82,7 +82,7 @@ impl Sessions {
     ///
     /// When the runner has a slot free, it is held for the unit, which then claims the
     /// session's turn itself if none is active (the turn takes the input in the transaction that
-    /// records it; see `store::submit::StartNow`); otherwise the runner is told afterwards.
+    /// records it; see `store::claims::StartNow`); otherwise the runner is told afterwards.
     pub(super) async fn submit_input<T>(
         &self,
         retry: Option<Retry>,
