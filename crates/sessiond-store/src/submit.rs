@@ -507,7 +507,10 @@ impl Submissions<'_> {
             return self.store.write(job).await;
         };
         let store = self.store.clone();
-        tokio::spawn(async move {
+        // The request's id and span are the task's: the new task carries them on, so that the
+        // input keeps the id and what the unit logs stays in the request's span.
+        let request_id = crate::request_id::current();
+        let unit = tracing::Instrument::in_current_span(async move {
             let mut done = store.write(job).await?;
             let sub = done.submission();
             if let Some(turn) = sub.claimed.take() {
@@ -515,6 +518,12 @@ impl Submissions<'_> {
                 (start.hand_over)(sub.key.clone(), turn);
             }
             Ok(done)
+        });
+        tokio::spawn(async move {
+            match request_id {
+                Some(id) => crate::request_id::scope(id, unit).await,
+                None => unit.await,
+            }
         })
         .await
         .map_err(|e| Error::Internal(format!("a submission's unit did not finish: {e}")))?
@@ -846,17 +855,20 @@ mod tests {
     }
 
     /// A message submitted with a turn slot held claims its idle session's turn in its own unit
-    /// and hands it over once committed: the turn takes that very input, and the row shows it
-    /// running. A message to the session while that turn runs claims nothing.
+    /// and hands it over once committed: the turn takes that very input with the id of the
+    /// request that sent it, and the row shows it running. A message to the session while that turn runs claims nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_submission_with_a_slot_starts_an_idle_sessions_turn_in_its_own_unit() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, key, ws, start, mut taken) = with_slot(dir.path()).await;
         let submit = || store.submit().starting(Some(start.clone()));
-        let (first, _) = submit()
-            .message(&ws, &key.id, prompt("one"), InputLink::None)
-            .await
-            .expect("first message");
+        // Sent by a request whose id the turn carries on (to the engine's calls).
+        let (first, _) = crate::request_id::scope(
+            "req-1".to_owned(),
+            submit().message(&ws, &key.id, prompt("one"), InputLink::None),
+        )
+        .await
+        .expect("first message");
         assert!(
             first.started,
             "the idle session's turn started with the message"
@@ -865,6 +877,7 @@ mod tests {
         assert_eq!(pk, key.pk);
         assert_eq!(turn.input_seq, Some(first.seq), "the turn took this input");
         assert_eq!(turn.text, "one");
+        assert_eq!(turn.request_id, "req-1", "the turn keeps the request's id");
         assert_eq!(
             turn.last_seq,
             first.seq + 1,
