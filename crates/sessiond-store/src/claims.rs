@@ -245,20 +245,19 @@ impl TurnStore<'_> {
     }
 }
 
-/// The claim a submission's unit makes when the runner holds a turn slot for it (`start`) and
-/// no turn was `active` when the input arrived: the same claim as [`TurnStore::claim`], in the
-/// transaction that records the input. `None` when nothing may run now (the input stays
-/// queued, and the runner takes it as it would have without the slot); its failure is the
-/// unit's, which then records nothing.
+/// The claim a submission's unit makes when the runner holds a turn slot for it (`start`): the
+/// same claim as [`TurnStore::claim`], in the transaction that records the input. `None` without
+/// a slot, or when nothing may run now (a turn is active, or the input waits: the runner takes
+/// it as it would have without the slot); its failure is the unit's, which then records
+/// nothing.
 pub(crate) fn claim_at_submission(
     tx: &mut Tx<'_>,
     key: &SessionKey,
     start: Option<&StartNow>,
-    active: bool,
 ) -> Result<Option<ClaimedTurn>> {
     match start {
-        Some(s) if !active => claim(tx, key, &s.lease, s.machines.as_ref()),
-        _ => Ok(None),
+        Some(s) => claim(tx, key, &s.lease, s.machines.as_ref()),
+        None => Ok(None),
     }
 }
 

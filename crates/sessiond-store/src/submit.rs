@@ -276,7 +276,7 @@ impl Tx<'_> {
         if start.is_none() || active {
             return Ok(None);
         }
-        if let Some(claimed) = claim_at_submission(self, key, start, active)? {
+        if let Some(claimed) = claim_at_submission(self, key, start)? {
             return Ok(Some(claimed));
         }
         let row = self.session_row(key)?;
@@ -554,7 +554,7 @@ impl Submissions<'_> {
             if let Some((ParentKind::Handoff, parent_key)) = &from {
                 tx.close_session(parent_key, &key.id)?;
             }
-            let claimed = claim_at_submission(tx, &key, start.as_ref(), false)?;
+            let claimed = claim_at_submission(tx, &key, start.as_ref())?;
             Ok(Submission::created(key, seq, claimed))
         })
         .await
@@ -611,7 +611,7 @@ impl Submissions<'_> {
                 return Ok(Submission::added(key, seq, active, stops, claimed));
             }
             let (key, seq) = tx.insert_new_session(&plan, &m)?;
-            let claimed = claim_at_submission(tx, &key, start.as_ref(), false)?;
+            let claimed = claim_at_submission(tx, &key, start.as_ref())?;
             Ok(Submission::created(key, seq, claimed))
         })
         .await
@@ -856,7 +856,8 @@ mod tests {
 
     /// A message submitted with a turn slot held claims its idle session's turn in its own unit
     /// and hands it over once committed: the turn takes that very input with the id of the
-    /// request that sent it, and the row shows it running. A message to the session while that turn runs claims nothing.
+    /// request that sent it, and the row shows it running. A message to the session while that
+    /// turn runs claims nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_submission_with_a_slot_starts_an_idle_sessions_turn_in_its_own_unit() {
         let dir = tempfile::tempdir().expect("tempdir");
