@@ -50,6 +50,7 @@ pub mod outbound;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod projections;
+mod prompt_backlog;
 mod prompt_rows;
 mod reads;
 pub mod record;
@@ -424,6 +425,15 @@ impl Store {
                     (f.clone())(tx)
                 })
             }
+        }
+    }
+
+    /// Has the prompts that wait for the search index indexed (SQLite; see `prompt_backlog`).
+    pub(crate) async fn flush_prompts(&self) {
+        match &self.inner.backend {
+            Backend::Sqlite(db) => db.writer.flush_prompts().await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => {}
         }
     }
 

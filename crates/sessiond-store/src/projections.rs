@@ -94,6 +94,10 @@ impl ProjectionReads<'_> {
             after: q.after,
             limit: q.limit,
         };
+        if filter.fts_query.is_some() {
+            // Search reads its own writes: the prompts still waiting for the index go in first.
+            self.store.flush_prompts().await;
+        }
         let (ws, user) = (workspace_id.to_owned(), user_id.to_owned());
         self.store
             .read(move |c| super::list_sessions(c, &ws, &user, &filter))

@@ -41,6 +41,7 @@ use super::sql::{Db, Dialect, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
 use super::health::{Health, Probe};
+use super::prompt_backlog::{Backlog, Change, Waiting};
 use super::sink::Sink;
 use crate::clock;
 use crate::error::{Error, Result};
@@ -184,13 +185,14 @@ pub struct Tx<'c> {
     pub(crate) prompts: Vec<QueuedPrompt>,
 }
 
-/// A prompt to index for search once the batch's jobs have run.
+/// A prompt to index for search, recorded in the search backlog once the batch's jobs have run
+/// (see `prompt_backlog`).
 ///
 /// SQLite's full-text tables write what they hold in memory to a segment of their own at every
 /// savepoint of the transaction, and every job but a [`OneWrite`] runs in one: indexing each
 /// prompt inside its job made one segment (and a rewrite of the index's structure record, and
-/// merge work later) per prompt. Indexed after the last job, outside every savepoint, a batch's
-/// prompts make one segment together, in the same transaction as the events that hold them.
+/// merge work later) per prompt. Indexed outside every savepoint, many prompts make one segment
+/// together.
 #[derive(Debug)]
 pub(crate) struct QueuedPrompt {
     pub key: super::SessionKey,
@@ -384,6 +386,8 @@ impl<'c> OneWrite<'_, 'c> {
 pub struct WriterHandle {
     sender: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The prompts waiting for the search index.
+    prompts: Arc<Waiting>,
 }
 
 /// What the writer thread shares with the rest of the store.
@@ -401,6 +405,8 @@ pub fn spawn(
     health: Arc<Health>,
 ) -> Result<WriterHandle> {
     let (tx, rx) = mpsc::channel::<Job>(max_batch.max(1) * 8);
+    let backlog = Backlog::open(&conn);
+    let prompts = backlog.waiting();
     let shared = Shared {
         sink,
         health,
@@ -408,11 +414,12 @@ pub fn spawn(
     };
     let thread = std::thread::Builder::new()
         .name("sessiond-writer".into())
-        .spawn(move || run(conn, rx, max_batch, shared))
+        .spawn(move || run(conn, rx, max_batch, shared, backlog))
         .map_err(|e| Error::Internal(format!("cannot start writer thread: {e}")))?;
     Ok(WriterHandle {
         sender: Mutex::new(Some(tx)),
         thread: Mutex::new(Some(thread)),
+        prompts,
     })
 }
 
@@ -531,6 +538,20 @@ impl WriterHandle {
             .map_err(|_| Error::Internal("write job was dropped".into()))?
     }
 
+    /// Has the prompts that wait for the search index indexed, so that a search that follows
+    /// finds every prompt committed before it asked (see `prompt_backlog`). Without waiting
+    /// prompts, returns at once. A write that cannot be made (a full disk) leaves the search to
+    /// the prompts already indexed rather than failing it: reads work on a full disk.
+    pub async fn flush_prompts(&self) {
+        if !self.prompts.any() {
+            return;
+        }
+        self.prompts.want();
+        if let Err(e) = self.write(|_| Ok(())).await {
+            tracing::debug!(error = %e, "the prompt search backlog was not indexed before a search");
+        }
+    }
+
     /// Write requests waiting in the writer's queue.
     pub(crate) fn queue_depth(&self) -> usize {
         self.sender
@@ -554,7 +575,13 @@ fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: Shared) {
+fn run(
+    conn: Connection,
+    mut rx: mpsc::Receiver<Job>,
+    max_batch: usize,
+    shared: Shared,
+    mut backlog: Backlog,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
     let mut counters = CounterCache::default();
     // Without it SQLite checkpoints inside the writer's commits, as it would by default.
@@ -568,7 +595,13 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_batch: usize, shared: 
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         take_queued(&mut rx, &mut batch, max_batch);
-        match commit_batch(&conn, &mut batch, &*shared.sink, &mut counters) {
+        match commit_batch(
+            &conn,
+            &mut batch,
+            &*shared.sink,
+            &mut counters,
+            &mut backlog,
+        ) {
             Ok(wrote) => {
                 if wrote {
                     shared.health.committed();
@@ -675,18 +708,17 @@ pub(super) fn flush_counters(
     Ok(())
 }
 
-/// Indexes the batch's prompts for search, in the order their jobs ran (after every job, outside
-/// their savepoints: see [`QueuedPrompt`]). A prompt of a session a later job of the batch
-/// deleted is left out, as the deletion removed the session's other search rows.
-fn index_prompts(
+/// Records the batch's prompts in the search backlog (after every job, outside their
+/// savepoints: see [`QueuedPrompt`]), indexing the backlog when it is due (see
+/// `prompt_backlog`). A prompt of a session a later job of the batch deleted is left out, as the
+/// deletion removed the session's other search rows and waiting prompts.
+fn record_prompts(
     db: &Db<'_>,
     changed: &HashMap<i64, Counters>,
     committed: &CounterCache,
+    backlog: &Backlog,
     prompts: Vec<QueuedPrompt>,
-) -> Result<()> {
-    if prompts.is_empty() {
-        return Ok(());
-    }
+) -> Result<Change> {
     let batch = HashMap::new();
     let mut tx = Tx {
         conn: db,
@@ -700,13 +732,13 @@ fn index_prompts(
         locked: Default::default(),
         prompts: Vec::new(),
     };
-    for p in prompts {
-        if changed.get(&p.key.pk).is_some_and(|c| c.deleted) {
-            continue;
-        }
-        tx.write_prompt_index(&p.key, p.seq, &p.text)?;
-    }
-    Ok(())
+    let kept = prompts
+        .iter()
+        .filter(|p| !changed.get(&p.key.pk).is_some_and(|c| c.deleted))
+        .map(|p| (&p.key, p.seq, p.text.as_str()));
+    backlog.take(db, kept, |key, seq, text| {
+        tx.write_prompt_index(key, seq, text)
+    })
 }
 
 /// Answers every job of `jobs` with `e` without running it.
@@ -724,6 +756,7 @@ fn commit_batch(
     batch: &mut Vec<Job>,
     sink: &dyn Sink,
     counters: &mut CounterCache,
+    backlog: &mut Backlog,
 ) -> Result<bool> {
     let jobs_in_batch = batch.len();
     let changes_before = conn.total_changes();
@@ -828,11 +861,15 @@ fn commit_batch(
         }
     }
     drop(jobs);
-    let committed = index_prompts(&db, &changed, counters, prompts)
-        .and_then(|()| Ok(flush_counters(&db, &changed, clock::now_ms())?))
-        .and_then(|()| Ok(exec_cached(conn, "COMMIT")?));
+    let committed = record_prompts(&db, &changed, counters, backlog, prompts).and_then(|change| {
+        flush_counters(&db, &changed, clock::now_ms())?;
+        exec_cached(conn, "COMMIT")?;
+        Ok(change)
+    });
     match committed {
-        Ok(()) => {
+        Ok(change) => {
+            // Before anyone is answered: a caller that searches next must know its prompt waits.
+            backlog.committed(change);
             for (pk, c) in changed {
                 if c.deleted {
                     counters.remove(&pk);
@@ -930,7 +967,7 @@ pub(super) mod tests {
         (store, key)
     }
 
-    fn note(text: &str) -> Event {
+    pub(crate) fn note(text: &str) -> Event {
         Event::NoteSubmitted {
             note: text.into(),
             sender: Sender::User {
@@ -1130,6 +1167,7 @@ pub(super) mod tests {
             })
             .await
             .expect("prompts");
+        store.flush_prompts().await;
         let texts: Vec<(i64, String)> = store
             .read(|c| {
                 let mut stmt =
@@ -1161,6 +1199,7 @@ pub(super) mod tests {
         assert!(first_seqs.len() < seqs.len() / 3, "{first_seqs:?}");
         assert!(texts.iter().all(|r| r.1.len() <= PROMPT_ROW_BYTES));
         let rows = |store: Store, sql: &'static str| async move {
+            store.flush_prompts().await;
             store
                 .read(move |c| {
                     let mut stmt = c.prepare(sql)?;
@@ -1241,6 +1280,7 @@ pub(super) mod tests {
                 .await
                 .expect("prompts");
         }
+        store.flush_prompts().await;
         let rows: Vec<String> = store
             .read(|c| {
                 let mut stmt =
@@ -1352,6 +1392,7 @@ pub(super) mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, key) = store_with_session(dir.path()).await;
         let count = |store: Store, word: &'static str| async move {
+            store.flush_prompts().await;
             store
                 .read(move |c| {
                     Ok(c.query_row(
@@ -1405,6 +1446,7 @@ pub(super) mod tests {
         while let Some(r) = set.join_next().await {
             r.expect("task").expect("write");
         }
+        store.flush_prompts().await;
         let rows: Vec<String> = store
             .read(|c| {
                 let mut stmt = c.prepare("SELECT prompts FROM session_search_prompts")?;

@@ -438,9 +438,10 @@ impl Tx<'_> {
     /// Indexes the prompt of the `prompt_submitted` event at `seq` for search, in a row of the
     /// session's prompt index (see [`Tx::write_prompt_index`] for how rows are kept).
     ///
-    /// On SQLite the prompt is written after the batch's last job (see
-    /// [`super::writer::QueuedPrompt`]), in the same transaction; on PostgreSQL at once, in the
-    /// job's own statements.
+    /// On SQLite the prompt goes to the search backlog after the batch's last job (see
+    /// [`super::writer::QueuedPrompt`]), in the same transaction, and into the index with many
+    /// others later (see `prompt_backlog`); on PostgreSQL into the index at once, in the job's
+    /// own statements.
     pub(crate) fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
         if self.conn.dialect() == Dialect::Postgres {
             return self.write_prompt_index(key, seq, prompt);
@@ -666,6 +667,9 @@ impl Tx<'_> {
             )?;
         } else {
             c.execute("DELETE FROM session_search WHERE rowid = ?1", [key.pk])?;
+        }
+        if c.dialect() == Dialect::Sqlite {
+            c.execute("DELETE FROM prompt_backlog WHERE session_pk = ?1", [key.pk])?;
         }
         if c.dialect() == Dialect::Sqlite
             && let Some(first) = prompt_search_key(key.pk, 0)

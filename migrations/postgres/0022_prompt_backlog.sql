@@ -1,0 +1,3 @@
+-- The twin of SQLite's `prompt_backlog`, which PostgreSQL does without: each of its writes is a
+-- transaction of its own, and indexes its prompts for search in it (`prompt_backlog.rs`). The
+-- version stays one with SQLite's.
