@@ -34,9 +34,11 @@
 //!
 //! With `SESSIOND_BENCH_BASELINE=<another sessiond binary>` each size is measured first with that
 //! binary (`serve`) on a copy of the data dir, then with this build on the data dir itself, and
-//! every table shows both. The copy is brought to the baseline's schema first: a baseline from
-//! before migration 0013 gets its two full-text indexes without the prefix index, rebuilt from the
-//! same rows (the only difference between the two schemas), and schema version 12.
+//! every table shows both. The copy is brought to the baseline's schema first: a copy of schema 22
+//! loses its prompt search backlog (empty, as the seeding indexes what it writes) and becomes
+//! schema 21; a baseline from before migration 0013 gets its two full-text indexes without the
+//! prefix index, rebuilt from the same rows (the only difference between the two schemas), and
+//! schema version 12.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -733,9 +735,11 @@ fn main() {
 type SizeFigures = (usize, Vec<Lat>, Option<Vec<Lat>>);
 
 /// Copies the database (closed, so its WAL is checkpointed) to a data dir of its own for the
-/// baseline binary and brings the copy to that binary's schema: a baseline from before
-/// migration 0013 gets both full-text indexes without the prefix index (rebuilt from their own
-/// rows, as migration 0010 made them) and schema version 12. Returns the seconds it took.
+/// baseline binary and brings the copy to that binary's schema: a copy of schema 22 loses the
+/// (empty) prompt search backlog and becomes schema 21, which any baseline since 21 opens; a
+/// baseline from before migration 0013 gets both full-text indexes without the prefix index
+/// (rebuilt from their own rows, as migration 0010 made them) and schema version 12. Returns the
+/// seconds it took.
 fn baseline_copy(data_dir: &Path, db: &Path, base_dir: &Path) -> f64 {
     let start = Instant::now();
     let _ = std::fs::remove_dir_all(base_dir);
@@ -755,6 +759,22 @@ fn baseline_copy(data_dir: &Path, db: &Path, base_dir: &Path) -> f64 {
     let version: i64 = c
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap_or_else(|e| die("schema version", e));
+    if version == 22 {
+        // Migration 0022 only adds the prompt search backlog, which the seeding left empty
+        // (`SeedStore::prompts_blocking` indexes what it wrote): a baseline of schema 21 reads
+        // the copy without it, and a newer one adds it again as it opens the copy.
+        let waiting: i64 = c
+            .query_row("SELECT count(*) FROM prompt_backlog", [], |r| r.get(0))
+            .unwrap_or_else(|e| die("the prompt search backlog", e));
+        if waiting != 0 {
+            die(
+                "the prompt search backlog",
+                format!("{waiting} prompts wait"),
+            );
+        }
+        c.execute_batch("DROP TABLE prompt_backlog; PRAGMA user_version = 21;")
+            .unwrap_or_else(|e| die("bring the copy to schema 21", e));
+    }
     if version == 13 {
         c.execute_batch(
             "BEGIN;

@@ -437,6 +437,16 @@ impl Store {
         }
     }
 
+    /// [`Store::flush_prompts`] for a caller outside the runtime (the benchmarks' seeding); a
+    /// write that cannot be made is its error.
+    pub(crate) fn flush_prompts_blocking(&self) -> Result<()> {
+        match &self.inner.backend {
+            Backend::Sqlite(db) => db.writer.flush_prompts_blocking(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
     /// Runs a query on a pooled connection, off the async threads.
     async fn read<T, F>(&self, f: F) -> Result<T>
     where

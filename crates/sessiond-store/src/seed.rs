@@ -61,7 +61,8 @@ impl SeedStore<'_> {
     }
 
     /// Appends prompts to one session in one transaction, each indexed for search as the
-    /// message path indexes it.
+    /// message path indexes it, and has the prompts waiting for the search index indexed, so
+    /// that the database holds none waiting when the benchmark hands it on.
     pub fn prompts_blocking(&self, key: &SessionKey, prompts: Vec<(Event, String)>) -> Result<()> {
         let key = key.clone();
         self.store.write_blocking(move |tx| {
@@ -70,7 +71,8 @@ impl SeedStore<'_> {
                 tx.index_prompt(&key, seq, text)?;
             }
             Ok(())
-        })
+        })?;
+        self.store.flush_prompts_blocking()
     }
 
     /// Appends and indexes one prompt as one write job; the job's own time inside the writer.

@@ -552,6 +552,16 @@ impl WriterHandle {
         }
     }
 
+    /// [`WriterHandle::flush_prompts`] for a caller outside the runtime; a write that cannot be
+    /// made is its error.
+    pub fn flush_prompts_blocking(&self) -> Result<()> {
+        if !self.prompts.any() {
+            return Ok(());
+        }
+        self.prompts.want();
+        self.write_blocking(|_| Ok(()))
+    }
+
     /// Write requests waiting in the writer's queue.
     pub(crate) fn queue_depth(&self) -> usize {
         self.sender
