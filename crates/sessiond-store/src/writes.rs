@@ -353,8 +353,18 @@ impl Tx<'_> {
             .map(|i| (c.last_event_seq + i as u64) as i64)
             .collect();
         let types: Vec<&str> = events.iter().map(|e| e.type_name()).collect();
-        let mut sql =
-            String::from("INSERT INTO events (session_pk, seq, type, body, created_at) VALUES ");
+        // `OR FAIL` on SQLite: a statement of several rows that may abort half-way (`OR ABORT`,
+        // the default) keeps a statement journal, a copy of every page it changes, to undo
+        // itself. A failing append fails its job, whose savepoint, or for a job without one the
+        // whole batch, is rolled back in any case; the statement need not undo itself first.
+        let mut sql = String::from(match self.conn.dialect() {
+            Dialect::Sqlite => {
+                "INSERT OR FAIL INTO events (session_pk, seq, type, body, created_at) VALUES "
+            }
+            Dialect::Postgres => {
+                "INSERT INTO events (session_pk, seq, type, body, created_at) VALUES "
+            }
+        });
         let mut args: Vec<&dyn ToSql> = Vec::with_capacity(5 * events.len());
         for i in 0..events.len() {
             let n = 5 * i;
