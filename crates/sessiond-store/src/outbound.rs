@@ -312,6 +312,12 @@ impl Subscriber {
 }
 
 /// The kinds a timeline event of `event_type` (`body` its JSON) is a message of.
+/// Whether an event of this type may be of a kind a subscription receives: the types
+/// [`kinds_of_event`] names kinds for.
+fn may_notify(event_type: &str) -> bool {
+    matches!(event_type, "ask" | "interrupted" | "complete")
+}
+
 fn kinds_of_event(event_type: &str, body: &str) -> Vec<&'static str> {
     match event_type {
         "ask" => vec!["input.requested"],
@@ -520,13 +526,20 @@ impl Tx<'_> {
         body: &str,
         seq: u64,
     ) -> Result<()> {
-        let kinds = kinds_of_event(event_type, body);
-        if kinds.is_empty() {
+        // Most workspaces subscribe to nothing: their turns' terminals are not parsed again.
+        if !may_notify(event_type) {
             return Ok(());
         }
         let Some(audience) = self.audience(key.pk)? else {
             return Ok(());
         };
+        if audience.subscribers.is_empty() {
+            return Ok(());
+        }
+        let kinds = kinds_of_event(event_type, body);
+        if kinds.is_empty() {
+            return Ok(());
+        }
         let data = terminal_data(event_type, body, seq);
         self.outbox_to(&audience, &key.id, &kinds, data)
     }
@@ -1016,6 +1029,13 @@ mod tests {
         );
         assert_eq!(kinds_of_event("ask", "{}"), ["input.requested"]);
         assert!(kinds_of_event("sleep", "{}").is_empty());
+        for t in ["ask", "interrupted"] {
+            assert!(may_notify(t) && !kinds_of_event(t, "{}").is_empty(), "{t}");
+        }
+        assert!(may_notify("complete"));
+        for t in ["sleep", "step", "prompt_submitted", "output", "usage"] {
+            assert!(!may_notify(t) && kinds_of_event(t, "{}").is_empty(), "{t}");
+        }
         assert!(kinds_of_event("step", "{}").is_empty());
     }
 
