@@ -278,6 +278,29 @@ impl Unfinished {
     }
 }
 
+/// The images and attachments an input's event carries; either is empty when absent or not as
+/// sessiond writes it. The event is read into its two media fields alone: the rest of it (the
+/// prompt's text) is skipped, not built into a value.
+fn media_of(body: &str) -> (Vec<StoredImageRef>, Vec<AttachmentRef>) {
+    #[derive(serde::Deserialize)]
+    struct Media<'a> {
+        #[serde(borrow, default)]
+        images: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow, default)]
+        attachments: Option<&'a serde_json::value::RawValue>,
+    }
+    let Ok(media) = serde_json::from_str::<Media<'_>>(body) else {
+        return Default::default();
+    };
+    fn field<T: serde::de::DeserializeOwned + Default>(
+        raw: Option<&serde_json::value::RawValue>,
+    ) -> T {
+        raw.and_then(|r| serde_json::from_str(r.get()).ok())
+            .unwrap_or_default()
+    }
+    (field(media.images), field(media.attachments))
+}
+
 fn stored_machine(row: &SessionRow) -> Option<StoredMachine<'_>> {
     Some(StoredMachine {
         state: row.machine_state.as_deref()?,
@@ -374,17 +397,13 @@ fn claim(
         _ => None,
     };
     // Media travel on the input's event, not in the queue.
-    let media: Value = if external {
-        tx.event_body(key.pk, input.seq)?
-            .and_then(|b| serde_json::from_str(&b).ok())
-            .unwrap_or(Value::Null)
-    } else {
-        Value::Null
+    let (images, attachments) = match external {
+        true => tx
+            .event_body(key.pk, input.seq)?
+            .map(|b| media_of(&b))
+            .unwrap_or_default(),
+        false => Default::default(),
     };
-    let images: Vec<StoredImageRef> =
-        serde_json::from_value(media["images"].clone()).unwrap_or_default();
-    let attachments: Vec<AttachmentRef> =
-        serde_json::from_value(media["attachments"].clone()).unwrap_or_default();
     let mut text = input.text.clone();
     let machine_step = started.is_some();
     if let Some(m) = started {
@@ -655,6 +674,27 @@ fn end_lost(
 pub(crate) mod tests {
     use super::*;
     use crate::sql::params;
+
+    /// An input's media are read from its event as it was written, whatever else it holds; a
+    /// field that is absent or not as sessiond writes it is empty, the other one kept.
+    #[test]
+    fn media_are_read_from_the_event_alone() {
+        let body = r#"{"type":"prompt_submitted","prompt":"a \"quoted\" text","images":
+            [{"storageId":"i1","mimeType":"image/png","bytes":3}],
+            "attachments":[{"path":"/d/a.txt","name":"a.txt","bytes":5}]}"#;
+        let (images, attachments) = media_of(body);
+        assert_eq!(images.len(), 1);
+        assert_eq!(images[0].storage_id, "i1");
+        assert_eq!(attachments[0].path, "/d/a.txt");
+        let (images, attachments) = media_of(r#"{"prompt":"x","images":5,"attachments":[]}"#);
+        assert!(images.is_empty() && attachments.is_empty());
+        let (images, attachments) =
+            media_of(r#"{"images":{"no":1},"attachments":[{"path":"p","name":"n","bytes":1}]}"#);
+        assert!(images.is_empty());
+        assert_eq!(attachments.len(), 1);
+        assert_eq!(media_of("not json").0.len(), 0);
+        assert_eq!(media_of(r#"{"prompt":"no media"}"#).1.len(), 0);
+    }
 
     /// Rules for sessions without a machine.
     pub(crate) struct NoMachine;
