@@ -915,7 +915,10 @@ fn deployments_made_before_the_history_get_their_rows() {
         Some(_) => s.db_execute(&format!(
             "{undo} DELETE FROM schema_migrations WHERE version >= 16;"
         )),
-        None => s.db_execute(&format!("{undo} PRAGMA user_version = 15;")),
+        // The prompt search backlog (0022) is SQLite's alone.
+        None => s.db_execute(&format!(
+            "DROP TABLE prompt_backlog; {undo} PRAGMA user_version = 15;"
+        )),
     }
     s.restart();
     let (status, rows) = s.get(&ax(
