@@ -219,7 +219,7 @@ impl TurnStore<'_> {
     ) -> Result<Option<ClaimedTurn>> {
         let key = key.clone();
         self.store
-            .write_checked(move |tx| claim(tx, &key, &lease, machines.as_ref()))
+            .write_checked(move |tx| claim(tx, &key, &lease, machines.as_ref(), None))
             .await
     }
 
@@ -249,14 +249,17 @@ impl TurnStore<'_> {
 /// same claim as [`TurnStore::claim`], in the transaction that records the input. `None` without
 /// a slot, or when nothing may run now (a turn is active, or the input waits: the runner takes
 /// it as it would have without the slot); its failure is the unit's, which then records
-/// nothing.
+/// nothing. `read` is the session's row as the unit read it, when the unit refused a closed
+/// session and nothing of it has rewritten the row since (a message's unit): the claim then
+/// reads neither again.
 pub(crate) fn claim_at_submission(
     tx: &mut Tx<'_>,
     key: &SessionKey,
     start: Option<&StartNow>,
+    read: Option<SessionRow>,
 ) -> Result<Option<ClaimedTurn>> {
     match start {
-        Some(s) => claim(tx, key, &s.lease, s.machines.as_ref()),
+        Some(s) => claim(tx, key, &s.lease, s.machines.as_ref(), read),
         None => Ok(None),
     }
 }
@@ -349,6 +352,7 @@ fn claim(
     key: &SessionKey,
     lease: &Lease,
     machines: &dyn MachineRules,
+    read: Option<SessionRow>,
 ) -> Result<Option<ClaimedTurn>> {
     // The queue, read once: the turn takes its oldest input that may run now, and what stays
     // queued makes the follow-up queue and tells whether steers wait.
@@ -357,13 +361,18 @@ fn claim(
         return Ok(None);
     };
     // A session closed for good runs no more turns, whatever is queued (`store::intake`); one
-    // whose budget is spent starts its turn, which fails with `budget_hit`.
-    let closure = tx.drop_work_if_closed(key)?;
-    if closure.as_ref().is_some_and(Closure::is_final) {
-        return Ok(None);
-    }
-    let budget_spent = closure.map(|c| c.error());
-    let row = tx.session_row(key)?;
+    // whose budget is spent starts its turn, which fails with `budget_hit`. A unit that hands
+    // over the row it read had refused its input to a closed session (spent budget included).
+    let (budget_spent, row) = match read {
+        Some(row) => (None, row),
+        None => {
+            let closure = tx.drop_work_if_closed(key)?;
+            if closure.as_ref().is_some_and(Closure::is_final) {
+                return Ok(None);
+            }
+            (closure.map(|c| c.error()), tx.session_row(key)?)
+        }
+    };
     if row.turn_active {
         return Ok(None);
     }

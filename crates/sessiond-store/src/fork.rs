@@ -129,7 +129,7 @@ impl Tx<'_> {
         }
         self.set_turn(&key, TurnStatus::Complete)?;
         let first_seq = match &f.first {
-            Some(m) => Some(self.add_message(&ws, &key, m, true)?.0),
+            Some(m) => Some(self.add_message(&ws, &key, m, true)?.seq),
             None => None,
         };
         Ok(Forked { key, first_seq })

@@ -9,7 +9,7 @@ use super::claims::{ClaimedTurn, StartNow, claim_at_submission};
 use super::inputs::Retry;
 use super::projections::TurnStatus;
 use super::sessions::{Author, NewImage};
-use super::{NewInput, NewRecordFacts, NewSession, SessionKey, Store, Tx};
+use super::{NewInput, NewRecordFacts, NewSession, SessionKey, SessionRow, Store, Tx};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::timeline::{AttachmentRef, Behavior, Event, InputKind, Tier};
@@ -272,14 +272,18 @@ impl Tx<'_> {
         key: &SessionKey,
         start: Option<&StartNow>,
         active: bool,
+        read: Option<SessionRow>,
     ) -> Result<Option<ClaimedTurn>> {
         if start.is_none() || active {
             return Ok(None);
         }
-        if let Some(claimed) = claim_at_submission(self, key, start)? {
+        if let Some(claimed) = claim_at_submission(self, key, start, read.clone())? {
             return Ok(Some(claimed));
         }
-        let row = self.session_row(key)?;
+        let row = match read {
+            Some(row) => row,
+            None => self.session_row(key)?,
+        };
         self.show_turn(key, &row, TurnStatus::Running)?;
         Ok(None)
     }
@@ -381,8 +385,7 @@ impl Tx<'_> {
         Ok((key, seq))
     }
 
-    /// Appends a message to an existing session; its seq, whether a turn was running and, when
-    /// the message asked to stop that turn, the turn's generation. With `show`, a session with
+    /// Appends a message to an existing session ([`AddedMessage`]). With `show`, a session with
     /// no turn running is shown running (the runner claims its turn next); without, the caller
     /// claims the turn or shows it ([`Tx::start_or_show`]).
     pub(crate) fn add_message(
@@ -391,9 +394,9 @@ impl Tx<'_> {
         key: &SessionKey,
         m: &NewPrompt,
         show: bool,
-    ) -> Result<(u64, bool, Option<u64>)> {
+    ) -> Result<AddedMessage> {
         self.takes_input(key)?;
-        let row = self.session_row(key)?;
+        let mut row = self.session_row(key)?;
         let (instead, stops) = self.when_busy(key, &row, m.when_busy)?;
         let instead = instead.map(|behavior| NewPrompt {
             behavior,
@@ -401,22 +404,26 @@ impl Tx<'_> {
         });
         let m = instead.as_ref().unwrap_or(m);
         // R21/R22: an explicit tier becomes sticky; the input keeps the tier in force now.
-        let tier = match m.tier {
-            Some(t) => {
-                self.set_tier(key, t)?;
-                Some(t)
-            }
-            None => row.tier,
-        };
+        if let Some(t) = m.tier {
+            self.set_tier(key, t)?;
+            row.tier = Some(t);
+        }
+        let tier = row.tier;
         let seq = self.append_prompt(workspace_id, key, m, None, InputKind::Message, tier)?;
-        if !row.turn_active {
+        let active = row.turn_active;
+        if !active {
             if show {
                 self.show_turn(key, &row, TurnStatus::Running)?;
             }
         } else if m.behavior == Behavior::FollowUp {
             self.refresh_follow_up_queue(key)?;
         }
-        Ok((seq, row.turn_active, stops))
+        Ok(AddedMessage {
+            seq,
+            active,
+            stops,
+            unchanged: (!active && !show).then_some(row),
+        })
     }
 
     /// Appends `prompt_submitted`, indexes the prompt, queues it for the runner (after
@@ -467,6 +474,19 @@ impl Tx<'_> {
         self.remember(p.retry.as_ref(), key, seq)?;
         Ok(seq)
     }
+}
+
+/// What [`Tx::add_message`] did.
+pub(crate) struct AddedMessage {
+    pub seq: u64,
+    /// A turn was running.
+    pub active: bool,
+    /// The generation of the running turn the message asked to stop.
+    pub stops: Option<u64>,
+    /// The session's row as the message read it, when nothing of the message has rewritten it
+    /// but the tier, which the row then carries (no turn running, and not shown running): what
+    /// a claim in the same unit would read again.
+    pub unchanged: Option<SessionRow>,
 }
 
 /// Submissions of inputs, each one unit of work.
@@ -554,7 +574,7 @@ impl Submissions<'_> {
             if let Some((ParentKind::Handoff, parent_key)) = &from {
                 tx.close_session(parent_key, &key.id)?;
             }
-            let claimed = claim_at_submission(tx, &key, start.as_ref())?;
+            let claimed = claim_at_submission(tx, &key, start.as_ref(), None)?;
             Ok(Submission::created(key, seq, claimed))
         })
         .await
@@ -578,11 +598,11 @@ impl Submissions<'_> {
                 return Ok((Submission::replayed(key, seq), None));
             }
             let key = tx.session_key_to_append(&ws, &id)?;
-            let (seq, active, stops) = tx.add_message(&ws, &key, &m, start.is_none())?;
-            let linked = tx.link_input(&key, seq, &link)?;
-            let claimed = tx.start_or_show(&key, start.as_ref(), active)?;
+            let added = tx.add_message(&ws, &key, &m, start.is_none())?;
+            let linked = tx.link_input(&key, added.seq, &link)?;
+            let claimed = tx.start_or_show(&key, start.as_ref(), added.active, added.unchanged)?;
             Ok((
-                Submission::added(key, seq, active, stops, claimed),
+                Submission::added(key, added.seq, added.active, added.stops, claimed),
                 Some(linked),
             ))
         })
@@ -605,13 +625,19 @@ impl Submissions<'_> {
             tx.lock(super::RowLock::Agent(&plan.agent_id))?;
             if let Some(sid) = tx.default_session(&plan.agent_id)? {
                 let key = tx.session_key_to_append(&plan.workspace_id, &sid)?;
-                let (seq, active, stops) =
-                    tx.add_message(&plan.workspace_id, &key, &m, start.is_none())?;
-                let claimed = tx.start_or_show(&key, start.as_ref(), active)?;
-                return Ok(Submission::added(key, seq, active, stops, claimed));
+                let added = tx.add_message(&plan.workspace_id, &key, &m, start.is_none())?;
+                let claimed =
+                    tx.start_or_show(&key, start.as_ref(), added.active, added.unchanged)?;
+                return Ok(Submission::added(
+                    key,
+                    added.seq,
+                    added.active,
+                    added.stops,
+                    claimed,
+                ));
             }
             let (key, seq) = tx.insert_new_session(&plan, &m)?;
-            let claimed = claim_at_submission(tx, &key, start.as_ref())?;
+            let claimed = claim_at_submission(tx, &key, start.as_ref(), None)?;
             Ok(Submission::created(key, seq, claimed))
         })
         .await
@@ -671,7 +697,7 @@ impl Submissions<'_> {
             }
             tx.remember(a.retry.as_ref(), &key, seq)?;
             let linked = tx.link_input(&key, seq, &link)?;
-            let claimed = tx.start_or_show(&key, start.as_ref(), false)?;
+            let claimed = tx.start_or_show(&key, start.as_ref(), false, None)?;
             Ok((
                 Submission::added(key, seq, false, None, claimed),
                 Some(linked),
@@ -899,6 +925,38 @@ mod tests {
             "a running turn is not claimed again"
         );
         assert!(taken.try_recv().is_err(), "nothing more was handed over");
+        store.close();
+    }
+
+    /// A message that sets a tier and claims its idle session's turn in the same unit: the claim
+    /// takes the row the message read, with the new tier, so the turn runs with it and the row
+    /// keeps it; a message without a tier then runs with the session's sticky one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_in_the_messages_unit_sees_the_tier_the_message_set() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, key, ws, start, mut taken) = with_slot(dir.path()).await;
+        let economy = NewPrompt {
+            tier: Some(Tier::Economy),
+            ..prompt("cheap")
+        };
+        let (first, _) = store
+            .submit()
+            .starting(Some(start.clone()))
+            .message(&ws, &key.id, economy, InputLink::None)
+            .await
+            .expect("message with a tier");
+        assert!(first.started);
+        let (_, turn) = taken.try_recv().expect("the claimed turn was handed over");
+        assert_eq!(
+            turn.tier,
+            Some(Tier::Economy),
+            "the turn runs with the new tier"
+        );
+        let row = store.projections().session_by_pk(key.pk).await;
+        assert!(
+            matches!(&row, Ok(Some(r)) if r.turn_active && r.tier == Some(Tier::Economy)),
+            "the row keeps the tier and shows the turn: {row:?}"
+        );
         store.close();
     }
 
