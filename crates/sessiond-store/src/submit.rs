@@ -266,7 +266,10 @@ impl Tx<'_> {
     /// claimed with `start`, when no turn is `active` (the claim's one `UPDATE` of the row shows
     /// the session running: the input's own would be a second); or, when none could be claimed,
     /// the session shown running for the runner to claim later. Without `start` the input's
-    /// unit has shown it already.
+    /// unit has shown it already. `read` is the row as the input's unit read it, handed to the
+    /// claim (see [`AddedMessage::unchanged`]). When the claim finds nothing to run, the row is
+    /// read again to show the session running (rarely: the input just queued may run), rather
+    /// than a copy of it kept for that case on every message.
     fn start_or_show(
         &mut self,
         key: &SessionKey,
@@ -277,13 +280,10 @@ impl Tx<'_> {
         if start.is_none() || active {
             return Ok(None);
         }
-        if let Some(claimed) = claim_at_submission(self, key, start, read.clone())? {
+        if let Some(claimed) = claim_at_submission(self, key, start, read)? {
             return Ok(Some(claimed));
         }
-        let row = match read {
-            Some(row) => row,
-            None => self.session_row(key)?,
-        };
+        let row = self.session_row(key)?;
         self.show_turn(key, &row, TurnStatus::Running)?;
         Ok(None)
     }
@@ -930,7 +930,7 @@ mod tests {
 
     /// A message that sets a tier and claims its idle session's turn in the same unit: the claim
     /// takes the row the message read, with the new tier, so the turn runs with it and the row
-    /// keeps it; a message without a tier then runs with the session's sticky one.
+    /// keeps it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_claim_in_the_messages_unit_sees_the_tier_the_message_set() {
         let dir = tempfile::tempdir().expect("tempdir");
