@@ -251,6 +251,84 @@ fn a_stream_on_one_process_sees_a_turn_run_on_another_and_resumes_on_a_third() {
     assert_eq!(again, expected);
 }
 
+/// The delta notices `s` has relayed to other processes.
+fn relayed(s: &Server) -> f64 {
+    s.metric("sessiond_fanout_deltas_relayed_total")
+        .expect("the relay's counter")
+}
+
+/// The text of the text deltas among `frames`, joined.
+fn streamed_text(frames: &[SseFrame]) -> String {
+    frames
+        .iter()
+        .filter(|f| f.id.is_none() && f.data["event"]["step"]["type"] == "text_delta")
+        .filter_map(|f| f.data["event"]["step"]["delta"].as_str())
+        .collect()
+}
+
+/// A turn nobody streams on another process relays no delta; a stream opened on A in the middle
+/// of a turn B runs gets what B streamed before it (B's tail) and then the rest: every chunk
+/// once, in order, as a stream opened on B would.
+#[test]
+fn a_stream_opened_mid_turn_on_another_process_gets_the_whole_streamed_text() {
+    let Some(d) = Deployment::start(2, &[]) else {
+        return;
+    };
+    let [a, b] = &d.servers[..] else {
+        unreachable!()
+    };
+    let id = create(b, "hello");
+    b.wait_terminal(&id, 1);
+    let before = relayed(b);
+    let (status, v) = b.post(
+        &b.sessions_url(&format!("/{id}/messages/wait")),
+        &json!({ "prompt": "/stream 5", "clientRequestId": new_uuid() }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        relayed(b),
+        before,
+        "B relayed deltas nobody elsewhere streams"
+    );
+
+    // A slow streamed turn on B; A's stream opens once B's own stream has seen two chunks. Should
+    // the machine be so slow that the turn ends first, it is tried again, slower.
+    for (attempt, slow) in [400, 1_500, 5_000].into_iter().enumerate() {
+        let chunks = 12;
+        let whole: String = (1..=chunks).map(|i| format!("chunk {i} ")).collect();
+        let last = b.history_all(&id).last().map(seq).expect("events");
+        let local = b.sse(&id, Some(last), None);
+        let (status, v) = b.post(
+            &b.sessions_url(&format!("/{id}/messages")),
+            &json!({ "prompt": format!("/slow {slow}\n/stream {chunks}"), "clientRequestId": new_uuid() }),
+        );
+        assert_eq!(status, 200, "{v}");
+        let mut seen = Vec::new();
+        while streamed_text(&seen).matches("chunk").count() < 2 {
+            let frame = local
+                .next_frame(Duration::from_secs(30))
+                .expect("B streams its own turn");
+            seen.push(frame);
+        }
+        let remote = a.sse(&id, Some(last), None);
+        let frames = remote.until_terminal(Duration::from_secs(90));
+        let text = streamed_text(&frames);
+        let rest = local.until_terminal(Duration::from_secs(90));
+        assert_eq!(
+            streamed_text(&[seen, rest].concat()),
+            whole,
+            "B's own stream"
+        );
+        if text.is_empty() && attempt < 2 {
+            // A's stream opened after the turn had ended: no tail was left to hand over.
+            continue;
+        }
+        assert_eq!(text, whole, "A's stream: {frames:#?}");
+        assert!(relayed(b) > before, "B relayed nothing");
+        return;
+    }
+}
+
 /// Deleting a session on A ends its open streams on every process, as on one process: B's and
 /// C's streams end as A's does, and the session is gone on all three.
 #[test]
@@ -950,6 +1028,46 @@ fn a_process_alone_is_joined_by_one_that_arrives_and_is_alone_again_when_it_dies
         .next_frame(Duration::from_secs(20))
         .expect("the note's frame");
     assert_eq!(frame.id, Some(last + 1), "{frame:?}");
+}
+
+/// A stream opened while its process was alone asks for the session's deltas once another
+/// process arrives: a turn the newcomer runs streams to it, every chunk once, in order.
+#[test]
+fn a_stream_opened_while_alone_gets_the_deltas_of_a_process_that_arrives() {
+    let Some(mut d) = Deployment::start(1, &[]) else {
+        return;
+    };
+    until("A finds itself alone", Duration::from_secs(30), || {
+        alone(&d.servers[0]).then_some(())
+    });
+    let id = create(&d.servers[0], "hello");
+    let last = seq(&d.servers[0].wait_terminal(&id, 1));
+    let sse = d.servers[0].sse(&id, Some(last), None);
+    d.add(&[]);
+    let [a, b] = &d.servers[..] else {
+        unreachable!()
+    };
+    until("A hears B arrive", Duration::from_secs(30), || {
+        (!alone(a)).then_some(())
+    });
+    until(
+        "B hears A ask for the session",
+        Duration::from_secs(30),
+        || (b.metric("sessiond_fanout_sessions_asked") == Some(1.0)).then_some(()),
+    );
+    let (status, v) = b.post(
+        &b.sessions_url(&format!("/{id}/messages")),
+        &json!({ "prompt": "/stream 5", "clientRequestId": new_uuid() }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let frames = sse.until_terminal(Duration::from_secs(30));
+    let whole: String = (1..=5).map(|i| format!("chunk {i} ")).collect();
+    assert_eq!(streamed_text(&frames), whole, "A's stream: {frames:#?}");
+    assert_eq!(
+        b.metric("sessiond_fanout_sessions_asked"),
+        Some(1.0),
+        "B relays for A's one stream"
+    );
 }
 
 /// A listener whose connection the server closed reads, once it is back, what its live sessions

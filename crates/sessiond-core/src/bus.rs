@@ -40,8 +40,8 @@ enum TailPart {
     Text(String, i64),
     /// Consecutive reasoning deltas, merged; when the first was published.
     Reasoning(String, i64),
-    /// Any other volatile frame, as published.
-    Frame(Arc<Frame>),
+    /// Any other volatile frame, as published, and the step it shows (relayed as it was).
+    Frame(Arc<Frame>, Arc<Step>),
 }
 
 impl TailPart {
@@ -51,7 +51,20 @@ impl TailPart {
             TailPart::Reasoning(delta, at) => {
                 Frame::step(&Step::ReasoningDelta { delta }, at).map(Arc::new)
             }
-            TailPart::Frame(f) => Some(f),
+            TailPart::Frame(f, _) => Some(f),
+        }
+    }
+
+    /// The step this part shows: a merged text is one delta.
+    fn step(&self) -> Step {
+        match self {
+            TailPart::Text(delta, _) => Step::TextDelta {
+                delta: delta.clone(),
+            },
+            TailPart::Reasoning(delta, _) => Step::ReasoningDelta {
+                delta: delta.clone(),
+            },
+            TailPart::Frame(_, step) => Step::clone(step),
         }
     }
 }
@@ -61,6 +74,9 @@ struct TopicState {
     /// The broadcast ring; only while the session has subscribers.
     tx: Option<broadcast::Sender<Arc<Frame>>>,
     subscribers: usize,
+    /// Those of the subscribers that stream deltas ([`Bus::subscribe`], not [`Bus::observe`]):
+    /// while there are any, the processes that run the session's turns relay its deltas here.
+    streams: usize,
     tail: Vec<TailPart>,
     tail_bytes: usize,
     /// The tail outgrew [`TAIL_MAX_BYTES`]: keep nothing until the next durable output.
@@ -173,9 +189,10 @@ pub struct Bus {
     capacity: usize,
     max_subscribers: usize,
     closed: watch::Sender<bool>,
-    /// Where deltas published here also go, when other processes share the database (set once
-    /// by the store's backend).
-    relay: OnceLock<Relay>,
+    /// Where deltas published here also go, and where a session's first stream asks for the
+    /// deltas other processes publish, when other processes share the database (set once by the
+    /// store's backend).
+    relay: OnceLock<Box<dyn Relay>>,
 }
 
 pub use sessiond_store::Relay;
@@ -194,6 +211,7 @@ struct SubscriberGuard {
     bus: Arc<Bus>,
     topic: Arc<Topic>,
     session_id: String,
+    streams: bool,
 }
 
 impl Drop for SubscriberGuard {
@@ -201,6 +219,9 @@ impl Drop for SubscriberGuard {
         let idle = {
             let mut st = self.topic.lock();
             st.subscribers = st.subscribers.saturating_sub(1);
+            if self.streams {
+                st.streams = st.streams.saturating_sub(1);
+            }
             if st.subscribers == 0 {
                 // No receiver is left (each subscription's receiver drops before its guard):
                 // free the ring.
@@ -231,11 +252,51 @@ impl Bus {
         })
     }
 
-    /// Sends every delta published on this process to `relay` as well (once; later calls are
-    /// ignored). Deltas that come from other processes are published with
-    /// [`Bus::publish_peer_delta`], which does not relay them again.
-    pub fn set_relay(&self, relay: Relay) {
+    /// Hands every delta published on this process, and every session's first stream, to
+    /// `relay` as well (once; later calls are ignored). Deltas that come from other processes are
+    /// published with [`Bus::publish_peer_delta`], which does not relay them again.
+    pub fn set_relay(&self, relay: Box<dyn Relay>) {
         let _ = self.relay.set(relay);
+    }
+
+    /// Calls `start` with the session's volatile tail (each part as one step, with the durable seq
+    /// it follows), the frames held for a commit included, under the session's lock: the lock
+    /// under which [`Relay::delta`] hears of each new delta (see [`sessiond_store::Relay`]).
+    pub fn with_tail(&self, session_id: &str, start: &mut dyn FnMut(&sessiond_store::TailSteps)) {
+        let idle = loop {
+            let topic = self.get_or_create(session_id);
+            let st = topic.lock();
+            if st.removed {
+                continue;
+            }
+            let tail = st.tail.iter().map(|part| (st.last_seq, part.step()));
+            let held = st
+                .held
+                .iter()
+                .filter_map(|h| h.part.as_ref().map(|(part, _)| (h.after_seq, part.step())));
+            let parts: Vec<(u64, Step)> = tail.chain(held).collect();
+            start(&parts);
+            break st.idle();
+        };
+        if idle {
+            self.prune(session_id);
+        }
+    }
+
+    /// Every session with a subscriber that streams deltas.
+    pub fn watched_sessions(&self) -> Vec<String> {
+        let topics: Vec<(String, Arc<Topic>)> = self
+            .map()
+            .iter()
+            .map(|(id, t)| (id.clone(), Arc::clone(t)))
+            .collect();
+        topics
+            .into_iter()
+            .filter_map(|(id, t)| {
+                let st = t.lock();
+                (!st.removed && st.streams > 0).then_some(id)
+            })
+            .collect()
     }
 
     /// The last durable seq sent to a session's live state, if it has any (subscribers or a
@@ -295,10 +356,22 @@ impl Bus {
         self.map().len()
     }
 
-    /// Subscribes to a session's live frames. Subscribe *before* reading the backlog, then drop
-    /// duplicates by seq (invariant 5).
+    /// Subscribes to a session's live frames, deltas included: a stream. Subscribe *before*
+    /// reading the backlog, then drop duplicates by seq (invariant 5). The session's first stream
+    /// on this process asks the other processes sharing the database to relay its deltas here.
     pub fn subscribe(self: &Arc<Self>, session_id: &str) -> Result<Subscription> {
-        let (topic, rx, tail, tail_after) = {
+        self.subscribe_as(session_id, true)
+    }
+
+    /// Subscribes to a session's frames for its durable ones (a wait for a terminal, a follower
+    /// of the timeline): it may see this process's deltas too, but it does not ask the other
+    /// processes for theirs.
+    pub fn observe(self: &Arc<Self>, session_id: &str) -> Result<Subscription> {
+        self.subscribe_as(session_id, false)
+    }
+
+    fn subscribe_as(self: &Arc<Self>, session_id: &str, streams: bool) -> Result<Subscription> {
+        let (topic, rx, tail, tail_after, first_stream) = {
             let mut map = self.map();
             let topic = Arc::clone(map.entry(session_id.to_owned()).or_default());
             let mut st = topic.lock();
@@ -306,6 +379,10 @@ impl Bus {
                 return Err(Error::TooManyStreams);
             }
             st.subscribers += 1;
+            let first_stream = streams && st.streams == 0;
+            if streams {
+                st.streams += 1;
+            }
             let rx = st
                 .tx
                 .get_or_insert_with(|| broadcast::channel(self.capacity).0)
@@ -314,8 +391,11 @@ impl Bus {
             let tail_after = st.last_seq;
             drop(st);
             drop(map);
-            (topic, rx, tail, tail_after)
+            (topic, rx, tail, tail_after, first_stream)
         };
+        if first_stream && let Some(relay) = self.relay.get() {
+            relay.watch(session_id);
+        }
         // Serialising the merged tail happens outside every lock.
         let tail = tail.into_iter().filter_map(TailPart::into_frame).collect();
         Ok(Subscription {
@@ -326,6 +406,7 @@ impl Bus {
                 bus: Arc::clone(self),
                 topic,
                 session_id: session_id.to_owned(),
+                streams,
             },
         })
     }
@@ -383,44 +464,33 @@ impl Bus {
 
     /// Publishes a text or reasoning delta (volatile): to live subscribers as its own frame, and
     /// into the tail merged with the deltas before it. `after_seq` is the last durable seq the
-    /// publisher knows of. It is relayed to the other processes, if any.
+    /// publisher knows of. It is relayed to the other processes that stream the session, if any.
     pub fn publish_delta(&self, session_id: &str, after_seq: u64, step: &Step) {
-        if let Some(relay) = self.relay.get() {
-            relay(session_id, after_seq, step);
-        }
-        self.publish_peer_delta(session_id, after_seq, step);
+        self.publish_step(session_id, after_seq, step, true);
     }
 
     /// Publishes a delta another process published (it is not relayed again).
     pub fn publish_peer_delta(&self, session_id: &str, after_seq: u64, step: &Step) {
-        let now = crate::clock::now_ms();
-        let part = match step {
-            Step::TextDelta { delta } => TailPart::Text(delta.clone(), now),
-            Step::ReasoningDelta { delta } => TailPart::Reasoning(delta.clone(), now),
-            _ => {
-                if let Some(frame) = Frame::step(step, now) {
-                    self.publish_volatile(session_id, after_seq, frame);
-                }
-                return;
-            }
-        };
-        let Some(frame) = Frame::step(step, now) else {
-            return;
-        };
-        let bytes = match &part {
-            TailPart::Text(t, _) | TailPart::Reasoning(t, _) => t.len(),
-            TailPart::Frame(f) => f.data.len(),
-        };
-        self.publish_part(session_id, after_seq, Arc::new(frame), part, bytes);
+        self.publish_step(session_id, after_seq, step, false);
     }
 
-    /// Publishes progress that is never stored. `after_seq` is the last durable seq the publisher
-    /// knows of.
-    pub fn publish_volatile(&self, session_id: &str, after_seq: u64, frame: Frame) {
-        let frame = Arc::new(frame);
-        let bytes = frame.data.len();
-        let part = TailPart::Frame(Arc::clone(&frame));
-        self.publish_part(session_id, after_seq, frame, part, bytes);
+    fn publish_step(&self, session_id: &str, after_seq: u64, step: &Step, relay: bool) {
+        let now = crate::clock::now_ms();
+        let Some(frame) = Frame::step(step, now).map(Arc::new) else {
+            return;
+        };
+        let (part, bytes) = match step {
+            Step::TextDelta { delta } => (TailPart::Text(delta.clone(), now), delta.len()),
+            Step::ReasoningDelta { delta } => {
+                (TailPart::Reasoning(delta.clone(), now), delta.len())
+            }
+            _ => (
+                TailPart::Frame(Arc::clone(&frame), Arc::new(step.clone())),
+                frame.data.len(),
+            ),
+        };
+        let relay = if relay { Some(step) } else { None };
+        self.publish_part(session_id, after_seq, frame, part, bytes, relay);
     }
 
     fn publish_part(
@@ -430,12 +500,16 @@ impl Bus {
         frame: Arc<Frame>,
         part: TailPart,
         bytes: usize,
+        relay: Option<&Step>,
     ) {
         loop {
             let topic = self.get_or_create(session_id);
             let mut st = topic.lock();
             if st.removed {
                 continue;
+            }
+            if let (Some(step), Some(relay)) = (relay, self.relay.get()) {
+                relay.delta(session_id, after_seq, step);
             }
             if !st.held.is_empty() || (after_seq > st.sent_seq && after_seq <= st.committed_seq) {
                 // The publisher knows of a committed frame not sent yet: this one follows it.
@@ -533,8 +607,16 @@ impl sessiond_store::Sink for Bus {
         Bus::publish_peer_delta(self, session_id, after_seq, step)
     }
 
-    fn set_relay(&self, relay: Relay) {
+    fn set_relay(&self, relay: Box<dyn Relay>) {
         Bus::set_relay(self, relay)
+    }
+
+    fn with_tail(&self, session_id: &str, start: &mut dyn FnMut(&sessiond_store::TailSteps)) {
+        Bus::with_tail(self, session_id, start)
+    }
+
+    fn watched_sessions(&self) -> Vec<String> {
+        Bus::watched_sessions(self)
     }
 }
 
@@ -686,5 +768,100 @@ mod tests {
         ));
         drop(sub);
         assert_eq!(bus.live_sessions(), 0);
+    }
+
+    /// A relay that records what the bus hands it.
+    #[derive(Default, Clone)]
+    struct Recorded(Arc<Mutex<Vec<String>>>);
+
+    impl Relay for Recorded {
+        fn delta(&self, session: &str, after_seq: u64, step: &Step) {
+            let text = match step {
+                Step::TextDelta { delta } => delta.clone(),
+                other => format!("{other:?}"),
+            };
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("delta {session} {after_seq} {text}"));
+        }
+
+        fn watch(&self, session: &str) {
+            self.0.lock().unwrap().push(format!("watch {session}"));
+        }
+    }
+
+    impl Recorded {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut self.0.lock().unwrap())
+        }
+    }
+
+    #[test]
+    fn a_sessions_first_stream_asks_for_its_deltas_and_an_observer_does_not() {
+        let bus = Bus::new(16, 10);
+        let relay = Recorded::default();
+        bus.set_relay(Box::new(relay.clone()));
+        let waiting = bus.observe("s").unwrap();
+        assert_eq!(relay.take(), Vec::<String>::new());
+        assert!(bus.watched_sessions().is_empty());
+        let first = bus.subscribe("s").unwrap();
+        let second = bus.subscribe("s").unwrap();
+        assert_eq!(relay.take(), ["watch s"]);
+        assert_eq!(bus.watched_sessions(), ["s"]);
+        drop(first);
+        assert_eq!(bus.watched_sessions(), ["s"]);
+        drop(second);
+        assert!(bus.watched_sessions().is_empty());
+        // The observer still holds the session; a new stream is a first one again.
+        let _again = bus.subscribe("s").unwrap();
+        assert_eq!(relay.take(), ["watch s"]);
+        drop(waiting);
+    }
+
+    /// What a peer is sent when it asks: the tail, the frames held for a commit included, then
+    /// every later delta — each once, in order.
+    #[test]
+    fn a_tail_handed_over_under_the_lock_is_continued_by_the_next_delta() {
+        let bus = Bus::new(16, 10);
+        let relay = Recorded::default();
+        bus.set_relay(Box::new(relay.clone()));
+        bus.publish_delta("s", 3, &delta("a"));
+        bus.publish_delta("s", 3, &delta("b"));
+        // Seq 4 is committed and not sent yet: the next delta waits for it, and is handed over
+        // after the tail.
+        bus.committed([("s", 4)]);
+        bus.publish_delta("s", 4, &delta("c"));
+        assert_eq!(
+            relay.take(),
+            ["delta s 3 a", "delta s 3 b", "delta s 4 c"],
+            "every local delta reaches the relay"
+        );
+        let mut handed = Vec::new();
+        bus.with_tail("s", &mut |tail| {
+            handed = tail
+                .iter()
+                .map(|(after, step)| format!("{after} {step:?}"))
+                .collect();
+        });
+        assert_eq!(
+            handed,
+            [
+                format!("3 {:?}", delta("ab")),
+                format!("4 {:?}", delta("c"))
+            ]
+        );
+        bus.publish_delta("s", 4, &delta("d"));
+        assert_eq!(relay.take(), ["delta s 4 d"]);
+        // A peer's delta is never relayed again.
+        bus.publish_peer_delta("s", 4, &delta("e"));
+        assert_eq!(relay.take(), Vec::<String>::new());
+        // A session with nothing live: an empty tail, and nothing left in the map.
+        let mut called = false;
+        bus.with_tail("t", &mut |tail| {
+            called = tail.is_empty();
+        });
+        assert!(called);
+        assert!(bus.get("t").is_none());
     }
 }

@@ -96,7 +96,7 @@ use reads::{
     upload_grant_by_hash, workspace_by_slug, workspace_slug,
 };
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
-pub use sink::{Relay, Sink};
+pub use sink::{Relay, Sink, TailSteps};
 pub use turn_status::TurnStatus;
 pub use turns::{SignalHook, TurnSignal};
 pub use writer::take_queued;

@@ -9,9 +9,35 @@
 use sessiond_model::frame::Frame;
 use sessiond_model::timeline::Step;
 
-/// Hands a delta published on this process to the other processes sharing the database:
-/// `(session, after_seq, step)`. Set once by a backend that has other processes to tell.
-pub type Relay = Box<dyn Fn(&str, u64, &Step) + Send + Sync>;
+/// Hands what the other processes sharing the database need of this process's live state to
+/// them. Set once by a backend that has other processes to tell.
+///
+/// A delta goes only to processes that asked for the session's deltas: each process asks when a
+/// session gets its first stream there ([`Relay::watch`]), and the process that streams the
+/// deltas first sends what the session's tail already holds ([`Sink::with_tail`]).
+pub trait Relay: Send + Sync {
+    /// A delta published on this process after durable seq `after_seq`. Called while the sink
+    /// holds the lock that orders the session's volatile frames, so that a tail read with
+    /// [`Sink::with_tail`] and the deltas relayed after it neither overlap nor leave a gap.
+    fn delta(&self, session: &str, after_seq: u64, step: &Step);
+
+    /// `session` got its first stream on this process: the processes that stream its deltas are
+    /// asked to relay them here.
+    fn watch(&self, session: &str);
+}
+
+impl<R: Relay + ?Sized> Relay for std::sync::Arc<R> {
+    fn delta(&self, session: &str, after_seq: u64, step: &Step) {
+        R::delta(self, session, after_seq, step)
+    }
+
+    fn watch(&self, session: &str) {
+        R::watch(self, session)
+    }
+}
+
+/// A session's volatile tail as steps, each with the durable seq it follows.
+pub type TailSteps = [(u64, Step)];
 
 /// The live fan-out the store publishes its commits to.
 pub trait Sink: Send + Sync {
@@ -35,8 +61,17 @@ pub trait Sink: Send + Sync {
     /// Publishes a delta another process streamed (it is not relayed again).
     fn publish_peer_delta(&self, session_id: &str, after_seq: u64, step: &Step);
 
-    /// Sends every delta streamed on this process to `relay` as well (once).
-    fn set_relay(&self, relay: Relay);
+    /// Hands every delta streamed on this process, and every session's first stream, to `relay`
+    /// as well (once).
+    fn set_relay(&self, relay: Box<dyn Relay>);
+
+    /// Calls `start` with the session's volatile tail — each delta with the durable seq it
+    /// follows — while holding the lock under which [`Relay::delta`] is called for the session:
+    /// what `start` begins to relay continues the tail exactly.
+    fn with_tail(&self, session_id: &str, start: &mut dyn FnMut(&TailSteps));
+
+    /// Every session with a stream on this process that asked for deltas.
+    fn watched_sessions(&self) -> Vec<String>;
 }
 
 /// A sink for the store's own tests: it records what it is told, in order.
@@ -44,7 +79,7 @@ pub trait Sink: Send + Sync {
 pub(crate) mod recorder {
     use std::sync::{Arc, Mutex};
 
-    use super::{Frame, Relay, Sink, Step};
+    use super::{Frame, Relay, Sink, Step, TailSteps};
 
     /// What a [`Recorder`] was told.
     #[derive(Debug, Clone, PartialEq)]
@@ -89,6 +124,14 @@ pub(crate) mod recorder {
 
         fn publish_peer_delta(&self, _: &str, _: u64, _: &Step) {}
 
-        fn set_relay(&self, _: Relay) {}
+        fn set_relay(&self, _: Box<dyn Relay>) {}
+
+        fn with_tail(&self, _: &str, start: &mut dyn FnMut(&TailSteps)) {
+            start(&[]);
+        }
+
+        fn watched_sessions(&self) -> Vec<String> {
+            Vec::new()
+        }
     }
 }

@@ -201,6 +201,10 @@ pub struct Metrics {
     pub sse_subscribers: Gauge,
     /// 1 while no other process shares the PostgreSQL database (commits send no notices).
     pub fanout_alone: Gauge,
+    /// Delta notices sent to other processes that stream the session (PostgreSQL).
+    pub fanout_deltas_relayed: Counter,
+    /// Sessions whose deltas other processes asked this one for (PostgreSQL).
+    pub fanout_sessions_asked: Gauge,
     /// Streams ended because their client fell behind (it resumes by seq).
     pub sse_lagged: Counter,
     /// Live frames that skipped a seq and sent their stream back to the store's backlog.
@@ -238,6 +242,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     engine_errors: Family::new(&["engine"], Counter::default),
     sse_subscribers: Gauge::default(),
     fanout_alone: Gauge::default(),
+    fanout_deltas_relayed: Counter::default(),
+    fanout_sessions_asked: Gauge::default(),
     sse_lagged: Counter::default(),
     sse_backlog_rereads: Counter::default(),
     logins_throttled: Counter::default(),
@@ -446,6 +452,20 @@ impl Metrics {
             "gauge",
             "1 while no other sessiond process shares the PostgreSQL database, so commits send no notices; 0 otherwise, and on SQLite.",
             self.fanout_alone.get(),
+        );
+        scalar(
+            &mut out,
+            "sessiond_fanout_deltas_relayed_total",
+            "counter",
+            "Delta notices this process sent to other sessiond processes that stream the session (PostgreSQL); none while no other process streams it.",
+            self.fanout_deltas_relayed.get(),
+        );
+        scalar(
+            &mut out,
+            "sessiond_fanout_sessions_asked",
+            "gauge",
+            "Sessions whose deltas other sessiond processes asked this one for, because they stream them (PostgreSQL).",
+            self.fanout_sessions_asked.get(),
         );
         scalar(
             &mut out,

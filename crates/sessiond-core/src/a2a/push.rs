@@ -85,7 +85,7 @@ struct Follower {
 
 impl Follower {
     async fn run(&self, mut cursor: u64) {
-        let mut sub = self.sessions.store().bus().subscribe(&self.id).ok();
+        let mut sub = self.sessions.store().bus().observe(&self.id).ok();
         let mut closed = self.sessions.store().bus().closed();
         loop {
             loop {

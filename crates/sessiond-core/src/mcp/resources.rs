@@ -157,7 +157,7 @@ pub async fn subscribe(ctx: &Context<'_>, params: &Value) -> Result<Value, RpcEr
         .sessions
         .store()
         .bus()
-        .subscribe(&id)
+        .observe(&id)
         .map_err(|e| RpcError::from_error(&e))?;
     let task = tokio::spawn(announce(events, ctx.session.standalone(), uri(&id)));
     ctx.session.add_subscription(&id, task.abort_handle());

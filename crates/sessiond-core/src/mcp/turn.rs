@@ -27,7 +27,7 @@ pub async fn follow(ctx: &Context<'_>, sub: &Submitted, wait: bool) -> Result<Va
     }
     // Subscribed before the wait reads the store, so no event of the turn goes unreported.
     let mut events = match &ctx.progress {
-        Some(_) => ctx.sessions.store().bus().subscribe(&sub.key.id).ok(),
+        Some(_) => ctx.sessions.store().bus().observe(&sub.key.id).ok(),
         None => None,
     };
     if let Some(p) = &ctx.progress {

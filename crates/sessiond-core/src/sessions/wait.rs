@@ -30,7 +30,7 @@ impl Sessions {
     pub async fn wait_for_terminal(&self, key: &SessionKey, input_seq: u64) -> Result<WaitOutcome> {
         let deadline = Instant::now() + Duration::from_millis(self.cfg.runner.wait_deadline_ms);
         // A full subscriber table only degrades the observation to polling.
-        let mut sub = self.store.bus().subscribe(&key.id).ok();
+        let mut sub = self.store.bus().observe(&key.id).ok();
         loop {
             if let Some(found) = self.find_terminal(key, input_seq).await? {
                 return Ok(found);

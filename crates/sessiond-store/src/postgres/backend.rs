@@ -148,21 +148,24 @@ impl PgBackend {
     /// what is streamed here reaches theirs (see [`super::fanout`]).
     pub(crate) fn start_fanout(&self, sink: &Arc<dyn Sink>) {
         let config = self.db.config();
-        super::fanout::spawn_listener(
+        let notifier = super::fanout::notifier(
             &self.handle,
             config.clone(),
+            self.db.tls(),
+            self.stop.subscribe(),
+        );
+        let peers = super::fanout::Peers::new(notifier.clone(), Arc::clone(&self.presence));
+        super::fanout::spawn_listener(
+            &self.handle,
+            config,
             self.db.tls(),
             Arc::clone(sink),
             Arc::clone(&self.signals),
             Arc::clone(&self.presence),
+            Arc::clone(&peers),
             self.stop.subscribe(),
         );
-        let notifier =
-            super::fanout::notifier(&self.handle, config, self.db.tls(), self.stop.subscribe());
-        sink.set_relay(super::fanout::relay(
-            notifier.clone(),
-            Arc::clone(&self.presence),
-        ));
+        sink.set_relay(Box::new(peers));
         let _ = self.notifier.set(notifier);
     }
 

@@ -16,8 +16,14 @@
 //! streams as the deleting process does; a listener that reconnects ends those of the live
 //! sessions it finds gone.
 //!
-//! Volatile deltas go through the same channel, unstored: the bus relays each delta published
-//! on this process ([`relay`]) to a task that sends them with `pg_notify` on a connection of its
+//! Volatile deltas go through the same channel, unstored, to the processes that stream the
+//! session: a process asks for a session's deltas when the session gets its first stream there
+//! ([`Notice::Watch`], asked again every [`WATCH_REFRESH`] while it streams, and to every process
+//! that says hello; an ask lasts [`WATCH_TTL`]). The process that streams them first relays the
+//! session's tail — what a stream opened on it would have been sent — then each new delta, under
+//! the bus's lock for the session, so that nothing is sent twice or skipped ([`Peers`]). A turn
+//! nobody streams elsewhere relays nothing: a `/wait` or a follower of the durable timeline does
+//! not ask. The deltas go to a task that sends them with `pg_notify` on a connection of its
 //! own, in order, as many as are queued in one statement (one transaction, one wake-up of each
 //! listener, however many deltas; a number of the process's own keeps two equal deltas two
 //! notices, since PostgreSQL drops a transaction's duplicates). PostgreSQL refuses a payload of
@@ -27,8 +33,8 @@
 //! is full, the database unreachable) drops deltas, never blocks the turn that streams them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
@@ -65,6 +71,13 @@ fn next_number() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// How long another process's ask for a session's deltas lasts.
+const WATCH_TTL: Duration = Duration::from_secs(30);
+
+/// How often a process asks again for the deltas of the sessions it streams (well within
+/// [`WATCH_TTL`], so that one lost ask stops nothing).
+const WATCH_REFRESH: Duration = Duration::from_secs(10);
+
 /// How long a lost listener or relay connection waits before it connects again.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
@@ -97,6 +110,9 @@ pub(crate) enum Notice {
     /// `from` committed without notices while it believed itself alone, or while its listener
     /// was away: every process reads what its live sessions missed.
     Resync { from: String },
+    /// `from` streams these sessions: the processes that stream their deltas relay them to it
+    /// (see [`Peers`]).
+    Watch { from: String, sessions: Vec<String> },
     /// A signal for the turn of `session`, wherever it runs (the process that runs it acts on
     /// it; the others ignore it).
     Turn {
@@ -230,23 +246,141 @@ pub(crate) fn notifier(
     tx
 }
 
-/// Sends every delta published on this process's bus to the other processes, while there are
-/// any (a delta lost while one arrives is volatile; the durable events that follow it are not).
-pub(crate) fn relay(notifier: Notifier, presence: Arc<Presence>) -> crate::Relay {
-    Box::new(move |session, after, step| {
-        if presence.alone() {
-            return;
-        }
-        for notice in delta_notices(session, after, step) {
-            if notifier.try_send(notice).is_err() {
-                tracing::debug!(
-                    session,
-                    "the delta relay is behind; a delta was not relayed"
-                );
-                return;
+/// This process's side of the delta relay: which sessions other processes stream, and the queue
+/// its notices go out by. The bus hands it every delta published here and every session's first
+/// stream ([`crate::Relay`]).
+pub(crate) struct Peers {
+    notifier: Notifier,
+    presence: Arc<Presence>,
+    /// The sessions other processes asked for, until when.
+    watched: Mutex<HashMap<String, Instant>>,
+}
+
+impl Peers {
+    pub(crate) fn new(notifier: Notifier, presence: Arc<Presence>) -> Arc<Peers> {
+        Arc::new(Peers {
+            notifier,
+            presence,
+            watched: Mutex::default(),
+        })
+    }
+
+    fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.watched.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues notices in order; a full queue drops them (they are volatile, or asked again).
+    fn send(&self, notices: Vec<String>, what: &str) -> bool {
+        for notice in notices {
+            if self.notifier.try_send(notice).is_err() {
+                tracing::debug!("the notice queue is behind; {what} was not sent");
+                return false;
             }
         }
-    })
+        true
+    }
+
+    /// Another process asked for `session`'s deltas: a first ask (or one after the last
+    /// expired) is answered with the session's tail, and the deltas that follow are relayed.
+    fn asked(&self, sink: &dyn Sink, session: &str) {
+        sink.with_tail(session, &mut |tail| {
+            let now = Instant::now();
+            let before = {
+                let mut watched = self.watched();
+                let before = watched.insert(session.to_owned(), now + WATCH_TTL);
+                set_asked(watched.len());
+                before
+            };
+            if before.is_some_and(|until| until > now) {
+                // Relayed already: the tail went with the first ask.
+                return;
+            }
+            for (after, step) in tail {
+                let notices = delta_notices(session, *after, step);
+                let n = notices.len() as u64;
+                if !self.send(notices, "a tail's delta") {
+                    return;
+                }
+                sessiond_telemetry::metrics::METRICS
+                    .fanout_deltas_relayed
+                    .add(n);
+            }
+        });
+    }
+
+    /// Asks the other processes for the deltas of these sessions (those streamed here).
+    fn ask(&self, sessions: &[String]) {
+        if sessions.is_empty() || self.presence.alone() {
+            return;
+        }
+        self.send(watch_notices(sessions), "an ask for deltas");
+    }
+
+    /// Forgets the asks that expired.
+    fn sweep(&self) {
+        let now = Instant::now();
+        let mut watched = self.watched();
+        watched.retain(|_, until| *until > now);
+        set_asked(watched.len());
+    }
+}
+
+fn set_asked(sessions: usize) {
+    sessiond_telemetry::metrics::METRICS
+        .fanout_sessions_asked
+        .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+}
+
+impl crate::Relay for Peers {
+    fn delta(&self, session: &str, after_seq: u64, step: &Step) {
+        if self.presence.alone() {
+            return;
+        }
+        let watched = self
+            .watched()
+            .get(session)
+            .is_some_and(|until| *until > Instant::now());
+        if watched {
+            let notices = delta_notices(session, after_seq, step);
+            let n = notices.len() as u64;
+            if self.send(notices, "a delta") {
+                sessiond_telemetry::metrics::METRICS
+                    .fanout_deltas_relayed
+                    .add(n);
+            }
+        }
+    }
+
+    fn watch(&self, session: &str) {
+        self.ask(&[session.to_owned()]);
+    }
+}
+
+/// The ask for these sessions' deltas, in as many notices as their ids need.
+fn watch_notices(sessions: &[String]) -> Vec<String> {
+    let encode = |sessions: &[String]| {
+        serde_json::to_string(&Notice::Watch {
+            from: crate::ids::process_id().to_owned(),
+            sessions: sessions.to_vec(),
+        })
+        .ok()
+    };
+    let envelope = encode(&[]).map_or(0, |e| e.len());
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, envelope);
+    for (i, session) in sessions.iter().enumerate() {
+        // The id as a JSON string (escapes included) and its comma.
+        let bytes = serde_json::to_string(session).map_or(0, |s| s.len()) + 1;
+        if i > start && size + bytes > MAX_PAYLOAD {
+            out.extend(encode(&sessions[start..i]));
+            (start, size) = (i, envelope);
+        }
+        size += bytes;
+    }
+    if start < sessions.len() {
+        out.extend(encode(&sessions[start..]));
+    }
+    out
 }
 
 async fn send_relayed(
@@ -303,6 +437,7 @@ async fn send_relayed(
 
 /// Listens for the other processes' notices until `stop`, publishing what they committed and
 /// streamed to this process's bus, and keeps `presence` (see [`super::presence`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn spawn_listener(
     handle: &tokio::runtime::Handle,
     config: tokio_postgres::Config,
@@ -310,9 +445,10 @@ pub(crate) fn spawn_listener(
     sink: Arc<dyn Sink>,
     signals: Arc<OnceLock<SignalHook>>,
     presence: Arc<Presence>,
+    peers: Arc<Peers>,
     stop: watch::Receiver<bool>,
 ) {
-    handle.spawn(listen(config, tls, sink, signals, presence, stop));
+    handle.spawn(listen(config, tls, sink, signals, presence, peers, stop));
 }
 
 /// How often a process that is not alone asks whether it is.
@@ -324,6 +460,7 @@ async fn listen(
     sink: Arc<dyn Sink>,
     signals: Arc<OnceLock<SignalHook>>,
     presence: Arc<Presence>,
+    peers: Arc<Peers>,
     mut stop: watch::Receiver<bool>,
 ) {
     // Whether this process committed without notices that the others have not been told of.
@@ -357,6 +494,7 @@ async fn listen(
                     sink: &*sink,
                     signals: &signals,
                     presence: &presence,
+                    peers: &peers,
                 };
                 let stopped = listener.serve(rx, &mut stop, &mut owed).await;
                 driver.abort();
@@ -384,6 +522,7 @@ struct Listener<'a> {
     sink: &'a dyn Sink,
     signals: &'a OnceLock<SignalHook>,
     presence: &'a Presence,
+    peers: &'a Peers,
 }
 
 impl Listener<'_> {
@@ -405,11 +544,19 @@ impl Listener<'_> {
         }
         let mut check = tokio::time::interval(PRESENCE_CHECK);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut refresh = tokio::time::interval(WATCH_REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let first = tokio::select! {
                 payload = rx.recv() => payload,
                 _ = check.tick(), if !self.presence.alone() => {
                     self.ask_alone().await;
+                    continue;
+                }
+                // The first tick is at once: the asks of a listener back from a lost connection.
+                _ = refresh.tick() => {
+                    self.peers.sweep();
+                    self.peers.ask(&self.sink.watched_sessions());
                     continue;
                 }
                 _ = stop.changed() => return true,
@@ -419,10 +566,15 @@ impl Listener<'_> {
             while let Ok(more) = rx.try_recv() {
                 batch.push(more);
             }
-            let heard = apply(self.sink, self.signals, batch);
+            let heard = apply(self.sink, self.signals, self.peers, batch);
             // Only this task finds the process alone, so the flag cannot change before `resync`.
             if heard.hello && self.presence.alone() && !self.resync().await {
                 *owed = true;
+            }
+            if heard.hello {
+                // A process that arrived (or came back) knows of no ask of this one's (and this
+                // one, alone until now, asked nobody).
+                self.peers.ask(&self.sink.watched_sessions());
             }
             if heard.resync {
                 self.catch_up_all().await;
@@ -512,7 +664,12 @@ struct Heard {
 /// Applies a batch of notices in order: deltas are published at once (the bus holds one that
 /// follows a commit until that commit's frames are sent); commits are recorded and returned,
 /// newest seq per session, for sessions with live state here, with the hellos and resyncs heard.
-fn apply(sink: &dyn Sink, signals: &OnceLock<SignalHook>, batch: Vec<String>) -> Heard {
+fn apply(
+    sink: &dyn Sink,
+    signals: &OnceLock<SignalHook>,
+    peers: &Peers,
+    batch: Vec<String>,
+) -> Heard {
     let me = crate::ids::process_id();
     let mut heard = Heard::default();
     let pending = &mut heard.pending;
@@ -531,7 +688,13 @@ fn apply(sink: &dyn Sink, signals: &OnceLock<SignalHook>, batch: Vec<String>) ->
             | Notice::Turn { from, .. }
             | Notice::Hello { from }
             | Notice::Resync { from }
+            | Notice::Watch { from, .. }
                 if from == me => {}
+            Notice::Watch { sessions, .. } => {
+                for session in &sessions {
+                    peers.asked(sink, session);
+                }
+            }
             Notice::Hello { .. } => heard.hello = true,
             Notice::Resync { .. } => heard.resync = true,
             Notice::Deleted { session, .. } => {
@@ -703,6 +866,25 @@ mod tests {
             turn_notice(&key, TurnSignal::Interrupt),
             turn_notice(&key, TurnSignal::Interrupt)
         );
+    }
+
+    #[test]
+    fn an_ask_for_many_sessions_is_split_into_notices_that_fit() {
+        let sessions: Vec<String> = (0..1_000)
+            .map(|i| format!("{i:08}-0000-4000-8000-00000000000\"{i}"))
+            .collect();
+        let notices = watch_notices(&sessions);
+        assert!(notices.len() > 1);
+        let mut asked = Vec::new();
+        for n in &notices {
+            assert!(n.len() <= MAX_PAYLOAD, "{}", n.len());
+            match serde_json::from_str::<Notice>(n).unwrap() {
+                Notice::Watch { sessions, .. } => asked.extend(sessions),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(asked, sessions);
+        assert!(watch_notices(&[]).is_empty());
     }
 
     #[test]
