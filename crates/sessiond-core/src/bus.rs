@@ -285,6 +285,12 @@ impl Bus {
 
     /// Every session with a subscriber that streams deltas.
     pub fn watched_sessions(&self) -> Vec<String> {
+        self.each_topic(|id, st| (st.streams > 0).then_some(id))
+    }
+
+    /// What `pick` takes of each session in the map, each topic locked in turn after the map's
+    /// lock is let go (see the lock order on [`Bus`]).
+    fn each_topic<T>(&self, mut pick: impl FnMut(String, &TopicState) -> Option<T>) -> Vec<T> {
         let topics: Vec<(String, Arc<Topic>)> = self
             .map()
             .iter()
@@ -294,7 +300,7 @@ impl Bus {
             .into_iter()
             .filter_map(|(id, t)| {
                 let st = t.lock();
-                (!st.removed && st.streams > 0).then_some(id)
+                if st.removed { None } else { pick(id, &st) }
             })
             .collect()
     }
@@ -309,18 +315,7 @@ impl Bus {
 
     /// Every session with live state and the last durable seq sent to it.
     pub fn live_topics(&self) -> Vec<(String, u64)> {
-        let topics: Vec<(String, Arc<Topic>)> = self
-            .map()
-            .iter()
-            .map(|(id, t)| (id.clone(), Arc::clone(t)))
-            .collect();
-        topics
-            .into_iter()
-            .filter_map(|(id, t)| {
-                let st = t.lock();
-                (!st.removed).then_some((id, st.sent_seq))
-            })
-            .collect()
+        self.each_topic(|id, st| Some((id, st.sent_seq)))
     }
 
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Topic>>> {
