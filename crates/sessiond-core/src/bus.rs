@@ -81,6 +81,9 @@ struct TopicState {
     tail_bytes: usize,
     /// The tail outgrew [`TAIL_MAX_BYTES`]: keep nothing until the next durable output.
     tail_dropped: bool,
+    /// Some of the tail went to other processes ([`Relay`]): they keep it, so a later ask for
+    /// the session's deltas is not sent it again ([`Bus::with_tail`]).
+    relayed: bool,
     /// Last durable seq that settled the tail (an output of the agent); the tail continues after
     /// it. Inputs appended meanwhile (a note, a steer) do not move it.
     last_seq: u64,
@@ -103,6 +106,8 @@ struct Held {
     frame: Arc<Frame>,
     /// What it adds to the tail (`None` once the tail was cleared meanwhile).
     part: Option<(TailPart, usize)>,
+    /// It went to other processes when it was published.
+    relayed: bool,
 }
 
 impl TopicState {
@@ -112,17 +117,20 @@ impl TopicState {
     }
 
     /// Sends a volatile frame published after durable seq `after_seq`: to the tail, then live.
+    /// `relayed`: it went to other processes too.
     fn send_volatile(
         &mut self,
         after_seq: u64,
         frame: Arc<Frame>,
         part: Option<(TailPart, usize)>,
+        relayed: bool,
     ) {
         if after_seq > self.last_seq {
             self.settle(after_seq);
         }
         if let Some((part, bytes)) = part {
             self.keep(part, bytes);
+            self.relayed |= relayed;
         }
         self.send(frame);
     }
@@ -131,7 +139,7 @@ impl TopicState {
     fn release_held(&mut self) {
         while self.held.front().is_some_and(|h| h.until <= self.sent_seq) {
             if let Some(h) = self.held.pop_front() {
-                self.send_volatile(h.after_seq, h.frame, h.part);
+                self.send_volatile(h.after_seq, h.frame, h.part, h.relayed);
             }
         }
     }
@@ -141,6 +149,7 @@ impl TopicState {
         self.tail = Vec::new();
         self.tail_bytes = 0;
         self.tail_dropped = false;
+        self.relayed = false;
     }
 
     fn send(&self, frame: Arc<Frame>) {
@@ -262,20 +271,35 @@ impl Bus {
     /// Calls `start` with the session's volatile tail (each part as one step, with the durable seq
     /// it follows), the frames held for a commit included, under the session's lock: the lock
     /// under which [`Relay::delta`] hears of each new delta (see [`sessiond_store::Relay`]).
-    pub fn with_tail(&self, session_id: &str, start: &mut dyn FnMut(&sessiond_store::TailSteps)) {
+    /// A tail of which some part went to other processes already is handed over empty: every
+    /// process keeps the deltas relayed to it, so sending it again would repeat it to them.
+    pub fn with_tail(
+        &self,
+        session_id: &str,
+        start: &mut dyn FnMut(&sessiond_store::TailSteps) -> bool,
+    ) {
         let idle = loop {
             let topic = self.get_or_create(session_id);
-            let st = topic.lock();
+            let mut st = topic.lock();
             if st.removed {
                 continue;
             }
-            let tail = st.tail.iter().map(|part| (st.last_seq, part.step()));
-            let held = st
-                .held
-                .iter()
-                .filter_map(|h| h.part.as_ref().map(|(part, _)| (h.after_seq, part.step())));
-            let parts: Vec<(u64, Step)> = tail.chain(held).collect();
-            start(&parts);
+            let parts: Vec<(u64, Step)> = if st.relayed || st.held.iter().any(|h| h.relayed) {
+                Vec::new()
+            } else {
+                let tail = st.tail.iter().map(|part| (st.last_seq, part.step()));
+                let held = st
+                    .held
+                    .iter()
+                    .filter_map(|h| h.part.as_ref().map(|(part, _)| (h.after_seq, part.step())));
+                tail.chain(held).collect()
+            };
+            if start(&parts) {
+                st.relayed = true;
+                for h in st.held.iter_mut().filter(|h| h.part.is_some()) {
+                    h.relayed = true;
+                }
+            }
             break st.idle();
         };
         if idle {
@@ -503,9 +527,10 @@ impl Bus {
             if st.removed {
                 continue;
             }
-            if let (Some(step), Some(relay)) = (relay, self.relay.get()) {
-                relay.delta(session_id, after_seq, step);
-            }
+            let relayed = match (relay, self.relay.get()) {
+                (Some(step), Some(relay)) => relay.delta(session_id, after_seq, step),
+                _ => false,
+            };
             if !st.held.is_empty() || (after_seq > st.sent_seq && after_seq <= st.committed_seq) {
                 // The publisher knows of a committed frame not sent yet: this one follows it.
                 let until = st
@@ -517,10 +542,11 @@ impl Bus {
                     after_seq,
                     frame,
                     part: Some((part, bytes)),
+                    relayed,
                 });
                 return;
             }
-            st.send_volatile(after_seq, frame, Some((part, bytes)));
+            st.send_volatile(after_seq, frame, Some((part, bytes)), relayed);
             return;
         }
     }
@@ -535,9 +561,11 @@ impl Bus {
             st.tail = Vec::new();
             st.tail_bytes = 0;
             st.tail_dropped = false;
+            st.relayed = false;
             // Held frames are still sent, but were published before the clear: not a tail.
             for h in st.held.iter_mut() {
                 h.part = None;
+                h.relayed = false;
             }
             !st.removed && st.idle()
         };
@@ -606,7 +634,11 @@ impl sessiond_store::Sink for Bus {
         Bus::set_relay(self, relay)
     }
 
-    fn with_tail(&self, session_id: &str, start: &mut dyn FnMut(&sessiond_store::TailSteps)) {
+    fn with_tail(
+        &self,
+        session_id: &str,
+        start: &mut dyn FnMut(&sessiond_store::TailSteps) -> bool,
+    ) {
         Bus::with_tail(self, session_id, start)
     }
 
@@ -765,12 +797,12 @@ mod tests {
         assert_eq!(bus.live_sessions(), 0);
     }
 
-    /// A relay that records what the bus hands it.
+    /// A relay that records what the bus hands it; it sends a delta while `sends` is set.
     #[derive(Default, Clone)]
-    struct Recorded(Arc<Mutex<Vec<String>>>);
+    struct Recorded(Arc<Mutex<Vec<String>>>, Arc<std::sync::atomic::AtomicBool>);
 
     impl Relay for Recorded {
-        fn delta(&self, session: &str, after_seq: u64, step: &Step) {
+        fn delta(&self, session: &str, after_seq: u64, step: &Step) -> bool {
             let text = match step {
                 Step::TextDelta { delta } => delta.clone(),
                 other => format!("{other:?}"),
@@ -779,6 +811,7 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(format!("delta {session} {after_seq} {text}"));
+            self.1.load(std::sync::atomic::Ordering::SeqCst)
         }
 
         fn watch(&self, session: &str) {
@@ -790,6 +823,23 @@ mod tests {
         fn take(&self) -> Vec<String> {
             std::mem::take(&mut self.0.lock().unwrap())
         }
+
+        fn sends(&self, sends: bool) {
+            self.1.store(sends, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// The tail as `with_tail` hands it over, `handed` saying whether it was sent.
+    fn handed_over(bus: &Bus, session: &str, handed: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        bus.with_tail(session, &mut |tail| {
+            out = tail
+                .iter()
+                .map(|(after, step)| format!("{after} {step:?}"))
+                .collect();
+            handed
+        });
+        out
     }
 
     #[test]
@@ -815,7 +865,8 @@ mod tests {
     }
 
     /// What a peer is sent when it asks: the tail, the frames held for a commit included, then
-    /// every later delta — each once, in order.
+    /// every later delta — each once, in order; a tail of which some part went out already is
+    /// not sent again (the other processes kept it), until an output settles it.
     #[test]
     fn a_tail_handed_over_under_the_lock_is_continued_by_the_next_delta() {
         let bus = Bus::new(16, 10);
@@ -832,31 +883,35 @@ mod tests {
             ["delta s 3 a", "delta s 3 b", "delta s 4 c"],
             "every local delta reaches the relay"
         );
-        let mut handed = Vec::new();
-        bus.with_tail("s", &mut |tail| {
-            handed = tail
-                .iter()
-                .map(|(after, step)| format!("{after} {step:?}"))
-                .collect();
-        });
-        assert_eq!(
-            handed,
-            [
-                format!("3 {:?}", delta("ab")),
-                format!("4 {:?}", delta("c"))
-            ]
-        );
+        let tail = [
+            format!("3 {:?}", delta("ab")),
+            format!("4 {:?}", delta("c")),
+        ];
+        // Nobody took it: it is handed over again at the next ask.
+        assert_eq!(handed_over(&bus, "s", false), tail);
+        assert_eq!(handed_over(&bus, "s", true), tail);
+        assert_eq!(handed_over(&bus, "s", true), Vec::<String>::new());
+        relay.sends(true);
         bus.publish_delta("s", 4, &delta("d"));
         assert_eq!(relay.take(), ["delta s 4 d"]);
         // A peer's delta is never relayed again.
         bus.publish_peer_delta("s", 4, &delta("e"));
         assert_eq!(relay.take(), Vec::<String>::new());
+        // An output settles the tail; what follows it went out delta by delta.
+        bus.publish_durable("s", durable(4, "step"));
+        bus.publish_durable("s", durable(5, "text"));
+        bus.publish_delta("s", 5, &delta("f"));
+        assert_eq!(relay.take(), ["delta s 5 f"]);
+        assert_eq!(handed_over(&bus, "s", true), Vec::<String>::new());
+        relay.sends(false);
+        bus.publish_durable("s", durable(6, "text"));
+        bus.publish_delta("s", 6, &delta("g"));
+        assert_eq!(
+            handed_over(&bus, "s", true),
+            [format!("6 {:?}", delta("g"))]
+        );
         // A session with nothing live: an empty tail, and nothing left in the map.
-        let mut called = false;
-        bus.with_tail("t", &mut |tail| {
-            called = tail.is_empty();
-        });
-        assert!(called);
+        assert_eq!(handed_over(&bus, "t", false), Vec::<String>::new());
         assert!(bus.get("t").is_none());
     }
 }

@@ -16,10 +16,11 @@ use sessiond_model::timeline::Step;
 /// session gets its first stream there ([`Relay::watch`]), and the process that streams the
 /// deltas first sends what the session's tail already holds ([`Sink::with_tail`]).
 pub trait Relay: Send + Sync {
-    /// A delta published on this process after durable seq `after_seq`. Called while the sink
-    /// holds the lock that orders the session's volatile frames, so that a tail read with
-    /// [`Sink::with_tail`] and the deltas relayed after it neither overlap nor leave a gap.
-    fn delta(&self, session: &str, after_seq: u64, step: &Step);
+    /// A delta published on this process after durable seq `after_seq`; whether it went to
+    /// another process. Called while the sink holds the lock that orders the session's volatile
+    /// frames, so that a tail read with [`Sink::with_tail`] and the deltas relayed after it
+    /// neither overlap nor leave a gap.
+    fn delta(&self, session: &str, after_seq: u64, step: &Step) -> bool;
 
     /// `session` got its first stream on this process: the processes that stream its deltas are
     /// asked to relay them here.
@@ -27,7 +28,7 @@ pub trait Relay: Send + Sync {
 }
 
 impl<R: Relay + ?Sized> Relay for std::sync::Arc<R> {
-    fn delta(&self, session: &str, after_seq: u64, step: &Step) {
+    fn delta(&self, session: &str, after_seq: u64, step: &Step) -> bool {
         R::delta(self, session, after_seq, step)
     }
 
@@ -67,8 +68,10 @@ pub trait Sink: Send + Sync {
 
     /// Calls `start` with the session's volatile tail — each delta with the durable seq it
     /// follows — while holding the lock under which [`Relay::delta`] is called for the session:
-    /// what `start` begins to relay continues the tail exactly.
-    fn with_tail(&self, session_id: &str, start: &mut dyn FnMut(&TailSteps));
+    /// what `start` begins to relay continues the tail exactly. `start` says whether it sent the
+    /// tail to other processes. A tail of which any part was sent already comes empty: the other
+    /// processes keep what is relayed to them.
+    fn with_tail(&self, session_id: &str, start: &mut dyn FnMut(&TailSteps) -> bool);
 
     /// Every session with a stream on this process that asked for deltas.
     fn watched_sessions(&self) -> Vec<String>;
@@ -126,7 +129,7 @@ pub(crate) mod recorder {
 
         fn set_relay(&self, _: Box<dyn Relay>) {}
 
-        fn with_tail(&self, _: &str, start: &mut dyn FnMut(&TailSteps)) {
+        fn with_tail(&self, _: &str, start: &mut dyn FnMut(&TailSteps) -> bool) {
             start(&[]);
         }
 

@@ -161,7 +161,6 @@ impl PgBackend {
             self.db.tls(),
             Arc::clone(sink),
             Arc::clone(&self.signals),
-            Arc::clone(&self.presence),
             Arc::clone(&peers),
             self.stop.subscribe(),
         );

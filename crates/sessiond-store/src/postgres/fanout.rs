@@ -293,18 +293,21 @@ impl Peers {
             };
             if before.is_some_and(|until| until > now) {
                 // Relayed already: the tail went with the first ask.
-                return;
+                return false;
             }
+            let mut sent = false;
             for (after, step) in tail {
                 let notices = delta_notices(session, *after, step);
                 let n = notices.len() as u64;
                 if !self.send(notices, "a tail's delta") {
-                    return;
+                    break;
                 }
+                sent = true;
                 sessiond_telemetry::metrics::METRICS
                     .fanout_deltas_relayed
                     .add(n);
             }
+            sent
         });
     }
 
@@ -332,23 +335,26 @@ fn set_asked(sessions: usize) {
 }
 
 impl crate::Relay for Peers {
-    fn delta(&self, session: &str, after_seq: u64, step: &Step) {
+    fn delta(&self, session: &str, after_seq: u64, step: &Step) -> bool {
         if self.presence.alone() {
-            return;
+            return false;
         }
         let watched = self
             .watched()
             .get(session)
             .is_some_and(|until| *until > Instant::now());
-        if watched {
-            let notices = delta_notices(session, after_seq, step);
-            let n = notices.len() as u64;
-            if self.send(notices, "a delta") {
-                sessiond_telemetry::metrics::METRICS
-                    .fanout_deltas_relayed
-                    .add(n);
-            }
+        if !watched {
+            return false;
         }
+        let notices = delta_notices(session, after_seq, step);
+        let n = notices.len() as u64;
+        let sent = self.send(notices, "a delta");
+        if sent {
+            sessiond_telemetry::metrics::METRICS
+                .fanout_deltas_relayed
+                .add(n);
+        }
+        sent
     }
 
     fn watch(&self, session: &str) {
@@ -436,19 +442,18 @@ async fn send_relayed(
 }
 
 /// Listens for the other processes' notices until `stop`, publishing what they committed and
-/// streamed to this process's bus, and keeps `presence` (see [`super::presence`]).
-#[allow(clippy::too_many_arguments)]
+/// streamed to this process's bus, and keeps the process's presence (see [`super::presence`])
+/// and its peers' asks for deltas ([`Peers`]).
 pub(crate) fn spawn_listener(
     handle: &tokio::runtime::Handle,
     config: tokio_postgres::Config,
     tls: Connector,
     sink: Arc<dyn Sink>,
     signals: Arc<OnceLock<SignalHook>>,
-    presence: Arc<Presence>,
     peers: Arc<Peers>,
     stop: watch::Receiver<bool>,
 ) {
-    handle.spawn(listen(config, tls, sink, signals, presence, peers, stop));
+    handle.spawn(listen(config, tls, sink, signals, peers, stop));
 }
 
 /// How often a process that is not alone asks whether it is.
@@ -459,10 +464,10 @@ async fn listen(
     tls: Connector,
     sink: Arc<dyn Sink>,
     signals: Arc<OnceLock<SignalHook>>,
-    presence: Arc<Presence>,
     peers: Arc<Peers>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let presence = &peers.presence;
     // Whether this process committed without notices that the others have not been told of.
     let mut owed = false;
     loop {
@@ -493,7 +498,7 @@ async fn listen(
                     client: &client,
                     sink: &*sink,
                     signals: &signals,
-                    presence: &presence,
+                    presence,
                     peers: &peers,
                 };
                 let stopped = listener.serve(rx, &mut stop, &mut owed).await;
