@@ -146,6 +146,11 @@ impl TopicState {
 
     fn settle(&mut self, seq: u64) {
         self.last_seq = seq;
+        self.forget_tail();
+    }
+
+    /// Empties the tail and what is known of it (its size, its drop, its relay).
+    fn forget_tail(&mut self) {
         self.tail = Vec::new();
         self.tail_bytes = 0;
         self.tail_dropped = false;
@@ -558,10 +563,7 @@ impl Bus {
         };
         let idle = {
             let mut st = topic.lock();
-            st.tail = Vec::new();
-            st.tail_bytes = 0;
-            st.tail_dropped = false;
-            st.relayed = false;
+            st.forget_tail();
             // Held frames are still sent, but were published before the clear: not a tail.
             for h in st.held.iter_mut() {
                 h.part = None;

@@ -311,13 +311,13 @@ impl Subscriber {
     }
 }
 
-/// The kinds a timeline event of `event_type` (`body` its JSON) is a message of.
 /// Whether an event of this type may be of a kind a subscription receives: the types
 /// [`kinds_of_event`] names kinds for.
 fn may_notify(event_type: &str) -> bool {
     matches!(event_type, "ask" | "interrupted" | "complete")
 }
 
+/// The kinds a timeline event of `event_type` (`body` its JSON) is a message of.
 fn kinds_of_event(event_type: &str, body: &str) -> Vec<&'static str> {
     match event_type {
         "ask" => vec!["input.requested"],

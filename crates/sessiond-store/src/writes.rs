@@ -791,15 +791,15 @@ impl Tx<'_> {
     }
 
     /// Every queued input of a session, oldest first.
-    /// A session's queue, oldest first.
     ///
     /// On PostgreSQL the read is made without bitmap scans. A queue churns — an input in and out
     /// every turn — and until autovacuum comes by (once a minute at most) the table's index keeps
     /// an entry for every row removed. A bitmap scan, which the planner prefers for so small a
     /// table, visits each of those rows' pages on every read; a plain index scan marks the
     /// entries of dead rows as it passes them and skips them from then on (`bench_multi`, one
-    /// process: 33 µs → 6 µs a read, two reads a turn). The setting is the transaction's for this
-    /// one statement: both `SET`s travel with the statements around them.
+    /// process: 33.5 µs → 3.7 µs a read in `pg_stat_statements`, two reads a turn). The setting
+    /// is the transaction's for this one statement: both `SET`s travel with the statements around
+    /// them.
     pub fn pending_inputs(&self, key: &SessionKey) -> Result<Vec<PendingInput>> {
         let postgres = self.conn.dialect() == Dialect::Postgres;
         if postgres {
