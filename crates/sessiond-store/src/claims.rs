@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::intake::Closure;
 use super::projections::{TurnStatus, shown_change};
 use super::turns::{Fence, TurnStore};
-use super::writes::{TurnEnd, usage_added};
+use super::turns::{TurnEnd, usage_added};
 use super::{Lease, NewInput, QueueKind, SessionKey, SessionRow, Tx};
 use crate::error::{Error, Result};
 use crate::timeline::{

@@ -12,9 +12,9 @@
 use serde_json::Value;
 
 use super::projections::TurnStatus;
+use super::row_lock::RowLock;
 use super::sql::params;
 use super::submit::{NewPrompt, ParentKind, SessionPlan, Submissions};
-use super::writes::RowLock;
 use super::{NewRecordFacts, SessionKey, Tx};
 use crate::error::{Error, Result};
 use crate::timeline::{Event, Level, SystemMetadata, TurnStateStatus};
@@ -80,7 +80,7 @@ impl Tx<'_> {
                 ),
             ));
         }
-        let first_prompt = super::reads::events_after(self.conn, parent.pk, 0, 1)?
+        let first_prompt = super::events_after(self.conn, parent.pk, 0, 1)?
             .into_iter()
             .next()
             .and_then(|e| serde_json::from_str::<Value>(&e.body).ok())
@@ -147,7 +147,7 @@ impl Tx<'_> {
         let mut after = 1;
         let mut images: Vec<String> = Vec::new();
         while after < at_seq {
-            let page = super::reads::events_after(self.conn, parent.pk, after, PAGE)?;
+            let page = super::events_after(self.conn, parent.pk, after, PAGE)?;
             let Some(last) = page.last() else { break };
             after = last.seq;
             for ev in page.into_iter().filter(|e| e.seq <= at_seq) {

@@ -1,4 +1,4 @@
-//! Identity rows: users, memberships, apps, API keys and browser sessions.
+//! Identity rows: users, memberships, apps, API keys, browser sessions and upload grants.
 
 use std::collections::HashSet;
 
@@ -644,6 +644,60 @@ impl IdentityStore<'_> {
                 })
             })
             .await
+    }
+}
+
+pub struct GrantRow {
+    pub token_hash: String,
+    pub workspace_id: String,
+    pub prefix: String,
+    pub expires_at: i64,
+}
+
+pub(crate) fn upload_grant(conn: &Db, id: &str) -> Result<Option<GrantRow>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT token_hash, workspace_id, prefix, expires_at FROM upload_grants WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(GrantRow {
+                token_hash: r.get(0)?,
+                workspace_id: r.get(1)?,
+                prefix: r.get(2)?,
+                expires_at: r.get(3)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The id of the upload grant a token belongs to, by the token's hash.
+pub(crate) fn upload_grant_by_hash(conn: &Db, token_hash: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM upload_grants WHERE token_hash = ?1")?
+        .query_row([token_hash], |r| r.get(0))
+        .optional()?)
+}
+
+impl Tx<'_> {
+    pub fn insert_upload_grant(
+        &mut self,
+        id: &str,
+        token_hash: &str,
+        workspace_id: &str,
+        prefix: &str,
+        expires_at: i64,
+    ) -> Result<()> {
+        // Expired grants are of no use to anyone; drop them as new ones are minted.
+        self.conn
+            .prepare_cached("DELETE FROM upload_grants WHERE expires_at < ?1")?
+            .execute([self.now - 24 * 3_600_000])?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO upload_grants (id, token_hash, workspace_id, prefix, expires_at, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![id, token_hash, workspace_id, prefix, expires_at, self.now])?;
+        Ok(())
     }
 }
 

@@ -52,11 +52,13 @@ pub mod postgres;
 pub mod projections;
 mod prompt_backlog;
 mod prompt_rows;
-mod reads;
 pub mod record;
 pub mod retention;
+mod row_lock;
 pub mod schedules;
+mod search;
 pub mod seed;
+mod session_rows;
 pub mod sessions;
 mod sink;
 mod sql;
@@ -66,7 +68,6 @@ pub mod turns;
 pub mod usage;
 pub mod webhooks;
 mod writer;
-mod writes;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -82,26 +83,35 @@ pub use health::{Condition, HealthReport};
 pub use log::{LogReads, TurnInput};
 pub use migrate::SCHEMA_VERSION;
 // The rows and keys the store's callers hold: the queries and writes behind them stay inside.
-pub use reads::{AgentRow, ImageRow, SessionRow, StoredEvent};
-pub use writes::{DEFAULT_WORKSPACE, Lease, QueueKind, SessionKey};
-// The store's own operations on a connection, for its handles (private: `super::` in them).
 pub use config::{StoreConfig, Synchronous};
+pub use directory::{AgentRow, DEFAULT_WORKSPACE};
 pub use error::{Cause, Error, Result};
-use reads::{
-    GrantRow, ListFilter, WorkspaceRow, active_turn_sessions, agent_activity, agent_by_id,
-    agent_by_slug, agent_engines, agents, client_request, default_session_id, engine_memo,
-    event_body, events_after, events_before, events_of_types_before, expired_turn_sessions, image,
-    input_turn, list_sessions, parent_session, pending_input_count, session_key, session_row,
-    session_row_by_pk, sessions_with_pending_inputs, turn_setup, upload_grant,
-    upload_grant_by_hash, workspace_by_slug, workspace_slug,
+pub use inputs::QueueKind;
+pub use log::{ImageRow, StoredEvent};
+pub use session_rows::{SessionKey, SessionRow};
+pub use turns::Lease;
+// The store's own operations on a connection, for its handles (private: `super::` in them).
+use directory::{
+    WorkspaceRow, agent_by_id, agent_engines, agents, default_session_id, workspace_by_slug,
+    workspace_slug,
 };
+use identity::{GrantRow, upload_grant, upload_grant_by_hash};
+use inputs::{
+    NewInput, client_request, input_turn, pending_input_count, sessions_with_pending_inputs,
+};
+use log::{event_body, events_after, events_before, events_of_types_before, image};
 pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
+use row_lock::RowLock;
+use search::{ListFilter, agent_activity, list_sessions};
+use session_rows::{
+    JsonColumn, NewSession, parent_session, session_key, session_row, session_row_by_pk,
+};
 pub use sink::{Relay, Sink, TailSteps};
 pub use turn_status::TurnStatus;
 pub use turns::{SignalHook, TurnSignal};
+use turns::{active_turn_sessions, engine_memo, expired_turn_sessions, turn_setup};
 pub use writer::take_queued;
 use writer::{OneWrite, Tx};
-use writes::{JsonColumn, NewInput, NewSession, RowLock};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
 

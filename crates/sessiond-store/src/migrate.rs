@@ -172,13 +172,13 @@ mod tests {
             .unwrap();
         assert_eq!(titles, [(1, "Apple pie".into()), (2, "Tea".into())]);
         let found = |words: &str| {
-            let f = super::super::reads::ListFilter {
+            let f = super::super::search::ListFilter {
                 fts_query: Some(words.into()),
                 limit: 10,
                 ..Default::default()
             };
             let (rows, _) =
-                super::super::reads::list_sessions(&crate::sql::Db::sqlite(&conn), "w", "u", &f)
+                super::super::search::list_sessions(&crate::sql::Db::sqlite(&conn), "w", "u", &f)
                     .unwrap();
             rows.into_iter().map(|r| r.id).collect::<Vec<_>>()
         };

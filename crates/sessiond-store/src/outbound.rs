@@ -984,7 +984,7 @@ impl OutboundStore<'_> {
     pub async fn check_session(&self, workspace_id: &str, session_id: &str) -> Result<()> {
         let (ws, id) = (workspace_id.to_owned(), session_id.to_owned());
         self.store
-            .read(move |c| super::reads::session_key(c, &ws, &id).map(|_| ()))
+            .read(move |c| super::session_key(c, &ws, &id).map(|_| ()))
             .await
     }
 

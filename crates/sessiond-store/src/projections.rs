@@ -260,7 +260,7 @@ impl Tx<'_> {
     pub(crate) fn refresh_follow_up_queue_from(
         &mut self,
         key: &SessionKey,
-        pending: &[super::writes::PendingInput],
+        pending: &[super::inputs::PendingInput],
         current: Option<&str>,
     ) -> Result<()> {
         let mut queue: Vec<FollowUpQueueItem> = Vec::new();

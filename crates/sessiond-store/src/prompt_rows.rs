@@ -84,3 +84,49 @@ pub(crate) fn prompt_search_key(pk: i64, seq: u64) -> Option<i64> {
         .contains(&pk)
         .then(|| pk * PROMPT_SEQS + seq)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::prompt_run;
+
+    /// The run a row of `bytes` joins among `newest` (lengths, newest first; keyed 1, 2, …).
+    fn run(bytes: usize, newest: &[i64]) -> Option<(i64, usize)> {
+        let rows: Vec<(i64, i64)> = newest
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| (i as i64 + 1, len))
+            .collect();
+        prompt_run(&rows, bytes)
+    }
+
+    #[test]
+    fn a_run_is_joined_when_it_reaches_its_class_end() {
+        // Two prompts of 300 bytes make a row of the next class; two of those a sealed one.
+        assert_eq!(run(300, &[300]), Some((1, 601)));
+        assert_eq!(run(601, &[601]), Some((1, 1203)));
+        assert_eq!(run(300, &[]), None);
+        // Under the end and fewer than eight: each stays a row of its own.
+        assert_eq!(run(100, &[100, 100, 100]), None);
+        // Eight rows of one class are joined even under its end.
+        assert_eq!(run(3, &[3; 7]), Some((7, 31)));
+        assert_eq!(run(3, &[3; 6]), None);
+        // A sealed row joins nothing.
+        assert_eq!(run(1100, &[300]), None);
+    }
+
+    #[test]
+    fn a_run_takes_smaller_rows_but_never_a_larger_one() {
+        // A short prompt never re-indexes the longer row before it.
+        assert_eq!(run(20, &[300]), None);
+        assert_eq!(run(300, &[700]), None);
+        // Smaller rows count towards the end...
+        assert_eq!(run(300, &[20, 300]), Some((2, 622)));
+        // ...and once the run is joined, the smaller rows just before it go with it.
+        assert_eq!(run(601, &[20, 700, 30, 40]), Some((4, 1395)));
+        // Eight mixed rows under the end stay apart (eight is for rows of one class).
+        assert_eq!(run(100, &[3; 7]), None);
+        // Not past the row's bound.
+        assert_eq!(run(1000, &[1000, 40, 40, 40]), Some((2, 2042)));
+        assert_eq!(run(1000, &[1000, 60]), Some((1, 2001)));
+    }
+}

@@ -1,9 +1,11 @@
 //! The runner's side of the session log and the input queue: what a running turn writes (each
 //! write fenced by the turn's generation, with the events it held written first), automatic
-//! titles, and the reads recovery and the dispatcher start from.
+//! titles, and the reads recovery and the dispatcher start from; and the statements on the session
+//! row that hold a turn: its claim, its fence, its end, its tasks and usage.
 
 use serde_json::{Value, json};
 
+use super::sql::{Db, Dialect, OptionalExtension, ToSql, params};
 use super::{SessionKey, Store, Tx};
 use crate::error::{Error, Result};
 use crate::timeline::{Event, Todo, Usage};
@@ -449,7 +451,429 @@ impl Tx<'_> {
 
     /// The engine configuration a session's turns run with (its own pinned one, else its
     /// agent's) and its workspace's slug.
-    pub(crate) fn turn_setup(&self, session_pk: i64) -> Result<Option<super::reads::TurnSetup>> {
+    pub(crate) fn turn_setup(&self, session_pk: i64) -> Result<Option<TurnSetup>> {
         super::turn_setup(self.conn, session_pk)
+    }
+}
+
+/// The lease a turn is claimed with: the claiming process's runner id and how long the lease
+/// lasts unless renewed.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub owner: String,
+    pub ms: u64,
+}
+
+/// What [`Tx::turn_ending`] reads besides the fence.
+pub(crate) struct TurnEnding {
+    /// JSON `Usage`: the session's usage totals.
+    pub usage_totals: Option<String>,
+    /// The session's machine projection (JSON), if it has a machine.
+    pub machine: Option<String>,
+}
+
+/// How [`Tx::end_turn`] leaves the session.
+pub(crate) struct TurnEnd<'a> {
+    pub engine_state: Option<&'a str>,
+    pub wake_at: Option<i64>,
+    pub turn: super::TurnStatus,
+    /// The session's machine projection (JSON) now, which the bucket follows with the turn.
+    pub machine: Option<&'a str>,
+    /// The new usage totals (JSON `Usage`), when the turn added to them.
+    pub usage_totals: Option<&'a str>,
+}
+
+/// Usage totals (JSON `Usage`, or none yet) with one call's usage added, as JSON.
+pub(crate) fn usage_added(current: Option<&str>, usage: &crate::timeline::Usage) -> Result<String> {
+    let mut total: crate::timeline::Usage = current
+        .and_then(|c| serde_json::from_str(c).ok())
+        .unwrap_or_default();
+    total.add(usage);
+    serde_json::to_string(&total).map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// What the session's engine remembers between turns (see migration 0002).
+pub(crate) fn engine_memo(conn: &Db, session_pk: i64) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT engine_memo FROM sessions WHERE pk = ?1")?
+        .query_row([session_pk], |r| r.get(0))
+        .optional()?
+        .flatten())
+}
+
+/// What a session's turns run with, in one statement (a claim reads it): the engine
+/// configuration — the one pinned on the session (see migration 0005), else its agent's — and
+/// the slug of the session's workspace. `None` when the session is gone.
+pub(crate) fn turn_setup(conn: &Db, session_pk: i64) -> Result<Option<TurnSetup>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT COALESCE(s.engine, a.engine), w.slug FROM sessions s
+             JOIN agents a ON a.id = s.agent_id JOIN workspaces w ON w.id = s.workspace_id
+             WHERE s.pk = ?1",
+        )?
+        .query_row([session_pk], |r| {
+            Ok(TurnSetup {
+                engine_config: r.get(0)?,
+                workspace_slug: r.get(1)?,
+            })
+        })
+        .optional()?)
+}
+
+/// What [`turn_setup`] reads.
+pub(crate) struct TurnSetup {
+    /// `None` when neither the session nor its agent names one.
+    pub engine_config: Option<String>,
+    pub workspace_slug: String,
+}
+
+/// Sessions whose turn was active when the process stopped (crash recovery).
+pub(crate) fn active_turn_sessions(conn: &Db) -> Result<Vec<(i64, String)>> {
+    let mut stmt = conn.prepare("SELECT pk, id FROM sessions WHERE turn_active = 1")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<super::sql::Result<_>>()?)
+}
+
+/// Sessions whose turn's lease ran out before `now`: their process died (or lost the database)
+/// mid-turn. At most `limit`, oldest lease first.
+pub(crate) fn expired_turn_sessions(conn: &Db, now: i64, limit: u32) -> Result<Vec<(i64, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT pk, id FROM sessions WHERE turn_active = 1
+           AND (turn_lease_until IS NULL OR turn_lease_until < ?1)
+         ORDER BY turn_lease_until LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now, limit], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<super::sql::Result<_>>()?)
+}
+
+impl Tx<'_> {
+    /// Sets the turn status and the bucket (derived by [`Tx::set_turn`]).
+    pub(super) fn set_turn_status(
+        &mut self,
+        key: &SessionKey,
+        turn_status: &str,
+        bucket: &str,
+    ) -> Result<()> {
+        let counters = self.unwritten_counters(key.pk);
+        let [events, outputs, terminal, message] = super::writer::Counters::columns(counters);
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET turn_status = ?2, bucket = ?3, updated_at = ?4,
+                    last_event_seq = COALESCE(?5, last_event_seq),
+                    last_output_seq = COALESCE(?6, last_output_seq),
+                    last_terminal_seq = COALESCE(?7, last_terminal_seq),
+                    last_message_at = COALESCE(?8, last_message_at)
+                 WHERE pk = ?1",
+            )?
+            .execute_later(params![
+                key.pk,
+                turn_status,
+                bucket,
+                self.now,
+                events,
+                outputs,
+                terminal,
+                message
+            ])?;
+        if counters.is_some() {
+            self.counters_written(key.pk);
+        }
+        Ok(())
+    }
+
+    /// Starts a turn: bumps the fencing generation and marks the session active, in the same
+    /// write the input delivered (`through_seq` and its attempt, for an input from a client) and
+    /// the turn status and bucket the session shows now (when they change: see
+    /// [`super::projections::shown_change`]). `None`, with nothing written, when a turn is
+    /// already active.
+    pub(crate) fn claim_turn(
+        &mut self,
+        key: &SessionKey,
+        lease: &Lease,
+        delivered: Option<(u64, &str)>,
+        shown: Option<(super::TurnStatus, super::turn_status::Bucket)>,
+    ) -> Result<Option<u64>> {
+        // The claim's appends came first: the row takes their counters (see
+        // `Tx::unwritten_counters`).
+        macro_rules! claim {
+            ($shown:literal) => {
+                concat!(
+                    "UPDATE sessions SET turn_generation = turn_generation + 1, turn_active = 1,
+                        wake_at = NULL, turn_owner = ?2, turn_lease_until = ?3,
+                        last_delivered_input_seq = max(last_delivered_input_seq, ?4),
+                        delivery_attempt = COALESCE(?5, delivery_attempt),
+                        last_event_seq = COALESCE(?6, last_event_seq),
+                        last_output_seq = COALESCE(?7, last_output_seq),
+                        last_terminal_seq = COALESCE(?8, last_terminal_seq),
+                        last_message_at = COALESCE(?9, last_message_at)",
+                    $shown,
+                    " WHERE pk = ?1 AND turn_active = 0 RETURNING turn_generation"
+                )
+            };
+        }
+        let counters = self.unwritten_counters(key.pk);
+        let [events, outputs, terminal, message] = super::writer::Counters::columns(counters);
+        let (through_seq, attempt) = match delivered {
+            Some((seq, attempt)) => (seq as i64, Some(attempt)),
+            None => (0, None),
+        };
+        let lease_until = self.now + lease.ms as i64;
+        let mut args: Vec<&dyn ToSql> = vec![
+            &key.pk,
+            &lease.owner,
+            &lease_until,
+            &through_seq,
+            &attempt,
+            &events,
+            &outputs,
+            &terminal,
+            &message,
+        ];
+        let (turn, bucket) = shown.map(|(t, b)| (t.name(), b.name())).unzip();
+        let sql = if shown.is_some() {
+            args.extend([&turn as &dyn ToSql, &bucket, &self.now]);
+            claim!(", turn_status = ?10, bucket = ?11, updated_at = ?12")
+        } else {
+            claim!("")
+        };
+        let generation: Option<i64> = self
+            .conn
+            .prepare_cached(sql)?
+            .query_row(args.as_slice(), |r| r.get(0))
+            .optional()?;
+        if generation.is_some() && counters.is_some() {
+            self.counters_written(key.pk);
+        }
+        Ok(generation.map(|g| g as u64))
+    }
+
+    /// Takes over the active turn of the process `dead_owner` (known to be gone), so that this
+    /// job may end it: true when that process still holds it.
+    pub(crate) fn take_turn_of(
+        &mut self,
+        key: &SessionKey,
+        owner: &str,
+        dead_owner: &str,
+    ) -> Result<bool> {
+        let taken = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET turn_owner = ?2 WHERE pk = ?1 AND turn_active = 1
+                   AND turn_owner = ?3 RETURNING pk",
+            )?
+            .query_row(params![key.pk, owner, dead_owner], |r| r.get::<_, i64>(0))
+            .optional()?;
+        Ok(taken.is_some())
+    }
+
+    /// Takes over a turn whose process is gone, so that this job may end it: true when the turn
+    /// is still active and, with `expired_before`, its lease ran out before then. Two processes
+    /// that find the same expired turn both ask; the session row's lock orders them and the
+    /// second finds the turn ended.
+    pub(crate) fn take_lost_turn(
+        &mut self,
+        key: &SessionKey,
+        owner: &str,
+        expired_before: Option<i64>,
+    ) -> Result<bool> {
+        let taken = match expired_before {
+            None => self
+                .conn
+                .prepare_cached(
+                    "UPDATE sessions SET turn_owner = ?2 WHERE pk = ?1 AND turn_active = 1
+                     RETURNING pk",
+                )?
+                .query_row(params![key.pk, owner], |r| r.get::<_, i64>(0)),
+            Some(before) => self
+                .conn
+                .prepare_cached(
+                    "UPDATE sessions SET turn_owner = ?2 WHERE pk = ?1 AND turn_active = 1
+                       AND (turn_lease_until IS NULL OR turn_lease_until < ?3)
+                     RETURNING pk",
+                )?
+                .query_row(params![key.pk, owner, before], |r| r.get::<_, i64>(0)),
+        }
+        .optional()?;
+        Ok(taken.is_some())
+    }
+
+    /// Refuses a write from a turn that no longer holds the session (fencing, invariant 8).
+    pub(crate) fn check_generation(&self, key: &SessionKey, generation: u64) -> Result<()> {
+        let current: Option<(i64, bool)> = self
+            .conn
+            .prepare_cached("SELECT turn_generation, turn_active FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        match current {
+            Some((g, true)) if g as u64 == generation => Ok(()),
+            Some(_) => Err(Error::StaleTurn),
+            None => Err(Error::NotFound),
+        }
+    }
+
+    /// What ending a turn starts from: the turn's fence checked (as [`Tx::check_generation`])
+    /// and, read in the same statement, the session's usage totals and machine projection.
+    pub(crate) fn turn_ending(&self, key: &SessionKey, generation: u64) -> Result<TurnEnding> {
+        // On PostgreSQL the read locks the row, so that the fence it checks holds until the
+        // turn's end is written, and brings the counters the terminal's append needs.
+        let postgres = self.conn.dialect() == Dialect::Postgres;
+        let sql = if postgres {
+            "SELECT turn_generation, turn_active, usage_totals, machine, last_event_seq,
+                last_output_seq
+             FROM sessions WHERE pk = ?1 FOR NO KEY UPDATE"
+        } else {
+            "SELECT turn_generation, turn_active, usage_totals, machine, last_event_seq,
+                last_output_seq
+             FROM sessions WHERE pk = ?1"
+        };
+        let current = self
+            .conn
+            .prepare_cached(sql)?
+            .query_row([key.pk], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, bool>(1)?,
+                    TurnEnding {
+                        usage_totals: r.get(2)?,
+                        machine: r.get(3)?,
+                    },
+                    [r.get::<_, i64>(4)? as u64, r.get::<_, i64>(5)? as u64],
+                ))
+            })
+            .optional()?
+            .map(|(g, active, ending, [events, outputs])| {
+                if postgres {
+                    self.locked_counters(key.pk, events, outputs);
+                }
+                (g, active, ending)
+            });
+        match current {
+            Some((g, true, ending)) if g as u64 == generation => Ok(ending),
+            Some(_) => Err(Error::StaleTurn),
+            None => Err(Error::NotFound),
+        }
+    }
+
+    /// Ends the active turn and shows where the session stands, in one write of its row: the
+    /// turn released (what its engine remembers, a sleep's wake), the turn status and bucket, and
+    /// the usage totals when the turn added to them. The terminal event is appended by the
+    /// caller in the same job.
+    pub(crate) fn end_turn(&mut self, key: &SessionKey, end: &TurnEnd<'_>) -> Result<()> {
+        // The terminal was the job's last append: the row takes its counters now.
+        let counters = self.unwritten_counters(key.pk);
+        let [events, outputs, terminal, message] = super::writer::Counters::columns(counters);
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET turn_active = 0, engine_state = ?2, wake_at = ?3,
+                    turn_status = ?4, bucket = ?5, updated_at = ?6,
+                    usage_totals = COALESCE(?7, usage_totals),
+                    last_event_seq = COALESCE(?8, last_event_seq),
+                    last_output_seq = COALESCE(?9, last_output_seq),
+                    last_terminal_seq = COALESCE(?10, last_terminal_seq),
+                    last_message_at = COALESCE(?11, last_message_at)
+                 WHERE pk = ?1",
+            )?
+            .execute_later(params![
+                key.pk,
+                end.engine_state,
+                end.wake_at,
+                end.turn.name(),
+                super::turn_status::bucket_of(end.turn, end.machine).name(),
+                self.now,
+                end.usage_totals,
+                events,
+                outputs,
+                terminal,
+                message
+            ])?;
+        if counters.is_some() {
+            self.counters_written(key.pk);
+        }
+        Ok(())
+    }
+
+    pub fn set_delivered(
+        &mut self,
+        key: &SessionKey,
+        through_seq: u64,
+        attempt: &str,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET last_delivered_input_seq = max(last_delivered_input_seq, ?2),
+                    delivery_attempt = ?3 WHERE pk = ?1",
+            )?
+            .execute(params![key.pk, through_seq as i64, attempt])?;
+        Ok(())
+    }
+
+    /// What the session's engine remembers between turns (read with [`super::engine_memo`]).
+    pub(crate) fn set_engine_memo(&mut self, key: &SessionKey, memo: Option<&str>) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE sessions SET engine_memo = ?2 WHERE pk = ?1")?
+            .execute(params![key.pk, memo])?;
+        Ok(())
+    }
+
+    /// Adds one call's usage to the session's running totals.
+    pub(crate) fn add_usage(
+        &mut self,
+        key: &SessionKey,
+        usage: &crate::timeline::Usage,
+    ) -> Result<()> {
+        let current: Option<String> = self
+            .conn
+            .prepare_cached("SELECT usage_totals FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| r.get(0))?;
+        let doc = usage_added(current.as_deref(), usage)?;
+        self.conn
+            .prepare_cached("UPDATE sessions SET usage_totals = ?2 WHERE pk = ?1")?
+            .execute(params![key.pk, doc])?;
+        Ok(())
+    }
+
+    pub fn engine_state(&self, key: &SessionKey) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT engine_state FROM sessions WHERE pk = ?1")?
+            .query_row([key.pk], |r| r.get(0))?)
+    }
+
+    /// Allocates the next task id of a session (`t1`, `t2`, ...).
+    pub(crate) fn next_task_id(&mut self, key: &SessionKey) -> Result<String> {
+        let n: i64 = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET next_task_id = next_task_id + 1 WHERE pk = ?1
+                 RETURNING next_task_id - 1",
+            )?
+            .query_row([key.pk], |r| r.get(0))?;
+        Ok(format!("t{n}"))
+    }
+
+    /// Stores a task's current `Task` document and status.
+    pub(crate) fn put_task(
+        &mut self,
+        key: &SessionKey,
+        id: &str,
+        body: &str,
+        status: &str,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO tasks (session_pk, id, body, status) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (session_pk, id) DO UPDATE SET body = excluded.body, status = excluded.status",
+            )?
+            .execute(params![key.pk, id, body, status])?;
+        Ok(())
+    }
+
+    /// Tasks still marked running (e.g. left behind by a crash).
+    pub(crate) fn running_tasks(&self, key: &SessionKey) -> Result<Vec<(String, String)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, body FROM tasks WHERE session_pk = ?1 AND status = 'running' ORDER BY id",
+        )?;
+        let rows = stmt.query_map([key.pk], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<super::sql::Result<_>>()?)
     }
 }

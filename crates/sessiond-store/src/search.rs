@@ -1,121 +1,62 @@
-//! Queries on read-only connections. Pagination is keyset only.
+//! Listing a workspace's sessions and searching their prompts: the keyset list and its filters,
+//! the plan of a search, an agent's activity view, and the rows of the prompt search index (runs
+//! of a session's prompts, see `prompt_rows`), which the writer feeds.
 
-use super::sql::{Db, Dialect, OptionalExtension, Value as SqlValue, params};
+use super::prompt_rows::{
+    PROMPT_CLASS_ENDS, PROMPT_ROWS_JOINED, prompt_row_class, prompt_run, prompt_search_key,
+};
+use super::session_rows::{SESSION_COLUMNS, session_from_row};
+use super::sql::{Db, Dialect, Value as SqlValue, params};
+use super::{SessionKey, SessionRow, Tx, session_row_by_pk};
+use crate::error::Result;
 
-use crate::error::{Error, Result};
-
-/// A session's projection row, joined with what a reader needs (agent name, its read marker,
-/// whether it is some owner's default).
-#[derive(Debug, Clone)]
-pub struct SessionRow {
-    pub pk: i64,
-    pub id: String,
-    pub workspace_id: String,
-    pub agent_id: String,
-    pub agent_name: String,
-    pub user_id: String,
-    pub title: String,
-    pub title_origin: String,
-    pub title_status: String,
-    pub turn_status: super::TurnStatus,
-    pub bucket: String,
-    pub archived_at: Option<i64>,
-    pub cwd: Option<String>,
-    pub created_by_session_id: Option<String>,
-    pub tier: Option<crate::timeline::Tier>,
-    pub mode: String,
-    pub created_at: i64,
-    pub updated_at: i64,
-    pub last_event_seq: u64,
-    pub last_output_seq: u64,
-    pub last_delivered_input_seq: u64,
-    pub delivery_attempt: Option<String>,
-    pub todos: Option<String>,
-    pub follow_up_queue: Option<String>,
-    pub requested_machine: Option<String>,
-    pub machine_state: Option<String>,
-    pub machine: Option<String>,
-    pub turn_active: bool,
-    pub last_read_seq: u64,
-    pub is_default: bool,
-    /// The runner id of the process that runs (or last ran) the session's turn.
-    pub turn_owner: Option<String>,
+/// The statements of [`Tx::write_prompt_index`] in each dialect. Each takes the session's pk as
+/// `?1` (SQLite's statements leave it unused: their rowids hold it) and a key range `?2 ..< ?3`.
+struct PromptRowSql {
+    /// The newest [`PROMPT_ROWS_JOINED`]` - 1` rows before the key `?3`, newest first: key and
+    /// bytes. The limit is written out: SQLite plans a full-text table's query for its `LIMIT`'s
+    /// value, so a bound limit would have the statement prepared again at every run.
+    newest: &'static str,
+    /// The text of the rows in the range, in order.
+    texts: &'static str,
+    delete: &'static str,
+    /// A row at key `?2` with text `?3`.
+    insert: &'static str,
 }
 
-const SESSION_COLUMNS: &str = "s.pk, s.id, s.workspace_id, s.agent_id, a.name, s.user_id, s.title,
-    s.title_origin, s.title_status, s.turn_status, s.bucket, s.archived_at, s.cwd,
-    s.created_by_session_id, s.tier, s.mode, s.created_at, s.updated_at, s.last_event_seq,
-    s.last_output_seq, s.last_delivered_input_seq, s.delivery_attempt, s.todos, s.follow_up_queue,
-    s.requested_machine, s.machine_state, s.machine, s.turn_active,
-    COALESCE((SELECT m.last_read_seq FROM read_markers m WHERE m.session_pk = s.pk AND m.user_id = :user), 0),
-    EXISTS (SELECT 1 FROM default_sessions d WHERE d.session_id = s.id), s.turn_owner";
+const _: () = assert!(
+    PROMPT_ROWS_JOINED - 1 == 7,
+    "the LIMIT of `PromptRowSql::newest`"
+);
 
-fn session_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<SessionRow> {
-    Ok(SessionRow {
-        pk: r.get(0)?,
-        id: r.get(1)?,
-        workspace_id: r.get(2)?,
-        agent_id: r.get(3)?,
-        agent_name: r.get(4)?,
-        user_id: r.get(5)?,
-        title: r.get(6)?,
-        title_origin: r.get(7)?,
-        title_status: r.get(8)?,
-        turn_status: r.get(9)?,
-        bucket: r.get(10)?,
-        archived_at: r.get(11)?,
-        cwd: r.get(12)?,
-        created_by_session_id: r.get(13)?,
-        tier: r.get(14)?,
-        mode: r.get(15)?,
-        created_at: r.get(16)?,
-        updated_at: r.get(17)?,
-        last_event_seq: r.get::<_, i64>(18)? as u64,
-        last_output_seq: r.get::<_, i64>(19)? as u64,
-        last_delivered_input_seq: r.get::<_, i64>(20)? as u64,
-        delivery_attempt: r.get(21)?,
-        todos: r.get(22)?,
-        follow_up_queue: r.get(23)?,
-        requested_machine: r.get(24)?,
-        machine_state: r.get(25)?,
-        machine: r.get(26)?,
-        turn_active: r.get(27)?,
-        last_read_seq: r.get::<_, i64>(28)? as u64,
-        is_default: r.get(29)?,
-        turn_owner: r.get(30)?,
-    })
-}
-
-pub fn session_row(
-    conn: &Db,
-    workspace_id: &str,
-    session_id: &str,
-    user_id: &str,
-) -> Result<SessionRow> {
-    let sql = format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id
-         WHERE s.id = :id AND s.workspace_id = :ws"
-    );
-    conn.prepare_cached(&sql)?
-        .query_row(
-            sessiond_sql::named_params! {":id": session_id, ":ws": workspace_id, ":user": user_id},
-            session_from_row,
-        )
-        .optional()?
-        .ok_or(Error::NotFound)
-}
-
-pub fn session_row_by_pk(conn: &Db, pk: i64, user_id: Option<&str>) -> Result<Option<SessionRow>> {
-    let sql = format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id WHERE s.pk = :pk"
-    );
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row(
-            sessiond_sql::named_params! {":pk": pk, ":user": user_id.unwrap_or("")},
-            session_from_row,
-        )
-        .optional()?)
+impl PromptRowSql {
+    fn of(postgres: bool) -> PromptRowSql {
+        if postgres {
+            PromptRowSql {
+                newest: "SELECT seq, octet_length(prompts) FROM session_search_prompts
+                         WHERE session_pk = ?1 AND seq >= ?2 AND seq < ?3
+                         ORDER BY seq DESC LIMIT 7",
+                texts: "SELECT prompts FROM session_search_prompts
+                        WHERE session_pk = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+                delete: "DELETE FROM session_search_prompts
+                         WHERE session_pk = ?1 AND seq >= ?2 AND seq < ?3",
+                insert: "INSERT INTO session_search_prompts (session_pk, seq, prompts)
+                         VALUES (?1, ?2, ?3)",
+            }
+        } else {
+            PromptRowSql {
+                newest: "SELECT rowid, octet_length(prompts) FROM session_search_prompts
+                         WHERE rowid >= ?2 AND rowid < ?3
+                         ORDER BY rowid DESC LIMIT 7",
+                texts: "SELECT prompts FROM session_search_prompts
+                        WHERE rowid >= ?2 AND rowid < ?3 ORDER BY rowid",
+                delete: "DELETE FROM session_search_prompts
+                         WHERE rowid >= ?2 AND rowid < ?3",
+                insert: "INSERT INTO session_search_prompts (rowid, prompts)
+                         VALUES (?2, ?3)",
+            }
+        }
+    }
 }
 
 /// Filters of the session list (seed S9).
@@ -144,7 +85,7 @@ pub struct ListFilter {
 /// matches in it, not all of them. A walk that passes many rows without filling the page falls
 /// back to the choice of [`search_plan`]. PostgreSQL always takes that choice. Every plan gives
 /// the same rows.
-pub fn list_sessions(
+pub(crate) fn list_sessions(
     conn: &Db,
     workspace_id: &str,
     user_id: &str,
@@ -210,12 +151,16 @@ pub fn list_sessions(
 /// least this many in all: a word that has not filled the page by then is not common, and
 /// reading its matches may cost less than walking on.
 const WALK_BUDGET_PER_ROW: usize = 64;
+
 const WALK_BUDGET_MIN: usize = 4_096;
+
 /// The first chunk of a walk holds this many rows per row of the page (a word in one session in
 /// eight fills the page in one chunk); each next chunk is at most twice as long, and no longer
 /// than the matches found so far say the page needs, up to the largest.
 const WALK_FIRST_CHUNK_PER_ROW: usize = 8;
+
 const WALK_MAX_CHUNK: usize = 8_192;
+
 /// The prefix lengths the full-text indexes keep (migration 0013): a prefix term of one of these
 /// lengths is one doclist that FTS5 seeks by rowid.
 const PREFIX_INDEX_CHARS: std::ops::RangeInclusive<usize> = 1..=12;
@@ -543,6 +488,7 @@ fn count_matches(conn: &Db, fts_query: &str, bound: i64) -> Result<i64> {
 /// Below this many matches a search always reads them all (a few hundred rows cost well under
 /// a millisecond).
 const SEARCH_MIN_BOUND: i64 = 256;
+
 /// Above this many matches a search always walks the list: sorting tens of thousands of joined
 /// rows would cost more than a walk that finds a page among them.
 const SEARCH_MAX_BOUND: i64 = 20_000;
@@ -746,255 +692,6 @@ fn list_query(
     (sql, args)
 }
 
-/// A stored event as read back: its JSON body is served untouched.
-#[derive(Debug, Clone)]
-pub struct StoredEvent {
-    pub seq: u64,
-    pub created_at: i64,
-    pub event_type: String,
-    pub body: String,
-}
-
-fn event_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<StoredEvent> {
-    Ok(StoredEvent {
-        seq: r.get::<_, i64>(0)? as u64,
-        created_at: r.get(1)?,
-        event_type: r.get(2)?,
-        body: r.get(3)?,
-    })
-}
-
-/// Events with `seq > after`, ascending, at most `limit`.
-pub fn events_after(
-    conn: &Db,
-    session_pk: i64,
-    after: u64,
-    limit: u32,
-) -> Result<Vec<StoredEvent>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, created_at, type, body FROM events
-         WHERE session_pk = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-    )?;
-    let rows = stmt.query_map(params![session_pk, after as i64, limit], event_from_row)?;
-    Ok(rows.collect::<super::sql::Result<_>>()?)
-}
-
-/// Events with `seq < before` (or the newest when `before` is `None`), returned ascending.
-pub fn events_before(
-    conn: &Db,
-    session_pk: i64,
-    before: Option<u64>,
-    limit: u32,
-) -> Result<Vec<StoredEvent>> {
-    let before = before.map(|b| b as i64).unwrap_or(i64::MAX);
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, created_at, type, body FROM events
-         WHERE session_pk = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
-    )?;
-    let mut rows: Vec<StoredEvent> = stmt
-        .query_map(params![session_pk, before, limit], event_from_row)?
-        .collect::<super::sql::Result<_>>()?;
-    rows.reverse();
-    Ok(rows)
-}
-
-/// The newest events of the given types with `seq < before`, newest first, at most `limit`
-/// (model engines rebuild a conversation from them).
-pub fn events_of_types_before(
-    conn: &Db,
-    session_pk: i64,
-    before: u64,
-    types: &[&str],
-    limit: u32,
-) -> Result<Vec<StoredEvent>> {
-    let placeholders = vec!["?"; types.len()].join(",");
-    let sql = format!(
-        "SELECT seq, created_at, type, body FROM events
-         WHERE session_pk = ? AND seq < ? AND type IN ({placeholders}) ORDER BY seq DESC LIMIT ?"
-    );
-    let mut args: Vec<SqlValue> = vec![
-        SqlValue::Integer(session_pk),
-        SqlValue::Integer(before.min(i64::MAX as u64) as i64),
-    ];
-    args.extend(types.iter().map(|t| SqlValue::Text((*t).to_owned())));
-    args.push(SqlValue::Integer(i64::from(limit)));
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(super::sql::params_from_iter(args), event_from_row)?;
-    Ok(rows.collect::<super::sql::Result<_>>()?)
-}
-
-/// The session that started `session_id` (`created_by_session_id`), if any.
-pub fn parent_session(conn: &Db, workspace_id: &str, session_id: &str) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT created_by_session_id FROM sessions WHERE id = ?1 AND workspace_id = ?2",
-        )?
-        .query_row(params![session_id, workspace_id], |r| r.get(0))
-        .optional()?
-        .flatten())
-}
-
-/// What the session's engine remembers between turns (see migration 0002).
-pub fn engine_memo(conn: &Db, session_pk: i64) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT engine_memo FROM sessions WHERE pk = ?1")?
-        .query_row([session_pk], |r| r.get(0))
-        .optional()?
-        .flatten())
-}
-
-/// What a session's turns run with, in one statement (a claim reads it): the engine
-/// configuration — the one pinned on the session (see migration 0005), else its agent's — and
-/// the slug of the session's workspace. `None` when the session is gone.
-pub(crate) fn turn_setup(conn: &Db, session_pk: i64) -> Result<Option<TurnSetup>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT COALESCE(s.engine, a.engine), w.slug FROM sessions s
-             JOIN agents a ON a.id = s.agent_id JOIN workspaces w ON w.id = s.workspace_id
-             WHERE s.pk = ?1",
-        )?
-        .query_row([session_pk], |r| {
-            Ok(TurnSetup {
-                engine_config: r.get(0)?,
-                workspace_slug: r.get(1)?,
-            })
-        })
-        .optional()?)
-}
-
-/// What [`turn_setup`] reads.
-pub(crate) struct TurnSetup {
-    /// `None` when neither the session nor its agent names one.
-    pub engine_config: Option<String>,
-    pub workspace_slug: String,
-}
-
-/// The first event of one of `types` in the turn that took the input at `input_seq` (at or
-/// after its `turn_started`), with the session's cwd as it is now, in one statement: what a
-/// `/wait` looks for, once before it waits and again each time a terminal is published.
-pub(crate) fn terminal_of_input(
-    conn: &Db,
-    session_pk: i64,
-    input_seq: u64,
-    types: &[&str],
-) -> Result<Option<(StoredEvent, Option<String>)>> {
-    let placeholders = vec!["?"; types.len()].join(",");
-    let sql = format!(
-        "SELECT e.seq, e.created_at, e.type, e.body, s.cwd
-         FROM input_turns i
-         JOIN events e ON e.session_pk = i.session_pk AND e.seq >= i.turn_started_seq
-         JOIN sessions s ON s.pk = i.session_pk
-         WHERE i.session_pk = ? AND i.input_seq = ? AND e.type IN ({placeholders})
-         ORDER BY e.seq LIMIT 1"
-    );
-    let mut args: Vec<SqlValue> = vec![
-        SqlValue::Integer(session_pk),
-        SqlValue::Integer(input_seq as i64),
-    ];
-    args.extend(types.iter().map(|t| SqlValue::Text((*t).to_owned())));
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row(super::sql::params_from_iter(args), |r| {
-            Ok((event_from_row(r)?, r.get::<_, Option<String>>(4)?))
-        })
-        .optional()?)
-}
-
-pub struct WorkspaceRow {
-    pub id: String,
-    pub slug: String,
-}
-
-pub fn workspace_by_slug(conn: &Db, slug: &str) -> Result<Option<WorkspaceRow>> {
-    Ok(conn
-        .prepare_cached("SELECT id, slug FROM workspaces WHERE slug = ?1")?
-        .query_row([slug], |r| {
-            Ok(WorkspaceRow {
-                id: r.get(0)?,
-                slug: r.get(1)?,
-            })
-        })
-        .optional()?)
-}
-
-#[derive(Debug, Clone)]
-pub struct AgentRow {
-    pub id: String,
-    pub slug: String,
-    pub name: String,
-    pub anchor: String,
-    /// Engine configuration (JSON object).
-    pub engine: String,
-    pub created_at: i64,
-}
-
-const AGENT_COLUMNS: &str = "id, slug, name, anchor, engine, created_at";
-
-fn agent_from_row(r: &super::sql::Row<'_>) -> super::sql::Result<AgentRow> {
-    Ok(AgentRow {
-        id: r.get(0)?,
-        slug: r.get(1)?,
-        name: r.get(2)?,
-        anchor: r.get(3)?,
-        engine: r.get(4)?,
-        created_at: r.get(5)?,
-    })
-}
-
-pub fn agents(conn: &Db, workspace_id: &str) -> Result<Vec<AgentRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {AGENT_COLUMNS} FROM agents WHERE workspace_id = ?1 ORDER BY slug"
-    ))?;
-    let rows = stmt.query_map([workspace_id], agent_from_row)?;
-    Ok(rows.collect::<super::sql::Result<_>>()?)
-}
-
-pub fn agent_by_slug(conn: &Db, workspace_id: &str, slug: &str) -> Result<Option<AgentRow>> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {AGENT_COLUMNS} FROM agents WHERE workspace_id = ?1 AND slug = ?2"
-        ))?
-        .query_row([workspace_id, slug], agent_from_row)
-        .optional()?)
-}
-
-pub fn agent_by_id(conn: &Db, agent_id: &str) -> Result<Option<AgentRow>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = ?1"))?
-        .query_row([agent_id], agent_from_row)
-        .optional()?)
-}
-
-pub struct GrantRow {
-    pub token_hash: String,
-    pub workspace_id: String,
-    pub prefix: String,
-    pub expires_at: i64,
-}
-
-pub fn upload_grant(conn: &Db, id: &str) -> Result<Option<GrantRow>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT token_hash, workspace_id, prefix, expires_at FROM upload_grants WHERE id = ?1",
-        )?
-        .query_row([id], |r| {
-            Ok(GrantRow {
-                token_hash: r.get(0)?,
-                workspace_id: r.get(1)?,
-                prefix: r.get(2)?,
-                expires_at: r.get(3)?,
-            })
-        })
-        .optional()?)
-}
-
-pub fn default_session_id(conn: &Db, agent_id: &str) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT session_id FROM default_sessions WHERE agent_id = ?1")?
-        .query_row([agent_id], |r| r.get(0))
-        .optional()?)
-}
-
 /// An agent's sessions for the activity view: asking > running > scheduled > done, newest first;
 /// archived sessions and the agent's default chat are left out. Returns `limit + 1` rows at most.
 ///
@@ -1025,144 +722,114 @@ fn activity_sql() -> String {
     )
 }
 
-pub struct ImageRow {
-    pub mime_type: String,
-    pub data: Vec<u8>,
-}
+impl Tx<'_> {
+    /// Indexes the prompt of the `prompt_submitted` event at `seq` for search, in a row of the
+    /// session's prompt index (see [`Tx::write_prompt_index`] for how rows are kept).
+    ///
+    /// On SQLite the prompt goes to the search backlog after the batch's last job (see
+    /// [`super::writer::QueuedPrompt`]), in the same transaction, and into the index with many
+    /// others later (see `prompt_backlog`); on PostgreSQL into the index at once, in the job's
+    /// own statements.
+    pub(crate) fn index_prompt(&mut self, key: &SessionKey, seq: u64, prompt: &str) -> Result<()> {
+        if self.conn.dialect() == Dialect::Postgres {
+            return self.write_prompt_index(key, seq, prompt);
+        }
+        self.prompts.push(super::writer::QueuedPrompt {
+            key: key.clone(),
+            seq,
+            text: prompt.to_owned(),
+        });
+        Ok(())
+    }
 
-pub fn image(conn: &Db, session_pk: i64, storage_id: &str) -> Result<Option<ImageRow>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT mime_type, data FROM images WHERE session_pk = ?1 AND storage_id = ?2",
-        )?
-        .query_row(params![session_pk, storage_id], |r| {
-            Ok(ImageRow {
-                mime_type: r.get(0)?,
-                data: r.get(1)?,
-            })
-        })
-        .optional()?)
-}
+    /// Writes a prompt's search row now (see [`Tx::index_prompt`]).
+    ///
+    /// A full-text index re-reads a row's whole text to change it, so a row that grew by one
+    /// prompt at a time would cost its whole size for every prompt. A prompt therefore gets a
+    /// row of its own, and the session's newest rows of its [`prompt_row_class`] or smaller are
+    /// joined with it into one row (holding them in order, one per line) as soon as they reach
+    /// that class's end ([`PROMPT_CLASS_ENDS`]; see [`prompt_run`]). Like the carry of a
+    /// counter, the joined row may join the rows before it in turn. A prompt's text is thus
+    /// re-indexed about twice per class it climbs (a few times its size in all), and a session's
+    /// rows are mostly sealed rows of 1–2 KiB with a few smaller ones after them: a search
+    /// gathers about one row per 1–2 KiB of prompts, whatever their lengths and their mix.
+    ///
+    /// A row is keyed by its session and the seq of its first prompt (on SQLite packed into the
+    /// rowid, see [`prompt_search_key`]; on PostgreSQL the key's two columns). A prompt whose key
+    /// does not fit (a session pk past 2^31 or a seq past 2^32, far beyond what one machine
+    /// writes) is left out of search rather than failing the write that carries it.
+    pub(super) fn write_prompt_index(
+        &mut self,
+        key: &SessionKey,
+        seq: u64,
+        prompt: &str,
+    ) -> Result<()> {
+        let postgres = self.conn.dialect() == Dialect::Postgres;
+        // The key range of the session's rows before this prompt, in the dialect's terms.
+        let (lo, row) = if postgres {
+            (0, seq as i64)
+        } else {
+            match (prompt_search_key(key.pk, 0), prompt_search_key(key.pk, seq)) {
+                (Some(lo), Some(row)) => (lo, row),
+                _ => {
+                    tracing::warn!(
+                        session = %key.id,
+                        seq,
+                        "prompt not indexed for search: its key is out of range"
+                    );
+                    return Ok(());
+                }
+            }
+        };
+        let sql = PromptRowSql::of(postgres);
+        // The row being written: its key and text. Joining it with the rows before it makes a
+        // row of a higher class, which may join the rows before it in turn (the carry).
+        let (mut row, mut text) = (row, prompt.to_owned());
+        loop {
+            // A sealed row joins nothing: no need to read the rows before it.
+            if prompt_row_class(text.len()) == PROMPT_CLASS_ENDS.len() {
+                break;
+            }
+            let newest: Vec<(i64, i64)> = self
+                .conn
+                .prepare_cached(sql.newest)?
+                .query_map(params![key.pk, lo, row], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<super::sql::Result<_>>()?;
+            let Some((first, bytes)) = prompt_run(&newest, text.len()) else {
+                break;
+            };
+            let mut joined = String::with_capacity(bytes);
+            for part in self
+                .conn
+                .prepare_cached(sql.texts)?
+                .query_map(params![key.pk, first, row], |r| r.get::<_, String>(0))?
+            {
+                joined.push_str(&part?);
+                joined.push('\n');
+            }
+            joined.push_str(&text);
+            self.conn
+                .prepare_cached(sql.delete)?
+                .execute(params![key.pk, first, row])?;
+            (row, text) = (first, joined);
+        }
+        self.conn
+            .prepare_cached(sql.insert)?
+            .execute_later(params![key.pk, row, text])?;
+        Ok(())
+    }
 
-/// Sessions whose turn was active when the process stopped (crash recovery).
-pub fn active_turn_sessions(conn: &Db) -> Result<Vec<(i64, String)>> {
-    let mut stmt = conn.prepare("SELECT pk, id FROM sessions WHERE turn_active = 1")?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<super::sql::Result<_>>()?)
-}
-
-/// Sessions whose turn's lease ran out before `now`: their process died (or lost the database)
-/// mid-turn. At most `limit`, oldest lease first.
-pub fn expired_turn_sessions(conn: &Db, now: i64, limit: u32) -> Result<Vec<(i64, String)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT pk, id FROM sessions WHERE turn_active = 1
-           AND (turn_lease_until IS NULL OR turn_lease_until < ?1)
-         ORDER BY turn_lease_until LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![now, limit], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<super::sql::Result<_>>()?)
-}
-
-/// Sessions with queued inputs, ordered by their oldest input's due time then seq.
-pub fn sessions_with_pending_inputs(conn: &Db) -> Result<Vec<(i64, String, i64)>> {
-    let mut stmt = conn.prepare(
-        "SELECT p.session_pk, s.id, min(p.not_before) FROM pending_inputs p
-         JOIN sessions s ON s.pk = p.session_pk GROUP BY p.session_pk, s.id ORDER BY min(p.not_before), p.session_pk",
-    )?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    Ok(rows.collect::<super::sql::Result<_>>()?)
-}
-
-/// Inputs stored and not yet taken by a turn, across all sessions (a metric).
-pub fn pending_input_count(conn: &Db) -> Result<i64> {
-    Ok(conn
-        .prepare_cached("SELECT count(*) FROM pending_inputs")?
-        .query_row([], |r| r.get(0))?)
-}
-
-/// The `turn_started` seq of the turn that took an input, once one has.
-pub fn input_turn(conn: &Db, session_pk: i64, input_seq: u64) -> Result<Option<u64>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT turn_started_seq FROM input_turns WHERE session_pk = ?1 AND input_seq = ?2",
-        )?
-        .query_row(params![session_pk, input_seq as i64], |r| {
-            r.get::<_, i64>(0)
-        })
-        .optional()?
-        .map(|s| s as u64))
-}
-
-/// A session's key by id, within a workspace (404 otherwise).
-pub fn session_key(conn: &Db, workspace_id: &str, session_id: &str) -> Result<super::SessionKey> {
-    conn.prepare_cached("SELECT pk FROM sessions WHERE id = ?1 AND workspace_id = ?2")?
-        .query_row([session_id, workspace_id], |r| r.get(0))
-        .optional()?
-        .map(|pk| super::SessionKey {
-            pk,
-            id: session_id.to_owned(),
-        })
-        .ok_or(Error::NotFound)
-}
-
-/// The original result of a `clientRequestId`.
-#[derive(Debug, Clone)]
-pub struct ClientRequest {
-    pub fingerprint: String,
-    pub session_id: String,
-    pub input_seq: u64,
-}
-
-pub fn client_request(
-    conn: &Db,
-    workspace_id: &str,
-    client_request_id: &str,
-) -> Result<Option<ClientRequest>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT fingerprint, session_id, input_seq FROM client_requests
-             WHERE workspace_id = ?1 AND client_request_id = ?2",
-        )?
-        .query_row([workspace_id, client_request_id], |r| {
-            Ok(ClientRequest {
-                fingerprint: r.get(0)?,
-                session_id: r.get(1)?,
-                input_seq: r.get::<_, i64>(2)? as u64,
-            })
-        })
-        .optional()?)
-}
-
-/// The stored body of one event.
-pub fn event_body(conn: &Db, session_pk: i64, seq: u64) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT body FROM events WHERE session_pk = ?1 AND seq = ?2")?
-        .query_row(params![session_pk, seq as i64], |r| r.get(0))
-        .optional()?)
-}
-
-pub fn workspace_slug(conn: &Db, workspace_id: &str) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT slug FROM workspaces WHERE id = ?1")?
-        .query_row([workspace_id], |r| r.get(0))
-        .optional()?)
-}
-
-/// The id of the upload grant a token belongs to, by the token's hash.
-pub(crate) fn upload_grant_by_hash(conn: &Db, token_hash: &str) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT id FROM upload_grants WHERE token_hash = ?1")?
-        .query_row([token_hash], |r| r.get(0))
-        .optional()?)
-}
-
-/// `(workspace slug, agent slug, engine)` of every agent.
-pub(crate) fn agent_engines(conn: &Db) -> Result<Vec<(String, String, String)>> {
-    let mut stmt = conn.prepare(
-        "SELECT w.slug, a.slug, a.engine FROM agents a JOIN workspaces w ON w.id = a.workspace_id",
-    )?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    Ok(rows.collect::<super::sql::Result<_>>()?)
+    /// Rewrites the title a session is searched by.
+    pub(crate) fn index_title(&mut self, key: &SessionKey, title: &str) -> Result<()> {
+        let sql = match self.conn.dialect() {
+            Dialect::Sqlite => "UPDATE session_search SET title = ?2 WHERE rowid = ?1",
+            Dialect::Postgres => "UPDATE session_search SET title = ?2 WHERE session_pk = ?1",
+        };
+        self.conn
+            .prepare_cached(sql)?
+            .execute(params![key.pk, title])?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
