@@ -565,11 +565,11 @@ pub(crate) struct TaskFields<'a> {
 }
 
 impl Tx<'_> {
-    pub fn task(&self, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
+    pub(crate) fn task(&self, workspace_id: &str, key: TaskKey<'_>) -> Result<Option<TaskRow>> {
         task(self.conn, workspace_id, key)
     }
 
-    pub fn task_by_pk(&self, pk: i64) -> Result<Option<TaskRow>> {
+    pub(crate) fn task_by_pk(&self, pk: i64) -> Result<Option<TaskRow>> {
         task_by_pk(self.conn, pk)
     }
 

@@ -189,7 +189,7 @@ fn update_agent(tx: &mut super::Tx<'_>, c: &AgentChange) -> Result<AgentRow> {
 }
 
 impl Tx<'_> {
-    pub fn workspace_by_slug(&self, slug: &str) -> Result<Option<WorkspaceRow>> {
+    pub(crate) fn workspace_by_slug(&self, slug: &str) -> Result<Option<WorkspaceRow>> {
         workspace_by_slug(self.conn, slug)
     }
 
@@ -265,7 +265,7 @@ impl Tx<'_> {
         agent_by_id(self.conn, &id)?.ok_or(Error::AgentNotFound)
     }
 
-    pub fn update_agent(
+    pub(crate) fn update_agent(
         &mut self,
         agent_id: &str,
         name: &str,
@@ -279,7 +279,7 @@ impl Tx<'_> {
     }
 
     /// Deletes an agent that owns no sessions (its sessions would lose their owner).
-    pub fn delete_agent(&mut self, agent_id: &str) -> Result<()> {
+    pub(crate) fn delete_agent(&mut self, agent_id: &str) -> Result<()> {
         let sessions: i64 = self.conn.query_row(
             "SELECT count(*) FROM sessions WHERE agent_id = ?1",
             [agent_id],
@@ -318,7 +318,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn default_session(&self, agent_id: &str) -> Result<Option<String>> {
+    pub(crate) fn default_session(&self, agent_id: &str) -> Result<Option<String>> {
         default_session_id(self.conn, agent_id)
     }
 }

@@ -240,7 +240,12 @@ impl Tx<'_> {
         Ok(id)
     }
 
-    pub fn add_membership(&mut self, user_id: &str, workspace_id: &str, role: &str) -> Result<()> {
+    pub(crate) fn add_membership(
+        &mut self,
+        user_id: &str,
+        workspace_id: &str,
+        role: &str,
+    ) -> Result<()> {
         self.conn.execute(
             "INSERT INTO memberships (user_id, workspace_id, role) VALUES (?1, ?2, ?3)
              ON CONFLICT (user_id, workspace_id) DO UPDATE SET role = excluded.role",
@@ -249,7 +254,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn insert_app(
+    pub(crate) fn insert_app(
         &mut self,
         workspace_id: &str,
         name: &str,
@@ -283,7 +288,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn revoke_key(&mut self, id: &str) -> Result<bool> {
+    pub(crate) fn revoke_key(&mut self, id: &str) -> Result<bool> {
         let n = self.conn.execute(
             "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
             params![id, self.now],
@@ -291,14 +296,14 @@ impl Tx<'_> {
         Ok(n == 1)
     }
 
-    pub fn touch_key(&mut self, id: &str, at: i64) -> Result<()> {
+    pub(crate) fn touch_key(&mut self, id: &str, at: i64) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE id = ?1")?
             .execute(params![id, at])?;
         Ok(())
     }
 
-    pub fn insert_browser_session(
+    pub(crate) fn insert_browser_session(
         &mut self,
         token_hash: &str,
         user_id: &str,
@@ -315,7 +320,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn delete_browser_session(&mut self, token_hash: &str) -> Result<()> {
+    pub(crate) fn delete_browser_session(&mut self, token_hash: &str) -> Result<()> {
         self.conn.execute(
             "DELETE FROM browser_sessions WHERE token_hash = ?1",
             [token_hash],
@@ -679,7 +684,7 @@ pub(crate) fn upload_grant_by_hash(conn: &Db, token_hash: &str) -> Result<Option
 }
 
 impl Tx<'_> {
-    pub fn insert_upload_grant(
+    pub(crate) fn insert_upload_grant(
         &mut self,
         id: &str,
         token_hash: &str,

@@ -31,7 +31,7 @@ impl Tx<'_> {
     /// The session and input seq a retried request first made, inside the write that would make
     /// them again (so two racing requests cannot both be first); 409 when the id came with
     /// another request.
-    pub fn replayed(&self, r: &Retry) -> Result<Option<(SessionKey, u64)>> {
+    pub(crate) fn replayed(&self, r: &Retry) -> Result<Option<(SessionKey, u64)>> {
         replayed(self.conn, r)
     }
 }
@@ -207,7 +207,7 @@ pub(crate) fn client_request(
 }
 
 impl Tx<'_> {
-    pub fn record_client_request(
+    pub(crate) fn record_client_request(
         &mut self,
         workspace_id: &str,
         client_request_id: &str,
@@ -231,7 +231,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn enqueue_input(&mut self, key: &SessionKey, input: &NewInput<'_>) -> Result<()> {
+    pub(crate) fn enqueue_input(&mut self, key: &SessionKey, input: &NewInput<'_>) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO pending_inputs (session_pk, seq, kind, behavior, tier, text, images, not_before)
@@ -276,7 +276,7 @@ impl Tx<'_> {
     /// process: 33.5 µs → 3.7 µs a read in `pg_stat_statements`, two reads a turn). The setting
     /// is the transaction's for this one statement: both `SET`s travel with the statements around
     /// them.
-    pub fn pending_inputs(&self, key: &SessionKey) -> Result<Vec<PendingInput>> {
+    pub(crate) fn pending_inputs(&self, key: &SessionKey) -> Result<Vec<PendingInput>> {
         let postgres = self.conn.dialect() == Dialect::Postgres;
         if postgres {
             self.conn
@@ -297,14 +297,18 @@ impl Tx<'_> {
         Ok(pending)
     }
 
-    pub fn remove_input(&mut self, key: &SessionKey, seq: u64) -> Result<()> {
+    pub(crate) fn remove_input(&mut self, key: &SessionKey, seq: u64) -> Result<()> {
         self.conn
             .prepare_cached("DELETE FROM pending_inputs WHERE session_pk = ?1 AND seq = ?2")?
             .execute_later(params![key.pk, seq as i64])?;
         Ok(())
     }
 
-    pub fn remove_inputs_of_kind(&mut self, key: &SessionKey, kind: QueueKind) -> Result<()> {
+    pub(crate) fn remove_inputs_of_kind(
+        &mut self,
+        key: &SessionKey,
+        kind: QueueKind,
+    ) -> Result<()> {
         self.conn
             .prepare_cached("DELETE FROM pending_inputs WHERE session_pk = ?1 AND kind = ?2")?
             .execute(params![key.pk, kind])?;

@@ -139,7 +139,7 @@ impl Closure {
 impl Tx<'_> {
     /// Holds the session's row for the rest of the transaction and reads why it takes no input
     /// (`None`: it takes it); 404 when it is gone.
-    pub fn closure(&self, key: &SessionKey) -> Result<Option<Closure>> {
+    pub(crate) fn closure(&self, key: &SessionKey) -> Result<Option<Closure>> {
         // A statement of its own after the lock: on PostgreSQL a statement that waited for a
         // lock sees the newest version of the rows it locked, and of the others (the task's
         // status) what was committed when it started — a cancel it waited for would not show.

@@ -354,7 +354,7 @@ pub(crate) fn event_body(conn: &Db, session_pk: i64, seq: u64) -> Result<Option<
 
 impl Tx<'_> {
     /// Appends one durable event: next seq, projection counters, and a bus frame after COMMIT.
-    pub fn append(&mut self, key: &SessionKey, event: &Event) -> Result<u64> {
+    pub(crate) fn append(&mut self, key: &SessionKey, event: &Event) -> Result<u64> {
         let body = encode_event(event)?;
         self.append_raw(key, event.type_name(), &body, !event.is_input())
     }

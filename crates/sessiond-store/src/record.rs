@@ -248,7 +248,11 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn set_record_facts(&mut self, key: &SessionKey, f: &NewRecordFacts<'_>) -> Result<()> {
+    pub(crate) fn set_record_facts(
+        &mut self,
+        key: &SessionKey,
+        f: &NewRecordFacts<'_>,
+    ) -> Result<()> {
         self.conn
             .prepare_cached(
                 "UPDATE sessions SET metadata = ?2, budget_cents = ?3, parent_kind = ?4,
@@ -264,14 +268,14 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn set_metadata(&mut self, key: &SessionKey, metadata: Option<&str>) -> Result<()> {
+    pub(crate) fn set_metadata(&mut self, key: &SessionKey, metadata: Option<&str>) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET metadata = ?2, updated_at = ?3 WHERE pk = ?1")?
             .execute(params![key.pk, metadata, self.now])?;
         Ok(())
     }
 
-    pub fn metadata(&self, key: &SessionKey) -> Result<Option<String>> {
+    pub(crate) fn metadata(&self, key: &SessionKey) -> Result<Option<String>> {
         Ok(self
             .conn
             .prepare_cached("SELECT metadata FROM sessions WHERE pk = ?1")?
@@ -280,7 +284,7 @@ impl Tx<'_> {
             .flatten())
     }
 
-    pub fn set_budget(&mut self, key: &SessionKey, cents: u64) -> Result<()> {
+    pub(crate) fn set_budget(&mut self, key: &SessionKey, cents: u64) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET budget_cents = ?2, updated_at = ?3 WHERE pk = ?1")?
             .execute(params![key.pk, cents.min(i64::MAX as u64) as i64, self.now])?;
@@ -289,7 +293,7 @@ impl Tx<'_> {
 
     /// Closes a session to further prompts (a handoff to `successor`); a closed session stays
     /// closed with its first successor.
-    pub fn close_session(&mut self, key: &SessionKey, successor: &str) -> Result<()> {
+    pub(crate) fn close_session(&mut self, key: &SessionKey, successor: &str) -> Result<()> {
         self.conn
             .prepare_cached(
                 "UPDATE sessions SET closed_at = COALESCE(closed_at, ?2),
@@ -328,7 +332,7 @@ pub use super::intake::{reached, spent_cents, whole_cents};
 impl Tx<'_> {
     /// `Err(BudgetHit)` when the session's budget is spent, read inside the write so that a
     /// message and the usage that spends the budget cannot pass each other.
-    pub fn check_budget(&self, key: &SessionKey) -> Result<()> {
+    pub(crate) fn check_budget(&self, key: &SessionKey) -> Result<()> {
         match budget_of(self.conn, key.pk)? {
             Some((cents, totals)) if reached(cents, totals.as_deref()) => {
                 Err(crate::error::Error::BudgetHit { cents })

@@ -230,7 +230,7 @@ pub(crate) fn session_key(
 }
 
 impl Tx<'_> {
-    pub fn session_key(&self, workspace_id: &str, session_id: &str) -> Result<SessionKey> {
+    pub(crate) fn session_key(&self, workspace_id: &str, session_id: &str) -> Result<SessionKey> {
         session_key(self.conn, workspace_id, session_id)
     }
 
@@ -267,7 +267,7 @@ impl Tx<'_> {
         })
     }
 
-    pub fn insert_session(&mut self, s: &NewSession<'_>) -> Result<SessionKey> {
+    pub(crate) fn insert_session(&mut self, s: &NewSession<'_>) -> Result<SessionKey> {
         let pk: i64 = self
             .conn
             .prepare_cached(
@@ -330,7 +330,11 @@ impl Tx<'_> {
     }
 
     /// Reads one projection column that holds JSON.
-    pub fn json_column(&self, key: &SessionKey, column: JsonColumn) -> Result<Option<String>> {
+    pub(crate) fn json_column(
+        &self,
+        key: &SessionKey,
+        column: JsonColumn,
+    ) -> Result<Option<String>> {
         let sql = format!("SELECT {} FROM sessions WHERE pk = ?1", column.name());
         Ok(self
             .conn
@@ -340,7 +344,7 @@ impl Tx<'_> {
             .flatten())
     }
 
-    pub fn set_tier(&mut self, key: &SessionKey, tier: Tier) -> Result<()> {
+    pub(crate) fn set_tier(&mut self, key: &SessionKey, tier: Tier) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE sessions SET tier = ?2 WHERE pk = ?1")?
             .execute(params![key.pk, tier])?;
@@ -358,7 +362,7 @@ impl Tx<'_> {
         self.index_title(key, title)
     }
 
-    pub fn set_archived(&mut self, key: &SessionKey, archived: bool) -> Result<()> {
+    pub(crate) fn set_archived(&mut self, key: &SessionKey, archived: bool) -> Result<()> {
         // Archiving twice keeps the first archivedAt (the call is declared idempotent).
         self.conn
             .prepare_cached(
@@ -370,7 +374,7 @@ impl Tx<'_> {
     }
 
     /// Moves the read marker forward only; returns the marker after the call.
-    pub fn mark_read(&mut self, key: &SessionKey, user_id: &str, seq: u64) -> Result<u64> {
+    pub(crate) fn mark_read(&mut self, key: &SessionKey, user_id: &str, seq: u64) -> Result<u64> {
         let seq = seq as i64;
         let marker: i64 = self
             .conn
@@ -444,7 +448,7 @@ impl Tx<'_> {
     }
 
     /// Sets an automatic title unless the title is manual (manual titles are final).
-    pub fn set_auto_title(
+    pub(crate) fn set_auto_title(
         &mut self,
         key: &SessionKey,
         title: Option<&str>,

@@ -133,7 +133,12 @@ impl Tx<'_> {
     }
 
     /// Remembers a request's `clientRequestId` with the input it made.
-    pub fn remember(&mut self, retry: Option<&Retry>, key: &SessionKey, seq: u64) -> Result<()> {
+    pub(crate) fn remember(
+        &mut self,
+        retry: Option<&Retry>,
+        key: &SessionKey,
+        seq: u64,
+    ) -> Result<()> {
         if let Some(r) = retry {
             self.record_client_request(
                 &r.workspace_id,

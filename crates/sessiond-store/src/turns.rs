@@ -445,7 +445,7 @@ impl TurnStore<'_> {
 /// What claiming a turn reads beside the queue, inside the claim.
 impl Tx<'_> {
     /// The stored body of one event.
-    pub fn event_body(&self, session_pk: i64, seq: u64) -> Result<Option<String>> {
+    pub(crate) fn event_body(&self, session_pk: i64, seq: u64) -> Result<Option<String>> {
         super::event_body(self.conn, session_pk, seq)
     }
 
@@ -792,7 +792,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn set_delivered(
+    pub(crate) fn set_delivered(
         &mut self,
         key: &SessionKey,
         through_seq: u64,
@@ -832,7 +832,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn engine_state(&self, key: &SessionKey) -> Result<Option<String>> {
+    pub(crate) fn engine_state(&self, key: &SessionKey) -> Result<Option<String>> {
         Ok(self
             .conn
             .prepare_cached("SELECT engine_state FROM sessions WHERE pk = ?1")?
