@@ -79,17 +79,24 @@ use rusqlite::{Connection, OpenFlags};
 use sessiond_model::{clock, ids, nul, timeline};
 use sessiond_telemetry::{metrics, request_id};
 
+pub use config::{StoreConfig, Synchronous};
+pub use error::{Cause, Error, Result};
 pub use health::{Condition, HealthReport};
 pub use log::{LogReads, TurnInput};
 pub use migrate::SCHEMA_VERSION;
+pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
+pub use sink::{Relay, Sink, TailSteps};
+pub use turn_status::TurnStatus;
+pub use turns::{SignalHook, TurnSignal};
+pub use writer::take_queued;
+
 // The rows and keys the store's callers hold: the queries and writes behind them stay inside.
-pub use config::{StoreConfig, Synchronous};
 pub use directory::{AgentRow, DEFAULT_WORKSPACE};
-pub use error::{Cause, Error, Result};
 pub use inputs::QueueKind;
 pub use log::{ImageRow, StoredEvent};
 pub use session_rows::{SessionKey, SessionRow};
 pub use turns::Lease;
+
 // The store's own operations on a connection, for its handles (private: `super::` in them).
 use directory::{
     WorkspaceRow, agent_by_id, agent_engines, agents, default_session_id, workspace_by_slug,
@@ -100,17 +107,12 @@ use inputs::{
     NewInput, client_request, input_turn, pending_input_count, sessions_with_pending_inputs,
 };
 use log::{event_body, events_after, events_before, events_of_types_before, image};
-pub use record::{LastTerminal, NewRecordFacts, RecordFacts};
 use row_lock::RowLock;
 use search::{ListFilter, agent_activity, list_sessions};
 use session_rows::{
     JsonColumn, NewSession, parent_session, session_key, session_row, session_row_by_pk,
 };
-pub use sink::{Relay, Sink, TailSteps};
-pub use turn_status::TurnStatus;
-pub use turns::{SignalHook, TurnSignal};
 use turns::{active_turn_sessions, engine_memo, expired_turn_sessions, turn_setup};
-pub use writer::take_queued;
 use writer::{OneWrite, Tx};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
